@@ -490,6 +490,25 @@ def compare(rows: list[dict], baseline: str | None = None) -> pd.DataFrame:
     return table
 
 
+def compare_runs(runs, externals=(), baseline: str | None = None) -> pd.DataFrame:
+    """The comparison table of run directories `runs` and external CSVs `externals`."""
+    rows = [run_row(read_run(path)) for path in runs]
+    for csv in externals:
+        rows += external_rows(read_external(csv))
+    return compare(rows, baseline)
+
+
+def render(table: pd.DataFrame, fmt: str, plot_name: str | None = None) -> str:
+    """`fmt` is text, markdown, json or csv."""
+    if fmt == "json":
+        return json.dumps(to_json(table), indent=2) + "\n"
+    if fmt == "csv":
+        return to_csv_frame(table).to_csv(index=False)
+    if fmt == "markdown":
+        return render_markdown(table, plot_name)
+    return render_text(table)
+
+
 def warnings(table: pd.DataFrame) -> list[str]:
     return [f"warning: {row['run']}: {flag}" for _, row in table.iterrows() for flag in row["flags"]]
 

@@ -271,6 +271,15 @@ def render_markdown(analysis: Analysis, plot_names: list[str] | None = None) -> 
     return "\n".join(out)
 
 
+def render(analysis: Analysis, fmt: str) -> str:
+    """`fmt` is text, markdown or json."""
+    if fmt == "json":
+        return json.dumps(to_json(analysis), indent=2) + "\n"
+    if fmt == "markdown":
+        return render_markdown(analysis) + "\n"
+    return render_text(analysis)
+
+
 def default_out_dir(analysis: Analysis) -> Path | None:
     return analysis.run_dir / "analysis" if analysis.run_dir is not None else None
 
