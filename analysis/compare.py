@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import epochs as epochs_mod
-from analysis.sampler_columns import DEVICE_UTILIZATION_COLUMNS
+from analysis.run_files import DEVICE_UTILIZATION_COLUMNS
 from analysis.verdict import classify
 
 COMPONENTS = ("input", "compute", "host", "epoch_level")

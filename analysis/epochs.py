@@ -1,4 +1,4 @@
-"""Whole-epoch breakdown from a run directory's `steps.csv` and `run.json`.
+"""Whole-epoch breakdown from a run directory's `steps.csv` and `run.json` (read by `analysis.run_files`).
 
 `steps.csv` times every training call of every epoch (input wait, step call, other
 host time); `run.json` has each epoch's wall time including validation. Their
@@ -9,31 +9,8 @@ measurements are reconciled step by step.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
-
-STEPS_CSV_COLUMNS = ["epoch", "step", "steps", "start_time_s", "input_ms", "call_ms", "other_host_ms", "step_ms", "images"]
-
-
-def read_steps_csv(path: str | Path) -> pd.DataFrame:
-    """steps.csv with its documented columns; a missing column is an error."""
-    frame = pd.read_csv(path)
-    missing = [c for c in STEPS_CSV_COLUMNS if c not in frame.columns]
-    if missing:
-        raise ValueError(f"{path}: missing columns {', '.join(missing)}")
-    return frame
-
-
-def read_run_epochs(path: str | Path) -> pd.DataFrame:
-    """The `epochs` list of run.json as a DataFrame (empty if the run has none yet)."""
-    run = json.loads(Path(path).read_text())
-    epochs = pd.DataFrame(run.get("epochs") or [])
-    if epochs.empty:
-        return pd.DataFrame(columns=["epoch", "seconds"])
-    return epochs
 
 
 def epoch_breakdown(steps: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.sampler_columns import UTILIZATION_COLUMNS
+from analysis.run_files import UTILIZATION_COLUMNS
 
 PART_COLORS = {"input": "#d62728", "compute": "#2ca02c", "host": "#1f77b4"}
 

@@ -1,23 +1,25 @@
-"""Assemble one analysis of a trace (and its run directory) and render it.
+"""Assemble one analysis of a step source (a trace, or a run's steps.csv) and render it.
 
-`analyze(path)` does the reading and computing; `to_json`, `render_text` and
-`render_markdown` only format; `write_outputs` writes CSVs, report.md and plots.
+`analyze(path)` is the one pipeline: step source -> steady steps -> mean breakdown ->
+rules (verdict and advice) -> the run directory's epochs and utilization. `to_json`,
+`render_text` and `render_markdown` only format; `write_outputs` writes CSVs, report.md
+and plots.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from analysis import epochs as epochs_mod
-from analysis import plots
-from analysis.steps import StepAnalysis, analyze_steps, mean_breakdown, slowest_input_stage, steady_steps
-from analysis.sampler_columns import UTILIZATION_COLUMNS
-from analysis.trace import Trace, TraceError, TraceLocation, read_trace
-from analysis.verdict import make_verdict
+from analysis import plots, run_files, utilization
+from analysis.rules import make_verdict
+from analysis.step_sources import StepSource, open_step_source
+from analysis.steps import mean_breakdown, slowest_input_stage, steady_steps
 
 STEP_JSON_KEYS = ["step", "steps", "step_ms", "input_ms", "compute_ms", "host_ms", "compile_ms"]
 MEAN_JSON_KEYS = ["step_ms", "input_ms", "compute_ms", "host_ms", "input_pct", "compute_pct", "host_pct"]
@@ -25,161 +27,106 @@ MEAN_JSON_KEYS = ["step_ms", "input_ms", "compute_ms", "host_ms", "input_pct", "
 
 @dataclass
 class Analysis:
-    """Everything `devprof analyze` reports about one trace."""
+    """Everything `devprof analyze` reports about one step source."""
 
-    location: TraceLocation
-    trace: Trace | None  # None when a run directory is analysed from steps.csv alone
-    steps: StepAnalysis
+    source: StepSource
     mean: dict[str, float]
     verdict: dict
     steps_used: int
     epochs: pd.DataFrame | None = None
     reconciliation: pd.DataFrame | None = None
     samplers: dict[str, pd.DataFrame] = field(default_factory=dict)
+    utilization: dict[str, float] = field(default_factory=dict)
     epoch_starts_s: list[float] = field(default_factory=list)
 
     @property
     def run_dir(self) -> Path | None:
-        return self.location.run_dir
+        return self.source.run_dir
 
 
-def _read_samplers(run_dir: Path) -> dict[str, pd.DataFrame]:
-    samplers = {}
-    for csv in sorted((run_dir / "utilization").glob("*.csv")):
-        try:
-            frame = pd.read_csv(csv)
-        except (pd.errors.EmptyDataError, pd.errors.ParserError):
-            continue
-        if "time_s" in frame and not frame.empty:
-            samplers[csv.stem] = frame
-    return samplers
-
-
-def _utilization_evidence(samplers: dict[str, pd.DataFrame]) -> dict[str, float]:
+def utilization_evidence(summaries: dict) -> dict[str, float]:
+    """`{"mean host cpu": 42.0, ...}`: each sampler's main utilization, time-weighted as in compare."""
     evidence = {}
-    for name, frame in samplers.items():
-        for column in UTILIZATION_COLUMNS:
-            if column in frame and frame[column].notna().any():
-                evidence[f"mean {name} {column.removesuffix('_pct').replace('_', ' ')}"] = float(frame[column].mean())
+    for name, summary in summaries.items():
+        metrics = summary.get("metrics") or {}
+        for column in run_files.UTILIZATION_COLUMNS:
+            mean = (metrics.get(column) or {}).get("mean")
+            if mean is not None and not math.isnan(mean):
+                evidence[f"mean {name} {column.removesuffix('_pct').replace('_', ' ')}"] = float(mean)
                 break
     return evidence
 
 
-def _run_settings(run_dir: Path | None) -> dict:
-    """The run's precision and XLA setting, so advice does not suggest what it already does."""
-    try:
-        config = json.loads((run_dir / "run.json").read_text()).get("config") or {}
-    except (TypeError, OSError, ValueError):  # no run directory, or no readable run.json
-        return {}
-    return {"precision": config.get("precision"), "jit_compile": config.get("jit_compile")}
-
-
 def analyze(path: str | Path) -> Analysis:
-    """Read the trace at `path` (and its run directory, if any) and break it down.
-
-    A run directory without a trace (`--no-profile`, or a trace that failed to write) is
-    still analysed, from its steps.csv alone.
-    """
-    try:
-        trace = read_trace(path)
-    except TraceError:
-        run_dir = Path(path)
-        if not ((run_dir / "steps.csv").is_file() and (run_dir / "run.json").is_file()):
-            raise
-        return analyze_steps_csv(run_dir)
-    location = trace.location
-    step_analysis = analyze_steps(trace)
-    all_steps = step_analysis.steps
-    steady = steady_steps(all_steps)
-    compile_steps = all_steps[~all_steps.index.isin(steady.index)]
-    mean = mean_breakdown(steady)
+    """Find the steps at `path` (a trace, or a run directory's steps.csv) and break them down."""
+    source = open_step_source(path)
+    steady = steady_steps(source.steps)
+    compile_steps = source.steps[~source.steps.index.isin(steady.index)]
+    mean = mean_breakdown(steady if not steady.empty else source.steps)
+    run_dir = source.run_dir
+    meta: dict = {}
     samplers: dict[str, pd.DataFrame] = {}
     epochs = reconciliation = None
     epoch_starts: list[float] = []
-    run_dir = location.run_dir
     if run_dir is not None:
-        samplers = _read_samplers(run_dir)
-        steps_csv = run_dir / "steps.csv"
+        meta = run_files.read_run_json(run_dir / run_files.RUN_JSON)
+        samplers = run_files.read_utilization(run_dir)
+        steps_csv = run_dir / run_files.STEPS_CSV
         if steps_csv.is_file():
-            steps_table = epochs_mod.read_steps_csv(steps_csv)
-            run_epochs = epochs_mod.read_run_epochs(run_dir / "run.json")
-            epochs = epochs_mod.epoch_breakdown(steps_table, run_epochs)
-            reconciliation = epochs_mod.reconcile_with_trace(all_steps, steps_table)
+            steps_table = run_files.read_steps_csv(steps_csv)
+            epochs = epochs_mod.epoch_breakdown(steps_table, run_files.run_epochs(meta, run_dir / run_files.RUN_JSON))
+            if source.kind != "steps_csv":
+                reconciliation = epochs_mod.reconcile_with_trace(source.steps, steps_table)
             epoch_starts = steps_table.groupby("epoch")["start_time_s"].min().tolist()
-    per_call = int(all_steps["steps"].max())
+    summaries = utilization.run_summaries(run_dir, meta) if run_dir is not None else {}
+    config = run_files.section(meta, "config")
+    stage = slowest_input_stage(source.trace.events, len(source.steps)) if source.trace is not None else None
     verdict = make_verdict(
         mean,
         steps_used=len(steady),
         compile_steps=compile_steps,
-        steps_per_call=per_call,
-        slowest_input_stage=slowest_input_stage(trace.events, len(all_steps)),
-        utilization=_utilization_evidence(samplers),
-        device=step_analysis.device,
-        **_run_settings(run_dir),
+        steps_per_call=source.steps_per_call,
+        slowest_input_stage=stage,
+        utilization=utilization_evidence(summaries),
+        device=source.device,
+        precision=config.get("precision"),
+        jit_compile=config.get("jit_compile"),
+        steps_per_epoch=_number(meta.get("steps_per_epoch")),
     )
-    return Analysis(location, trace, step_analysis, mean, verdict, len(steady), epochs, reconciliation, samplers,
-                    epoch_starts)
+    return Analysis(source, mean, verdict, len(steady), epochs, reconciliation, samplers,
+                    utilization.headline(summaries), epoch_starts)
 
 
-def steps_from_csv(steps_table: pd.DataFrame) -> pd.DataFrame:
-    """steps.csv as a breakdown: compute is the time in the step call (on a CPU the math plus
-    tf.function dispatch); the first call's excess over the median call is its tracing and
-    compilation, reported as compile and counted in host overhead, as the trace analysis does."""
-    frame = pd.DataFrame({
-        "step": steps_table["step"].astype(int),
-        "steps": steps_table["steps"].astype(int),
-        "step_ms": steps_table["step_ms"],
-        "input_ms": steps_table["input_ms"],
-        "compute_ms": steps_table["call_ms"],
-        "host_ms": steps_table["other_host_ms"],
-        "compile_ms": 0.0,
-    })
-    first = frame.index[0]
-    later = frame["compute_ms"].iloc[1:]  # with one call only, its compile time cannot be told apart
-    excess = max(0.0, float(frame.at[first, "compute_ms"] - later.median())) if len(later) else 0.0
-    frame.loc[first, ["compute_ms", "host_ms", "compile_ms"]] = [
-        frame.at[first, "compute_ms"] - excess, frame.at[first, "host_ms"] + excess, excess]
-    for part in ("input", "compute", "host"):
-        frame[f"{part}_pct"] = 100.0 * frame[f"{part}_ms"] / frame["step_ms"]
-    return frame
+def _number(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
 
 
-def analyze_steps_csv(run_dir: Path) -> Analysis:
-    """The breakdown of a run directory that has no profiler trace, from steps.csv."""
-    steps_table = epochs_mod.read_steps_csv(run_dir / "steps.csv")
-    if steps_table.empty:
-        raise TraceError(f"{run_dir} has no profiler trace and steps.csv has no steps yet")
-    run = json.loads((run_dir / "run.json").read_text())
-    steps = steps_from_csv(steps_table)
-    steady = steady_steps(steps)
-    mean = mean_breakdown(steady)
-    samplers = _read_samplers(run_dir)
-    location = TraceLocation(
-        requested=run_dir, xplane=None, session="", run_dir=run_dir,
-        note="no profiler trace: breakdown from steps.csv, where compute is the time in the step call "
-             "(the math plus tf.function dispatch); run with the profiler window for the trace's split")
-    step_analysis = StepAnalysis(device=(run.get("device") or {}).get("kind", "unknown"), marker_name="steps.csv",
-                                 markers=pd.DataFrame(), steps=steps)
-    verdict = make_verdict(mean, steps_used=len(steady), compile_steps=steps[~steps.index.isin(steady.index)],
-                           steps_per_call=int(steps["steps"].max()), utilization=_utilization_evidence(samplers),
-                           device=step_analysis.device, **_run_settings(run_dir))
-    epochs = epochs_mod.epoch_breakdown(steps_table, epochs_mod.read_run_epochs(run_dir / "run.json"))
-    epoch_starts = steps_table.groupby("epoch")["start_time_s"].min().tolist()
-    return Analysis(location, None, step_analysis, mean, verdict, len(steady), epochs, None, samplers, epoch_starts)
+def _json_value(value):
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def to_json(analysis: Analysis) -> dict:
-    """The JSON contract: source, device, steps, mean, verdict (+ epochs for run directories)."""
-    steps = analysis.steps.steps
+    """The JSON contract (docs/json.md): source, step source, device, steps, mean, verdict, utilization,
+    and epochs for run directories."""
+    source = analysis.source
     result = {
-        "source": str(analysis.location.xplane or analysis.location.run_dir / "steps.csv"),
-        "device": analysis.steps.device,
+        "schema_version": run_files.SCHEMA_VERSION,
+        "source": str(source.path),
+        "step_source": source.kind,
+        "step_name": source.step_name,
+        "device": source.device,
+        "notes": list(source.notes),
         "steps": [
             {key: (int(row[key]) if key in ("step", "steps") else float(row[key])) for key in STEP_JSON_KEYS}
-            for _, row in steps.iterrows()
+            for _, row in source.steps.iterrows()
         ],
         "mean": {key: float(analysis.mean[key]) for key in MEAN_JSON_KEYS},
+        "steps_used": int(analysis.steps_used),
         "verdict": dict(analysis.verdict),
+        "utilization": {key: _json_value(value) for key, value in analysis.utilization.items()},
     }
     if analysis.epochs is not None:
         result["epochs"] = [
@@ -190,25 +137,24 @@ def to_json(analysis: Analysis) -> dict:
 
 
 def _header_lines(analysis: Analysis) -> list[str]:
-    steps = analysis.steps
-    unit = "calls" if steps.steps["steps"].max() > 1 else "steps"
-    if analysis.location.xplane:
-        lines = [f"trace: {analysis.location.xplane}",
-                 f"device: {steps.device}; step marker: '{steps.marker_name}'; {len(steps.steps)} marked {unit}"]
+    source = analysis.source
+    unit = "calls" if source.steps_per_call > 1 else "steps"
+    if source.kind == "steps_csv":
+        lines = [f"source: {source.path} (no profiler trace)",
+                 f"device: {source.device}; {len(source.steps)} {unit}"]
     else:
-        lines = [f"source: {analysis.location.run_dir / 'steps.csv'} (no profiler trace)",
-                 f"device: {steps.device}; {len(steps.steps)} {unit}"]
-    if steps.steps["steps"].max() > 1:
-        lines.append(f"steps per call: {int(steps.steps['steps'].max())} (one marker per tf.function call)")
-    if analysis.location.note:
-        lines.append(f"note: {analysis.location.note}")
+        lines = [f"trace: {source.path}",
+                 f"device: {source.device}; step marker: '{source.step_name}'; {len(source.steps)} marked {unit}"]
+    if source.steps_per_call > 1:
+        lines.append(f"steps per call: {source.steps_per_call} (one marker per tf.function call)")
+    lines += [f"note: {note}" for note in source.notes]
     return lines
 
 
 def _steps_table(analysis: Analysis) -> pd.DataFrame:
     columns = ["step", "steps", "step_ms", "input_ms", "compute_ms", "host_ms", "compile_ms", "input_pct",
                "compute_pct", "host_pct"]
-    return analysis.steps.steps[columns].round(3)
+    return analysis.source.steps[columns].round(3)
 
 
 def _epochs_table(analysis: Analysis) -> pd.DataFrame:
@@ -217,13 +163,19 @@ def _epochs_table(analysis: Analysis) -> pd.DataFrame:
     return analysis.epochs[columns].round(3)
 
 
+def verdict_title(verdict: dict) -> str:
+    if verdict["bound"] is None:
+        return f"none ({verdict['reason']})"
+    return f"{verdict['bound']}-bound" + (f" ({verdict['level']})" if verdict["level"] else "")
+
+
 def render_text(analysis: Analysis) -> str:
     mean, verdict = analysis.mean, analysis.verdict
     out = _header_lines(analysis)
     out.append("")
     out.append(_steps_table(analysis).to_string(index=False))
     out.append("")
-    per_call = int(analysis.steps.steps["steps"].max())
+    per_call = analysis.source.steps_per_call
     unit = f"calls of {per_call} steps: call" if per_call > 1 else "steps: step"
     out.append(
         f"mean over {analysis.steps_used} {unit} {mean['step_ms']:.2f} ms = input {mean['input_ms']:.2f} "
@@ -239,9 +191,9 @@ def render_text(analysis: Analysis) -> str:
             f"trace vs steps.csv on {len(rec)} traced steps: step time differs by "
             f"{rec['step_diff_pct'].abs().mean():.1f} % on average, input by {rec['input_diff_pct'].abs().mean():.1f} % of step time"
         )
-    out += ["", f"verdict: {verdict['bound']}-bound" + (f" ({verdict['level']})" if verdict["level"] else ""),
-            verdict["evidence"], "advice:"]
-    out += [f"  - {item}" for item in verdict["advice"]]
+    out += ["", f"verdict: {verdict_title(verdict)}", verdict["evidence"]]
+    if verdict["advice"]:
+        out += ["advice:", *(f"  - {item}" for item in verdict["advice"])]
     return "\n".join(out) + "\n"
 
 
@@ -254,10 +206,9 @@ def _markdown_table(frame: pd.DataFrame) -> str:
 
 def render_markdown(analysis: Analysis, plot_names: list[str] | None = None) -> str:
     mean, verdict = analysis.mean, analysis.verdict
-    level = f" ({verdict['level']})" if verdict["level"] else ""
     out = ["# devprof analysis", ""]
     out += [f"- {line}" for line in _header_lines(analysis)]
-    out += ["", f"## Verdict: {verdict['bound']}-bound{level}", "", verdict["evidence"], ""]
+    out += ["", f"## Verdict: {verdict_title(verdict)}", "", verdict["evidence"], ""]
     out += [f"- {item}" for item in verdict["advice"]]
     out += ["", "## Mean step", "", _markdown_table(pd.DataFrame([{k: round(v, 3) for k, v in mean.items()}])), ""]
     out += ["## Steps", "", "Host overhead includes compile time.", "", _markdown_table(_steps_table(analysis)), ""]
@@ -290,9 +241,9 @@ def write_outputs(analysis: Analysis, out_dir: str | Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     steps_csv = out_dir / "step_breakdown.csv"
-    analysis.steps.steps.to_csv(steps_csv, index=False)
+    analysis.source.steps.to_csv(steps_csv, index=False)
     written.append(steps_csv)
-    plot_names = [plots.plot_step_breakdown(analysis.steps.steps, out_dir / "step_breakdown.png").name]
+    plot_names = [plots.plot_step_breakdown(analysis.source.steps, out_dir / "step_breakdown.png").name]
     if analysis.epochs is not None:
         epochs_csv = out_dir / "epoch_breakdown.csv"
         analysis.epochs.to_csv(epochs_csv, index=False)

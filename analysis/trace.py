@@ -43,6 +43,14 @@ class TraceError(Exception):
     """A trace could not be found, read, or has nothing to analyse."""
 
 
+class TraceNotFound(TraceError):
+    """No `.xplane.pb` where the path points."""
+
+
+class TraceUnreadable(TraceError):
+    """A trace file is there but cannot be parsed: truncated (e.g. a full disk) or not a trace."""
+
+
 @dataclass(frozen=True)
 class TraceLocation:
     """Where a trace came from: the path asked for, the file read and which session."""
@@ -108,7 +116,7 @@ def locate_trace(path: str | Path) -> TraceLocation:
     """
     requested = Path(path)
     if not requested.exists():
-        raise TraceError(f"no such file or directory: {requested}")
+        raise TraceNotFound(f"no such file or directory: {requested}")
     if requested.is_file():
         if not requested.name.endswith(TRACE_SUFFIX):
             raise TraceError(f"{requested} is not a profiler trace: expected a file named *{TRACE_SUFFIX}")
@@ -126,7 +134,7 @@ def locate_trace(path: str | Path) -> TraceLocation:
     for profile_dir in sorted(profile_dirs):
         sessions.extend(_sessions_under(profile_dir))
     if not sessions:
-        raise TraceError(
+        raise TraceNotFound(
             f"no profiler trace in {requested}: looked for */{PROFILE_SUBDIR}/<session>/*{TRACE_SUFFIX}"
             f" and *{TRACE_SUFFIX}; found {_describe_contents(requested)}"
         )
@@ -166,18 +174,18 @@ def _describe_contents(folder: Path) -> str:
 
 
 def load_xspace(xplane: str | Path):
-    """Parse one `.xplane.pb`; a truncated or foreign file raises `TraceError`."""
+    """Parse one `.xplane.pb`; a truncated or foreign file raises `TraceUnreadable`."""
     xplane = Path(xplane)
     data = xplane.read_bytes()
     if not data:
-        raise TraceError(f"{xplane} is empty (0 bytes): the profiler did not finish writing it")
+        raise TraceUnreadable(f"{xplane} is empty (0 bytes): the profiler did not finish writing it")
     space = _xplane_module().XSpace()
     try:
         space.ParseFromString(data)
     except Exception as exc:  # protobuf raises DecodeError or RuntimeWarning-like errors
-        raise TraceError(f"{xplane} is not a readable XSpace trace ({len(data)} bytes, truncated or corrupt): {exc}") from None
+        raise TraceUnreadable(f"{xplane} is not a readable XSpace trace ({len(data)} bytes, truncated or corrupt): {exc}") from None
     if not space.planes:
-        raise TraceError(f"{xplane} holds no profiler planes ({len(data)} bytes): truncated or not an XSpace trace")
+        raise TraceUnreadable(f"{xplane} holds no profiler planes ({len(data)} bytes): truncated or not an XSpace trace")
     return space
 
 

@@ -11,7 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 
-STEP_COLUMNS = ["epoch", "step", "steps", "start_time_s", "input_ms", "call_ms", "other_host_ms", "step_ms", "images"]
+from analysis.run_files import STEPS_COLUMNS
+
 
 
 class RunExistsError(Exception):
@@ -79,7 +80,7 @@ class StepsWriter:
     def __init__(self, path: Path):
         self._file = open(path, "w", newline="")
         self._writer = csv.writer(self._file)
-        self._writer.writerow(STEP_COLUMNS)
+        self._writer.writerow(STEPS_COLUMNS)
         self._file.flush()
         self.rows = 0
 

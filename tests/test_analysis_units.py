@@ -12,7 +12,7 @@ except ImportError:
 from analysis import intervals as iv
 from analysis.epochs import epoch_breakdown
 from analysis.report import analyze
-from analysis.verdict import classify, make_verdict
+from analysis.rules import classify, make_verdict
 
 
 def test_union_subtract_overlap():
@@ -58,10 +58,10 @@ def test_epoch_breakdown_adds_up():
 def test_fake_gpu_plane_makes_device_compute_and_input_copies(tmp_path):
     source = fx.find_xplane(fx.trace_logdir("clean"))
     fake = fx.write_with_fake_gpu(source, tmp_path / "gpu.xplane.pb", copy_ms=0.4, kernel_ms=1.0)
-    cpu = analyze(source).steps.steps
+    cpu = analyze(source).source.steps
     gpu_analysis = analyze(fake)
-    gpu = gpu_analysis.steps.steps
-    assert gpu_analysis.steps.device == "gpu"
+    gpu = gpu_analysis.source.steps
+    assert gpu_analysis.source.device == "gpu"
     np.testing.assert_allclose(gpu["compute_ms"], 1.0, atol=1e-3)
     np.testing.assert_allclose(gpu["input_ms"] - cpu["input_ms"], 0.4, atol=0.05)
     np.testing.assert_allclose(gpu["step_ms"], cpu["step_ms"])
@@ -69,7 +69,7 @@ def test_fake_gpu_plane_makes_device_compute_and_input_copies(tmp_path):
 
 
 def test_compute_advice_leaves_out_what_the_run_already_does():
-    from analysis.verdict import LARGER_BATCH_ADVICE, compute_advice
+    from analysis.rules import LARGER_BATCH_ADVICE, compute_advice
 
     cpu = compute_advice("cpu", "float32", False)
     assert any("--precision mixed_bfloat16" in a for a in cpu)

@@ -24,11 +24,10 @@ from profiler.samplers import (
     SamplerGroup,
     SamplerThread,
     build_sampler_group,
-    read_sampler_csv,
-    summarize,
     validate_interval,
 )
-from profiler.samplers.summary import weighted_stats
+from analysis.run_files import read_sampler_csv
+from analysis.utilization import summarize, weighted_stats
 
 REPO = Path(__file__).resolve().parents[1]
 

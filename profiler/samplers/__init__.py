@@ -17,7 +17,6 @@ from profiler.samplers.runner import (
     build_samplers,
     validate_interval,
 )
-from profiler.samplers.summary import read_sampler_csv, summarize
 from profiler.samplers.tpu import TpuSampler, discover_tpu_sampler, parse_monitor_output
 
 __all__ = [
@@ -34,7 +33,5 @@ __all__ = [
     "discover_gpu_samplers",
     "discover_tpu_sampler",
     "parse_monitor_output",
-    "read_sampler_csv",
-    "summarize",
     "validate_interval",
 ]

@@ -13,22 +13,9 @@ import os
 import sys
 from typing import Any, Callable
 
+from analysis.run_files import GPU_COLUMNS
 from profiler.samplers.base import NAN, Sampler, is_nan
 
-GPU_COLUMNS = [
-    "gpu_util_pct",
-    "mem_util_pct",
-    "mem_used_bytes",
-    "mem_total_bytes",
-    "power_w",
-    "temp_c",
-    "sm_clock_mhz",
-    "pcie_tx_bytes_per_s",
-    "pcie_rx_bytes_per_s",
-    "proc_mem_bytes",
-    "tf_mem_current_bytes",
-    "tf_mem_peak_bytes",
-]
 
 # One NVML query can fill several columns; a failing query empties all of them.
 _QUERY_COLUMNS = {

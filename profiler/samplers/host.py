@@ -11,6 +11,7 @@ import time
 
 import psutil
 
+from analysis.run_files import host_columns
 from profiler.samplers.base import NAN, Sampler
 
 # Finding new child processes scans all of /proc: the costliest part of a sample, and
@@ -39,22 +40,7 @@ class HostSampler(Sampler):
         super().__init__()
         self.name = name
         self.cpu_count = psutil.cpu_count(logical=True) or 1
-        self._columns = (
-            ["cpu_pct"]
-            + [f"cpu{i}_pct" for i in range(self.cpu_count)]
-            + [
-                "proc_cpu_pct",
-                "proc_rss_bytes",
-                "proc_count",
-                "mem_used_bytes",
-                "mem_available_bytes",
-                "load1",
-                "disk_read_bytes_per_s",
-                "disk_write_bytes_per_s",
-                "net_sent_bytes_per_s",
-                "net_recv_bytes_per_s",
-            ]
-        )
+        self._columns = host_columns(self.cpu_count)
         self._root = psutil.Process(pid if pid is not None else os.getpid())
         self._procs: dict[int, psutil.Process] = {self._root.pid: self._root}
         self._next_tree_refresh = 0.0

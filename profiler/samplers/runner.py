@@ -228,8 +228,9 @@ class SamplerGroup:
         return status
 
     def summaries(self, epochs: list[tuple] | None = None) -> dict[str, dict]:
-        """`summary.summarize` of every CSV written (read back from disk, so call after `stop`)."""
-        from profiler.samplers.summary import read_sampler_csv, summarize
+        """`analysis.utilization.summarize` of every CSV written (read back from disk, so call after `stop`)."""
+        from analysis.run_files import read_sampler_csv
+        from analysis.utilization import summarize
 
         result = {}
         for thread in self.threads:

@@ -28,16 +28,9 @@ import re
 import sys
 from typing import Any, Callable
 
+from analysis.run_files import TPU_COLUMNS
 from profiler.samplers.base import NAN, Sampler
 
-TPU_COLUMNS = [
-    "mxu_util_pct",
-    "idle_pct",
-    "step_time_ms",
-    "infeed_pct",
-    "tf_mem_current_bytes",
-    "tf_mem_peak_bytes",
-]
 
 _MONITOR_COLUMNS = ("mxu_util_pct", "idle_pct", "step_time_ms", "infeed_pct")
 _NUMBER = r"([0-9]+(?:\.[0-9]+)?)"

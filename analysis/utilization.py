@@ -1,5 +1,9 @@
 """Summaries of sampler CSVs: time-weighted mean, p50, p95 and max per metric, per run and per epoch.
 
+The samplers write these into run.json when a run ends; `analyze` and `compare` compute
+them again from the CSVs with the same functions, so every command prints the same CPU %
+for the same run.
+
 A sample describes the interval since the previous sample: that is how CPU %, GPU
 utilization and the I/O rates are measured (for gauges such as memory it makes a
 difference of one interval). Each sample weighs the time since the previous one, which
@@ -11,7 +15,6 @@ including the first sample after the window's end.
 
 from __future__ import annotations
 
-import io
 import math
 from pathlib import Path
 from typing import Iterable
@@ -19,27 +22,15 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-TIME_COLUMN = "time_s"
+from analysis.run_files import (
+    DEVICE_UTILIZATION_COLUMNS,
+    TIME_COLUMN,
+    RunFileError,
+    read_utilization,
+    section,
+)
+
 STATS = ("mean", "p50", "p95", "max")
-
-
-def read_sampler_csv(path: str | Path) -> pd.DataFrame:
-    """A sampler CSV as numbers, tolerating a run killed mid-write.
-
-    A last line without its newline was cut off by the kill and is dropped, as is any
-    line with the wrong number of cells; empty cells (disabled metrics) become NaN.
-    """
-    lines = Path(path).read_text(encoding="utf-8", errors="replace").split("\n")
-    complete = [line for line in lines[:-1] if line.strip()]
-    if not complete:
-        return pd.DataFrame()
-    commas = complete[0].count(",")
-    rows = [line for line in complete[1:] if line.count(",") == commas]
-    frame = pd.read_csv(io.StringIO("\n".join([complete[0], *rows]) + "\n"))
-    frame = frame.apply(pd.to_numeric, errors="coerce")
-    if TIME_COLUMN in frame:
-        frame = frame.dropna(subset=[TIME_COLUMN]).reset_index(drop=True)
-    return frame
 
 
 def hold_weights(times: pd.Series | np.ndarray, start_s: float = -math.inf, end_s: float = math.inf) -> np.ndarray:
@@ -130,3 +121,65 @@ def summary_table(summary: dict) -> pd.DataFrame:
     """The run-level part of `summarize` as a frame: one row per metric, one column per stat."""
     rows = {metric: stats for metric, stats in summary.get("metrics", {}).items()}
     return pd.DataFrame.from_dict(rows, orient="index", columns=list(STATS)).astype(float)
+
+
+def run_summaries(run_dir: str | Path, meta: dict | None = None) -> dict:
+    """`{sampler: summarize(...)}` for a run: from its CSVs, else from run.json's `samplers.summaries`
+    (a run copied without its utilization folder)."""
+    try:
+        frames = read_utilization(run_dir)
+    except RunFileError:
+        frames = {}
+    if frames:
+        return {name: summarize(frame) for name, frame in frames.items()}
+    summaries = section(section(meta or {}, "samplers"), "summaries")
+    return {name: value for name, value in summaries.items() if isinstance(value, dict)}
+
+
+def _stat(summary: dict | None, column: str, key: str) -> float:
+    metrics = (summary or {}).get("metrics") if isinstance(summary, dict) else None
+    value = ((metrics or {}).get(column) or {}).get(key) if isinstance(metrics, dict) else None
+    try:
+        return float(value) if value is not None else math.nan
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def headline(summaries: dict) -> dict[str, float]:
+    """The run's utilization in a few numbers (NaN when not measured).
+
+    `cpu_util_*` is the whole machine (all cores, 0-100); `proc_cpu_*` the training
+    process tree (100 = one core); device utilization is the mean over devices of each
+    one's main metric (GPU-Util, TPU matrix units), its p95 the highest device's p95;
+    memory peaks are the process RSS and the largest device's TensorFlow peak (else its
+    used memory).
+    """
+    host = summaries.get("host")
+    out = {
+        "cpu_util_mean_pct": _stat(host, "cpu_pct", "mean"),
+        "cpu_util_p95_pct": _stat(host, "cpu_pct", "p95"),
+        "proc_cpu_mean_pct": _stat(host, "proc_cpu_pct", "mean"),
+        "host_mem_peak_bytes": _stat(host, "proc_rss_bytes", "max"),
+        "device_util_mean_pct": math.nan,
+        "device_util_p95_pct": math.nan,
+        "device_mem_peak_bytes": math.nan,
+    }
+    means, p95s, memory = [], [], []
+    for name, summary in summaries.items():
+        if name == "host":
+            continue
+        for column in DEVICE_UTILIZATION_COLUMNS:
+            if not math.isnan(_stat(summary, column, "mean")):
+                means.append(_stat(summary, column, "mean"))
+                p95s.append(_stat(summary, column, "p95"))
+                break
+        for column in ("tf_mem_peak_bytes", "mem_used_bytes"):
+            if not math.isnan(_stat(summary, column, "max")):
+                memory.append(_stat(summary, column, "max"))
+                break
+    if means:
+        out["device_util_mean_pct"] = float(np.mean(means))
+        out["device_util_p95_pct"] = float(np.nanmax(p95s))
+    if memory:
+        out["device_mem_peak_bytes"] = float(max(memory))
+    return out

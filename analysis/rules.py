@@ -1,0 +1,253 @@
+"""The one table of rules that gives every verdict, advice line and "why" sentence.
+
+A rule is a named check on the facts of a breakdown (shares of step or epoch time, the
+device, the run's settings) with a headline, one fix and, for `analyze`, further advice.
+`analyze` takes its verdict from the first verdict rule that applies; `compare` explains a
+gap with the fix of the rule for the component that explains it. A new rule is one entry.
+
+Verdict cut-offs follow XProf's Overview page so TensorBoard users are not surprised:
+input >= 20 % of step time is highly input-bound, >= 5 % moderately input-bound;
+otherwise host overhead >= 15 % is host-bound; otherwise compute-bound. Unlike XProf,
+Python time in the loop is host overhead, never "potentially input-bound": input is only
+time blocked on the iterator (and input copies), so the two are told apart.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pandas as pd
+
+from analysis.device_facts import facts_for
+
+HIGH_INPUT_PCT = 20.0
+MODERATE_INPUT_PCT = 5.0
+HOST_BOUND_PCT = 15.0
+HIGH_HOST_PCT = 50.0
+MIN_STEADY_STEPS = 3  # fewer steady steps than this give no verdict
+NICE_STEPS_PER_EXECUTION = (2, 4, 8, 16, 32, 50, 100, 200, 500, 1000)
+SEVERITIES = ("info", "warning", "critical")
+
+INPUT_ADVICE = [
+    "Add `.prefetch(tf.data.AUTOTUNE)` as the last stage of the tf.data pipeline so the next batch "
+    "is prepared while the current step runs.",
+    "Parallelize preprocessing: `.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)`; "
+    "for file reading use `.interleave(..., num_parallel_calls=tf.data.AUTOTUNE)`.",
+    "Cache what does not change between epochs: `.cache()` after decoding and before random augmentation "
+    "(in memory, or `.cache(path)` on local disk).",
+    "Batch before expensive per-element work (`.batch()` then a vectorized `.map`), and move Python "
+    "functions (`tf.py_function`, `tf.numpy_function`) out of the pipeline: they hold the GIL.",
+]
+HOST_ADVICE = [
+    "Take per-step Python work out of the loop: no `.numpy()`/`float()` on metrics, logging or callbacks "
+    "every step; do it every N steps.",
+    "Use a larger batch (`--batch-size`) so fixed per-step host overhead is spread over more images.",
+]
+LARGER_BATCH_ADVICE = (
+    "A larger batch (`--batch-size`) uses the device better if memory allows; otherwise a faster device "
+    "or a smaller model is what helps."
+)
+
+
+@dataclass
+class Facts:
+    """What the rules look at. Shares are of step time (`analyze`) or epoch time (`compare`)."""
+
+    input_pct: float
+    compute_pct: float
+    host_pct: float
+    device: str = ""
+    precision: str | None = None
+    jit_compile: bool | None = None
+    steps_per_call: int = 1
+    steps_per_epoch: float = math.nan
+    slowest_input_stage: str | None = None
+    mfu_pct: float = math.nan
+    peak_dtype: str | None = None
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    component: str  # the part of the step it is about: input, host, compute, epoch_level
+    applies: Callable[[Facts], bool]
+    headline: Callable[[Facts], str]
+    fix: Callable[[Facts], str]  # one change, as a clause: compare's "why" and analyze's first advice
+    more: Callable[[Facts], list[str]] = field(default=lambda facts: [])
+    bound: str | None = None  # the verdict it gives (None: not a verdict rule)
+    level: str | None = None
+    severity: str = "warning"
+    description: str = ""
+
+
+def suggest_steps_per_execution(host_pct: float, compute_pct: float, steps_per_call: int,
+                                steps_per_epoch: float = math.nan, target_pct: float = 5.0) -> int:
+    """Steps per call that would bring per-call host overhead to about `target_pct` of step time.
+
+    With host overhead h paid once per call and compute c per step, k steps per call leave
+    h / (h + k c); k >= h (100 - target) / (target c), rounded up to a usual value.
+    """
+    if not (compute_pct > 0) or not (host_pct > 0):
+        return NICE_STEPS_PER_EXECUTION[2]
+    per_call_host = host_pct * steps_per_call  # host overhead is paid once per call
+    needed = per_call_host * (100.0 - target_pct) / (target_pct * compute_pct)
+    choice = next((k for k in NICE_STEPS_PER_EXECUTION if k >= needed), NICE_STEPS_PER_EXECUTION[-1])
+    if steps_per_epoch == steps_per_epoch and steps_per_epoch >= 1:
+        choice = min(choice, int(steps_per_epoch))
+    return max(choice, steps_per_call + 1)
+
+
+def compute_advice(device: str = "", precision: str | None = None, jit_compile: bool | None = None) -> list[str]:
+    """What to try on a compute-bound step, leaving out what the run already does."""
+    facts = facts_for(device)
+    advice = []
+    if precision in (None, "float32"):
+        note = f" ({facts.precision_note})" if facts.precision_note else ""
+        advice.append(f"Use mixed precision: `--precision {facts.mixed_precision}`{note}.")
+    if facts.xla_helps and not jit_compile:
+        advice.append("Compile the step with XLA: `--jit-compile` (`tf.function(jit_compile=True)`).")
+    return advice + [LARGER_BATCH_ADVICE]
+
+
+def _input_fix(facts: Facts) -> str:
+    return ("the loop waits for batches: add .prefetch(tf.data.AUTOTUNE), a parallel .map(num_parallel_calls="
+            "tf.data.AUTOTUNE) and .cache() to the input pipeline")
+
+
+def _input_more(facts: Facts) -> list[str]:
+    stage = [f"The slowest tf.data stage is `{facts.slowest_input_stage}`: start there."] \
+        if facts.slowest_input_stage else []
+    return stage + INPUT_ADVICE
+
+
+def _host_fix(facts: Facts) -> str:
+    k = int(facts.steps_per_call or 1)
+    suggestion = suggest_steps_per_execution(facts.host_pct, facts.compute_pct, k, facts.steps_per_epoch)
+    if k <= 1:
+        return f"at 1 step per call; try --steps-per-execution {suggestion}"
+    return f"already {k} steps per call; try --steps-per-execution {suggestion} or cut per-step Python work"
+
+
+def _compute_fix(facts: Facts) -> str:
+    device = facts_for(facts.device)
+    at_peak = (f"the epoch runs at {facts.mfu_pct:.0f} % of the device's measured {facts.peak_dtype} peak; "
+               if facts.mfu_pct == facts.mfu_pct else "")
+    mixed = facts.precision not in (None, "float32")
+    tries = [] if mixed else [f"--precision {device.mixed_precision}"]
+    if device.xla_helps and not facts.jit_compile:
+        tries.append("--jit-compile")
+    already = f"already {facts.precision}; " if mixed else ""
+    return f"{at_peak}{already}try {' and '.join(tries + ['a larger --batch-size'])}, or a faster device"
+
+
+def _input_headline(level: str) -> Callable[[Facts], str]:
+    return lambda facts: f"{'Highly' if level == 'high' else 'Moderately'} input-bound: the loop waits for the next batch."
+
+
+RULES: list[Rule] = [
+    Rule("input_bound_high", "input", lambda f: f.input_pct >= HIGH_INPUT_PCT, _input_headline("high"),
+         _input_fix, _input_more, bound="input", level="high", severity="critical",
+         description=f"input >= {HIGH_INPUT_PCT:g} % of step time"),
+    Rule("input_bound", "input", lambda f: f.input_pct >= MODERATE_INPUT_PCT, _input_headline("moderate"),
+         _input_fix, _input_more, bound="input", level="moderate",
+         description=f"input >= {MODERATE_INPUT_PCT:g} % of step time"),
+    Rule("host_bound", "host", lambda f: f.host_pct >= HOST_BOUND_PCT,
+         lambda f: ("Host-bound: time goes to Python and dispatch between TensorFlow calls, not to waiting for "
+                    "input; look at the training loop."),
+         _host_fix, lambda f: list(HOST_ADVICE), bound="host",
+         description=f"host overhead >= {HOST_BOUND_PCT:g} % of step time (high from {HIGH_HOST_PCT:g} %)"),
+    Rule("compute_bound", "compute", lambda f: True,
+         lambda f: "Compute-bound: the step's math dominates; input and host overhead are small.",
+         _compute_fix, lambda f: compute_advice(f.device, f.precision, f.jit_compile), bound="compute",
+         severity="info", description="neither input nor host overhead crosses its cut-off"),
+    Rule("epoch_level_work", "epoch_level", lambda f: False,
+         lambda f: "Time outside the training steps dominates the gap.",
+         lambda f: "time outside the training steps (validation, iterator set-up): validate less often or on "
+                   "fewer images",
+         severity="info", description="compare only: validation and iterator set-up between steps"),
+]
+RULES_BY_ID = {rule.id: rule for rule in RULES}
+
+
+def verdict_rule(facts: Facts) -> Rule:
+    """The first verdict rule that applies (compute-bound applies to everything)."""
+    return next(rule for rule in RULES if rule.bound is not None and rule.applies(facts))
+
+
+def _level(rule: Rule, facts: Facts) -> str | None:
+    if rule.bound == "host":
+        return "high" if facts.host_pct >= HIGH_HOST_PCT else "moderate"
+    return rule.level
+
+
+def classify(input_pct: float, host_pct: float) -> tuple[str, str | None]:
+    """(bound, level) from the shares of step time."""
+    facts = Facts(input_pct, 100.0 - input_pct - host_pct, host_pct)
+    rule = verdict_rule(facts)
+    return rule.bound, _level(rule, facts)
+
+
+def fix_for(component: str, facts: Facts) -> str:
+    """The one change that fits a component (compare's "why")."""
+    return next(rule for rule in RULES if rule.component == component).fix(facts)
+
+
+def advice(facts: Facts, rule: Rule) -> list[str]:
+    """A verdict's advice: the rule's fix first (after a pointer to the slowest input stage), then the rest."""
+    fix = rule.fix(facts)
+    more = rule.more(facts)
+    lines = [f"{fix[0].upper()}{fix[1:]}."]
+    if more and more[0].startswith("The slowest tf.data stage"):
+        lines.insert(0, more.pop(0))
+    return lines + [line for line in more if line not in lines]
+
+
+def make_verdict(
+    mean: dict[str, float],
+    *,
+    steps_used: int,
+    compile_steps: pd.DataFrame | None = None,
+    steps_per_call: int = 1,
+    slowest_input_stage: str | None = None,
+    utilization: dict[str, float] | None = None,
+    device: str = "",
+    precision: str | None = None,
+    jit_compile: bool | None = None,
+    steps_per_epoch: float = math.nan,
+) -> dict:
+    """The verdict: `bound`, `level`, `rule`, `evidence` (a sentence with numbers), `advice` (list).
+
+    With fewer than MIN_STEADY_STEPS steady steps there is no verdict: `bound` and `level`
+    are None and `reason` says why (compilation and warm-up are never its basis).
+    """
+    unit = "call" if steps_per_call > 1 else "step"
+    evidence = (
+        f"Over {steps_used} {unit}{'s' if steps_used != 1 else ''} of {mean['step_ms']:.2f} ms: "
+        f"input {mean['input_pct']:.1f} % ({mean['input_ms']:.2f} ms), "
+        f"compute {mean['compute_pct']:.1f} % ({mean['compute_ms']:.2f} ms), "
+        f"host overhead {mean['host_pct']:.1f} % ({mean['host_ms']:.2f} ms)"
+    )
+    if steps_per_call > 1:
+        evidence += f"; each call runs {steps_per_call} steps ({mean['step_ms'] / steps_per_call:.2f} ms per step)"
+    if compile_steps is not None and not compile_steps.empty:
+        listed = ", ".join(str(s) for s in compile_steps["step"].tolist()[:5])
+        evidence += (
+            f"; step {listed} spent {compile_steps['compile_ms'].sum():.1f} ms tracing/compiling,"
+            " left out of the averages"
+        )
+    if utilization:
+        evidence += "; " + ", ".join(f"{name} {value:.0f} %" for name, value in utilization.items())
+    if steps_used < MIN_STEADY_STEPS:
+        reason = (f"only {steps_used} steady {unit}{'s' if steps_used != 1 else ''} (at least {MIN_STEADY_STEPS} "
+                  f"needed; {unit}s that trace or compile are left out): trace more steps, e.g. a longer run "
+                  "or --profile-steps")
+        return {"bound": None, "level": None, "rule": None, "reason": reason, "evidence": f"{evidence}.",
+                "advice": []}
+    facts = Facts(mean["input_pct"], mean["compute_pct"], mean["host_pct"], device=device, precision=precision,
+                  jit_compile=jit_compile, steps_per_call=steps_per_call, steps_per_epoch=steps_per_epoch,
+                  slowest_input_stage=slowest_input_stage)
+    rule = verdict_rule(facts)
+    return {"bound": rule.bound, "level": _level(rule, facts), "rule": rule.id,
+            "evidence": f"{rule.headline(facts)} {evidence}.", "advice": advice(facts, rule)}

@@ -1,0 +1,184 @@
+"""The run directory's files: their columns and their readers (the one owner of that contract).
+
+`profiler/` writes run directories and imports the column lists from here; `analysis/`
+reads them, also when they were copied from another machine or cut short by a crash.
+A reader never trusts a file: a last line without its newline (the writer was killed
+mid-row) is dropped, rows that do not parse are skipped with one warning naming the file
+and how many, and a file that cannot be used at all raises `RunFileError` naming the file
+and what is wrong.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+# Every JSON document devprof writes or prints carries this (docs/json.md lists the keys).
+SCHEMA_VERSION = 1
+
+RUN_JSON = "run.json"
+STEPS_CSV = "steps.csv"
+UTILIZATION_DIR = "utilization"
+
+STEPS_COLUMNS = ["epoch", "step", "steps", "start_time_s", "input_ms", "call_ms", "other_host_ms", "step_ms", "images"]
+STEPS_INTEGER_COLUMNS = ("epoch", "step", "steps", "images")
+
+TIME_COLUMN = "time_s"
+HOST_PROCESS_COLUMNS = [
+    "proc_cpu_pct", "proc_rss_bytes", "proc_count", "mem_used_bytes", "mem_available_bytes", "load1",
+    "disk_read_bytes_per_s", "disk_write_bytes_per_s", "net_sent_bytes_per_s", "net_recv_bytes_per_s",
+]
+GPU_COLUMNS = [
+    "gpu_util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes", "power_w", "temp_c", "sm_clock_mhz",
+    "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "proc_mem_bytes", "tf_mem_current_bytes", "tf_mem_peak_bytes",
+]
+TPU_COLUMNS = ["mxu_util_pct", "idle_pct", "step_time_ms", "infeed_pct", "tf_mem_current_bytes", "tf_mem_peak_bytes"]
+
+# One overall utilization per sampler kind: host CPU, NVIDIA GPU (NVML's GPU-Util), TPU matrix units.
+UTILIZATION_COLUMNS = ("cpu_pct", "gpu_util_pct", "mxu_util_pct")
+DEVICE_UTILIZATION_COLUMNS = UTILIZATION_COLUMNS[1:]
+
+
+def host_columns(cpu_count: int) -> list[str]:
+    """host.csv's columns after `time_s`: all cores, each core, then the process and system metrics."""
+    return ["cpu_pct", *(f"cpu{i}_pct" for i in range(cpu_count)), *HOST_PROCESS_COLUMNS]
+
+
+class RunFileError(ValueError):
+    """A run-directory file that cannot be used; the message names the file and the problem."""
+
+
+class RunFileWarning(UserWarning):
+    """Part of a run-directory file was skipped (the message names the file and counts the rows)."""
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, RunFileWarning, stacklevel=3)
+
+
+# ---------------------------------------------------------------- run.json
+
+
+def read_run_json(path: str | Path) -> dict:
+    """run.json as a dict; anything else (unreadable, not JSON, not an object) is a RunFileError."""
+    path = Path(path)
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RunFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RunFileError(f"{path}: not valid JSON ({str(exc).splitlines()[0]})") from None
+    if not isinstance(meta, dict):
+        raise RunFileError(f"{path}: expected a JSON object, got a {type(meta).__name__}")
+    return meta
+
+
+def section(meta: dict, key: str) -> dict:
+    """A run.json object such as `config` or `device`; a missing or mistyped one reads as empty."""
+    value = meta.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def run_epochs(meta: dict, source: str | Path = RUN_JSON) -> pd.DataFrame:
+    """run.json's `epochs` as a frame with numeric columns (empty when none finished yet)."""
+    epochs = meta.get("epochs")
+    if epochs in (None, []):
+        return pd.DataFrame(columns=["epoch", "seconds"])
+    if not isinstance(epochs, list) or not all(isinstance(e, dict) for e in epochs):
+        raise RunFileError(f"{source}: 'epochs' must be a list of objects, got {type(epochs).__name__} "
+                           f"{str(epochs)[:40]!r}")
+    frame = pd.DataFrame(epochs)
+    for column in ("epoch", "seconds"):
+        if column not in frame:
+            raise RunFileError(f"{source}: epochs lack {column!r}")
+    for column in frame.columns:
+        if column != "epoch" and frame[column].dtype == object:
+            frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    frame["epoch"] = pd.to_numeric(frame["epoch"], errors="coerce")
+    frame["seconds"] = frame["seconds"].astype(float)
+    bad = frame["epoch"].isna() | ~np.isfinite(frame["seconds"]) | (frame["seconds"] < 0)
+    if bad.all():
+        raise RunFileError(f"{source}: no epoch has a number for 'epoch' and a finite, non-negative 'seconds'")
+    if bad.any():
+        _warn(f"{source}: skipped {int(bad.sum())} of {len(frame)} epochs without a valid epoch number and seconds")
+    frame = frame[~bad].copy()
+    frame["epoch"] = frame["epoch"].astype(int)
+    return frame.reset_index(drop=True)
+
+
+def read_run_epochs(path: str | Path) -> pd.DataFrame:
+    return run_epochs(read_run_json(path), path)
+
+
+# ---------------------------------------------------------------- CSVs
+
+
+def _complete_lines(path: Path) -> list[str]:
+    """Lines of a CSV written row by row; a last line without its newline was cut off and is dropped."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise RunFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    return [line for line in text.split("\n")[:-1] if line.strip()]
+
+
+def _numeric_rows(path: Path, lines: list[str]) -> tuple[pd.DataFrame, int]:
+    """Header + rows as float columns; returns the frame and how many rows had the wrong cell count."""
+    header = lines[0]
+    cells = header.count(",")
+    rows = [line for line in lines[1:] if line.count(",") == cells]
+    frame = pd.read_csv(io.StringIO("\n".join([header, *rows]) + "\n"), dtype=str, keep_default_na=False)
+    frame.columns = [str(c).strip() for c in frame.columns]
+    frame = frame.apply(lambda column: pd.to_numeric(column.str.strip(), errors="coerce"))
+    return frame, len(lines) - 1 - len(rows)
+
+
+def read_steps_csv(path: str | Path) -> pd.DataFrame:
+    """steps.csv with its documented columns as numbers.
+
+    A missing column is a RunFileError; a row with a missing, non-numeric, infinite or
+    negative cell (or the wrong number of cells) is skipped, with one warning for the file.
+    """
+    path = Path(path)
+    lines = _complete_lines(path)
+    if not lines:
+        raise RunFileError(f"{path}: empty file (no header)")
+    frame, malformed = _numeric_rows(path, lines)
+    missing = [c for c in STEPS_COLUMNS if c not in frame.columns]
+    if missing:
+        raise RunFileError(f"{path}: missing columns {', '.join(missing)}")
+    frame = frame[STEPS_COLUMNS]
+    values = frame.to_numpy(dtype=float)
+    valid = np.isfinite(values).all(axis=1) & (values >= 0).all(axis=1) & (frame["steps"] >= 1).to_numpy()
+    skipped = malformed + int((~valid).sum())
+    if skipped:
+        _warn(f"{path}: skipped {skipped} of {len(lines) - 1} rows that do not parse")
+    frame = frame[valid].astype({c: "int64" for c in STEPS_INTEGER_COLUMNS})
+    return frame.reset_index(drop=True)
+
+
+def read_sampler_csv(path: str | Path) -> pd.DataFrame:
+    """A sampler CSV as numbers; empty cells (metrics turned off) are NaN, rows without a time dropped."""
+    path = Path(path)
+    lines = _complete_lines(path)
+    if not lines:
+        return pd.DataFrame()
+    frame, _ = _numeric_rows(path, lines)
+    if TIME_COLUMN in frame:
+        frame = frame.dropna(subset=[TIME_COLUMN]).reset_index(drop=True)
+    return frame
+
+
+def read_utilization(run_dir: str | Path) -> dict[str, pd.DataFrame]:
+    """`{sampler name: samples}` for every readable, non-empty `utilization/*.csv`."""
+    found = {}
+    for csv in sorted((Path(run_dir) / UTILIZATION_DIR).glob("*.csv")):
+        frame = read_sampler_csv(csv)
+        if TIME_COLUMN in frame and not frame.empty:
+            found[csv.stem] = frame
+    return found
