@@ -1,4 +1,4 @@
-"""`devprof peak`: the device's achievable matmul rate and memory bandwidth, measured with TensorFlow.
+"""The device's achievable matmul rate and memory bandwidth, measured with TensorFlow (`devprof peak`).
 
 The peak is what *this* TensorFlow build reaches on *this* device, not the datasheet
 number: square matmuls (FLOP = 2 n^3 each) chained inside one `tf.function` and timed
@@ -17,19 +17,13 @@ accounting take any runner and clock, so tests check them with stubs.
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import os
 import re
 import sys
 import time
 from pathlib import Path
 from typing import Callable
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 DEFAULT_DTYPES = {"cpu": ("float32", "bfloat16"), "gpu": ("float32", "bfloat16", "float16")}
 DEFAULT_SIZES = {"cpu": (256, 512, 1024, 2048), "gpu": (1024, 2048, 4096, 8192)}
@@ -302,63 +296,3 @@ def record_for_run(kind: str, name: str | None = None) -> dict:
         return cached_peak(name, lambda: measure_peak(kind, name=name))
     except Exception as exc:  # noqa: BLE001 - a peak that cannot be measured must not stop training
         return {"device": kind, "device_name": name, "error": f"{type(exc).__name__}: {exc}"}
-
-
-# ---------------------------------------------------------------- CLI
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="device to measure (default: cpu)")
-    parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.add_argument("--refresh", action="store_true", help="measure again even if a cached result exists")
-    return parser
-
-
-def _si(value: float, unit: str) -> str:
-    if value is None or not math.isfinite(value):
-        return "n/a"
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M")):
-        if abs(value) >= factor:
-            return f"{value / factor:.1f} {prefix}{unit}"
-    return f"{value:.0f} {unit}"
-
-
-def render_text(peak: dict) -> str:
-    lines = [f"{peak['device']}: {peak['device_name']}" + (" (cached)" if peak.get("cached") else "")]
-    for dtype, rate in peak["matmul_flops_per_second"].items():
-        n = peak.get("matmul", {}).get(dtype, {}).get("n")
-        lines.append(f"  matmul {dtype}: {_si(rate, 'FLOP/s')}" + (f" (n={n})" if n else ""))
-    for dtype, reason in peak.get("unsupported", {}).items():
-        lines.append(f"  matmul {dtype}: not measured ({reason})")
-    lines.append(f"  memory bandwidth: {_si(peak['memory_bytes_per_second'], 'B/s')}")
-    if peak.get("cache"):
-        lines.append(f"  cache: {peak['cache']}")
-    return "\n".join(lines) + "\n"
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        peak = peak_for(args.device, refresh=args.refresh)
-    except PeakError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    if args.json:
-        print(json.dumps(peak, indent=2))
-    else:
-        print(render_text(peak), end="")
-    return EXIT_OK
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="devprof peak", description="Measure the device's matmul FLOP/s and "
-                                     "memory bandwidth with TensorFlow (cached per device).")
-    add_arguments(parser)
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
-    return run(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

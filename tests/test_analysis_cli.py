@@ -8,14 +8,15 @@ import sys
 import pandas as pd
 import pytest
 
-try:
-    import trace_fixtures as fx
-except ImportError:
-    from tests import trace_fixtures as fx
-
-from analysis import cli
+import trace_fixtures as fx
+from profiler import cli
 
 TRACED_STEPS = list(range(3, 11))
+
+
+def analyze(argv) -> int:
+    """`devprof analyze ARGV...` through the devprof parser."""
+    return cli.main(["analyze", *argv])
 
 
 def _fake_steps_csv(start_time_s=1_700_000_000.0):
@@ -48,7 +49,7 @@ def run_dir(tmp_path_factory):
 
 
 def test_run_directory_writes_csvs_report_and_plots(run_dir, capsys):
-    assert cli.main([str(run_dir)]) == 0
+    assert analyze([str(run_dir)]) == 0
     out = capsys.readouterr().out
     assert "verdict:" in out
     written = run_dir / "analysis"
@@ -63,7 +64,7 @@ def test_run_directory_writes_csvs_report_and_plots(run_dir, capsys):
 
 
 def test_epoch_breakdown_equals_steps_csv(run_dir, capsys):
-    assert cli.main([str(run_dir), "--format", "json", "--out", str(run_dir / "elsewhere")]) == 0
+    assert analyze([str(run_dir), "--format", "json", "--out", str(run_dir / "elsewhere")]) == 0
     result = json.loads(capsys.readouterr().out)
     expected = _fake_steps_csv().groupby("epoch")[["input_ms", "call_ms", "other_host_ms", "step_ms"]].sum() / 1000
     epochs = {e["epoch"]: e for e in result["epochs"]}
@@ -81,9 +82,11 @@ def test_epoch_breakdown_equals_steps_csv(run_dir, capsys):
 
 
 def test_json_contract(capsys):
-    assert cli.main([str(fx.trace_logdir("clean")), "--format", "json"]) == 0
+    assert analyze([str(fx.trace_logdir("clean")), "--format", "json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert set(result) == {"source", "device", "steps", "mean", "verdict"}
+    assert set(result) == {"schema_version", "source", "step_source", "step_name", "device", "notes", "steps", "mean",
+                           "steps_used", "verdict", "utilization"}
+    assert result["schema_version"] == 1 and result["step_source"] == "markers"
     assert result["device"] == "cpu"
     assert result["source"].endswith(".xplane.pb")
     assert [s["step"] for s in result["steps"]] == TRACED_STEPS
@@ -102,7 +105,7 @@ def test_json_contract(capsys):
 def test_markdown_and_session_folder_and_file_paths(capsys):
     xplane = fx.find_xplane(fx.trace_logdir("clean"))
     for path in (xplane, xplane.parent):
-        assert cli.main([str(path), "--format", "markdown"]) == 0
+        assert analyze([str(path), "--format", "markdown"]) == 0
         assert capsys.readouterr().out.startswith("# devprof analysis")
 
 
@@ -113,14 +116,14 @@ def test_newest_of_several_sessions_is_used_and_named(tmp_path, capsys):
     target = logdir / "plugins" / "profile" / "9999_12_31_23_59_59"
     target.mkdir()
     shutil.copy(newest, target / newest.name)
-    assert cli.main([str(logdir)]) == 0
+    assert analyze([str(logdir)]) == 0
     out = capsys.readouterr().out
     assert "2 profile sessions found; using the newest, 9999_12_31_23_59_59" in out
     assert "host-bound" in out
 
 
 def _expect_error(argv, code, capsys, *fragments):
-    assert cli.main(argv) == code
+    assert analyze(argv) == code
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert lines[0].startswith("error: ")
@@ -154,15 +157,15 @@ def test_trace_without_markers(tmp_path, capsys):
 
 
 def test_usage_error_exit_code(capsys):
-    assert cli.main(["--format", "yaml", "x"]) == 2
-    assert cli.main([]) == 2
+    assert analyze(["--format", "yaml", "x"]) == 2
+    assert analyze([]) == 2
     capsys.readouterr()
 
 
 def test_cli_subprocess_has_no_traceback_and_no_tensorflow(tmp_path):
     code = (
-        "import sys; from analysis import cli, report, steps, trace, verdict, epochs, plots; "
-        "rc = cli.main(sys.argv[1:]); "
+        "import sys; from profiler import cli; from analysis import report, steps, trace, rules, epochs, plots; "
+        "rc = cli.main(['analyze', *sys.argv[1:]]); "
         "assert 'tensorflow' not in sys.modules, 'analysis imported TensorFlow'; sys.exit(rc)"
     )
     ok = subprocess.run([sys.executable, "-c", code, str(fx.trace_logdir("clean"))], capture_output=True, text=True,

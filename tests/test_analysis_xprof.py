@@ -2,10 +2,7 @@
 
 import pytest
 
-try:
-    import trace_fixtures as fx
-except ImportError:
-    from tests import trace_fixtures as fx
+import trace_fixtures as fx
 
 from analysis.report import analyze
 from xprof_oracle import xprof_steps

@@ -11,8 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import compare, compare_cli
-from profiler.rundir import STEP_COLUMNS
+from analysis import compare
+from analysis.run_files import STEPS_COLUMNS as STEP_COLUMNS
+from profiler import cli
 
 SEED_TABLE = Path(__file__).resolve().parents[1] / "examples" / "seed_table.csv"
 
@@ -48,7 +49,7 @@ def make_run(root, name, *, device="Test CPU", kind="cpu", epoch_seconds=(2.0, 0
 
 
 def run_cli(argv, capsys):
-    code = compare_cli.main([str(a) for a in argv])
+    code = cli.main(["compare", *(str(a) for a in argv)])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 

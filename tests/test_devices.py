@@ -359,6 +359,6 @@ def test_cli_existing_run_name_is_left_untouched(tmp_path, capsys):
     (None, None),
 ])
 def test_tpu_monitor_address_follows_cloud_tpu_ports(address, monitor):
-    from profiler.session import tpu_monitor_address
+    from profiler.run import tpu_monitor_address
 
     assert tpu_monitor_address(address) == monitor

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from profiler import peak
+from profiler import cli, peak
 
 
 class FakeDevice:
@@ -161,10 +161,10 @@ def test_peak_cli_prints_the_cached_result(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DEVPROF_CACHE_DIR", str(tmp_path))
     name = devices.cpu_model()
     peak.cache_path(name).write_text(json.dumps(_fake_result(name, 2.5e11)))
-    assert peak.main(["--json"]) == 0
+    assert cli.main(["peak", "--format", "json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["cached"] is True and shown["matmul_flops_per_second"]["float32"] == 2.5e11
-    assert peak.main([]) == 0
+    assert cli.main(["peak"]) == 0
     out = capsys.readouterr().out
     assert "matmul float32: 250.0 GFLOP/s" in out and "(cached)" in out
-    assert peak.main(["--device", "tpu"]) == 2
+    assert cli.main(["peak", "--device", "tpu"]) == 2

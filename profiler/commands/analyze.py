@@ -1,0 +1,58 @@
+"""`devprof analyze PATH`: break step and epoch time into input, compute and host overhead.
+
+Calls one analysis entry point (`analysis.report.analyze`) and renders its result. User
+mistakes print one `error: ...` line, never a traceback: exit 2 for a missing path, 1 when
+nothing can be analysed or the outputs cannot be written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from profiler.commands.common import EXIT_FAILURE, EXIT_OK, add_format_option, error
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    analyze = sub.add_parser("analyze", help="break step time into input, compute and host overhead",
+                             description="Break step and epoch time into input, compute and host overhead, "
+                                         "and say what limits the device.")
+    analyze.add_argument(
+        "path",
+        help="a devprof run directory, a TensorBoard log folder, a profile session folder or an .xplane.pb file",
+    )
+    add_format_option(analyze, ("text", "markdown", "json"), "what to print on stdout")
+    analyze.add_argument("--out", metavar="DIR", default=None,
+                         help="write CSVs, plots and report.md here (default: <run>/analysis for run directories)")
+    analyze.set_defaults(handler=handle)
+    return analyze
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Analyse `args.path`; print the summary and write outputs where asked."""
+    from analysis import report
+    from analysis.trace import TraceError
+
+    path = Path(args.path)
+    if not path.exists():
+        return error(f"no such file or directory: {path}", hint="pass a run directory, log folder or .xplane.pb file")
+    try:
+        analysis = report.analyze(path)
+    except TraceError as exc:
+        return error(str(exc), code=EXIT_FAILURE)
+    except (OSError, ValueError) as exc:
+        return error(f"cannot analyse {path}: {exc}", code=EXIT_FAILURE)
+
+    out_dir = Path(args.out) if args.out else report.default_out_dir(analysis)
+    written = []
+    if out_dir is not None:
+        try:
+            written = report.write_outputs(analysis, out_dir)
+        except OSError as exc:
+            return error(f"cannot write outputs to {out_dir}: {exc}", code=EXIT_FAILURE)
+
+    sys.stdout.write(report.render(analysis, args.format))
+    if args.format == "text" and written:
+        print(f"wrote {len(written)} files to {out_dir}")
+    return EXIT_OK

@@ -1,0 +1,44 @@
+"""`devprof capture`: trace a running job through its profiler server."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from profiler.commands.common import EXIT_FAILURE, EXIT_OK, add_tracer_options, error, tracer_options
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    capture = sub.add_parser("capture", help="capture a trace from a running job's profiler server",
+                             description="Trace a job started with 'devprof run --profiler-port PORT' (or any "
+                                         "TensorFlow job running a profiler server) for a while.",
+                             formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    capture.add_argument("address", help="grpc://HOST:PORT of a job started with --profiler-port")
+    capture.add_argument("--duration-ms", type=int, default=2000, help="how long to trace")
+    capture.add_argument("--out", metavar="DIR", default="runs/captures",
+                         help="folder captures go into; the trace lands in DIR/plugins/profile/")
+    add_tracer_options(capture)
+    capture.set_defaults(handler=handle)
+    return capture
+
+
+def handle(args: argparse.Namespace) -> int:
+    from profiler import tracing
+
+    address = args.address
+    if not address.startswith("grpc://"):
+        return error(f"capture wants grpc://HOST:PORT, got {address!r}")
+    os.makedirs(args.out, exist_ok=True)
+    print(f"capturing {args.duration_ms} ms from {address} ...", file=sys.stderr)
+    options = tracer_options(args)
+    try:
+        tracing.capture(address, args.out, args.duration_ms, options.host_tracer_level,
+                        options.device_tracer_level, options.python_tracer_level)
+    except Exception as exc:  # noqa: BLE001
+        first = str(exc).strip().splitlines()
+        return error(f"capture from {address} failed: {first[0] if first else type(exc).__name__}",
+                     hint="is the job running with --profiler-port?", code=EXIT_FAILURE)
+    trace = tracing.newest_xplane(args.out)
+    print(f"trace written: {trace}" if trace else f"capture finished; traces are under {args.out}/plugins/profile")
+    return EXIT_OK

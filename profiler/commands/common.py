@@ -1,0 +1,77 @@
+"""What every `devprof` subcommand shares: exit codes, `error:`/`warning:` lines, the `--format`
+option, old option spellings that still work, and the tracer options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+EXIT_OK = 0
+EXIT_FAILURE = 1  # the command ran and failed (training crashed, nothing to analyse, ...)
+EXIT_USAGE = 2  # bad options or input: a missing path, an unknown device, an existing run name
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
+
+# Every JSON document devprof prints carries this as its top-level "schema_version".
+SCHEMA_VERSION = 1
+
+
+def error(message: str, hint: str | None = None, code: int = EXIT_USAGE) -> int:
+    """Print `error: <message> (<hint>)` on stderr and return `code`, the exit code."""
+    print(f"error: {message}" + (f" ({hint})" if hint else ""), file=sys.stderr)
+    return code
+
+
+def warn(message: str) -> None:
+    """Print `warning: <message>` on stderr."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def with_schema(payload: dict) -> dict:
+    """`payload` with `schema_version` as its first key."""
+    return {"schema_version": SCHEMA_VERSION, **payload}
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old option spelling that still works: it stores into the new option's `dest` and warns.
+
+    `add_argument("--json", action=DeprecatedAlias, dest="format", const="json", nargs=0,
+    message="--json is deprecated; use --format json")` makes `--json` mean `--format json`;
+    with a value (`nargs=None`) the alias takes the value the new option would.
+    """
+
+    def __init__(self, option_strings, dest, message: str, nargs=None, const=None, **kwargs):
+        self.message = message
+        kwargs.setdefault("default", argparse.SUPPRESS)  # the new option's default stands
+        super().__init__(option_strings, dest, nargs=nargs, const=const, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        warn(self.message)
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
+
+def add_format_option(parser: argparse.ArgumentParser, choices: tuple[str, ...], help: str,
+                      json_alias: bool = False) -> None:
+    """`--format {choices}` (default: the first); `json_alias` keeps the old `--json` working."""
+    parser.add_argument("--format", choices=choices, default=choices[0], help=f"{help} (default: {choices[0]})")
+    if json_alias:
+        parser.add_argument("--json", action=DeprecatedAlias, dest="format", nargs=0, const="json",
+                            message="--json is deprecated; use --format json",
+                            help="deprecated spelling of --format json")
+
+
+def add_tracer_options(parser) -> None:
+    """The profiler's tracer options, the same for `devprof run` and `devprof capture`."""
+    parser.add_argument("--host-tracer-level", type=int, choices=[0, 1, 2, 3], default=2,
+                        help="host trace detail: 0 off, 1 user annotations only, 2 also TensorFlow ops, 3 verbose")
+    parser.add_argument("--device-tracer-level", type=int, choices=[0, 1], default=1,
+                        help="device (GPU/TPU) kernels and copies: 0 off, 1 on")
+    parser.add_argument("--python-tracer", action="store_true",
+                        help="trace Python calls (python_tracer_level=1; large traces)")
+
+
+def tracer_options(args: argparse.Namespace):
+    """The `tracing.TracerOptions` the tracer options asked for."""
+    from profiler import tracing
+
+    return tracing.TracerOptions(args.host_tracer_level, args.device_tracer_level, int(args.python_tracer))

@@ -1,0 +1,72 @@
+"""`devprof compare RUN...`: seconds per epoch of runs side by side, with the reason for every gap.
+
+Calls one analysis entry point (`analysis.compare.compare_runs`) and renders its table. Bad
+input (not a run directory, a run without epochs, a malformed external CSV, an unknown
+baseline) prints one `error: ...` line and exits 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from profiler.commands.common import EXIT_OK, DeprecatedAlias, add_format_option, error
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    compare = sub.add_parser("compare", help="seconds per epoch of runs side by side, with the reason for every gap",
+                             description="Seconds per epoch of several runs side by side, with the reason for "
+                                         "every gap.")
+    compare.add_argument("runs", nargs="*", metavar="RUN", help="run directories written by 'devprof run'")
+    compare.add_argument("--external", action="append", default=[], metavar="CSV",
+                         help="timings measured elsewhere: device,seconds_per_epoch[,batch_size,images,notes] "
+                              "(repeatable; e.g. examples/seed_table.csv)")
+    compare.add_argument("--baseline", default=None, metavar="RUN",
+                         help="run name, run path or device to compare against (default: the slowest)")
+    add_format_option(compare, ("text", "markdown", "json", "csv"), "output format")
+    compare.add_argument("-o", "--output", default=None, metavar="FILE",
+                         help="write the output here instead of stdout (and the chart beside it as .png)")
+    compare.add_argument("--out", dest="output", metavar="FILE", action=DeprecatedAlias,
+                         message="--out is deprecated for compare; use --output (-o)",
+                         help="deprecated spelling of --output")
+    compare.add_argument("--plot", default=None, metavar="PNG",
+                         help="write the seconds-per-epoch bar chart here (default: <output>.png when --output "
+                              "is given)")
+    compare.set_defaults(handler=handle)
+    return compare
+
+
+def handle(args: argparse.Namespace) -> int:
+    from analysis import compare
+
+    if not args.runs and not args.external:
+        return error("nothing to compare: pass run directories and/or --external CSV",
+                     hint="see 'devprof compare --help'")
+    try:
+        table = compare.compare_runs(args.runs, args.external, args.baseline)
+    except compare.CompareError as exc:
+        return error(str(exc))
+
+    output = Path(args.output) if args.output else None
+    plot = Path(args.plot) if args.plot else (output.with_suffix(".png") if output is not None else None)
+    if plot is not None:
+        try:
+            plot.parent.mkdir(parents=True, exist_ok=True)
+            compare.plot_compare(table, plot)
+        except OSError as exc:
+            return error(f"cannot write the chart to {plot}: {exc}")
+    text = compare.render(table, args.format, plot.name if plot is not None else None)
+    if output is not None:
+        try:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(text)
+        except OSError as exc:
+            return error(f"cannot write {output}: {exc}")
+        print(f"wrote {output}" + (f" and {plot}" if plot is not None else ""), file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    if args.format in ("json", "csv") or output is not None:
+        for line in compare.warnings(table):  # text and markdown carry them already
+            print(line, file=sys.stderr)
+    return EXIT_OK

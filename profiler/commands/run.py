@@ -1,0 +1,90 @@
+"""`devprof run`: train the seed CIFAR-10 CNN under the profiler and samplers, into a new run directory."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from profiler.commands.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, add_tracer_options, error, tracer_options
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    run = sub.add_parser("run", help="train the seed CIFAR-10 CNN under the profiler and samplers",
+                         description="Train the seed CIFAR-10 CNN with a custom tf.function loop, "
+                                     "writing a run directory (run.json, steps.csv, utilization CSVs, trace).",
+                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    g = run.add_argument_group("device")
+    g.add_argument("--device", default="auto", help="auto|cpu|gpu|tpu (auto: TPU, else GPU, else CPU)")
+    g.add_argument("--gpus", type=int, default=None, help="GPUs to train on (MirroredStrategy when >1)")
+    g.add_argument("--tpu", default=None, help="TPU name or grpc:// address (default: local or from the environment)")
+    g = run.add_argument_group("data")
+    g.add_argument("--data", choices=["auto", "cifar10", "synthetic"], default="auto",
+                   help="auto: local CIFAR-10 if found, else synthetic")
+    g.add_argument("--data-dir", default=None, help="folder holding CIFAR-10 (python or binary version)")
+    g.add_argument("--limit-images", type=int, default=None, help="train on the first N images")
+    g = run.add_argument_group("training")
+    g.add_argument("--epochs", type=int, default=2, help="epochs (the seed program: 10)")
+    g.add_argument("--batch-size", type=int, default=100, help="global batch size (the seed: 100)")
+    g.add_argument("--precision", choices=["float32", "mixed_float16", "mixed_bfloat16"], default="float32",
+                   help="compute dtype policy")
+    g.add_argument("--jit-compile", action="store_true", help="compile the step with XLA")
+    g.add_argument("--steps-per-execution", type=int, default=1,
+                   help="training steps inside one tf.function call")
+    g.add_argument("--seed", type=int, default=0, help="random seed of the model, data and shuffling")
+    g.add_argument("--measure-peak", action="store_true",
+                   help="record the device's measured matmul FLOP/s and bandwidth in run.json (cached per device)")
+    g.add_argument("--inject-input-delay-ms", type=float, default=0.0,
+                   help="make every batch this much slower to produce (a demo of an input-bound job)")
+    g.add_argument("--inject-host-delay-ms", type=float, default=0.0,
+                   help="add this much Python work per step (a demo of a host-bound job)")
+    g = run.add_argument_group("output")
+    g.add_argument("--out", metavar="DIR", default="runs", help="folder the run directory goes into")
+    g.add_argument("--run-name", default=None, help="run folder name (default: <time>-<device>-<host>)")
+    g.add_argument("--quiet", action="store_true", help="no progress output")
+    g.add_argument("--scalars-every", type=int, default=10, help="write step scalars every N steps")
+    g = run.add_argument_group("profiler")
+    g.add_argument("--no-profile", dest="profile", action="store_false", help="no profiler window")
+    g.add_argument("--profile-steps", default=None, metavar="START:STOP",
+                   help="global steps to trace, STOP exclusive (default: 10 steps after warm-up in epoch 1)")
+    add_tracer_options(g)
+    g.add_argument("--profiler-port", type=int, default=None,
+                   help="start a profiler server on this port for on-demand capture (off by default; it "
+                        "listens on all network interfaces without authentication: use only on a trusted network)")
+    g = run.add_argument_group("samplers")
+    g.add_argument("--no-sample", dest="sample", action="store_false", help="no utilization sampling")
+    g.add_argument("--sample-interval", type=float, default=0.5, help="seconds between samples (minimum 0.05)")
+    run.set_defaults(handler=handle)
+    return run
+
+
+def handle(args: argparse.Namespace) -> int:
+    from models.training import TrainConfig
+    from profiler import rundir
+    from profiler.config import RunConfig, UsageError
+    from profiler.run import Run
+
+    config = RunConfig(
+        device=args.device, gpus=args.gpus, tpu=args.tpu, data=args.data, data_dir=args.data_dir,
+        limit_images=args.limit_images, out=args.out, run_name=args.run_name,
+        train=TrainConfig(batch_size=args.batch_size, epochs=args.epochs, precision=args.precision,
+                          jit_compile=args.jit_compile, steps_per_execution=args.steps_per_execution,
+                          seed=args.seed, inject_input_delay_ms=args.inject_input_delay_ms,
+                          inject_host_delay_ms=args.inject_host_delay_ms),
+        profile=args.profile, profile_steps=args.profile_steps, tracer=tracer_options(args),
+        profiler_port=args.profiler_port, scalars_every=args.scalars_every,
+        sample=args.sample, sample_interval=args.sample_interval, measure_peak=args.measure_peak,
+        quiet=args.quiet,
+    )
+    run = Run(config)
+    try:
+        path = run.execute()
+    except (UsageError, rundir.RunExistsError) as exc:
+        return error(str(exc))
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: run directory {run.path} kept with status 'interrupted'", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - a crash is recorded in run.json; say where
+        where = f"; details in {run.path / 'run.json'}" if run.path else ""
+        return error(f"training failed: {type(exc).__name__}: {exc}{where}", code=EXIT_FAILURE)
+    run.console.print(f"run directory: {path}")
+    return EXIT_OK

@@ -1,0 +1,38 @@
+"""`devprof tensorboard`: TensorBoard on 127.0.0.1 over the runs folder, until Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+
+from profiler.commands.common import EXIT_FAILURE, EXIT_OK, error
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    board = sub.add_parser("tensorboard", help="start TensorBoard on 127.0.0.1 over the runs",
+                           description="Serve TensorBoard (scalars and the Profile tab) on 127.0.0.1 only: "
+                                       "it has no authentication.")
+    board.add_argument("logdir", nargs="?", default="runs", help="folder of run directories (default: runs)")
+    board.add_argument("--port", type=int, default=6006, help="port to listen on; 0 picks a free port (default: 6006)")
+    board.set_defaults(handler=handle)
+    return board
+
+
+def handle(args: argparse.Namespace) -> int:
+    from profiler import board
+
+    if not os.path.isdir(args.logdir):
+        return error(f"no such folder {args.logdir!r}", hint="run 'devprof run' first, or pass the runs folder")
+    try:
+        _, url = board.launch(args.logdir, args.port)
+    except Exception as exc:  # noqa: BLE001 - e.g. the port is taken
+        first = str(exc).strip().splitlines()
+        return error(f"TensorBoard did not start on port {args.port}: {first[0] if first else type(exc).__name__}",
+                     hint="try --port 0 for a free port", code=EXIT_FAILURE)
+    print(f"TensorBoard at {url} (scalars and the Profile tab; Ctrl-C to stop)", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    return EXIT_OK

@@ -1,0 +1,245 @@
+"""One profiled training run: resolve the device, load data, train under the hooks, and keep
+the run directory complete and readable whatever happens."""
+
+from __future__ import annotations
+
+import platform
+import sys
+import threading
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+
+from models.training import EpochResult
+from profiler import rundir, samplers, tracing
+from profiler.config import RunConfig, UsageError
+from profiler.console import Console
+from profiler.hooks import RunHooks
+from profiler.scalars import Scalars
+from profiler.version import __version__
+
+
+class Run:
+    """The state of one run; `execute()` drives it."""
+
+    def __init__(self, config: RunConfig, console: Console | None = None, backend=None):
+        self.config = config
+        self.console = console or Console(config.quiet)
+        self.backend = backend
+        self.path: Path | None = None
+        self.meta: dict = {}
+        self.steps: rundir.StepsWriter | None = None
+        self.scalars: Scalars | None = None
+        self.window: tracing.ProfileWindow | None = None
+        self.samplers = None
+        self.trainer = None
+
+    # ------------------------------------------------------------ set-up (no run directory yet)
+
+    def prepare(self):
+        """Everything that can fail because of the user's input, before anything is written."""
+        from models import data as data_mod
+        from profiler import devices
+
+        cfg = self.config
+        cfg.validate()
+        if cfg.run_name:
+            rundir.check_new(Path(cfg.out) / cfg.run_name)
+        try:
+            resolved = devices.resolve(cfg.device, cfg.gpus, cfg.tpu, backend=self.backend)
+        except devices.DeviceError as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            arrays = data_mod.load(cfg.data, cfg.data_dir, cfg.limit_images, cfg.train.seed, notice=self.console.print)
+        except data_mod.DataError as exc:
+            raise UsageError(str(exc)) from None
+        name = cfg.run_name or rundir.default_run_name(resolved.kind, devices.host_name())
+        self.path = Path(cfg.out) / name
+        rundir.check_new(self.path)
+        return resolved, arrays
+
+    def execute(self) -> Path:
+        resolved, arrays = self.prepare()
+        rundir.create(self.path)
+        self.meta = self._initial_meta(resolved, arrays)
+        self._save()
+        try:
+            self._train(resolved, arrays)
+            self.meta["status"] = "complete"
+        except KeyboardInterrupt:
+            self.meta["status"] = "interrupted"
+            raise
+        except BaseException as exc:
+            self.meta["status"] = "failed"
+            self.meta["error"] = f"{type(exc).__name__}: {exc}"
+            self.meta["traceback"] = traceback.format_exc()
+            raise
+        finally:
+            self._close()
+        return self.path
+
+    # ------------------------------------------------------------ training
+
+    def _train(self, resolved, arrays) -> None:
+        from models.cnn import build_cnn, train_flops_per_image
+        from models.training import Trainer
+
+        cfg = self.config
+        if cfg.measure_peak:  # before the samplers and training, so nothing competes with it
+            from profiler import peak
+
+            self.console.print("Measuring the device's peak matmul rate and memory bandwidth...")
+            self.meta["peak"] = peak.record_for_run(resolved.kind, resolved.info.get("name"))
+        self.steps = rundir.StepsWriter(self.path / "steps.csv")
+        self.scalars = Scalars(self.path)
+        self._start_samplers(resolved)
+        if cfg.profiler_port is not None:
+            try:
+                tracing.start_server(cfg.profiler_port)
+                self.meta["profiler"]["server_port"] = cfg.profiler_port
+                self.console.print(f"profiler server listening on port {cfg.profiler_port} "
+                                   f"(capture with: devprof capture grpc://localhost:{cfg.profiler_port})")
+            except Exception as exc:  # noqa: BLE001
+                self._profiler_warning(f"profiler server did not start on port {cfg.profiler_port} ({exc})")
+        hooks = RunHooks(self)
+        self.trainer = trainer = Trainer(resolved.strategy, build_cnn, arrays, cfg.train, hooks)
+        self.meta["model"] = {"name": trainer.model.name, "params": int(trainer.model.count_params()),
+                              "train_flops_per_image": train_flops_per_image(trainer.model)}
+        self.meta["steps_per_epoch"] = trainer.steps_per_epoch
+        if cfg.profile:
+            start, stop = (tracing.parse_window(cfg.profile_steps) if cfg.profile_steps
+                           else tracing.default_window(trainer.steps_per_epoch))
+            total = trainer.steps_per_epoch * cfg.train.epochs
+            if start >= total:
+                self._profiler_warning(f"profile window {start}:{stop} is never reached: the run has "
+                                       f"{total} steps; no trace will be written")
+            else:
+                self._open_window(start, min(stop, total), resolved.kind)
+        if cfg.train.precision == "mixed_float16" and resolved.kind == "cpu":
+            self.console.warn("warning: float16 has no fast kernels on CPUs (it is emulated, often 10-100x "
+                              "slower); use --precision mixed_bfloat16 on a CPU")
+        self._save()
+        trainer.fit()
+        self.console.print("Evaluating on the whole test set...")
+        began = time.perf_counter()
+        test_loss, test_accuracy = trainer.evaluate()
+        self.meta["test"] = {"loss": test_loss, "accuracy": test_accuracy, "images": len(arrays.x_test),
+                             "seconds": time.perf_counter() - began}
+        self.console.print(f"test_loss: {test_loss:.4f} - test_accuracy: {test_accuracy:.4f}")
+
+    def _open_window(self, start: int, stop: int, device_kind: str) -> None:
+        cfg = self.config
+        self.window = tracing.ProfileWindow(self.path, start, stop, cfg.tracer, warn=self.console.warn,
+                                            steps_per_call=cfg.train.steps_per_execution, notes=self.meta["profiler"])
+        self.meta["profiler"]["window"] = [start, stop]
+        estimate = tracing.estimate_events(stop - start, cfg.tracer, device_kind)
+        self.meta["profiler"]["estimated_events"] = estimate
+        if estimate > tracing.VIEWER_EVENT_LIMIT:
+            self._profiler_warning(
+                f"profile window {start}:{stop} may hold about {estimate:,} events, more than the "
+                f"{tracing.VIEWER_EVENT_LIMIT:,} XProf's trace viewer shows; use a shorter --profile-steps")
+
+    def _start_samplers(self, resolved) -> None:
+        cfg = self.config
+        if not cfg.sample:
+            self.meta["samplers"] = {"enabled": False, "reason": "turned off with --no-sample"}
+            return
+        lock = threading.Lock()
+
+        def to_tensorboard(name, row):
+            step = self.trainer.global_step if self.trainer is not None else 0
+            with lock:  # each sampler calls from its own thread
+                self.scalars.system(name, step, row)
+
+        group = samplers.build_sampler_group(self.path / "utilization", resolved.kind, cfg.sample_interval,
+                                             on_row=to_tensorboard,
+                                             tpu_service_addr=tpu_monitor_address(resolved.info.get("tpu")))
+        self.samplers = group.start()
+        self.meta["samplers"] = {"enabled": True, "interval_s": cfg.sample_interval, "status": group.status()}
+        for name, status in group.status().items():
+            if not status.get("ran", True) and status.get("reason"):
+                self.console.print(f"notice: {status['reason']}")
+
+    def _profiler_warning(self, message: str) -> None:
+        self.meta["profiler"].setdefault("warnings", []).append(message)
+        self.console.warn(f"warning: {message}")
+
+    def record_epoch(self, result: EpochResult) -> None:
+        self.meta["epochs"].append(result.as_dict())
+        if self.scalars is not None:
+            self.scalars.epoch(result)
+        self._save()
+
+    # ------------------------------------------------------------ run.json
+
+    def _initial_meta(self, resolved, arrays) -> dict:
+        from profiler import devices
+
+        cfg = self.config
+        config = asdict(cfg)
+        config.update(config.pop("train"))
+        return {
+            "status": "running",
+            "error": None,
+            "devprof_version": __version__,
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "start_time_s": time.time(),
+            "finished_at": None,
+            "command": sys.argv,
+            "config": config,
+            "device": {"kind": resolved.kind, "host": devices.host_name(), **resolved.info},
+            "data": {"source": arrays.source, "path": arrays.path, "train_images": len(arrays.x_train),
+                     "val_images": min(cfg.train.validation_images, len(arrays.x_test)),
+                     "test_images": len(arrays.x_test)},
+            "versions": versions(),
+            "model": {},
+            "profiler": {"enabled": cfg.profile},
+            "epochs": [],
+        }
+
+    def _save(self) -> None:
+        rundir.write_json_atomic(self.path / "run.json", self.meta)
+
+    def _close(self) -> None:
+        for action in (lambda: self.window and self.window.maybe_stop(0, force=True),
+                       lambda: self.window and self.window.describe(),
+                       self._stop_samplers,
+                       lambda: self.steps and self.steps.close(),
+                       lambda: self.scalars and self.scalars.close()):
+            try:
+                action()
+            except Exception as exc:  # noqa: BLE001 - closing must not hide the run's own outcome
+                self.meta.setdefault("close_errors", []).append(f"{type(exc).__name__}: {exc}")
+        self.meta["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self._save()
+
+    def _stop_samplers(self) -> None:
+        if self.samplers is None:
+            return
+        self.samplers.stop()
+        windows = [(e["epoch"], e["start_time_s"], e["start_time_s"] + e["seconds"]) for e in self.meta["epochs"]]
+        self.meta["samplers"].update(status=self.samplers.status(), summaries=self.samplers.summaries(windows))
+
+
+def tpu_monitor_address(tpu: str | None) -> str | None:
+    """Cloud TPU workers serve gRPC on 8470 and the profiler's monitor on 8466."""
+    if not tpu or not tpu.startswith("grpc://"):
+        return None
+    host, _, port = tpu[len("grpc://"):].rpartition(":")
+    return f"{host}:8466" if host and port == "8470" else None
+
+
+def versions() -> dict:
+    """Versions of what the run used, for run.json."""
+    import keras
+    import numpy
+    import tensorflow as tf
+
+    build = {}
+    try:
+        build = {k: v for k, v in tf.sysconfig.get_build_info().items() if k in ("cuda_version", "cudnn_version")}
+    except Exception:  # noqa: BLE001
+        pass
+    return {"python": platform.python_version(), "tensorflow": tf.__version__, "keras": keras.__version__,
+            "numpy": numpy.__version__, "devprof": __version__, **build}
