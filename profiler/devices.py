@@ -12,6 +12,8 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from profiler.samplers.base import is_nan
+
 DEVICE_KINDS = ("auto", "cpu", "gpu", "tpu")
 TPU_ENV_VARS = ("TPU_NAME", "COLAB_TPU_ADDR", "TPU_WORKER_HOSTNAMES")
 
@@ -139,21 +141,24 @@ def _cc(value):
 
 
 def _gpu_memory(count: int) -> dict:
-    """Total memory per GPU from NVML where it is there; device_details does not carry it."""
-    try:
-        import pynvml
+    """Memory of the first `count` GPUs and the driver version, from NVML where it is there
+    (device_details carries neither). NVML is read through the GPU sampler's guarded calls,
+    so a missing driver or an unsupported query leaves the facts out instead of raising."""
+    from profiler.samplers.gpu import discover_gpu_samplers
 
-        pynvml.nvmlInit()
-        try:
-            totals = [int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).total)
-                      for i in range(count)]
-            driver = pynvml.nvmlSystemGetDriverVersion()
-        finally:
-            pynvml.nvmlShutdown()
-        return {"memory_bytes": totals[0], "memory_bytes_per_gpu": totals,
-                "driver": driver if isinstance(driver, str) else driver.decode()}
-    except Exception:
-        return {}
+    found, _ = discover_gpu_samplers()  # one pass over every GPU
+    try:
+        totals = [gpu.total_memory_bytes() for gpu in found[:count]]
+        driver = found[0].driver_version() if found else None
+    finally:
+        for gpu in found:
+            gpu.close()
+    facts = {}
+    if totals and not any(is_nan(total) for total in totals):
+        facts.update(memory_bytes=int(totals[0]), memory_bytes_per_gpu=[int(total) for total in totals])
+    if driver:
+        facts["driver"] = driver
+    return facts
 
 
 def _resolve_tpu(backend, address: str | None) -> Resolved:
@@ -198,7 +203,7 @@ def describe_devices(backend: TFBackend | None = None, tpu: str | None = None) -
     backend = backend or TFBackend()
     rows = [{"kind": "cpu", **cpu_info()}]
     gpus = backend.physical_devices("GPU")
-    memory = _gpu_memory(len(gpus)).get("memory_bytes_per_gpu", []) if gpus else []  # one NVML session
+    memory = _gpu_memory(len(gpus)).get("memory_bytes_per_gpu", []) if gpus else []
     for i, gpu in enumerate(gpus):
         details = backend.gpu_details(gpu)
         row = {"kind": "gpu", "index": i, "name": details.get("device_name", gpu.name),

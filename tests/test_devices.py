@@ -247,6 +247,22 @@ def test_describe_devices_lists_cpu_and_each_gpu(nvml):
     ]
 
 
+def test_gpu_memory_goes_through_the_guarded_nvml_calls(monkeypatch):
+    # No driver version in this pynvml, and GPU 1 does not report memory: the facts NVML
+    # cannot give are left out, nothing raises, and every nvmlInit is matched by a shutdown.
+    fake = FakeNvml([FakeGpu(name="Fake GPU 0", memory_total=40 * GIB),
+                     FakeGpu(name="Fake GPU 1", memory_total=16 * GIB, not_supported={"nvmlDeviceGetMemoryInfo"})])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    info = resolve("gpu", backend=FakeBackend(gpus=2)).info
+    assert info["memory_bytes"] == 40 * GIB and "driver" not in info
+    assert "memory_bytes" not in resolve("gpu", gpus=2, backend=FakeBackend(gpus=2)).info
+    assert fake.init_depth == 0
+    broken = FakeNvml([], init_error=fake.NVMLError_DriverNotLoaded())
+    monkeypatch.setitem(sys.modules, "pynvml", broken)
+    rows = devices.describe_devices(backend=FakeBackend(gpus=1))
+    assert rows[1]["name"] == "Fake GPU 0" and "memory_bytes" not in rows[1]
+
+
 def test_describe_devices_reports_a_hinted_tpu_or_why_not(monkeypatch):
     rows = devices.describe_devices(backend=FakeBackend(gpus=0))
     assert [r["kind"] for r in rows] == ["cpu"]

@@ -113,7 +113,6 @@ class GpuSampler(Sampler):
         self._tf_memory_info = tf_memory_info or tensorflow_memory_info
         self._off_queries: set[str] = set()
         self._tf_waiting_noted = False
-        self._nvml_error = getattr(nvml, "NVMLError", Exception)
         self._lost_errors = tuple(
             cls for cls in (getattr(nvml, n, None) for n in _DEVICE_LOST_ERRORS) if isinstance(cls, type)
         )
@@ -162,6 +161,18 @@ class GpuSampler(Sampler):
             else:
                 self._disable_query(query, f"{function} failed: {_describe(exc)}")
             return NAN
+
+    def total_memory_bytes(self) -> float:
+        """This GPU's device memory in bytes (NaN when NVML cannot say)."""
+        mem = self._nvml_call("memory", "nvmlDeviceGetMemoryInfo", self._handle)
+        return NAN if is_nan(mem) else float(mem.total)
+
+    def driver_version(self) -> str | None:
+        """The NVIDIA driver version (None when NVML cannot say)."""
+        version = self._nvml_call("driver", "nvmlSystemGetDriverVersion")
+        if is_nan(version):
+            return None
+        return version.decode(errors="replace") if isinstance(version, bytes) else str(version)
 
     def _disable_query(self, query: str, reason: str) -> None:
         if query in self._off_queries:
