@@ -1,0 +1,202 @@
+"""Conventions every `devprof` subcommand shares: `--format json` with a `schema_version`, old
+spellings that still work with a warning, one meaning per option name, the same tracer
+options for `run` and `capture`, the installed version, and help that lists every option."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from profiler import cli, devices, peak, tracing
+from profiler.commands import common
+
+REPO = Path(__file__).resolve().parents[1]
+SEED_TABLE = REPO / "examples" / "seed_table.csv"
+ROWS = [{"kind": "cpu", "name": "Test CPU", "cores": 2, "memory_bytes": 2**30},
+        {"kind": "gpu", "index": 0, "name": "Fake GPU 0", "compute_capability": "8.0", "memory_bytes": 2**34}]
+
+
+def devprof(capsys, *argv):
+    code = cli.main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def subparsers() -> dict[str, argparse.ArgumentParser]:
+    parser = cli.build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+@pytest.fixture
+def fake_devices(monkeypatch):
+    monkeypatch.setattr(devices, "describe_devices", lambda backend=None, tpu=None: [dict(r) for r in ROWS])
+
+
+# ---------------------------------------------------------------- --format json and --json
+
+
+def test_devices_json_has_a_schema_version(fake_devices, capsys):
+    code, out, err = devprof(capsys, "devices", "--format", "json")
+    assert code == 0 and err == ""
+    assert json.loads(out) == {"schema_version": 1, "devices": ROWS}
+
+
+def test_devices_json_alias_still_works_with_a_warning(fake_devices, capsys):
+    code, out, err = devprof(capsys, "devices", "--json")
+    assert code == 0
+    assert json.loads(out) == {"schema_version": 1, "devices": ROWS}
+    assert err.strip().splitlines() == ["warning: --json is deprecated; use --format json"]
+
+
+def test_devices_text_is_unchanged(fake_devices, capsys):
+    code, out, _ = devprof(capsys, "devices", "--format", "text")
+    assert code == 0
+    assert out.splitlines() == ["cpu: Test CPU (2 logical cores, 1.0 GiB)",
+                                "gpu0: Fake GPU 0, 16.0 GiB, compute capability 8.0"]
+
+
+def _cached_peak(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEVPROF_CACHE_DIR", str(tmp_path))
+    name = devices.cpu_model()
+    peak.cache_path(name).write_text(json.dumps({
+        "format": peak.PEAK_FORMAT_VERSION, "device": "cpu", "device_name": name,
+        "matmul_flops_per_second": {"float32": 2.5e11}, "memory_bytes_per_second": 1e10}))
+
+
+def test_peak_json_has_a_schema_version_and_json_alias_warns(tmp_path, monkeypatch, capsys):
+    _cached_peak(tmp_path, monkeypatch)
+    code, out, err = devprof(capsys, "peak", "--format", "json")
+    assert code == 0 and err == ""
+    shown = json.loads(out)
+    assert shown["schema_version"] == 1 and shown["matmul_flops_per_second"] == {"float32": 2.5e11}
+    code, out, err = devprof(capsys, "peak", "--json")
+    assert code == 0 and json.loads(out) == shown
+    assert err.strip().splitlines() == ["warning: --json is deprecated; use --format json"]
+
+
+# ---------------------------------------------------------------- compare -o/--output
+
+
+@pytest.mark.parametrize("option", ["-o", "--output"])
+def test_compare_output_writes_the_file(tmp_path, capsys, option):
+    target = tmp_path / "report" / "compare.md"
+    code, out, err = devprof(capsys, "compare", "--external", SEED_TABLE, "--format", "markdown", option, target)
+    assert code == 0 and out == ""
+    assert target.read_text().startswith("# devprof compare")
+    assert target.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    assert f"wrote {target} and {target.with_suffix('.png')}" in err
+    assert "deprecated" not in err
+
+
+def test_compare_out_still_works_with_a_warning(tmp_path, capsys):
+    target = tmp_path / "compare.csv"
+    code, out, err = devprof(capsys, "compare", "--external", SEED_TABLE, "--format", "csv", "--out", target)
+    assert code == 0 and out == ""
+    assert target.read_text().startswith("run,")
+    assert err.splitlines()[0] == "warning: --out is deprecated for compare; use --output (-o)"
+    assert f"wrote {target}" in err
+
+
+# ---------------------------------------------------------------- tracer options
+
+
+TRACER_FLAGS = ["--host-tracer-level", "3", "--device-tracer-level", "0", "--python-tracer"]
+
+
+def test_run_and_capture_share_the_tracer_options(tmp_path):
+    parsers = subparsers()
+    for_run, for_capture = (
+        {a.dest: (tuple(a.option_strings), a.default, a.choices, a.help) for a in parsers[name]._actions
+         if a.dest in {"host_tracer_level", "device_tracer_level", "python_tracer"}}
+        for name in ("run", "capture"))
+    assert len(for_run) == 3 and for_run == for_capture
+    parser = cli.build_parser()
+    defaults = [parser.parse_args(["run"]), parser.parse_args(["capture", "grpc://h:1"])]
+    assert [common.tracer_options(a) for a in defaults] == [tracing.TracerOptions(2, 1, 0)] * 2
+    given = [parser.parse_args(["run", *TRACER_FLAGS]), parser.parse_args(["capture", "grpc://h:1", *TRACER_FLAGS])]
+    assert [common.tracer_options(a) for a in given] == [tracing.TracerOptions(3, 0, 1)] * 2
+
+
+def test_run_and_capture_pass_the_tracer_options_on(tmp_path, monkeypatch, capsys):
+    import profiler.run
+
+    seen = {}
+
+    class FakeRun:
+        def __init__(self, config):
+            seen["run"] = config.tracer
+            self.console = profiler.run.Console(quiet=True)
+            self.path = tmp_path / "r"
+
+        def execute(self):
+            return self.path
+
+    def fake_capture(address, logdir, duration_ms, host, device, python):
+        seen["capture"] = tracing.TracerOptions(host, device, python)
+
+    monkeypatch.setattr(profiler.run, "Run", FakeRun)
+    monkeypatch.setattr(tracing, "capture", fake_capture)
+    monkeypatch.setattr(tracing, "newest_xplane", lambda logdir: None)
+    assert devprof(capsys, "run", "--out", tmp_path, *TRACER_FLAGS)[0] == 0
+    assert devprof(capsys, "capture", "grpc://localhost:1", "--out", tmp_path, *TRACER_FLAGS)[0] == 0
+    assert seen == {"run": tracing.TracerOptions(3, 0, 1), "capture": tracing.TracerOptions(3, 0, 1)}
+
+
+# ---------------------------------------------------------------- version, help, errors
+
+
+def test_version_is_the_installed_metadata_version(capsys):
+    code, out, _ = devprof(capsys, "--version")
+    assert code == 0 and out == f"devprof {metadata.version('devprof')}\n"
+
+
+def test_version_without_metadata_is_unknown(monkeypatch):
+    from profiler import version
+
+    def missing(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", missing)
+    assert version._installed_version() == "0+unknown"
+
+
+def test_devprof_script_prints_the_version():
+    script = Path(sys.executable).with_name("devprof")
+    if not script.exists():
+        pytest.skip("the devprof console script is not installed beside this Python")
+    done = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"devprof {metadata.version('devprof')}\n"
+
+
+def test_every_subcommand_help_lists_its_options(capsys):
+    for name, parser in subparsers().items():
+        code, out, _ = devprof(capsys, name, "--help")
+        assert code == 0, name
+        options = [o for a in parser._actions for o in a.option_strings]
+        assert options, name
+        for option in options:
+            assert option in out, (name, option)
+        for action in parser._actions:
+            assert action.help, (name, action.dest)
+
+
+def test_usage_errors_are_one_line_with_a_hint(capsys):
+    code, out, err = devprof(capsys, "devices", "--format", "yaml")
+    assert code == common.EXIT_USAGE and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "(see 'devprof devices --help')" in lines[0]
+    assert devprof(capsys, "no-such-command")[0] == common.EXIT_USAGE
+
+
+def test_error_helper_prints_one_line_and_returns_the_exit_code(capsys):
+    assert common.error("it broke", hint="try again", code=common.EXIT_FAILURE) == 1
+    assert common.error("bad option") == 2
+    assert capsys.readouterr().err == "error: it broke (try again)\nerror: bad option\n"
