@@ -111,10 +111,6 @@ def run_epochs(meta: dict, source: str | Path = RUN_JSON) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
-def read_run_epochs(path: str | Path) -> pd.DataFrame:
-    return run_epochs(read_run_json(path), path)
-
-
 # ---------------------------------------------------------------- CSVs
 
 

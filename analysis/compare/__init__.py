@@ -1,0 +1,39 @@
+"""Compare runs (and timings measured elsewhere) side by side, and say why each is slower.
+
+One row per run: seconds per epoch in steady state (the median of the epochs after the
+first; the only epoch if there is just one), images/s, speed-up against a baseline, the
+epoch split into input / compute / host overhead / epoch-level work (from steps.csv, with
+the trace's compute share where the run has a trace), utilization and memory from the
+samplers, and achieved FLOP/s against the device peak measured by `devprof peak`.
+
+`compare_runs` is the entry: reading (`reading`), rows (`rows`), the table and its "why"
+(`table`, `explain`), then rendering (`render`) and the chart (`chart`). TensorFlow is
+never imported.
+"""
+
+from __future__ import annotations
+
+from analysis.compare.chart import plot_compare
+from analysis.compare.errors import CompareError
+from analysis.compare.explain import LABELS, advice, explain, per_image_gaps
+from analysis.compare.reading import read_external, read_run, validate_external
+from analysis.compare.render import render, render_markdown, render_text, to_csv_frame, to_json
+from analysis.compare.rows import COMPONENTS, external_rows, run_row, steady_components, steady_epochs
+from analysis.compare.table import compare, flags_for, pick_baseline, speedups, warnings
+from analysis.rules import suggest_steps_per_execution
+
+
+def compare_runs(runs, externals=(), baseline: str | None = None):
+    """The comparison table of run directories `runs` and external timing CSVs `externals`."""
+    rows = [run_row(read_run(path)) for path in runs]
+    for csv in externals:
+        rows += external_rows(read_external(csv))
+    return compare(rows, baseline)
+
+
+__all__ = [
+    "COMPONENTS", "LABELS", "CompareError", "advice", "compare", "compare_runs", "explain", "external_rows",
+    "flags_for", "per_image_gaps", "pick_baseline", "plot_compare", "read_external", "read_run", "render",
+    "render_markdown", "render_text", "run_row", "speedups", "steady_components", "steady_epochs",
+    "suggest_steps_per_execution", "to_csv_frame", "to_json", "validate_external", "warnings",
+]

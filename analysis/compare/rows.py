@@ -1,0 +1,131 @@
+"""One comparison row per run or external timing (pure: no file access)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from analysis import epochs as epochs_mod
+from analysis import run_files
+from analysis.compare.errors import CompareError
+from analysis.device_facts import peak_dtype
+from analysis.utilization import headline
+
+COMPONENTS = ("input", "compute", "host", "epoch_level")
+
+
+def steady_epochs(epochs: pd.DataFrame) -> pd.DataFrame:
+    """The epochs after the first (which pays for tracing and compilation); the only one if just one."""
+    epochs = epochs.sort_values("epoch")
+    return epochs.iloc[1:] if len(epochs) > 1 else epochs
+
+
+def steady_components(breakdown: pd.DataFrame, epochs_used: list[int], seconds_per_epoch: float,
+                      trace_mean: dict | None = None) -> dict[str, float]:
+    """Seconds per epoch of input / compute / host / epoch-level work in steady state.
+
+    Shares are summed over the steady epochs of `epochs_mod.epoch_breakdown` and applied to
+    `seconds_per_epoch`, so the four parts add up to it. Compute is the step call
+    (`call_ms`); where a trace gives the step's compute share, compute is that share of
+    step time (at most the call) and the rest of the call counts as host overhead
+    (dispatch, launch, synchronization).
+    """
+    used = breakdown[breakdown["epoch"].isin(epochs_used)]
+    if used.empty:
+        used = breakdown
+    total = float(used["seconds"].sum())
+    input_s, call_s, other_s = (float(used[c].sum()) for c in ("input_s", "call_s", "other_host_s"))
+    level_s = total - input_s - call_s - other_s  # epoch_level_s, without step_ms's rounding in steps.csv
+    compute_s = call_s
+    if trace_mean and trace_mean.get("step_ms", 0) > 0:
+        step_s = input_s + call_s + other_s
+        compute_s = min(call_s, step_s * float(trace_mean["compute_ms"]) / float(trace_mean["step_ms"]))
+    host_s = call_s - compute_s + other_s
+    parts = {"input": input_s, "compute": compute_s, "host": host_s, "epoch_level": level_s}
+    scale = seconds_per_epoch / total if total > 0 else float("nan")
+    out = {}
+    for part, seconds in parts.items():
+        out[f"{part}_s"] = seconds * scale
+        out[f"{part}_pct"] = 100.0 * seconds / total if total > 0 else float("nan")
+    assert math.isnan(scale) or math.isclose(sum(out[f"{p}_s"] for p in COMPONENTS), seconds_per_epoch,
+                                             rel_tol=1e-9), "components must add up to seconds per epoch"
+    return out
+
+
+def peak_flops(peak: dict | None, precision: str | None) -> tuple[float, str | None]:
+    """(peak FLOP/s for the run's precision, dtype) from a `devprof peak` dict; NaN when unknown."""
+    if not peak:
+        return float("nan"), None
+    dtype = peak_dtype(precision)
+    value = (peak.get("matmul_flops_per_second") or {}).get(dtype)
+    return (float(value), dtype) if value else (float("nan"), dtype)
+
+
+def run_row(run: dict) -> dict:
+    """One comparison row from `read_run`'s dict (pure: no file access)."""
+    meta = run["meta"]
+    config = meta.get("config") or {}
+    device = meta.get("device") or {}
+    epochs = pd.DataFrame(meta["epochs"])
+    for column in ("epoch", "seconds"):
+        if column not in epochs:
+            raise CompareError(f"{run['path']}: run.json epochs lack {column!r}")
+    steady = steady_epochs(epochs)
+    seconds = float(steady["seconds"].median())
+    images = float(steady["images"].median()) if "images" in steady else float("nan")
+    row = {
+        "run": run["name"], "path": run["path"], "device": str(device.get("name") or device.get("kind") or "?"),
+        "kind": device.get("kind"), "external": False, "status": meta.get("status"),
+        "precision": config.get("precision", "float32"), "jit_compile": bool(config.get("jit_compile")),
+        "batch_size": _num(config.get("batch_size")),
+        "steps_per_call": int(config.get("steps_per_execution") or 1),
+        "steps_per_epoch": _num(meta.get("steps_per_epoch")),
+        "epochs": int(len(epochs)), "epochs_used": [int(e) for e in steady["epoch"]],
+        "seconds_per_epoch": seconds, "images_per_epoch": images,
+        "images_per_second": images / seconds if seconds > 0 else float("nan"),
+        "compute_source": "none", "notes": run.get("trace_note") or "",
+    }
+    for part in COMPONENTS:
+        row[f"{part}_s"] = row[f"{part}_pct"] = float("nan")
+    if run.get("steps") is not None and not run["steps"].empty:
+        breakdown = epochs_mod.epoch_breakdown(run["steps"], epochs)
+        row.update(steady_components(breakdown, row["epochs_used"], seconds, run.get("trace_mean")))
+        row["compute_source"] = "trace" if run.get("trace_mean") else "steps.csv"
+    row.update(headline(run.get("utilization") or {}))
+    flops_per_image = _num((meta.get("model") or {}).get("train_flops_per_image"))
+    peak, dtype = peak_flops(meta.get("peak"), row["precision"])
+    row["train_flops_per_image"] = flops_per_image
+    row["achieved_flops_per_second"] = flops_per_image * row["images_per_second"]
+    row["peak_flops_per_second"] = peak
+    row["peak_dtype"] = dtype
+    row["mfu_pct"] = 100.0 * row["achieved_flops_per_second"] / peak if peak > 0 else float("nan")
+    return row
+
+
+def external_rows(external: pd.DataFrame) -> list[dict]:
+    """Rows for timings measured elsewhere: only seconds per epoch (and images/s when images are given)."""
+    rows = []
+    for record in external.to_dict(orient="records"):
+        seconds = float(record["seconds_per_epoch"])
+        images = float(record.get("images", float("nan")))
+        row = {"run": record["device"], "path": None, "device": record["device"], "kind": None, "external": True,
+               "status": "external", "precision": None, "batch_size": float(record.get("batch_size", float("nan"))),
+               "steps_per_call": None, "steps_per_epoch": float("nan"), "epochs": None, "epochs_used": [],
+               "seconds_per_epoch": seconds, "images_per_epoch": images, "images_per_second": images / seconds,
+               "compute_source": "none", "notes": record.get("notes") or ""}
+        for part in COMPONENTS:
+            row[f"{part}_s"] = row[f"{part}_pct"] = float("nan")
+        row.update(headline({}))
+        row.update({"train_flops_per_image": float("nan"), "achieved_flops_per_second": float("nan"),
+                    "peak_flops_per_second": float("nan"), "peak_dtype": None, "mfu_pct": float("nan")})
+        rows.append(row)
+    return rows
+
+
+def _num(value) -> float:
+    try:
+        return float(value) if value is not None else float("nan")
+    except (TypeError, ValueError):
+        return float("nan")

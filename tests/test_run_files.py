@@ -1,0 +1,105 @@
+"""The run-directory contract: tolerant readers, one-line errors naming the file, and one
+utilization summary shared by `analyze` and `compare`."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pandas as pd
+import pytest
+
+from analysis import run_files
+from analysis.run_files import STEPS_COLUMNS, RunFileError, RunFileWarning
+from profiler import cli
+
+HEADER = ",".join(STEPS_COLUMNS)
+
+
+def step_line(step, input_ms=1.0, call_ms=8.0, other_ms=1.0, epoch=1):
+    return f"{epoch},{step},1,{1_700_000_000 + step * 0.01:.6f},{input_ms},{call_ms},{other_ms}," \
+           f"{input_ms + call_ms + other_ms},100"
+
+
+def make_run(path, steps_lines, *, epochs=None, host_rows=None, summaries=None):
+    path.mkdir(parents=True)
+    (path / "steps.csv").write_text("\n".join([HEADER, *steps_lines]) + "\n")
+    meta = {"status": "complete", "config": {"batch_size": 100, "precision": "float32"},
+            "device": {"kind": "cpu", "name": "Test CPU"}, "steps_per_epoch": len(steps_lines),
+            "epochs": epochs if epochs is not None else [{"epoch": 1, "seconds": 0.2, "images": 100 * len(steps_lines)}],
+            "samplers": {"summaries": summaries or {}}}
+    (path / "run.json").write_text(json.dumps(meta))
+    if host_rows is not None:
+        (path / "utilization").mkdir()
+        pd.DataFrame(host_rows, columns=["time_s", "cpu_pct", "proc_cpu_pct", "proc_rss_bytes"]).to_csv(
+            path / "utilization" / "host.csv", index=False)
+    return path
+
+
+def test_steps_csv_skips_rows_that_do_not_parse_with_one_warning(tmp_path):
+    good = [step_line(i) for i in range(6)]
+    bad = ["1,6,1,1700000000.06,,8.0,1.0,10.0,100",  # empty cell
+           "1,7,1,1700000000.07,oops,8.0,1.0,10.0,100",  # not a number
+           "1,8,1,1700000000.08,inf,8.0,1.0,10.0,100",  # infinite
+           "1,9,1,1700000000.09,1.0,8.0",  # too few cells
+           "1,10,1,1700000000.10,-5,8.0,1.0,10.0,100"]  # negative time
+    path = tmp_path / "steps.csv"
+    path.write_text("\n".join([HEADER, *good[:3], *bad, *good[3:]]) + "\n" + step_line(99)[:12])  # cut-off last line
+    with pytest.warns(RunFileWarning) as caught:
+        frame = run_files.read_steps_csv(path)
+    assert len(caught) == 1
+    assert str(path) in str(caught[0].message) and "skipped 5 of" in str(caught[0].message)
+    assert frame["step"].tolist() == [0, 1, 2, 3, 4, 5]
+    assert frame["input_ms"].tolist() == [1.0] * 6 and frame["step"].dtype == "int64"
+
+
+def test_clean_steps_csv_reads_without_warning(tmp_path):
+    path = tmp_path / "steps.csv"
+    path.write_text("\n".join([HEADER, *(step_line(i) for i in range(3))]) + "\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(run_files.read_steps_csv(path)) == 3
+
+
+@pytest.mark.parametrize("content, expected", [
+    ("[1, 2, 3]", "expected a JSON object, got a list"),
+    ("{\"status\": ", "not valid JSON"),
+])
+def test_run_json_that_is_not_an_object_names_the_file(tmp_path, content, expected):
+    path = tmp_path / "run.json"
+    path.write_text(content)
+    with pytest.raises(RunFileError) as caught:
+        run_files.read_run_json(path)
+    assert str(path) in str(caught.value) and expected in str(caught.value)
+
+
+def test_epochs_that_are_not_a_list_of_objects_name_the_file(tmp_path):
+    with pytest.raises(RunFileError, match="run.json: 'epochs' must be a list of objects"):
+        run_files.run_epochs({"epochs": "lots"}, tmp_path / "run.json")
+    with pytest.raises(RunFileError, match="lack 'seconds'"):
+        run_files.run_epochs({"epochs": [{"epoch": 1}]}, "run.json")
+
+
+def test_analyze_and_compare_report_the_same_time_weighted_cpu(tmp_path, capsys):
+    # Samples 1 s apart except one that covers 3 s: the unweighted mean of cpu_pct is
+    # (10 + 10 + 70 + 10) / 4 = 25 %, the time-weighted one (10 + 3 * 70 + 10) / 5 = 46 %.
+    host_rows = [(0.0, 10.0, 50.0, 1e8), (1.0, 10.0, 50.0, 1e8), (4.0, 70.0, 90.0, 2e8), (5.0, 10.0, 50.0, 1e8)]
+    stale = {"host": {"metrics": {"cpu_pct": {"mean": 99.0, "p50": 99.0, "p95": 99.0, "max": 99.0}}}}
+    run = make_run(tmp_path / "run", [step_line(i) for i in range(8)], host_rows=host_rows, summaries=stale)
+
+    assert cli.main(["analyze", str(run), "--format", "json"]) == 0
+    analyzed = json.loads(capsys.readouterr().out)
+    assert cli.main(["compare", str(run), "--format", "json"]) == 0
+    compared = json.loads(capsys.readouterr().out)["rows"][0]
+
+    expected = (10.0 + 3 * 70.0 + 10.0) / 5
+    assert analyzed["utilization"]["cpu_util_mean_pct"] == pytest.approx(expected)
+    assert compared["cpu_util_mean_pct"] == pytest.approx(expected)
+    assert "mean host cpu 46 %" in analyzed["verdict"]["evidence"]
+
+
+def test_summaries_in_run_json_are_used_when_the_csvs_are_gone(tmp_path, capsys):
+    kept = {"host": {"metrics": {"cpu_pct": {"mean": 42.0, "p50": 40.0, "p95": 80.0, "max": 90.0}}}}
+    run = make_run(tmp_path / "run", [step_line(i) for i in range(8)], summaries=kept)
+    assert cli.main(["analyze", str(run), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["utilization"]["cpu_util_mean_pct"] == 42.0
