@@ -14,7 +14,6 @@ from pathlib import Path
 from analysis.run_files import STEPS_COLUMNS
 
 
-
 class RunExistsError(Exception):
     """The run folder is already there (a usage error: runs are never overwritten)."""
 
@@ -67,10 +66,6 @@ def write_json_atomic(path: Path, data: dict) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def read_json(path: Path) -> dict:
-    return json.loads(Path(path).read_text())
 
 
 class StepsWriter:

@@ -77,7 +77,6 @@ class SamplerThread:
         self.ticks_skipped = 0
         self.error: str | None = None
         self.callback_error: str | None = None
-        self.started = False
         self.cpu_s = 0.0  # CPU time of this thread: what sampling costs the machine
         self._stop_event = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"devprof-sampler-{sampler.name}", daemon=True)
@@ -87,7 +86,6 @@ class SamplerThread:
         return self.sampler.name
 
     def start(self) -> "SamplerThread":
-        self.started = True
         self._thread.start()
         return self
 
