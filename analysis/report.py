@@ -19,7 +19,8 @@ from analysis import epochs as epochs_mod
 from analysis import plots, run_files, utilization
 from analysis.rules import make_verdict
 from analysis.step_sources import StepSource, open_step_source
-from analysis.steps import mean_breakdown, slowest_input_stage, steady_steps
+from analysis.input_stages import prefetches, slowest_input_stage
+from analysis.steps import mean_breakdown, steady_steps
 
 STEP_JSON_KEYS = ["step", "steps", "step_ms", "input_ms", "compute_ms", "host_ms", "compile_ms"]
 MEAN_JSON_KEYS = ["step_ms", "input_ms", "compute_ms", "host_ms", "input_pct", "compute_pct", "host_pct"]
@@ -80,13 +81,15 @@ def analyze(path: str | Path) -> Analysis:
             epoch_starts = steps_table.groupby("epoch")["start_time_s"].min().tolist()
     summaries = utilization.run_summaries(run_dir, meta) if run_dir is not None else {}
     config = run_files.section(meta, "config")
-    stage = slowest_input_stage(source.trace.events, len(source.steps)) if source.trace is not None else None
+    events = source.trace.events if source.trace is not None else None
+    stage = slowest_input_stage(events, len(source.steps)) if events is not None else None
     verdict = make_verdict(
         mean,
         steps_used=len(steady),
         compile_steps=compile_steps,
         steps_per_call=source.steps_per_call,
         slowest_input_stage=stage,
+        prefetches=prefetches(events) if events is not None else None,
         utilization=utilization_evidence(summaries),
         device=source.device,
         precision=config.get("precision"),

@@ -64,6 +64,7 @@ class Facts:
     steps_per_call: int = 1
     steps_per_epoch: float = math.nan
     slowest_input_stage: str | None = None
+    prefetches: bool | None = None  # whether the input pipeline already prefetches (None: unknown)
     mfu_pct: float = math.nan
     peak_dtype: str | None = None
 
@@ -112,6 +113,10 @@ def compute_advice(device: str = "", precision: str | None = None, jit_compile: 
 
 
 def _input_fix(facts: Facts) -> str:
+    if facts.prefetches:
+        return ("the loop waits for batches although the pipeline prefetches: the pipeline itself is too slow; "
+                "parallelise its slowest stage (.map(num_parallel_calls=tf.data.AUTOTUNE)) and .cache() what "
+                "does not change between epochs")
     return ("the loop waits for batches: add .prefetch(tf.data.AUTOTUNE), a parallel .map(num_parallel_calls="
             "tf.data.AUTOTUNE) and .cache() to the input pipeline")
 
@@ -119,7 +124,8 @@ def _input_fix(facts: Facts) -> str:
 def _input_more(facts: Facts) -> list[str]:
     stage = [f"The slowest tf.data stage is `{facts.slowest_input_stage}`: start there."] \
         if facts.slowest_input_stage else []
-    return stage + INPUT_ADVICE
+    general = [line for line in INPUT_ADVICE if not (facts.prefetches and ".prefetch(" in line)]
+    return stage + general
 
 
 def _host_fix(facts: Facts) -> str:
@@ -211,6 +217,7 @@ def make_verdict(
     compile_steps: pd.DataFrame | None = None,
     steps_per_call: int = 1,
     slowest_input_stage: str | None = None,
+    prefetches: bool | None = None,
     utilization: dict[str, float] | None = None,
     device: str = "",
     precision: str | None = None,
@@ -247,7 +254,7 @@ def make_verdict(
                 "advice": []}
     facts = Facts(mean["input_pct"], mean["compute_pct"], mean["host_pct"], device=device, precision=precision,
                   jit_compile=jit_compile, steps_per_call=steps_per_call, steps_per_epoch=steps_per_epoch,
-                  slowest_input_stage=slowest_input_stage)
+                  slowest_input_stage=slowest_input_stage, prefetches=prefetches)
     rule = verdict_rule(facts)
     return {"bound": rule.bound, "level": _level(rule, facts), "rule": rule.id,
             "evidence": f"{rule.headline(facts)} {evidence}.", "advice": advice(facts, rule)}

@@ -1,6 +1,6 @@
 """Find training steps in a trace and break each into input, compute and host overhead.
 
-Definitions (docs in /DESIGN.md): a step runs from its marker's start to the next
+Definitions (docs/architecture.md): a step runs from its marker's start to the next
 marker's start (the loop asking for the next batch); without a next consecutive
 marker it ends where its own marker ends.
 
@@ -54,7 +54,6 @@ INPUT_STAGE_RE = re.compile(r"^Iterator::")
 # in custom loops and Keras' TensorBoard callback's Trace("Profiled batch", step_num=batch).
 KERAS_MARKER = "Profiled batch"
 
-STEP_COLUMNS = ["step", "steps", "step_ms", "input_ms", "compute_ms", "host_ms", "compile_ms"]
 
 
 @dataclass
@@ -362,17 +361,3 @@ def mean_breakdown(steps: pd.DataFrame) -> dict[str, float]:
     for part in ("input", "compute", "host"):
         mean[f"{part}_pct"] = 100.0 * float(steps[f"{part}_ms"].sum()) / total_ms if total_ms > 0 else 0.0
     return mean
-
-
-def slowest_input_stage(events: pd.DataFrame, steps: int) -> str | None:
-    """The tf.data stage with the most self time (`Iterator::...` events), per step."""
-    stages = events[matches(events["name"], INPUT_STAGE_RE)]
-    if stages.empty:
-        return None
-    totals = stages.groupby(stages["name"].astype(str))["duration_ns"].sum()
-    parents = totals.index.to_series().str.replace(r"(\[\d+\])?::[^:]+$", "", regex=True)
-    child_time = totals.groupby(parents.to_numpy()).sum()
-    self_ns = totals - child_time.reindex(totals.index).fillna(0)
-    name = str(self_ns.idxmax())
-    per_step_ms = float(self_ns.max()) / NS_PER_MS / max(steps, 1)
-    return f"{name} ({per_step_ms:.2f} ms self time per step)"

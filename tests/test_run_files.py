@@ -103,3 +103,19 @@ def test_summaries_in_run_json_are_used_when_the_csvs_are_gone(tmp_path, capsys)
     run = make_run(tmp_path / "run", [step_line(i) for i in range(8)], summaries=kept)
     assert cli.main(["analyze", str(run), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["utilization"]["cpu_util_mean_pct"] == 42.0
+
+
+def test_too_few_steady_steps_give_no_verdict(tmp_path, capsys):
+    # The first call compiles (500 ms more than the others): two steady calls are left, too few.
+    lines = [step_line(0, call_ms=508.0), step_line(1), step_line(2)]
+    run = make_run(tmp_path / "tiny", lines)
+    assert cli.main(["analyze", str(run), "--format", "json"]) == 0
+    verdict = json.loads(capsys.readouterr().out)["verdict"]
+    assert verdict["bound"] is None and verdict["level"] is None and verdict["advice"] == []
+    assert "only 2 steady steps" in verdict["reason"]
+    assert cli.main(["analyze", str(run)]) == 0
+    assert "verdict: none (only 2 steady steps" in capsys.readouterr().out
+    # One more steady call is enough.
+    run = make_run(tmp_path / "enough", [*lines, step_line(3)])
+    assert cli.main(["analyze", str(run), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"]["bound"] == "compute"

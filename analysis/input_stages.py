@@ -1,0 +1,93 @@
+"""The tf.data stages of a trace (`Iterator::...` events) and the time each one takes itself.
+
+A stage's self time is its duration minus the time covered by
+
+- deeper stages nested in it on the same thread (its input, pulled inline), and
+- stages of another pipeline that run on other threads within its span: a stage that
+  only forwards another pipeline's output (the `Generator` that `tf.distribute` wraps
+  around the real pipeline on the training thread) is waiting, not working.
+
+Stages of the same pipeline on other threads (a prefetch's or a parallel map's workers)
+are not subtracted: they run beside the stage, not inside it. Pipelines are told apart by
+their first stage under `Iterator::Root`.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from analysis import intervals as iv
+from analysis.steps import NS_PER_MS, matches
+
+STAGE_RE = re.compile(r"^Iterator::")
+ROOT = "Iterator::Root"
+PREFETCH_RE = re.compile(r"(?:^|::)Prefetch(?:\[\d+\])?(?:::|$)")
+
+
+def _pipeline_of(name: str) -> str:
+    parts = name.split("::")
+    return re.sub(r"\[\d+\]$", "", parts[2]) if len(parts) > 2 else ""
+
+
+def stage_events(events: pd.DataFrame) -> pd.DataFrame:
+    """`Iterator::` events other than the bare root, with `depth` and `pipeline` columns."""
+    stages = events[matches(events["name"], STAGE_RE)]
+    stages = stages[stages["name"].astype(str) != ROOT]
+    names = stages["name"].astype(str)
+    return stages.assign(name=names, depth=names.str.count("::"), pipeline=names.map(_pipeline_of))
+
+
+def _inside(starts, ends, span_starts, span_ends) -> np.ndarray:
+    """Whether each [start, end) lies within one of the disjoint spans (one thread's stages)."""
+    order = np.argsort(span_starts, kind="stable")
+    span_starts, span_ends = span_starts[order], span_ends[order]
+    index = np.searchsorted(span_starts, starts, side="right") - 1
+    found = index >= 0
+    result = np.zeros(starts.size, dtype=bool)
+    result[found] = ends[found] <= span_ends[index[found]]
+    return result
+
+
+def stage_self_ns(events: pd.DataFrame) -> pd.Series:
+    """Total self time of each stage name, in ns (see the module docstring)."""
+    stages = stage_events(events)
+    if stages.empty:
+        return pd.Series(dtype="int64")
+    self_ns = np.zeros(len(stages), dtype=np.int64)
+    starts = stages["start_ns"].to_numpy(dtype=np.int64)
+    ends = stages["end_ns"].to_numpy(dtype=np.int64)
+    thread = stages["plane"].astype(np.int64).to_numpy() * 1_000_000 + stages["line"].astype(np.int64).to_numpy()
+    depth = stages["depth"].to_numpy()
+    pipeline = stages["pipeline"].to_numpy()
+    for key in np.unique(np.stack([thread, depth]).T, axis=0):
+        mine = (thread == key[0]) & (depth == key[1])
+        nested = (thread == key[0]) & (depth > key[1])
+        for name in np.unique(pipeline[mine]):
+            group = mine & (pipeline == name)
+            elsewhere = np.flatnonzero((thread != key[0]) & (pipeline != name))
+            waited = elsewhere[_inside(starts[elsewhere], ends[elsewhere], starts[group], ends[group])]
+            covered = iv.union(np.concatenate([starts[nested], starts[waited]]),
+                               np.concatenate([ends[nested], ends[waited]]))
+            self_ns[group] = (ends[group] - starts[group]) - iv.overlap(covered, starts[group], ends[group])
+    return pd.Series(self_ns, index=stages.index).groupby(stages["name"].to_numpy()).sum()
+
+
+def prefetches(events: pd.DataFrame) -> bool | None:
+    """Whether the traced pipeline prefetches (None when the trace has no tf.data stages)."""
+    stages = stage_events(events)
+    if stages.empty:
+        return None
+    return bool(stages["name"].str.contains(PREFETCH_RE).any())
+
+
+def slowest_input_stage(events: pd.DataFrame, steps: int) -> str | None:
+    """The stage with the most self time, with its self time per step."""
+    self_ns = stage_self_ns(events)
+    if self_ns.empty:
+        return None
+    name = str(self_ns.idxmax())
+    per_step_ms = float(self_ns.max()) / NS_PER_MS / max(steps, 1)
+    return f"{name} ({per_step_ms:.2f} ms self time per step)"
