@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 import pandas as pd
@@ -81,6 +83,11 @@ def plot_utilization(samplers: dict[str, pd.DataFrame], epoch_starts_s: list[flo
     for name, frame in samplers.items():
         for column in _utilization_columns(frame):
             ax.plot(frame["time_s"] - origin, frame[column], label=f"{name}: {column}", linewidth=1)
+        if "cpu_pct" in frame and "proc_cpu_pct" in frame:
+            # proc_cpu_pct counts 100 per core; on the machine's scale the gap to cpu_pct is other processes
+            cores = max(1, sum(1 for c in frame.columns if re.fullmatch(r"cpu\d+_pct", c)))
+            ax.plot(frame["time_s"] - origin, frame["proc_cpu_pct"] / cores, linewidth=1, linestyle=":",
+                    label=f"{name}: training process cpu (of all {cores} cores)")
     for start in epoch_starts_s:
         ax.axvline(start - origin, color="gray", linestyle="--", linewidth=0.8)
     ax.set_xlabel("seconds since first sample")

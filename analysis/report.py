@@ -17,6 +17,7 @@ import pandas as pd
 
 from analysis import epochs as epochs_mod
 from analysis import plots, run_files, utilization
+from analysis import rules
 from analysis.rules import make_verdict
 from analysis.step_sources import StepSource, open_step_source
 from analysis.input_stages import prefetches, slowest_input_stage
@@ -38,6 +39,7 @@ class Analysis:
     reconciliation: pd.DataFrame | None = None
     samplers: dict[str, pd.DataFrame] = field(default_factory=dict)
     utilization: dict[str, float] = field(default_factory=dict)
+    findings: list[dict] = field(default_factory=list)
     epoch_starts_s: list[float] = field(default_factory=list)
 
     @property
@@ -46,8 +48,12 @@ class Analysis:
 
 
 def utilization_evidence(summaries: dict) -> dict[str, float]:
-    """`{"mean host cpu": 42.0, ...}`: each sampler's main utilization, time-weighted as in compare."""
+    """`{"mean host cpu": 42.0, ...}`: each sampler's main utilization, time-weighted as in compare,
+    and the training process's own share of the machine beside the machine's."""
     evidence = {}
+    machine = utilization.headline(summaries)
+    if machine["cpu_cores"] == machine["cpu_cores"] and machine["proc_cpu_mean_pct"] == machine["proc_cpu_mean_pct"]:
+        evidence["training process cpu"] = machine["proc_cpu_mean_pct"] / machine["cpu_cores"]
     for name, summary in summaries.items():
         metrics = summary.get("metrics") or {}
         for column in run_files.UTILIZATION_COLUMNS:
@@ -96,8 +102,12 @@ def analyze(path: str | Path) -> Analysis:
         jit_compile=config.get("jit_compile"),
         steps_per_epoch=_number(meta.get("steps_per_epoch")),
     )
-    return Analysis(source, mean, verdict, len(steady), epochs, reconciliation, samplers,
-                    utilization.headline(summaries), epoch_starts)
+    machine = utilization.headline(summaries)
+    facts = rules.Facts(mean["input_pct"], mean["compute_pct"], mean["host_pct"], device=source.device,
+                        other_cpu_pct=machine["other_cpu_mean_pct"], proc_cpu_pct=machine["proc_cpu_mean_pct"],
+                        cpu_cores=machine["cpu_cores"])
+    return Analysis(source, mean, verdict, len(steady), epochs, reconciliation, samplers, machine,
+                    rules.findings(facts), epoch_starts)
 
 
 def _number(value) -> float:
@@ -129,6 +139,7 @@ def to_json(analysis: Analysis) -> dict:
         "mean": {key: float(analysis.mean[key]) for key in MEAN_JSON_KEYS},
         "steps_used": int(analysis.steps_used),
         "verdict": dict(analysis.verdict),
+        "findings": list(analysis.findings),
         "utilization": {key: _json_value(value) for key, value in analysis.utilization.items()},
     }
     if analysis.epochs is not None:
@@ -166,6 +177,12 @@ def _epochs_table(analysis: Analysis) -> pd.DataFrame:
     return analysis.epochs[columns].round(3)
 
 
+def _findings_lines(findings: list[dict], bullet: str) -> list[str]:
+    if not findings:
+        return []
+    return ["findings:"] + [f"{bullet}[{f['severity']}] {f['rule']}: {f['evidence']} Fix: {f['advice']}." for f in findings]
+
+
 def verdict_title(verdict: dict) -> str:
     if verdict["bound"] is None:
         return f"none ({verdict['reason']})"
@@ -197,6 +214,7 @@ def render_text(analysis: Analysis) -> str:
     out += ["", f"verdict: {verdict_title(verdict)}", verdict["evidence"]]
     if verdict["advice"]:
         out += ["advice:", *(f"  - {item}" for item in verdict["advice"])]
+    out += _findings_lines(analysis.findings, "  - ")
     return "\n".join(out) + "\n"
 
 
@@ -213,6 +231,8 @@ def render_markdown(analysis: Analysis, plot_names: list[str] | None = None) -> 
     out += [f"- {line}" for line in _header_lines(analysis)]
     out += ["", f"## Verdict: {verdict_title(verdict)}", "", verdict["evidence"], ""]
     out += [f"- {item}" for item in verdict["advice"]]
+    if analysis.findings:
+        out += ["", "## Findings", ""] + _findings_lines(analysis.findings, "- ")[1:]
     out += ["", "## Mean step", "", _markdown_table(pd.DataFrame([{k: round(v, 3) for k, v in mean.items()}])), ""]
     out += ["## Steps", "", "Host overhead includes compile time.", "", _markdown_table(_steps_table(analysis)), ""]
     if analysis.epochs is not None:

@@ -67,6 +67,9 @@ class Facts:
     prefetches: bool | None = None  # whether the input pipeline already prefetches (None: unknown)
     mfu_pct: float = math.nan
     peak_dtype: str | None = None
+    other_cpu_pct: float = math.nan  # other processes' CPU, % of the whole machine
+    proc_cpu_pct: float = math.nan  # the training process tree's CPU, 100 = one core
+    cpu_cores: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,10 @@ class Rule:
     level: str | None = None
     severity: str = "warning"
     description: str = ""
+    finding: bool = False  # reported among `findings` wherever it applies
+
+
+CONTENTION_PCT = 20.0  # other processes' share of the machine's CPU that makes timings suspect
 
 
 def suggest_steps_per_execution(host_pct: float, compute_pct: float, steps_per_call: int,
@@ -173,8 +180,23 @@ RULES: list[Rule] = [
          lambda f: "time outside the training steps (validation, iterator set-up): validate less often or on "
                    "fewer images",
          severity="info", description="compare only: validation and iterator set-up between steps"),
+    Rule("cpu_contention", "host",
+         lambda f: f.other_cpu_pct >= CONTENTION_PCT,
+         lambda f: (f"Other processes took {f.other_cpu_pct:.0f} % of the machine's CPU "
+                    f"(about {f.other_cpu_pct * f.cpu_cores / 100:.1f} of {f.cpu_cores:.0f} cores) while training "
+                    f"used {f.proc_cpu_pct / 100:.1f} cores: the timings include waiting for CPU."),
+         lambda f: ("another job competes for the CPU: measure on an otherwise idle machine, or give the training "
+                    "job its own cores (taskset, container CPU limits)"),
+         severity="warning", finding=True,
+         description=f"other processes use >= {CONTENTION_PCT:g} % of the machine's CPU during the run"),
 ]
 RULES_BY_ID = {rule.id: rule for rule in RULES}
+
+
+def findings(facts: Facts) -> list[dict]:
+    """`[{rule, severity, evidence, advice}]` for every finding rule that applies."""
+    return [{"rule": rule.id, "severity": rule.severity, "evidence": rule.headline(facts), "advice": rule.fix(facts)}
+            for rule in RULES if rule.finding and rule.applies(facts)]
 
 
 def verdict_rule(facts: Facts) -> Rule:
@@ -197,7 +219,7 @@ def classify(input_pct: float, host_pct: float) -> tuple[str, str | None]:
 
 def fix_for(component: str, facts: Facts) -> str:
     """The one change that fits a component (compare's "why")."""
-    return next(rule for rule in RULES if rule.component == component).fix(facts)
+    return next(rule for rule in RULES if rule.component == component and not rule.finding).fix(facts)
 
 
 def advice(facts: Facts, rule: Rule) -> list[str]:

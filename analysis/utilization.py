@@ -16,6 +16,7 @@ including the first sample after the window's end.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Iterable
 
@@ -149,16 +150,23 @@ def headline(summaries: dict) -> dict[str, float]:
     """The run's utilization in a few numbers (NaN when not measured).
 
     `cpu_util_*` is the whole machine (all cores, 0-100); `proc_cpu_*` the training
-    process tree (100 = one core); device utilization is the mean over devices of each
+    process tree (100 = one core); `other_cpu_mean_pct` what other processes took, in %
+    of the whole machine; device utilization is the mean over devices of each
     one's main metric (GPU-Util, TPU matrix units), its p95 the highest device's p95;
     memory peaks are the process RSS and the largest device's TensorFlow peak (else its
     used memory).
     """
     host = summaries.get("host")
+    metrics = (host or {}).get("metrics") or {}
+    cores = sum(1 for name in metrics if re.fullmatch(r"cpu\d+_pct", name))
+    system, process = _stat(host, "cpu_pct", "mean"), _stat(host, "proc_cpu_pct", "mean")
     out = {
-        "cpu_util_mean_pct": _stat(host, "cpu_pct", "mean"),
+        "cpu_util_mean_pct": system,
         "cpu_util_p95_pct": _stat(host, "cpu_pct", "p95"),
-        "proc_cpu_mean_pct": _stat(host, "proc_cpu_pct", "mean"),
+        "proc_cpu_mean_pct": process,
+        "cpu_cores": float(cores) if cores else math.nan,
+        # what other processes took, in % of the whole machine (the mean of a difference is the difference of means)
+        "other_cpu_mean_pct": max(0.0, system - process / cores) if cores else math.nan,
         "host_mem_peak_bytes": _stat(host, "proc_rss_bytes", "max"),
         "device_util_mean_pct": math.nan,
         "device_util_p95_pct": math.nan,

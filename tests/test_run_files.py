@@ -119,3 +119,36 @@ def test_too_few_steady_steps_give_no_verdict(tmp_path, capsys):
     run = make_run(tmp_path / "enough", [*lines, step_line(3)])
     assert cli.main(["analyze", str(run), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["verdict"]["bound"] == "input"  # 1 of 10 ms: moderately
+
+
+def contended_host_rows(cores=2, system_pct=98.0, proc_cores=1.0, samples=6):
+    """A host.csv where the machine is busy but the training process uses only `proc_cores` cores."""
+    rows = []
+    for i in range(samples):
+        rows.append({"time_s": float(i), "cpu_pct": system_pct, **{f"cpu{c}_pct": system_pct for c in range(cores)},
+                     "proc_cpu_pct": 100.0 * proc_cores, "proc_rss_bytes": 1e8})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("proc_cores, contended", [(1.0, True), (1.9, False)])
+def test_cpu_contention_is_named_in_analyze_and_compare(tmp_path, capsys, proc_cores, contended):
+    run = make_run(tmp_path / "run", [step_line(i) for i in range(8)])
+    (run / "utilization").mkdir()
+    contended_host_rows(proc_cores=proc_cores).to_csv(run / "utilization" / "host.csv", index=False)
+
+    assert cli.main(["analyze", str(run), "--format", "json"]) == 0
+    analyzed = json.loads(capsys.readouterr().out)
+    # 98 % of 2 cores is 1.96 cores; training took `proc_cores`, other processes the rest
+    assert analyzed["utilization"]["other_cpu_mean_pct"] == pytest.approx(98.0 - 50.0 * proc_cores)
+    assert "training process cpu" in analyzed["verdict"]["evidence"]
+    rules_found = [f["rule"] for f in analyzed["findings"]]
+    assert rules_found == (["cpu_contention"] if contended else [])
+    if contended:
+        finding = analyzed["findings"][0]
+        assert finding["severity"] == "warning" and "48 % of the machine's CPU" in finding["evidence"]
+        assert "idle machine" in finding["advice"]
+
+    assert cli.main(["compare", str(run), "--format", "json"]) == 0
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    assert ("cpu_contention" in row["why"]) == contended
+    assert [f["rule"] for f in row["findings"]] == rules_found

@@ -11,7 +11,7 @@ import math
 import pandas as pd
 
 from analysis.compare.rows import COMPONENTS
-from analysis.rules import Facts, classify, fix_for
+from analysis.rules import Facts, classify, findings, fix_for
 
 NO_GAP_SHARE = 0.01  # a per-image gap under 1 % of the fastest row's time is noise, not a finding
 LABELS = {"input": "input", "compute": "compute", "host": "host overhead",
@@ -23,9 +23,20 @@ def facts_of(row) -> Facts:
     return Facts(row.get("input_pct", math.nan), row.get("compute_pct", math.nan), row.get("host_pct", math.nan),
                  device=row.get("kind") or "",
                  precision=row.get("precision"), jit_compile=row.get("jit_compile"),
-                 steps_per_call=int(row.get("steps_per_call") or 1),
+                 steps_per_call=_whole(row.get("steps_per_call")),
                  steps_per_epoch=row.get("steps_per_epoch", math.nan), mfu_pct=row.get("mfu_pct", math.nan),
-                 peak_dtype=row.get("peak_dtype"))
+                 peak_dtype=row.get("peak_dtype"), other_cpu_pct=row.get("other_cpu_mean_pct", math.nan),
+                 proc_cpu_pct=row.get("proc_cpu_mean_pct", math.nan), cpu_cores=row.get("cpu_cores", math.nan))
+
+
+def _whole(value, default: int = 1) -> int:
+    return int(value) if value is not None and value == value else default
+
+
+def with_findings(why: str, row) -> str:
+    """The sentence, followed by each finding that applies to the row (the same rules as analyze's)."""
+    notes = [f"{f['rule']}: {f['evidence']}" for f in findings(facts_of(row))]
+    return "; ".join([why, *notes])
 
 
 def advice(row, component: str) -> str:

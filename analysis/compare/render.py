@@ -35,6 +35,7 @@ def to_json(table: pd.DataFrame) -> dict:
 def to_csv_frame(table: pd.DataFrame) -> pd.DataFrame:
     frame = table.copy()
     frame["flags"] = frame["flags"].map("; ".join)
+    frame["findings"] = frame["findings"].map(lambda found: " ".join(f["rule"] for f in found))
     frame["epochs_used"] = frame["epochs_used"].map(lambda e: " ".join(map(str, e)))
     return frame
 

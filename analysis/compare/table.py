@@ -7,9 +7,9 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.compare.errors import CompareError
-from analysis.compare.explain import explain
+from analysis.compare.explain import explain, facts_of, with_findings
 from analysis.compare.rows import COMPONENTS
-from analysis.rules import classify
+from analysis.rules import classify, findings
 
 
 def pick_baseline(table: pd.DataFrame, baseline: str | None = None) -> int:
@@ -81,7 +81,8 @@ def compare(rows: list[dict], baseline: str | None = None) -> pd.DataFrame:
     table["label"] = table["device"].where(~repeated, table["run"])  # same device twice: name the runs
     fastest = table.loc[int(table["speedup"].idxmax())]
     table["fastest"] = table["run"] == fastest["run"]
-    table["why"] = [explain(r, fastest) for _, r in table.iterrows()]
+    table["why"] = [with_findings(explain(r, fastest), r) for _, r in table.iterrows()]
+    table["findings"] = [findings(facts_of(r)) if not r["external"] else [] for _, r in table.iterrows()]
     return table
 
 
