@@ -53,7 +53,7 @@ class EpochResult:
     seconds: float  # wall time including validation, as Keras reports it
     train_seconds: float
     images: int
-    images_per_second: float
+    images_per_second: float  # training images / train_seconds, as Keras and the console count it
     loss: float
     accuracy: float
     val_loss: float
@@ -62,8 +62,14 @@ class EpochResult:
     start_time_s: float = 0.0
     extra: dict = field(default_factory=dict)
 
+    @property
+    def epoch_images_per_second(self) -> float:
+        """The whole epoch's rate, validation included (like `seconds`)."""
+        return self.images / self.seconds if self.seconds > 0 else float("nan")
+
     def as_dict(self) -> dict:
         out = asdict(self)
+        out["epoch_images_per_second"] = self.epoch_images_per_second
         out.pop("extra")
         out.update(self.extra)
         return out

@@ -152,3 +152,22 @@ def test_cpu_contention_is_named_in_analyze_and_compare(tmp_path, capsys, proc_c
     row = json.loads(capsys.readouterr().out)["rows"][0]
     assert ("cpu_contention" in row["why"]) == contended
     assert [f["rule"] for f in row["findings"]] == rules_found
+
+
+def test_images_per_second_means_training_images_over_training_seconds_everywhere(tmp_path, capsys):
+    epochs = [{"epoch": 1, "seconds": 3.0, "train_seconds": 2.5, "images": 1000, "images_per_second": 400.0},
+              {"epoch": 2, "seconds": 2.0, "train_seconds": 1.6, "images": 1000, "images_per_second": 625.0}]
+    run = make_run(tmp_path / "run", [step_line(i) for i in range(8)], epochs=epochs)
+    assert cli.main(["compare", str(run), "--format", "json"]) == 0
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    assert row["images_per_second"] == pytest.approx(625.0)  # what run.json and the console say for epoch 2
+    assert row["epoch_images_per_second"] == pytest.approx(500.0)  # 1000 images over the 2.0 s epoch
+
+
+def test_epoch_result_carries_both_rates():
+    from models.training import EpochResult
+
+    result = EpochResult(epoch=1, seconds=2.0, train_seconds=1.6, images=1000, images_per_second=625.0, loss=1.0,
+                         accuracy=0.5, val_loss=1.0, val_accuracy=0.5)
+    record = result.as_dict()
+    assert record["images_per_second"] == 625.0 and record["epoch_images_per_second"] == pytest.approx(500.0)

@@ -61,7 +61,8 @@ def explain(row: dict | pd.Series, fastest: dict | pd.Series) -> str:
     if _same_images(row, fastest):
         numbers = f"{row['seconds_per_epoch']:.3g} vs {fastest['seconds_per_epoch']:.3g} s/epoch"
     else:
-        numbers = f"{row['images_per_second']:.0f} vs {fastest['images_per_second']:.0f} images/s"
+        numbers = (f"{row['epoch_images_per_second']:.0f} vs {fastest['epoch_images_per_second']:.0f} images/s "
+                   "over whole epochs")
     head = f"{device}: {ratio:.1f}x slower than {other} ({numbers})"
     if not has_parts:
         return f"{head}; measured elsewhere, no breakdown: run it under 'devprof run' to see why"
@@ -98,8 +99,8 @@ def _same_images(row, other) -> bool:
 
 
 def _slower_ratio(row, fastest) -> float:
-    if not (pd.isna(row["images_per_second"]) or pd.isna(fastest["images_per_second"])):
-        return fastest["images_per_second"] / row["images_per_second"]
+    if not (pd.isna(row["epoch_images_per_second"]) or pd.isna(fastest["epoch_images_per_second"])):
+        return fastest["epoch_images_per_second"] / row["epoch_images_per_second"]
     return row["seconds_per_epoch"] / fastest["seconds_per_epoch"]
 
 

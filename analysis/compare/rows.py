@@ -68,13 +68,14 @@ def run_row(run: dict) -> dict:
     meta = run["meta"]
     config = meta.get("config") or {}
     device = meta.get("device") or {}
-    epochs = pd.DataFrame(meta["epochs"])
-    for column in ("epoch", "seconds"):
-        if column not in epochs:
-            raise CompareError(f"{run['path']}: run.json epochs lack {column!r}")
+    try:
+        epochs = run_files.run_epochs(meta, f"{run['path']}/{run_files.RUN_JSON}")
+    except run_files.RunFileError as exc:
+        raise CompareError(str(exc)) from None
     steady = steady_epochs(epochs)
     seconds = float(steady["seconds"].median())
     images = float(steady["images"].median()) if "images" in steady else float("nan")
+    train_seconds = float(steady["train_seconds"].median()) if "train_seconds" in steady else float("nan")
     row = {
         "run": run["name"], "path": run["path"], "device": str(device.get("name") or device.get("kind") or "?"),
         "kind": device.get("kind"), "external": False, "status": meta.get("status"),
@@ -84,7 +85,11 @@ def run_row(run: dict) -> dict:
         "steps_per_epoch": _num(meta.get("steps_per_epoch")),
         "epochs": int(len(epochs)), "epochs_used": [int(e) for e in steady["epoch"]],
         "seconds_per_epoch": seconds, "images_per_epoch": images,
-        "images_per_second": images / seconds if seconds > 0 else float("nan"),
+        "train_seconds_per_epoch": train_seconds,
+        # as Keras and the console count it: training images over training time
+        "images_per_second": images / train_seconds if train_seconds > 0 else float("nan"),
+        # the whole epoch, validation included, like seconds_per_epoch (speed-ups use this)
+        "epoch_images_per_second": images / seconds if seconds > 0 else float("nan"),
         "compute_source": "none", "notes": run.get("trace_note") or "",
     }
     for part in COMPONENTS:
@@ -113,7 +118,8 @@ def external_rows(external: pd.DataFrame) -> list[dict]:
         row = {"run": record["device"], "path": None, "device": record["device"], "kind": None, "external": True,
                "status": "external", "precision": None, "batch_size": float(record.get("batch_size", float("nan"))),
                "steps_per_call": None, "steps_per_epoch": float("nan"), "epochs": None, "epochs_used": [],
-               "seconds_per_epoch": seconds, "images_per_epoch": images, "images_per_second": images / seconds,
+               "seconds_per_epoch": seconds, "images_per_epoch": images, "train_seconds_per_epoch": float("nan"),
+               "images_per_second": float("nan"), "epoch_images_per_second": images / seconds,
                "compute_source": "none", "notes": record.get("notes") or ""}
         for part in COMPONENTS:
             row[f"{part}_s"] = row[f"{part}_pct"] = float("nan")

@@ -28,15 +28,15 @@ def pick_baseline(table: pd.DataFrame, baseline: str | None = None) -> int:
         if len(matches) > 1:
             raise CompareError(f"--baseline {baseline!r} matches {len(matches)} rows; name the run directory instead")
         return matches[0]
-    if table["images_per_second"].notna().all():
-        return int(table["images_per_second"].idxmin())
+    if table["epoch_images_per_second"].notna().all():
+        return int(table["epoch_images_per_second"].idxmin())
     return int(table["seconds_per_epoch"].idxmax())
 
 
 def speedups(table: pd.DataFrame, base: int) -> pd.Series:
     """Throughput relative to the baseline: images/s ratio where both know their images, else s/epoch ratio."""
     b = table.loc[base]
-    by_images = table["images_per_second"] / b["images_per_second"]
+    by_images = table["epoch_images_per_second"] / b["epoch_images_per_second"]
     by_seconds = b["seconds_per_epoch"] / table["seconds_per_epoch"]
     return by_images.where(by_images.notna(), by_seconds)
 
