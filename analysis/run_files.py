@@ -57,7 +57,8 @@ class RunFileWarning(UserWarning):
     """Part of a run-directory file was skipped (the message names the file and counts the rows)."""
 
 
-def _warn(message: str) -> None:
+def warn(message: str) -> None:
+    """Report something skipped in a run file; the CLI shows it as one `warning:` line."""
     warnings.warn(message, RunFileWarning, stacklevel=3)
 
 
@@ -105,7 +106,7 @@ def run_epochs(meta: dict, source: str | Path = RUN_JSON) -> pd.DataFrame:
     if bad.all():
         raise RunFileError(f"{source}: no epoch has a number for 'epoch' and a finite, non-negative 'seconds'")
     if bad.any():
-        _warn(f"{source}: skipped {int(bad.sum())} of {len(frame)} epochs without a valid epoch number and seconds")
+        warn(f"{source}: skipped {int(bad.sum())} of {len(frame)} epochs without a valid epoch number and seconds")
     frame = frame[~bad].copy()
     frame["epoch"] = frame["epoch"].astype(int)
     return frame.reset_index(drop=True)
@@ -153,7 +154,7 @@ def read_steps_csv(path: str | Path) -> pd.DataFrame:
     valid = np.isfinite(values).all(axis=1) & (values >= 0).all(axis=1) & (frame["steps"] >= 1).to_numpy()
     skipped = malformed + int((~valid).sum())
     if skipped:
-        _warn(f"{path}: skipped {skipped} of {len(lines) - 1} rows that do not parse")
+        warn(f"{path}: skipped {skipped} of {len(lines) - 1} rows that do not parse")
     frame = frame[valid].astype({c: "int64" for c in STEPS_INTEGER_COLUMNS})
     return frame.reset_index(drop=True)
 

@@ -13,6 +13,9 @@ never imported.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from analysis import run_files
 from analysis.compare.chart import plot_compare
 from analysis.compare.errors import CompareError
 from analysis.compare.explain import LABELS, advice, explain, per_image_gaps
@@ -24,7 +27,18 @@ from analysis.rules import suggest_steps_per_execution
 
 
 def compare_runs(runs, externals=(), baseline: str | None = None):
-    """The comparison table of run directories `runs` and external timing CSVs `externals`."""
+    """The comparison table of run directories `runs` and external timing CSVs `externals`.
+
+    Folders among `runs` that are not run directories (a captures folder beside the runs,
+    as `runs/*` gives) are skipped with one warning naming them.
+    """
+    runs = [Path(path) for path in runs]
+    skipped = [path for path in runs if path.is_dir() and not (path / run_files.RUN_JSON).is_file()]
+    if skipped and len(skipped) < len(runs) + len(externals):
+        run_files.warn(f"skipped {len(skipped)} folder{'s' if len(skipped) > 1 else ''} that "
+                       f"{'are' if len(skipped) > 1 else 'is'} not a run directory (no run.json): "
+                       f"{', '.join(map(str, skipped))}")
+        runs = [path for path in runs if path not in skipped]
     rows = [run_row(read_run(path)) for path in runs]
     for csv in externals:
         rows += external_rows(read_external(csv))

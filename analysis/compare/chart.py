@@ -13,33 +13,54 @@ from analysis.compare.explain import LABELS
 STACKED = ("input", "compute", "host")  # epoch-level work is drawn on top in grey
 
 
-def plot_compare(table: pd.DataFrame, path: str | Path) -> Path:
-    """Horizontal bars of seconds per epoch per device, stacked input / compute / host overhead (+ epoch-level).
+def chart_data(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """What the chart draws: per row the stacked parts and the total, and the unit.
 
-    External rows have no breakdown and are drawn as one hatched bar.
+    Runs that train the same number of images per epoch are drawn in seconds per epoch;
+    when the counts differ, seconds per epoch would make the smaller run look faster, so
+    every bar is milliseconds per image instead (rows whose image count is unknown get
+    no bar and say so).
     """
+    images = table["images_per_epoch"]
+    per_image = images.nunique(dropna=True) > 1
+    scale = 1000.0 / images if per_image else pd.Series(1.0, index=table.index)
+    data = pd.DataFrame({part: table[f"{part}_s"] * scale for part in (*STACKED, "epoch_level")})
+    data["total"] = table["seconds_per_epoch"] * scale
+    data["label"] = [
+        f"{r['device']}{' (ext)' if r['external'] else ''}" + (f"\n{r['run']}" if r["run"] != r["device"] else "")
+        + (f"\n{r['images_per_epoch']:,.0f} images/epoch" if per_image and r["images_per_epoch"] == r["images_per_epoch"]
+           else "\nimages unknown" if per_image else "")
+        for _, r in table.iterrows()]
+    return data, ("ms per image" if per_image else "seconds per epoch")
+
+
+def plot_compare(table: pd.DataFrame, path: str | Path) -> Path:
+    """Horizontal bars per run, stacked input / compute / host overhead (+ epoch-level), in the unit of
+    `chart_data`. External rows have no breakdown and are drawn as one hatched bar."""
+    data, unit = chart_data(table)
     plt = plots._pyplot()
-    labels = [f"{r['device']}{' (ext)' if r['external'] else ''}" + (f"\n{r['run']}" if r["run"] != r["device"] else "")
-              for _, r in table.iterrows()]
     fig, ax = plt.subplots(figsize=(8, 1.0 + 0.55 * len(table)))
     y = np.arange(len(table))
     left = np.zeros(len(table))
     for part in STACKED:
-        values = table[f"{part}_s"].fillna(0.0).to_numpy()
-        ax.barh(y, values, left=left, color=plots.PART_COLORS[part], label=f"{LABELS[part]} (s)" if values.any() else None)
+        values = data[part].fillna(0.0).to_numpy()
+        ax.barh(y, values, left=left, color=plots.PART_COLORS[part], label=f"{LABELS[part]}" if values.any() else None)
         left += values
-    level = table["epoch_level_s"].fillna(0.0).to_numpy()
-    ax.barh(y, level, left=left, color="#7f7f7f", label="epoch-level (s)" if level.any() else None)
-    external = table["input_s"].isna().to_numpy()
-    if external.any():
-        ax.barh(y[external], table["seconds_per_epoch"].to_numpy()[external], color="white", edgecolor="black",
-                hatch="//", label="no breakdown (s)")
-    for yi, seconds in zip(y, table["seconds_per_epoch"]):
-        ax.text(seconds, yi, f" {seconds:.3g} s", va="center", fontsize="small")
+    level = data["epoch_level"].fillna(0.0).to_numpy()
+    ax.barh(y, level, left=left, color="#7f7f7f", label="epoch-level work" if level.any() else None)
+    no_parts = table["input_s"].isna().to_numpy()
+    if no_parts.any():
+        ax.barh(y[no_parts], data["total"].fillna(0.0).to_numpy()[no_parts], color="white", edgecolor="black",
+                hatch="//", label="no breakdown")
+    short = "ms" if unit == "ms per image" else "s"
+    for yi, total in zip(y, data["total"]):
+        if total == total:
+            ax.text(total, yi, f" {total:.3g} {short}", va="center", fontsize="small")
     ax.set_yticks(y)
-    ax.set_yticklabels(labels, fontsize="small")
+    ax.set_yticklabels(data["label"], fontsize="small")
     ax.invert_yaxis()
-    ax.set_xlabel("seconds per epoch")
-    ax.set_title("Seconds per epoch by device")
-    ax.legend(loc="lower right", fontsize="x-small")
+    ax.set_xlabel(unit)
+    ax.set_title("Seconds per epoch by device" if unit == "seconds per epoch"
+                 else "Milliseconds per image by device (runs train different numbers of images per epoch)")
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="x-small")
     return plots.save(fig, path)

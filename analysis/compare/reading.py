@@ -83,13 +83,13 @@ def validate_external(frame: pd.DataFrame, source: str = "external CSV") -> pd.D
             out[column] = np.nan
             continue
         values = pd.to_numeric(frame[column], errors="coerce")
-        bad = values.isna() & frame[column].notna() if column != "seconds_per_epoch" else values.isna()
-        if column == "seconds_per_epoch":
-            bad |= values <= 0
+        given = frame[column].notna() if column != "seconds_per_epoch" else pd.Series(True, index=frame.index)
+        bad = given & ~(np.isfinite(values) & (values > 0))
         if bad.any():
             line = int(np.flatnonzero(bad.to_numpy())[0]) + 2
-            raise CompareError(f"{source}, line {line}: {column} must be a positive number, "
-                               f"got {frame[column].iloc[line - 2]!r}")
+            cell = frame[column].iloc[line - 2]
+            shown = "nothing" if pd.isna(cell) else repr(str(cell).strip())
+            raise CompareError(f"{source}, line {line}: {column} must be a finite positive number, got {shown}")
         out[column] = values.astype(float)
     if (out["device"] == "").any() or frame["device"].isna().any():
         raise CompareError(f"{source}: every row needs a device name")

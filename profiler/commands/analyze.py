@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from profiler.commands.common import EXIT_FAILURE, EXIT_OK, add_format_option, error
+from profiler.commands.common import EXIT_FAILURE, EXIT_OK, add_format_option, error, file_warnings
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -38,7 +38,8 @@ def handle(args: argparse.Namespace) -> int:
     if not path.exists():
         return error(f"no such file or directory: {path}", hint="pass a run directory, log folder or .xplane.pb file")
     try:
-        analysis = report.analyze(path)
+        with file_warnings():
+            analysis = report.analyze(path)
     except TraceError as exc:
         return error(str(exc), code=EXIT_FAILURE)
     except (OSError, ValueError) as exc:

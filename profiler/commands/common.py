@@ -5,15 +5,16 @@ option, old option spellings that still work, and the tracer options.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import warnings
+
+from analysis.run_files import SCHEMA_VERSION, RunFileWarning
 
 EXIT_OK = 0
 EXIT_FAILURE = 1  # the command ran and failed (training crashed, nothing to analyse, ...)
 EXIT_USAGE = 2  # bad options or input: a missing path, an unknown device, an existing run name
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
-
-# Every JSON document devprof prints carries this as its top-level "schema_version".
-SCHEMA_VERSION = 1
 
 
 def error(message: str, hint: str | None = None, code: int = EXIT_USAGE) -> int:
@@ -25,6 +26,22 @@ def error(message: str, hint: str | None = None, code: int = EXIT_USAGE) -> int:
 def warn(message: str) -> None:
     """Print `warning: <message>` on stderr."""
     print(f"warning: {message}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def file_warnings():
+    """Show what the readers skipped in run files as `warning: ...` lines (one per file and problem)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RunFileWarning)
+        try:
+            yield
+        finally:
+            seen = set()
+            for item in caught:
+                message = str(item.message)
+                if issubclass(item.category, RunFileWarning) and message not in seen:
+                    seen.add(message)
+                    warn(message)
 
 
 def with_schema(payload: dict) -> dict:

@@ -11,7 +11,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from profiler.commands.common import EXIT_OK, DeprecatedAlias, add_format_option, error
+from profiler.commands.common import EXIT_OK, DeprecatedAlias, add_format_option, error, file_warnings
+
+
+FORMATS = ("text", "markdown", "json", "csv")
+EXTENSION_FORMATS = {".md": "markdown", ".markdown": "markdown", ".json": "json", ".csv": "csv"}
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -24,7 +28,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                               "(repeatable; e.g. examples/seed_table.csv)")
     compare.add_argument("--baseline", default=None, metavar="RUN",
                          help="run name, run path or device to compare against (default: the slowest)")
-    add_format_option(compare, ("text", "markdown", "json", "csv"), "output format")
+    add_format_option(compare, FORMATS, "output format; with --output, from its extension (.md, .json, .csv)")
+    compare.set_defaults(format=None)
     compare.add_argument("-o", "--output", default=None, metavar="FILE",
                          help="write the output here instead of stdout (and the chart beside it as .png)")
     compare.add_argument("--out", dest="output", metavar="FILE", action=DeprecatedAlias,
@@ -44,11 +49,14 @@ def handle(args: argparse.Namespace) -> int:
         return error("nothing to compare: pass run directories and/or --external CSV",
                      hint="see 'devprof compare --help'")
     try:
-        table = compare.compare_runs(args.runs, args.external, args.baseline)
+        with file_warnings():
+            table = compare.compare_runs(args.runs, args.external, args.baseline)
     except compare.CompareError as exc:
         return error(str(exc))
 
     output = Path(args.output) if args.output else None
+    if args.format is None:
+        args.format = EXTENSION_FORMATS.get(output.suffix.lower(), "text") if output is not None else "text"
     plot = Path(args.plot) if args.plot else (output.with_suffix(".png") if output is not None else None)
     if plot is not None:
         try:
