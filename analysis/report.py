@@ -144,7 +144,7 @@ def to_json(analysis: Analysis) -> dict:
     }
     if analysis.epochs is not None:
         result["epochs"] = [
-            {k: (int(v) if k in ("epoch", "calls", "steps", "images") else float(v)) for k, v in row.items()}
+            {k: (int(v) if k in ("epoch", "calls", "steps", "images") else _json_value(float(v))) for k, v in row.items()}
             for row in analysis.epochs.to_dict(orient="records")
         ]
     return result

@@ -116,7 +116,7 @@ def external_rows(external: pd.DataFrame) -> list[dict]:
         seconds = float(record["seconds_per_epoch"])
         images = float(record.get("images", float("nan")))
         row = {"run": record["device"], "path": None, "device": record["device"], "kind": None, "external": True,
-               "status": "external", "precision": None, "batch_size": float(record.get("batch_size", float("nan"))),
+               "status": "external", "precision": None, "jit_compile": None, "batch_size": float(record.get("batch_size", float("nan"))),
                "steps_per_call": None, "steps_per_epoch": float("nan"), "epochs": None, "epochs_used": [],
                "seconds_per_epoch": seconds, "images_per_epoch": images, "train_seconds_per_epoch": float("nan"),
                "images_per_second": float("nan"), "epoch_images_per_second": images / seconds,
