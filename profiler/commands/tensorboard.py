@@ -20,12 +20,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from profiler import board
+    from profiler import tensorboard_server
 
     if not os.path.isdir(args.logdir):
         return error(f"no such folder {args.logdir!r}", hint="run 'devprof run' first, or pass the runs folder")
     try:
-        _, url = board.launch(args.logdir, args.port)
+        _, url = tensorboard_server.launch(args.logdir, args.port)
     except Exception as exc:  # noqa: BLE001 - e.g. the port is taken
         first = str(exc).strip().splitlines()
         return error(f"TensorBoard did not start on port {args.port}: {first[0] if first else type(exc).__name__}",
