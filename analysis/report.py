@@ -20,11 +20,14 @@ from analysis import plots, run_files, utilization
 from analysis import rules
 from analysis.rules import make_verdict
 from analysis.step_sources import StepSource, open_step_source
+from analysis.device_rows import device_rows, kernel_launch
 from analysis.input_stages import prefetches, slowest_input_stage
+from analysis.workers import find_straggler, worker_rows
 from analysis.steps import mean_breakdown, steady_steps
 
-STEP_JSON_KEYS = ["step", "steps", "step_ms", "input_ms", "compute_ms", "host_ms", "compile_ms"]
-MEAN_JSON_KEYS = ["step_ms", "input_ms", "compute_ms", "host_ms", "input_pct", "compute_pct", "host_pct"]
+STEP_JSON_KEYS = ["step", "steps", "step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "compile_ms"]
+MEAN_JSON_KEYS = ["step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "input_pct", "compute_pct",
+                  "host_pct"]
 
 
 @dataclass
@@ -40,6 +43,10 @@ class Analysis:
     samplers: dict[str, pd.DataFrame] = field(default_factory=dict)
     utilization: dict[str, float] = field(default_factory=dict)
     findings: list[dict] = field(default_factory=list)
+    devices: list[dict] = field(default_factory=list)
+    kernel_launch: dict | None = None
+    workers: list[dict] = field(default_factory=list)
+    straggler: dict | None = None
     epoch_starts_s: list[float] = field(default_factory=list)
 
     @property
@@ -64,9 +71,10 @@ def utilization_evidence(summaries: dict) -> dict[str, float]:
     return evidence
 
 
-def analyze(path: str | Path) -> Analysis:
-    """Find the steps at `path` (a trace, or a run directory's steps.csv) and break them down."""
-    source = open_step_source(path)
+def analyze(path: str | Path, step_name: str | None = None) -> Analysis:
+    """Find the steps at `path` (a trace, or a run directory's steps.csv) and break them down;
+    `step_name` (a regex) picks the marker or program that stands for a step."""
+    source = open_step_source(path, step_name)
     steady = steady_steps(source.steps)
     compile_steps = source.steps[~source.steps.index.isin(steady.index)]
     mean = mean_breakdown(steady if not steady.empty else source.steps)
@@ -101,13 +109,23 @@ def analyze(path: str | Path) -> Analysis:
         precision=config.get("precision"),
         jit_compile=config.get("jit_compile"),
         steps_per_epoch=_number(meta.get("steps_per_epoch")),
+        min_steps=1 if source.kind == "window" else rules.MIN_STEADY_STEPS,  # one window is all there is
     )
     machine = utilization.headline(summaries)
     facts = rules.Facts(mean["input_pct"], mean["compute_pct"], mean["host_pct"], device=source.device,
                         other_cpu_pct=machine["other_cpu_mean_pct"], proc_cpu_pct=machine["proc_cpu_mean_pct"],
                         cpu_cores=machine["cpu_cores"])
-    return Analysis(source, mean, verdict, len(steady), epochs, reconciliation, samplers, machine,
-                    rules.findings(facts), epoch_starts)
+    result = Analysis(source, mean, verdict, len(steady), epochs, reconciliation, samplers, machine,
+                      rules.findings(facts), epoch_starts_s=epoch_starts)
+    if source.trace is not None:
+        trace = source.trace
+        used = source.steps.loc[steady.index] if not steady.empty else source.steps
+        host = trace.hostnames[0] if trace.hostnames else ""
+        result.devices = device_rows(trace.events, trace.planes, used, host)
+        result.kernel_launch = kernel_launch(trace.events, used) if result.devices else None
+        result.workers = worker_rows(trace.location.host_files, step_name)
+        result.straggler = find_straggler(result.workers)
+    return result
 
 
 def _number(value) -> float:
@@ -140,6 +158,10 @@ def to_json(analysis: Analysis) -> dict:
         "steps_used": int(analysis.steps_used),
         "verdict": dict(analysis.verdict),
         "findings": list(analysis.findings),
+        "devices": [dict(row) for row in analysis.devices],
+        "kernel_launch": analysis.kernel_launch,
+        "workers": [dict(row) for row in analysis.workers],
+        "straggler": analysis.straggler,
         "utilization": {key: _json_value(value) for key, value in analysis.utilization.items()},
     }
     if analysis.epochs is not None:
@@ -157,8 +179,11 @@ def _header_lines(analysis: Analysis) -> list[str]:
         lines = [f"source: {source.path} (no profiler trace)",
                  f"device: {source.device}; {len(source.steps)} {unit}"]
     else:
+        how = {"markers": "step marker", "trace_groups": "the trace's step groups",
+               "program_executions": "executions of", "window": "one interval:"}.get(source.kind, source.kind)
         lines = [f"trace: {source.path}",
-                 f"device: {source.device}; step marker: '{source.step_name}'; {len(source.steps)} marked {unit}"]
+                 f"device: {source.device}; {len(source.steps)} {unit} found by {source.kind} "
+                 f"({how} '{source.step_name}')"]
     if source.steps_per_call > 1:
         lines.append(f"steps per call: {source.steps_per_call} (one marker per tf.function call)")
     lines += [f"note: {note}" for note in source.notes]
@@ -175,6 +200,34 @@ def _epochs_table(analysis: Analysis) -> pd.DataFrame:
     columns = ["epoch", "calls", "seconds", "input_s", "call_s", "other_host_s", "epoch_level_s", "input_pct",
                "call_pct", "other_host_pct", "epoch_level_pct"]
     return analysis.epochs[columns].round(3)
+
+
+def devices_table(analysis: Analysis) -> pd.DataFrame:
+    columns = ["device", "step_count", "step_ms", "compute_ms", "input_ms", "copy_ms", "collective_ms", "idle_ms",
+               "idle_input_ms", "idle_host_ms"]
+    return pd.DataFrame(analysis.devices, columns=columns).round(3)
+
+
+def workers_table(analysis: Analysis) -> pd.DataFrame:
+    return pd.DataFrame(analysis.workers).round(3)
+
+
+def _device_lines(analysis: Analysis) -> list[str]:
+    out = []
+    if analysis.devices:
+        out += ["", "devices (mean ms per step in which the device ran; idle split: waiting for input / the rest):",
+                devices_table(analysis).to_string(index=False)]
+    launch = analysis.kernel_launch
+    if launch and launch["calls"]:
+        out.append(f"kernel launches on the host: {launch['calls']} calls, {launch['calls_per_step']:.1f} per step, "
+                   f"{launch['ms_per_step']:.3f} ms per step")
+    if analysis.workers:
+        out += ["", "workers (mean ms per steady step of each host's trace):",
+                workers_table(analysis).to_string(index=False)]
+        straggler = analysis.straggler
+        out.append(f"straggler: {straggler['worker']} ({straggler['cause']}): {straggler['evidence']}" if straggler
+                   else "straggler: none (no worker's step without collective wait is 10 % above the others')")
+    return out
 
 
 def _findings_lines(findings: list[dict], bullet: str) -> list[str]:
@@ -202,6 +255,7 @@ def render_text(analysis: Analysis) -> str:
         f"({mean['input_pct']:.1f} %) + compute {mean['compute_ms']:.2f} ({mean['compute_pct']:.1f} %) "
         f"+ host {mean['host_ms']:.2f} ({mean['host_pct']:.1f} %)"
     )
+    out += _device_lines(analysis)
     if analysis.epochs is not None:
         out += ["", "epochs (from steps.csv and run.json; epoch_level = validation, iterator setup, ...):",
                 _epochs_table(analysis).to_string(index=False)]
@@ -235,6 +289,13 @@ def render_markdown(analysis: Analysis, plot_names: list[str] | None = None) -> 
         out += ["", "## Findings", ""] + _findings_lines(analysis.findings, "- ")[1:]
     out += ["", "## Mean step", "", _markdown_table(pd.DataFrame([{k: round(v, 3) for k, v in mean.items()}])), ""]
     out += ["## Steps", "", "Host overhead includes compile time.", "", _markdown_table(_steps_table(analysis)), ""]
+    if analysis.devices:
+        out += ["## Devices", "", _markdown_table(devices_table(analysis)), ""]
+    if analysis.workers:
+        out += ["## Workers", "", _markdown_table(workers_table(analysis)), ""]
+        if analysis.straggler:
+            out += [f"Straggler: **{analysis.straggler['worker']}** ({analysis.straggler['cause']}): "
+                    f"{analysis.straggler['evidence']}", ""]
     if analysis.epochs is not None:
         out += ["## Epochs", "", "From steps.csv and run.json; `epoch_level` is work outside training steps "
                 "(validation, iterator setup, checkpoints).", "", _markdown_table(_epochs_table(analysis)), ""]

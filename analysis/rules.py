@@ -245,6 +245,7 @@ def make_verdict(
     precision: str | None = None,
     jit_compile: bool | None = None,
     steps_per_epoch: float = math.nan,
+    min_steps: int = MIN_STEADY_STEPS,
 ) -> dict:
     """The verdict: `bound`, `level`, `rule`, `evidence` (a sentence with numbers), `advice` (list).
 
@@ -268,8 +269,8 @@ def make_verdict(
         )
     if utilization:
         evidence += "; " + ", ".join(f"{name} {value:.0f} %" for name, value in utilization.items())
-    if steps_used < MIN_STEADY_STEPS:
-        reason = (f"only {steps_used} steady {unit}{'s' if steps_used != 1 else ''} (at least {MIN_STEADY_STEPS} "
+    if steps_used < min_steps:
+        reason = (f"only {steps_used} steady {unit}{'s' if steps_used != 1 else ''} (at least {min_steps} "
                   f"needed; {unit}s that trace or compile are left out): trace more steps, e.g. a longer run "
                   "or --profile-steps")
         return {"bound": None, "level": None, "rule": None, "reason": reason, "evidence": f"{evidence}.",

@@ -23,26 +23,27 @@ STEPS_CSV_COMPUTE_NOTE = ("no profiler trace: breakdown from steps.csv, where co
 
 @dataclass
 class StepSource:
-    kind: str  # "markers" (step markers in a trace) or "steps_csv" (a run's steps.csv)
-    step_name: str  # the marker's name, or "steps.csv"
+    kind: str  # how the steps were found: markers, trace_groups, program_executions, window, steps_csv
+    step_name: str  # the marker or program taken as the step, or "steps.csv"
     device: str  # "cpu", "gpu", "tpu", "gpu x8", ... (from run.json for steps.csv)
     steps: pd.DataFrame
     path: Path  # the file the steps were read from
     run_dir: Path | None  # the devprof run directory it belongs to, if any
     notes: list[str] = field(default_factory=list)
     trace: Trace | None = None  # the parsed trace (None for steps.csv)
+    analysis: object = None  # analysis.steps.StepAnalysis of a trace (its detected steps and spans)
 
     @property
     def steps_per_call(self) -> int:
         return int(self.steps["steps"].max()) if len(self.steps) else 1
 
 
-def from_trace(trace: Trace) -> StepSource:
-    analysis = analyze_steps(trace)
+def from_trace(trace: Trace, step_name: str | None = None) -> StepSource:
+    analysis = analyze_steps(trace, step_name)
     location = trace.location
-    notes = [location.note] if location.note else []
-    return StepSource("markers", analysis.marker_name, analysis.device, analysis.steps, location.xplane,
-                      location.run_dir, notes, trace)
+    notes = ([location.note] if location.note else []) + analysis.notes
+    return StepSource(analysis.method, analysis.step_name, analysis.device, analysis.steps, location.xplane,
+                      location.run_dir, notes, trace, analysis)
 
 
 def steps_from_csv(steps_table: pd.DataFrame) -> pd.DataFrame:
@@ -57,6 +58,7 @@ def steps_from_csv(steps_table: pd.DataFrame) -> pd.DataFrame:
         "compute_ms": steps_table["call_ms"],
         "host_ms": steps_table["other_host_ms"],
         "compile_ms": 0.0,
+        "collective_ms": 0.0,
     }).reset_index(drop=True)
     first = frame.index[0]
     later = frame["compute_ms"].iloc[1:]  # with one call only, its compile time cannot be told apart
@@ -84,7 +86,7 @@ def _is_run_dir(path: Path) -> bool:
     return path.is_dir() and (path / run_files.STEPS_CSV).is_file() and (path / run_files.RUN_JSON).is_file()
 
 
-def open_step_source(path: str | Path) -> StepSource:
+def open_step_source(path: str | Path, step_name: str | None = None) -> StepSource:
     """The trace at `path`; for a run directory without a readable trace, its steps.csv.
 
     A trace that is there but cannot be parsed (a full disk cuts it short) is named in the
@@ -92,7 +94,7 @@ def open_step_source(path: str | Path) -> StepSource:
     """
     path = Path(path)
     try:
-        return from_trace(read_trace(path))
+        return from_trace(read_trace(path), step_name)
     except TraceNotFound:
         if not _is_run_dir(path):
             raise

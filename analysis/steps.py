@@ -20,50 +20,43 @@ Where categories overlap, input wins over compile, and compile over compute.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from analysis import intervals as iv
-from analysis.trace import Trace, TraceError
+from analysis import producers
+from analysis.producers import tensorflow as tf_producer
+from analysis.producers import tpu as tpu_producer
+from analysis.trace import Trace
 
 NS_PER_MS = 1e6
 
 HOST_PLANE_RE = re.compile(r"^/host:")
+# GPU and TPU planes; `/device:CUSTOM:*` planes (e.g. "Megascale Trace") are not devices.
 DEVICE_PLANE_RE = re.compile(r"^/device:(GPU|TPU)(?::|_)", re.IGNORECASE)
+STREAM_LINE_RE = re.compile(r"^Stream #\d+")
 DERIVED_LINE_MIN_ID = 0xDEADBEEF
+# Lines the converter derives from the device's own activity: counting them again would count twice.
 DERIVED_LINE_NAMES = {
     "Steps", "XLA Modules", "XLA Ops", "TensorFlow Ops", "TensorFlow Name Scope", "Launch Stats",
     "Framework Ops", "Framework Name Scope", "Source code", "XLA TraceMe", "Async XLA Ops", "Sparse Core Steps",
 }
-
-# A TF op event is named "scope/op_name:OpType" (XProf's ParseTfOpFullname).
-TF_OP_RE = re.compile(r"^[^\s:][^:]*:[A-Za-z_][A-Za-z0-9_]*$")
-HOST_EXECUTION_RE = re.compile(
-    r"^(KernelAndDevice\w*::Run|ExecutorState::Process|ExecutorDoneCallback|\w*Executable::Execute\w*|ThunkExecutor::Execute)$"
-)
-HOST_INPUT_RE = re.compile(r"^(?:IteratorGetNext|InfeedEnqueue)|:(?:IteratorGetNext\w*|InfeedEnqueue\w*)$", re.IGNORECASE)
-DEVICE_INPUT_RE = re.compile(r"^(?:MemcpyHtoD|Memcpy H2D|MemcpyH2D)|infeed", re.IGNORECASE)
-EAGER_WRAPPER_RE = re.compile(r"^(EagerExecute|EagerLocalExecute|EagerKernelExecute|FunctionRun)")
-COMPILE_RE = re.compile(
-    r"^(tf\.function-graph_building|XlaCompile\w*|TfrtCompile\w*|\w*CompilationCache\w*|\w*Compiler::\w+|HLO passes.*)$"
-)
-INPUT_STAGE_RE = re.compile(r"^Iterator::")
-# Markers seen in TF 2.x traces: tf.profiler.experimental.Trace("train", step_num=N, _r=1)
-# in custom loops and Keras' TensorBoard callback's Trace("Profiled batch", step_num=batch).
-KERAS_MARKER = "Profiled batch"
-
+TF_OP_RE = re.compile(tf_producer.TF_OP)
+PARTS = ("input", "compute", "collective", "host")
 
 
 @dataclass
 class StepAnalysis:
-    """The per-step breakdown of one trace and what it was derived from."""
+    """The per-step breakdown of one trace and how its steps were found."""
 
     device: str
-    marker_name: str
-    markers: pd.DataFrame
+    method: str  # markers | trace_groups | program_executions | window
+    step_name: str
     steps: pd.DataFrame
+    detected: object = None  # analysis.step_detection.DetectedSteps
+    notes: list[str] = field(default_factory=list)
 
 
 def matches(names: pd.Series, pattern: re.Pattern, *, search: bool = False) -> pd.Series:
@@ -86,12 +79,20 @@ def host_events(events: pd.DataFrame) -> pd.DataFrame:
 
 
 def device_events(events: pd.DataFrame) -> pd.DataFrame:
-    """Events on GPU/TPU planes, leaving out lines the converter derives (Steps, XLA Ops, ...)."""
+    """The devices' own activity: on GPU planes the stream lines (else every line not derived
+    from them), on TPU planes (no streams) the `XLA Ops` line."""
     on_device = events[matches(events["plane_name"], DEVICE_PLANE_RE)]
-    derived = (on_device["line_id"].astype("int64") >= DERIVED_LINE_MIN_ID) | on_device["line_name"].isin(
-        DERIVED_LINE_NAMES
-    )
-    return on_device[~derived]
+    if on_device.empty:
+        return on_device
+    is_tpu = on_device["plane_name"].astype(str).str.contains("TPU", case=False).to_numpy()
+    stream = matches(on_device["line_name"], STREAM_LINE_RE).to_numpy()
+    derived = ((on_device["line_id"].astype("int64") >= DERIVED_LINE_MIN_ID)
+               | on_device["line_name"].isin(DERIVED_LINE_NAMES)).to_numpy()
+    planes_with_streams = set(on_device.loc[stream, "plane"])
+    has_streams = on_device["plane"].isin(planes_with_streams).to_numpy()
+    tpu_activity = is_tpu & (on_device["line_name"] == tpu_producer.ACTIVITY_LINE).to_numpy()
+    keep = np.where(is_tpu, tpu_activity, np.where(has_streams, stream, ~derived))
+    return on_device[keep]
 
 
 def device_kind(events: pd.DataFrame) -> str:
@@ -104,73 +105,6 @@ def device_kind(events: pd.DataFrame) -> str:
     return kind if len(names) == 1 else f"{kind} x{len(names)}"
 
 
-def find_step_markers(events: pd.DataFrame) -> pd.DataFrame:
-    """One row per step marker: `step`, `steps` (per call), `name`, `start_ns`, `end_ns`.
-
-    Host events carrying a `step_num` stat are candidates; one marker name is chosen,
-    preferring XProf's root markers (`_r=1`), then names starting with "train", then
-    Keras' "Profiled batch". `end_ns` is the next consecutive marker's start.
-    """
-    host = host_events(events)
-    candidates = host[host["step_num"].notna()]
-    if candidates.empty:
-        raise TraceError(_no_marker_message(events))
-    ranking = []
-    for name, group in candidates.groupby("name", sort=False, observed=True):
-        is_root = bool((group["_r"] == 1).any())
-        ranking.append((is_root, name.startswith("train"), name == KERAS_MARKER, len(group), name))
-    ranking.sort(reverse=True)
-    marker_name = ranking[0][-1]
-    markers = candidates[candidates["name"] == marker_name].sort_values("start_ns", kind="stable")
-    markers = markers.rename(columns={"end_ns": "marker_end_ns"})
-    markers["step"] = markers["step_num"].astype("int64")
-    markers["steps"] = _steps_per_call(markers)
-    markers["end_ns"] = _step_ends(markers)
-    keep = ["step", "steps", "name", "plane", "line", "start_ns", "marker_end_ns", "end_ns"]
-    return markers[keep].reset_index(drop=True)
-
-
-def _steps_per_call(markers: pd.DataFrame) -> pd.Series:
-    """From a `steps` stat when present, else from a constant step-number stride."""
-    if markers["steps"].notna().any():
-        return markers["steps"].fillna(1).astype("int64")
-    strides = np.diff(markers["step"].to_numpy())
-    positive = strides[strides > 0]
-    stride = 1
-    if positive.size and (positive == positive[0]).all() and positive[0] > 1:
-        stride = int(positive[0])
-    return pd.Series(stride, index=markers.index, dtype="int64")
-
-
-def _step_ends(markers: pd.DataFrame) -> np.ndarray:
-    """A step ends when the next consecutive step starts on the same thread."""
-    ends = markers["marker_end_ns"].to_numpy().copy()
-    for _, group in markers.groupby(["plane", "line"], sort=False):
-        index = group.index.to_numpy()
-        positions = markers.index.get_indexer(index)
-        steps = group["step"].to_numpy()
-        per_call = group["steps"].to_numpy()
-        starts = group["start_ns"].to_numpy()
-        own_ends = group["marker_end_ns"].to_numpy()
-        consecutive = (steps[1:] == steps[:-1] + per_call[:-1]) & (starts[1:] >= own_ends[:-1])
-        follow = positions[:-1][consecutive]
-        ends[follow] = starts[1:][consecutive]
-    return ends
-
-
-def _no_marker_message(events: pd.DataFrame) -> str:
-    host = host_events(events)
-    functions = sorted(host.loc[host["tf_function_call"].notna(), "name"].unique())[:5]
-    found = f"{len(events)} events on {events['plane_name'].nunique()} planes"
-    if functions:
-        found += f", tf.function calls {', '.join(functions)}"
-    return (
-        "no step markers in the trace: looked for host events with a step_num stat "
-        "(tf.profiler.experimental.Trace('train', step_num=N, _r=1) or Keras' 'Profiled batch'); "
-        f"found {found}. Wrap each training step in a step marker."
-    )
-
-
 def _intervals(frame: pd.DataFrame) -> iv.Intervals:
     return iv.union(frame["start_ns"].to_numpy(), frame["end_ns"].to_numpy())
 
@@ -178,9 +112,9 @@ def _intervals(frame: pd.DataFrame) -> iv.Intervals:
 def input_intervals(events: pd.DataFrame) -> iv.Intervals:
     """Host time blocked on the iterator, plus host-to-device input copies on devices."""
     host = host_events(events)
-    waiting = host[matches(host["name"], HOST_INPUT_RE, search=True)]
+    waiting = host[matches(host["name"], producers.pattern("host_input"), search=True)]
     device = device_events(events)
-    copies = device[matches(device["name"], DEVICE_INPUT_RE, search=True)]
+    copies = device[matches(device["name"], producers.pattern("device_input"), search=True)]
     return iv.union_of(_intervals(waiting), _intervals(copies))
 
 
@@ -192,11 +126,11 @@ def compile_intervals(events: pd.DataFrame) -> iv.Intervals:
     compiling the graph; that head is compile time.
     """
     host = host_events(events)
-    named = host[matches(host["name"], COMPILE_RE)]
+    named = host[matches(host["name"], producers.pattern("compile"))]
     parts = [_intervals(named)]
     traced = host[_traced_calls(host["tf_function_call"])]
     if not traced.empty:
-        execution = host[matches(host["name"], HOST_EXECUTION_RE)]
+        execution = host[matches(host["name"], producers.pattern("host_execution"))]
         execution = execution.sort_values("start_ns")
         exec_starts = execution["start_ns"].to_numpy()
         heads_start, heads_end = [], []
@@ -248,15 +182,15 @@ def host_compute_intervals(events: pd.DataFrame, markers: pd.DataFrame) -> iv.In
     """
     host = host_events(events)
     on_marker_line = _on_lines(host, markers)
-    wrappers = matches(host["name"], EAGER_WRAPPER_RE) | host["step_num"].notna()
+    wrappers = matches(host["name"], producers.pattern("eager_wrapper")) | host["step_num"].notna()
     inside_markers = iv.union(markers["start_ns"].to_numpy(), markers["marker_end_ns"].to_numpy())
     marker_thread_work = iv.intersect(_intervals(host[on_marker_line & ~wrappers]), inside_markers)
 
-    producers = _producer_markers(host[on_marker_line & host["_p"].notna()], markers)
+    linked_producers = _producer_markers(host[on_marker_line & host["_p"].notna()], markers)
     other = host[~on_marker_line]
-    if not producers.empty and other["_c"].notna().any():
-        return iv.union_of(marker_thread_work, _linked_to_own_step(other, producers))
-    is_execution = matches(other["name"], HOST_EXECUTION_RE) | matches(other["name"], TF_OP_RE)
+    if not linked_producers.empty and other["_c"].notna().any():
+        return iv.union_of(marker_thread_work, _linked_to_own_step(other, linked_producers))
+    is_execution = matches(other["name"], producers.pattern("host_execution")) | matches(other["name"], TF_OP_RE)
     return iv.union_of(marker_thread_work, _intervals(other[is_execution]))
 
 
@@ -266,9 +200,11 @@ def _producer_markers(producing: pd.DataFrame, markers: pd.DataFrame) -> pd.Data
     Columns `_p`, `marker_start_ns`, `marker_end_ns`; producers outside every marker
     (before the first, between markers) belong to no step and are left out.
     """
+    threads = {"plane": "int64", "line": "int64"}
     spans = markers[["plane", "line", "start_ns", "marker_end_ns"]].rename(columns={"start_ns": "marker_start_ns"})
+    spans = spans.astype(threads)
     found = pd.merge_asof(
-        producing[["plane", "line", "start_ns", "_p"]].sort_values("start_ns", kind="stable"),
+        producing[["plane", "line", "start_ns", "_p"]].astype(threads).sort_values("start_ns", kind="stable"),
         spans.sort_values("marker_start_ns", kind="stable"),
         left_on="start_ns",
         right_on="marker_start_ns",
@@ -290,28 +226,46 @@ def _linked_to_own_step(other: pd.DataFrame, producers: pd.DataFrame) -> iv.Inte
     return iv.union(starts, ends)
 
 
+def device_parts(device: pd.DataFrame) -> dict[str, iv.Intervals]:
+    """A set of device events cut into `input` (host-to-device copies), `copy` (other copies),
+    `collective` and `compute` (all other kernels), each a union of intervals (they may overlap)."""
+    is_input = matches(device["name"], producers.pattern("device_input"), search=True)
+    is_copy = matches(device["name"], producers.pattern("device_copy"), search=True) & ~is_input
+    is_collective = matches(device["name"], producers.pattern("collective"), search=True) & ~is_input & ~is_copy
+    is_compute = ~(is_input | is_copy | is_collective)
+    return {"input": _intervals(device[is_input]), "copy": _intervals(device[is_copy]),
+            "collective": _intervals(device[is_collective]), "compute": _intervals(device[is_compute])}
+
+
 def device_compute_intervals(events: pd.DataFrame) -> iv.Intervals:
-    device = device_events(events)
-    kernels = device[~matches(device["name"], DEVICE_INPUT_RE, search=True)]
-    return _intervals(kernels)
+    return device_parts(device_events(events))["compute"]
 
 
-def step_breakdown(markers: pd.DataFrame, input_: iv.Intervals, compute: iv.Intervals, compile_: iv.Intervals) -> pd.DataFrame:
-    """Per-step input/compute/host/compile in ms from category intervals.
+def device_collective_intervals(events: pd.DataFrame) -> iv.Intervals:
+    return device_parts(device_events(events))["collective"]
 
-    Input has priority over compile, compile over compute; host is the remainder, so
-    `input_ms + compute_ms + host_ms == step_ms` holds exactly (and `compile_ms` is
-    the part of `host_ms` spent tracing and compiling).
+
+def step_breakdown(markers: pd.DataFrame, input_: iv.Intervals, compute: iv.Intervals, compile_: iv.Intervals,
+                   collective: iv.Intervals | None = None) -> pd.DataFrame:
+    """Per-step input/compute/collective/host/compile in ms from category intervals.
+
+    Input has priority over compile, compile over compute, compute over collective
+    (collective time hidden under compute costs nothing); host is the remainder, so
+    `input_ms + compute_ms + collective_ms + host_ms == step_ms` holds exactly (and
+    `compile_ms` is the part of `host_ms` spent tracing and compiling).
     """
     starts = markers["start_ns"].to_numpy(dtype=np.int64)
     ends = markers["end_ns"].to_numpy(dtype=np.int64)
+    collective = collective if collective is not None else iv.empty()
     compile_only = iv.subtract(compile_, input_)
     compute_only = iv.subtract(iv.subtract(compute, input_), compile_only)
+    collective_only = iv.subtract(iv.subtract(iv.subtract(collective, input_), compile_only), compute_only)
     step_ns = ends - starts
     input_ns = iv.overlap(input_, starts, ends)
     compile_ns = iv.overlap(compile_only, starts, ends)
     compute_ns = iv.overlap(compute_only, starts, ends)
-    host_ns = step_ns - input_ns - compute_ns
+    collective_ns = iv.overlap(collective_only, starts, ends)
+    host_ns = step_ns - input_ns - compute_ns - collective_ns
     frame = pd.DataFrame(
         {
             "step": markers["step"].to_numpy(),
@@ -321,29 +275,35 @@ def step_breakdown(markers: pd.DataFrame, input_: iv.Intervals, compute: iv.Inte
             "step_ms": step_ns / NS_PER_MS,
             "input_ms": input_ns / NS_PER_MS,
             "compute_ms": compute_ns / NS_PER_MS,
+            "collective_ms": collective_ns / NS_PER_MS,
             "host_ms": host_ns / NS_PER_MS,
             "compile_ms": compile_ns / NS_PER_MS,
         }
     )
-    for part in ("input", "compute", "host", "compile"):
+    for part in ("input", "compute", "collective", "host", "compile"):
         frame[f"{part}_pct"] = np.where(step_ns > 0, 100.0 * frame[f"{part}_ms"] / frame["step_ms"].where(step_ns > 0, 1), 0.0)
     assert (host_ns >= 0).all(), "categories exceed the step: intervals were not made disjoint"
     assert (compile_ns <= host_ns).all()
-    assert np.array_equal(input_ns + compute_ns + host_ns, step_ns)
+    assert np.array_equal(input_ns + compute_ns + collective_ns + host_ns, step_ns)
     return frame
 
 
-def analyze_steps(trace: Trace) -> StepAnalysis:
-    """Markers, categories and the per-step breakdown of a parsed trace."""
+def analyze_steps(trace: Trace, step_name: str | None = None) -> StepAnalysis:
+    """Steps (found by `step_detection`), categories and the per-step breakdown of a parsed trace."""
+    from analysis.step_detection import detect_steps
+
     events = trace.events
-    markers = find_step_markers(events)
+    detected = detect_steps(events, step_name)
     device = device_kind(events)
     if device == "cpu":
-        compute = host_compute_intervals(events, markers)
+        compute = host_compute_intervals(events, detected.spans)
+        collective = iv.empty()
     else:
-        compute = device_compute_intervals(events)
-    steps = step_breakdown(markers, input_intervals(events), compute, compile_intervals(events))
-    return StepAnalysis(device, str(markers["name"].iloc[0]), markers, steps)
+        parts = device_parts(device_events(events))
+        compute, collective = parts["compute"], parts["collective"]
+    steps = step_breakdown(detected.steps, input_intervals(events), compute, compile_intervals(events), collective)
+    notes = [detected.note] if detected.note else []
+    return StepAnalysis(device, detected.method, detected.name, steps, detected, notes)
 
 
 def steady_steps(steps: pd.DataFrame, compile_share: float = 0.05) -> pd.DataFrame:
@@ -357,7 +317,8 @@ def mean_breakdown(steps: pd.DataFrame) -> dict[str, float]:
     if steps.empty:
         raise ValueError("no steps to average")
     total_ms = float(steps["step_ms"].sum())
-    mean = {f"{part}_ms": float(steps[f"{part}_ms"].mean()) for part in ("step", "input", "compute", "host")}
+    parts = [part for part in ("step", "input", "compute", "collective", "host") if f"{part}_ms" in steps]
+    mean = {f"{part}_ms": float(steps[f"{part}_ms"].mean()) for part in parts}
     for part in ("input", "compute", "host"):
         mean[f"{part}_pct"] = 100.0 * float(steps[f"{part}_ms"].sum()) / total_ms if total_ms > 0 else 0.0
     return mean

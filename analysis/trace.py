@@ -60,6 +60,7 @@ class TraceLocation:
     session: str
     run_dir: Path | None
     note: str = ""
+    host_files: tuple[Path, ...] = ()  # every host's trace in the session (several workers), `xplane` first
 
 
 @dataclass
@@ -120,12 +121,12 @@ def locate_trace(path: str | Path) -> TraceLocation:
     if requested.is_file():
         if not requested.name.endswith(TRACE_SUFFIX):
             raise TraceError(f"{requested} is not a profiler trace: expected a file named *{TRACE_SUFFIX}")
-        return TraceLocation(requested, requested, requested.parent.name, _run_dir_of(requested))
+        return TraceLocation(requested, requested, requested.parent.name, _run_dir_of(requested), "", (requested,))
 
     direct = sorted(requested.glob("*" + TRACE_SUFFIX))
     if direct:
         note = _several_hosts_note(direct)
-        return TraceLocation(requested, direct[0], requested.name, _run_dir_of(direct[0]), note)
+        return TraceLocation(requested, direct[0], requested.name, _run_dir_of(direct[0]), note, tuple(direct))
 
     sessions: list[Path] = []
     profile_dirs = [p for p in requested.glob("**/" + str(PROFILE_SUBDIR)) if p.is_dir()]
@@ -146,12 +147,12 @@ def locate_trace(path: str | Path) -> TraceLocation:
         note = f"{len(sessions)} profile sessions found; using the newest, {newest.name}"
     more = _several_hosts_note(files)
     note = "; ".join(n for n in (note, more) if n)
-    return TraceLocation(requested, files[0], newest.name, _run_dir_of(files[0]), note)
+    return TraceLocation(requested, files[0], newest.name, _run_dir_of(files[0]), note, tuple(files))
 
 
 def _several_hosts_note(files: list[Path]) -> str:
     if len(files) > 1:
-        return f"{len(files)} host traces in the session; using {files[0].name}"
+        return f"{len(files)} host traces in the session: the breakdown is {files[0].name}'s, one row per worker below"
     return ""
 
 

@@ -1,0 +1,70 @@
+"""What each producer of trace events writes, one module per producer.
+
+A producer module (`tensorflow`, `keras`, `xla`, `cuda`, `rocm`, `tpu`) declares a
+`PRODUCER`: regular expressions for the event names it writes, by what they mean
+(the loop waiting for input, an input copy to a device, another copy, a collective, a
+kernel launch on the host, compilation, a program execution that can stand for a step).
+The breakdown asks this package for a meaning (`pattern("device_copy")`), never for a
+producer's names, so supporting a new producer is one new module listed in `MODULES`.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, fields
+
+MEANINGS = (
+    "host_input",  # host events: the training loop blocked waiting for its batch
+    "device_input",  # device events: host-to-device input copies (and infeed)
+    "device_copy",  # device events: other copies (device-to-device, device-to-host, copy kernels)
+    "collective",  # device events: collectives (all-reduce, all-gather, ...)
+    "launch",  # host events: the API call that launches device work
+    "compile",  # host events: tracing and compilation
+    "host_execution",  # host events: executing a program's ops (CPU compute)
+    "eager_wrapper",  # host events whose own time is dispatch, not compute
+    "program",  # host events: one execution of a compiled program (a step candidate)
+    "device_program",  # device events: one program on a device (TPU `XLA Modules`)
+)
+
+
+@dataclass(frozen=True)
+class Producer:
+    name: str
+    host_input: str | None = None
+    device_input: str | None = None
+    device_copy: str | None = None
+    collective: str | None = None
+    launch: str | None = None
+    compile: str | None = None
+    host_execution: str | None = None
+    eager_wrapper: str | None = None
+    program: str | None = None
+    device_program: str | None = None
+    step_markers: tuple[str, ...] = ()
+
+
+MODULES = ("tensorflow", "keras", "xla", "cuda", "rocm", "tpu")
+
+
+@functools.cache
+def producers() -> tuple[Producer, ...]:
+    import importlib
+
+    return tuple(importlib.import_module(f"analysis.producers.{name}").PRODUCER for name in MODULES)
+
+
+@functools.cache
+def pattern(meaning: str) -> re.Pattern:
+    """One case-insensitive pattern for a meaning, across all producers (matches nothing if none has it)."""
+    if meaning not in MEANINGS:
+        raise KeyError(f"unknown meaning {meaning!r}; one of {', '.join(MEANINGS)}")
+    parts = [getattr(p, meaning) for p in producers() if getattr(p, meaning)]
+    return re.compile("|".join(f"(?:{part})" for part in parts) or r"(?!)", re.IGNORECASE)
+
+
+def step_markers() -> tuple[str, ...]:
+    return tuple(name for p in producers() for name in p.step_markers)
+
+
+assert {f.name for f in fields(Producer)} >= set(MEANINGS)

@@ -1,0 +1,25 @@
+"""TensorFlow's executor, eager runtime, tf.function and tf.data (host events)."""
+
+from analysis.producers import Producer
+
+PRODUCER = Producer(
+    name="tensorflow",
+    # The iterator op, eager or in a graph ("scope/IteratorGetNext:IteratorGetNext").
+    host_input=r"^(?:IteratorGetNext|InfeedEnqueue)|:(?:IteratorGetNext\w*|InfeedEnqueue\w*)$",
+    compile=r"^(?:tf\.function-graph_building|XlaCompile\w*|TfrtCompile\w*|\w*CompilationCache\w*|\w*Compiler::\w+"
+            r"|HLO passes.*)$",
+    host_execution=r"^(?:KernelAndDevice\w*::Run|ExecutorState::Process|ExecutorDoneCallback|ThunkExecutor::Execute)$",
+    eager_wrapper=r"^(?:EagerExecute|EagerLocalExecute|EagerKernelExecute|FunctionRun)",
+    # tf.profiler.experimental.Trace("train", step_num=N, _r=1) in custom loops.
+    step_markers=("train",),
+)
+
+# Host events carrying this stat are Python-level tf.function calls ("traced-..." when the
+# call traced the function first).
+FUNCTION_CALL_STAT = "tf_function_call"
+# The concrete function a call ran, named inside it ("EagerLocalExecute: __inference_step_233").
+CONCRETE_FUNCTION = r"(__inference_\w+)"
+# tf.data's own functions and threads: never a training step.
+INPUT_PIPELINE_FUNCTION = r"Dataset|tf_data"
+# A TF op event is named "scope/op_name:OpType" (XProf's ParseTfOpFullname).
+TF_OP = r"^[^\s:][^:]*:[A-Za-z_][A-Za-z0-9_]*$"

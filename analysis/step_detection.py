@@ -1,0 +1,303 @@
+"""Find the training steps of any trace, and say how they were found.
+
+In order, the first method that finds at least two steps wins:
+
+1. `markers`: step markers (`Trace("train", step_num=N, _r=1)`, Keras' "Profiled batch").
+2. `trace_groups`: step grouping stored in the trace: `group_id` stats on host events,
+   or a `Steps` line on a device plane (TPUs carry one natively).
+3. `program_executions`: repeated executions of the training program: the most frequent
+   Python-level `tf.function` call on one thread (never a tf.data function), else the
+   most frequent XLA/PjRt program execution on the host, else the most frequent program
+   on the devices' `XLA Modules` lines. Executions run on several threads or devices at
+   once: the k-th execution on each forms step k.
+4. `window`: nothing repeats; the whole traced window is one step.
+
+Every method gives the same two frames. `steps`: one row per step with `step`, `steps`
+(training steps per call), `name`, `plane`, `line` (the thread that ran it),
+`start_ns`, `marker_end_ns` (where its own events end) and `end_ns` (the next step's
+start when that comes later, else its own end: the gap to the next execution, iterator
+wait and Python, belongs to the step). `spans`: each thread's part of each step
+(`step`, `plane`, `line`, `start_ns`, `marker_end_ns`), which host compute is read from.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analysis import producers
+from analysis.producers import tensorflow as tf_producer
+from analysis.producers import tpu as tpu_producer
+from analysis.steps import DEVICE_PLANE_RE, device_events, host_events, matches
+from analysis.trace import TraceError
+
+METHODS = ("markers", "trace_groups", "program_executions", "window")
+STEP_COLUMNS = ["step", "steps", "name", "plane", "line", "start_ns", "marker_end_ns", "end_ns"]
+SPAN_COLUMNS = ["step", "plane", "line", "start_ns", "marker_end_ns"]
+
+
+@dataclass
+class DetectedSteps:
+    method: str
+    name: str  # the marker, group source or program taken as the step
+    steps: pd.DataFrame
+    spans: pd.DataFrame
+    note: str = ""
+
+
+def detect_steps(events: pd.DataFrame, step_name: str | None = None) -> DetectedSteps:
+    """The steps of a trace by the first method that finds some; `step_name` (a regex) picks
+    among markers and program executions by name."""
+    wanted = re.compile(step_name) if step_name else None
+    finders = (find_markers, find_trace_groups, find_program_executions) if wanted is None \
+        else (find_markers, find_program_executions)
+    for finder in finders:
+        found = finder(events, wanted) if finder is not find_trace_groups else finder(events)
+        if found is not None:
+            return found
+    if wanted is not None:
+        raise TraceError(f"--step-name {step_name!r} matches no step marker and no repeated program execution; "
+                         f"candidates: {', '.join(candidate_names(events)[:8]) or 'none'}")
+    return whole_window(events)
+
+
+def candidate_names(events: pd.DataFrame) -> list[str]:
+    """Names `--step-name` can pick: markers, tf.function calls and program executions, most frequent first."""
+    host = host_events(events)
+    picked = host[host["step_num"].notna() | host["tf_function_call"].notna()
+                  | matches(host["name"], producers.pattern("program"), search=True)]
+    return [str(name) for name in picked["name"].astype(str).value_counts().index]
+
+
+def _ends(starts: np.ndarray, own_ends: np.ndarray, consecutive: np.ndarray | None = None) -> np.ndarray:
+    """A step lasts until the next one starts (when that is after its own end), else to its own end."""
+    ends = own_ends.copy()
+    if starts.size > 1:
+        follows = starts[1:] >= own_ends[:-1]
+        if consecutive is not None:
+            follows &= consecutive
+        ends[:-1][follows] = starts[1:][follows]
+    return ends
+
+
+def _frame(step, steps, name, plane, line, start, marker_end) -> pd.DataFrame:
+    count = len(np.atleast_1d(np.asarray(step)))
+
+    def column(values):
+        return np.broadcast_to(np.asarray(values, dtype=np.int64), (count,)).copy()
+
+    frame = pd.DataFrame({"step": column(step), "steps": column(steps), "name": name, "plane": column(plane),
+                          "line": column(line), "start_ns": column(start), "marker_end_ns": column(marker_end)})
+    frame = frame.sort_values("start_ns", kind="stable").reset_index(drop=True)
+    frame["end_ns"] = _ends(frame["start_ns"].to_numpy(), frame["marker_end_ns"].to_numpy())
+    return frame[STEP_COLUMNS]
+
+
+# ---------------------------------------------------------------- 1. markers
+
+
+def find_markers(events: pd.DataFrame, wanted: re.Pattern | None = None) -> DetectedSteps | None:
+    """Host events with a `step_num` stat; one name is chosen, preferring XProf's root markers
+    (`_r=1`), then the known marker names, then the most frequent."""
+    host = host_events(events)
+    candidates = host[host["step_num"].notna()]
+    if wanted is not None:
+        candidates = candidates[candidates["name"].astype(str).map(lambda n: bool(wanted.search(n)))]
+    if candidates.empty:
+        return None
+    known = producers.step_markers()
+    ranking = []
+    for name, group in candidates.groupby("name", sort=False, observed=True):
+        is_root = bool((group["_r"] == 1).any())
+        ranking.append((is_root, str(name).startswith(known[:1] or ("train",)), str(name) in known, len(group),
+                        str(name)))
+    ranking.sort(reverse=True)
+    marker_name = ranking[0][-1]
+    markers = candidates[candidates["name"].astype(str) == marker_name].sort_values("start_ns", kind="stable")
+    markers = markers.rename(columns={"end_ns": "marker_end_ns"})
+    markers["step"] = markers["step_num"].astype("int64")
+    markers["steps"] = _steps_per_call(markers)
+    markers["end_ns"] = _marker_ends(markers)
+    steps = markers[STEP_COLUMNS].assign(name=marker_name).reset_index(drop=True)
+    return DetectedSteps("markers", marker_name, steps, steps[SPAN_COLUMNS].copy())
+
+
+def _steps_per_call(markers: pd.DataFrame) -> pd.Series:
+    """From a `steps` stat when present, else from a constant step-number stride."""
+    if markers["steps"].notna().any():
+        return markers["steps"].fillna(1).astype("int64")
+    strides = np.diff(markers["step"].to_numpy())
+    positive = strides[strides > 0]
+    stride = 1
+    if positive.size and (positive == positive[0]).all() and positive[0] > 1:
+        stride = int(positive[0])
+    return pd.Series(stride, index=markers.index, dtype="int64")
+
+
+def _marker_ends(markers: pd.DataFrame) -> np.ndarray:
+    """A marked step ends when the next consecutive step starts on the same thread."""
+    ends = markers["marker_end_ns"].to_numpy().copy()
+    for _, group in markers.groupby(["plane", "line"], sort=False):
+        positions = markers.index.get_indexer(group.index.to_numpy())
+        steps = group["step"].to_numpy()
+        per_call = group["steps"].to_numpy()
+        consecutive = steps[1:] == steps[:-1] + per_call[:-1]
+        ends[positions] = _ends(group["start_ns"].to_numpy(), group["marker_end_ns"].to_numpy(), consecutive)
+    return ends
+
+
+# ---------------------------------------------------------------- 2. grouping stored in the trace
+
+
+def find_trace_groups(events: pd.DataFrame) -> DetectedSteps | None:
+    """Steps from `group_id` stats on host events, else from a device plane's `Steps` line."""
+    host = host_events(events)
+    grouped = host[host["group_id"].notna()]
+    if grouped["group_id"].nunique() >= 2:
+        # Each group's longest host event is its root, on the thread that ran the step.
+        roots = grouped.sort_values("duration_ns", ascending=False, kind="stable").drop_duplicates("group_id")
+        spans = grouped.groupby("group_id").agg(start_ns=("start_ns", "min"), marker_end_ns=("end_ns", "max"))
+        roots = roots.set_index("group_id").loc[spans.index]
+        steps = _frame(spans.index.to_numpy(), 1, "group_id", roots["plane"], roots["line"], spans["start_ns"],
+                       spans["marker_end_ns"])
+        return DetectedSteps("trace_groups", "group_id", steps, steps[SPAN_COLUMNS].copy(),
+                             "steps are the trace's own step groups (group_id stats)")
+    on_device = events[matches(events["plane_name"], DEVICE_PLANE_RE) & (events["line_name"] == "Steps")]
+    if on_device.empty:
+        return None
+    plane = on_device["plane"].value_counts().index[0]
+    line = on_device[on_device["plane"] == plane].sort_values("start_ns", kind="stable")
+    if len(line) < 2:
+        return None
+    numbers = pd.to_numeric(line["name"].astype(str), errors="coerce")
+    step_numbers = numbers.fillna(pd.Series(np.arange(len(line)), index=line.index)).astype("int64")
+    steps = _frame(step_numbers, 1, "Steps", line["plane"], line["line"], line["start_ns"], line["end_ns"])
+    return DetectedSteps("trace_groups", f"Steps ({line['plane_name'].iloc[0]})", steps,
+                         steps[SPAN_COLUMNS].iloc[0:0].copy(), "steps are the device's own Steps line")
+
+
+# ---------------------------------------------------------------- 3. program executions
+
+
+def find_program_executions(events: pd.DataFrame, wanted: re.Pattern | None = None) -> DetectedSteps | None:
+    for finder in (_function_calls, _host_programs, _device_programs):
+        found = finder(events, wanted)
+        if found is not None:
+            return found
+    return None
+
+
+def _kth_on_each_thread(executions: pd.DataFrame, name: str, method_note: str) -> DetectedSteps | None:
+    """Step k = the k-th execution on every thread (or device) that runs the program."""
+    executions = executions.sort_values("start_ns", kind="stable").copy()
+    executions["step"] = executions.groupby(["plane", "line"], sort=False).cumcount()
+    if executions["step"].max() < 1:
+        return None
+    per_step = executions.groupby("step").agg(start_ns=("start_ns", "min"), marker_end_ns=("end_ns", "max"))
+    first = executions.sort_values("start_ns", kind="stable").drop_duplicates("step").set_index("step")
+    first = first.loc[per_step.index]
+    steps = _frame(per_step.index.to_numpy(), 1, name, first["plane"], first["line"], per_step["start_ns"],
+                   per_step["marker_end_ns"])
+    spans = executions.rename(columns={"end_ns": "marker_end_ns"})[SPAN_COLUMNS].reset_index(drop=True)
+    threads = executions[["plane", "line"]].drop_duplicates()
+    note = (f"no step markers: each step is one execution of {name} ({method_note}"
+            + (f", on {len(threads)} threads or devices at once" if len(threads) > 1 else "") + ")")
+    return DetectedSteps("program_executions", name, steps, spans, note)
+
+
+def _most_frequent(executions: pd.DataFrame, key: str) -> str | None:
+    """The name executed most often on one thread (ties: the longest in total)."""
+    if executions.empty:
+        return None
+    per_thread = executions.groupby([key, "plane", "line"], observed=True).agg(
+        count=("start_ns", "size"), total=("duration_ns", "sum")).reset_index()
+    per_thread = per_thread.sort_values(["count", "total"], ascending=False, kind="stable")
+    best = per_thread.iloc[0]
+    return str(best[key]) if best["count"] >= 2 else None
+
+
+def _function_calls(events: pd.DataFrame, wanted: re.Pattern | None) -> DetectedSteps | None:
+    """Python-level tf.function calls (events with a `tf_function_call` stat) off tf.data threads."""
+    host = host_events(events)
+    calls = host[host[tf_producer.FUNCTION_CALL_STAT].notna()]
+    input_pipeline = re.compile(tf_producer.INPUT_PIPELINE_FUNCTION, re.IGNORECASE)
+    calls = calls[~(matches(calls["name"], input_pipeline, search=True)
+                    | matches(calls["line_name"], input_pipeline, search=True))]
+    calls = calls.assign(concrete=_concrete_functions(host, calls))
+    if wanted is not None:
+        calls = calls[calls["name"].astype(str).map(lambda n: bool(wanted.search(n)))
+                      | calls["concrete"].map(lambda n: bool(n) and bool(wanted.search(n)))]
+    calls = calls.assign(key=calls["name"].astype(str))
+    name = _most_frequent(calls, "key")
+    if name is None:
+        return None
+    chosen = calls[calls["key"] == name]
+    top = chosen.groupby(["plane", "line"]).size().idxmax()
+    chosen = chosen[(chosen["plane"] == top[0]) & (chosen["line"] == top[1])]
+    concrete = next((c for c in chosen["concrete"] if c), "")
+    return _kth_on_each_thread(chosen, concrete or name, f"tf.function '{name}' called from the training thread")
+
+
+def _concrete_functions(host: pd.DataFrame, calls: pd.DataFrame) -> pd.Series:
+    """`__inference_...` named by the first event inside each call on its thread ('' if none)."""
+    concrete = re.compile(tf_producer.CONCRETE_FUNCTION)
+    named = host[matches(host["name"], concrete, search=True)][["plane", "line", "start_ns", "name"]]
+    if named.empty or calls.empty:
+        return pd.Series("", index=calls.index)
+    found = pd.merge_asof(
+        calls[["plane", "line", "start_ns", "end_ns"]].reset_index().sort_values("start_ns", kind="stable"),
+        named.rename(columns={"start_ns": "named_ns"}).sort_values("named_ns", kind="stable"),
+        left_on="start_ns", right_on="named_ns", by=["plane", "line"], direction="forward")
+    inside = found["named_ns"].notna() & (found["named_ns"] < found["end_ns"])
+    names = found["name"].where(inside).astype(object).map(
+        lambda n: concrete.search(str(n)).group(1) if isinstance(n, str) else "")
+    return pd.Series(names.to_numpy(), index=found["index"].to_numpy()).reindex(calls.index).fillna("")
+
+
+def _host_programs(events: pd.DataFrame, wanted: re.Pattern | None) -> DetectedSteps | None:
+    """XLA/PjRt program executions on host threads (`...Executable::Execute` on py_xla_execute threads)."""
+    host = host_events(events)
+    executions = host[matches(host["name"], producers.pattern("program"))]
+    if wanted is not None:
+        executions = executions[executions["name"].astype(str).map(lambda n: bool(wanted.search(n)))]
+    executions = executions.assign(key=executions["name"].astype(str))
+    name = _most_frequent(executions, "key")
+    if name is None:
+        return None
+    return _kth_on_each_thread(executions[executions["key"] == name], name, "an XLA program run from the host")
+
+
+def _device_programs(events: pd.DataFrame, wanted: re.Pattern | None) -> DetectedSteps | None:
+    """Programs on the devices' `XLA Modules` lines (TPU planes)."""
+    modules = events[matches(events["plane_name"], DEVICE_PLANE_RE)
+                     & (events["line_name"] == tpu_producer.PROGRAM_LINE)]
+    if wanted is not None:
+        modules = modules[modules["name"].astype(str).map(lambda n: bool(wanted.search(n)))]
+    modules = modules.assign(key=modules["name"].astype(str))
+    name = _most_frequent(modules, "key")
+    if name is None:
+        return None
+    found = _kth_on_each_thread(modules[modules["key"] == name], name, "a program on the devices' XLA Modules line")
+    if found is not None:
+        found.spans = found.spans.iloc[0:0]  # device lines: no host thread ran it
+    return found
+
+
+# ---------------------------------------------------------------- 4. the whole window
+
+
+def whole_window(events: pd.DataFrame) -> DetectedSteps:
+    active = pd.concat([host_events(events), device_events(events)])
+    if active.empty:
+        active = events
+    start, end = int(active["start_ns"].min()), int(active["end_ns"].max())
+    busiest = host_events(events)["line"].value_counts()
+    line = int(busiest.index[0]) if len(busiest) else 0
+    plane = int(host_events(events)["plane"].iloc[0]) if len(busiest) else 0
+    steps = _frame([0], 1, "the traced window", [plane], [line], [start], [end])
+    return DetectedSteps("window", "the traced window", steps, steps[SPAN_COLUMNS].iloc[0:0].copy(),
+                         "nothing repeats in this trace (no step markers, step groups or repeated program "
+                         "executions): the whole traced window is analysed as one step")
