@@ -8,6 +8,7 @@ nothing can be analysed or the outputs cannot be written.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -25,6 +26,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     add_format_option(analyze, ("text", "markdown", "json"), "what to print on stdout")
     analyze.add_argument("--out", metavar="DIR", default=None,
                          help="write CSVs, plots and report.md here (default: <run>/analysis for run directories)")
+    analyze.add_argument("--step-name", metavar="REGEX", default=None,
+                         help="the step marker or program execution (tf.function, XLA program) that stands for one "
+                              "step, when the automatic choice is not the training step")
     analyze.set_defaults(handler=handle)
     return analyze
 
@@ -35,11 +39,16 @@ def handle(args: argparse.Namespace) -> int:
     from analysis.trace import TraceError
 
     path = Path(args.path)
+    if args.step_name is not None:
+        try:
+            re.compile(args.step_name)
+        except re.error as exc:
+            return error(f"--step-name {args.step_name!r} is not a regular expression: {exc}")
     if not path.exists():
         return error(f"no such file or directory: {path}", hint="pass a run directory, log folder or .xplane.pb file")
     try:
         with file_warnings():
-            analysis = report.analyze(path)
+            analysis = report.analyze(path, args.step_name)
     except TraceError as exc:
         return error(str(exc), code=EXIT_FAILURE)
     except (OSError, ValueError) as exc:
