@@ -105,7 +105,7 @@ def find_markers(events: pd.DataFrame, wanted: re.Pattern | None = None) -> Dete
     host = host_events(events)
     candidates = host[host["step_num"].notna()]
     if wanted is not None:
-        candidates = candidates[candidates["name"].astype(str).map(lambda n: bool(wanted.search(n)))]
+        candidates = candidates[matches(candidates["name"], wanted, search=True)]
     if candidates.empty:
         return None
     known = producers.step_markers()
@@ -228,8 +228,9 @@ def _function_calls(events: pd.DataFrame, wanted: re.Pattern | None) -> Detected
                     | matches(calls["line_name"], input_pipeline, search=True))]
     calls = calls.assign(concrete=_concrete_functions(host, calls))
     if wanted is not None:
-        calls = calls[calls["name"].astype(str).map(lambda n: bool(wanted.search(n)))
-                      | calls["concrete"].map(lambda n: bool(n) and bool(wanted.search(n)))]
+        concrete_named = np.fromiter((bool(n) and bool(wanted.search(n)) for n in calls["concrete"]), dtype=bool,
+                                     count=len(calls))
+        calls = calls[matches(calls["name"], wanted, search=True).to_numpy() | concrete_named]
     calls = calls.assign(key=calls["name"].astype(str))
     name = _most_frequent(calls, "key")
     if name is None:
@@ -260,9 +261,9 @@ def _concrete_functions(host: pd.DataFrame, calls: pd.DataFrame) -> pd.Series:
 def _host_programs(events: pd.DataFrame, wanted: re.Pattern | None) -> DetectedSteps | None:
     """XLA/PjRt program executions on host threads (`...Executable::Execute` on py_xla_execute threads)."""
     host = host_events(events)
-    executions = host[matches(host["name"], producers.pattern("program"))]
-    if wanted is not None:
-        executions = executions[executions["name"].astype(str).map(lambda n: bool(wanted.search(n)))]
+    # Asked for by name, any repeated host event can stand for a step.
+    executions = host[matches(host["name"], wanted, search=True) if wanted is not None
+                      else matches(host["name"], producers.pattern("program"))]
     executions = executions.assign(key=executions["name"].astype(str))
     name = _most_frequent(executions, "key")
     if name is None:
@@ -275,7 +276,7 @@ def _device_programs(events: pd.DataFrame, wanted: re.Pattern | None) -> Detecte
     modules = events[matches(events["plane_name"], DEVICE_PLANE_RE)
                      & (events["line_name"] == tpu_producer.PROGRAM_LINE)]
     if wanted is not None:
-        modules = modules[modules["name"].astype(str).map(lambda n: bool(wanted.search(n)))]
+        modules = modules[matches(modules["name"], wanted, search=True)]
     modules = modules.assign(key=modules["name"].astype(str))
     name = _most_frequent(modules, "key")
     if name is None:
