@@ -211,44 +211,59 @@ class Trainer:
     def train_epoch(self, epoch: int) -> EpochResult:
         hooks, cfg = self.hooks, self.config
         hooks.on_epoch_begin(epoch)
-        epoch_start_wall = time.time()
+        # Wall-clock times are perf_counter readings moved onto the wall clock once per epoch:
+        # a step's start_time_s and step_ms then come from one clock, so consecutive steps
+        # tile exactly, and the epoch's re-anchoring keeps them comparable with the samplers'.
         epoch_start = time.perf_counter()
+        to_wall = time.time() - epoch_start
+        epoch_start_wall = epoch_start + to_wall
         iterator = self._train_iterator()
         per_call = max(1, cfg.steps_per_execution)
         loss_sum = correct = count = 0.0
         pending: StepRecord | None = None
         pending_end = 0.0  # perf_counter when the pending call's results were ready
         remaining = self.steps_per_epoch
-        while remaining > 0:
-            n = min(per_call, remaining)
-            boundary, wall = time.perf_counter(), time.time()
+        try:
+            while remaining > 0:
+                n = min(per_call, remaining)
+                boundary = time.perf_counter()
+                if pending is not None:
+                    record, pending = pending, None
+                    record.other_host_ms += (boundary - pending_end) * 1e3
+                    hooks.on_step_record(record)
+                with hooks.step_scope(self.global_step, n):
+                    fetch_start = time.perf_counter()
+                    if per_call == 1:
+                        batch = next(iterator)
+                        fetched = time.perf_counter()
+                        sums = self._train_one(batch)
+                    else:
+                        # Batches are fetched inside the call, so input wait is part of call time.
+                        fetched = fetch_start
+                        sums = self._train_call(iterator, self.tf.constant(n))
+                    step_loss, step_correct, step_count = (float(v) for v in sums)  # waits for the device
+                    done = time.perf_counter()
+                    loss_sum, correct, count = loss_sum + step_loss, correct + step_correct, count + step_count
+                    pending = StepRecord(
+                        epoch=epoch, step=self.global_step, steps=n, start_time_s=boundary + to_wall,
+                        input_ms=(fetched - fetch_start) * 1e3, call_ms=(done - fetched) * 1e3,
+                        other_host_ms=(fetch_start - boundary) * 1e3, images=int(step_count),
+                    )
+                    pending_end = done
+                    if cfg.inject_host_delay_ms > 0:
+                        _busy_wait(cfg.inject_host_delay_ms / 1e3)
+                    hooks.on_step_end(epoch, self.global_step + n, n, loss_sum / max(count, 1),
+                                      correct / max(count, 1))
+                self.global_step += n
+                remaining -= n
+        except BaseException:
+            # Interrupted (Ctrl-C, SIGTERM) or failed after a call completed: that step still
+            # counts, with the host time it had when the loop stopped.
             if pending is not None:
-                pending.other_host_ms += (boundary - pending_end) * 1e3
-                hooks.on_step_record(pending)
-            with hooks.step_scope(self.global_step, n):
-                fetch_start = time.perf_counter()
-                if per_call == 1:
-                    batch = next(iterator)
-                    fetched = time.perf_counter()
-                    sums = self._train_one(batch)
-                else:
-                    # Batches are fetched inside the call, so input wait is part of call time.
-                    fetched = fetch_start
-                    sums = self._train_call(iterator, self.tf.constant(n))
-                step_loss, step_correct, step_count = (float(v) for v in sums)  # waits for the device
-                done = time.perf_counter()
-                loss_sum, correct, count = loss_sum + step_loss, correct + step_correct, count + step_count
-                pending = StepRecord(
-                    epoch=epoch, step=self.global_step, steps=n, start_time_s=wall,
-                    input_ms=(fetched - fetch_start) * 1e3, call_ms=(done - fetched) * 1e3,
-                    other_host_ms=(fetch_start - boundary) * 1e3, images=int(step_count),
-                )
-                pending_end = done
-                if cfg.inject_host_delay_ms > 0:
-                    _busy_wait(cfg.inject_host_delay_ms / 1e3)
-                hooks.on_step_end(epoch, self.global_step + n, n, loss_sum / max(count, 1), correct / max(count, 1))
-            self.global_step += n
-            remaining -= n
+                pending.other_host_ms += (time.perf_counter() - pending_end) * 1e3
+                with contextlib.suppress(Exception):  # the loop's own error is the one to report
+                    hooks.on_step_record(pending)
+            raise
         train_end = time.perf_counter()
         if pending is not None:
             pending.other_host_ms += (train_end - pending_end) * 1e3

@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 
+from profiler import quiet
 from profiler.commands import COMMANDS
 from profiler.commands.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, error
 from profiler.version import __version__
@@ -37,9 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run `devprof` with `argv` (default: the process's arguments); returns the exit code."""
-    # TensorFlow's C++ INFO/WARNING lines during training would bury the progress output
-    # (TF_CPP_MIN_LOG_LEVEL=0 brings them back); the few it prints while importing stay.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # TensorFlow's C++ INFO/WARNING lines would bury the progress output; commands that
+    # start TensorFlow do it through `quiet.import_tensorflow`, which also drops the lines it
+    # prints before its log is set up (TF_CPP_MIN_LOG_LEVEL=0 or DEVPROF_DEBUG=1 show them all).
+    quiet.configure()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass, field
 
 from models.training import TrainConfig
@@ -10,6 +12,44 @@ from profiler import samplers, tracing
 
 class UsageError(Exception):
     """Bad options or a missing device/data: `error: ...`, exit code 2."""
+
+
+NAME_MAX_BYTES = 255  # the longest file name Linux, macOS and Windows file systems take
+
+
+def check_finite(option: str, value: float, minimum: float = 0.0, unit: str = "") -> str | None:
+    """Why `value` cannot be `option`'s value (not a number, NaN, infinite, below `minimum`), or None."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number):
+        return f"{option} must be a finite number >= {minimum:g}{unit} (got {value!r})"
+    if number < minimum:
+        return f"{option} must be at least {minimum:g}{unit} (got {value!r})"
+    return None
+
+
+def check_run_name(name: str) -> str | None:
+    """Why `name` cannot be a run folder's name, or None: a run name is one path component."""
+    if name == "":
+        return "--run-name cannot be empty"
+    if "\0" in name:
+        return "--run-name cannot contain a NUL character"
+    separators = {"/", os.sep} | ({os.altsep} if os.altsep else set())
+    found = sorted(sep for sep in separators if sep in name)
+    if found:
+        return (f"--run-name {name!r} contains {' and '.join(repr(sep) for sep in found)}: a run name is one "
+                f"folder name inside --out, not a path (use --out for where it goes)")
+    if name in (".", ".."):
+        return f"--run-name cannot be {name!r}: a run name is one new folder inside --out"
+    try:
+        size = len(os.fsencode(name))
+    except UnicodeError:
+        return f"--run-name {name!r} cannot be encoded as a file name on this system"
+    if size > NAME_MAX_BYTES:
+        return f"--run-name is {size} bytes long; a file name has at most {NAME_MAX_BYTES}"
+    return None
 
 
 @dataclass
@@ -41,17 +81,27 @@ class RunConfig:
             (t.batch_size >= 1, f"--batch-size must be at least 1 (got {t.batch_size})"),
             (t.steps_per_execution >= 1, f"--steps-per-execution must be at least 1 (got {t.steps_per_execution})"),
             (self.limit_images is None or self.limit_images >= 1, f"--limit-images must be at least 1 (got {self.limit_images})"),
-            (t.inject_input_delay_ms >= 0, "--inject-input-delay-ms cannot be negative"),
-            (t.inject_host_delay_ms >= 0, "--inject-host-delay-ms cannot be negative"),
             (self.scalars_every >= 1, f"--scalars-every must be at least 1 (got {self.scalars_every})"),
+            (self.profiler_port is None or 1 <= self.profiler_port <= 65535,
+             f"--profiler-port must be a port number from 1 to 65535 (got {self.profiler_port})"),
         ]
         for ok, message in checks:
             if not ok:
                 raise UsageError(message)
-        try:
-            samplers.validate_interval(self.sample_interval)
-        except ValueError as exc:
-            raise UsageError(f"--sample-interval: {exc}") from None
+        # Every float option: NaN and infinity pass `>=` checks the wrong way, so say what is wanted.
+        for option, value, minimum, unit, below in (
+            ("--inject-input-delay-ms", t.inject_input_delay_ms, 0.0, "", ""),
+            ("--inject-host-delay-ms", t.inject_host_delay_ms, 0.0, "", ""),
+            ("--sample-interval", self.sample_interval, samplers.MIN_INTERVAL_S, " s",
+             ": shorter intervals cost more than they show"),
+        ):
+            problem = check_finite(option, value, minimum, unit)
+            if problem:
+                raise UsageError(problem + (below if problem.startswith(f"{option} must be at least") else ""))
+        if self.run_name is not None:
+            problem = check_run_name(self.run_name)
+            if problem:
+                raise UsageError(problem)
         if self.profile_steps:
             try:
                 tracing.parse_window(self.profile_steps)

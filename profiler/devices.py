@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import platform
 import socket
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,9 @@ from profiler.samplers.base import is_nan
 
 DEVICE_KINDS = ("auto", "cpu", "gpu", "tpu")
 TPU_ENV_VARS = ("TPU_NAME", "COLAB_TPU_ADDR", "TPU_WORKER_HOSTNAMES")
+# Connecting to a TPU that is not there does not fail: TensorFlow waits for it forever.
+TPU_TIMEOUT_ENV = "DEVPROF_TPU_TIMEOUT_S"
+DEFAULT_TPU_TIMEOUT_S = 30.0
 
 
 class DeviceError(Exception):
@@ -33,9 +37,9 @@ class TFBackend:
     """The few TensorFlow calls device resolution needs."""
 
     def __init__(self):
-        import tensorflow as tf
+        from profiler import quiet
 
-        self.tf = tf
+        self.tf = quiet.import_tensorflow()
 
     def physical_devices(self, kind: str) -> list:
         return self.tf.config.list_physical_devices(kind)
@@ -161,9 +165,55 @@ def _gpu_memory(count: int) -> dict:
     return facts
 
 
-def _resolve_tpu(backend, address: str | None) -> Resolved:
+def tpu_timeout_s() -> float:
+    """Seconds to wait for a TPU: DEVPROF_TPU_TIMEOUT_S, else 30."""
+    text = os.environ.get(TPU_TIMEOUT_ENV)
+    if not text:
+        return DEFAULT_TPU_TIMEOUT_S
     try:
-        strategy, facts = backend.tpu_strategy(address)
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value != float("inf")):
+        raise DeviceError(f"{TPU_TIMEOUT_ENV} must be a finite number of seconds > 0 (got {text!r})")
+    return value
+
+
+class _NoAnswer(Exception):
+    """The call did not return in time."""
+
+
+def _call_with_timeout(function, timeout_s: float):
+    """`function()` in a daemon thread; its result, its exception, or `_NoAnswer` after `timeout_s`.
+
+    A thread left waiting on an unreachable TPU is abandoned: it is a daemon, so it does not
+    keep the process alive, and nothing waits on it again.
+    """
+    outcome = {}
+
+    def target():
+        try:
+            outcome["value"] = function()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name="devprof-tpu-lookup", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise _NoAnswer(f"no answer within {timeout_s:g} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def _resolve_tpu(backend, address: str | None) -> Resolved:
+    timeout_s = tpu_timeout_s()
+    try:
+        strategy, facts = _call_with_timeout(lambda: backend.tpu_strategy(address), timeout_s)
+    except _NoAnswer as exc:
+        raise DeviceError(f"no TPU reachable{' at ' + address if address else ''} ({exc}; "
+                          f"{TPU_TIMEOUT_ENV} sets the wait)") from None
     except Exception as exc:
         raise DeviceError(f"no TPU reachable{' at ' + address if address else ''} "
                           f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no detail'})") from None

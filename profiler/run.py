@@ -3,7 +3,9 @@ the run directory complete and readable whatever happens."""
 
 from __future__ import annotations
 
+import contextlib
 import platform
+import signal
 import sys
 import threading
 import time
@@ -20,6 +22,10 @@ from profiler.scalars import Scalars
 from profiler.version import __version__
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (kill, Docker, Kubernetes, Slurm) arrived: the run stops as it does on Ctrl-C."""
+
+
 class Run:
     """The state of one run; `execute()` drives it."""
 
@@ -34,6 +40,11 @@ class Run:
         self.window: tracing.ProfileWindow | None = None
         self.samplers = None
         self.trainer = None
+        self.reserve: rundir.Reserve | None = None
+        self.write_errors: list[str] = []  # files that could not be written from other threads
+        self._to_close: list | None = None
+        self.recorded = False  # the last run.json, with how the run ended, was written
+        self._finishing = False
 
     # ------------------------------------------------------------ set-up (no run directory yet)
 
@@ -44,8 +55,18 @@ class Run:
 
         cfg = self.config
         cfg.validate()
-        if cfg.run_name:
+        try:
+            rundir.check_output_folder(Path(cfg.out))
+        except rundir.OutputError as exc:
+            raise UsageError(str(exc)) from None
+        if cfg.run_name is not None:
             rundir.check_new(Path(cfg.out) / cfg.run_name)
+        if cfg.profiler_port is not None:
+            try:
+                tracing.check_port_free(cfg.profiler_port)
+            except OSError as exc:
+                raise UsageError(f"--profiler-port {cfg.profiler_port} is not free "
+                                 f"({exc.strerror or exc}); choose another port") from None
         try:
             resolved = devices.resolve(cfg.device, cfg.gpus, cfg.tpu, backend=self.backend)
         except devices.DeviceError as exc:
@@ -60,24 +81,47 @@ class Run:
         return resolved, arrays
 
     def execute(self) -> Path:
-        resolved, arrays = self.prepare()
-        rundir.create(self.path)
-        self.meta = self._initial_meta(resolved, arrays)
-        self._save()
-        try:
-            self._train(resolved, arrays)
-            self.meta["status"] = "complete"
-        except KeyboardInterrupt:
-            self.meta["status"] = "interrupted"
-            raise
-        except BaseException as exc:
-            self.meta["status"] = "failed"
-            self.meta["error"] = f"{type(exc).__name__}: {exc}"
-            self.meta["traceback"] = traceback.format_exc()
-            raise
-        finally:
-            self._close()
+        with self._sigterm_stops_the_run():
+            resolved, arrays = self.prepare()
+            rundir.create(self.path)
+            self.reserve = rundir.Reserve(self.path)
+            self.meta = self._initial_meta(resolved, arrays)
+            try:
+                self._save()
+                self._train(resolved, arrays)
+                self._close(strict=True)  # closing writes files too: a failure there fails the run
+                self.meta["status"] = "complete"
+            except KeyboardInterrupt as exc:
+                self.meta["status"] = "interrupted"
+                self.meta["interrupted_by"] = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+                raise
+            except BaseException as exc:
+                self.meta["status"] = "failed"
+                self.meta["error"] = f"{type(exc).__name__}: {exc}"
+                self.meta["traceback"] = traceback.format_exc()
+                raise
+            finally:
+                self._finish()
         return self.path
+
+    @contextlib.contextmanager
+    def _sigterm_stops_the_run(self):
+        """While the run executes, SIGTERM raises `Terminated` in the main thread, as Ctrl-C raises
+        KeyboardInterrupt; while the run directory is being finished it is only noted."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_sigterm(signum, frame):
+            if self._finishing:
+                return  # run.json is being finished; the process ends right after
+            raise Terminated()
+
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)
 
     # ------------------------------------------------------------ training
 
@@ -150,7 +194,12 @@ class Run:
         def to_tensorboard(name, row):
             step = self.trainer.global_step if self.trainer is not None else 0
             with lock:  # each sampler calls from its own thread
-                self.scalars.system(name, step, row)
+                if self.write_errors:
+                    return
+                try:
+                    self.scalars.system(name, step, row)
+                except rundir.WriteError as exc:  # the run fails on it at the next epoch end
+                    self.write_errors.append(str(exc))
 
         group = samplers.build_sampler_group(self.path / "utilization", resolved.kind, cfg.sample_interval,
                                              on_row=to_tensorboard,
@@ -170,6 +219,16 @@ class Run:
         if self.scalars is not None:
             self.scalars.epoch(result)
         self._save()
+        problems = self._background_write_errors()
+        if problems:
+            raise rundir.WriteError(problems[0])
+
+    def _background_write_errors(self) -> list[str]:
+        """Files the samplers' threads could not write (their CSVs, the system scalars)."""
+        found = list(self.write_errors)
+        if self.samplers is not None:
+            found += self.samplers.write_errors()
+        return found
 
     # ------------------------------------------------------------ run.json
 
@@ -198,21 +257,50 @@ class Run:
             "epochs": [],
         }
 
-    def _save(self) -> None:
-        rundir.write_json_atomic(self.path / "run.json", self.meta)
+    def _save(self, final: bool = False) -> None:
+        """Rewrite run.json. On a full disk the last save gets the reserved space; an earlier
+        one fails the run (`WriteError`), so that the last save can still say so."""
+        try:
+            rundir.write_json_atomic(self.path / "run.json", self.meta)
+        except OSError as exc:
+            if final and rundir.is_disk_full(exc) and self.reserve is not None and self.reserve.release():
+                rundir.write_json_atomic(self.path / "run.json", self.meta)
+                return
+            raise rundir.WriteError(f"cannot write {self.path / 'run.json'}: {rundir.reason(exc)}") from exc
 
-    def _close(self) -> None:
-        for action in (lambda: self.window and self.window.maybe_stop(0, force=True),
-                       lambda: self.window and self.window.describe(),
-                       self._stop_samplers,
-                       lambda: self.steps and self.steps.close(),
-                       lambda: self.scalars and self.scalars.close()):
+    def _close(self, strict: bool = False) -> None:
+        """Stop the profiler and samplers and close the files, once. With `strict`, a file that
+        could not be written raises `WriteError` after everything is closed."""
+        if self._to_close is None:
+            self._to_close = [lambda: self.window and self.window.maybe_stop(0, force=True),
+                              lambda: self.window and self.window.describe(),
+                              self._stop_samplers,
+                              lambda: self.steps and self.steps.close(),
+                              lambda: self.scalars and self.scalars.close()]
+        failures = []
+        while self._to_close:  # each once, even when an interruption cuts this short and it is called again
+            action = self._to_close.pop(0)
             try:
                 action()
             except Exception as exc:  # noqa: BLE001 - closing must not hide the run's own outcome
                 self.meta.setdefault("close_errors", []).append(f"{type(exc).__name__}: {exc}")
-        self.meta["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        self._save()
+                if isinstance(exc, (rundir.WriteError, OSError)):
+                    failures.append(str(exc))
+        failures += self._background_write_errors()
+        if strict and failures:
+            raise rundir.WriteError(failures[0])
+
+    def _finish(self) -> None:
+        """Close what is still open and write the last run.json, whatever the outcome."""
+        self._finishing = True
+        try:
+            self._close()
+            self.meta["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            self._save(final=True)
+            self.recorded = True
+        finally:
+            if self.reserve is not None:
+                self.reserve.release()
 
     def _stop_samplers(self) -> None:
         if self.samplers is None:

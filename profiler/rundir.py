@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import math
 import os
@@ -16,6 +17,59 @@ from analysis.run_files import STEPS_COLUMNS
 
 class RunExistsError(Exception):
     """The run folder is already there (a usage error: runs are never overwritten)."""
+
+
+class OutputError(Exception):
+    """The folder runs go into cannot hold a run (a usage error, found before training)."""
+
+
+class WriteError(Exception):
+    """A file of the run directory could not be written (a full disk, a lost mount): the run fails."""
+
+
+RESERVE_NAME = ".devprof-reserve"
+RESERVE_BYTES = 1 << 20  # room for the last run.json (a few kB to a few hundred kB) on a full disk
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """An error that says the disk (or the user's quota) is full, from Python or from TensorFlow."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc)
+    return "No space left on device" in text or "Disk quota exceeded" in text
+
+
+def reason(exc: BaseException) -> str:
+    """One line for an error: an OSError's own words, else the first line of its message."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"[Errno {exc.errno}] {exc.strerror}" if exc.errno else exc.strerror
+    lines = str(exc).strip().splitlines()
+    first = re.sub(r"^\{\{[^}]*\}\}\s*", "", lines[0]) if lines else ""  # TensorFlow's op prefix
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def check_output_folder(folder: Path) -> None:
+    """Raise `OutputError` unless a run directory can be made in `folder`, creating nothing.
+
+    The nearest folder of the path that exists must be a folder and take a new file (probed
+    with a temporary file): a regular file, a read-only mount or `/proc` fail here, before
+    training, instead of when the run directory is made.
+    """
+    folder = Path(folder)
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise OutputError(f"--out {folder}: {existing} is a file, not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".devprof-probe-", dir=existing)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        if exc.errno == errno.ENOENT:  # e.g. /proc: it exists but takes no new files
+            why = "this file system takes no new files"
+        raise OutputError(f"--out {folder}: cannot write in {existing} ({why})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def default_run_name(device_kind: str, host: str, now: float | None = None) -> str:
@@ -52,6 +106,33 @@ def _clean(value):
     return value
 
 
+class Reserve:
+    """Space set aside in the run directory, given back for the last run.json when the disk is full,
+    so that run.json can still say how the run ended. Removed when the run ends."""
+
+    def __init__(self, folder: Path, size: int = RESERVE_BYTES):
+        self.path: Path | None = Path(folder) / RESERVE_NAME
+        while True:
+            try:
+                with open(self.path, "wb") as f:
+                    f.write(os.urandom(size))  # not zeros: compressing file systems would store nothing
+                return
+            except OSError:
+                self.path.unlink(missing_ok=True)
+                if size <= 16 << 10:
+                    self.path = None  # best effort: a run on a nearly full disk still starts
+                    return
+                size //= 4
+
+    def release(self) -> bool:
+        """Free the space; False if there was none to free."""
+        if self.path is None:
+            return False
+        self.path.unlink(missing_ok=True)
+        self.path = None
+        return True
+
+
 def write_json_atomic(path: Path, data: dict) -> None:
     """Temp file in the same folder + rename, so a reader (or a crash) never sees half a file."""
     path = Path(path)
@@ -73,23 +154,42 @@ class StepsWriter:
     so even a killed process keeps every completed step."""
 
     def __init__(self, path: Path):
-        self._file = open(path, "w", newline="")
-        self._writer = csv.writer(self._file)
-        self._writer.writerow(STEPS_COLUMNS)
-        self._file.flush()
+        self.path = Path(path)
+        self._file = None
+        try:
+            self._file = open(path, "w", newline="")
+            self._writer = csv.writer(self._file)
+            self._writer.writerow(STEPS_COLUMNS)
+            self._file.flush()
+        except OSError as exc:
+            self._fail(exc)
         self.rows = 0
 
     def write(self, record) -> None:
-        self._writer.writerow([
-            record.epoch, record.step, record.steps, f"{record.start_time_s:.6f}",
-            f"{record.input_ms:.4f}", f"{record.call_ms:.4f}", f"{record.other_host_ms:.4f}",
-            f"{record.step_ms:.4f}", record.images,
-        ])
-        self._file.flush()
+        try:
+            self._writer.writerow([
+                record.epoch, record.step, record.steps, f"{record.start_time_s:.6f}",
+                f"{record.input_ms:.4f}", f"{record.call_ms:.4f}", f"{record.other_host_ms:.4f}",
+                f"{record.step_ms:.4f}", record.images,
+            ])
+            self._file.flush()
+        except OSError as exc:
+            self._fail(exc)
         self.rows += 1
 
     def close(self) -> None:
-        if not self._file.closed:
+        if self._file is None or self._file.closed:
+            return
+        try:
             self._file.flush()
             os.fsync(self._file.fileno())
-            self._file.close()
+        except OSError as exc:
+            self._fail(exc)
+        finally:
+            try:
+                self._file.close()
+            except OSError:
+                pass  # the flush above already failed and said why
+
+    def _fail(self, exc: OSError):
+        raise WriteError(f"cannot write {self.path}: {reason(exc)}") from exc

@@ -4,6 +4,7 @@ on-demand profiler server and capture. A profiler failure is a warning, never fa
 from __future__ import annotations
 
 import contextlib
+import errno
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +72,7 @@ class ProfileWindow:
     active: bool = False
     done: bool = False
     written: bool = False
+    started_at_s: float = 0.0  # wall clock when the profiler started
     notes: dict = field(default_factory=dict)
 
     def maybe_start(self, next_step: int) -> None:
@@ -95,6 +97,7 @@ class ProfileWindow:
             self._warn(f"profiler did not start ({_reason(exc)}); training goes on without a trace")
             return
         self.active = True
+        self.started_at_s = time.time()
         self.notes["start_ms"] = (time.perf_counter() - began) * 1e3
         self.notes["first_step"] = next_step
 
@@ -115,7 +118,7 @@ class ProfileWindow:
         try:
             tf.profiler.experimental.stop()
         except Exception as exc:
-            self._warn(f"profiler failed to write its trace ({_reason(exc)})")
+            self._trace_failed(exc)
             return
         self.notes["stop_ms"] = (time.perf_counter() - began) * 1e3
         if next_step >= self.stop:
@@ -124,6 +127,37 @@ class ProfileWindow:
             self.notes["cut_short"] = True
         self.written = True
 
+    def _trace_failed(self, exc: Exception) -> None:
+        """The trace could not be written: a warning, and run.json says the trace is incomplete.
+
+        A part-written file is renamed `*.xplane.pb.partial`, so that readers of the run (which
+        look for `*.xplane.pb`) do not trip over it. A full disk also fails the run, as it would
+        at the next write of steps.csv: `WriteError`, after the warning is recorded.
+        """
+        from profiler import rundir
+
+        self.notes["trace_complete"] = False
+        partial = self._set_aside_partial_trace()
+        if partial:
+            self.notes["partial_trace"] = partial
+        self._warn(f"profiler failed to write its trace ({_reason(exc)})"
+                   + (f"; the part written is kept as {partial}" if partial else ""))
+        if rundir.is_disk_full(exc):
+            raise rundir.WriteError(f"cannot write the profiler trace in {self.logdir}: {_reason(exc)}") from exc
+
+    def _set_aside_partial_trace(self) -> str | None:
+        started = self.started_at_s
+        for path in Path(self.logdir).glob("plugins/profile/*/*.xplane.pb"):
+            try:
+                if path.stat().st_mtime + 1.0 < started:
+                    continue  # an older session's trace, whole
+                target = path.with_name(path.name + ".partial")
+                path.rename(target)
+                return str(target.relative_to(self.logdir))
+            except OSError:
+                continue
+        return None
+
     def describe(self) -> None:
         """Record the trace's path, size and event count. Reading the trace takes tens of
         milliseconds, so the run calls this after training, not between steps."""
@@ -131,8 +165,11 @@ class ProfileWindow:
             return
         facts = describe_trace(self.logdir)
         self.notes.update(facts)
+        self.notes["trace_complete"] = facts.get("trace") is not None and "trace_events_error" not in facts
         if facts.get("trace") is None:
             self._warn(f"the profiler stopped but no trace was found under {self.logdir}/plugins/profile")
+        elif "trace_events_error" in facts:
+            self._warn(f"the trace {facts['trace']} cannot be read ({facts['trace_events_error']}); it is incomplete")
         elif self.options.python_tracer_level and facts.get("python_events") == 0:
             # TensorFlow 2.16-2.21 drop the options of an in-process session ("... expects an i
             # value" in its log): the Python tracer stays off. A remote capture honours them.
@@ -194,6 +231,33 @@ def describe_trace(logdir: Path) -> dict:
     return facts
 
 
+def check_port_free(port: int) -> None:
+    """Raise OSError unless a server can listen on `port` on every interface, as TensorFlow's
+    profiler server does. TensorFlow only logs a failure to bind, so this is asked first."""
+    import socket
+
+    for family, host in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue  # no IPv6 on this machine
+        with sock:
+            # A port that only has connections waiting out TIME_WAIT is free for gRPC, which
+            # sets SO_REUSEADDR too; a port something listens on is not.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                try:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                except OSError:
+                    pass
+            try:
+                sock.bind((host, port))
+            except OSError as exc:
+                if family == socket.AF_INET6 and exc.errno == errno.EADDRNOTAVAIL:
+                    continue  # IPv6 present but without an address to bind
+                raise
+
+
 def start_server(port: int) -> None:
     """TensorFlow's profiler gRPC server (it listens on every interface; TensorFlow has no option)."""
     import tensorflow as tf
@@ -217,11 +281,33 @@ def capture(service_addr: str, logdir: str, duration_ms: int, host_tracer_level:
         from xprof.convert import _pywrap_profiler_plugin as xprof_client
     except ImportError:
         xprof_client = None
-    if xprof_client is not None:
-        xprof_client.trace(address, str(logdir), "", True, int(duration_ms), int(attempts), options)
-        return
-    import tensorflow as tf
+    from profiler import quiet
 
-    tf.profiler.experimental.client.trace(
-        "grpc://" + address, str(logdir), duration_ms, num_tracing_attempts=attempts,
-        options=tf.profiler.experimental.ProfilerOptions(**options))
+    if xprof_client is not None:
+        def call():
+            xprof_client.trace(address, str(logdir), "", True, int(duration_ms), int(attempts), options)
+    else:
+        tf = quiet.import_tensorflow()
+
+        def call():
+            tf.profiler.experimental.client.trace(
+                "grpc://" + address, str(logdir), duration_ms, num_tracing_attempts=attempts,
+                options=tf.profiler.experimental.ProfilerOptions(**options))
+    if quiet.verbose():
+        call()
+        return
+    # The client prints its progress ("Remaining attempt(s)") on stdout and gRPC's failures
+    # (with source locations) on stderr: keep both for a one-line reason if it fails.
+    error = None
+    with quiet.native_output((1, 2)) as captured:
+        try:
+            call()
+        except Exception as exc:  # noqa: BLE001 - reported below with what the client logged
+            error = exc
+    if error is not None:
+        logged = quiet.one_line_reason("".join(captured))
+        raise CaptureError(logged or _reason(error).split(": ", 1)[-1]) from error
+
+
+class CaptureError(Exception):
+    """A capture failed; the message is the client's reason, one line."""

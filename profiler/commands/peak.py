@@ -44,7 +44,9 @@ def render_text(peak: dict) -> str:
 
 def handle(args: argparse.Namespace) -> int:
     from profiler import peak as peak_mod
+    from profiler import quiet
 
+    quiet.import_tensorflow()
     try:
         peak = peak_mod.peak_for(args.device, refresh=args.refresh)
     except peak_mod.PeakError as exc:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from profiler.commands.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, add_tracer_options, error, tracer_options
+from profiler.commands.common import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, add_tracer_options,
+                                     error, tracer_options)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -61,7 +62,7 @@ def handle(args: argparse.Namespace) -> int:
     from models.training import TrainConfig
     from profiler import rundir
     from profiler.config import RunConfig, UsageError
-    from profiler.run import Run
+    from profiler.run import Run, Terminated
 
     config = RunConfig(
         device=args.device, gpus=args.gpus, tpu=args.tpu, data=args.data, data_dir=args.data_dir,
@@ -80,11 +81,29 @@ def handle(args: argparse.Namespace) -> int:
         path = run.execute()
     except (UsageError, rundir.RunExistsError) as exc:
         return error(str(exc))
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: run directory {run.path} kept with status 'interrupted'", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (`Terminated`)
+        terminated = isinstance(exc, Terminated)
+        what = "terminated (SIGTERM)" if terminated else "interrupted"
+        if run.recorded:
+            kept = f"run directory {run.path} kept with status 'interrupted'"
+        elif run.path is not None and run.path.is_dir():
+            kept = f"run directory {run.path} kept, but its run.json could not be updated"
+        else:
+            kept = "no run directory was written"
+        print(f"\n{what}: {kept}", file=sys.stderr)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+    except rundir.WriteError as exc:
+        return error(f"run failed: {exc}{_where(run, 'the run is marked failed in')}", code=EXIT_FAILURE)
     except Exception as exc:  # noqa: BLE001 - a crash is recorded in run.json; say where
-        where = f"; details in {run.path / 'run.json'}" if run.path else ""
-        return error(f"training failed: {type(exc).__name__}: {exc}{where}", code=EXIT_FAILURE)
+        return error(f"training failed: {type(exc).__name__}: {exc}{_where(run, 'details in')}", code=EXIT_FAILURE)
     run.console.print(f"run directory: {path}")
     return EXIT_OK
+
+
+def _where(run, what: str) -> str:
+    """Where the run says how it ended: only a run.json that was written (on a full disk it may not be)."""
+    if run.recorded:
+        return f"; {what} {run.path / 'run.json'}"
+    if run.path is not None and run.path.is_dir():
+        return f"; {run.path / 'run.json'} could not be updated"
+    return ""

@@ -31,7 +31,9 @@ def validate_interval(interval_s: float) -> float:
         value = float(interval_s)
     except (TypeError, ValueError):
         raise ValueError(f"sampling interval must be a number of seconds, got {interval_s!r}") from None
-    if not math.isfinite(value) or value < MIN_INTERVAL_S:
+    if not math.isfinite(value):
+        raise ValueError(f"sampling interval must be a finite number of seconds >= {MIN_INTERVAL_S}, got {interval_s!r}")
+    if value < MIN_INTERVAL_S:
         raise ValueError(
             f"sampling interval must be at least {MIN_INTERVAL_S} s, got {interval_s!r}: "
             "shorter intervals cost more than they show"
@@ -58,7 +60,8 @@ class SamplerThread:
     then the sampler's columns. Ticks are scheduled at ``start + k * interval_s`` on
     `time.monotonic`, so the rate does not drift with the time a sample takes; ticks missed
     because a sample was slow are skipped, not caught up. An exception from the sampler is
-    recorded in `error` and ends only this thread. `on_row(name, row)` is called after each
+    recorded in `error` and ends only this thread; so does a CSV that cannot be written, also
+    recorded in `write_error` for the run to fail on. `on_row(name, row)` is called after each
     row; if it raises it is recorded and not called again, and sampling goes on.
     """
 
@@ -76,6 +79,7 @@ class SamplerThread:
         self.rows_written = 0
         self.ticks_skipped = 0
         self.error: str | None = None
+        self.write_error: str | None = None  # the CSV could not be written (the run must fail)
         self.callback_error: str | None = None
         self.cpu_s = 0.0  # CPU time of this thread: what sampling costs the machine
         self._stop_event = threading.Event()
@@ -113,57 +117,65 @@ class SamplerThread:
             ticks_skipped=self.ticks_skipped,
             cpu_s=self.cpu_s,
             error=self.error,
+            write_error=self.write_error,
             callback_error=self.callback_error,
         )
         return status
 
     def _run(self) -> None:
-        columns = list(self.sampler.columns)
         try:
             self.csv_path.parent.mkdir(parents=True, exist_ok=True)
             out = open(self.csv_path, "w", encoding="utf-8", newline="")
         except OSError as exc:
-            self._fail("cannot write", exc)
+            self._fail("cannot write", exc, write=True)
             return
-        with out:
-            out.write(",".join(["time_s", *columns]) + "\n")
-            out.flush()
+        try:
+            with out:
+                self._loop(out)
+        except OSError as exc:  # a full disk or a lost mount: this CSV ends here, and the run is told
+            if self.write_error is None:
+                self._fail(f"cannot write {self.csv_path}", exc, write=True)
+
+    def _loop(self, out) -> None:
+        columns = list(self.sampler.columns)
+        out.write(",".join(["time_s", *columns]) + "\n")
+        out.flush()
+        try:
+            self.sampler.prime()
+        except Exception as exc:
+            self._fail("prime failed", exc)
+            return
+        # Rates and CPU % measure the time since the previous reading: a first sample
+        # right after priming would cover almost no time and read as 0.
+        if self._stop_event.wait(self.interval_s):
+            return
+        start = time.monotonic()
+        tick = 0
+        while not self._stop_event.is_set():
+            now_s = time.time()
             try:
-                self.sampler.prime()
+                values = self.sampler.sample()
             except Exception as exc:
-                self._fail("prime failed", exc)
+                self._fail("sample failed", exc)
                 return
-            # Rates and CPU % measure the time since the previous reading: a first sample
-            # right after priming would cover almost no time and read as 0.
-            if self._stop_event.wait(self.interval_s):
+            cells = [format(now_s, ".6f")] + [format_value(values.get(c)) for c in columns]
+            out.write(",".join(cells) + "\n")
+            out.flush()
+            self.rows_written += 1
+            if self.on_row is not None:
+                self._call_on_row(now_s, values)
+            self.cpu_s = time.thread_time()
+            if not self.sampler.active:
                 return
-            start = time.monotonic()
-            tick = 0
-            while not self._stop_event.is_set():
-                now_s = time.time()
-                try:
-                    values = self.sampler.sample()
-                except Exception as exc:
-                    self._fail("sample failed", exc)
-                    return
-                cells = [format(now_s, ".6f")] + [format_value(values.get(c)) for c in columns]
-                out.write(",".join(cells) + "\n")
-                out.flush()
-                self.rows_written += 1
-                if self.on_row is not None:
-                    self._call_on_row(now_s, values)
-                self.cpu_s = time.thread_time()
-                if not self.sampler.active:
-                    return
-                tick += 1
-                now = time.monotonic()
+            tick += 1
+            now = time.monotonic()
+            due = start + tick * self.interval_s
+            if due <= now:
+                late_ticks = math.floor((now - start) / self.interval_s) + 1
+                self.ticks_skipped += late_ticks - tick
+                tick = late_ticks
                 due = start + tick * self.interval_s
-                if due <= now:
-                    late_ticks = math.floor((now - start) / self.interval_s) + 1
-                    self.ticks_skipped += late_ticks - tick
-                    tick = late_ticks
-                    due = start + tick * self.interval_s
-                self._stop_event.wait(due - now)
+            self._stop_event.wait(due - now)
 
     def _call_on_row(self, now_s: float, values: dict) -> None:
         try:
@@ -173,8 +185,11 @@ class SamplerThread:
             self.on_row = None
             log.warning("sampler %s: on_row callback failed and was dropped: %s", self.name, self.callback_error)
 
-    def _fail(self, what: str, exc: BaseException) -> None:
+    def _fail(self, what: str, exc: BaseException, write: bool = False) -> None:
         self.error = f"{what}: {type(exc).__name__}: {exc}"
+        if write:
+            self.write_error = self.error  # the run's record is incomplete: its owner fails the run
+            return
         log.warning("sampler %s stopped: %s", self.name, self.error)
 
 
@@ -217,6 +232,10 @@ class SamplerGroup:
             thread._stop_event.set()
         for thread in self.threads:
             thread.stop(timeout_s)
+
+    def write_errors(self) -> list[str]:
+        """Why a sampler's CSV could not be written, for each that could not."""
+        return [t.write_error for t in self.threads if t.write_error]
 
     def status(self) -> dict[str, dict]:
         """Per sampler: CSV, whether it ran, rows, disabled metrics and reasons; plus the absent kinds."""
