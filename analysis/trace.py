@@ -34,6 +34,8 @@ EVENT_STAT_COLUMNS = (
     "tf_function_call",
     "iter_num",
     "correlation_id",
+    "tf_op",  # on device kernels: the framework op that launched them ("name:Type", "XlaModule:" for JAX)
+    "hlo_op",
 )
 # Of those, the ones read as numbers (nullable floats); the others keep their values.
 NUMERIC_STAT_COLUMNS = ("step_num", "_r", "steps", "group_id", "iter_num")
