@@ -91,3 +91,15 @@ def slowest_input_stage(events: pd.DataFrame, steps: int) -> str | None:
     name = str(self_ns.idxmax())
     per_step_ms = float(self_ns.max()) / NS_PER_MS / max(steps, 1)
     return f"{name} ({per_step_ms:.2f} ms self time per step)"
+
+
+def input_stage_table(events: pd.DataFrame) -> pd.DataFrame:
+    """`stage`, `ms_per_batch` (self time per call of the stage), `calls`: slowest first."""
+    stages = stage_events(events)
+    if stages.empty:
+        return pd.DataFrame(columns=["stage", "ms_per_batch", "calls"])
+    self_ns = stage_self_ns(events)
+    calls = stages.groupby("name").size().reindex(self_ns.index)
+    table = pd.DataFrame({"stage": self_ns.index, "ms_per_batch": self_ns.to_numpy() / NS_PER_MS / calls.to_numpy(),
+                          "calls": calls.to_numpy()})
+    return table.sort_values("ms_per_batch", ascending=False, kind="stable").reset_index(drop=True)

@@ -21,10 +21,12 @@ from analysis import rules
 from analysis.rules import make_verdict
 from analysis.step_sources import StepSource, open_step_source
 from analysis.device_rows import device_rows, kernel_launch
-from analysis.input_stages import prefetches, slowest_input_stage
+from analysis.input_stages import input_stage_table, prefetches, slowest_input_stage
+from analysis.ops import OP_COLUMNS, op_table
 from analysis.workers import find_straggler, worker_rows
 from analysis.steps import mean_breakdown, steady_steps
 
+TOP_OPS = 10
 STEP_JSON_KEYS = ["step", "steps", "step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "compile_ms"]
 MEAN_JSON_KEYS = ["step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "input_pct", "compute_pct",
                   "host_pct"]
@@ -47,6 +49,8 @@ class Analysis:
     kernel_launch: dict | None = None
     workers: list[dict] = field(default_factory=list)
     straggler: dict | None = None
+    ops: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=OP_COLUMNS))
+    input_stages: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["stage", "ms_per_batch"]))
     epoch_starts_s: list[float] = field(default_factory=list)
 
     @property
@@ -125,6 +129,8 @@ def analyze(path: str | Path, step_name: str | None = None) -> Analysis:
         result.kernel_launch = kernel_launch(trace.events, used) if result.devices else None
         result.workers = worker_rows(trace.location.host_files, step_name)
         result.straggler = find_straggler(result.workers)
+        result.ops = op_table(trace.events, used, source.device)
+        result.input_stages = input_stage_table(trace.events)
     return result
 
 
@@ -137,6 +143,11 @@ def _number(value) -> float:
 
 def _json_value(value):
     return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    return [{k: (_json_value(float(v)) if isinstance(v, (float, int)) and not isinstance(v, bool) and k not in ("op", "type")
+                 else v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
 
 
 def to_json(analysis: Analysis) -> dict:
@@ -162,6 +173,8 @@ def to_json(analysis: Analysis) -> dict:
         "kernel_launch": analysis.kernel_launch,
         "workers": [dict(row) for row in analysis.workers],
         "straggler": analysis.straggler,
+        "ops": _records(analysis.ops),
+        "input_stages": _records(analysis.input_stages),
         "utilization": {key: _json_value(value) for key, value in analysis.utilization.items()},
     }
     if analysis.epochs is not None:
@@ -256,6 +269,12 @@ def render_text(analysis: Analysis) -> str:
         f"+ host {mean['host_ms']:.2f} ({mean['host_pct']:.1f} %)"
     )
     out += _device_lines(analysis)
+    if not analysis.ops.empty:
+        out += ["", f"top ops (of {len(analysis.ops)}; all in ops.csv; ms per training step, share of op time):",
+                analysis.ops.head(TOP_OPS).round(3).to_string(index=False)]
+    if not analysis.input_stages.empty:
+        out += ["", "tf.data stages (self time per batch, slowest first):",
+                analysis.input_stages.head(TOP_OPS).round(3).to_string(index=False)]
     if analysis.epochs is not None:
         out += ["", "epochs (from steps.csv and run.json; epoch_level = validation, iterator setup, ...):",
                 _epochs_table(analysis).to_string(index=False)]
@@ -327,6 +346,9 @@ def write_outputs(analysis: Analysis, out_dir: str | Path) -> list[Path]:
     steps_csv = out_dir / "step_breakdown.csv"
     analysis.source.steps.to_csv(steps_csv, index=False)
     written.append(steps_csv)
+    if not analysis.ops.empty:
+        analysis.ops.to_csv(out_dir / "ops.csv", index=False)
+        written.append(out_dir / "ops.csv")
     plot_names = [plots.plot_step_breakdown(analysis.source.steps, out_dir / "step_breakdown.png").name]
     if analysis.epochs is not None:
         epochs_csv = out_dir / "epoch_breakdown.csv"

@@ -1,0 +1,95 @@
+"""The ops that take a step's time: one row per op (name and type) and device.
+
+On a GPU or TPU each kernel belongs to the op that launched it (its `tf_op` stat,
+"name:Type"); XLA programs from JAX say only "XlaModule:", and there the kernel's
+`hlo_op` (else its own name) is the op. On a CPU-only trace the ops are TensorFlow's
+host op events ("scope/name:Type") off tf.data's threads, each counted for its own
+time, without the ops nested in it on the same thread. Times are per training step over the steady steps.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from analysis.producers import tensorflow as tf_producer
+from analysis.steps import NS_PER_MS, TF_OP_RE, device_events, host_events, matches
+
+OP_COLUMNS = ["op", "type", "device", "count_per_step", "ms_per_step", "compute_pct"]
+XLA_MODULE = "XlaModule"
+
+
+def _split_tf_op(values: pd.Series) -> tuple[pd.Series, pd.Series]:
+    """"scope/name:Type" -> ("scope/name", "Type"); anything else -> ("", "")."""
+    text = values.fillna("").astype(str)
+    parts = text.str.rpartition(":")
+    return parts[0], parts[2]
+
+
+def device_ops(events: pd.DataFrame) -> pd.DataFrame:
+    """Device kernels with the op that launched them: `op`, `type`, `device`, `start_ns`, `self_ns`."""
+    kernels = device_events(events)
+    if kernels.empty:
+        return pd.DataFrame(columns=["op", "type", "device", "start_ns", "self_ns"])
+    name, kind = _split_tf_op(kernels["tf_op"])
+    framework = (kind != "") & (kind != XLA_MODULE) & (name != "")
+    hlo = kernels["hlo_op"].fillna("").astype(str)
+    kernel_name = kernels["name"].astype(str)
+    op = np.where(framework, name, np.where(hlo != "", hlo, kernel_name))
+    op_type = np.where(framework, kind, np.where(hlo != "", "XLA", "kernel"))
+    return pd.DataFrame({"op": op, "type": op_type, "device": kernels["plane_name"].astype(str).to_numpy(),
+                         "start_ns": kernels["start_ns"].to_numpy(), "self_ns": kernels["duration_ns"].to_numpy()})
+
+
+def host_ops(events: pd.DataFrame) -> pd.DataFrame:
+    """TensorFlow op events on host threads, each with its self time (nested ops on its thread left out)."""
+    host = host_events(events)
+    input_pipeline = re.compile(tf_producer.INPUT_PIPELINE_FUNCTION, re.IGNORECASE)
+    # tf.data runs its functions' ops on its own threads: input, not the step's compute.
+    ops = host[matches(host["name"], TF_OP_RE) & ~matches(host["line_name"], input_pipeline, search=True)]
+    if ops.empty:
+        return pd.DataFrame(columns=["op", "type", "device", "start_ns", "self_ns"])
+    ops = ops.sort_values(["plane", "line", "start_ns", "end_ns"], ascending=[True, True, True, False], kind="stable")
+    name, kind = _split_tf_op(ops["name"])
+    return pd.DataFrame({"op": name.to_numpy(), "type": kind.to_numpy(),
+                         "device": ops["plane_name"].astype(str).to_numpy(), "start_ns": ops["start_ns"].to_numpy(),
+                         "self_ns": _self_ns(ops)})
+
+
+def _self_ns(ops: pd.DataFrame) -> np.ndarray:
+    """Duration minus the direct children on the same thread (events sorted by thread, start, longest first)."""
+    starts = ops["start_ns"].to_numpy(dtype=np.int64)
+    ends = ops["end_ns"].to_numpy(dtype=np.int64)
+    threads = (ops["plane"].to_numpy(dtype=np.int64) << 32) + ops["line"].to_numpy(dtype=np.int64)
+    self_ns = ends - starts
+    stack: list[int] = []
+    for i in range(starts.size):
+        while stack and (threads[stack[-1]] != threads[i] or ends[stack[-1]] <= starts[i]):
+            stack.pop()
+        if stack:
+            self_ns[stack[-1]] -= min(ends[i], ends[stack[-1]]) - starts[i]
+        stack.append(i)
+    return np.maximum(self_ns, 0)
+
+
+def op_table(events: pd.DataFrame, steps: pd.DataFrame, device: str) -> pd.DataFrame:
+    """Ops inside `steps` (their `start_ns`/`end_ns`), per training step, biggest first."""
+    ops = host_ops(events) if device == "cpu" else device_ops(events)
+    if ops.empty or steps.empty:
+        return pd.DataFrame(columns=OP_COLUMNS)
+    starts = steps["start_ns"].to_numpy(dtype=np.int64)
+    ends = steps["end_ns"].to_numpy(dtype=np.int64)
+    order = np.argsort(starts)
+    index = np.searchsorted(starts[order], ops["start_ns"].to_numpy(dtype=np.int64), side="right") - 1
+    inside = (index >= 0) & (ops["start_ns"].to_numpy() < ends[order][np.clip(index, 0, None)])
+    ops = ops[inside]
+    training_steps = float(steps["steps"].sum()) if "steps" in steps else float(len(steps))
+    table = ops.groupby(["op", "type", "device"], sort=False).agg(count=("self_ns", "size"), ns=("self_ns", "sum"))
+    table = table.reset_index()
+    total = float(table["ns"].sum())
+    table["count_per_step"] = table["count"] / training_steps
+    table["ms_per_step"] = table["ns"] / NS_PER_MS / training_steps
+    table["compute_pct"] = 100.0 * table["ns"] / total if total > 0 else 0.0
+    return table.sort_values("ms_per_step", ascending=False, kind="stable")[OP_COLUMNS].reset_index(drop=True)
