@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import epochs as epochs_mod
-from analysis import plots, run_files, utilization
+from analysis import plots, run_files, trace_facts, utilization
 from analysis import rules
 from analysis.rules import make_verdict
 from analysis.step_sources import StepSource, open_step_source
@@ -29,7 +29,7 @@ from analysis.steps import mean_breakdown, steady_steps
 TOP_OPS = 10
 STEP_JSON_KEYS = ["step", "steps", "step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "compile_ms"]
 MEAN_JSON_KEYS = ["step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "input_pct", "compute_pct",
-                  "host_pct"]
+                  "collective_pct", "host_pct"]
 
 
 @dataclass
@@ -116,14 +116,11 @@ def analyze(path: str | Path, step_name: str | None = None) -> Analysis:
         min_steps=1 if source.kind == "window" else rules.MIN_STEADY_STEPS,  # one window is all there is
     )
     machine = utilization.headline(summaries)
-    facts = rules.Facts(mean["input_pct"], mean["compute_pct"], mean["host_pct"], device=source.device,
-                        other_cpu_pct=machine["other_cpu_mean_pct"], proc_cpu_pct=machine["proc_cpu_mean_pct"],
-                        cpu_cores=machine["cpu_cores"])
     result = Analysis(source, mean, verdict, len(steady), epochs, reconciliation, samplers, machine,
-                      rules.findings(facts), epoch_starts_s=epoch_starts)
+                      epoch_starts_s=epoch_starts)
+    used = source.steps.loc[steady.index] if not steady.empty else source.steps
     if source.trace is not None:
         trace = source.trace
-        used = source.steps.loc[steady.index] if not steady.empty else source.steps
         host = trace.hostnames[0] if trace.hostnames else ""
         result.devices = device_rows(trace.events, trace.planes, used, host)
         result.kernel_launch = kernel_launch(trace.events, used) if result.devices else None
@@ -131,6 +128,14 @@ def analyze(path: str | Path, step_name: str | None = None) -> Analysis:
         result.straggler = find_straggler(result.workers)
         result.ops = op_table(trace.events, used, source.device)
         result.input_stages = input_stage_table(trace.events)
+    found = trace_facts.collect(source.trace.events if source.trace is not None else None, source.steps,
+                                result.devices, run_files.section(meta, "device"))
+    facts = rules.Facts(mean["input_pct"], mean["compute_pct"], mean["host_pct"], device=source.device,
+                        precision=config.get("precision"), other_cpu_pct=machine["other_cpu_mean_pct"],
+                        proc_cpu_pct=machine["proc_cpu_mean_pct"], cpu_cores=machine["cpu_cores"],
+                        device_mem_peak_bytes=machine["device_mem_peak_bytes"],
+                        device_mem_total_bytes=machine["device_mem_total_bytes"], **found)
+    result.findings = rules.findings(facts)
     return result
 
 

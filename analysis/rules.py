@@ -70,6 +70,15 @@ class Facts:
     other_cpu_pct: float = math.nan  # other processes' CPU, % of the whole machine
     proc_cpu_pct: float = math.nan  # the training process tree's CPU, 100 = one core
     cpu_cores: float = math.nan
+    retrace_steps: int = 0  # steps after the first that built or compiled graphs
+    retrace_ms: float = 0.0
+    sync_name: str | None = None  # a host-device synchronisation found in every step
+    kernels_per_step: float = math.nan
+    mean_kernel_us: float = math.nan
+    idle_host_pct: float = math.nan  # the busiest device's step idle for the host (launch, Python, sync)
+    matrix_units: tuple[str, ...] | None = None  # reduced-precision dtypes the device has matrix units for
+    device_mem_peak_bytes: float = math.nan
+    device_mem_total_bytes: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -88,6 +97,10 @@ class Rule:
 
 
 CONTENTION_PCT = 20.0  # other processes' share of the machine's CPU that makes timings suspect
+LAUNCH_BOUND_KERNEL_US = 20.0  # kernels shorter than this on average cost about what launching them costs
+LAUNCH_BOUND_IDLE_PCT = 30.0
+MEMORY_NEAR_LIMIT = 0.90
+MIXED_FOR_DTYPE = {"bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 
 
 def suggest_steps_per_execution(host_pct: float, compute_pct: float, steps_per_call: int,
@@ -189,6 +202,43 @@ RULES: list[Rule] = [
                     "job its own cores (taskset, container CPU limits)"),
          severity="warning", finding=True,
          description=f"other processes use >= {CONTENTION_PCT:g} % of the machine's CPU during the run"),
+    Rule("retracing", "host", lambda f: f.retrace_steps > 0,
+         lambda f: (f"Graphs were built or compiled again in {f.retrace_steps} step{'s' if f.retrace_steps > 1 else ''} "
+                    f"after the first ({f.retrace_ms:.1f} ms): the tf.function retraces."),
+         lambda f: ("keep the step's input shapes and Python arguments fixed: pass tensors, not Python numbers, and "
+                    "give the tf.function an input_signature (or reduce_retracing=True)"),
+         finding=True, description="graph building or compilation inside the profiled window after the first step"),
+    Rule("host_sync", "host", lambda f: f.sync_name is not None,
+         lambda f: f"Every step synchronises the host with the device ({f.sync_name} in each step).",
+         lambda f: ("take .numpy(), tf.print and Python-side metrics out of the step, or do them every N steps, so "
+                    "the host can queue the next step while the device works"),
+         finding=True, description="a host-device synchronisation (device-to-host copy, tf.print) in every step"),
+    Rule("launch_bound", "host",
+         lambda f: (f.mean_kernel_us < LAUNCH_BOUND_KERNEL_US and f.idle_host_pct >= LAUNCH_BOUND_IDLE_PCT),
+         lambda f: (f"{f.kernels_per_step:.0f} kernels per step averaging {f.mean_kernel_us:.1f} µs, and the device is "
+                    f"idle waiting for the host {f.idle_host_pct:.0f} % of the step: launching costs more than running."),
+         lambda f: ("give each launch more work: a larger --batch-size, XLA (--jit-compile) to fuse small ops, "
+                    "and several steps per call (--steps-per-execution)"),
+         finding=True, description=f"kernels under {LAUNCH_BOUND_KERNEL_US:g} µs on average and the device idle for the "
+                                   f"host >= {LAUNCH_BOUND_IDLE_PCT:g} % of the step"),
+    Rule("fp32_on_matrix_units", "compute",
+         lambda f: f.precision in (None, "float32") and bool(f.matrix_units),
+         lambda f: (f"The run computes in float32 on a device with {' and '.join(f.matrix_units)} matrix units, "
+                    "which float32 does not use."),
+         lambda f: f"train with --precision {MIXED_FOR_DTYPE[f.matrix_units[-1]]}",
+         severity="info", finding=True, description="float32 training on a device with bfloat16/float16 matrix units"),
+    Rule("no_prefetch", "input", lambda f: f.prefetches is False,
+         lambda f: "The input pipeline has no prefetch: the device waits while each batch is prepared.",
+         lambda f: "end the tf.data pipeline with .prefetch(tf.data.AUTOTUNE)",
+         finding=True, description="a traced tf.data pipeline without a Prefetch stage"),
+    Rule("memory_near_limit", "compute",
+         lambda f: f.device_mem_total_bytes > 0 and f.device_mem_peak_bytes >= MEMORY_NEAR_LIMIT * f.device_mem_total_bytes,
+         lambda f: (f"Device memory peaked at {f.device_mem_peak_bytes / 2**30:.2f} of {f.device_mem_total_bytes / 2**30:.2f}"
+                    f" GiB ({100 * f.device_mem_peak_bytes / f.device_mem_total_bytes:.0f} %): one larger batch or "
+                    "model from an out-of-memory error."),
+         lambda f: "leave headroom: a smaller --batch-size or mixed precision",
+         severity="critical", finding=True,
+         description=f"device memory peak within {100 * (1 - MEMORY_NEAR_LIMIT):.0f} % of the device's limit"),
 ]
 RULES_BY_ID = {rule.id: rule for rule in RULES}
 

@@ -319,6 +319,7 @@ def mean_breakdown(steps: pd.DataFrame) -> dict[str, float]:
     total_ms = float(steps["step_ms"].sum())
     parts = [part for part in ("step", "input", "compute", "collective", "host") if f"{part}_ms" in steps]
     mean = {f"{part}_ms": float(steps[f"{part}_ms"].mean()) for part in parts}
-    for part in ("input", "compute", "host"):
-        mean[f"{part}_pct"] = 100.0 * float(steps[f"{part}_ms"].sum()) / total_ms if total_ms > 0 else 0.0
+    for part in ("input", "compute", "collective", "host"):
+        if f"{part}_ms" in steps:
+            mean[f"{part}_pct"] = 100.0 * float(steps[f"{part}_ms"].sum()) / total_ms if total_ms > 0 else 0.0
     return mean

@@ -171,8 +171,9 @@ def headline(summaries: dict) -> dict[str, float]:
         "device_util_mean_pct": math.nan,
         "device_util_p95_pct": math.nan,
         "device_mem_peak_bytes": math.nan,
+        "device_mem_total_bytes": math.nan,
     }
-    means, p95s, memory = [], [], []
+    means, p95s, memory, totals = [], [], [], []
     for name, summary in summaries.items():
         if name == "host":
             continue
@@ -184,10 +185,13 @@ def headline(summaries: dict) -> dict[str, float]:
         for column in ("tf_mem_peak_bytes", "mem_used_bytes"):
             if not math.isnan(_stat(summary, column, "max")):
                 memory.append(_stat(summary, column, "max"))
+                totals.append(_stat(summary, "mem_total_bytes", "max"))
                 break
     if means:
         out["device_util_mean_pct"] = float(np.mean(means))
         out["device_util_p95_pct"] = float(np.nanmax(p95s))
     if memory:
-        out["device_mem_peak_bytes"] = float(max(memory))
+        fullest = int(np.argmax(memory))
+        out["device_mem_peak_bytes"] = float(memory[fullest])
+        out["device_mem_total_bytes"] = float(totals[fullest])
     return out

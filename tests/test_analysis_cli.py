@@ -86,7 +86,9 @@ def test_json_contract(capsys):
     result = json.loads(capsys.readouterr().out)
     assert set(result) == {"schema_version", "source", "step_source", "step_name", "device", "notes", "steps", "mean",
                            "steps_used", "verdict", "utilization", "findings", "devices", "kernel_launch", "workers",
-                           "straggler"}
+                           "straggler", "ops", "input_stages"}
+    assert {"op", "type", "device", "count_per_step", "ms_per_step", "compute_pct"} == set(result["ops"][0])
+    assert sum(op["compute_pct"] for op in result["ops"]) == pytest.approx(100)
     assert result["devices"] == [] and result["workers"] == [] and result["straggler"] is None
     assert result["schema_version"] == 1 and result["step_source"] == "markers"
     assert result["device"] == "cpu"
@@ -100,7 +102,7 @@ def test_json_contract(capsys):
         assert step["input_ms"] + step["compute_ms"] + step["collective_ms"] + step["host_ms"] == pytest.approx(
             step["step_ms"])
     assert set(result["mean"]) == {"step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "input_pct",
-                                   "compute_pct", "host_pct"}
+                                   "compute_pct", "collective_pct", "host_pct"}
     assert result["mean"]["input_pct"] + result["mean"]["compute_pct"] + result["mean"]["host_pct"] == pytest.approx(100)
     assert {"bound", "evidence", "advice"} <= set(result["verdict"])
     assert result["verdict"]["bound"] in {"input", "host", "compute"}

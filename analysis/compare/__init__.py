@@ -19,6 +19,8 @@ from analysis import run_files
 from analysis.compare.chart import plot_compare
 from analysis.compare.errors import CompareError
 from analysis.compare.explain import LABELS, advice, explain, per_image_gaps
+from analysis.compare.gate import over_limits, parse_limits, slower_than_baseline
+from analysis.compare.op_diff import OP_DIFF_KEYS, describe as describe_op_diff, op_diff, op_diff_runs
 from analysis.compare.reading import read_external, read_run, validate_external
 from analysis.compare.render import render, render_markdown, render_text, to_csv_frame, to_json
 from analysis.compare.rows import COMPONENTS, external_rows, run_row, steady_components, steady_epochs

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import run_files
+from analysis.compare.op_diff import describe
 from analysis.compare.table import warnings
 
 
@@ -104,12 +105,21 @@ def render_markdown(table: pd.DataFrame, plot_name: str | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
-def render(table: pd.DataFrame, fmt: str, plot_name: str | None = None) -> str:
-    """`fmt` is text, markdown, json or csv."""
+def render(table: pd.DataFrame, fmt: str, plot_name: str | None = None, op_diff: dict | None = None) -> str:
+    """`fmt` is text, markdown, json or csv; `op_diff` (`rows`, `unit`, `gap`, `a`, `b`) adds the op diff."""
     if fmt == "json":
-        return json.dumps(to_json(table), indent=2) + "\n"
+        document = to_json(table)
+        if op_diff is not None:
+            document["op_diff_unit"] = op_diff["unit"]
+            document["op_diff"] = [{key: _jsonable(value) for key, value in record.items()}
+                                   for record in op_diff["rows"].to_dict(orient="records")]
+        return json.dumps(document, indent=2) + "\n"
     if fmt == "csv":
         return to_csv_frame(table).to_csv(index=False)
-    if fmt == "markdown":
-        return render_markdown(table, plot_name)
-    return render_text(table)
+    text = render_markdown(table, plot_name) if fmt == "markdown" else render_text(table)
+    if op_diff is not None:
+        lines = describe(op_diff["rows"], op_diff["unit"], op_diff["gap"], op_diff["a"], op_diff["b"])
+        if fmt == "markdown":
+            lines = ["", f"## Op diff", "", lines[0], "", *(line.replace("  - ", "- ", 1) for line in lines[1:])]
+        text += "\n" + "\n".join(lines) + "\n"
+    return text

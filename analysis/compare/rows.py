@@ -94,7 +94,14 @@ def run_row(run: dict) -> dict:
     }
     for part in COMPONENTS:
         row[f"{part}_s"] = row[f"{part}_pct"] = float("nan")
+    row["median_step_ms"] = row["median_ms_per_image"] = float("nan")
     if run.get("steps") is not None and not run["steps"].empty:
+        steady_calls = run["steps"][run["steps"]["epoch"].isin(row["epochs_used"])]
+        if steady_calls.empty:
+            steady_calls = run["steps"]
+        per_step = steady_calls["step_ms"] / steady_calls["steps"]
+        row["median_step_ms"] = float(per_step.median())
+        row["median_ms_per_image"] = float((steady_calls["step_ms"] / steady_calls["images"]).median())
         breakdown = epochs_mod.epoch_breakdown(run["steps"], epochs)
         row.update(steady_components(breakdown, row["epochs_used"], seconds, run.get("trace_mean")))
         row["compute_source"] = "trace" if run.get("trace_mean") else "steps.csv"
@@ -120,7 +127,8 @@ def external_rows(external: pd.DataFrame) -> list[dict]:
                "steps_per_call": None, "steps_per_epoch": float("nan"), "epochs": None, "epochs_used": [],
                "seconds_per_epoch": seconds, "images_per_epoch": images, "train_seconds_per_epoch": float("nan"),
                "images_per_second": float("nan"), "epoch_images_per_second": images / seconds,
-               "compute_source": "none", "notes": record.get("notes") or ""}
+               "compute_source": "none", "notes": record.get("notes") or "",
+               "median_step_ms": float("nan"), "median_ms_per_image": float("nan")}
         for part in COMPONENTS:
             row[f"{part}_s"] = row[f"{part}_pct"] = float("nan")
         row.update(headline({}))

@@ -12,7 +12,14 @@ import re
 import sys
 from pathlib import Path
 
-from profiler.commands.common import EXIT_FAILURE, EXIT_OK, add_format_option, error, file_warnings
+from profiler.commands.common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_REGRESSION,
+    add_format_option,
+    error,
+    file_warnings,
+)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -29,6 +36,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     analyze.add_argument("--step-name", metavar="REGEX", default=None,
                          help="the step marker or program execution (tf.function, XLA program) that stands for one "
                               "step, when the automatic choice is not the training step")
+    analyze.add_argument("--fail-on", metavar="PART>PCT,...", default=None,
+                         help=f"exit {EXIT_REGRESSION} when a part's share of step time is above its limit, e.g. "
+                              "'input>20,host>15' (parts: input, compute, host, collective)")
     analyze.set_defaults(handler=handle)
     return analyze
 
@@ -44,6 +54,14 @@ def handle(args: argparse.Namespace) -> int:
             re.compile(args.step_name)
         except re.error as exc:
             return error(f"--step-name {args.step_name!r} is not a regular expression: {exc}")
+    limits = {}
+    if args.fail_on is not None:
+        from analysis.compare.gate import parse_limits
+
+        try:
+            limits = parse_limits(args.fail_on)
+        except ValueError as exc:
+            return error(f"--fail-on: {exc}")
     if not path.exists():
         return error(f"no such file or directory: {path}", hint="pass a run directory, log folder or .xplane.pb file")
     try:
@@ -65,4 +83,11 @@ def handle(args: argparse.Namespace) -> int:
     sys.stdout.write(report.render(analysis, args.format))
     if args.format == "text" and written:
         print(f"wrote {len(written)} files to {out_dir}")
+    if limits:
+        from analysis.compare.gate import over_limits
+
+        crossed = over_limits(analysis.mean, limits)
+        if crossed:
+            print(f"regression: {'; '.join(crossed)} (--fail-on {args.fail_on})", file=sys.stderr)
+            return EXIT_REGRESSION
     return EXIT_OK

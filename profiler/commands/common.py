@@ -14,6 +14,7 @@ from analysis.run_files import SCHEMA_VERSION, RunFileWarning
 EXIT_OK = 0
 EXIT_FAILURE = 1  # the command ran and failed (training crashed, nothing to analyse, ...)
 EXIT_USAGE = 2  # bad options or input: a missing path, an unknown device, an existing run name
+EXIT_REGRESSION = 3  # a gate crossed: --fail-if-slower, --fail-on
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
 EXIT_TERMINATED = 143  # SIGTERM (kill, Docker, Kubernetes, Slurm), as a shell reports it
 

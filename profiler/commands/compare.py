@@ -11,7 +11,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from profiler.commands.common import EXIT_OK, DeprecatedAlias, add_format_option, error, file_warnings
+from profiler.commands.common import (
+    EXIT_OK,
+    EXIT_REGRESSION,
+    DeprecatedAlias,
+    add_format_option,
+    error,
+    file_warnings,
+)
 
 
 FORMATS = ("text", "markdown", "json", "csv")
@@ -35,6 +42,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     compare.add_argument("--out", dest="output", metavar="FILE", action=DeprecatedAlias,
                          message="--out is deprecated for compare; use --output (-o)",
                          help="deprecated spelling of --output")
+    compare.add_argument("--ops", action="store_true",
+                         help="with two runs A B: how much of the step-time gap each op explains (B against A)")
+    compare.add_argument("--fail-if-slower", type=float, default=None, metavar="PCT",
+                         help=f"exit {EXIT_REGRESSION} when a run's median steady step (per image if batch sizes "
+                              "differ) is more than PCT %% slower than the baseline (--baseline, else the first RUN)")
     compare.add_argument("--plot", default=None, metavar="PNG",
                          help="write the seconds-per-epoch bar chart here (default: <output>.png when --output "
                               "is given)")
@@ -48,9 +60,22 @@ def handle(args: argparse.Namespace) -> int:
     if not args.runs and not args.external:
         return error("nothing to compare: pass run directories and/or --external CSV",
                      hint="see 'devprof compare --help'")
+    if args.ops and len(args.runs) != 2:
+        return error(f"--ops compares two runs, A and B; got {len(args.runs)}", hint="devprof compare A B --ops")
+    if args.fail_if_slower is not None and not (args.fail_if_slower >= 0 and args.fail_if_slower < float("inf")):
+        return error(f"--fail-if-slower must be a finite percentage >= 0, got {args.fail_if_slower:g}")
+    op_diff = None
     try:
         with file_warnings():
             table = compare.compare_runs(args.runs, args.external, args.baseline)
+            if args.ops:
+                rows, unit, gap = compare.op_diff_runs(args.runs[0], args.runs[1])
+                op_diff = {"rows": rows, "unit": unit, "gap": gap, "a": Path(args.runs[0]).name,
+                           "b": Path(args.runs[1]).name}
+            regressions = []
+            if args.fail_if_slower is not None:
+                first = 0 if args.baseline is None else int(table.index[table["baseline"]][0])
+                regressions = compare.slower_than_baseline(table, first, args.fail_if_slower)
     except compare.CompareError as exc:
         return error(str(exc))
 
@@ -64,7 +89,7 @@ def handle(args: argparse.Namespace) -> int:
             compare.plot_compare(table, plot)
         except OSError as exc:
             return error(f"cannot write the chart to {plot}: {exc}")
-    text = compare.render(table, args.format, plot.name if plot is not None else None)
+    text = compare.render(table, args.format, plot.name if plot is not None else None, op_diff)
     if output is not None:
         try:
             output.parent.mkdir(parents=True, exist_ok=True)
@@ -77,4 +102,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.format in ("json", "csv") or output is not None:
         for line in compare.warnings(table):  # text and markdown carry them already
             print(line, file=sys.stderr)
+    if regressions:
+        print(f"regression: {'; '.join(regressions)}", file=sys.stderr)
+        return EXIT_REGRESSION
     return EXIT_OK
