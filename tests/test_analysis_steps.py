@@ -3,17 +3,16 @@
 import numpy as np
 import pytest
 
-try:
-    import trace_fixtures as fx
-except ImportError:  # tests collected as a package
-    from tests import trace_fixtures as fx
+import trace_fixtures as fx
 
 from analysis.report import analyze
 from analysis.steps import mean_breakdown, steady_steps
 
 
 def _close(measured_ms, expected_ms):
-    return abs(measured_ms - expected_ms) <= max(0.10 * expected_ms, 2.0)
+    """An injected sleep never takes less than asked, but a busy machine can wake it late: the
+    bound below is tight, the one above loose, and a missing or doubled cost fails both ways."""
+    return expected_ms - max(0.10 * expected_ms, 2.0) <= measured_ms <= 1.5 * expected_ms
 
 
 @pytest.fixture(scope="module")
