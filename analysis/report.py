@@ -150,6 +150,14 @@ def _json_value(value):
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
+def input_bottleneck(analysis: Analysis) -> dict | None:
+    """The slowest tf.data stage when the steps wait for input (input-bound verdict), else None."""
+    if analysis.verdict.get("bound") != "input" or analysis.input_stages.empty:
+        return None
+    slowest = analysis.input_stages.iloc[0]
+    return {"stage": str(slowest["stage"]), "ms_per_batch": float(slowest["ms_per_batch"])}
+
+
 def _records(frame: pd.DataFrame) -> list[dict]:
     return [{k: (_json_value(float(v)) if isinstance(v, (float, int)) and not isinstance(v, bool) and k not in ("op", "type")
                  else v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
@@ -180,6 +188,7 @@ def to_json(analysis: Analysis) -> dict:
         "straggler": analysis.straggler,
         "ops": _records(analysis.ops),
         "input_stages": _records(analysis.input_stages),
+        "input_bottleneck": input_bottleneck(analysis),
         "utilization": {key: _json_value(value) for key, value in analysis.utilization.items()},
     }
     if analysis.epochs is not None:

@@ -1,0 +1,114 @@
+"""Real CPU runs: the op table and op diff (float32 vs mixed_bfloat16), the slow input stage named
+with its cost, and the regression gates that exit 3."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from profiler import cli
+
+RUN = ["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "400", "--batch-size", "50", "--epochs", "1",
+       "--profile-steps", "2:8", "--no-sample", "--quiet"]
+INPUT_DELAY_MS = 40.0
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs")
+    made = {}
+    for name, extra in (("f32", []), ("bf16", ["--precision", "mixed_bfloat16"]),
+                        ("slowed", ["--inject-host-delay-ms", "150"]),
+                        ("input40", ["--inject-input-delay-ms", str(INPUT_DELAY_MS)])):
+        assert cli.main([*RUN, "--out", str(out), "--run-name", name, *extra]) == 0
+        made[name] = out / name
+    return made
+
+
+def analyze_json(path, capsys, *extra) -> dict:
+    capsys.readouterr()
+    assert cli.main(["analyze", str(path), "--format", "json", *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_op_table_is_per_step_and_written_to_ops_csv(runs, capsys):
+    result = analyze_json(runs["f32"], capsys)
+    ops = result["ops"]
+    assert ops and set(ops[0]) == {"op", "type", "device", "count_per_step", "ms_per_step", "compute_pct"}
+    assert ops[0]["ms_per_step"] == max(op["ms_per_step"] for op in ops)
+    assert "Conv2D" in ops[0]["type"] or "Conv2D" in ops[0]["op"], ops[:3]  # convolutions dominate the seed CNN
+    assert sum(op["compute_pct"] for op in ops) == pytest.approx(100)
+    assert (runs["f32"] / "analysis" / "ops.csv").is_file()
+    capsys.readouterr()
+    assert cli.main(["analyze", str(runs["f32"])]) == 0
+    assert "top ops" in capsys.readouterr().out
+
+
+def test_op_diff_of_float32_and_mixed_bfloat16_adds_up_to_the_gap(runs, capsys):
+    capsys.readouterr()
+    assert cli.main(["compare", str(runs["f32"]), str(runs["bf16"]), "--ops", "--format", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["op_diff_unit"] == "ms_per_step"
+    rows = result["op_diff"]
+    assert set(rows[0]) == {"op", "type", "a_ms", "b_ms", "delta_ms", "share_pct", "only_in"}
+    gap = sum(row["delta_ms"] for row in rows)
+    a = analyze_json(runs["f32"], capsys)["mean"]["step_ms"]
+    b = analyze_json(runs["bf16"], capsys)["mean"]["step_ms"]
+    assert gap == pytest.approx(b - a, rel=0.05, abs=0.05)  # rows (outside-ops row included) add up to the gap
+    assert sum(row["share_pct"] for row in rows) == pytest.approx(100.0, abs=5.0)
+    assert any(row["op"].startswith("(outside ops") for row in rows)
+    ops_first = [row for row in rows if not row["op"].startswith("(outside ops")][:3]
+    assert all(any(word in (row["op"] + row["type"]) for word in ("Conv2D", "MatMul", "conv", "BiasAdd", "Relu"))
+               for row in ops_first), ops_first
+    casts = [row for row in rows if row["only_in"] == "b"]
+    assert casts, "mixed precision adds ops (casts) that float32 does not have"
+    shares = [row["share_pct"] for row in rows]
+    assert shares == sorted(shares, reverse=True)
+    capsys.readouterr()
+    assert cli.main(["compare", str(runs["f32"]), str(runs["bf16"]), "--ops"]) == 0
+    assert "op diff, bf16 against f32" in capsys.readouterr().out
+
+
+def test_op_diff_needs_two_runs(runs, capsys):
+    capsys.readouterr()
+    assert cli.main(["compare", str(runs["f32"]), "--ops"]) == 2
+    assert "--ops compares two runs" in capsys.readouterr().err
+
+
+def test_the_slow_input_stage_is_named_with_its_cost(runs, capsys):
+    delayed = analyze_json(runs["input40"], capsys)
+    stage = delayed["input_bottleneck"]
+    assert stage is not None and stage["stage"].endswith("::Map"), delayed["input_stages"][:3]
+    assert INPUT_DELAY_MS <= stage["ms_per_batch"] <= 1.25 * INPUT_DELAY_MS
+    assert delayed["input_stages"][0]["stage"] == stage["stage"]
+    assert analyze_json(runs["f32"], capsys)["input_bottleneck"] is None
+
+
+def test_fail_if_slower_exits_3_on_a_slowed_run_and_0_on_a_rerun(runs, tmp_path, capsys):
+    capsys.readouterr()
+    assert cli.main(["compare", str(runs["f32"]), str(runs["slowed"]), "--fail-if-slower", "20"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert [line for line in err if line.startswith("regression:")] == [err[-1]]
+    assert "slowed is" in err[-1] and "slower than f32" in err[-1]
+    # The same configuration twice, back to back. Another job starting between the two runs
+    # can slow the second one by more than 20 %; a fresh pair is then tried (at most three).
+    codes = []
+    for attempt in range(3):
+        pair = [tmp_path / f"try{attempt}" / name for name in ("first", "again")]
+        for path in pair:
+            assert cli.main([*RUN, "--no-profile", "--out", str(path.parent), "--run-name", path.name]) == 0
+        capsys.readouterr()
+        codes.append(cli.main(["compare", *map(str, pair), "--fail-if-slower", "20"]))
+        if codes[-1] == 0:
+            break
+    assert codes[-1] == 0, (codes, capsys.readouterr().err)
+
+
+def test_fail_on_limits_exit_3_naming_the_part(runs, capsys):
+    capsys.readouterr()
+    assert cli.main(["analyze", str(runs["input40"]), "--fail-on", "input>20,host>90"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("regression: input is") and "above the 20 % limit" in err[-1]
+    assert cli.main(["analyze", str(runs["f32"]), "--fail-on", "input>20"]) == 0
+    assert cli.main(["analyze", str(runs["f32"]), "--fail-on", "speed>3"]) == 2
