@@ -1,0 +1,127 @@
+"""Each finding rule fires on facts built to trigger it, stays silent on a clean run's facts, and
+is documented; the facts themselves come from traces as the rules expect."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis import rules, trace_facts
+from analysis.rules import Facts
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "rules.md"
+MS = 1_000_000
+
+
+def clean(**changes) -> Facts:
+    """A compute-bound float32 run on a device without matrix units: no finding applies."""
+    base = dict(input_pct=2.0, compute_pct=90.0, host_pct=8.0, device="gpu", precision="float32",
+                other_cpu_pct=3.0, proc_cpu_pct=100.0, cpu_cores=2.0, prefetches=True, matrix_units=(),
+                kernels_per_step=40.0, mean_kernel_us=900.0, idle_host_pct=5.0,
+                device_mem_peak_bytes=4e9, device_mem_total_bytes=16e9)
+    base.update(changes)
+    return Facts(**base)
+
+
+TRIGGERS = {
+    "cpu_contention": dict(other_cpu_pct=45.0, proc_cpu_pct=100.0, cpu_cores=2.0),
+    "retracing": dict(retrace_steps=3, retrace_ms=120.0),
+    "host_sync": dict(sync_name="MemcpyDtoH"),
+    "launch_bound": dict(kernels_per_step=900.0, mean_kernel_us=6.0, idle_host_pct=55.0),
+    "fp32_on_matrix_units": dict(matrix_units=("float16", "bfloat16")),
+    "no_prefetch": dict(prefetches=False),
+    "memory_near_limit": dict(device_mem_peak_bytes=15.2e9, device_mem_total_bytes=16e9),
+}
+
+
+def test_a_clean_run_has_no_findings():
+    assert rules.findings(clean()) == []
+
+
+@pytest.mark.parametrize("rule", sorted(TRIGGERS))
+def test_each_rule_fires_alone_with_evidence_and_one_fix(rule):
+    found = rules.findings(clean(**TRIGGERS[rule]))
+    assert [f["rule"] for f in found] == [rule]
+    finding = found[0]
+    assert finding["severity"] in rules.SEVERITIES
+    assert finding["evidence"] and finding["advice"]
+
+
+def test_rules_read_the_numbers_they_are_given():
+    assert "45 % of the machine's CPU" in rules.findings(clean(**TRIGGERS["cpu_contention"]))[0]["evidence"]
+    assert "3 steps after the first (120.0 ms)" in rules.findings(clean(**TRIGGERS["retracing"]))[0]["evidence"]
+    assert "--precision mixed_bfloat16" in rules.findings(clean(**TRIGGERS["fp32_on_matrix_units"]))[0]["advice"]
+    assert rules.findings(clean(matrix_units=("float16",)))[0]["advice"].endswith("mixed_float16")
+    assert rules.findings(clean(precision="mixed_float16", matrix_units=("float16",))) == []  # already uses them
+    memory = rules.findings(clean(**TRIGGERS["memory_near_limit"]))[0]
+    assert memory["severity"] == "critical" and "95 %" in memory["evidence"]
+    assert rules.findings(clean(device_mem_peak_bytes=14.3e9)) == []  # 89 %: silent
+
+
+def test_unknown_facts_keep_rules_silent():
+    unknown = Facts(30.0, 50.0, 20.0)  # only the breakdown: nothing measured, nothing known
+    assert rules.findings(unknown) == []
+
+
+def test_every_rule_is_documented():
+    text = DOCS.read_text()
+    for rule in rules.RULES:
+        assert f"`{rule.id}`" in text, rule.id
+
+
+# ---------------------------------------------------------------- facts from traces
+
+
+def events(rows):
+    frame = pd.DataFrame(rows, columns=["name", "plane_name", "line_name", "plane", "line", "start_ns", "end_ns"])
+    frame["duration_ns"] = frame["end_ns"] - frame["start_ns"]
+    frame["line_id"] = frame["line"]
+    for column in ("name", "plane_name", "line_name"):
+        frame[column] = frame[column].astype("category")
+    return frame
+
+
+STEPS = pd.DataFrame({"step": [0, 1, 2], "steps": 1, "start_ns": [0, 10 * MS, 20 * MS],
+                      "end_ns": [10 * MS, 20 * MS, 30 * MS], "step_ms": 10.0, "compile_ms": [6.0, 0.0, 0.0]})
+
+
+def test_retracing_counts_compiles_after_the_first_step_only():
+    assert trace_facts.retracing(STEPS) == (0, 0.0)
+    again = STEPS.assign(compile_ms=[6.0, 0.0, 4.0])
+    assert trace_facts.retracing(again) == (1, 4.0)
+
+
+def test_a_sync_in_every_step_is_found_and_one_in_some_steps_is_not():
+    gpu = ("/device:GPU:0", "Stream #7(MemcpyDtoH)", 1, 3)
+    every = events([("MemcpyDtoH", *gpu, k * 10 * MS + 8 * MS, k * 10 * MS + 9 * MS) for k in range(3)])
+    assert trace_facts.syncs_in_every_step(every, STEPS) == "MemcpyDtoH"
+    some = events([("MemcpyDtoH", *gpu, 8 * MS, 9 * MS)])
+    assert trace_facts.syncs_in_every_step(some, STEPS) is None
+    prints = events([("train/PrintV2:PrintV2", "/host:CPU", "python", 0, 0, k * 10 * MS + MS, k * 10 * MS + 2 * MS)
+                     for k in range(3)])
+    assert trace_facts.syncs_in_every_step(prints, STEPS) == "train/PrintV2:PrintV2"
+
+
+def test_kernel_counts_and_lengths_leave_out_copies():
+    gpu = ("/device:GPU:0", "Stream #13(Compute)", 1, 2)
+    rows = [("fusion", *gpu, k * 10 * MS + i * 100_000, k * 10 * MS + i * 100_000 + 5_000) for k in range(3)
+            for i in range(50)]
+    rows += [("MemcpyH2D", *gpu, k * 10 * MS, k * 10 * MS + 2 * MS) for k in range(3)]
+    per_step, mean_us = trace_facts.kernels(events(rows), STEPS)
+    assert per_step == 50 and mean_us == pytest.approx(5.0)
+    assert all(math.isnan(v) for v in trace_facts.kernels(events([("x", "/host:CPU", "python", 0, 0, 0, 1)]), STEPS))
+
+
+@pytest.mark.parametrize("device, expected", [
+    ({"kind": "gpu", "gpus": [{"compute_capability": "8.0"}]}, ("float16", "bfloat16")),
+    ({"kind": "gpu", "gpus": [{"compute_capability": "7.5"}]}, ("float16",)),
+    ({"kind": "gpu", "gpus": [{"compute_capability": "6.1"}]}, ()),
+    ({"kind": "tpu"}, ("bfloat16",)),
+    ({"kind": "cpu", "matrix_units": ["bfloat16"]}, ("bfloat16",)),
+    ({"kind": "cpu"}, None),
+])
+def test_matrix_units_from_the_device_facts(device, expected):
+    assert trace_facts.matrix_unit_dtypes(device) == expected
