@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from analysis import cli as analysis_cli
+from profiler import cli
 from analysis.run_files import STEPS_COLUMNS as STEP_COLUMNS
 
 
@@ -32,7 +32,7 @@ def make_run(tmp_path, input_ms, call_ms, other_ms, calls=10, first_call_extra_m
 
 def analyze_json(run, capsys):
     capsys.readouterr()
-    assert analysis_cli.main([str(run), "--format", "json"]) == 0
+    assert cli.main(["analyze", str(run), "--format", "json"]) == 0
     return json.loads(capsys.readouterr().out)
 
 
@@ -59,6 +59,6 @@ def test_host_heavy_steps_csv_is_host_bound(tmp_path, capsys):
 def test_run_without_steps_is_a_clear_error(tmp_path, capsys):
     run = make_run(tmp_path, 1.0, 50.0, 1.0)
     pd.DataFrame(columns=STEP_COLUMNS).to_csv(run / "steps.csv", index=False)
-    assert analysis_cli.main([str(run)]) == 1
+    assert cli.main(["analyze", str(run)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "no steps" in err[0]

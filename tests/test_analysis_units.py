@@ -4,10 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-try:
-    import trace_fixtures as fx
-except ImportError:
-    from tests import trace_fixtures as fx
+import trace_fixtures as fx
 
 from analysis import intervals as iv
 from analysis.epochs import epoch_breakdown
