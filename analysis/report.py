@@ -23,7 +23,7 @@ from analysis.step_sources import StepSource, open_step_source
 from analysis.device_rows import device_rows, kernel_launch
 from analysis.input_stages import input_stage_table, prefetches, slowest_input_stage
 from analysis.ops import OP_COLUMNS, op_table
-from analysis.workers import find_straggler, worker_rows
+from analysis.workers import find_straggler, worker_row, worker_rows
 from analysis.steps import mean_breakdown, steady_steps
 
 TOP_OPS = 10
@@ -52,6 +52,7 @@ class Analysis:
     ops: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=OP_COLUMNS))
     input_stages: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["stage", "ms_per_batch"]))
     epoch_starts_s: list[float] = field(default_factory=list)
+    job_dir: Path | None = None  # a multi-worker run: the job's folder (the breakdown is worker 0's)
 
     @property
     def run_dir(self) -> Path | None:
@@ -77,7 +78,11 @@ def utilization_evidence(summaries: dict) -> dict[str, float]:
 
 def analyze(path: str | Path, step_name: str | None = None) -> Analysis:
     """Find the steps at `path` (a trace, or a run directory's steps.csv) and break them down;
-    `step_name` (a regex) picks the marker or program that stands for a step."""
+    `step_name` (a regex) picks the marker or program that stands for a step. A multi-worker
+    run is worker 0's breakdown with one row per worker and the straggler."""
+    workers = run_files.worker_dirs(path) if Path(path).is_dir() else []
+    if workers and not (Path(path) / run_files.STEPS_CSV).is_file():
+        return _analyze_job(Path(path), workers, step_name)
     source = open_step_source(path, step_name)
     steady = steady_steps(source.steps)
     compile_steps = source.steps[~source.steps.index.isin(steady.index)]
@@ -137,6 +142,20 @@ def analyze(path: str | Path, step_name: str | None = None) -> Analysis:
                         device_mem_total_bytes=machine["device_mem_total_bytes"], **found)
     result.findings = rules.findings(facts)
     return result
+
+
+def _analyze_job(job_dir: Path, workers: list[Path], step_name: str | None) -> Analysis:
+    per_worker = [analyze(worker, step_name) for worker in workers]
+    chief = per_worker[0]
+    chief.job_dir = job_dir
+    chief.workers = []
+    for index, (worker, analysis) in enumerate(zip(workers, per_worker)):
+        device = run_files.section(run_files.read_run_json(worker / run_files.RUN_JSON), "device")
+        chief.workers.append(worker_row(index, str(device.get("host") or worker.name), analysis.mean))
+    chief.straggler = find_straggler(chief.workers)
+    chief.source.notes.append(f"{len(workers)} workers: the breakdown is worker 0's ({workers[0].name}); "
+                              "one row per worker below")
+    return chief
 
 
 def _number(value) -> float:
@@ -349,7 +368,8 @@ def render(analysis: Analysis, fmt: str) -> str:
 
 
 def default_out_dir(analysis: Analysis) -> Path | None:
-    return analysis.run_dir / "analysis" if analysis.run_dir is not None else None
+    folder = analysis.job_dir or analysis.run_dir
+    return folder / "analysis" if folder is not None else None
 
 
 def write_outputs(analysis: Analysis, out_dir: str | Path) -> list[Path]:

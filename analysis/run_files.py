@@ -44,6 +44,19 @@ UTILIZATION_COLUMNS = ("cpu_pct", "gpu_util_pct", "mxu_util_pct")
 DEVICE_UTILIZATION_COLUMNS = UTILIZATION_COLUMNS[1:]
 
 
+WORKER_DIR_PREFIX = "worker-"
+
+
+def worker_dirs(run_dir: str | Path) -> list[Path]:
+    """The `worker-<i>/` run directories of a multi-worker run, in worker order (empty for one worker)."""
+    found = []
+    for child in Path(run_dir).glob(f"{WORKER_DIR_PREFIX}*"):
+        index = child.name[len(WORKER_DIR_PREFIX):]
+        if child.is_dir() and index.isdigit() and (child / RUN_JSON).is_file():
+            found.append((int(index), child))
+    return [path for _, path in sorted(found)]
+
+
 def host_columns(cpu_count: int) -> list[str]:
     """host.csv's columns after `time_s`: all cores, each core, then the process and system metrics."""
     return ["cpu_pct", *(f"cpu{i}_pct" for i in range(cpu_count)), *HOST_PROCESS_COLUMNS]

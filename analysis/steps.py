@@ -296,8 +296,9 @@ def analyze_steps(trace: Trace, step_name: str | None = None) -> StepAnalysis:
     detected = detect_steps(events, step_name)
     device = device_kind(events)
     if device == "cpu":
-        compute = host_compute_intervals(events, detected.spans)
-        collective = iv.empty()
+        host = host_events(events)
+        collective = _intervals(host[matches(host["name"], producers.pattern("collective"), search=True)])
+        compute = iv.subtract(host_compute_intervals(events, detected.spans), collective)
     else:
         parts = device_parts(device_events(events))
         compute, collective = parts["compute"], parts["collective"]

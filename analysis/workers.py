@@ -18,7 +18,7 @@ WORKER_KEYS = ["worker", "host", "step_ms", "input_ms", "compute_ms", "host_ms",
 CAUSES = ("input", "compute", "host")
 
 
-def worker_row(worker: str, host: str, mean: dict) -> dict:
+def worker_row(worker: str | int, host: str, mean: dict) -> dict:
     row = {"worker": worker, "host": host}
     row.update({key: float(mean.get(key, 0.0)) for key in WORKER_KEYS[2:]})
     return row
@@ -66,4 +66,4 @@ def find_straggler(rows: list[dict]) -> dict | None:
                 f"others' median ({float(own.drop(best).median()):.1f} ms); its {cause} is "
                 f"{frame.at[best, f'{cause}_ms']:.1f} ms vs a median {others[f'{cause}_ms'].median():.1f} ms. "
                 f"The others wait for it in the collective: {waiting}")
-    return {"worker": str(name), "cause": cause, "evidence": evidence}
+    return {"worker": rows[best]["worker"], "cause": cause, "evidence": evidence}

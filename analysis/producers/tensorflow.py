@@ -10,6 +10,8 @@ PRODUCER = Producer(
             r"|HLO passes.*)$",
     host_execution=r"^(?:KernelAndDevice\w*::Run|ExecutorState::Process|ExecutorDoneCallback|ThunkExecutor::Execute)$",
     eager_wrapper=r"^(?:EagerExecute|EagerLocalExecute|EagerKernelExecute|FunctionRun)",
+    # Collective ops on the host (MultiWorkerMirroredStrategy on CPUs): the step waits for its peers there.
+    collective=r"Collective(?:Reduce|Gather|Bcast|AllToAll|Permute)\w*|NcclAllReduce",
     # tf.profiler.experimental.Trace("train", step_num=N, _r=1) in custom loops.
     step_markers=("train",),
 )
