@@ -171,3 +171,30 @@ def test_epoch_result_carries_both_rates():
                          accuracy=0.5, val_loss=1.0, val_accuracy=0.5)
     record = result.as_dict()
     assert record["images_per_second"] == 625.0 and record["epoch_images_per_second"] == pytest.approx(500.0)
+
+
+def test_a_multi_worker_run_directory_has_one_row_per_worker_and_names_the_straggler(tmp_path, capsys):
+    import shutil
+
+    import trace_fixtures as fx
+
+    session = fx.write_synthetic_session(tmp_path / "session", workers=2, slow_worker=1, slow_part="host",
+                                         extra_ms=8.0)
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "run.json").write_text(json.dumps({"status": "complete", "workers": ["worker-0", "worker-1"]}))
+    for index, trace in enumerate(session.files):
+        worker = job / f"worker-{index}"
+        worker.mkdir()
+        (worker / "run.json").write_text(json.dumps({"status": "complete", "device": {"kind": "gpu",
+                                                                                       "host": f"node-{index}"}}))
+        (worker / "plugins" / "profile" / "s").mkdir(parents=True)
+        shutil.copy(trace, worker / "plugins" / "profile" / "s" / "host.xplane.pb")
+    assert cli.main(["analyze", str(job), "--format", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [(w["worker"], w["host"]) for w in result["workers"]] == [(0, "node-0"), (1, "node-1")]
+    for key in ("step_ms", "input_ms", "compute_ms", "host_ms", "collective_ms"):
+        assert all(isinstance(w[key], float) for w in result["workers"])
+    assert result["straggler"]["worker"] == 1 and result["straggler"]["cause"] == "host"
+    assert result["workers"][0]["collective_ms"] > result["workers"][1]["collective_ms"] + 6.0  # worker 0 waits
+    assert (job / "analysis" / "report.md").is_file()  # the job's report, not worker 0's
