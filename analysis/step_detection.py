@@ -72,18 +72,22 @@ def candidate_names(events: pd.DataFrame) -> list[str]:
     return [str(name) for name in picked["name"].astype(str).value_counts().index]
 
 
-def _ends(starts: np.ndarray, own_ends: np.ndarray, consecutive: np.ndarray | None = None) -> np.ndarray:
-    """A step lasts until the next one starts (when that is after its own end), else to its own end."""
+def _ends(starts: np.ndarray, own_ends: np.ndarray, consecutive: np.ndarray | None = None,
+          partition: bool = False) -> np.ndarray:
+    """A step lasts until the next one starts (when that is after its own end), else to its own end.
+
+    With `partition`, every step but the last ends where the next starts, so that steps never
+    overlap: the k-th executions on staggered threads can outlast the start of round k+1."""
     ends = own_ends.copy()
     if starts.size > 1:
-        follows = starts[1:] >= own_ends[:-1]
+        follows = starts[1:] >= own_ends[:-1] if not partition else np.ones(starts.size - 1, dtype=bool)
         if consecutive is not None:
             follows &= consecutive
         ends[:-1][follows] = starts[1:][follows]
     return ends
 
 
-def _frame(step, steps, name, plane, line, start, marker_end) -> pd.DataFrame:
+def _frame(step, steps, name, plane, line, start, marker_end, partition: bool = False) -> pd.DataFrame:
     count = len(np.atleast_1d(np.asarray(step)))
 
     def column(values):
@@ -92,7 +96,7 @@ def _frame(step, steps, name, plane, line, start, marker_end) -> pd.DataFrame:
     frame = pd.DataFrame({"step": column(step), "steps": column(steps), "name": name, "plane": column(plane),
                           "line": column(line), "start_ns": column(start), "marker_end_ns": column(marker_end)})
     frame = frame.sort_values("start_ns", kind="stable").reset_index(drop=True)
-    frame["end_ns"] = _ends(frame["start_ns"].to_numpy(), frame["marker_end_ns"].to_numpy())
+    frame["end_ns"] = _ends(frame["start_ns"].to_numpy(), frame["marker_end_ns"].to_numpy(), partition=partition)
     return frame[STEP_COLUMNS]
 
 
@@ -200,7 +204,7 @@ def _kth_on_each_thread(executions: pd.DataFrame, name: str, method_note: str) -
     first = executions.sort_values("start_ns", kind="stable").drop_duplicates("step").set_index("step")
     first = first.loc[per_step.index]
     steps = _frame(per_step.index.to_numpy(), 1, name, first["plane"], first["line"], per_step["start_ns"],
-                   per_step["marker_end_ns"])
+                   per_step["marker_end_ns"], partition=True)
     spans = executions.rename(columns={"end_ns": "marker_end_ns"})[SPAN_COLUMNS].reset_index(drop=True)
     threads = executions[["plane", "line"]].drop_duplicates()
     note = (f"no step markers: each step is one execution of {name} ({method_note}"
