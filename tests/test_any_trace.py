@@ -417,3 +417,30 @@ def test_equal_workers_have_no_straggler(sessions):
     data = result(session.logdir)
     assert len(data["workers"]) == len(session.files)
     assert data["straggler"] is None, data["straggler"]
+
+
+def test_staggered_executions_partition_the_time_without_overlap():
+    """Round k on a late thread can outlast the start of round k+1 on an early one: the steps
+    still tile the time, so nothing is counted in two steps."""
+    import pandas as pd
+
+    from analysis.step_detection import detect_steps
+
+    ms = 1_000_000
+    rows = []
+    for k in range(3):
+        rows.append(("PjRtStreamExecutorLoadedExecutable::Execute", 0, 0, k * 10 * ms, k * 10 * ms + 9 * ms))
+        rows.append(("PjRtStreamExecutorLoadedExecutable::Execute", 0, 1, k * 10 * ms + 2 * ms, k * 10 * ms + 11 * ms))
+    events = pd.DataFrame(rows, columns=["name", "plane", "line", "start_ns", "end_ns"])
+    events["duration_ns"] = events["end_ns"] - events["start_ns"]
+    events["plane_name"] = pd.Categorical(["/host:CPU"] * len(events))
+    events["line_name"] = pd.Categorical(["py_xla_execute/1" if line == 0 else "py_xla_execute/2"
+                                          for line in events["line"]])
+    events["name"] = events["name"].astype("category")
+    for column in ("step_num", "_r", "steps", "group_id", "tf_function_call"):
+        events[column] = pd.Series([None] * len(events), dtype=object)
+    found = detect_steps(events)
+    assert found.method == "program_executions" and len(found.steps) == 3
+    starts, ends = found.steps["start_ns"].tolist(), found.steps["end_ns"].tolist()
+    assert ends[:-1] == starts[1:]  # no overlap, no gap
+    assert ends[-1] == 31 * ms  # the last round ends with its last execution
