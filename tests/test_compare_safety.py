@@ -99,3 +99,22 @@ def test_output_format_follows_the_extension(tmp_path, capsys, name, check):
     explicit = tmp_path / ("explicit-" + name)
     assert cli.main(["compare", "--external", str(SEED_TABLE), "-o", str(explicit), "--format", "text"]) == 0
     assert "why:" in explicit.read_text()
+
+
+def test_a_multi_worker_run_is_one_row_with_its_workers_as_sub_rows(tmp_path, capsys):
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "run.json").write_text(json.dumps({"status": "complete", "workers": ["worker-0", "worker-1"]}))
+    make_run(job, "worker-0", epoch_seconds=(2.0, 0.6, 0.6))
+    make_run(job, "worker-1", epoch_seconds=(2.0, 0.6, 0.6), input_ms=11.0)
+    single = make_run(tmp_path, "single", epoch_seconds=(2.0, 1.2, 1.2))
+    assert cli.main(["compare", str(job), str(single), "--format", "json"]) == 0
+    rows = {r["run"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert set(rows) == {"job", "single"}
+    assert rows["job"]["seconds_per_epoch"] == pytest.approx(0.6)  # the chief's, the job's pace
+    workers = rows["job"]["workers"]
+    assert [w["run"] for w in workers] == ["worker-0", "worker-1"]
+    assert workers[1]["input_pct"] > workers[0]["input_pct"]
+    assert rows["single"]["workers"] == []
+    assert cli.main(["compare", str(job), str(single)]) == 0
+    assert "job / worker-1:" in capsys.readouterr().out

@@ -25,6 +25,13 @@ def read_run(path: str | Path) -> dict:
     run_json = path / run_files.RUN_JSON
     if not path.is_dir() or not run_json.is_file():
         raise CompareError(f"{path} is not a run directory (no run.json); pass folders written by 'devprof run'")
+    workers = run_files.worker_dirs(path)
+    if workers and not (path / run_files.STEPS_CSV).is_file():
+        # A multi-worker job: its row is the chief's (every worker's step lasts as long in a
+        # synchronous job), with each worker beside it.
+        job = read_run(workers[0])
+        job.update(path=str(path), name=path.name, workers=[read_run(worker) for worker in workers])
+        return job
     try:
         meta = run_files.read_run_json(run_json)
     except run_files.RunFileError as exc:

@@ -22,6 +22,8 @@ def _jsonable(value):
         return bool(value)
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {key: _jsonable(v) for key, v in value.items()}
     return value
 
 
@@ -37,6 +39,7 @@ def to_csv_frame(table: pd.DataFrame) -> pd.DataFrame:
     frame = table.copy()
     frame["flags"] = frame["flags"].map("; ".join)
     frame["findings"] = frame["findings"].map(lambda found: " ".join(f["rule"] for f in found))
+    frame["workers"] = frame["workers"].map(lambda workers: " ".join(w["run"] for w in workers))
     frame["epochs_used"] = frame["epochs_used"].map(lambda e: " ".join(map(str, e)))
     return frame
 
@@ -77,9 +80,19 @@ def render_text(table: pd.DataFrame) -> str:
            f"* baseline: {table.loc[table['baseline'], 'run'].iloc[0]}; % columns are shares of the epoch "
            "(epoch% = validation and other work outside training steps)", "", "why:"]
     out += [f"  - {why}" for why in table["why"]]
+    out += _worker_lines(table)
     out += _notes(table)
     out += warnings(table)
     return "\n".join(out) + "\n"
+
+
+def _worker_lines(table: pd.DataFrame) -> list[str]:
+    out = []
+    for _, row in table.iterrows():
+        for worker in row.get("workers") or []:
+            out.append(f"  {row['run']} / {worker['run']}: {worker['seconds_per_epoch']:.3g} s/epoch, input "
+                       f"{worker['input_pct']:.0f} %, compute {worker['compute_pct']:.0f} %, host {worker['host_pct']:.0f} %")
+    return ["", "workers:", *out] if out else []
 
 
 def _notes(table: pd.DataFrame) -> list[str]:

@@ -106,6 +106,7 @@ def run_row(run: dict) -> dict:
         row.update(steady_components(breakdown, row["epochs_used"], seconds, run.get("trace_mean")))
         row["compute_source"] = "trace" if run.get("trace_mean") else "steps.csv"
     row.update(headline(run.get("utilization") or {}))
+    row["workers"] = [_worker_subrow(worker) for worker in run.get("workers") or []]
     flops_per_image = _num((meta.get("model") or {}).get("train_flops_per_image"))
     peak, dtype = peak_flops(meta.get("peak"), row["precision"])
     row["train_flops_per_image"] = flops_per_image
@@ -114,6 +115,15 @@ def run_row(run: dict) -> dict:
     row["peak_dtype"] = dtype
     row["mfu_pct"] = 100.0 * row["achieved_flops_per_second"] / peak if peak > 0 else float("nan")
     return row
+
+
+WORKER_SUBROW_KEYS = ("run", "seconds_per_epoch", "images_per_second", "input_pct", "compute_pct", "host_pct",
+                      "epoch_level_pct", "cpu_util_mean_pct")
+
+
+def _worker_subrow(worker: dict) -> dict:
+    row = run_row(worker)
+    return {key: row[key] for key in WORKER_SUBROW_KEYS}
 
 
 def external_rows(external: pd.DataFrame) -> list[dict]:
@@ -128,7 +138,7 @@ def external_rows(external: pd.DataFrame) -> list[dict]:
                "seconds_per_epoch": seconds, "images_per_epoch": images, "train_seconds_per_epoch": float("nan"),
                "images_per_second": float("nan"), "epoch_images_per_second": images / seconds,
                "compute_source": "none", "notes": record.get("notes") or "",
-               "median_step_ms": float("nan"), "median_ms_per_image": float("nan")}
+               "median_step_ms": float("nan"), "median_ms_per_image": float("nan"), "workers": []}
         for part in COMPONENTS:
             row[f"{part}_s"] = row[f"{part}_pct"] = float("nan")
         row.update(headline({}))
