@@ -1,0 +1,184 @@
+"""A file of the run directory that cannot be written (a full disk: ENOSPC, injected here) ends the
+run `failed` with the reason, in run.json and as one `error:` line; a trace that cannot be written
+is a warning that says the trace is incomplete (and a full disk there fails the run too)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from profiler import cli, rundir
+
+ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+FULL = "[Errno 28] No space left on device"
+
+
+@pytest.fixture(autouse=True)
+def small_test_set(monkeypatch):
+    """1,000 test images instead of 10,000: the end-of-run test pass is not what these tests check."""
+    import models.data as data_mod
+
+    full = data_mod.synthetic
+    monkeypatch.setattr(data_mod, "synthetic", lambda n, test_images=1000, seed=0: full(n, min(test_images, 1000), seed))
+
+
+def run_devprof(tmp_path, *extra):
+    argv = ["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "300", "--epochs", "1",
+            "--quiet", "--out", str(tmp_path), "--run-name", "r", *extra]
+    return cli.main(argv), tmp_path / "r"
+
+
+def error_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("error:")]
+
+
+class FullAfter:
+    """A file object that takes `budget` more writes, then fails every write and flush with ENOSPC."""
+
+    def __init__(self, file, budget: int):
+        self._file = file
+        self.budget = budget
+        self.full = False
+
+    def write(self, text):
+        if self.budget <= 0:
+            self.full = True
+            raise ENOSPC
+        self.budget -= 1
+        return self._file.write(text)
+
+    def flush(self):
+        if self.full:
+            raise ENOSPC
+        return self._file.flush()
+
+    def __getattr__(self, name):
+        return getattr(self._file, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._file.close()
+
+
+def test_full_disk_while_writing_steps_fails_the_run_and_run_json_says_so(tmp_path, monkeypatch, capsys):
+    """The disk fills up at the third step; from then on run.json cannot be rewritten either, until
+    the space the run set aside is given back: the last run.json still says `failed` and why."""
+    disk = []
+    original_init = rundir.StepsWriter.__init__
+
+    def steps_writer(self, path):
+        original_init(self, path)
+        self._file = FullAfter(self._file, budget=2)  # the header is written; two steps fit
+        self._writer = rundir.csv.writer(self._file)
+        disk.append(self._file)
+
+    real_write_json = rundir.write_json_atomic
+
+    def write_json(path, data):
+        if disk and disk[0].full and (Path(path).parent / rundir.RESERVE_NAME).exists():
+            raise ENOSPC
+        return real_write_json(path, data)
+
+    monkeypatch.setattr(rundir.StepsWriter, "__init__", steps_writer)
+    monkeypatch.setattr(rundir, "write_json_atomic", write_json)
+    rc, path = run_devprof(tmp_path, "--no-profile", "--no-sample")
+    assert rc == 1
+    err = capsys.readouterr().err
+    steps_csv = path / "steps.csv"
+    assert error_lines(err) == [f"error: run failed: cannot write {steps_csv}: {FULL}; "
+                                f"the run is marked failed in {path / 'run.json'}"], err
+    meta = json.loads((path / "run.json").read_text())
+    assert meta["status"] == "failed" and meta["finished_at"]
+    assert meta["error"] == f"WriteError: cannot write {steps_csv}: {FULL}"
+    assert len(steps_csv.read_text().splitlines()) == 1 + 2  # the header and the steps that fit
+    assert not (path / rundir.RESERVE_NAME).exists()
+
+
+def test_scalars_that_cannot_be_closed_fail_the_run(tmp_path, monkeypatch, capsys):
+    from profiler.scalars import Scalars
+
+    def close(self):
+        with self._writing():
+            self.writer.close()
+            raise ENOSPC  # the last events could not be flushed
+
+    monkeypatch.setattr(Scalars, "close", close)
+    rc, path = run_devprof(tmp_path, "--no-profile", "--no-sample")
+    assert rc == 1
+    lines = error_lines(capsys.readouterr().err)
+    assert len(lines) == 1 and "cannot write TensorBoard scalars" in lines[0] and FULL in lines[0], lines
+    meta = json.loads((path / "run.json").read_text())
+    assert meta["status"] == "failed" and "cannot write TensorBoard scalars" in meta["error"]
+    assert meta["test"]["images"] == 1000  # training and the test pass finished; the record did not
+
+
+def test_sampler_csv_that_cannot_be_written_fails_the_run(tmp_path, monkeypatch, capsys):
+    from profiler.samplers import runner
+
+    def open_full(path, *args, **kwargs):
+        return FullAfter(open(path, *args, **kwargs), budget=3)  # header and two rows
+
+    monkeypatch.setattr(runner, "open", open_full, raising=False)
+    rc, path = run_devprof(tmp_path, "--no-profile", "--sample-interval", "0.05")
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Exception in thread" not in err, err
+    host_csv = path / "utilization" / "host.csv"
+    lines = error_lines(err)
+    assert lines == [f"error: run failed: cannot write {host_csv}: OSError: {FULL}; "
+                     f"the run is marked failed in {path / 'run.json'}"], err
+    meta = json.loads((path / "run.json").read_text())
+    assert meta["status"] == "failed" and str(host_csv) in meta["error"]
+    host = meta["samplers"]["status"]["host"]
+    assert host["rows"] == 2 and FULL in host["write_error"]
+
+
+def _stop_that_fills_the_disk(monkeypatch):
+    """tf.profiler.experimental.stop() that leaves half a trace and fails as TensorFlow does on a full disk."""
+    import tensorflow as tf
+
+    real_stop = tf.profiler.experimental.stop
+
+    def stop(save=True):
+        real_stop(save)
+        traces = sorted(Path(stop.logdir).glob("plugins/profile/*/*.xplane.pb"))
+        raw = traces[-1].read_bytes()
+        traces[-1].write_bytes(raw[: len(raw) // 2])
+        raise tf.errors.ResourceExhaustedError(None, None, f"{traces[-1]}; No space left on device")
+
+    monkeypatch.setattr(tf.profiler.experimental, "stop", stop)
+    return stop
+
+
+def test_trace_on_a_full_disk_is_incomplete_and_fails_the_run(tmp_path, monkeypatch, capsys):
+    stop = _stop_that_fills_the_disk(monkeypatch)
+    stop.logdir = tmp_path / "r"
+    rc, path = run_devprof(tmp_path, "--no-sample", "--profile-steps", "1:2")
+    assert rc == 1
+    err = capsys.readouterr().err
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "profiler failed to write its trace" in warnings[0], err
+    lines = error_lines(err)
+    assert len(lines) == 1 and lines[0].startswith(f"error: run failed: cannot write the profiler trace in {path}")
+    assert "No space left on device" in lines[0]
+    meta = json.loads((path / "run.json").read_text())
+    assert meta["status"] == "failed" and "profiler trace" in meta["error"] and meta["finished_at"]
+    prof = meta["profiler"]
+    assert prof["trace_complete"] is False and "trace" not in prof
+    assert len(prof["warnings"]) == 1 and "No space left on device" in prof["warnings"][0]
+    # The half-written trace is kept aside, where readers of `*.xplane.pb` do not trip over it.
+    assert not list(path.glob("plugins/profile/*/*.xplane.pb"))
+    assert (path / prof["partial_trace"]).is_file() and prof["partial_trace"].endswith(".xplane.pb.partial")
+
+
+def test_a_complete_trace_says_so(tmp_path):
+    rc, path = run_devprof(tmp_path, "--no-sample", "--profile-steps", "1:2")
+    assert rc == 0
+    prof = json.loads((path / "run.json").read_text())["profiler"]
+    assert prof["trace_complete"] is True and (path / prof["trace"]).is_file()
