@@ -39,8 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run `devprof` with `argv` (default: the process's arguments); returns the exit code."""
     # TensorFlow's C++ INFO/WARNING lines would bury the progress output; commands that
-    # start TensorFlow do it through `quiet.import_tensorflow`, which also drops the lines it
-    # prints before its log is set up (TF_CPP_MIN_LOG_LEVEL=0 or DEVPROF_DEBUG=1 show them all).
+    # start TensorFlow do it through `quiet.import_tensorflow`, which holds the lines it prints
+    # before its log is set up to the same level (TF_CPP_MIN_LOG_LEVEL=0 or DEVPROF_DEBUG=1
+    # show them all).
     quiet.configure()
     parser = build_parser()
     try:

@@ -4,9 +4,10 @@ TensorFlow prints a few lines on every start (oneDNN notes, "Could not find cuda
 on a machine without a GPU driver "failed call to cuInit: ... (303)") through absl before
 absl's log is initialized, so `TF_CPP_MIN_LOG_LEVEL` does not reach them. They are written
 by C++ to file descriptor 2, so the only way to keep them out is to point that descriptor
-elsewhere while TensorFlow starts, and then pass on every line that is not such chatter.
+elsewhere while TensorFlow starts, and then pass on every line the log level lets through.
 
-`DEVPROF_DEBUG=1`, or a `TF_CPP_MIN_LOG_LEVEL` the user set, shows everything unfiltered.
+`TF_CPP_MIN_LOG_LEVEL` keeps its meaning for these lines too (devprof's default is 2: errors
+only; 1 adds warnings, 0 shows everything), and `DEVPROF_DEBUG=1` shows everything unfiltered.
 """
 
 from __future__ import annotations
@@ -18,35 +19,44 @@ import sys
 import tempfile
 
 LOG_LEVEL_VAR = "TF_CPP_MIN_LOG_LEVEL"
-DEFAULT_LOG_LEVEL = "2"  # C++ INFO and WARNING off during training; ERROR stays visible
+DEFAULT_LOG_LEVEL = "2"  # C++ INFO and WARNING off; ERROR stays visible
 
-# absl's INFO and WARNING lines ("I0000 00:00:1795386464.557924   13046 port.cc:153] ...").
-_ABSL_INFO_OR_WARNING = re.compile(r"^[IW]\d{4} [\d:.]+\s+\d+ [^\]\s]+:\d+\] ")
-_NOISE = (
-    _ABSL_INFO_OR_WARNING,
-    re.compile(r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$"),
-    # No GPU driver on this machine: TensorFlow says so as an error, but the CPU is used as asked.
-    re.compile(r"^E\d{4} .*failed call to cuInit"),
-)
-
-_set_by_devprof = False
+# absl's lines before its log is initialized ("I0000 00:00:1795386464.557924   13046 port.cc:153] ...").
+_ABSL_LINE = re.compile(r"^([IWEF])\d{4} [\d:.]+\s+\d+ [^\]\s]+:\d+\] ")
+_ABSL_PREAMBLE = re.compile(r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$")
+# No GPU driver on this machine: TensorFlow says so as an error, but the CPU is used as asked.
+_NO_GPU_DRIVER = re.compile(r"failed call to cuInit")
+_LEVELS = {"I": 0, "W": 1, "E": 2, "F": 3}
 
 
 def configure() -> None:
     """Set TensorFlow's C++ log level unless the user chose one (call before TensorFlow is imported)."""
-    global _set_by_devprof
-    if LOG_LEVEL_VAR not in os.environ:
-        os.environ[LOG_LEVEL_VAR] = DEFAULT_LOG_LEVEL
-        _set_by_devprof = True
+    os.environ.setdefault(LOG_LEVEL_VAR, DEFAULT_LOG_LEVEL)
+
+
+def log_level() -> int:
+    try:
+        return int(os.environ.get(LOG_LEVEL_VAR, DEFAULT_LOG_LEVEL))
+    except ValueError:
+        return int(DEFAULT_LOG_LEVEL)
 
 
 def verbose() -> bool:
-    """True when the user asked to see everything: DEVPROF_DEBUG, or their own TF_CPP_MIN_LOG_LEVEL."""
-    return bool(os.environ.get("DEVPROF_DEBUG")) or not _set_by_devprof
+    """True when the user asked to see everything: DEVPROF_DEBUG=1, or TF_CPP_MIN_LOG_LEVEL=0."""
+    return bool(os.environ.get("DEVPROF_DEBUG")) or log_level() <= 0
 
 
-def is_noise(line: str) -> bool:
-    return any(pattern.search(line) for pattern in _NOISE)
+def is_noise(line: str, level: int | None = None) -> bool:
+    """Whether `line` is native chatter below the log level (`level`, default TF_CPP_MIN_LOG_LEVEL)."""
+    level = log_level() if level is None else level
+    if _ABSL_PREAMBLE.match(line):
+        return level >= 1
+    found = _ABSL_LINE.match(line)
+    if not found:
+        return False
+    if _NO_GPU_DRIVER.search(line):
+        return level >= 2
+    return _LEVELS[found.group(1)] < level
 
 
 @contextlib.contextmanager
@@ -88,11 +98,14 @@ def filtered_stderr():
     if verbose():
         yield
         return
-    with native_output((2,)) as captured:
-        yield
-    kept = [line for line in "".join(captured).splitlines() if line.strip() and not is_noise(line)]
-    if kept:
-        print("\n".join(kept), file=sys.stderr, flush=True)
+    captured: list[str] = []
+    try:
+        with native_output((2,)) as captured:
+            yield
+    finally:  # also when the block failed: what it printed may say why
+        kept = [line for line in "".join(captured).splitlines() if line.strip() and not is_noise(line)]
+        if kept:
+            print("\n".join(kept), file=sys.stderr, flush=True)
 
 
 def import_tensorflow():

@@ -378,3 +378,73 @@ def test_tpu_monitor_address_follows_cloud_tpu_ports(address, monitor):
     from profiler.run import tpu_monitor_address
 
     assert tpu_monitor_address(address) == monitor
+
+
+# ---------------------------------------------------------------- a TPU that never answers
+
+
+class SilentTPUBackend(FakeBackend):
+    """A TPU address where nothing answers: TensorFlow's connect waits forever."""
+
+    def __init__(self):
+        super().__init__(gpus=0)
+        import threading
+
+        self.release = threading.Event()
+
+    def tpu_strategy(self, address):
+        self.calls.append(("tpu_strategy", address))
+        self.release.wait(60)
+        raise RuntimeError("gave up")
+
+
+def test_unanswered_tpu_lookup_times_out(monkeypatch):
+    import time
+
+    monkeypatch.setenv(devices.TPU_TIMEOUT_ENV, "0.5")
+    backend = SilentTPUBackend()
+    began = time.monotonic()
+    try:
+        with pytest.raises(DeviceError) as caught:
+            resolve("tpu", tpu="grpc://127.0.0.1:1", backend=backend)
+    finally:
+        backend.release.set()
+    assert time.monotonic() - began < 5
+    message = str(caught.value)
+    assert message == ("no TPU reachable at grpc://127.0.0.1:1 (no answer within 0.5 s; "
+                       "DEVPROF_TPU_TIMEOUT_S sets the wait)")
+    assert "\n" not in message
+
+
+def test_tpu_timeout_defaults_to_30_s_and_must_be_a_positive_number(monkeypatch):
+    monkeypatch.delenv(devices.TPU_TIMEOUT_ENV, raising=False)
+    assert devices.tpu_timeout_s() == 30.0
+    for bad in ("0", "-1", "nan", "inf", "soon"):
+        monkeypatch.setenv(devices.TPU_TIMEOUT_ENV, bad)
+        with pytest.raises(DeviceError, match="DEVPROF_TPU_TIMEOUT_S must be a finite number"):
+            devices.tpu_timeout_s()
+
+
+@pytest.mark.parametrize("argv, code", [
+    (["devices", "--tpu", "grpc://127.0.0.1:1"], 0),
+    (["run", "--device", "tpu", "--tpu", "grpc://127.0.0.1:1", "--quiet", "--out", "{out}"], 2),
+], ids=["devices", "run"])
+def test_unreachable_tpu_address_answers_within_the_timeout(tmp_path, argv, code):
+    """With real TensorFlow (in a subprocess: the abandoned lookup must not outlive the test)."""
+    import subprocess
+    import time
+
+    repo = Path(__file__).resolve().parents[1]
+    out = tmp_path / "runs"
+    env = {**os.environ, devices.TPU_TIMEOUT_ENV: "2"}
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "profiler", *(a.format(out=out) for a in argv)],
+                          cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == code, done.stderr
+    assert time.monotonic() - began < 60
+    expect = "no TPU reachable at grpc://127.0.0.1:1 (no answer within 2 s; DEVPROF_TPU_TIMEOUT_S sets the wait)"
+    if argv[0] == "devices":
+        assert f"tpu: {expect}" in done.stdout.splitlines(), done.stdout
+    else:
+        assert done.stderr.strip().splitlines() == [f"error: {expect}"], done.stderr
+        assert not out.exists()

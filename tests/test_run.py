@@ -183,6 +183,50 @@ def test_ctrl_c_leaves_interrupted_run(tmp_path):
     assert steps["step"].tolist() == list(range(len(steps)))
 
 
+def test_sigterm_leaves_interrupted_run(tmp_path):
+    """kill, Docker, Kubernetes and Slurm stop a job with SIGTERM: the run ends as on Ctrl-C."""
+    path = tmp_path / "r"
+    proc = start_long_run(tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_steps(proc, path / "steps.csv", 13)
+        seen = len(pd.read_csv(path / "steps.csv"))
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert "terminated (SIGTERM)" in err and "Traceback" not in err, err
+    meta = json.loads((path / "run.json").read_text())
+    assert meta["status"] == "interrupted" and meta["interrupted_by"] == "SIGTERM"
+    assert meta["finished_at"] and meta["error"] is None
+    steps = pd.read_csv(path / "steps.csv")
+    assert len(steps) >= seen >= 13
+    assert steps["step"].tolist() == list(range(len(steps)))
+    assert meta["samplers"]["summaries"]["host"]["metrics"]  # the samplers were stopped and summarised
+
+
+def test_interrupt_keeps_every_completed_step(tmp_path, monkeypatch, capsys):
+    """A step whose call finished is in steps.csv even when the loop stops before the next one."""
+    from profiler.hooks import RunHooks
+
+    original = RunHooks.on_step_end
+
+    def interrupt_after_step_6(self, epoch, next_step, steps, loss, accuracy):
+        original(self, epoch, next_step, steps, loss, accuracy)
+        if next_step == 7:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunHooks, "on_step_end", interrupt_after_step_6)
+    rc, path = run_devprof(tmp_path, "--epochs", "1", "--limit-images", "1000", "--no-profile", "--no-sample")
+    assert rc == 130
+    steps = pd.read_csv(path / "steps.csv")
+    assert steps["step"].tolist() == list(range(7))  # steps 0-6 all ran to the end
+    assert (steps["step_ms"] > 0).all()
+    meta = json.loads((path / "run.json").read_text())
+    assert meta["status"] == "interrupted" and meta["interrupted_by"] == "SIGINT" and meta["finished_at"]
+
+
 def test_help_lists_subcommands(capsys):
     assert cli.main(["--help"]) == 0
     out = capsys.readouterr().out
