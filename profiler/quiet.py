@@ -17,6 +17,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 
 LOG_LEVEL_VAR = "TF_CPP_MIN_LOG_LEVEL"
 DEFAULT_LOG_LEVEL = "2"  # C++ INFO and WARNING off; ERROR stays visible
@@ -106,6 +107,45 @@ def filtered_stderr():
         kept = [line for line in "".join(captured).splitlines() if line.strip() and not is_noise(line)]
         if kept:
             print("\n".join(kept), file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def filtered_stderr_stream(extra_noise: tuple[re.Pattern, ...] = ()):
+    """For a long-running block (a server): stderr passes through a filter line by line, so
+    native chatter (and lines matching `extra_noise`) never shows; everything else does, at once."""
+    if verbose():
+        yield
+        return
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    try:
+        real = os.dup(2)
+        read_end, write_end = os.pipe()
+    except OSError:
+        yield
+        return
+    out = os.dup(real)
+
+    def pump():
+        with os.fdopen(read_end, "rb") as source, os.fdopen(out, "wb", buffering=0) as sink:
+            for raw in source:
+                line = raw.decode("utf-8", errors="replace").rstrip("\n")
+                if not is_noise(line) and not any(p.search(line) for p in extra_noise):
+                    sink.write(raw)
+
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    thread = threading.Thread(target=pump, name="devprof-stderr-filter", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        os.dup2(real, 2)  # the pipe closes once no child process holds it; the pump then ends
+        os.close(real)
+        thread.join(0.5)
 
 
 def import_tensorflow():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import re
 import sys
 
 
@@ -35,12 +36,29 @@ def launch(logdir: str, port: int = 0):
     return board, url
 
 
+# XProf's C++ logs these as errors while it serves the Profile tab as designed.
+XPROF_NOISE = (re.compile(r"No (Unified)?ProfileProcessor registered for tool"),)
+
+
 def _quiet_request_logs() -> None:
     """XProf's profile plugin writes a JSON line per HTTP request to stderr (for cloud log
-    collectors) and werkzeug logs each request: neither belongs on a user's console."""
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    collectors), logs its cache work (a missing cache file as an error with a traceback) through
+    its own handler, and werkzeug logs each request: none of it belongs on a user's console."""
+    from profiler import quiet
+
+    if quiet.verbose():
+        return
     with contextlib.suppress(Exception):
-        from xprof import profile_plugin
+        from xprof import profile_plugin  # its import sets its logger to INFO, so first
 
         if hasattr(profile_plugin, "_logging_wrapper"):
             profile_plugin._logging_wrapper = lambda app, *args, **kwargs: app
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    # A filter, not a level: each XProf module that loads sets the level back to INFO.
+    xprof_log = logging.getLogger("tensorboard.plugins.profile")
+    if _only_critical not in xprof_log.filters:
+        xprof_log.addFilter(_only_critical)
+
+
+def _only_critical(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.CRITICAL

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import queue
 import re
 import subprocess
@@ -67,11 +68,18 @@ def wait_for(fetch, ready, what: str):
 
 
 @pytest.fixture(scope="module")
-def board(runs_folder, tmp_path_factory):
-    log = tmp_path_factory.mktemp("tb") / "stderr.log"
+def board_log(tmp_path_factory) -> Path:
+    """Where the server's stderr goes."""
+    return tmp_path_factory.mktemp("tb") / "stderr.log"
+
+
+@pytest.fixture(scope="module")
+def board(runs_folder, board_log):
+    log = board_log
+    environ = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "DEVPROF_DEBUG")}
     with open(log, "w") as stderr:
         proc = subprocess.Popen([sys.executable, "-m", "profiler", "tensorboard", str(runs_folder), "--port", "0"],
-                                cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True)
+                                cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True, env=environ)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
     try:
@@ -129,3 +137,18 @@ def test_missing_folder_is_a_usage_error(tmp_path, capsys):
     assert cli.main(["tensorboard", str(tmp_path / "nonexistent")]) == 2
     err = capsys.readouterr().err
     assert [line for line in err.splitlines() if line.startswith("error:")] == [err.strip()]
+
+
+def test_the_console_shows_no_request_log_or_start_up_chatter(board, board_log):
+    """One line per HTTP request (XProf's JSON log, werkzeug's access log) and TensorFlow's
+    start-up lines would bury the URL the user needs."""
+    get_json(board + "data/plugin/profile/runs")
+    get_json(board + "data/plugin/scalars/tags")
+    with urllib.request.urlopen(board, timeout=60) as response:
+        assert response.status == 200
+    time.sleep(0.5)
+    log = board_log.read_text()
+    assert "httpRequest" not in log and "GET /" not in log, log[-2000:]
+    assert not re.search(r"^[IWE]\d{4} ", log, re.MULTILINE), log[-2000:]
+    assert "cuInit" not in log and "absl::InitializeLog" not in log and "load_fast" not in log, log[-2000:]
+    assert log.strip() == "", log[-2000:]

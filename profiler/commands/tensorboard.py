@@ -20,19 +20,21 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from profiler import tensorboard_server
+    from profiler import quiet, tensorboard_server
 
     if not os.path.isdir(args.logdir):
         return error(f"no such folder {args.logdir!r}", hint="run 'devprof run' first, or pass the runs folder")
-    try:
-        _, url = tensorboard_server.launch(args.logdir, args.port)
-    except Exception as exc:  # noqa: BLE001 - e.g. the port is taken
-        first = str(exc).strip().splitlines()
-        return error(f"TensorBoard did not start on port {args.port}: {first[0] if first else type(exc).__name__}",
-                     hint="try --port 0 for a free port", code=EXIT_FAILURE)
-    print(f"TensorBoard at {url} (scalars and the Profile tab; Ctrl-C to stop)", flush=True)
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
+    with quiet.filtered_stderr_stream(tensorboard_server.XPROF_NOISE):
+        try:
+            _, url = tensorboard_server.launch(args.logdir, args.port)
+        except Exception as exc:  # noqa: BLE001 - e.g. the port is taken
+            first = str(exc).strip().splitlines()
+            return error(f"TensorBoard did not start on port {args.port}: "
+                         f"{first[0] if first else type(exc).__name__}",
+                         hint="try --port 0 for a free port", code=EXIT_FAILURE)
+        print(f"TensorBoard at {url} (scalars and the Profile tab; Ctrl-C to stop)", flush=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
     return EXIT_OK
