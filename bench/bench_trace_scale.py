@@ -1,0 +1,422 @@
+"""devprof on a trace past the trace viewer's 1M events: read + analysis, plots, the whole
+`devprof analyze` command and XProf's own converter, side by side.
+
+1. Makes (once; cached under --cache) a run with a long profiler window: `devprof run --device
+   cpu --data synthetic --batch-size 32 --epochs 1 --profile-steps 10:1010 --host-tracer-level 2
+   --no-sample`, about 2.3 million events, and counts its events with `analysis.trace.read_trace`.
+2. Times, each in a fresh subprocess, alternating (the order rotates every repeat) and repeated:
+   - `analyze`: `analysis.report.analyze(RUN)` (read the trace, find steps, break down, verdict;
+     no plots),
+   - `plots`: the plots `devprof analyze` draws (`plot_step_breakdown`, `plot_epoch_breakdown`) on
+     the analysed steps, read from CSV,
+   - `command`: the whole `devprof analyze RUN --out DIR` (stdout discarded),
+   - `xprof`: `xprof.convert.raw_to_tool_data.xspace_to_tool_data([XPLANE],
+     "input_pipeline_analyzer", {"use_saved_result": False})`, XProf's step breakdown.
+   Wall time of the work itself (after imports), of the whole process, and the process's peak
+   RSS (`os.wait4`'s `ru_maxrss` of that one child).
+3. Times plotting alone at 100, 800, 1,000 and 3,000 synthetic steps and on a 50,000-row sampler
+   CSV, in one process, alternating with an older `analysis/plots.py` when --plots-baseline REV is
+   given.
+4. With --stages: time and RSS after each stage of `read_trace`, then of the whole `analyze`; with
+   --cprofile: cProfile of `analyze`, the functions with the most own and cumulative time.
+
+Prints Markdown tables of medians and ratios, and the command that made them:
+
+    python bench/bench_trace_scale.py [--cache /tmp/devprof-bench-trace-scale] [--repeats 5]
+        [--profile-steps 10:1010] [--host-tracer-level 2] [--plots-baseline REV] [--stages] [--cprofile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+TASKS = ("analyze", "plots", "command", "xprof")
+TASK_LABELS = {
+    "analyze": "devprof read + analysis (`analysis.report.analyze`, no plots)",
+    "plots": "devprof plots alone (step and epoch breakdown PNGs)",
+    "command": "whole `devprof analyze RUN --out DIR`",
+    "xprof": "XProf `input_pipeline_analyzer` (`xspace_to_tool_data`)",
+}
+MIB = 1024 * 1024
+
+
+# ---------------------------------------------------------------- children (one task each)
+
+def _rss_mib() -> float:
+    """This process's resident set now, from /proc (not the peak)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / MIB
+
+
+def child(task: str, paths: list[str]) -> None:
+    """Run one task, print one JSON line: seconds of the work and RSS before it (after imports)."""
+    if task == "analyze":
+        from analysis.report import analyze
+
+        before = _rss_mib()
+        start = time.perf_counter()
+        result = analyze(paths[0])
+        seconds = time.perf_counter() - start
+        extra = {"steps": len(result.source.steps), "step_source": result.source.kind}
+    elif task == "plots":
+        import pandas as pd
+
+        from analysis import plots
+
+        steps, epochs = pd.read_csv(paths[0]), pd.read_csv(paths[1])
+        plots._pyplot()  # matplotlib's import is import time, as the other children's imports
+        out = Path(paths[2])
+        before = _rss_mib()
+        start = time.perf_counter()
+        plots.plot_step_breakdown(steps, out / "step_breakdown.png")
+        plots.plot_epoch_breakdown(epochs, out / "epoch_breakdown.png")
+        seconds = time.perf_counter() - start
+        extra = {"steps": len(steps)}
+    elif task == "xprof":
+        from xprof.convert import raw_to_tool_data
+
+        before = _rss_mib()
+        start = time.perf_counter()
+        data, _ = raw_to_tool_data.xspace_to_tool_data([paths[0]], "input_pipeline_analyzer",
+                                                      {"use_saved_result": False})
+        seconds = time.perf_counter() - start
+        extra = {"output_bytes": len(data or b"")}
+    elif task == "stages":
+        stages(paths[0])
+        return
+    elif task == "cprofile":
+        cprofile(paths[0], int(paths[1]))
+        return
+    elif task == "prepare":
+        prepare(paths[0], Path(paths[1]))
+        return
+    elif task == "plot-sizes":
+        plot_sizes(int(paths[0]), paths[1] if len(paths) > 1 else None)
+        return
+    else:
+        raise SystemExit(f"unknown task {task}")
+    print(json.dumps({"seconds": seconds, "rss_before_mib": before, **extra}))
+
+
+def prepare(run: str, cache: Path) -> None:
+    """Count the trace's events and write its analysed steps and epochs as CSVs (for `plots`)."""
+    from analysis.report import analyze
+    from analysis.trace import read_trace
+
+    trace = read_trace(run)
+    count = len(trace.events)
+    xplane = str(trace.location.xplane)
+    del trace
+    result = analyze(run)
+    result.source.steps.to_csv(cache / "steps.csv", index=False)
+    result.epochs.to_csv(cache / "epochs.csv", index=False)
+    print(json.dumps({"events": count, "xplane": xplane, "steps": len(result.source.steps),
+                      "step_source": result.source.kind}))
+
+
+def stages(run: str) -> None:
+    """Seconds and RSS after each stage of `analyze` on a trace (read_trace's stages, then the rest)."""
+    import gc
+
+    from analysis import trace as tr
+    from analysis.report import analyze
+
+    marks = []
+    start = time.perf_counter()
+
+    def mark(name):
+        marks.append({"stage": name, "s": time.perf_counter() - start, "rss_mib": _rss_mib()})
+
+    mark("imports done")
+    location = tr.locate_trace(run)
+    data = location.xplane.read_bytes()
+    mark(f"read {len(data) / 1e6:.1f} MB file")
+    space = tr._xplane_module().XSpace()
+    space.ParseFromString(data)
+    del data
+    mark("XSpace.ParseFromString")
+    # read_trace's steps, one at a time
+    with tr._gc_paused():
+        planes, lines = tr._plane_and_line_tables(space)
+        fields = tr._event_fields(space)
+        mark("event fields (names, start/end ns)")
+        stats = tr.event_stats(space, tr.EVENT_STAT_COLUMNS)
+        mark(f"event_stats ({len(stats):,} stats)")
+    del space
+    mark("XSpace freed")
+    events = tr._events_table(planes, lines, fields)
+    del fields
+    mark("events table without stat columns, event fields freed")
+    tr._add_stat_columns(events, stats)
+    mark(f"stat columns added ({len(events):,} rows, {events.memory_usage(deep=False).sum() / MIB:.0f} MiB shallow)")
+    del planes, lines, stats, events
+    gc.collect()
+    mark("tables freed")
+    restart = time.perf_counter()
+    analyze(run)
+    marks.append({"stage": "whole analyze again (read included)", "s": time.perf_counter() - restart,
+                  "rss_mib": _rss_mib()})
+    print(json.dumps(marks))
+
+
+def cprofile(run: str, top: int) -> None:
+    import cProfile
+    import io
+    import pstats
+
+    from analysis.report import analyze
+
+    profile = cProfile.Profile()
+    profile.enable()
+    analyze(run)
+    profile.disable()
+    for order in ("tottime", "cumulative"):
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).strip_dirs().sort_stats(order).print_stats(top)
+        print(f"## cProfile of analyze, by {order}\n")
+        print("```\nncalls" + text.getvalue().split("ncalls", 1)[-1].rstrip() + "\n```\n")
+
+
+def _load_plots_at(revision: str):
+    """analysis/plots.py as it was at a git revision, as a module of its own."""
+    source = subprocess.run(["git", "show", f"{revision}:analysis/plots.py"], cwd=REPO, capture_output=True,
+                            text=True, check=True).stdout
+    with tempfile.TemporaryDirectory(prefix="devprof-plots-baseline-") as folder:
+        path = Path(folder) / "plots_baseline.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location("plots_baseline", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return module
+
+
+def plot_sizes(repeats: int, baseline: str | None) -> None:
+    """Seconds per plot at several sizes, this plots.py and (if given) an older one, alternating."""
+    import numpy as np
+    import pandas as pd
+
+    from analysis import plots
+
+    modules = {"now": plots}
+    if baseline:
+        modules["baseline"] = _load_plots_at(baseline)
+    plots._pyplot()
+    rng = np.random.default_rng(0)
+
+    def steps(n):
+        frame = pd.DataFrame({"step": np.arange(10, 10 + n), "input_ms": rng.random(n) * 5,
+                              "compute_ms": 30 + rng.random(n) * 5, "collective_ms": 0.0, "host_ms": rng.random(n) * 3,
+                              "compile_ms": 0.0})
+        frame.loc[0, ["compile_ms", "host_ms"]] = [100.0, 103.0]
+        frame["step_ms"] = frame[["input_ms", "compute_ms", "host_ms"]].sum(axis=1)
+        return frame
+
+    rows = 50_000
+    host = pd.DataFrame({"time_s": 1.7e9 + 0.1 * np.arange(rows), "cpu_pct": rng.random(rows) * 100,
+                         "cpu0_pct": rng.random(rows) * 100, "cpu1_pct": rng.random(rows) * 100,
+                         "proc_cpu_pct": rng.random(rows) * 200})
+    cases = {f"plot_step_breakdown, {n:,} steps": (lambda module, path, frame=steps(n): module.plot_step_breakdown(frame, path))
+             for n in (100, 800, 1000, 3000)}
+    cases["plot_utilization, 50,000 rows, 10 epochs"] = (
+        lambda module, path: module.plot_utilization({"host": host}, list(host["time_s"][:: rows // 10]), path))
+    results = {case: {name: [] for name in modules} for case in cases}
+    with tempfile.TemporaryDirectory(prefix="devprof-plot-sizes-") as out:
+        for repeat in range(repeats):
+            for case, draw in cases.items():
+                names = list(modules)
+                for name in names if repeat % 2 == 0 else names[::-1]:
+                    start = time.perf_counter()
+                    draw(modules[name], Path(out) / f"{name}.png")
+                    results[case][name].append(time.perf_counter() - start)
+    print(json.dumps(results))
+
+
+# ---------------------------------------------------------------- the parent
+
+def _python(*args: str) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), "--child", *args]
+
+
+def measure(command: list[str]) -> dict:
+    """Run one fresh subprocess: its wall time, its own peak RSS, and what it printed last (JSON)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:  # pipes could fill and block
+        start = time.perf_counter()
+        process = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - start
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        printed, errors = out.read(), err.read()
+    if process.returncode != 0:
+        raise SystemExit(f"{shlex.join(command)} failed ({process.returncode}):\n{errors[-3000:]}")
+    result = {"wall_s": wall, "peak_mib": usage.ru_maxrss / 1024}  # ru_maxrss is in KiB on Linux
+    last = printed.strip().splitlines()[-1] if printed.strip() else ""
+    if last.startswith("{"):
+        result.update(json.loads(last))
+    elif last.startswith("["):
+        result["marks"] = json.loads(last)
+    return result
+
+
+def ensure_run(args) -> Path:
+    """The cached run with the long profiler window (made with `devprof run` if missing)."""
+    start, stop = args.window
+    name = f"trace-b{args.batch_size}-l{args.host_tracer_level}-{start}-{stop}"
+    run = args.cache / name
+    done = run / "run.json"
+    if done.is_file() and json.loads(done.read_text()).get("status") == "complete" and any(run.glob("**/*.xplane.pb")):
+        return run
+    if run.exists():
+        raise SystemExit(f"{run} exists but is not a complete run with a trace: remove it to make it again")
+    args.cache.mkdir(parents=True, exist_ok=True)
+    (args.cache / f"{name}.facts.json").unlink(missing_ok=True)  # the event count of an older trace
+    images = args.batch_size * (stop + 20)
+    command = [str(REPO / ".venv" / "bin" / "devprof") if (REPO / ".venv" / "bin" / "devprof").exists() else "devprof",
+               "run", "--device", "cpu", "--data", "synthetic", "--limit-images", str(images), "--batch-size",
+               str(args.batch_size), "--epochs", "1", "--profile-steps", f"{start}:{stop}", "--host-tracer-level",
+               str(args.host_tracer_level), "--no-sample", "--quiet", "--out", str(args.cache), "--run-name", name]
+    print(f"making the trace: {shlex.join(command)}", file=sys.stderr)
+    began = time.perf_counter()
+    subprocess.run(command, cwd=REPO, check=True)
+    print(f"made in {time.perf_counter() - began:.0f} s", file=sys.stderr)
+    return run
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def _spread(values: list[float], digits: int = 2) -> str:
+    return f"{min(values):.{digits}f}–{max(values):.{digits}f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "devprof-bench-trace-scale",
+                        help="folder holding the generated run (made once, reused)")
+    parser.add_argument("--repeats", type=int, default=5, help="repeats of each task (alternated)")
+    parser.add_argument("--profile-steps", default="10:1010", help="the run's profiler window START:STOP")
+    parser.add_argument("--host-tracer-level", type=int, default=2, choices=(1, 2, 3))
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {','.join(TASKS)}")
+    parser.add_argument("--plot-repeats", type=int, default=3, help="repeats of the plot-size timings (0: skip)")
+    parser.add_argument("--plots-baseline", metavar="REV", help="also time analysis/plots.py as of this git revision")
+    parser.add_argument("--stages", action="store_true", help="time and RSS after each stage of read + analysis")
+    parser.add_argument("--cprofile", type=int, nargs="?", const=25, default=0, metavar="TOP",
+                        help="cProfile analyze and print the TOP functions")
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child[0], args.child[1:])
+        return 0
+    start, stop = (int(part) for part in args.profile_steps.split(":"))
+    args.window = (start, stop)
+    tasks = [task.strip() for task in args.tasks.split(",") if task.strip()]
+
+    run = ensure_run(args)
+    facts_path = run.parent / f"{run.name}.facts.json"
+    if not facts_path.is_file():
+        facts = measure(_python("prepare", str(run), str(run.parent)))
+        facts_path.write_text(json.dumps(facts))
+    facts = json.loads(facts_path.read_text())
+    xplane = Path(facts["xplane"])
+    print(f"trace: {xplane} ({xplane.stat().st_size / 1e6:.1f} MB), {facts['events']:,} events, "
+          f"{facts['steps']:,} steps found by {facts['step_source']}", file=sys.stderr)
+
+    results: dict[str, list[dict]] = {task: [] for task in tasks}
+    with tempfile.TemporaryDirectory(prefix="devprof-trace-scale-out-") as scratch:
+        commands = {
+            "analyze": _python("analyze", str(run)),
+            "plots": _python("plots", str(run.parent / "steps.csv"), str(run.parent / "epochs.csv"), scratch),
+            "command": [str(Path(sys.executable).with_name("devprof")), "analyze", str(run), "--out", scratch],
+            "xprof": _python("xprof", str(xplane)),
+        }
+        measure(commands["analyze"])  # warm the file cache and the interpreter's bytecode
+        for repeat in range(args.repeats):
+            order = tasks[repeat % len(tasks):] + tasks[:repeat % len(tasks)]
+            for task in order:
+                result = measure(commands[task])
+                results[task].append(result)
+                work = f"{result['seconds']:.2f} s work, " if "seconds" in result else ""
+                print(f"repeat {repeat + 1} {task}: {work}{result['wall_s']:.2f} s process, "
+                      f"{result['peak_mib']:.0f} MiB peak", file=sys.stderr)
+
+    if not tasks or not args.repeats:
+        results = {}
+    print(f"\ntrace: {facts['events']:,} events, {xplane.stat().st_size / 1e6:.1f} MB, {facts['steps']:,} steps "
+          f"({facts['step_source']}); {args.repeats} repeats, alternated, each in a fresh process\n")
+    if results:
+        print("| | work s (median) | range | process s (median) | peak RSS MiB (median) | range | RSS after imports MiB |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+    for task in results:
+        rows = results[task]
+        work = [r["seconds"] for r in rows] if "seconds" in rows[0] else [r["wall_s"] for r in rows]
+        walls, peaks = [r["wall_s"] for r in rows], [r["peak_mib"] for r in rows]
+        before = f"{_median([r['rss_before_mib'] for r in rows]):.0f}" if "rss_before_mib" in rows[0] else "–"
+        print(f"| {TASK_LABELS[task]} | {_median(work):.2f} | {_spread(work)} | {_median(walls):.2f} | "
+              f"{_median(peaks):.0f} | {_spread(peaks, 0)} | {before} |")
+    if "xprof" in results and len(results) > 1:
+        print()
+        xprof_rows = results["xprof"]
+        for task in tasks:
+            if task == "xprof":
+                continue
+            rows = results[task]
+            # Ratios per repeat (the two ran next to each other), then their median.
+            walls = [r["wall_s"] / x["wall_s"] for r, x in zip(rows, xprof_rows)]
+            peaks = [r["peak_mib"] / x["peak_mib"] for r, x in zip(rows, xprof_rows)]
+            line = f"- {task} / xprof: "
+            if "seconds" in rows[0]:
+                work = [r["seconds"] / x["seconds"] for r, x in zip(rows, xprof_rows)]
+                line += f"work time **{_median(work):.2f}** ({_spread(work)}), "
+            print(line + f"process time **{_median(walls):.2f}** ({_spread(walls)}), "
+                  f"peak RSS **{_median(peaks):.2f}** ({_spread(peaks)})")
+
+    if args.plot_repeats:
+        sizes = measure(_python("plot-sizes", str(args.plot_repeats), *([args.plots_baseline] if args.plots_baseline else [])))
+        names = ["now"] + (["baseline"] if args.plots_baseline else [])
+        header = "| plot | this plots.py, median s | range |"
+        if args.plots_baseline:
+            header += f" plots.py at {args.plots_baseline}, median s | range | now / then |"
+        print(f"\nplotting alone, {args.plot_repeats} repeats, alternated, one process "
+              f"(peak RSS {sizes['peak_mib']:.0f} MiB)\n")
+        print(header)
+        print("|---|" + "---:|" * (2 * len(names) + (1 if args.plots_baseline else 0)))
+        for case, by_module in sizes.items():
+            if not isinstance(by_module, dict):
+                continue
+            cells = [f"{_median(by_module[name]):.3f} | {_spread(by_module[name], 3)}" for name in names]
+            ratio = (f" | {_median([a / b for a, b in zip(by_module['now'], by_module['baseline'])]):.3f}"
+                     if args.plots_baseline else "")
+            print(f"| {case} | " + " | ".join(cells) + ratio + " |")
+
+    if args.stages:
+        marks = measure(_python("stages", str(run)))
+        print(f"\nstages of read + analysis (one process, peak RSS {marks['peak_mib']:.0f} MiB)\n")
+        print("| after | s since imports | RSS MiB |")
+        print("|---|---:|---:|")
+        for mark in marks["marks"]:
+            print(f"| {mark['stage']} | {mark['s']:.2f} | {mark['rss_mib']:.0f} |")
+    if args.cprofile:
+        output = subprocess.run(_python("cprofile", str(run), str(args.cprofile)), cwd=REPO, capture_output=True,
+                                text=True, check=True)
+        print("\n" + output.stdout)
+    print(f"command: {shlex.join([Path(sys.executable).name, 'bench/' + Path(__file__).name, *(argv or sys.argv[1:])])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
