@@ -34,10 +34,18 @@ def _pipeline_of(name: str) -> str:
 
 def stage_events(events: pd.DataFrame) -> pd.DataFrame:
     """`Iterator::` events other than the bare root, with `depth` and `pipeline` columns."""
-    stages = events[matches(events["name"], STAGE_RE)]
-    stages = stages[stages["name"].astype(str) != ROOT]
-    names = stages["name"].astype(str)
-    return stages.assign(name=names, depth=names.str.count("::"), pipeline=names.map(_pipeline_of))
+    stages = events.loc[matches(events["name"], STAGE_RE), ["name", "plane", "line", "start_ns", "end_ns",
+                                                            "duration_ns"]]
+    names = stages["name"].astype(str).astype("category") if not isinstance(stages["name"].dtype, pd.CategoricalDtype) \
+        else stages["name"].cat.remove_unused_categories()
+    stages = stages[(names != ROOT).to_numpy()]
+    names = names[(names != ROOT).to_numpy()].cat.remove_unused_categories()
+    # Per distinct stage name, not per event: a stage repeats once per batch.
+    categories = names.cat.categories.astype(str)
+    codes = names.cat.codes.to_numpy()
+    depth = np.array([name.count("::") for name in categories], dtype=np.int64)[codes]
+    pipeline = np.array([_pipeline_of(name) for name in categories], dtype=object)[codes]
+    return stages.assign(name=np.asarray(categories, dtype=object)[codes], depth=depth, pipeline=pipeline)
 
 
 def _inside(starts, ends, span_starts, span_ends) -> np.ndarray:

@@ -21,11 +21,17 @@ OP_COLUMNS = ["op", "type", "device", "count_per_step", "ms_per_step", "compute_
 XLA_MODULE = "XlaModule"
 
 
-def _split_tf_op(values: pd.Series) -> tuple[pd.Series, pd.Series]:
-    """"scope/name:Type" -> ("scope/name", "Type"); anything else -> ("", "")."""
-    text = values.fillna("").astype(str)
-    parts = text.str.rpartition(":")
-    return parts[0], parts[2]
+def _split_tf_op(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """"scope/name:Type" -> ("scope/name", "Type"); anything else -> ("", "").
+
+    Split once per distinct name: a trace repeats a few thousand op names over millions of events."""
+    names = values.astype("category") if not isinstance(values.dtype, pd.CategoricalDtype) else values
+    categories = names.cat.categories.astype(str)
+    parts = [name.rpartition(":") for name in categories]
+    heads = np.array([p[0] for p in parts] + [""], dtype=object)
+    tails = np.array([p[2] for p in parts] + [""], dtype=object)
+    codes = names.cat.codes.to_numpy()  # -1 (missing) picks the trailing ""
+    return heads[codes], tails[codes]
 
 
 def device_ops(events: pd.DataFrame) -> pd.DataFrame:
@@ -53,7 +59,7 @@ def host_ops(events: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["op", "type", "device", "start_ns", "self_ns"])
     ops = ops.sort_values(["plane", "line", "start_ns", "end_ns"], ascending=[True, True, True, False], kind="stable")
     name, kind = _split_tf_op(ops["name"])
-    return pd.DataFrame({"op": name.to_numpy(), "type": kind.to_numpy(),
+    return pd.DataFrame({"op": name, "type": kind,
                          "device": ops["plane_name"].astype(str).to_numpy(), "start_ns": ops["start_ns"].to_numpy(),
                          "self_ns": _self_ns(ops)})
 

@@ -180,7 +180,8 @@ def host_compute_intervals(events: pd.DataFrame, markers: pd.DataFrame) -> iv.In
     compute. Python code between TensorFlow calls records no events and stays host
     time. Traces without context stats fall back to all execution events on every thread.
     """
-    host = host_events(events)
+    # Only the columns used here: a full-width copy of a multi-million-event table costs memory and time.
+    host = host_events(events[["plane", "line", "name", "plane_name", "start_ns", "end_ns", "step_num", "_p", "_c"]])
     on_marker_line = _on_lines(host, markers)
     wrappers = matches(host["name"], producers.pattern("eager_wrapper")) | host["step_num"].notna()
     inside_markers = iv.union(markers["start_ns"].to_numpy(), markers["marker_end_ns"].to_numpy())
