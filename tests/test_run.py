@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import psutil
 import pytest
 
 from profiler import cli
@@ -27,12 +28,28 @@ def run_devprof(tmp_path, *extra, name="r"):
     return cli.main(argv), tmp_path / name
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process and its children so far (what the host sampler's proc_cpu_pct measures)."""
+    times = psutil.Process().cpu_times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
 @pytest.fixture(scope="module")
-def complete_run(tmp_path_factory):
+def measured_complete_run(tmp_path_factory):
+    """The complete run, in this process, and the CPU seconds this process used meanwhile."""
+    import tensorflow  # noqa: F401 - importing it is CPU time outside the run's samples
+
     out = tmp_path_factory.mktemp("runs")
+    before = _cpu_seconds()
     rc, path = run_devprof(out, "--epochs", "2", "--limit-images", "2000", "--sample-interval", "0.2")
+    used = _cpu_seconds() - before
     assert rc == 0
-    return path
+    return path, used
+
+
+@pytest.fixture(scope="module")
+def complete_run(measured_complete_run):
+    return measured_complete_run[0]
 
 
 def test_complete_run_directory(complete_run):
@@ -62,8 +79,10 @@ def test_steps_csv_accounts_for_every_step(complete_run):
     assert (parts - steps["step_ms"]).abs().max() < 1e-3
     # Consecutive steps tile the epoch: each starts where the previous one ended.
     epoch1 = steps[steps["epoch"] == 1]
+    # Start times and step times come from one clock, so this holds to the rounding of the CSV
+    # (microseconds), however loaded the machine is.
     gaps = epoch1["start_time_s"].diff().iloc[1:] * 1e3 - epoch1["step_ms"].iloc[:-1].to_numpy()
-    assert gaps.abs().max() < 5.0
+    assert gaps.abs().max() < 0.01
     meta = json.loads((complete_run / "run.json").read_text())
     train_s = meta["epochs"][0]["train_seconds"]
     assert epoch1["step_ms"].sum() / 1e3 == pytest.approx(train_s, rel=0.1)
@@ -80,42 +99,77 @@ def test_trace_and_scalars_written(complete_run):
     assert list(complete_run.glob("events.out.tfevents.*"))
 
 
-def _median_steady(path):
-    steps = pd.read_csv(path / "steps.csv")
-    return steps.iloc[2:][["input_ms", "other_host_ms"]].median()
+INJECTED_MS = 30.0
+
+
+def _steady(path):
+    """steps.csv after the first two steps (compile and warm-up)."""
+    return pd.read_csv(path / "steps.csv").iloc[2:]
+
+
+def _noise(values) -> float:
+    """Step-to-step spread of a part in a run (interquartile range), in ms."""
+    return float(values.quantile(0.75) - values.quantile(0.25))
 
 
 @pytest.fixture(scope="module")
 def injected_runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("inject")
     # Batch 25 keeps compute near the injected 30 ms, so each cost dominates its run's verdict.
+    # The control ("base") runs in the same conditions, just before the others: what the tests
+    # compare is the difference to it, so the machine's load cancels out.
     common = ("--epochs", "1", "--limit-images", "500", "--batch-size", "25", "--no-sample")
     runs = {}
-    for name, extra in (("base", ()), ("input", ("--inject-input-delay-ms", "30")),
-                        ("host", ("--inject-host-delay-ms", "30"))):
+    for name, extra in (("base", ()), ("input", ("--inject-input-delay-ms", str(INJECTED_MS))),
+                        ("host", ("--inject-host-delay-ms", str(INJECTED_MS)))):
         rc, path = run_devprof(out, *common, *extra, name=name)
         assert rc == 0
-        runs[name] = _median_steady(path)
-        runs[name].attrs["path"] = path
+        steady = _steady(path)
+        runs[name] = steady[["input_ms", "other_host_ms"]].median()
+        runs[name].attrs.update(path=path, steady=steady)
     return runs
 
 
-def _close(measured, expected):
-    return abs(measured - expected) <= max(0.10 * expected, 2.0)
+def _tolerance(injected: float = INJECTED_MS) -> float:
+    """How far a measured cost may be from the injected one: a quarter of it, at least 3 ms.
+    Sleeps and busy waits overshoot on a loaded machine; a cost that shows up as 0 or as
+    twice itself is still far outside."""
+    return max(0.25 * injected, 3.0)
+
+
+def assert_shows_injected(grew: float, control_noise: float, what: str, injected: float = INJECTED_MS):
+    assert abs(grew - injected) <= _tolerance(injected), f"{what} grew by {grew:.1f} ms, expected {injected:.0f}"
+    assert grew > 5 * control_noise, f"{what} grew by {grew:.1f} ms, not clear of the control's noise " \
+                                     f"({control_noise:.2f} ms step to step)"
+
+
+def assert_unmoved(moved: float, what: str, injected: float = INJECTED_MS):
+    assert abs(moved) <= _tolerance(injected), f"{what} moved by {moved:.1f} ms; the injected cost is not there"
 
 
 def test_injected_input_delay_shows_as_input_wait(injected_runs):
-    grew = injected_runs["input"]["input_ms"] - injected_runs["base"]["input_ms"]
-    assert _close(grew, 30.0), f"input wait grew by {grew:.1f} ms, expected 30"
-    host = injected_runs["input"]["other_host_ms"] - injected_runs["base"]["other_host_ms"]
-    assert abs(host) < 2.0
+    base, run = injected_runs["base"], injected_runs["input"]
+    assert_shows_injected(run["input_ms"] - base["input_ms"], _noise(base.attrs["steady"]["input_ms"]), "input wait")
+    assert_unmoved(run["other_host_ms"] - base["other_host_ms"], "other host time")
 
 
 def test_injected_host_delay_shows_as_other_host_time(injected_runs):
-    grew = injected_runs["host"]["other_host_ms"] - injected_runs["base"]["other_host_ms"]
-    assert _close(grew, 30.0), f"other host time grew by {grew:.1f} ms, expected 30"
-    wait = injected_runs["host"]["input_ms"] - injected_runs["base"]["input_ms"]
-    assert abs(wait) < 2.0
+    base, run = injected_runs["base"], injected_runs["host"]
+    assert_shows_injected(run["other_host_ms"] - base["other_host_ms"],
+                          _noise(base.attrs["steady"]["other_host_ms"]), "other host time")
+    assert_unmoved(run["input_ms"] - base["input_ms"], "input wait")
+
+
+@pytest.mark.parametrize("shown", [0.0, 15.0, 45.0, 60.0])
+def test_ground_truth_check_fails_when_the_cost_is_misplaced(shown):
+    """The tolerance above still catches a cost that went missing, halved or doubled."""
+    with pytest.raises(AssertionError):
+        assert_shows_injected(shown, control_noise=0.2, what="input wait")
+
+
+def test_ground_truth_check_fails_when_the_control_is_too_noisy():
+    with pytest.raises(AssertionError, match="noise"):
+        assert_shows_injected(30.0, control_noise=8.0, what="input wait")
 
 
 def test_steps_per_execution_records_one_row_per_call(tmp_path):
@@ -241,7 +295,8 @@ def test_devices_lists_this_cpu(capsys):
     assert "gpu: none found" in out
 
 
-def test_run_samples_host_at_the_requested_rate(complete_run):
+def test_run_samples_host_at_the_requested_rate(measured_complete_run):
+    complete_run, cpu_seconds = measured_complete_run
     host = pd.read_csv(complete_run / "utilization" / "host.csv")
     for column in ("time_s", "cpu_pct", "cpu0_pct", "proc_cpu_pct", "proc_rss_bytes", "mem_used_bytes",
                    "mem_available_bytes", "load1"):
@@ -254,8 +309,13 @@ def test_run_samples_host_at_the_requested_rate(complete_run):
     summaries = meta["samplers"]["summaries"]["host"]
     assert summaries["metrics"]["proc_rss_bytes"]["max"] == host["proc_rss_bytes"].max()
     assert [e["epoch"] for e in summaries["epochs"]] == [1, 2]
-    # Training keeps at least one core busy: the process tree's CPU shows it.
-    assert summaries["metrics"]["proc_cpu_pct"]["mean"] > 50
+    # The process's CPU, as sampled, adds up to the CPU time it used (ground truth from the OS,
+    # not a level that another job on the machine could push below a threshold). The samples
+    # cover training and the test pass; data generation and closing fall outside them.
+    intervals = host["time_s"].diff().fillna(0.2)
+    sampled = float((host["proc_cpu_pct"] / 100 * intervals).sum())
+    assert 0.7 * cpu_seconds <= sampled <= 1.1 * cpu_seconds, (sampled, cpu_seconds)
+    assert summaries["metrics"]["proc_cpu_pct"]["mean"] == pytest.approx(100 * sampled / duration, rel=0.1)
     gpu = meta["samplers"]["status"]["gpu"]
     assert gpu["ran"] is False and "GPU sampling unavailable" in gpu["reason"]
 
@@ -296,15 +356,22 @@ def test_analysis_of_real_runs_finds_the_injected_cost(injected_runs, name, boun
     traced = [s["step"] for s in report["steps"]]
     assert traced and set(traced) <= set(steps.index)
     traced_steps = pd.DataFrame(report["steps"])
+    base = injected_runs["base"]
     if name == "input":
-        assert _close(traced_steps["input_ms"].median(), 30.0 + injected_runs["base"]["input_ms"])
+        assert_shows_injected(traced_steps["input_ms"].median() - base["input_ms"],
+                              _noise(base.attrs["steady"]["input_ms"]), "traced input")
     if name == "host":
-        assert _close(traced_steps["host_ms"].median(), 30.0 + injected_runs["base"]["other_host_ms"])
-    # The trace and steps.csv time the same steps: they agree within 5 % of step time.
-    for s in report["steps"]:
-        row = steps.loc[s["step"]]
-        assert abs(s["step_ms"] - row["step_ms"]) <= 0.05 * row["step_ms"]
-        assert abs(s["input_ms"] - row["input_ms"]) <= 0.05 * row["step_ms"]
+        assert_shows_injected(traced_steps["host_ms"].median() - base["other_host_ms"],
+                              _noise(base.attrs["steady"]["other_host_ms"]), "traced host overhead")
+    # The trace and steps.csv time the same steps: they agree within 5 % of step time. A step in
+    # which another process took the CPU away can be cut differently by the two (the loop's clock
+    # counts the wait before IteratorGetNext starts as input, the trace as host time): most
+    # steps, and the typical step, must agree; one in five may not.
+    for part in ("step_ms", "input_ms"):
+        off = pd.Series([abs(s[part] - steps.loc[s["step"], part]) / steps.loc[s["step"], "step_ms"]
+                         for s in report["steps"]])
+        assert off.median() <= 0.05, (part, off.tolist())
+        assert (off > 0.05).sum() <= len(off) // 5, (part, off.tolist())
 
 
 def test_unexpected_errors_are_one_line_unless_debugging(monkeypatch, capsys):
