@@ -266,6 +266,7 @@ def test_unwritable_log_folder_is_a_warning(tmp_path, monkeypatch, capsys):
     assert meta["status"] == "complete" and meta["test"]["images"] > 0
     warnings = meta["profiler"]["warnings"]
     assert len(warnings) == 1 and "failed to write its trace" in warnings[0], warnings
+    assert meta["profiler"]["trace_complete"] is False  # not a disk-full: the run goes on, without a trace
     err = capsys.readouterr().err
     assert any(line.startswith("warning: ") and "trace" in line for line in err.splitlines()), err
     assert not list(path.glob("plugins/profile/*/*.xplane.pb"))
