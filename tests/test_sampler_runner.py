@@ -377,3 +377,14 @@ def test_first_row_covers_a_whole_interval(tmp_path):
     rows = pd.read_csv(tmp_path / "host.csv")
     assert len(rows) >= 2
     assert rows["cpu_pct"].iloc[0] > 20.0
+
+
+def test_status_names_the_csv_relative_to_the_run_directory(tmp_path):
+    run_dir = tmp_path / "outside" / "run"
+    group = build_sampler_group(run_dir / "utilization", "cpu", 0.05)
+    group.start()
+    time.sleep(0.2)
+    group.stop()
+    status = group.status()["host"]
+    assert status["csv"] == "utilization/host.csv"
+    assert (run_dir / status["csv"]).is_file()

@@ -110,7 +110,8 @@ class SamplerThread:
         """The sampler's own status plus what this thread did, for run.json."""
         status = self.sampler.status()
         status.update(
-            csv=str(self.csv_path),
+            # Relative to the run directory, like every other path in run.json: the run can be moved.
+            csv=f"{self.csv_path.parent.name}/{self.csv_path.name}",
             ran=self.rows_written > 0,
             rows=self.rows_written,
             interval_s=self.interval_s,
