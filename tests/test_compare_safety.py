@@ -118,3 +118,24 @@ def test_a_multi_worker_run_is_one_row_with_its_workers_as_sub_rows(tmp_path, ca
     assert rows["single"]["workers"] == []
     assert cli.main(["compare", str(job), str(single)]) == 0
     assert "job / worker-1:" in capsys.readouterr().out
+
+
+def test_gap_shares_stay_within_0_and_100_percent(tmp_path, capsys):
+    """compute costs 1.2 ms/image more, input 0.3 ms/image less: compute explains all of what got
+    slower (not 133 % of the 0.9 ms/image net gap), and the part that got faster is named."""
+    fast = make_run(tmp_path, "fast", input_ms=40.0, call_ms=50.0, other_ms=0.0, epoch_seconds=(2.0, 0.9, 0.9))
+    slow = make_run(tmp_path, "slow", input_ms=10.0, call_ms=170.0, other_ms=0.0, epoch_seconds=(2.0, 1.8, 1.8))
+    assert cli.main(["compare", str(fast), str(slow), "--format", "json"]) == 0
+    why = {r["run"]: r["why"] for r in json.loads(capsys.readouterr().out)["rows"]}["slow"]
+    assert "compute explains 100 % of the" in why, why
+    assert "input 0.3 ms/image faster" in why, why
+
+
+def test_identical_runs_have_no_gap_and_no_advice(tmp_path, capsys):
+    a = make_run(tmp_path, "a")
+    b = make_run(tmp_path, "b")
+    assert cli.main(["compare", str(a), str(b), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    slower = next(r for r in rows if not r["fastest"])
+    assert slower["why"].endswith("no gap to explain"), slower["why"]
+    assert "nan" not in slower["why"] and "prefetch" not in slower["why"]
