@@ -226,8 +226,10 @@ def synthetic(train_images: int = TRAIN_IMAGES, test_images: int = TEST_IMAGES, 
 
 
 def load(data: str, data_dir: str | None = None, limit_images: int | None = None, seed: int = 0,
-         notice=print) -> Arrays:
-    """Resolve `--data auto|cifar10|synthetic` and `--data-dir` into arrays."""
+         notice=print, limit_test_images: int | None = None) -> Arrays:
+    """Resolve `--data auto|cifar10|synthetic` and `--data-dir` into arrays (the first
+    `limit_images` training and `limit_test_images` test images where given)."""
+    test_images = min(limit_test_images or TEST_IMAGES, TEST_IMAGES)
     if data_dir is not None:
         root = Path(data_dir)
         if not root.exists():
@@ -236,7 +238,7 @@ def load(data: str, data_dir: str | None = None, limit_images: int | None = None
             raise DataError("--data-dir cannot be combined with --data synthetic")
         arrays = load_cifar10(root)
     elif data == "synthetic":
-        arrays = synthetic(limit_images or TRAIN_IMAGES, seed=seed)
+        arrays = synthetic(limit_images or TRAIN_IMAGES, test_images, seed=seed)
     else:
         local = find_cifar10(keras_cache_dir()) if keras_cache_dir().exists() else None
         if local is not None:
@@ -246,9 +248,11 @@ def load(data: str, data_dir: str | None = None, limit_images: int | None = None
         else:
             notice("notice: CIFAR-10 not found locally; training on synthetic data "
                    "(use --data-dir DIR or --data cifar10 for the real images)")
-            arrays = synthetic(limit_images or TRAIN_IMAGES, seed=seed)
+            arrays = synthetic(limit_images or TRAIN_IMAGES, test_images, seed=seed)
     if limit_images:
         arrays.x_train, arrays.y_train = arrays.x_train[:limit_images], arrays.y_train[:limit_images]
+    if limit_test_images:
+        arrays.x_test, arrays.y_test = arrays.x_test[:limit_test_images], arrays.y_test[:limit_test_images]
     return arrays
 
 
@@ -260,19 +264,22 @@ def _normalize(images, labels):
     return tf.cast(images, tf.float32) * (1.0 / 255.0), labels
 
 
-def train_dataset(x, y, batch_size: int, seed: int = 0, input_delay_ms: float = 0.0):
+def train_dataset(x, y, batch_size: int, seed: int = 0, input_delay_ms: float = 0.0,
+                  shard: tuple[int, int] | None = None, drop_remainder: bool = False):
     """Shuffled, batched, normalized-after-batching, repeated, prefetched training data.
 
     Normalizing whole batches is one vectorized op instead of 100 small ones. The uint8
     arrays are already in memory, so there is nothing for `cache()` to save here.
     With `input_delay_ms`, every batch takes that much longer to produce, in a stage after
     the prefetch with tf.data's own prefetch injection off, so no buffer can hide it.
+    With `shard` (count, index), only every count-th image from the index-th on: one worker's share;
+    `drop_remainder` leaves out each pass's last partial batch (every batch has the same shape).
     """
     import tensorflow as tf
 
-    ds = tf.data.Dataset.from_tensor_slices((x, y))
+    ds = _sharded(tf.data.Dataset.from_tensor_slices((x, y)), shard)
     ds = ds.shuffle(len(x), seed=seed, reshuffle_each_iteration=True)
-    ds = ds.batch(batch_size)
+    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
     ds = ds.map(_normalize, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     ds = ds.repeat()  # epochs are counted in steps; each pass reshuffles, batches stay within a pass
     ds = ds.prefetch(tf.data.AUTOTUNE)
@@ -303,9 +310,13 @@ def _sleep_stage(delay_ms: float):
     return stage
 
 
-def eval_dataset(x, y, batch_size: int):
+def _sharded(ds, shard: tuple[int, int] | None):
+    return ds.shard(*shard) if shard is not None and shard[0] > 1 else ds
+
+
+def eval_dataset(x, y, batch_size: int, shard: tuple[int, int] | None = None):
     import tensorflow as tf
 
-    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
+    ds = _sharded(tf.data.Dataset.from_tensor_slices((x, y)), shard).batch(batch_size)
     ds = ds.map(_normalize, num_parallel_calls=tf.data.AUTOTUNE)
     return ds.cache().prefetch(tf.data.AUTOTUNE)

@@ -127,11 +127,7 @@ class Trainer:
 
         self.train_images = len(arrays.x_train)
         self.steps_per_epoch = math.ceil(self.train_images / config.batch_size)
-        train_ds = data_mod.train_dataset(arrays.x_train, arrays.y_train, config.batch_size,
-                                          seed=config.seed, input_delay_ms=config.inject_input_delay_ms)
         n_val = min(config.validation_images, len(arrays.x_test))
-        val_ds = data_mod.eval_dataset(arrays.x_test[:n_val], arrays.y_test[:n_val], config.batch_size)
-        test_ds = data_mod.eval_dataset(arrays.x_test, arrays.y_test, config.batch_size)
         # On the host there is no device to prefetch to, and the strategy's device-prefetch
         # iterator takes up to seconds to tear down (validation makes one every epoch).
         on_host = all("CPU" in d.upper() for d in strategy.extended.worker_devices)
@@ -141,9 +137,37 @@ class Trainer:
         train_options = tf.distribute.InputOptions(
             experimental_fetch_to_device=not on_host,
             experimental_per_replica_buffer_size=0 if config.inject_input_delay_ms > 0 else 1)
-        self.train_ds = strategy.experimental_distribute_dataset(train_ds, train_options)
-        self.val_ds = strategy.experimental_distribute_dataset(val_ds, options)
-        self.test_ds = strategy.experimental_distribute_dataset(test_ds, options)
+        if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            # Several workers: each builds its own pipeline over its shard of the images, batched
+            # per replica (batch_size / replicas), so a worker's input cost is its own. (Splitting
+            # global batches instead adds a rebatch and a prefetch after the pipeline, which would
+            # hide an injected input delay, and makes every worker prepare every image.)
+            def per_worker(x, y, make):
+                def build(context):
+                    return make(x, y, context.get_per_replica_batch_size(config.batch_size),
+                                shard=(context.num_input_pipelines, context.input_pipeline_id))
+                return build
+
+            def train_pipeline(x, y, batch, shard):
+                # Full batches only: a worker whose share ends in a partial batch would retrace
+                # its step function alone, and its collectives would no longer match the others'.
+                return data_mod.train_dataset(x, y, batch, seed=config.seed,
+                                              input_delay_ms=config.inject_input_delay_ms, shard=shard,
+                                              drop_remainder=True)
+
+            distribute = strategy.distribute_datasets_from_function
+            self.train_ds = distribute(per_worker(arrays.x_train, arrays.y_train, train_pipeline), train_options)
+            self.val_ds = distribute(per_worker(arrays.x_test[:n_val], arrays.y_test[:n_val],
+                                                data_mod.eval_dataset), options)
+            self.test_ds = distribute(per_worker(arrays.x_test, arrays.y_test, data_mod.eval_dataset), options)
+        else:
+            train_ds = data_mod.train_dataset(arrays.x_train, arrays.y_train, config.batch_size,
+                                              seed=config.seed, input_delay_ms=config.inject_input_delay_ms)
+            val_ds = data_mod.eval_dataset(arrays.x_test[:n_val], arrays.y_test[:n_val], config.batch_size)
+            test_ds = data_mod.eval_dataset(arrays.x_test, arrays.y_test, config.batch_size)
+            self.train_ds = strategy.experimental_distribute_dataset(train_ds, train_options)
+            self.val_ds = strategy.experimental_distribute_dataset(val_ds, options)
+            self.test_ds = strategy.experimental_distribute_dataset(test_ds, options)
         self._build_functions()
 
     # ------------------------------------------------------------ compiled steps
@@ -173,7 +197,9 @@ class Trainer:
             replica_eval = tf.function(replica_eval, jit_compile=True, reduce_retracing=True)
 
         def reduce(per_replica):
-            return [strategy.reduce("SUM", v, axis=None) for v in per_replica]
+            # One all-reduce for the three sums (loss, correct, count), not one each: with several
+            # workers every collective is a network round trip.
+            return tf.unstack(strategy.reduce("SUM", per_replica, axis=None))
 
         def train_call(iterator, n_steps):
             """Runs n_steps steps in one call; returns (loss_sum, correct, count) summed over them."""
@@ -303,8 +329,8 @@ class Trainer:
 def _sums(tf, labels, probs, per_image_loss):
     labels = tf.cast(tf.reshape(labels, [-1]), tf.int64)
     hits = tf.cast(tf.equal(tf.argmax(probs, axis=-1), labels), tf.float32)
-    return [tf.reduce_sum(tf.cast(per_image_loss, tf.float32)), tf.reduce_sum(hits),
-            tf.cast(tf.size(labels), tf.float32)]
+    return tf.stack([tf.reduce_sum(tf.cast(per_image_loss, tf.float32)), tf.reduce_sum(hits),
+                     tf.cast(tf.size(labels), tf.float32)])
 
 
 def _busy_wait(seconds: float) -> None:

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 from models.training import TrainConfig
+from profiler import cluster as cluster_mod
 from profiler import samplers, tracing
 
 
@@ -60,6 +61,7 @@ class RunConfig:
     data: str = "auto"
     data_dir: str | None = None
     limit_images: int | None = None
+    limit_test_images: int | None = None
     out: str = "runs"
     run_name: str | None = None
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -72,6 +74,21 @@ class RunConfig:
     sample_interval: float = 0.5
     measure_peak: bool = False
     quiet: bool = False
+    # Several workers (TF_CONFIG, --cluster, or one of `devprof run --workers N`'s processes).
+    cluster: cluster_mod.Cluster | None = None
+    inject_input_worker: int | None = None  # --inject-input-delay-ms MS@WORKER: only that worker
+    inject_host_worker: int | None = None
+    collective_timeout_s: float = 60.0
+
+    @property
+    def num_workers(self) -> int:
+        return self.cluster.num_workers if self.cluster is not None else 1
+
+    def injections(self) -> tuple[cluster_mod.Injection, cluster_mod.Injection]:
+        """(input delay, host delay) as asked, each for one worker or all."""
+        t = self.train
+        return (cluster_mod.Injection(t.inject_input_delay_ms, self.inject_input_worker),
+                cluster_mod.Injection(t.inject_host_delay_ms, self.inject_host_worker))
 
     def validate(self) -> None:
         """Raise `UsageError` naming the first option that cannot work."""
@@ -81,6 +98,8 @@ class RunConfig:
             (t.batch_size >= 1, f"--batch-size must be at least 1 (got {t.batch_size})"),
             (t.steps_per_execution >= 1, f"--steps-per-execution must be at least 1 (got {t.steps_per_execution})"),
             (self.limit_images is None or self.limit_images >= 1, f"--limit-images must be at least 1 (got {self.limit_images})"),
+            (self.limit_test_images is None or self.limit_test_images >= 1,
+             f"--limit-test-images must be at least 1 (got {self.limit_test_images})"),
             (self.scalars_every >= 1, f"--scalars-every must be at least 1 (got {self.scalars_every})"),
             (self.profiler_port is None or 1 <= self.profiler_port <= 65535,
              f"--profiler-port must be a port number from 1 to 65535 (got {self.profiler_port})"),
@@ -94,10 +113,12 @@ class RunConfig:
             ("--inject-host-delay-ms", t.inject_host_delay_ms, 0.0, "", ""),
             ("--sample-interval", self.sample_interval, samplers.MIN_INTERVAL_S, " s",
              ": shorter intervals cost more than they show"),
+            ("--collective-timeout-s", self.collective_timeout_s, 1.0, " s", ""),
         ):
             problem = check_finite(option, value, minimum, unit)
             if problem:
                 raise UsageError(problem + (below if problem.startswith(f"{option} must be at least") else ""))
+        self._validate_workers()
         if self.run_name is not None:
             problem = check_run_name(self.run_name)
             if problem:
@@ -107,3 +128,22 @@ class RunConfig:
                 tracing.parse_window(self.profile_steps)
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
+
+    def _validate_workers(self) -> None:
+        workers = self.cluster.num_workers if self.cluster is not None else None
+        for option, injection in zip(("--inject-input-delay-ms", "--inject-host-delay-ms"), self.injections()):
+            problem = cluster_mod.check_injection(option, injection, workers)
+            if problem:
+                raise UsageError(problem)
+        if self.cluster is None:
+            return
+        if self.run_name is None:
+            raise UsageError(f"--run-name is required with {self.cluster.source}: every worker writes its "
+                             "worker-<i>/ folder into the same <out>/<run-name>/ job folder")
+        if self.device == "tpu":
+            raise UsageError("several workers train with MultiWorkerMirroredStrategy on CPUs or GPUs; a TPU pod "
+                             "is one TPUStrategy job (use --device tpu --tpu ADDRESS without a cluster)")
+        if self.train.batch_size % workers:
+            low = self.train.batch_size - self.train.batch_size % workers
+            raise UsageError(f"--batch-size {self.train.batch_size} is the global batch and must split evenly "
+                             f"among {workers} workers (e.g. {max(low, workers)} or {low + workers})")

@@ -20,6 +20,18 @@ TPU_ENV_VARS = ("TPU_NAME", "COLAB_TPU_ADDR", "TPU_WORKER_HOSTNAMES")
 # Connecting to a TPU that is not there does not fail: TensorFlow waits for it forever.
 TPU_TIMEOUT_ENV = "DEVPROF_TPU_TIMEOUT_S"
 DEFAULT_TPU_TIMEOUT_S = 30.0
+# A worker of a multi-worker job waits this long for every other worker to start (all hosts of a
+# cluster rarely start at the same second), then gives up instead of waiting forever.
+CLUSTER_WAIT_ENV = "DEVPROF_CLUSTER_WAIT_S"
+DEFAULT_CLUSTER_WAIT_S = 300.0
+# MultiWorkerMirroredStrategy's peer health check: every HEALTH_INTERVAL_S each worker asks every
+# other one whether it is alive (each question waits up to HEALTH_TIMEOUT_S, HEALTH_RETRIES tries);
+# a peer that does not answer aborts the collectives, so the survivors fail instead of waiting.
+# TensorFlow's default interval is 30 s; a dead peer's closed connection usually fails the running
+# collective within a second anyway.
+HEALTH_INTERVAL_S = 10
+HEALTH_TIMEOUT_S = 10
+HEALTH_RETRIES = 3
 
 
 class DeviceError(Exception):
@@ -50,6 +62,12 @@ class TFBackend:
         except RuntimeError:
             pass  # already initialized: GPUs stay visible, but the strategy still pins the CPU
 
+    def use_gpus(self, gpus) -> None:
+        try:
+            self.tf.config.set_visible_devices(gpus, "GPU")
+        except RuntimeError:
+            pass  # already initialized: every GPU stays visible
+
     def enable_memory_growth(self, gpus) -> None:
         for gpu in gpus:
             try:
@@ -68,6 +86,43 @@ class TFBackend:
 
     def mirrored_strategy(self, devices: list[str]):
         return self.tf.distribute.MirroredStrategy(devices)
+
+    def multi_worker_strategy(self, kind: str, timeout_s: float, wait_s: float, threads: tuple[int, int] | None):
+        """MultiWorkerMirroredStrategy over the cluster in TF_CONFIG: collectives over gRPC (ring
+        all-reduce on CPUs, NCCL on GPUs), each failing after `timeout_s`, and the peer health
+        check tuned so that a dead worker stops the others within tens of seconds."""
+        tf = self.tf
+        if threads is not None:  # before the runtime starts: this worker's share of the machine's cores
+            tf.config.threading.set_intra_op_parallelism_threads(threads[0])
+            tf.config.threading.set_inter_op_parallelism_threads(threads[1])
+        from tensorflow.python.distribute import collective_all_reduce_strategy as cars
+
+        extended = cars.CollectiveAllReduceExtended
+        health = {"_check_health_interval": HEALTH_INTERVAL_S, "_check_health_timeout": HEALTH_TIMEOUT_S,
+                  "_check_health_retry_limit": HEALTH_RETRIES, "_check_health_initial_timeout": wait_s}
+        for attribute, value in health.items():
+            if hasattr(extended, attribute):  # private knobs: a TensorFlow without them keeps its defaults
+                setattr(extended, attribute, value)
+        implementation = tf.distribute.experimental.CommunicationImplementation
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=implementation.RING if kind == "cpu" else implementation.NCCL, timeout_seconds=timeout_s)
+        # Collective instance keys fixed when a step function is traced (TensorFlow's default
+        # gives every call new keys). With new keys a worker that is not the group leader resolves
+        # each collective with a round trip to the leader, finished on a gRPC thread, and TensorFlow
+        # 2.21's host tracer corrupts its heap merging such cross-thread events when the trace is
+        # collected (the worker dies in tf.profiler.experimental.stop(), about one traced run in
+        # four). Fixed keys are resolved once; the training loop traces its functions in the same
+        # order on every worker, and gives every worker full batches, so the keys agree.
+        from tensorflow.python.distribute import cross_device_utils
+
+        launcher = cross_device_utils.CollectiveReplicaLauncher
+        if hasattr(launcher, "_prefer_unique_instance_key"):
+            launcher._prefer_unique_instance_key = False
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+        return strategy, {"communication": "RING" if kind == "cpu" else "NCCL", "collective_timeout_s": timeout_s,
+                          "health_check": {"interval_s": HEALTH_INTERVAL_S, "timeout_s": HEALTH_TIMEOUT_S,
+                                           "retries": HEALTH_RETRIES, "cluster_wait_s": wait_s},
+                          "replicas": strategy.num_replicas_in_sync, "instance_keys": "per traced function"}
 
     def tpu_strategy(self, address: str | None):
         resolver = self.tf.distribute.cluster_resolver.TPUClusterResolver(tpu=address)
@@ -88,11 +143,15 @@ def tpu_hint_present(address: str | None) -> bool:
 
 
 def resolve(device: str = "auto", gpus: int | None = None, tpu: str | None = None,
-            backend: TFBackend | None = None) -> Resolved:
+            backend: TFBackend | None = None, cluster=None, collective_timeout_s: float = 60.0) -> Resolved:
     if device not in DEVICE_KINDS:
         raise DeviceError(f"unknown device {device!r}; choose from {', '.join(DEVICE_KINDS)}")
     if gpus is not None and gpus < 1:
         raise DeviceError(f"--gpus must be at least 1 (got {gpus})")
+    if cluster is not None:
+        # TF_CONFIG before TensorFlow starts: the strategy reads it when it is created.
+        os.environ["TF_CONFIG"] = cluster.tf_config
+        return _resolve_multi_worker(backend or TFBackend(), device, gpus, cluster, collective_timeout_s)
     backend = backend or TFBackend()
     if device == "tpu" or (device == "auto" and tpu_hint_present(tpu)):
         try:
@@ -111,6 +170,67 @@ def resolve(device: str = "auto", gpus: int | None = None, tpu: str | None = Non
         raise DeviceError("--gpus needs --device gpu (or auto with GPUs present)")
     backend.hide_gpus()
     return Resolved("cpu", backend.one_device_strategy("/cpu:0"), cpu_info())
+
+
+def cluster_wait_s() -> float:
+    """Seconds a worker waits for the others to start: DEVPROF_CLUSTER_WAIT_S, else 300."""
+    text = os.environ.get(CLUSTER_WAIT_ENV)
+    if not text:
+        return DEFAULT_CLUSTER_WAIT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value != float("inf")):
+        raise DeviceError(f"{CLUSTER_WAIT_ENV} must be a finite number of seconds > 0 (got {text!r})")
+    return value
+
+
+def _resolve_multi_worker(backend, device: str, gpus: int | None, cluster, timeout_s: float) -> Resolved:
+    """This process as worker `cluster.index` of a MultiWorkerMirroredStrategy job: its local CPU,
+    or its first `--gpus` GPUs (all of them on each worker when not given)."""
+    from profiler import cluster as cluster_mod
+
+    if device == "tpu":
+        raise DeviceError("several workers train with MultiWorkerMirroredStrategy on CPUs or GPUs, not TPUs")
+    found = backend.physical_devices("GPU") if device in ("gpu", "auto") else []
+    if device == "gpu" and not found:
+        raise DeviceError(f"no GPU found on this worker; TensorFlow sees only {_seen(backend)}")
+    if gpus is not None and not found:
+        raise DeviceError("--gpus needs --device gpu (or auto with GPUs present)")
+    if gpus is not None and gpus > len(found):
+        raise DeviceError(f"--gpus {gpus} requested but only {len(found)} GPU(s) found on this worker")
+    local = cluster.local_workers()
+    threads = cluster_mod.thread_counts(local)
+    wait_s = cluster_wait_s()
+    if found:
+        backend.use_gpus(found[:gpus or len(found)])
+        backend.enable_memory_growth(found[:gpus or len(found)])
+        kind = "gpu"
+    else:
+        backend.hide_gpus()
+        kind = "cpu"
+    try:
+        strategy, facts = backend.multi_worker_strategy(kind, timeout_s, wait_s, threads)
+    except RuntimeError as exc:
+        if "Timeout waiting for the cluster" in str(exc):
+            raise DeviceError(f"not every worker of {', '.join(cluster.workers)} started within {wait_s:g} s "
+                              f"({CLUSTER_WAIT_ENV} sets the wait)") from None
+        raise
+    if kind == "cpu":
+        info = cpu_info()
+    else:
+        details = [backend.gpu_details(d) for d in found[:gpus or len(found)]]
+        info = {"name": details[0].get("device_name", "GPU") if details else "GPU",
+                "gpus": [{"name": d.get("device_name"), "compute_capability": _cc(d.get("compute_capability"))}
+                         for d in details]}
+        info.update(_gpu_memory(len(details)))
+    info.update(facts)
+    info.update(strategy="MultiWorkerMirroredStrategy", count=facts["replicas"] // cluster.num_workers or 1,
+                workers=cluster.num_workers, local_workers=local)
+    if threads is not None:
+        info.update(intra_op_threads=threads[0], inter_op_threads=threads[1])
+    return Resolved(kind, strategy, info)
 
 
 def _seen(backend) -> str:

@@ -265,6 +265,19 @@ def start_server(port: int) -> None:
     tf.profiler.experimental.server.start(port)
 
 
+def parse_service_addresses(text: str) -> list[str]:
+    """`grpc://HOST:PORT[,grpc://HOST:PORT...]` -> ["grpc://HOST:PORT", ...]; raises ValueError."""
+    parts = [part.strip() for part in text.split(",")]
+    for part in parts:
+        host, sep, port = part.removeprefix("grpc://").rpartition(":")
+        if not part.startswith("grpc://") or not sep or not host or not port.isdigit():
+            raise ValueError(f"capture wants grpc://HOST:PORT (several: grpc://HOST1:PORT1,grpc://HOST2:PORT2), "
+                             f"got {part!r}" if part else f"capture wants grpc://HOST:PORT, got {text!r}")
+    if len(set(parts)) != len(parts):
+        raise ValueError(f"capture: {text!r} names a worker twice")
+    return parts
+
+
 def capture(service_addr: str, logdir: str, duration_ms: int, host_tracer_level: int = 2,
             device_tracer_level: int = 1, python_tracer_level: int = 0, attempts: int = 3) -> None:
     """Trace a job's profiler server for `duration_ms`; the trace lands in `logdir/plugins/profile/`.
@@ -274,7 +287,8 @@ def capture(service_addr: str, logdir: str, duration_ms: int, host_tracer_level:
     ignores, so `--python-tracer` had no effect), it fails at once when nothing listens, and it
     does not import TensorFlow. Falls back to TensorFlow's client when XProf is missing.
     """
-    address = service_addr.removeprefix("grpc://")
+    # Several workers: one comma-separated list, without the scheme (the client takes HOST:PORT,...).
+    address = ",".join(part.strip().removeprefix("grpc://") for part in service_addr.split(","))
     options = {"host_tracer_level": host_tracer_level, "device_tracer_level": device_tracer_level,
                "python_tracer_level": python_tracer_level}
     try:

@@ -14,7 +14,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                              description="Trace a job started with 'devprof run --profiler-port PORT' (or any "
                                          "TensorFlow job running a profiler server) for a while.",
                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    capture.add_argument("address", help="grpc://HOST:PORT of a job started with --profiler-port")
+    capture.add_argument("address", help="grpc://HOST:PORT of a job started with --profiler-port; several workers "
+                                         "as grpc://HOST1:PORT1,grpc://HOST2:PORT2 (one session, one trace per host)")
     capture.add_argument("--duration-ms", type=int, default=2000, help="how long to trace")
     capture.add_argument("--out", metavar="DIR", default="runs/captures",
                          help="folder captures go into; the trace lands in DIR/plugins/profile/")
@@ -27,8 +28,10 @@ def handle(args: argparse.Namespace) -> int:
     from profiler import tracing
 
     address = args.address
-    if not address.startswith("grpc://"):
-        return error(f"capture wants grpc://HOST:PORT, got {address!r}")
+    try:
+        targets = tracing.parse_service_addresses(address)
+    except ValueError as exc:
+        return error(str(exc))
     os.makedirs(args.out, exist_ok=True)
     print(f"capturing {args.duration_ms} ms from {address} ...", file=sys.stderr)
     options = tracer_options(args)
@@ -40,5 +43,10 @@ def handle(args: argparse.Namespace) -> int:
         return error(f"capture from {address} failed: {first[0] if first else type(exc).__name__}",
                      hint="is the job running with --profiler-port?", code=EXIT_FAILURE)
     trace = tracing.newest_xplane(args.out)
+    if trace is not None and len(targets) > 1:
+        found = sorted(trace.parent.glob("*.xplane.pb"))
+        print(f"traces written: {len(found)} in {trace.parent}" + ("" if len(found) == len(targets) else
+              f" (expected one per host: {len(targets)})"))
+        return EXIT_OK
     print(f"trace written: {trace}" if trace else f"capture finished; traces are under {args.out}/plugins/profile")
     return EXIT_OK

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from profiler.commands.common import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, add_tracer_options,
@@ -23,6 +24,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="auto: local CIFAR-10 if found, else synthetic")
     g.add_argument("--data-dir", default=None, help="folder holding CIFAR-10 (python or binary version)")
     g.add_argument("--limit-images", type=int, default=None, help="train on the first N images")
+    g.add_argument("--limit-test-images", type=int, default=None, metavar="N",
+                   help="validate and test on the first N test images (default: all; validation uses at most 1,000)")
     g = run.add_argument_group("training")
     g.add_argument("--epochs", type=int, default=2, help="epochs (the seed program: 10)")
     g.add_argument("--batch-size", type=int, default=100, help="global batch size (the seed: 100)")
@@ -34,10 +37,24 @@ def add_parser(sub) -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0, help="random seed of the model, data and shuffling")
     g.add_argument("--measure-peak", action="store_true",
                    help="record the device's measured matmul FLOP/s and bandwidth in run.json (cached per device)")
-    g.add_argument("--inject-input-delay-ms", type=float, default=0.0,
-                   help="make every batch this much slower to produce (a demo of an input-bound job)")
-    g.add_argument("--inject-host-delay-ms", type=float, default=0.0,
-                   help="add this much Python work per step (a demo of a host-bound job)")
+    g.add_argument("--inject-input-delay-ms", type=injection, default=injection("0"), metavar="MS[@WORKER]",
+                   help="make every batch this much slower to produce (a demo of an input-bound job); "
+                        "MS@WORKER: on that worker only (a straggler)")
+    g.add_argument("--inject-host-delay-ms", type=injection, default=injection("0"), metavar="MS[@WORKER]",
+                   help="add this much Python work per step (a demo of a host-bound job); "
+                        "MS@WORKER: on that worker only")
+    g = run.add_argument_group("several workers (MultiWorkerMirroredStrategy)")
+    g.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="start N worker processes on this machine, each with its share of the cores, "
+                        "and wait for them (the job's run directory holds worker-<i>/ for each)")
+    g.add_argument("--cluster", default=None, metavar="HOST:PORT,...",
+                   help="this host is one worker of a job on these hosts (chief first); needs --task-index "
+                        "and --run-name. Without it, TF_CONFIG in the environment is used when set")
+    g.add_argument("--task-index", type=int, default=None, metavar="I",
+                   help="which worker of --cluster (or of TF_CONFIG) this host is; 0 is the chief")
+    g.add_argument("--collective-timeout-s", type=float, default=60.0,
+                   help="a collective (all-reduce) that waits longer than this for the other workers fails "
+                        "the job")
     g = run.add_argument_group("output")
     g.add_argument("--out", metavar="DIR", default="runs", help="folder the run directory goes into")
     g.add_argument("--run-name", default=None, help="run folder name (default: <time>-<device>-<host>)")
@@ -55,28 +72,63 @@ def add_parser(sub) -> argparse.ArgumentParser:
     g.add_argument("--no-sample", dest="sample", action="store_false", help="no utilization sampling")
     g.add_argument("--sample-interval", type=float, default=0.5, help="seconds between samples (minimum 0.05)")
     run.set_defaults(handler=handle)
+    global PARSER
+    PARSER = run
     return run
 
 
-def handle(args: argparse.Namespace) -> int:
-    from models.training import TrainConfig
-    from profiler import rundir
-    from profiler.config import RunConfig, UsageError
-    from profiler.run import Run, Terminated
+PARSER: argparse.ArgumentParser | None = None  # `devprof run`'s parser: the launcher passes its options on
 
-    config = RunConfig(
+
+def injection(text: str):
+    """`--inject-*-delay-ms MS[@WORKER]` as (ms, worker or None); the number is checked later, with
+    the other float options."""
+    from profiler.cluster import parse_injection
+
+    try:
+        return parse_injection(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_config(args: argparse.Namespace, cluster=None):
+    """The `RunConfig` the options ask for (`cluster`: this process's place in a multi-worker job)."""
+    from models.training import TrainConfig
+    from profiler.config import RunConfig
+
+    return RunConfig(
         device=args.device, gpus=args.gpus, tpu=args.tpu, data=args.data, data_dir=args.data_dir,
-        limit_images=args.limit_images, out=args.out, run_name=args.run_name,
+        limit_images=args.limit_images, limit_test_images=args.limit_test_images, out=args.out,
+        run_name=args.run_name,
         train=TrainConfig(batch_size=args.batch_size, epochs=args.epochs, precision=args.precision,
                           jit_compile=args.jit_compile, steps_per_execution=args.steps_per_execution,
-                          seed=args.seed, inject_input_delay_ms=args.inject_input_delay_ms,
-                          inject_host_delay_ms=args.inject_host_delay_ms),
+                          seed=args.seed, inject_input_delay_ms=args.inject_input_delay_ms.ms,
+                          inject_host_delay_ms=args.inject_host_delay_ms.ms),
         profile=args.profile, profile_steps=args.profile_steps, tracer=tracer_options(args),
         profiler_port=args.profiler_port, scalars_every=args.scalars_every,
         sample=args.sample, sample_interval=args.sample_interval, measure_peak=args.measure_peak,
-        quiet=args.quiet,
+        quiet=args.quiet, cluster=cluster, inject_input_worker=args.inject_input_delay_ms.worker,
+        inject_host_worker=args.inject_host_delay_ms.worker, collective_timeout_s=args.collective_timeout_s,
     )
-    run = Run(config)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from profiler import cluster as cluster_mod
+    from profiler import rundir
+    from profiler.config import UsageError
+    from profiler.run import Run, Terminated
+
+    if args.workers is not None:
+        from profiler import launcher
+
+        return launcher.launch(args)
+    try:
+        cluster = cluster_mod.resolve(args.cluster, args.task_index)
+    except cluster_mod.ClusterError as exc:
+        return error(str(exc))
+    if args.cluster is not None and os.environ.get(cluster_mod.TF_CONFIG):
+        print("warning: --cluster replaces the TF_CONFIG of the environment", file=sys.stderr)
+    run = Run(build_config(args, cluster))
     try:
         path = run.execute()
     except (UsageError, rundir.RunExistsError) as exc:
