@@ -3,13 +3,13 @@
 A stage's self time is its duration minus the time covered by
 
 - deeper stages nested in it on the same thread (its input, pulled inline), and
-- stages of another pipeline that run on other threads within its span: a stage that
-  only forwards another pipeline's output (the `Generator` that `tf.distribute` wraps
-  around the real pipeline on the training thread) is waiting, not working.
+- stages that are not its own inputs running on other threads within its span: a stage
+  that only forwards another pipeline's output (the `Generator` that `tf.distribute` wraps
+  around the real pipeline) is waiting, not working; a `Generator` that hands out a
+  multi-device iterator's shard (`GetNextFromShard`) waits all its time.
 
-Stages of the same pipeline on other threads (a prefetch's or a parallel map's workers)
-are not subtracted: they run beside the stage, not inside it. Pipelines are told apart by
-their first stage under `Iterator::Root`.
+Its own inputs on other threads (a prefetch's or a parallel map's workers, whose names
+extend the stage's name) are not subtracted: they run beside the stage, not inside it.
 """
 
 from __future__ import annotations
@@ -24,16 +24,12 @@ from analysis.steps import NS_PER_MS, matches
 
 STAGE_RE = re.compile(r"^Iterator::")
 ROOT = "Iterator::Root"
+SHARD_RE = re.compile(r"^GetNextFromShard")  # tf.distribute's multi-device iterator handing out a batch
 PREFETCH_RE = re.compile(r"(?:^|::)Prefetch(?:\[\d+\])?(?:::|$)")
 
 
-def _pipeline_of(name: str) -> str:
-    parts = name.split("::")
-    return re.sub(r"\[\d+\]$", "", parts[2]) if len(parts) > 2 else ""
-
-
 def stage_events(events: pd.DataFrame) -> pd.DataFrame:
-    """`Iterator::` events other than the bare root, with `depth` and `pipeline` columns."""
+    """`Iterator::` events other than the bare root, with a `depth` column."""
     stages = events.loc[matches(events["name"], STAGE_RE), ["name", "plane", "line", "start_ns", "end_ns",
                                                             "duration_ns"]]
     names = stages["name"].astype(str).astype("category") if not isinstance(stages["name"].dtype, pd.CategoricalDtype) \
@@ -44,8 +40,7 @@ def stage_events(events: pd.DataFrame) -> pd.DataFrame:
     categories = names.cat.categories.astype(str)
     codes = names.cat.codes.to_numpy()
     depth = np.array([name.count("::") for name in categories], dtype=np.int64)[codes]
-    pipeline = np.array([_pipeline_of(name) for name in categories], dtype=object)[codes]
-    return stages.assign(name=np.asarray(categories, dtype=object)[codes], depth=depth, pipeline=pipeline)
+    return stages.assign(name=np.asarray(categories, dtype=object)[codes], depth=depth)
 
 
 def _inside(starts, ends, span_starts, span_ends) -> np.ndarray:
@@ -69,18 +64,39 @@ def stage_self_ns(events: pd.DataFrame) -> pd.Series:
     ends = stages["end_ns"].to_numpy(dtype=np.int64)
     thread = stages["plane"].astype(np.int64).to_numpy() * 1_000_000 + stages["line"].astype(np.int64).to_numpy()
     depth = stages["depth"].to_numpy()
-    pipeline = stages["pipeline"].to_numpy()
+    names = stages["name"].to_numpy()
+    categories = pd.Categorical(names)
+    codes = categories.codes
     for key in np.unique(np.stack([thread, depth]).T, axis=0):
         mine = (thread == key[0]) & (depth == key[1])
         nested = (thread == key[0]) & (depth > key[1])
-        for name in np.unique(pipeline[mine]):
-            group = mine & (pipeline == name)
-            elsewhere = np.flatnonzero((thread != key[0]) & (pipeline != name))
+        for name in np.unique(names[mine]):
+            group = mine & (names == name)
+            # Stages on other threads that are not this stage's own inputs (names extending its own).
+            foreign = np.array([not other.startswith(name) for other in categories.categories], dtype=bool)[codes]
+            elsewhere = np.flatnonzero((thread != key[0]) & foreign)
             waited = elsewhere[_inside(starts[elsewhere], ends[elsewhere], starts[group], ends[group])]
             covered = iv.union(np.concatenate([starts[nested], starts[waited]]),
                                np.concatenate([ends[nested], ends[waited]]))
             self_ns[group] = (ends[group] - starts[group]) - iv.overlap(covered, starts[group], ends[group])
+    forwarding = _forwarding(events, stages)
+    self_ns[forwarding] = 0
     return pd.Series(self_ns, index=stages.index).groupby(stages["name"].to_numpy()).sum()
+
+
+def _forwarding(events: pd.DataFrame, stages: pd.DataFrame) -> np.ndarray:
+    """`Generator` stages that only forward a multi-device iterator's shard (tf.distribute): while
+    its buffer is full they wait for the training loop, so all their time is waiting."""
+    is_generator = stages["name"].str.endswith("::Generator").to_numpy()
+    shards = events[matches(events["name"], SHARD_RE)]
+    if not is_generator.any() or shards.empty:
+        return np.zeros(len(stages), dtype=bool)
+    order = np.sort(shards["start_ns"].to_numpy(dtype=np.int64))
+    starts = stages["start_ns"].to_numpy(dtype=np.int64)
+    ends = stages["end_ns"].to_numpy(dtype=np.int64)
+    first_after = np.searchsorted(order, starts, side="left")
+    holds_shard = (first_after < order.size) & (order[np.clip(first_after, 0, order.size - 1)] < ends)
+    return is_generator & holds_shard
 
 
 def prefetches(events: pd.DataFrame) -> bool | None:

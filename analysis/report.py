@@ -65,7 +65,7 @@ def utilization_evidence(summaries: dict) -> dict[str, float]:
     evidence = {}
     machine = utilization.headline(summaries)
     if machine["cpu_cores"] == machine["cpu_cores"] and machine["proc_cpu_mean_pct"] == machine["proc_cpu_mean_pct"]:
-        evidence["training process cpu"] = machine["proc_cpu_mean_pct"] / machine["cpu_cores"]
+        evidence["training process cpu (of all cores)"] = machine["proc_cpu_mean_pct"] / machine["cpu_cores"]
     for name, summary in summaries.items():
         metrics = summary.get("metrics") or {}
         for column in run_files.UTILIZATION_COLUMNS:

@@ -156,6 +156,16 @@ def _host_fix(facts: Facts) -> str:
     return f"already {k} steps per call; try --steps-per-execution {suggestion} or cut per-step Python work"
 
 
+def _host_steps_per_call(facts: Facts) -> str:
+    k = int(facts.steps_per_call or 1)
+    suggestion = suggest_steps_per_execution(facts.host_pct, facts.compute_pct, k, facts.steps_per_epoch)
+    if k <= 1:
+        return (f"Run several steps per call so Python and dispatch cost is paid once per call: "
+                f"`--steps-per-execution {suggestion}` (Keras: `model.compile(steps_per_execution={suggestion})`).")
+    return (f"Already {k} steps per call: raise `--steps-per-execution` to {suggestion}, or look for per-call "
+            "Python work.")
+
+
 def _compute_fix(facts: Facts) -> str:
     device = facts_for(facts.device)
     at_peak = (f"the epoch runs at {facts.mfu_pct:.0f} % of the device's measured {facts.peak_dtype} peak; "
@@ -182,7 +192,7 @@ RULES: list[Rule] = [
     Rule("host_bound", "host", lambda f: f.host_pct >= HOST_BOUND_PCT,
          lambda f: ("Host-bound: time goes to Python and dispatch between TensorFlow calls, not to waiting for "
                     "input; look at the training loop."),
-         _host_fix, lambda f: list(HOST_ADVICE), bound="host",
+         _host_fix, lambda f: [_host_steps_per_call(f), *HOST_ADVICE], bound="host",
          description=f"host overhead >= {HOST_BOUND_PCT:g} % of step time (high from {HIGH_HOST_PCT:g} %)"),
     Rule("compute_bound", "compute", lambda f: True,
          lambda f: "Compute-bound: the step's math dominates; input and host overhead are small.",
@@ -273,13 +283,13 @@ def fix_for(component: str, facts: Facts) -> str:
 
 
 def advice(facts: Facts, rule: Rule) -> list[str]:
-    """A verdict's advice: the rule's fix first (after a pointer to the slowest input stage), then the rest."""
-    fix = rule.fix(facts)
+    """A verdict's advice: the rule's detailed lines, or its one fix when it has none (compare's
+    "why" uses the fix, which sums up the same changes)."""
     more = rule.more(facts)
-    lines = [f"{fix[0].upper()}{fix[1:]}."]
-    if more and more[0].startswith("The slowest tf.data stage"):
-        lines.insert(0, more.pop(0))
-    return lines + [line for line in more if line not in lines]
+    if more:
+        return more
+    fix = rule.fix(facts)
+    return [f"{fix[0].upper()}{fix[1:]}."]
 
 
 def make_verdict(

@@ -58,3 +58,18 @@ def test_a_pipeline_that_prefetches_is_not_told_to_prefetch():
     assert not any(".prefetch(" in line for line in told["advice"]), told["advice"]
     unknown = make_verdict(mean, steps_used=5)
     assert any(".prefetch(" in line for line in unknown["advice"])
+
+
+def test_a_generator_handing_out_a_shard_only_waits():
+    """tf.distribute's Generator waits on the multi-device iterator (GetNextFromShard) while its buffer
+    is full: none of that is the pipeline's work."""
+    rows = []
+    for k in range(3):
+        t = k * 100 * MS
+        rows += [("Iterator::Root::Prefetch::Generator", 0, 4, t, t + 22 * MS),
+                 ("GetNextFromShard0", 0, 5, t + 21 * MS, t + 21 * MS + MS // 10),
+                 ("Iterator::Root::Prefetch::ForeverRepeat[0]::BatchV2", 0, 7, t + 30 * MS, t + 31 * MS)]
+    self_ms = stage_self_ns(events(rows)) / MS
+    assert self_ms["Iterator::Root::Prefetch::Generator"] == 0
+    assert self_ms["Iterator::Root::Prefetch::ForeverRepeat[0]::BatchV2"] == pytest.approx(3.0)
+    assert slowest_input_stage(events(rows), 3).startswith("Iterator::Root::Prefetch::ForeverRepeat[0]::BatchV2")
