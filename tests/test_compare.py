@@ -273,7 +273,8 @@ def test_bad_input_is_one_error_line_and_exit_2(case, tmp_path, capsys):
 def _real_pair(out, capsys) -> dict:
     from profiler import cli
 
-    base = ["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "600", "--batch-size", "50",
+    base = ["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "600", "--limit-test-images", "500",
+            "--batch-size", "50",
             "--epochs", "2", "--no-profile", "--no-sample", "--quiet", "--out", str(out)]
     assert cli.main([*base, "--run-name", "plain"]) == 0
     assert cli.main([*base, "--run-name", "delayed", "--inject-input-delay-ms", "100"]) == 0
