@@ -52,8 +52,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "and --run-name. Without it, TF_CONFIG in the environment is used when set")
     g.add_argument("--task-index", type=int, default=None, metavar="I",
                    help="which worker of --cluster (or of TF_CONFIG) this host is; 0 is the chief")
-    g.add_argument("--collective-timeout-s", type=float, default=60.0,
-                   help="a collective (all-reduce) that waits longer than this for the other workers fails "
+    g.add_argument("--collective-timeout-s", type=float, default=60.0, metavar="S",
+                   help="seconds a collective (all-reduce) may wait for the other workers before it fails "
                         "the job")
     g = run.add_argument_group("output")
     g.add_argument("--out", metavar="DIR", default="runs", help="folder the run directory goes into")
@@ -67,7 +67,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     add_tracer_options(g)
     g.add_argument("--profiler-port", type=int, default=None,
                    help="start a profiler server on this port for on-demand capture (off by default; it "
-                        "listens on all network interfaces without authentication: use only on a trusted network)")
+                        "listens on all network interfaces without authentication: use only on a trusted network); "
+                        "with --workers N, worker i listens on PORT + i")
     g = run.add_argument_group("samplers")
     g.add_argument("--no-sample", dest="sample", action="store_false", help="no utilization sampling")
     g.add_argument("--sample-interval", type=float, default=0.5, help="seconds between samples (minimum 0.05)")
