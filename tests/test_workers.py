@@ -141,6 +141,7 @@ def test_a_killed_worker_stops_the_job_and_every_run_directory_says_how_it_ended
     wait_for_steps(job / "worker-0" / "steps.csv", 25, proc)  # in the second epoch
     victim = read_json(job / "run.json")["launcher"]["pids"]["worker-1"]
     os.kill(victim, signal.SIGKILL)
+    recorded = len(run_files.read_steps_csv(job / "worker-0" / "steps.csv"))
     killed_at = time.monotonic()
     stdout, stderr = proc.communicate(timeout=120)
     took = time.monotonic() - killed_at
@@ -158,9 +159,11 @@ def test_a_killed_worker_stops_the_job_and_every_run_directory_says_how_it_ended
     survivor = read_json(job / "worker-0" / "run.json")
     assert survivor["status"] in ("failed", "interrupted"), survivor["status"]
     assert "worker-1 failed" in survivor["stopped_by_launcher"]
-    for index in (0, 1):  # every completed step stays readable
+    for index in (0, 1):  # the completed steps stay readable
         steps = run_files.read_steps_csv(job / f"worker-{index}" / "steps.csv")
-        assert len(steps) >= 25 and list(steps["step"]) == list(range(len(steps)))
+        # A step's row is written when the next step begins: a worker killed between the two
+        # loses the row of the step it had just finished, and no other.
+        assert len(steps) >= recorded - 1 and list(steps["step"]) == list(range(len(steps)))
 
 
 def test_ctrl_c_stops_every_worker_cleanly(tmp_path):
