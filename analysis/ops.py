@@ -14,6 +14,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from analysis import producers
 from analysis.producers import tensorflow as tf_producer
 from analysis.steps import NS_PER_MS, TF_OP_RE, device_events, host_events, matches
 
@@ -54,7 +55,8 @@ def host_ops(events: pd.DataFrame) -> pd.DataFrame:
     host = host_events(events)
     input_pipeline = re.compile(tf_producer.INPUT_PIPELINE_FUNCTION, re.IGNORECASE)
     # tf.data runs its functions' ops on its own threads: input, not the step's compute.
-    ops = host[matches(host["name"], TF_OP_RE) & ~matches(host["line_name"], input_pipeline, search=True)]
+    ops = host[matches(host["name"], TF_OP_RE) & ~matches(host["line_name"], input_pipeline, search=True)
+               & ~matches(host["name"], producers.pattern("collective"), search=True)]  # waiting, not compute
     if ops.empty:
         return pd.DataFrame(columns=["op", "type", "device", "start_ns", "self_ns"])
     ops = ops.sort_values(["plane", "line", "start_ns", "end_ns"], ascending=[True, True, True, False], kind="stable")

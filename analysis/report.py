@@ -53,6 +53,7 @@ class Analysis:
     input_stages: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["stage", "ms_per_batch"]))
     epoch_starts_s: list[float] = field(default_factory=list)
     job_dir: Path | None = None  # a multi-worker run: the job's folder (the breakdown is worker 0's)
+    facts: object = None  # the rules.Facts the findings were drawn from
 
     @property
     def run_dir(self) -> Path | None:
@@ -140,6 +141,7 @@ def analyze(path: str | Path, step_name: str | None = None) -> Analysis:
                         proc_cpu_pct=machine["proc_cpu_mean_pct"], cpu_cores=machine["cpu_cores"],
                         device_mem_peak_bytes=machine["device_mem_peak_bytes"],
                         device_mem_total_bytes=machine["device_mem_total_bytes"], **found)
+    result.facts = facts
     result.findings = rules.findings(facts)
     return result
 
@@ -153,6 +155,17 @@ def _analyze_job(job_dir: Path, workers: list[Path], step_name: str | None) -> A
         device = run_files.section(run_files.read_run_json(worker / run_files.RUN_JSON), "device")
         chief.workers.append(worker_row(index, str(device.get("host") or worker.name), analysis.mean))
     chief.straggler = find_straggler(chief.workers)
+    # Workers on the chief's machine are the job, not "other processes" competing with it.
+    hosts = [row["host"] for row in chief.workers]
+    local = [a.utilization.get("proc_cpu_mean_pct", math.nan) for a, host in zip(per_worker, hosts) if host == hosts[0]]
+    cores = chief.utilization.get("cpu_cores", math.nan)
+    if len(local) > 1 and chief.facts is not None and cores == cores and all(v == v for v in local):
+        job_cpu = sum(local)
+        chief.utilization["proc_cpu_mean_pct"] = job_cpu
+        chief.utilization["other_cpu_mean_pct"] = max(0.0, chief.utilization["cpu_util_mean_pct"] - job_cpu / cores)
+        chief.facts.proc_cpu_pct = job_cpu
+        chief.facts.other_cpu_pct = chief.utilization["other_cpu_mean_pct"]
+        chief.findings = rules.findings(chief.facts)
     chief.source.notes.append(f"{len(workers)} workers: the breakdown is worker 0's ({workers[0].name}); "
                               "one row per worker below")
     return chief

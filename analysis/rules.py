@@ -25,6 +25,7 @@ from analysis.device_facts import facts_for
 HIGH_INPUT_PCT = 20.0
 MODERATE_INPUT_PCT = 5.0
 HOST_BOUND_PCT = 15.0
+COLLECTIVE_BOUND_PCT = 15.0
 HIGH_HOST_PCT = 50.0
 MIN_STEADY_STEPS = 3  # fewer steady steps than this give no verdict
 NICE_STEPS_PER_EXECUTION = (2, 4, 8, 16, 32, 50, 100, 200, 500, 1000)
@@ -59,6 +60,7 @@ class Facts:
     compute_pct: float
     host_pct: float
     device: str = ""
+    collective_pct: float = 0.0
     precision: str | None = None
     jit_compile: bool | None = None
     steps_per_call: int = 1
@@ -189,6 +191,12 @@ RULES: list[Rule] = [
     Rule("input_bound", "input", lambda f: f.input_pct >= MODERATE_INPUT_PCT, _input_headline("moderate"),
          _input_fix, _input_more, bound="input", level="moderate",
          description=f"input >= {MODERATE_INPUT_PCT:g} % of step time"),
+    Rule("collective_bound", "collective", lambda f: f.collective_pct >= COLLECTIVE_BOUND_PCT,
+         lambda f: (f"Collective-bound: {f.collective_pct:.0f} % of the step waits in all-reduce for the other "
+                    "workers or devices."),
+         lambda f: ("find the straggler the others wait for (the workers table), then fix its cause; otherwise a "
+                    "larger per-worker batch spreads each all-reduce over more images"),
+         bound="collective", description=f"collective wait >= {COLLECTIVE_BOUND_PCT:g} % of step time"),
     Rule("host_bound", "host", lambda f: f.host_pct >= HOST_BOUND_PCT,
          lambda f: ("Host-bound: time goes to Python and dispatch between TensorFlow calls, not to waiting for "
                     "input; look at the training loop."),
@@ -319,6 +327,8 @@ def make_verdict(
         f"compute {mean['compute_pct']:.1f} % ({mean['compute_ms']:.2f} ms), "
         f"host overhead {mean['host_pct']:.1f} % ({mean['host_ms']:.2f} ms)"
     )
+    if mean.get("collective_ms", 0.0) > 0:
+        evidence += f", collective wait {mean['collective_pct']:.1f} % ({mean['collective_ms']:.2f} ms)"
     if steps_per_call > 1:
         evidence += f"; each call runs {steps_per_call} steps ({mean['step_ms'] / steps_per_call:.2f} ms per step)"
     if compile_steps is not None and not compile_steps.empty:
@@ -335,7 +345,8 @@ def make_verdict(
                   "or --profile-steps")
         return {"bound": None, "level": None, "rule": None, "reason": reason, "evidence": f"{evidence}.",
                 "advice": []}
-    facts = Facts(mean["input_pct"], mean["compute_pct"], mean["host_pct"], device=device, precision=precision,
+    facts = Facts(mean["input_pct"], mean["compute_pct"], mean["host_pct"], device=device,
+                  collective_pct=mean.get("collective_pct", 0.0), precision=precision,
                   jit_compile=jit_compile, steps_per_call=steps_per_call, steps_per_epoch=steps_per_epoch,
                   slowest_input_stage=slowest_input_stage, prefetches=prefetches)
     rule = verdict_rule(facts)

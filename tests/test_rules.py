@@ -125,3 +125,12 @@ def test_kernel_counts_and_lengths_leave_out_copies():
 ])
 def test_matrix_units_from_the_device_facts(device, expected):
     assert trace_facts.matrix_unit_dtypes(device) == expected
+
+
+def test_collective_wait_gives_its_own_verdict():
+    mean = {"step_ms": 100.0, "input_ms": 1.0, "compute_ms": 70.0, "collective_ms": 25.0, "host_ms": 4.0,
+            "input_pct": 1.0, "compute_pct": 70.0, "collective_pct": 25.0, "host_pct": 4.0}
+    verdict = rules.make_verdict(mean, steps_used=5)
+    assert verdict["bound"] == "collective" and verdict["rule"] == "collective_bound"
+    assert "collective wait 25.0 %" in verdict["evidence"] and "straggler" in verdict["advice"][0]
+    assert rules.make_verdict({**mean, "collective_pct": 10.0}, steps_used=5)["bound"] == "compute"
