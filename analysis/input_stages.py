@@ -127,3 +127,20 @@ def input_stage_table(events: pd.DataFrame) -> pd.DataFrame:
     table = pd.DataFrame({"stage": self_ns.index, "ms_per_batch": self_ns.to_numpy() / NS_PER_MS / calls.to_numpy(),
                           "calls": calls.to_numpy()})
     return table.sort_values("ms_per_batch", ascending=False, kind="stable").reset_index(drop=True)
+
+
+PY_FUNCTION_RE = re.compile(r"(?:^|:)(?:EagerPyFunc|PyFunc|PyFuncStateless|NumpyFunction)$")
+
+
+def runs_python(events: pd.DataFrame, stage: str | None) -> bool:
+    """Whether Python functions (py_function, numpy_function) run inside the stage's own events."""
+    if not stage:
+        return False
+    name = stage.split(" (")[0]
+    spans = events[events["name"].astype(str) == name] if name else events.iloc[0:0]
+    calls = events[matches(events["name"], PY_FUNCTION_RE, search=True)]
+    if spans.empty or calls.empty:
+        return False
+    inside = _inside(calls["start_ns"].to_numpy(dtype=np.int64), calls["end_ns"].to_numpy(dtype=np.int64),
+                     spans["start_ns"].to_numpy(dtype=np.int64), spans["end_ns"].to_numpy(dtype=np.int64))
+    return bool(inside.any())

@@ -21,7 +21,7 @@ from analysis import rules
 from analysis.rules import make_verdict
 from analysis.step_sources import StepSource, open_step_source
 from analysis.device_rows import device_rows, kernel_launch
-from analysis.input_stages import input_stage_table, prefetches, slowest_input_stage
+from analysis.input_stages import input_stage_table, prefetches, runs_python, slowest_input_stage
 from analysis.ops import OP_COLUMNS, op_table
 from analysis.workers import find_straggler, worker_row, worker_rows
 from analysis.steps import mean_breakdown, steady_steps
@@ -114,6 +114,7 @@ def analyze(path: str | Path, step_name: str | None = None) -> Analysis:
         steps_per_call=source.steps_per_call,
         slowest_input_stage=stage,
         prefetches=prefetches(events) if events is not None else None,
+        input_py_function=runs_python(events, stage) if events is not None else False,
         utilization=utilization_evidence(summaries),
         device=source.device,
         precision=config.get("precision"),

@@ -67,6 +67,7 @@ class Facts:
     steps_per_epoch: float = math.nan
     slowest_input_stage: str | None = None
     prefetches: bool | None = None  # whether the input pipeline already prefetches (None: unknown)
+    input_py_function: bool = False  # the slowest stage runs Python (py_function, numpy_function)
     mfu_pct: float = math.nan
     peak_dtype: str | None = None
     other_cpu_pct: float = math.nan  # other processes' CPU, % of the whole machine
@@ -143,9 +144,29 @@ def _input_fix(facts: Facts) -> str:
             "tf.data.AUTOTUNE) and .cache() to the input pipeline")
 
 
+def stage_advice(stage: str, py_function: bool = False) -> str:
+    """One change for the slowest tf.data stage, by what kind of stage it is."""
+    kind = stage.split(" (")[0].rsplit("::", 1)[-1]
+    kind = kind.split("[")[0]
+    if py_function:
+        return ("it runs Python (`tf.py_function`/`tf.numpy_function`), which holds the GIL and runs one batch at a "
+                "time: rewrite it with TensorFlow ops, or move it out of the pipeline (precompute, then `.cache()`)")
+    if kind in ("Map", "MapAndBatch", "FlatMap", "Interleave"):
+        return f"parallelise this {kind}: `num_parallel_calls=tf.data.AUTOTUNE`, `deterministic=False`"
+    if kind in ("ParallelMap", "ParallelMapV2", "ParallelInterleave", "ParallelInterleaveV4"):
+        return "it is already parallel: vectorize its function (map after `.batch()`), or `.cache()` its output"
+    if kind in ("TFRecord", "TextLine", "FixedLengthRecord", "Generator", "TensorSlice", "Range"):
+        return "reading is the cost: `.cache()` right after this stage, or read files in parallel with `interleave`"
+    if kind in ("Shuffle", "ShuffleAndRepeat"):
+        return "a smaller shuffle buffer, or shuffle file names instead of elements"
+    if kind in ("Batch", "BatchV2", "PaddedBatch"):
+        return "batch before expensive per-element work so it runs once per batch"
+    return f"`.cache()` after this {kind} stage if its output does not change between epochs"
+
+
 def _input_more(facts: Facts) -> list[str]:
-    stage = [f"The slowest tf.data stage is `{facts.slowest_input_stage}`: start there."] \
-        if facts.slowest_input_stage else []
+    stage = [f"The slowest tf.data stage is `{facts.slowest_input_stage}`: "
+             f"{stage_advice(facts.slowest_input_stage, facts.input_py_function)}."] if facts.slowest_input_stage else []
     general = [line for line in INPUT_ADVICE if not (facts.prefetches and ".prefetch(" in line)]
     return stage + general
 
@@ -308,6 +329,7 @@ def make_verdict(
     steps_per_call: int = 1,
     slowest_input_stage: str | None = None,
     prefetches: bool | None = None,
+    input_py_function: bool = False,
     utilization: dict[str, float] | None = None,
     device: str = "",
     precision: str | None = None,
@@ -348,7 +370,7 @@ def make_verdict(
     facts = Facts(mean["input_pct"], mean["compute_pct"], mean["host_pct"], device=device,
                   collective_pct=mean.get("collective_pct", 0.0), precision=precision,
                   jit_compile=jit_compile, steps_per_call=steps_per_call, steps_per_epoch=steps_per_epoch,
-                  slowest_input_stage=slowest_input_stage, prefetches=prefetches)
+                  slowest_input_stage=slowest_input_stage, prefetches=prefetches, input_py_function=input_py_function)
     rule = verdict_rule(facts)
     return {"bound": rule.bound, "level": _level(rule, facts), "rule": rule.id,
             "evidence": f"{rule.headline(facts)} {evidence}.", "advice": advice(facts, rule)}

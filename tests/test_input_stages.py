@@ -73,3 +73,19 @@ def test_a_generator_handing_out_a_shard_only_waits():
     assert self_ms["Iterator::Root::Prefetch::Generator"] == 0
     assert self_ms["Iterator::Root::Prefetch::ForeverRepeat[0]::BatchV2"] == pytest.approx(3.0)
     assert slowest_input_stage(events(rows), 3).startswith("Iterator::Root::Prefetch::ForeverRepeat[0]::BatchV2")
+
+
+def test_advice_fits_the_slowest_stage():
+    from analysis.input_stages import runs_python
+    from analysis.rules import stage_advice
+
+    assert "num_parallel_calls" in stage_advice("Iterator::Root::Map (30 ms self time per step)")
+    assert "vectorize" in stage_advice("Iterator::Root::Prefetch::ParallelMapV2")
+    assert "cache" in stage_advice("Iterator::Root::TFRecord")
+    assert "GIL" in stage_advice("Iterator::Root::Map", py_function=True)
+    trace = distributed_input_trace()
+    assert runs_python(trace, "Iterator::Root::Map (30 ms)") is False
+    with_python = pd.concat([trace, events([("PyFunc", 0, 4, 10 * MS, 20 * MS)])], ignore_index=True)
+    with_python["name"] = with_python["name"].astype(str).astype("category")
+    assert runs_python(with_python, "Iterator::Root::Map (30 ms)") is True
+    assert runs_python(with_python, "Iterator::Root::Generator") is False
