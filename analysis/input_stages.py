@@ -133,7 +133,7 @@ PY_FUNCTION_RE = re.compile(r"(?:^|:)(?:EagerPyFunc|PyFunc|PyFuncStateless|Numpy
 
 
 def runs_python(events: pd.DataFrame, stage: str | None) -> bool:
-    """Whether Python functions (py_function, numpy_function) run inside the stage's own events."""
+    """Whether Python functions (py_function, numpy_function) run inside the stage's events, on its thread."""
     if not stage:
         return False
     name = stage.split(" (")[0]
@@ -141,6 +141,10 @@ def runs_python(events: pd.DataFrame, stage: str | None) -> bool:
     calls = events[matches(events["name"], PY_FUNCTION_RE, search=True)]
     if spans.empty or calls.empty:
         return False
-    inside = _inside(calls["start_ns"].to_numpy(dtype=np.int64), calls["end_ns"].to_numpy(dtype=np.int64),
-                     spans["start_ns"].to_numpy(dtype=np.int64), spans["end_ns"].to_numpy(dtype=np.int64))
-    return bool(inside.any())
+    for (plane, line), own in spans.groupby(["plane", "line"]):
+        here = calls[(calls["plane"] == plane) & (calls["line"] == line)]  # nested on the stage's own thread
+        if not here.empty and _inside(here["start_ns"].to_numpy(dtype=np.int64), here["end_ns"].to_numpy(dtype=np.int64),
+                                      own["start_ns"].to_numpy(dtype=np.int64),
+                                      own["end_ns"].to_numpy(dtype=np.int64)).any():
+            return True
+    return False
