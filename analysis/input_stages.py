@@ -133,18 +133,18 @@ PY_FUNCTION_RE = re.compile(r"(?:^|:)(?:EagerPyFunc|PyFunc|PyFuncStateless|Numpy
 
 
 def runs_python(events: pd.DataFrame, stage: str | None) -> bool:
-    """Whether Python functions (py_function, numpy_function) run inside the stage's events, on its thread."""
-    if not stage:
-        return False
-    name = stage.split(" (")[0]
-    spans = events[events["name"].astype(str) == name] if name else events.iloc[0:0]
+    """Whether Python functions (py_function, numpy_function) run for the stage: a call that the
+    stage's span is the tightest of all stage spans around (tf.data runs the call on a pool thread)."""
+    name = (stage or "").split(" (")[0]
     calls = events[matches(events["name"], PY_FUNCTION_RE, search=True)]
-    if spans.empty or calls.empty:
+    stages = stage_events(events)
+    if not name or calls.empty or stages.empty:
         return False
-    for (plane, line), own in spans.groupby(["plane", "line"]):
-        here = calls[(calls["plane"] == plane) & (calls["line"] == line)]  # nested on the stage's own thread
-        if not here.empty and _inside(here["start_ns"].to_numpy(dtype=np.int64), here["end_ns"].to_numpy(dtype=np.int64),
-                                      own["start_ns"].to_numpy(dtype=np.int64),
-                                      own["end_ns"].to_numpy(dtype=np.int64)).any():
+    starts = stages["start_ns"].to_numpy(dtype=np.int64)
+    ends = stages["end_ns"].to_numpy(dtype=np.int64)
+    names = stages["name"].to_numpy()
+    for call_start, call_end in zip(calls["start_ns"].to_numpy(), calls["end_ns"].to_numpy()):
+        around = np.flatnonzero((starts <= call_start) & (ends >= call_end))
+        if around.size and names[around[np.argmin(ends[around] - starts[around])]] == name:
             return True
     return False
