@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from fake_pynvml import FakeGpu, FakeNvml
+from cli_checks import one_usage_error
 from profiler import cli, devices
 from profiler.devices import DeviceError, resolve
 
@@ -287,12 +288,7 @@ class _Evil:
 def _run_cli(capsys, out: Path, *args: str) -> str:
     code = cli.main(["run", "--out", str(out), "--quiet", "--no-profile", "--no-sample",
                      "--limit-images", "100", *args])
-    captured = capsys.readouterr()
-    assert code == 2, (code, captured.err)
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
-    assert "Traceback" not in captured.err + captured.out
-    return lines[0]
+    return one_usage_error(code, capsys)
 
 
 def _cifar_folder(root: Path) -> Path:

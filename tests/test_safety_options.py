@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_checks import one_usage_error
 from profiler import cli, rundir
 from profiler.config import RunConfig, UsageError
 
@@ -17,12 +18,7 @@ def run_usage_error(capsys, out, *args: str) -> str:
     """`devprof run` that must stop with a usage error; returns its one `error:` line."""
     code = cli.main(["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "100", "--epochs", "1",
                      "--quiet", "--no-profile", "--no-sample", "--out", str(out), *args])
-    captured = capsys.readouterr()
-    assert code == 2, (code, captured.err)
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
-    assert "Traceback" not in captured.err + captured.out
-    return lines[0]
+    return one_usage_error(code, capsys)
 
 
 def files_under(folder: Path) -> list[Path]:
