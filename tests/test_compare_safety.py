@@ -139,3 +139,9 @@ def test_identical_runs_have_no_gap_and_no_advice(tmp_path, capsys):
     slower = next(r for r in rows if not r["fastest"])
     assert slower["why"].endswith("no gap to explain"), slower["why"]
     assert "nan" not in slower["why"] and "prefetch" not in slower["why"]
+
+
+def test_compare_does_not_tell_a_prefetching_pipeline_to_prefetch():
+    row = {"input_pct": 30.0, "compute_pct": 60.0, "host_pct": 10.0, "prefetches": True}
+    assert ".prefetch(" not in compare.advice(row, "input")
+    assert ".prefetch(" in compare.advice({**row, "prefetches": None}, "input")

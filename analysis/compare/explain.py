@@ -26,7 +26,8 @@ def facts_of(row) -> Facts:
                  steps_per_call=_whole(row.get("steps_per_call")),
                  steps_per_epoch=row.get("steps_per_epoch", math.nan), mfu_pct=row.get("mfu_pct", math.nan),
                  peak_dtype=row.get("peak_dtype"), other_cpu_pct=row.get("other_cpu_mean_pct", math.nan),
-                 proc_cpu_pct=row.get("proc_cpu_mean_pct", math.nan), cpu_cores=row.get("cpu_cores", math.nan))
+                 proc_cpu_pct=row.get("proc_cpu_mean_pct", math.nan), cpu_cores=row.get("cpu_cores", math.nan),
+                 prefetches=row.get("prefetches") if isinstance(row.get("prefetches"), bool) else None)
 
 
 def _whole(value, default: int = 1) -> int:

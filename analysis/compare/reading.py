@@ -44,24 +44,26 @@ def read_run(path: str | Path) -> dict:
             steps = run_files.read_steps_csv(path / run_files.STEPS_CSV)
         except run_files.RunFileError as exc:
             raise CompareError(str(exc)) from None
-    trace_mean, trace_note = _read_trace_mean(path)
+    trace_mean, trace_note, prefetching = _read_trace_mean(path)
     return {"path": str(path), "name": path.name, "meta": meta, "steps": steps, "trace_mean": trace_mean,
-            "trace_note": trace_note, "utilization": utilization.run_summaries(path, meta)}
+            "trace_note": trace_note, "prefetches": prefetching, "utilization": utilization.run_summaries(path, meta)}
 
 
-def _read_trace_mean(path: Path) -> tuple[dict | None, str | None]:
-    """Mean steady-step breakdown of the run's trace, or (None, why not)."""
+def _read_trace_mean(path: Path) -> tuple[dict | None, str | None, bool | None]:
+    """Mean steady-step breakdown of the run's trace and whether its input pipeline prefetches,
+    or (None, why not, None)."""
     if not any((path / "plugins" / "profile").glob("*/*.xplane.pb")):
-        return None, None
+        return None, None, None
     try:
+        from analysis.input_stages import prefetches
         from analysis.step_sources import from_trace
         from analysis.steps import mean_breakdown, steady_steps
         from analysis.trace import read_trace
 
-        steps = from_trace(read_trace(path)).steps
-        return mean_breakdown(steady_steps(steps)), None
+        source = from_trace(read_trace(path))
+        return mean_breakdown(steady_steps(source.steps)), None, prefetches(source.trace.events)
     except Exception as exc:  # noqa: BLE001 - a bad trace falls back to steps.csv, with a note
-        return None, f"trace not used ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        return None, f"trace not used ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})", None
 
 
 def read_external(path: str | Path) -> pd.DataFrame:

@@ -91,6 +91,7 @@ def run_row(run: dict) -> dict:
         # the whole epoch, validation included, like seconds_per_epoch (speed-ups use this)
         "epoch_images_per_second": images / seconds if seconds > 0 else float("nan"),
         "compute_source": "none", "notes": run.get("trace_note") or "",
+        "prefetches": run.get("prefetches"),
     }
     for part in COMPONENTS:
         row[f"{part}_s"] = row[f"{part}_pct"] = float("nan")
@@ -138,7 +139,8 @@ def external_rows(external: pd.DataFrame) -> list[dict]:
                "seconds_per_epoch": seconds, "images_per_epoch": images, "train_seconds_per_epoch": float("nan"),
                "images_per_second": float("nan"), "epoch_images_per_second": images / seconds,
                "compute_source": "none", "notes": record.get("notes") or "",
-               "median_step_ms": float("nan"), "median_ms_per_image": float("nan"), "workers": []}
+               "median_step_ms": float("nan"), "median_ms_per_image": float("nan"), "workers": [],
+               "prefetches": None}
         for part in COMPONENTS:
             row[f"{part}_s"] = row[f"{part}_pct"] = float("nan")
         row.update(headline({}))
