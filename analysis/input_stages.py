@@ -54,9 +54,10 @@ def _inside(starts, ends, span_starts, span_ends) -> np.ndarray:
     return result
 
 
-def stage_self_ns(events: pd.DataFrame) -> pd.Series:
-    """Total self time of each stage name, in ns (see the module docstring)."""
-    stages = stage_events(events)
+def stage_self_ns(events: pd.DataFrame, stages: pd.DataFrame | None = None) -> pd.Series:
+    """Total self time of each stage name, in ns (see the module docstring); `stages` is
+    `stage_events(events)` when the caller has it already."""
+    stages = stage_events(events) if stages is None else stages
     if stages.empty:
         return pd.Series(dtype="int64")
     self_ns = np.zeros(len(stages), dtype=np.int64)
@@ -108,13 +109,17 @@ def prefetches(events: pd.DataFrame) -> bool | None:
 
 
 def slowest_input_stage(events: pd.DataFrame, steps: int) -> str | None:
-    """The stage with the most self time, with its self time per step."""
-    self_ns = stage_self_ns(events)
-    if self_ns.empty:
+    return slowest_in_table(input_stage_table(events), steps)
+
+
+def slowest_in_table(table: pd.DataFrame, steps: int) -> str | None:
+    """The stage of `input_stage_table` with the most self time in all, with its self time per step."""
+    if table.empty:
         return None
-    name = str(self_ns.idxmax())
-    per_step_ms = float(self_ns.max()) / NS_PER_MS / max(steps, 1)
-    return f"{name} ({per_step_ms:.2f} ms self time per step)"
+    total_ms = table["ms_per_batch"] * table["calls"]
+    slowest = int(total_ms.to_numpy().argmax())
+    per_step_ms = float(total_ms.iloc[slowest]) / max(steps, 1)
+    return f"{table['stage'].iloc[slowest]} ({per_step_ms:.2f} ms self time per step)"
 
 
 def input_stage_table(events: pd.DataFrame) -> pd.DataFrame:
@@ -122,7 +127,7 @@ def input_stage_table(events: pd.DataFrame) -> pd.DataFrame:
     stages = stage_events(events)
     if stages.empty:
         return pd.DataFrame(columns=["stage", "ms_per_batch", "calls"])
-    self_ns = stage_self_ns(events)
+    self_ns = stage_self_ns(events, stages)
     calls = stages.groupby("name").size().reindex(self_ns.index)
     table = pd.DataFrame({"stage": self_ns.index, "ms_per_batch": self_ns.to_numpy() / NS_PER_MS / calls.to_numpy(),
                           "calls": calls.to_numpy()})

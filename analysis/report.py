@@ -21,7 +21,7 @@ from analysis import rules
 from analysis.rules import make_verdict
 from analysis.step_sources import StepSource, open_step_source
 from analysis.device_rows import device_rows, kernel_launch
-from analysis.input_stages import input_stage_table, prefetches, runs_python, slowest_input_stage
+from analysis.input_stages import input_stage_table, prefetches, runs_python, slowest_in_table
 from analysis.ops import OP_COLUMNS, op_table
 from analysis.workers import find_straggler, worker_row, worker_rows
 from analysis.steps import mean_breakdown, steady_steps
@@ -106,7 +106,8 @@ def analyze(path: str | Path, step_name: str | None = None) -> Analysis:
     summaries = utilization.run_summaries(run_dir, meta) if run_dir is not None else {}
     config = run_files.section(meta, "config")
     events = source.trace.events if source.trace is not None else None
-    stage = slowest_input_stage(events, len(source.steps)) if events is not None else None
+    stages = input_stage_table(events) if events is not None else None
+    stage = slowest_in_table(stages, len(source.steps)) if stages is not None else None
     verdict = make_verdict(
         mean,
         steps_used=len(steady),
@@ -131,10 +132,12 @@ def analyze(path: str | Path, step_name: str | None = None) -> Analysis:
         host = trace.hostnames[0] if trace.hostnames else ""
         result.devices = device_rows(trace.events, trace.planes, used, host)
         result.kernel_launch = kernel_launch(trace.events, used) if result.devices else None
-        result.workers = worker_rows(trace.location.host_files, step_name)
+        own = worker_row(trace.location.xplane.name.removesuffix(".xplane.pb"), host or
+                         trace.location.xplane.name.removesuffix(".xplane.pb"), mean)
+        result.workers = worker_rows(trace.location.host_files, step_name, {trace.location.xplane: own})
         result.straggler = find_straggler(result.workers)
         result.ops = op_table(trace.events, used, source.device)
-        result.input_stages = input_stage_table(trace.events)
+        result.input_stages = stages
     found = trace_facts.collect(source.trace.events if source.trace is not None else None, source.steps,
                                 result.devices, run_files.section(meta, "device"))
     facts = rules.Facts(mean["input_pct"], mean["compute_pct"], mean["host_pct"], device=source.device,

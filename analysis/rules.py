@@ -171,17 +171,21 @@ def _input_more(facts: Facts) -> list[str]:
     return stage + general
 
 
-def _host_fix(facts: Facts) -> str:
+def _steps_per_call(facts: Facts) -> tuple[int, int]:
+    """(steps per call now, the suggested --steps-per-execution)."""
     k = int(facts.steps_per_call or 1)
-    suggestion = suggest_steps_per_execution(facts.host_pct, facts.compute_pct, k, facts.steps_per_epoch)
+    return k, suggest_steps_per_execution(facts.host_pct, facts.compute_pct, k, facts.steps_per_epoch)
+
+
+def _host_fix(facts: Facts) -> str:
+    k, suggestion = _steps_per_call(facts)
     if k <= 1:
         return f"at 1 step per call; try --steps-per-execution {suggestion}"
     return f"already {k} steps per call; try --steps-per-execution {suggestion} or cut per-step Python work"
 
 
 def _host_steps_per_call(facts: Facts) -> str:
-    k = int(facts.steps_per_call or 1)
-    suggestion = suggest_steps_per_execution(facts.host_pct, facts.compute_pct, k, facts.steps_per_epoch)
+    k, suggestion = _steps_per_call(facts)
     if k <= 1:
         return (f"Run several steps per call so Python and dispatch cost is paid once per call: "
                 f"`--steps-per-execution {suggestion}` (Keras: `model.compile(steps_per_execution={suggestion})`).")

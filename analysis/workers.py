@@ -24,8 +24,10 @@ def worker_row(worker: str | int, host: str, mean: dict) -> dict:
     return row
 
 
-def worker_rows(host_files: tuple[Path, ...], step_name: str | None = None) -> list[dict]:
-    """One row per host trace of a session (empty for one host): its mean steady step."""
+def worker_rows(host_files: tuple[Path, ...], step_name: str | None = None,
+                known: dict[Path, dict] | None = None) -> list[dict]:
+    """One row per host trace of a session (empty for one host): its mean steady step. `known` maps
+    files already analysed to their row, so the caller's own trace is not read twice."""
     if len(host_files) < 2:
         return []
     from analysis.steps import analyze_steps, mean_breakdown, steady_steps
@@ -33,6 +35,9 @@ def worker_rows(host_files: tuple[Path, ...], step_name: str | None = None) -> l
 
     rows = []
     for path in host_files:
+        if known and path in known:
+            rows.append(known[path])
+            continue
         trace = read_trace(path)
         steps = analyze_steps(trace, step_name).steps
         steady = steady_steps(steps)

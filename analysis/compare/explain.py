@@ -11,7 +11,7 @@ import math
 import pandas as pd
 
 from analysis.compare.rows import COMPONENTS
-from analysis.rules import Facts, classify, findings, fix_for
+from analysis.rules import Facts, classify, fix_for
 
 NO_GAP_SHARE = 0.01  # a per-image gap under 1 % of the fastest row's time is noise, not a finding
 LABELS = {"input": "input", "compute": "compute", "host": "host overhead",
@@ -34,10 +34,9 @@ def _whole(value, default: int = 1) -> int:
     return int(value) if value is not None and value == value else default
 
 
-def with_findings(why: str, row) -> str:
-    """The sentence, followed by each finding that applies to the row (the same rules as analyze's)."""
-    notes = [f"{f['rule']}: {f['evidence']}" for f in findings(facts_of(row))]
-    return "; ".join([why, *notes])
+def with_findings(why: str, found: list[dict]) -> str:
+    """The sentence, followed by each finding of the row (the same rules as analyze's)."""
+    return "; ".join([why, *(f"{f['rule']}: {f['evidence']}" for f in found)])
 
 
 def advice(row, component: str) -> str:

@@ -81,8 +81,8 @@ def compare(rows: list[dict], baseline: str | None = None) -> pd.DataFrame:
     table["label"] = table["device"].where(~repeated, table["run"])  # same device twice: name the runs
     fastest = table.loc[int(table["speedup"].idxmax())]
     table["fastest"] = table["run"] == fastest["run"]
-    table["why"] = [with_findings(explain(r, fastest), r) for _, r in table.iterrows()]
     table["findings"] = [findings(facts_of(r)) if not r["external"] else [] for _, r in table.iterrows()]
+    table["why"] = [with_findings(explain(r, fastest), r["findings"]) for _, r in table.iterrows()]
     return table
 
 
