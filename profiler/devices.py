@@ -172,18 +172,23 @@ def resolve(device: str = "auto", gpus: int | None = None, tpu: str | None = Non
     return Resolved("cpu", backend.one_device_strategy("/cpu:0"), cpu_info())
 
 
-def cluster_wait_s() -> float:
-    """Seconds a worker waits for the others to start: DEVPROF_CLUSTER_WAIT_S, else 300."""
-    text = os.environ.get(CLUSTER_WAIT_ENV)
+def _seconds_from_env(name: str, default: float) -> float:
+    """A positive, finite number of seconds from environment variable `name`, else `default`."""
+    text = os.environ.get(name)
     if not text:
-        return DEFAULT_CLUSTER_WAIT_S
+        return default
     try:
         value = float(text)
     except ValueError:
         value = float("nan")
     if not (value > 0 and value != float("inf")):
-        raise DeviceError(f"{CLUSTER_WAIT_ENV} must be a finite number of seconds > 0 (got {text!r})")
+        raise DeviceError(f"{name} must be a finite number of seconds > 0 (got {text!r})")
     return value
+
+
+def cluster_wait_s() -> float:
+    """Seconds a worker waits for the others to start: DEVPROF_CLUSTER_WAIT_S, else 300."""
+    return _seconds_from_env(CLUSTER_WAIT_ENV, DEFAULT_CLUSTER_WAIT_S)
 
 
 def _resolve_multi_worker(backend, device: str, gpus: int | None, cluster, timeout_s: float) -> Resolved:
@@ -287,16 +292,7 @@ def _gpu_memory(count: int) -> dict:
 
 def tpu_timeout_s() -> float:
     """Seconds to wait for a TPU: DEVPROF_TPU_TIMEOUT_S, else 30."""
-    text = os.environ.get(TPU_TIMEOUT_ENV)
-    if not text:
-        return DEFAULT_TPU_TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not (value > 0 and value != float("inf")):
-        raise DeviceError(f"{TPU_TIMEOUT_ENV} must be a finite number of seconds > 0 (got {text!r})")
-    return value
+    return _seconds_from_env(TPU_TIMEOUT_ENV, DEFAULT_TPU_TIMEOUT_S)
 
 
 class _NoAnswer(Exception):

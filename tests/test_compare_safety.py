@@ -4,7 +4,6 @@ a truncated trace, mixed image counts on the chart, the format from the output's
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 

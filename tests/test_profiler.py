@@ -4,7 +4,6 @@ checked against XProf's own converter (the code behind TensorBoard's Profile tab
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess

@@ -19,8 +19,8 @@ from analysis import run_files
 from analysis.compare.chart import plot_compare
 from analysis.compare.errors import CompareError
 from analysis.compare.explain import LABELS, advice, explain, per_image_gaps
-from analysis.compare.gate import over_limits, parse_limits, slower_than_baseline
-from analysis.compare.op_diff import OP_DIFF_KEYS, describe as describe_op_diff, op_diff, op_diff_runs
+from analysis.compare.gate import slower_than_baseline
+from analysis.compare.op_diff import op_diff_runs
 from analysis.compare.reading import read_external, read_run, validate_external
 from analysis.compare.render import render, render_markdown, render_text, to_csv_frame, to_json
 from analysis.compare.rows import COMPONENTS, external_rows, run_row, steady_components, steady_epochs
@@ -49,7 +49,8 @@ def compare_runs(runs, externals=(), baseline: str | None = None):
 
 __all__ = [
     "COMPONENTS", "LABELS", "CompareError", "advice", "compare", "compare_runs", "explain", "external_rows",
-    "flags_for", "per_image_gaps", "pick_baseline", "plot_compare", "read_external", "read_run", "render",
-    "render_markdown", "render_text", "run_row", "speedups", "steady_components", "steady_epochs",
+    "flags_for", "op_diff_runs", "per_image_gaps", "pick_baseline", "plot_compare", "read_external", "read_run",
+    "render", "render_markdown", "render_text", "run_row", "slower_than_baseline", "speedups", "steady_components",
+    "steady_epochs",
     "suggest_steps_per_execution", "to_csv_frame", "to_json", "validate_external", "warnings",
 ]
