@@ -1,7 +1,7 @@
 """One row per device plane: each step cut from the device's side, and the host's launch cost.
 
 On a device a step is compute + input + copy + collective + idle, exactly: its own
-activity (`steps.device_events`) split by `steps.device_parts`, made disjoint in the
+activity (`events.device_events`) split by `steps.device_parts`, made disjoint in the
 order compute > collective > copy > input (a copy or collective hidden under compute
 costs nothing), and the rest is idle. Idle is split by cause where the trace can tell:
 `idle_input_ms` while the host waits for its batch, `idle_host_ms` the rest (launch,
@@ -15,15 +15,8 @@ import pandas as pd
 
 from analysis import intervals as iv
 from analysis import producers
-from analysis.steps import (
-    DEVICE_PLANE_RE,
-    NS_PER_MS,
-    device_events,
-    device_parts,
-    host_events,
-    input_intervals,
-    matches,
-)
+from analysis.events import NS_PER_MS, device_events, host_events, is_device_plane, matches
+from analysis.steps import device_parts, input_intervals
 
 DEVICE_PARTS = ("compute", "input", "copy", "collective", "idle")
 ROW_KEYS = ["device", "host", "step_count", "step_ms", "compute_ms", "input_ms", "idle_ms", "copy_ms",
@@ -88,7 +81,7 @@ def device_rows(events: pd.DataFrame, planes: pd.DataFrame, steps: pd.DataFrame,
 def _device_planes(planes: pd.DataFrame) -> list[tuple[int, str]]:
     """(plane index, name) of every GPU/TPU plane in the trace, with or without events, in device order."""
     names = planes["plane_name"].astype(str)
-    planes = planes[names.map(lambda n: bool(DEVICE_PLANE_RE.match(n)))]
+    planes = planes[names.map(is_device_plane)]
     found = ((int(p), str(n)) for p, n in zip(planes["plane"], planes["plane_name"]))
     return sorted(found, key=lambda plane: _device_order(plane[1]))
 

@@ -20,12 +20,13 @@ import numpy as np
 import pandas as pd
 
 from analysis import intervals as iv
-from analysis.steps import NS_PER_MS, matches
+from analysis.events import NS_PER_MS, matches
+from analysis.producers import tensorflow as tf_producer
 
-STAGE_RE = re.compile(r"^Iterator::")
-ROOT = "Iterator::Root"
-SHARD_RE = re.compile(r"^GetNextFromShard")  # tf.distribute's multi-device iterator handing out a batch
-PREFETCH_RE = re.compile(r"(?:^|::)Prefetch(?:\[\d+\])?(?:::|$)")
+STAGE_RE = re.compile(tf_producer.INPUT_STAGE)
+ROOT = tf_producer.INPUT_ROOT
+SHARD_RE = re.compile(tf_producer.INPUT_SHARD)
+PREFETCH_RE = re.compile(tf_producer.INPUT_PREFETCH)
 
 
 def stage_events(events: pd.DataFrame) -> pd.DataFrame:
@@ -134,7 +135,7 @@ def input_stage_table(events: pd.DataFrame) -> pd.DataFrame:
     return table.sort_values("ms_per_batch", ascending=False, kind="stable").reset_index(drop=True)
 
 
-PY_FUNCTION_RE = re.compile(r"(?:^|:)(?:EagerPyFunc|PyFunc|PyFuncStateless|NumpyFunction)$")
+PY_FUNCTION_RE = re.compile(tf_producer.PY_FUNCTION)
 
 
 def runs_python(events: pd.DataFrame, stage: str | None) -> bool:

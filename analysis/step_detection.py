@@ -31,7 +31,8 @@ import pandas as pd
 from analysis import producers
 from analysis.producers import tensorflow as tf_producer
 from analysis.producers import tpu as tpu_producer
-from analysis.steps import DEVICE_PLANE_RE, device_events, host_events, matches
+from analysis.events import device_events, host_events, matches, on_device_planes
+from analysis.producers import planes
 from analysis.trace import TraceError
 
 METHODS = ("markers", "trace_groups", "program_executions", "window")
@@ -104,22 +105,16 @@ def _frame(step, steps, name, plane, line, start, marker_end, partition: bool = 
 
 
 def find_markers(events: pd.DataFrame, wanted: re.Pattern | None = None) -> DetectedSteps | None:
-    """Host events with a `step_num` stat; one name is chosen, preferring XProf's root markers
-    (`_r=1`), then the known marker names, then the most frequent."""
+    """Host events with a `step_num` stat; one name is chosen by `producers.marker_rank`."""
     host = host_events(events)
     candidates = host[host["step_num"].notna()]
     if wanted is not None:
         candidates = candidates[matches(candidates["name"], wanted, search=True)]
     if candidates.empty:
         return None
-    known = producers.step_markers()
-    ranking = []
-    for name, group in candidates.groupby("name", sort=False, observed=True):
-        is_root = bool((group["_r"] == 1).any())
-        ranking.append((is_root, str(name).startswith(known[:1] or ("train",)), str(name) in known, len(group),
-                        str(name)))
-    ranking.sort(reverse=True)
-    marker_name = ranking[0][-1]
+    ranking = [(producers.marker_rank(str(name), bool((group["_r"] == 1).any()), len(group)), str(name))
+               for name, group in candidates.groupby("name", sort=False, observed=True)]
+    marker_name = min(ranking)[1]
     markers = candidates[candidates["name"].astype(str) == marker_name].sort_values("start_ns", kind="stable")
     markers = markers.rename(columns={"end_ns": "marker_end_ns"})
     markers["step"] = markers["step_num"].astype("int64")
@@ -169,7 +164,7 @@ def find_trace_groups(events: pd.DataFrame) -> DetectedSteps | None:
                        spans["marker_end_ns"])
         return DetectedSteps("trace_groups", "group_id", steps, steps[SPAN_COLUMNS].copy(),
                              "steps are the trace's own step groups (group_id stats)")
-    on_device = events[matches(events["plane_name"], DEVICE_PLANE_RE) & (events["line_name"] == "Steps")]
+    on_device = on_device_planes(events)[lambda e: e["line_name"] == planes.STEPS_LINE]
     if on_device.empty:
         return None
     plane = on_device["plane"].value_counts().index[0]
@@ -277,8 +272,7 @@ def _host_programs(events: pd.DataFrame, wanted: re.Pattern | None) -> DetectedS
 
 def _device_programs(events: pd.DataFrame, wanted: re.Pattern | None) -> DetectedSteps | None:
     """Programs on the devices' `XLA Modules` lines (TPU planes)."""
-    modules = events[matches(events["plane_name"], DEVICE_PLANE_RE)
-                     & (events["line_name"] == tpu_producer.PROGRAM_LINE)]
+    modules = on_device_planes(events)[lambda e: e["line_name"] == tpu_producer.PROGRAM_LINE]
     if wanted is not None:
         modules = modules[matches(modules["name"], wanted, search=True)]
     modules = modules.assign(key=modules["name"].astype(str))

@@ -28,21 +28,10 @@ import pandas as pd
 from analysis import intervals as iv
 from analysis import producers
 from analysis.producers import tensorflow as tf_producer
-from analysis.producers import tpu as tpu_producer
+from analysis.events import NS_PER_MS, device_events, device_kind, host_events, intervals, matches, on_lines
+from analysis.step_detection import detect_steps
 from analysis.trace import Trace
 
-NS_PER_MS = 1e6
-
-HOST_PLANE_RE = re.compile(r"^/host:")
-# GPU and TPU planes; `/device:CUSTOM:*` planes (e.g. "Megascale Trace") are not devices.
-DEVICE_PLANE_RE = re.compile(r"^/device:(GPU|TPU)(?::|_)", re.IGNORECASE)
-STREAM_LINE_RE = re.compile(r"^Stream #\d+")
-DERIVED_LINE_MIN_ID = 0xDEADBEEF
-# Lines the converter derives from the device's own activity: counting them again would count twice.
-DERIVED_LINE_NAMES = {
-    "Steps", "XLA Modules", "XLA Ops", "TensorFlow Ops", "TensorFlow Name Scope", "Launch Stats",
-    "Framework Ops", "Framework Name Scope", "Source code", "XLA TraceMe", "Async XLA Ops", "Sparse Core Steps",
-}
 TF_OP_RE = re.compile(tf_producer.TF_OP)
 PARTS = ("input", "compute", "collective", "host")
 
@@ -59,63 +48,13 @@ class StepAnalysis:
     notes: list[str] = field(default_factory=list)
 
 
-def matches(names: pd.Series, pattern: re.Pattern, *, search: bool = False) -> pd.Series:
-    """Whether each name matches `pattern` (`re.match`; `re.search` with `search=True`).
-
-    The pattern (with its flags) is tried once per distinct name, not once per row:
-    the trace's name columns are categorical, and a trace repeats a few hundred names
-    over hundreds of thousands of events.
-    """
-    names = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
-    test = pattern.search if search else pattern.match
-    categories = names.cat.categories
-    hit = np.fromiter((test(name) is not None for name in categories), dtype=bool, count=len(categories))
-    codes = names.cat.codes.to_numpy()
-    return pd.Series(hit[codes] & (codes >= 0), index=names.index)
-
-
-def host_events(events: pd.DataFrame) -> pd.DataFrame:
-    return events[matches(events["plane_name"], HOST_PLANE_RE)]
-
-
-def device_events(events: pd.DataFrame) -> pd.DataFrame:
-    """The devices' own activity: on GPU planes the stream lines (else every line not derived
-    from them), on TPU planes (no streams) the `XLA Ops` line."""
-    on_device = events[matches(events["plane_name"], DEVICE_PLANE_RE)]
-    if on_device.empty:
-        return on_device
-    is_tpu = on_device["plane_name"].astype(str).str.contains("TPU", case=False).to_numpy()
-    stream = matches(on_device["line_name"], STREAM_LINE_RE).to_numpy()
-    derived = ((on_device["line_id"].astype("int64") >= DERIVED_LINE_MIN_ID)
-               | on_device["line_name"].isin(DERIVED_LINE_NAMES)).to_numpy()
-    planes_with_streams = set(on_device.loc[stream, "plane"])
-    has_streams = on_device["plane"].isin(planes_with_streams).to_numpy()
-    tpu_activity = is_tpu & (on_device["line_name"] == tpu_producer.ACTIVITY_LINE).to_numpy()
-    keep = np.where(is_tpu, tpu_activity, np.where(has_streams, stream, ~derived))
-    return on_device[keep]
-
-
-def device_kind(events: pd.DataFrame) -> str:
-    """`cpu`, or `gpu`/`tpu` (with a count) when device planes hold events."""
-    on_device = device_events(events)
-    if on_device.empty:
-        return "cpu"
-    names = on_device["plane_name"].unique()
-    kind = DEVICE_PLANE_RE.match(names[0]).group(1).lower()
-    return kind if len(names) == 1 else f"{kind} x{len(names)}"
-
-
-def _intervals(frame: pd.DataFrame) -> iv.Intervals:
-    return iv.union(frame["start_ns"].to_numpy(), frame["end_ns"].to_numpy())
-
-
 def input_intervals(events: pd.DataFrame) -> iv.Intervals:
     """Host time blocked on the iterator, plus host-to-device input copies on devices."""
     host = host_events(events)
     waiting = host[matches(host["name"], producers.pattern("host_input"), search=True)]
     device = device_events(events)
     copies = device[matches(device["name"], producers.pattern("device_input"), search=True)]
-    return iv.union_of(_intervals(waiting), _intervals(copies))
+    return iv.union_of(intervals(waiting), intervals(copies))
 
 
 def compile_intervals(events: pd.DataFrame) -> iv.Intervals:
@@ -127,7 +66,7 @@ def compile_intervals(events: pd.DataFrame) -> iv.Intervals:
     """
     host = host_events(events)
     named = host[matches(host["name"], producers.pattern("compile"))]
-    parts = [_intervals(named)]
+    parts = [intervals(named)]
     traced = host[_traced_calls(host["tf_function_call"])]
     if not traced.empty:
         execution = host[matches(host["name"], producers.pattern("host_execution"))]
@@ -155,14 +94,6 @@ def _traced_calls(tf_function_call: pd.Series) -> pd.Series:
     return traced.reindex(tf_function_call.index, fill_value=False)
 
 
-def _on_lines(events: pd.DataFrame, lines: pd.DataFrame) -> pd.Series:
-    """Whether each event lies on one of the (`plane`, `line`) pairs of `lines`."""
-    width = int(max(events["line"].max(), lines["line"].max())) + 1 if len(events) and len(lines) else 1
-    key = events["plane"].to_numpy(dtype=np.int64) * width + events["line"].to_numpy(dtype=np.int64)
-    wanted = lines["plane"].to_numpy(dtype=np.int64) * width + lines["line"].to_numpy(dtype=np.int64)
-    return pd.Series(np.isin(key, wanted), index=events.index)
-
-
 def host_compute_intervals(events: pd.DataFrame, markers: pd.DataFrame) -> iv.Intervals:
     """The steps' TensorFlow work on host threads: CPU-only compute, as XProf counts it.
 
@@ -182,17 +113,17 @@ def host_compute_intervals(events: pd.DataFrame, markers: pd.DataFrame) -> iv.In
     """
     # Only the columns used here: a full-width copy of a multi-million-event table costs memory and time.
     host = host_events(events[["plane", "line", "name", "plane_name", "start_ns", "end_ns", "step_num", "_p", "_c"]])
-    on_marker_line = _on_lines(host, markers)
+    on_marker_line = on_lines(host, markers)
     wrappers = matches(host["name"], producers.pattern("eager_wrapper")) | host["step_num"].notna()
     inside_markers = iv.union(markers["start_ns"].to_numpy(), markers["marker_end_ns"].to_numpy())
-    marker_thread_work = iv.intersect(_intervals(host[on_marker_line & ~wrappers]), inside_markers)
+    marker_thread_work = iv.intersect(intervals(host[on_marker_line & ~wrappers]), inside_markers)
 
     linked_producers = _producer_markers(host[on_marker_line & host["_p"].notna()], markers)
     other = host[~on_marker_line]
     if not linked_producers.empty and other["_c"].notna().any():
         return iv.union_of(marker_thread_work, _linked_to_own_step(other, linked_producers))
     is_execution = matches(other["name"], producers.pattern("host_execution")) | matches(other["name"], TF_OP_RE)
-    return iv.union_of(marker_thread_work, _intervals(other[is_execution]))
+    return iv.union_of(marker_thread_work, intervals(other[is_execution]))
 
 
 def _producer_markers(producing: pd.DataFrame, markers: pd.DataFrame) -> pd.DataFrame:
@@ -234,8 +165,8 @@ def device_parts(device: pd.DataFrame) -> dict[str, iv.Intervals]:
     is_copy = matches(device["name"], producers.pattern("device_copy"), search=True) & ~is_input
     is_collective = matches(device["name"], producers.pattern("collective"), search=True) & ~is_input & ~is_copy
     is_compute = ~(is_input | is_copy | is_collective)
-    return {"input": _intervals(device[is_input]), "copy": _intervals(device[is_copy]),
-            "collective": _intervals(device[is_collective]), "compute": _intervals(device[is_compute])}
+    return {"input": intervals(device[is_input]), "copy": intervals(device[is_copy]),
+            "collective": intervals(device[is_collective]), "compute": intervals(device[is_compute])}
 
 
 def device_compute_intervals(events: pd.DataFrame) -> iv.Intervals:
@@ -291,14 +222,12 @@ def step_breakdown(markers: pd.DataFrame, input_: iv.Intervals, compute: iv.Inte
 
 def analyze_steps(trace: Trace, step_name: str | None = None) -> StepAnalysis:
     """Steps (found by `step_detection`), categories and the per-step breakdown of a parsed trace."""
-    from analysis.step_detection import detect_steps
-
     events = trace.events
     detected = detect_steps(events, step_name)
     device = device_kind(events)
     if device == "cpu":
         host = host_events(events)
-        collective = _intervals(host[matches(host["name"], producers.pattern("collective"), search=True)])
+        collective = intervals(host[matches(host["name"], producers.pattern("collective"), search=True)])
         compute = iv.subtract(host_compute_intervals(events, detected.spans), collective)
     else:
         parts = device_parts(device_events(events))

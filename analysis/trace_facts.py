@@ -11,11 +11,11 @@ import pandas as pd
 from analysis import producers
 from analysis.device_facts import facts_for
 from analysis.input_stages import prefetches
-from analysis.steps import device_events, host_events, matches
+from analysis.events import device_events, host_events, matches
 
 # Host work that makes the host wait for the device, or for its output, inside a step.
-HOST_SYNC_RE = re.compile(r"(?:^|:)(?:PrintV2|StringFormat)$")
-DEVICE_TO_HOST_RE = re.compile(r"^(?:MemcpyDtoH|Memcpy D2H|MemcpyD2H|CopyDeviceToHost)", re.IGNORECASE)
+HOST_SYNC_RE = producers.pattern("host_sync")
+DEVICE_TO_HOST_RE = producers.pattern("device_to_host")
 RETRACE_SHARE = 0.01  # compile time above 1 % of a later step counts as graph building in that step
 
 

@@ -25,6 +25,8 @@ MEANINGS = (
     "eager_wrapper",  # host events whose own time is dispatch, not compute
     "program",  # host events: one execution of a compiled program (a step candidate)
     "device_program",  # device events: one program on a device (TPU `XLA Modules`)
+    "device_to_host",  # device events: copies of results back to the host
+    "host_sync",  # host events: ops that wait for the device's output (printing a tensor)
 )
 
 
@@ -41,6 +43,8 @@ class Producer:
     eager_wrapper: str | None = None
     program: str | None = None
     device_program: str | None = None
+    device_to_host: str | None = None
+    host_sync: str | None = None
     step_markers: tuple[str, ...] = ()
 
 
@@ -63,8 +67,23 @@ def pattern(meaning: str) -> re.Pattern:
     return re.compile("|".join(f"(?:{part})" for part in parts) or r"(?!)", re.IGNORECASE)
 
 
+# Known step markers, most trusted first: TensorFlow's `Trace("train", step_num=N)` (also
+# devprof's own loop), then the Keras TensorBoard callback's.
+MARKER_PRECEDENCE = ("tensorflow", "keras")
+
+
 def step_markers() -> tuple[str, ...]:
-    return tuple(name for p in producers() for name in p.step_markers)
+    by_name = {p.name: p for p in producers()}
+    return tuple(name for producer in MARKER_PRECEDENCE for name in by_name[producer].step_markers)
+
+
+def marker_rank(name: str, is_root: bool, count: int) -> tuple:
+    """Sort key of a step marker name, lowest first: XProf root markers (`_r=1`) first, then known
+    markers in `MARKER_PRECEDENCE` (a name that extends a known one, "train_step", ranks with it, after
+    the exact name), then unknown names by how often they occur."""
+    known = step_markers()
+    position = next((i for i, marker in enumerate(known) if name == marker or name.startswith(marker)), len(known))
+    return (not is_root, position, name not in known, -count)
 
 
 assert {f.name for f in fields(Producer)} >= set(MEANINGS)

@@ -9,4 +9,5 @@ PRODUCER = Producer(
     device_input=r"^(?:MemcpyHtoD|Memcpy H2D|MemcpyH2D)",
     device_copy=r"^(?:MemcpyDtoH|MemcpyDtoD|MemcpyPtoP|Memcpy D2H|Memcpy D2D|Memcpy P2P|MemcpyD2H|MemcpyD2D|Memset)",
     collective=r"nccl",
+    device_to_host=r"^(?:MemcpyDtoH|Memcpy D2H|MemcpyD2H)",
 )

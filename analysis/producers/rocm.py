@@ -9,4 +9,5 @@ PRODUCER = Producer(
     # Copies and fills that the runtime runs as kernels count as copies, not compute.
     device_copy=r"^(?:CopyDeviceToDevice|CopyDeviceToHost|CopyPeer|FillBuffer)|^__amd_rocclr_(?:copy|fill)",
     collective=r"rccl",
+    device_to_host=r"^CopyDeviceToHost",
 )

@@ -14,6 +14,8 @@ PRODUCER = Producer(
     collective=r"Collective(?:Reduce|Gather|Bcast|AllToAll|Permute)\w*|NcclAllReduce",
     # tf.profiler.experimental.Trace("train", step_num=N, _r=1) in custom loops.
     step_markers=("train",),
+    # Ops that make the host wait for the device's output inside a step.
+    host_sync=r"(?:^|:)(?:PrintV2|StringFormat)$",
 )
 
 # Host events carrying this stat are Python-level tf.function calls ("traced-..." when the
@@ -25,3 +27,12 @@ CONCRETE_FUNCTION = r"(__inference_\w+)"
 INPUT_PIPELINE_FUNCTION = r"Dataset|tf_data"
 # A TF op event is named "scope/op_name:OpType" (XProf's ParseTfOpFullname).
 TF_OP = r"^[^\s:][^:]*:[A-Za-z_][A-Za-z0-9_]*$"
+
+# tf.data: one `Iterator::` event per stage and batch ("Iterator::Root::Prefetch::Map").
+INPUT_STAGE = r"^Iterator::"
+INPUT_ROOT = "Iterator::Root"
+INPUT_PREFETCH = r"(?:^|::)Prefetch(?:\[\d+\])?(?:::|$)"
+# tf.distribute's multi-device iterator handing out a batch.
+INPUT_SHARD = r"^GetNextFromShard"
+# Python inside the pipeline (tf.py_function, tf.numpy_function): holds the GIL.
+PY_FUNCTION = r"(?:^|:)(?:EagerPyFunc|PyFunc|PyFuncStateless|NumpyFunction)$"
