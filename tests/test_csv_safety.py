@@ -1,0 +1,68 @@
+"""Text cells that a spreadsheet would run as formulas are quoted; numbers stay numbers."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.csv_safety import neutralize_cell, neutralize_frame
+
+
+@pytest.mark.parametrize("text", ['=HYPERLINK("http://x","click")', "=1+2", "+1+2", "-1+2", "@SUM(A1:A2)",
+                                  "\t=1+2", "\r=1+2", "-", "+", "=", "-cmd|' /C calc'!A0", "-inf", "-1.5x"])
+def test_formula_text_gets_a_leading_quote(text):
+    assert neutralize_cell(text) == "'" + text
+
+
+@pytest.mark.parametrize("value", ["run-1", "cpu", "", " =1+2", "a=b", "1+2", "'=1", "é=", "-1.5", "+3", "-2e-3",
+                                   ".5", "-0", "12"])
+def test_other_text_and_plain_numbers_stay(value):
+    assert neutralize_cell(value) == value
+
+
+@pytest.mark.parametrize("value", [-1, -1.5, 0, np.int64(-3), np.float64(-2.5), True, None])
+def test_numbers_stay_numbers(value):
+    assert neutralize_cell(value) is value
+
+
+def test_nan_stays_nan():
+    assert math.isnan(neutralize_cell(float("nan")))
+
+
+def test_a_frame_keeps_its_numeric_columns_and_quotes_its_text():
+    frame = pd.DataFrame({"run": ["=1+2", "base", "@x"], "seconds": [-1.0, 2.0, 3.5], "images": [1, 2, 3],
+                          "note": ["-1.5", None, "+SUM(A1)"]})
+    safe = neutralize_frame(frame)
+    assert list(safe["run"]) == ["'=1+2", "base", "'@x"]
+    assert list(safe["note"][[0, 2]]) == ["-1.5", "'+SUM(A1)"] and pd.isna(safe["note"][1])
+    assert safe["seconds"].dtype == frame["seconds"].dtype and list(safe["seconds"]) == [-1.0, 2.0, 3.5]
+    assert safe["images"].dtype == frame["images"].dtype
+    assert list(frame["run"]) == ["=1+2", "base", "@x"]  # the input is not changed
+    text = safe.to_csv(index=False)
+    assert "'=1+2" in text and "\n=1+2" not in text and ",-1.0," in text
+
+
+def test_object_categorical_and_string_columns():
+    frame = pd.DataFrame({"obj": pd.Series(["=a", None, 3], dtype=object), "cat": pd.Categorical(["=b", "b", "b"]),
+                          "text": pd.Series(["@c", None, "d"], dtype="string")})
+    safe = neutralize_frame(frame)
+    assert list(safe["obj"]) == ["'=a", None, 3]
+    assert list(safe["cat"]) == ["'=b", "b", "b"]
+    assert list(safe["text"][[0, 2]]) == ["'@c", "d"] and pd.isna(safe["text"][1])
+
+
+def test_column_names_are_text_too():
+    safe = neutralize_frame(pd.DataFrame({"=evil": ["x"], "ok": [1]}))
+    assert list(safe.columns) == ["'=evil", "ok"]
+    kept = neutralize_frame(pd.DataFrame({"=evil": ["x"]}), header=False)
+    assert list(kept.columns) == ["=evil"]
+
+
+def test_a_quoted_cell_reads_back_as_text():
+    safe = neutralize_frame(pd.DataFrame({"run": ["=1+2"], "n": [-4]}))
+    back = pd.read_csv(io.StringIO(safe.to_csv(index=False)))
+    assert back["run"][0] == "'=1+2" and back["n"][0] == -4
