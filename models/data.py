@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,8 +226,12 @@ def synthetic(train_images: int = TRAIN_IMAGES, test_images: int = TEST_IMAGES, 
     return Arrays(x_train, y_train, x_test, y_test, source="synthetic")
 
 
+def _notice(text: str) -> None:
+    print(text, file=sys.stderr)  # about the data, not output: stderr, beside warnings
+
+
 def load(data: str, data_dir: str | None = None, limit_images: int | None = None, seed: int = 0,
-         notice=print, limit_test_images: int | None = None) -> Arrays:
+         notice=_notice, limit_test_images: int | None = None) -> Arrays:
     """Resolve `--data auto|cifar10|synthetic` and `--data-dir` into arrays (the first
     `limit_images` training and `limit_test_images` test images where given)."""
     test_images = min(limit_test_images or TEST_IMAGES, TEST_IMAGES)

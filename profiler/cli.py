@@ -9,7 +9,6 @@ machine-readable output is `--format json` with a top-level `schema_version`.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from profiler import quiet
@@ -56,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - a bug still gets one line; DEVPROF_DEBUG=1 shows the traceback
-        if os.environ.get("DEVPROF_DEBUG"):
+        if quiet.debug():
             raise
         first = str(exc).strip().splitlines()
         return error(f"{args.command} failed: {type(exc).__name__}: {first[0] if first else 'no detail'}",

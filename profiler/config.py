@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import unicodedata
 from dataclasses import dataclass, field
 
 from models.training import TrainConfig
@@ -37,6 +38,12 @@ def check_run_name(name: str) -> str | None:
         return "--run-name cannot be empty"
     if "\0" in name:
         return "--run-name cannot contain a NUL character"
+    # Newlines and other control characters break every line-based output the name appears in
+    # (logs, CSVs, Markdown tables) and can hide what the name really is.
+    control = next((c for c in name if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+    if control is not None:
+        return (f"--run-name {name!r} contains the control character U+{ord(control):04X}; a run name is "
+                "one line of printable text")
     separators = {"/", os.sep} | ({os.altsep} if os.altsep else set())
     found = sorted(sep for sep in separators if sep in name)
     if found:
@@ -51,6 +58,19 @@ def check_run_name(name: str) -> str | None:
     if size > NAME_MAX_BYTES:
         return f"--run-name is {size} bytes long; a file name has at most {NAME_MAX_BYTES}"
     return None
+
+
+def check_environment() -> None:
+    """Raise `UsageError` naming a DEVPROF_* environment variable a run reads that cannot work.
+    Checked with the options, before anything is written: a worker that found it later would
+    leave a failed job folder behind."""
+    from profiler import devices
+
+    for read in (devices.tpu_timeout_s, devices.cluster_wait_s):
+        try:
+            read()
+        except devices.DeviceError as exc:
+            raise UsageError(str(exc)) from None
 
 
 @dataclass
@@ -128,6 +148,7 @@ class RunConfig:
                 tracing.parse_window(self.profile_steps)
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
+        check_environment()
 
     def _validate_workers(self) -> None:
         workers = self.cluster.num_workers if self.cluster is not None else None

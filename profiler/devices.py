@@ -324,9 +324,14 @@ def _call_with_timeout(function, timeout_s: float):
 
 
 def _resolve_tpu(backend, address: str | None) -> Resolved:
+    from profiler import quiet
+
     timeout_s = tpu_timeout_s()
     try:
-        strategy, facts = _call_with_timeout(lambda: backend.tpu_strategy(address), timeout_s)
+        # An unreachable TPU is also logged by TensorFlow and gRPC (`E0000 ...` lines); the one
+        # `error:` line made from the exception says it (DEVPROF_DEBUG=1 shows them).
+        with quiet.stderr_dropped_on_failure():
+            strategy, facts = _call_with_timeout(lambda: backend.tpu_strategy(address), timeout_s)
     except _NoAnswer as exc:
         raise DeviceError(f"no TPU reachable{' at ' + address if address else ''} ({exc}; "
                           f"{TPU_TIMEOUT_ENV} sets the wait)") from None
@@ -345,6 +350,43 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+# CPU features that run bfloat16 math in hardware: x86 AVX512-BF16 and AMX, Arm's BF16 extension.
+BF16_X86_FLAGS = ("avx512_bf16", "amx_bf16")
+BF16_ARM_FEATURE = "bf16"
+
+
+def cpu_flags(cpuinfo: str | None = None) -> set[str] | None:
+    """The CPU's feature flags from /proc/cpuinfo (x86 `flags`, Arm `Features`), or None where
+    they cannot be read (not Linux)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return None
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return None
+
+
+def precision_warning(precision: str, kind: str, flags: set[str] | None) -> str | None:
+    """Why `precision` will be slow on this device (a `warning:` line's text), or None."""
+    if kind != "cpu":
+        return None
+    if precision == "mixed_float16":
+        return ("float16 has no fast kernels on CPUs (it is emulated, often 10-100x slower); use --precision "
+                "mixed_bfloat16 on a CPU with bfloat16 units, else float32")
+    if precision == "mixed_bfloat16" and flags is not None:
+        if BF16_ARM_FEATURE in flags or any(flag in flags for flag in BF16_X86_FLAGS):
+            return None
+        arm = "asimd" in flags  # every 64-bit Arm CPU lists it; no x86 CPU does
+        missing = f"the {BF16_ARM_FEATURE} feature" if arm else " or ".join(BF16_X86_FLAGS)
+        return (f"this CPU has no bfloat16 units ({missing} not in its flags): bfloat16 math is emulated, often "
+                "several times slower than float32; use --precision float32 on this CPU")
+    return None
 
 
 def cpu_info() -> dict:

@@ -52,6 +52,8 @@ def new_meta(config, addresses: list[str], job_id: str | None) -> dict:
     options = asdict(config)
     options.update(options.pop("train"))
     options.pop("cluster", None)
+    if config.limit_test_images:  # validation uses at most that many (the chief records the exact number)
+        options["validation_images"] = min(options["validation_images"], config.limit_test_images)
     workers = len(addresses)
     return {
         "status": "running",

@@ -4,7 +4,9 @@ Starts N `python -m profiler run` processes, each a worker of one MultiWorkerMir
 job (TF_CONFIG with a free 127.0.0.1 port per worker, and `--task-index`), waits for them and
 shows the job's progress from the chief's files. Workers run quiet, their output goes to
 `<job>/worker-<i>.log`. When one worker fails or dies, the others are stopped (SIGTERM, then
-SIGKILL after `GRACE_S`); Ctrl-C or SIGTERM on the launcher is passed on to every worker. At
+SIGKILL after `GRACE_S`, or `STARTING_GRACE_S` for a worker still starting); Ctrl-C or SIGTERM
+on the launcher is passed on to every worker. More workers than the machine's cores or memory
+can run are refused unless `--oversubscribe` is given. At
 the end every worker's run.json says how it ended (a worker killed by a signal cannot write
 its own: the launcher does) and the job's run.json sums them up.
 """
@@ -29,9 +31,14 @@ from profiler.commands.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EX
 from profiler.console import Console
 
 GRACE_S = 10.0  # a worker asked to stop (SIGTERM) is killed (SIGKILL) after this long
+# A worker without its run.json yet (importing TensorFlow, waiting for the others in the
+# strategy's start-up, where TensorFlow may hold SIGTERM) has nothing to save: killed sooner.
+STARTING_GRACE_S = 2.0
 POLL_S = 0.2
 # Options each worker gets from the launcher itself, not copied from the launcher's command line.
-OWN_OPTIONS = {"workers", "cluster", "task_index", "profiler_port", "run_name", "out", "quiet"}
+OWN_OPTIONS = {"workers", "cluster", "task_index", "profiler_port", "run_name", "out", "quiet", "oversubscribe"}
+# Memory one worker process takes (TensorFlow, the CNN, its data and tf.data buffers), with room to spare.
+WORKER_MEMORY_BYTES = int(1.5 * 2**30)
 
 
 @dataclass
@@ -72,6 +79,9 @@ def launch(args: argparse.Namespace) -> int:
         profiler_ports = _check_profiler_ports(args.profiler_port, n)
     except (UsageError, rundir.OutputError, rundir.RunExistsError) as exc:
         return error(str(exc))
+    problem = None if args.oversubscribe else capacity_problem(n, *machine_capacity())
+    if problem:  # after the options' own checks: those are to fix first
+        return error(problem)
     ports = cluster_mod.free_ports(n)
     job_id = uuid.uuid4().hex
     rundir.create(job_dir)
@@ -83,7 +93,7 @@ def launch(args: argparse.Namespace) -> int:
     job.write(job_dir, meta)
     console = Console(args.quiet)
     cores = os.cpu_count() or 1
-    console.print(f"job {job_dir}: {n} workers on this machine ({', '.join(meta['addresses'])}), "
+    console.print(f"job {job_dir}: {n} worker{'s' if n != 1 else ''} on this machine ({', '.join(meta['addresses'])}), "
                   f"{threads[0] if threads else cores} of {cores} cores each; global batch {args.batch_size} = "
                   f"{n} x {args.batch_size // n}; worker output in {job_dir}/worker-<i>.log")
     common = child_options(args, PARSER)
@@ -94,6 +104,36 @@ def _host() -> str:
     import socket
 
     return socket.gethostname()
+
+
+def machine_capacity() -> tuple[int, int | None]:
+    """(cores this process may run on, bytes of memory available now, or None where unknown)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        import psutil
+
+        available = int(psutil.virtual_memory().available)
+    except Exception:  # noqa: BLE001 - unknown memory is no reason to refuse
+        available = None
+    return cores, available
+
+
+def capacity_problem(n: int, cores: int, available: int | None) -> str | None:
+    """Why this machine cannot run `n` TensorFlow worker processes at once, or None. One worker
+    always may: it is one ordinary run."""
+    if n > max(cores, 1):
+        return (f"--workers {n} is more workers than this machine has cores ({cores}); each worker is a "
+                f"TensorFlow process and more of them than cores only slow each other down (and the machine): "
+                f"use --workers {max(cores, 1)} or fewer, or --oversubscribe to start them anyway")
+    if available is not None and n > 1 and n * WORKER_MEMORY_BYTES > available:
+        fits = max(1, available // WORKER_MEMORY_BYTES)
+        return (f"--workers {n} needs about {n * WORKER_MEMORY_BYTES / 2**30:.1f} GiB of memory "
+                f"({WORKER_MEMORY_BYTES / 2**30:.1f} GiB per worker) but {available / 2**30:.1f} GiB is available: "
+                f"use --workers {fits} or fewer, or --oversubscribe to start them anyway")
+    return None
 
 
 def _launcher_problem(args) -> str | None:
@@ -166,6 +206,7 @@ class _Job:
         self.failed: Worker | None = None  # the worker whose failure stopped the job
         self.stop_signal: int | None = None  # a signal the launcher got (Ctrl-C, SIGTERM)
         self.stop_sent_at: float | None = None
+        self.kill_now = False  # asked to stop twice: no grace period
         self.progress = _Progress(job_dir / cluster_mod.worker_name(0), args.epochs, console)
 
     # ------------------------------------------------------------ start and watch
@@ -174,6 +215,8 @@ class _Job:
         previous = {signum: signal.signal(signum, self._on_signal) for signum in (signal.SIGINT, signal.SIGTERM)}
         try:
             for index in range(self.args.workers):
+                if self.stop_signal is not None:
+                    break  # stopped while starting: start no more
                 self.workers.append(self._start(index))
             self._note_pids()
             self._watch()
@@ -198,13 +241,18 @@ class _Job:
         if self.stop_signal is None:
             self.stop_signal = signum
         else:  # asked twice: stop waiting for the grace period
-            self.stop_sent_at = time.monotonic() - GRACE_S
+            self.kill_now = True
 
-    def _start(self, index: int) -> Worker:
+    def command(self, index: int) -> list[str]:
+        """Worker `index`'s command line."""
         argv = [sys.executable, "-m", "profiler", "run", *self.common, "--out", str(self.args.out),
                 "--run-name", self.args.run_name, "--quiet", "--task-index", str(index)]
         if self.profiler_ports:
             argv += ["--profiler-port", str(self.profiler_ports[index])]
+        return argv
+
+    def _start(self, index: int) -> Worker:
+        argv = self.command(index)
         env = dict(os.environ, **{cluster_mod.TF_CONFIG: cluster_mod.local_tf_config(self.ports, index),
                                   job.JOB_ID_ENV: self.job_id, "PYTHONUNBUFFERED": "1"})
         log = self.job_dir / f"{cluster_mod.worker_name(index)}.log"
@@ -236,15 +284,20 @@ class _Job:
                 self._signal(running, self.stop_signal)
             if not running:
                 return
-            if self.stop_sent_at is not None and now - self.stop_sent_at >= GRACE_S:
+            if self.stop_sent_at is not None:
                 for worker in running:
-                    if not worker.killed:
+                    if not worker.killed and (self.kill_now or now - self.stop_sent_at >= self._grace(worker)):
                         worker.killed = True
                         worker.signalled.append("SIGKILL")
                         with contextlib.suppress(ProcessLookupError):
                             worker.process.kill()
             self.progress.update()
             time.sleep(POLL_S)
+
+    def _grace(self, worker: Worker) -> float:
+        """How long `worker` may take to stop: a worker training has its run directory to finish."""
+        started = (self.job_dir / worker.name / run_files.RUN_JSON).exists()
+        return GRACE_S if started else STARTING_GRACE_S
 
     def _signal(self, workers: list[Worker], signum: int) -> None:
         self.stop_sent_at = time.monotonic()
@@ -358,19 +411,29 @@ class _Progress:
         self.steps_per_epoch = None
         self.meta_mtime = None
         self.line_open = False
+        self.last_line: float | None = None  # when a progress line was last printed (not on a terminal)
 
     def update(self) -> None:
         if self.console.quiet:
             return
         self._read_meta()
+        if self.last_line is None:
+            self.last_line = self.console.clock()
+        self._read_steps()
+        if not (self.rows and self.steps_per_epoch):
+            return
+        epoch = min(self.rows // self.steps_per_epoch + 1, self.epochs)
+        done = self.rows - (epoch - 1) * self.steps_per_epoch
         if self.console.interactive:
-            self._read_steps()
-            if self.rows and self.steps_per_epoch:
-                epoch = min(self.rows // self.steps_per_epoch + 1, self.epochs)
-                done = self.rows - (epoch - 1) * self.steps_per_epoch
-                print(f"\rEpoch {epoch}/{self.epochs} - step {done}/{self.steps_per_epoch}", end="",
-                      file=self.console.stream, flush=True)
-                self.line_open = True
+            print(f"\rEpoch {epoch}/{self.epochs} - step {done}/{self.steps_per_epoch}", end="",
+                  file=self.console.stream, flush=True)
+            self.line_open = True
+            return
+        # Not a terminal (a scheduler's log, `| tee`): a line now and then, not one per poll.
+        now = self.console.clock()
+        if now - self.last_line >= self.console.progress_every_s and done < self.steps_per_epoch:
+            self.last_line = now
+            self.console.print(f"Epoch {epoch}/{self.epochs} - step {done}/{self.steps_per_epoch}")
 
     def finish(self) -> None:
         if self.console.quiet:
@@ -420,6 +483,7 @@ class _Progress:
                 result = EpochResult(**{k: v for k, v in record.items() if k in fields})
                 self.console.print(f"Epoch {result.epoch}/{self.epochs}")
                 self.console.epoch_end(result)
+                self.last_line = self.console.clock()
             except (TypeError, ValueError):
                 continue
         test = meta.get("test")

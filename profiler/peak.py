@@ -281,6 +281,12 @@ def cached_peak(device_name: str, measure_fn: Callable[[], dict], *, refresh: bo
     return result
 
 
+def not_cached_message(cache_error: str) -> str:
+    """What to say when a measured peak could not be written to the cache."""
+    return (f"the result could not be cached in {cache_dir()} ({cache_error}); it will be measured again next "
+            "time (DEVPROF_CACHE_DIR sets the cache folder)")
+
+
 def peak_for(device: str = "cpu", refresh: bool = False) -> dict:
     """Measure (or reuse the cached) peak of this machine's `device`."""
     name = device_name(device)

@@ -42,9 +42,18 @@ def log_level() -> int:
         return int(DEFAULT_LOG_LEVEL)
 
 
+DEBUG_VAR = "DEVPROF_DEBUG"
+DEBUG_ON = ("1", "true", "yes")  # anything else, DEVPROF_DEBUG=0 included, leaves debugging off
+
+
+def debug() -> bool:
+    """True when DEVPROF_DEBUG is 1, true or yes (any case): tracebacks and all native output."""
+    return os.environ.get(DEBUG_VAR, "").strip().lower() in DEBUG_ON
+
+
 def verbose() -> bool:
     """True when the user asked to see everything: DEVPROF_DEBUG=1, or TF_CPP_MIN_LOG_LEVEL=0."""
-    return bool(os.environ.get("DEVPROF_DEBUG")) or log_level() <= 0
+    return debug() or log_level() <= 0
 
 
 def is_noise(line: str, level: int | None = None) -> bool:
@@ -106,6 +115,29 @@ def filtered_stderr():
     finally:  # also when the block failed: what it printed may say why
         kept = [line for line in "".join(captured).splitlines() if line.strip() and not is_noise(line)]
         if kept:
+            print("\n".join(kept), file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def stderr_dropped_on_failure():
+    """Run the block with stderr held back: passed on (less native chatter) when it succeeds,
+    dropped when it raises. For calls whose exception already says what went wrong, while
+    TensorFlow and gRPC also log it, with source locations, as `E0000 ...` lines."""
+    if verbose():
+        yield
+        return
+    failed = False
+    captured: list[str] = []
+    try:
+        with native_output((2,)) as captured:
+            try:
+                yield
+            except BaseException:
+                failed = True
+                raise
+    finally:
+        kept = [line for line in "".join(captured).splitlines() if line.strip() and not is_noise(line)]
+        if kept and not failed:
             print("\n".join(kept), file=sys.stderr, flush=True)
 
 

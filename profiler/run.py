@@ -87,8 +87,8 @@ class Run:
         except devices.DeviceError as exc:
             raise UsageError(str(exc)) from None
         try:
-            arrays = data_mod.load(cfg.data, cfg.data_dir, cfg.limit_images, cfg.train.seed, notice=self.console.print,
-                                   limit_test_images=cfg.limit_test_images)
+            arrays = data_mod.load(cfg.data, cfg.data_dir, cfg.limit_images, cfg.train.seed,
+                                   notice=self.console.notice, limit_test_images=cfg.limit_test_images)
         except data_mod.DataError as exc:
             raise UsageError(str(exc)) from None
         if cluster is not None:
@@ -97,6 +97,10 @@ class Run:
             name = cfg.run_name or rundir.default_run_name(resolved.kind, devices.host_name())
             self.path = Path(cfg.out) / name
         rundir.check_new(self.path)
+        slow = devices.precision_warning(cfg.train.precision, resolved.kind,
+                                         devices.cpu_flags() if resolved.kind == "cpu" else None)
+        if slow:
+            self.console.warn(f"warning: {slow}")
         return resolved, arrays
 
     def execute(self) -> Path:
@@ -193,6 +197,8 @@ class Run:
 
             self.console.print("Measuring the device's peak matmul rate and memory bandwidth...")
             self.meta["peak"] = peak.record_for_run(resolved.kind, resolved.info.get("name"))
+            if self.meta["peak"].get("cache_error"):
+                self.console.warn(f"warning: {peak.not_cached_message(self.meta['peak']['cache_error'])}")
         self.steps = rundir.StepsWriter(self.path / "steps.csv")
         self.scalars = Scalars(self.path)
         self._start_samplers(resolved)
@@ -218,12 +224,9 @@ class Run:
                                        f"{total} steps; no trace will be written")
             else:
                 self._open_window(start, min(stop, total), resolved.kind)
-        if cfg.train.precision == "mixed_float16" and resolved.kind == "cpu":
-            self.console.warn("warning: float16 has no fast kernels on CPUs (it is emulated, often 10-100x "
-                              "slower); use --precision mixed_bfloat16 on a CPU")
         self._save()
         trainer.fit()
-        self.console.print("Evaluating on the whole test set...")
+        self.console.print(evaluation_message(len(arrays.x_test), cfg.limit_test_images))
         began = time.perf_counter()
         test_loss, test_accuracy = trainer.evaluate()
         self.meta["test"] = {"loss": test_loss, "accuracy": test_accuracy, "images": len(arrays.x_test),
@@ -275,7 +278,7 @@ class Run:
         self.meta["samplers"] = {"enabled": True, "interval_s": cfg.sample_interval, "status": group.status()}
         for name, status in group.status().items():
             if not status.get("ran", True) and status.get("reason"):
-                self.console.print(f"notice: {status['reason']}")
+                self.console.notice(f"notice: {status['reason']}")
 
     def _profiler_warning(self, message: str) -> None:
         self.meta["profiler"].setdefault("warnings", []).append(message)
@@ -306,6 +309,8 @@ class Run:
         config = asdict(cfg)
         config.update(config.pop("train"))
         config.pop("cluster")
+        validated = min(cfg.train.validation_images, len(arrays.x_test))
+        config["validation_images"] = validated  # as validated: the test set may be smaller than asked
         meta = {
             "status": "running",
             "error": None,
@@ -317,7 +322,7 @@ class Run:
             "config": config,
             "device": {"kind": resolved.kind, "host": devices.host_name(), **resolved.info},
             "data": {"source": arrays.source, "path": arrays.path, "train_images": len(arrays.x_train),
-                     "val_images": min(cfg.train.validation_images, len(arrays.x_test)),
+                     "val_images": validated,
                      "test_images": len(arrays.x_test)},
             "versions": versions(),
             "model": {},
@@ -398,6 +403,7 @@ class Run:
                                                                                   job_id)
         meta.update(status="running", chief=cluster.name, device={"kind": self.meta["device"]["kind"],
                                                                   "name": self.meta["device"].get("name")})
+        meta.setdefault("config", {})["validation_images"] = self.meta["config"]["validation_images"]
         self.job_meta = meta
         try:
             job.write(self.job_dir, meta)
@@ -427,6 +433,13 @@ class Run:
         self.samplers.stop()
         windows = [(e["epoch"], e["start_time_s"], e["start_time_s"] + e["seconds"]) for e in self.meta["epochs"]]
         self.meta["samplers"].update(status=self.samplers.status(), summaries=self.samplers.summaries(windows))
+
+
+def evaluation_message(test_images: int, limit_test_images: int | None) -> str:
+    """What the test pass at the end does: the whole test set, or the first N (--limit-test-images)."""
+    if limit_test_images is not None and test_images >= limit_test_images:
+        return f"Evaluating on the first {test_images:,} test images (--limit-test-images)..."
+    return f"Evaluating on the whole test set ({test_images:,} images)..."
 
 
 def tpu_monitor_address(tpu: str | None) -> str | None:

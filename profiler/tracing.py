@@ -273,6 +273,8 @@ def parse_service_addresses(text: str) -> list[str]:
         if not part.startswith("grpc://") or not sep or not host or not port.isdigit():
             raise ValueError(f"capture wants grpc://HOST:PORT (several: grpc://HOST1:PORT1,grpc://HOST2:PORT2), "
                              f"got {part!r}" if part else f"capture wants grpc://HOST:PORT, got {text!r}")
+        if not 1 <= int(port) <= 65535:
+            raise ValueError(f"capture: port {port} of {part!r} is not a port number (1 to 65535)")
     if len(set(parts)) != len(parts):
         raise ValueError(f"capture: {text!r} names a worker twice")
     return parts

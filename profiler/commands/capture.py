@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from profiler.commands.common import EXIT_FAILURE, EXIT_OK, add_tracer_options, error, tracer_options
 
@@ -24,13 +25,24 @@ def add_parser(sub) -> argparse.ArgumentParser:
     return capture
 
 
+MAX_DURATION_MS = 2**31 - 1  # the capture client takes a 32-bit count of milliseconds
+
+
 def handle(args: argparse.Namespace) -> int:
-    from profiler import tracing
+    from profiler import rundir, tracing
 
     address = args.address
     try:
         targets = tracing.parse_service_addresses(address)
     except ValueError as exc:
+        return error(str(exc))
+    # Checked here, not by the profiler server, whose INVALID_ARGUMENT would read as a connection problem.
+    if not 1 <= args.duration_ms <= MAX_DURATION_MS:
+        return error(f"--duration-ms must be a whole number of milliseconds from 1 to {MAX_DURATION_MS} "
+                     f"(got {args.duration_ms})")
+    try:
+        rundir.check_output_folder(Path(args.out))
+    except rundir.OutputError as exc:
         return error(str(exc))
     os.makedirs(args.out, exist_ok=True)
     print(f"capturing {args.duration_ms} ms from {address} ...", file=sys.stderr)

@@ -6,7 +6,7 @@ import argparse
 import json
 import math
 
-from profiler.commands.common import EXIT_OK, add_format_option, error, with_schema
+from profiler.commands.common import EXIT_OK, add_format_option, error, warn, with_schema
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -51,6 +51,8 @@ def handle(args: argparse.Namespace) -> int:
         peak = peak_mod.peak_for(args.device, refresh=args.refresh)
     except peak_mod.PeakError as exc:
         return error(str(exc))
+    if peak.get("cache_error"):  # in every format: the next call measures again
+        warn(peak_mod.not_cached_message(peak["cache_error"]))
     if args.format == "json":
         print(json.dumps(with_schema(peak), indent=2))
     else:

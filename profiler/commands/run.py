@@ -47,6 +47,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     g.add_argument("--workers", type=int, default=None, metavar="N",
                    help="start N worker processes on this machine, each with its share of the cores, "
                         "and wait for them (the job's run directory holds worker-<i>/ for each)")
+    g.add_argument("--oversubscribe", action="store_true",
+                   help="with --workers: start them even when they are more than this machine's cores, or "
+                        "need more memory than it has free (about 1.5 GiB each)")
     g.add_argument("--cluster", default=None, metavar="HOST:PORT,...",
                    help="this host is one worker of a job on these hosts (chief first); needs --task-index "
                         "and --run-name. Without it, TF_CONFIG in the environment is used when set")
