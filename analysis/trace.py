@@ -1,24 +1,21 @@
 """Find TensorFlow profiler traces on disk and read them into pandas tables.
 
-A trace is an XSpace protobuf (`*.xplane.pb`) written by `tf.profiler`. This module
-knows where the profiler puts them (`<logdir>/plugins/profile/<session>/`) and turns
-planes, lines, events and their stats into DataFrames, so the analyses never touch
-protobuf objects. TensorFlow itself is never imported: the XSpace message class is
-loaded straight from TensorFlow's generated `xplane_pb2.py` (a pure protobuf module),
-which keeps `devprof analyze` fast and usable where TensorFlow cannot start.
+A trace is an XSpace protobuf (`*.xplane.pb`) written by `tf.profiler`, JAX or any XLA
+program. This module knows where the profiler puts them (`<logdir>/plugins/profile/<session>/`)
+and turns planes, lines, events and their stats into DataFrames, so the analyses never touch
+protobuf objects. `analysis.xplane_wire` decodes the file straight into columns: reading a
+trace needs neither TensorFlow nor a protobuf library.
 """
 
 from __future__ import annotations
 
-import gc
-import importlib.util
-import sys
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from analysis import xplane_wire as wire
 
 TRACE_SUFFIX = ".xplane.pb"
 PROFILE_SUBDIR = Path("plugins") / "profile"
@@ -81,25 +78,13 @@ class Trace:
         return str(self.location.xplane) if self.location else "<memory>"
 
 
-def _xplane_module():
-    """TensorFlow's generated XSpace module, without importing TensorFlow."""
-    loaded = sys.modules.get("tensorflow.tsl.profiler.protobuf.xplane_pb2")
-    if loaded is not None:
-        return loaded
-    cached = sys.modules.get("_devprof_xplane_pb2")
-    if cached is not None:
-        return cached
-    spec = importlib.util.find_spec("tensorflow")
-    if spec is None or not spec.submodule_search_locations:
-        raise TraceError("reading traces needs the XSpace protobuf shipped with TensorFlow; TensorFlow is not installed")
-    module_path = Path(list(spec.submodule_search_locations)[0]) / "tsl" / "profiler" / "protobuf" / "xplane_pb2.py"
-    module_spec = importlib.util.spec_from_file_location("_devprof_xplane_pb2", module_path)
-    if module_spec is None or not module_path.exists():
-        raise TraceError(f"TensorFlow's XSpace protobuf module is missing: looked for {module_path}")
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    sys.modules["_devprof_xplane_pb2"] = module
-    return module
+def __getattr__(name: str):
+    # Protobuf-message helpers for tools that edit traces; reading never loads them.
+    if name in ("load_xspace", "_xplane_module"):
+        from analysis import xplane_message
+
+        return getattr(xplane_message, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _sessions_under(profile_dir: Path) -> list[Path]:
@@ -176,221 +161,131 @@ def _describe_contents(folder: Path) -> str:
     return f"{len(entries)} entries ({shown})"
 
 
-def load_xspace(xplane: str | Path):
-    """Parse one `.xplane.pb`; a truncated or foreign file raises `TraceUnreadable`."""
-    xplane = Path(xplane)
-    data = xplane.read_bytes()
-    if not data:
+def _unreadable(xplane: Path, size: int, why: str) -> TraceUnreadable:
+    return TraceUnreadable(f"{xplane} is not a readable XSpace trace ({size} bytes, truncated or corrupt): {why}")
+
+
+def _decode_file(xplane: Path, names) -> wire.DecodedSpace:
+    """Decode one `.xplane.pb`; a truncated or foreign file raises `TraceUnreadable`."""
+    size = xplane.stat().st_size
+    if not size:
         raise TraceUnreadable(f"{xplane} is empty (0 bytes): the profiler did not finish writing it")
-    space = _xplane_module().XSpace()
-    try:
-        space.ParseFromString(data)
-    except Exception as exc:  # protobuf raises DecodeError or RuntimeWarning-like errors
-        raise TraceUnreadable(f"{xplane} is not a readable XSpace trace ({len(data)} bytes, truncated or corrupt): {exc}") from None
+    # A memory map, not a copy: the file's pages are read as the decoder reaches them.
+    with wire.open_trace_bytes(xplane) as buf:
+        space = _decode(buf, names, lambda why: _unreadable(xplane, size, why))
     if not space.planes:
-        raise TraceUnreadable(f"{xplane} holds no profiler planes ({len(data)} bytes): truncated or not an XSpace trace")
+        raise TraceUnreadable(f"{xplane} holds no profiler planes ({size} bytes): truncated or not an XSpace trace")
     return space
 
 
-def _stat_value(stat, stat_names: dict[int, str]):
-    kind = stat.WhichOneof("value")
-    if kind == "ref_value":
-        return stat_names.get(stat.ref_value, "")
-    if kind is None:
-        return None
-    value = getattr(stat, kind)
-    if kind == "bytes_value":
-        return value.hex()
-    return value
-
-
-@contextmanager
-def _gc_paused():
-    """Pause the cyclic garbage collector while building tables from many small objects.
-
-    Reading a trace creates millions of short-lived tuples and protobuf wrappers; the
-    collector would scan them again and again (a third of the read time) to find no cycles.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
+def _decode(buf, names, error) -> wire.DecodedSpace:
     try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+        return wire.decode_xspace(buf, names)
+    except wire.WireError as exc:
+        raise error(str(exc)) from None
 
 
-def _plane_and_line_tables(space) -> tuple[pd.DataFrame, pd.DataFrame]:
-    plane_rows, line_rows = [], []
-    for plane_index, plane in enumerate(space.planes):
-        plane_rows.append(
-            {"plane": plane_index, "plane_id": plane.id, "plane_name": plane.name, "lines": len(plane.lines),
-             "events": sum(len(line.events) for line in plane.lines)}
-        )
-        for line_index, line in enumerate(plane.lines):
-            line_rows.append(
-                {"plane": plane_index, "line": line_index, "line_id": line.id, "line_name": line.name,
-                 "display_name": line.display_name, "timestamp_ns": line.timestamp_ns, "events": len(line.events)}
-            )
-    planes = pd.DataFrame(plane_rows, columns=["plane", "plane_id", "plane_name", "lines", "events"])
+def _space_bytes(source):
+    """Bytes of an XSpace given as bytes, as a protobuf message, or as a file path."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return bytes(source)
+    if hasattr(source, "SerializeToString"):
+        return source.SerializeToString()
+    return None
+
+
+def _decoded(source, names) -> wire.DecodedSpace:
+    data = _space_bytes(source)
+    if data is None:
+        return _decode_file(Path(source), names)
+    return _decode(data, names, lambda why: TraceUnreadable(f"not a readable XSpace ({len(data)} bytes): {why}"))
+
+
+def event_stats(source, names=None) -> pd.DataFrame:
+    """The long table of event stats of a trace (a path, XSpace bytes or message): `event`, `stat`, `value`.
+
+    `event` is the row in the events table, `stat` the stat's name (categorical), `value` what
+    protobuf gives (a number or a string; bytes as hex; a reference as the name it refers to).
+    With `names`, only stats of those names are read.
+    """
+    return _stats_table(_decoded(source, names))
+
+
+def _stats_table(space: wire.DecodedSpace) -> pd.DataFrame:
+    return pd.DataFrame({
+        "event": space.events.stat_event,
+        "stat": pd.Categorical.from_codes(space.stat_name_code, categories=space.stat_names),
+        "value": pd.Series(space.stat_values, dtype=object),
+    })
+
+
+def _plane_and_line_tables(space: wire.DecodedSpace) -> tuple[pd.DataFrame, pd.DataFrame]:
+    events_of_plane = np.zeros(len(space.planes), dtype=np.int64)
+    lines_of_plane = np.zeros(len(space.planes), dtype=np.int64)
+    for line in space.lines:
+        events_of_plane[line.plane] += line.events
+        lines_of_plane[line.plane] += 1
+    planes = pd.DataFrame(
+        {"plane": range(len(space.planes)), "plane_id": [plane.plane_id for plane in space.planes],
+         "plane_name": [plane.name for plane in space.planes], "lines": lines_of_plane.tolist(),
+         "events": events_of_plane.tolist()},
+        columns=["plane", "plane_id", "plane_name", "lines", "events"],
+    )
     lines = pd.DataFrame(
-        line_rows, columns=["plane", "line", "line_id", "line_name", "display_name", "timestamp_ns", "events"]
+        [(line.plane, line.line, line.line_id, line.name, line.display_name, line.timestamp_ns, line.events)
+         for line in space.lines],
+        columns=["plane", "line", "line_id", "line_name", "display_name", "timestamp_ns", "events"],
     )
     return planes, lines
 
 
-def _event_name_codes(space) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
-    """Every event name in the space, sorted, and per plane its metadata ids with their codes.
+def _event_name_codes(space: wire.DecodedSpace, plane_of: np.ndarray) -> pd.Categorical:
+    """Each event's name, resolved once per (plane, metadata id), as a categorical.
 
-    Event names live in each plane's small metadata table; events only carry the id. The
-    names become the categories of the events' `name` column (sorted, so that sorting by
-    name sorts as strings do); "" stands for an id that has no metadata.
+    The categories are every event name of the space, sorted (so that sorting by name sorts
+    as strings do); "" stands for an id that has no metadata.
     """
-    per_plane = [(np.fromiter(plane.event_metadata.keys(), dtype=np.int64),
-                  [meta.name for meta in plane.event_metadata.values()]) for plane in space.planes]
-    categories = np.unique(np.array([""] + [name for _, names in per_plane for name in names], dtype=object))
-    lookups = []
-    for ids, names in per_plane:
-        codes = np.searchsorted(categories, np.array(names, dtype=object)).astype(np.int64)
-        order = np.argsort(ids, kind="stable")
-        lookups.append((ids[order], codes[order]))
-    return categories, lookups
-
-
-def _codes_of(metadata_ids: np.ndarray, lookup: tuple[np.ndarray, np.ndarray], missing: int) -> np.ndarray:
-    """Map event metadata ids to name codes through one plane's sorted (ids, codes)."""
-    ids, codes = lookup
-    if ids.size == 0:
-        return np.full(metadata_ids.size, missing, dtype=np.int64)
-    position = np.minimum(np.searchsorted(ids, metadata_ids), ids.size - 1)
-    return np.where(ids[position] == metadata_ids, codes[position], missing)
-
-
-def _event_fields(space) -> dict:
-    """Per event, in plane/line/event order: plane, line, name (categorical), start and end ns.
-
-    Times are the line's `timestamp_ns` + `offset_ps`/1000 (+ `duration_ps`/1000).
-    """
-    categories, lookups = _event_name_codes(space)
+    names = [""] + [name for plane in space.planes for name in plane.event_names.values()]
+    categories = np.unique(np.array(names, dtype=object))
     missing = int(np.searchsorted(categories, ""))
-    chunks: dict[str, list[np.ndarray]] = {"plane": [], "line": [], "name_code": [], "start_ns": [], "end_ns": []}
-    for plane_index, plane in enumerate(space.planes):
-        for line_index, line in enumerate(plane.lines):
-            events = line.events
-            count = len(events)
-            if not count:
-                continue
-            metadata_ids = np.array([e.metadata_id for e in events], dtype=np.int64)
-            start_ns = line.timestamp_ns + np.array([e.offset_ps for e in events], dtype=np.int64) // 1000
-            chunks["plane"].append(np.full(count, plane_index, dtype=np.int32))
-            chunks["line"].append(np.full(count, line_index, dtype=np.int32))
-            chunks["name_code"].append(_codes_of(metadata_ids, lookups[plane_index], missing))
-            chunks["start_ns"].append(start_ns)
-            chunks["end_ns"].append(start_ns + np.array([e.duration_ps for e in events], dtype=np.int64) // 1000)
-    dtypes = {"plane": np.int32, "line": np.int32, "name_code": np.int64, "start_ns": np.int64, "end_ns": np.int64}
-    fields = {key: np.concatenate(parts) if parts else np.array([], dtype=dtypes[key]) for key, parts in chunks.items()}
-    fields["name"] = pd.Categorical.from_codes(fields.pop("name_code"), categories=categories)
-    return fields
+    metadata_id = space.events.metadata_id
+    codes = np.full(metadata_id.size, missing, dtype=np.int64)
+    bounds = np.searchsorted(plane_of, np.arange(len(space.planes) + 1))  # events are in plane order
+    for index, plane in enumerate(space.planes):
+        first, last = bounds[index], bounds[index + 1]
+        if first == last or not plane.event_names:
+            continue
+        ids = np.fromiter(plane.event_names.keys(), dtype=np.int64, count=len(plane.event_names))
+        plane_codes = np.searchsorted(categories, np.array(list(plane.event_names.values()), dtype=object))
+        order = np.argsort(ids, kind="stable")
+        ids, plane_codes = ids[order], plane_codes[order]
+        wanted = metadata_id[first:last]
+        position = np.minimum(np.searchsorted(ids, wanted), ids.size - 1)
+        codes[first:last] = np.where(ids[position] == wanted, plane_codes[position], missing)
+    return pd.Categorical.from_codes(codes, categories=categories)
 
 
-def event_stats(space, names=None) -> pd.DataFrame:
-    """The long table of event stats: `event` (row in the events table), `stat`, `value`.
-
-    With `names`, only stats of those names are read (reading every stat of a large
-    trace costs more than the rest of its parsing together). `stat` is categorical.
-    """
-    event_index, stat_name, stat_value = [], [], []
-    first_event = 0
-    for plane in space.planes:
-        stat_names = {key: meta.name for key, meta in plane.stat_metadata.items()}
-        wanted = {key for key, name in stat_names.items() if name in names} if names is not None else None
-        for line in plane.lines:
-            events = line.events
-            # One pass, values read at once: holding stat messages for later costs more.
-            if wanted is None:
-                found = [(position, stat.metadata_id, _stat_value(stat, stat_names))
-                         for position, event in enumerate(events) for stat in event.stats]
-            else:
-                found = [(position, stat_id, _stat_value(stat, stat_names))
-                         for position, event in enumerate(events) for stat in event.stats
-                         if (stat_id := stat.metadata_id) in wanted]
-            event_index += [first_event + position for position, _, _ in found]
-            stat_name += [stat_names[stat_id] if stat_id in stat_names else str(stat_id) for _, stat_id, _ in found]
-            stat_value += [value for _, _, value in found]
-            first_event += len(events)
-    return pd.DataFrame({
-        "event": np.asarray(event_index, dtype=np.int64),
-        "stat": pd.Categorical(stat_name),
-        "value": pd.Series(stat_value, dtype=object),
-    })
-
-
-def _stat_column(stats: pd.DataFrame, column: str, events: int) -> pd.Series:
-    """One stat as an object column over all events (the event's last such stat; NA if none)."""
-    values = np.full(events, pd.NA, dtype=object)
-    chosen = stats[stats["stat"] == column].drop_duplicates("event", keep="last")
-    values[chosen["event"].to_numpy()] = chosen["value"].to_numpy()
-    return pd.Series(values, dtype=object)
-
-
-def _numeric_stat_column(stats: pd.DataFrame, column: str, events: int) -> pd.Series:
-    """One stat as a nullable float column; values that are not numbers become NA."""
-    chosen = stats[stats["stat"] == column].drop_duplicates("event", keep="last")
-    numbers = pd.to_numeric(pd.Series(chosen["value"].to_numpy(), dtype=object), errors="coerce").astype("Float64")
-    values = pd.Series(pd.NA, index=pd.RangeIndex(events), dtype="Float64")
-    values.iloc[chosen["event"].to_numpy()] = numbers.to_numpy()
-    return values
-
-
-def xspace_to_tables(space) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Planes, lines, events and the events' keyed stats of an XSpace as DataFrames.
-
-    `events` has one row per event with its name, `start_ns`/`end_ns` (line
-    `timestamp_ns` + `offset_ps`/1000) and the stats in `EVENT_STAT_COLUMNS` as
-    columns; names (`name`, `plane_name`, `line_name`) are categorical, so matching
-    them costs one test per distinct name. `stats` is the long table of those stats;
-    `event_stats(space)` gives every stat.
-    """
-    planes, lines, fields, stats = _read_space(space)
-    events = _events_table(planes, lines, fields)
-    _add_stat_columns(events, stats)
-    return planes, lines, events, stats
-
-
-def _read_space(space) -> tuple[pd.DataFrame, pd.DataFrame, dict, pd.DataFrame]:
-    """Everything the tables take from the XSpace: planes, lines, event fields and the keyed stats."""
-    with _gc_paused():
-        planes, lines = _plane_and_line_tables(space)
-        fields = _event_fields(space)
-        stats = event_stats(space, EVENT_STAT_COLUMNS)
-    return planes, lines, fields, stats
-
-
-def _add_stat_columns(events: pd.DataFrame, stats: pd.DataFrame) -> None:
-    for column in EVENT_STAT_COLUMNS:
-        to_column = _numeric_stat_column if column in NUMERIC_STAT_COLUMNS else _stat_column
-        events[column] = to_column(stats, column, len(events))
-
-
-def _events_table(planes: pd.DataFrame, lines: pd.DataFrame, fields: dict) -> pd.DataFrame:
-    """Event fields joined with their plane's name and their line's name and id."""
-    plane_of, line_of = fields["plane"], fields["line"]
-    line_row = np.zeros((len(planes), int(lines["line"].max()) + 1 if len(lines) else 0), dtype=np.int64)
-    line_row[lines["plane"].to_numpy(dtype=np.int64), lines["line"].to_numpy(dtype=np.int64)] = np.arange(len(lines))
-    row = line_row[plane_of, line_of]
+def _events_table(space: wire.DecodedSpace, planes: pd.DataFrame, lines: pd.DataFrame) -> pd.DataFrame:
+    """Events with their names, times, plane and line; times are the line's `timestamp_ns` +
+    `offset_ps`/1000 (+ `duration_ps`/1000)."""
+    row = space.events.line_row
+    plane_of = lines["plane"].to_numpy(dtype=np.int32)[row]
+    start_ns = lines["timestamp_ns"].to_numpy(dtype=np.int64)[row] + space.events.offset_ps // 1000
+    end_ns = start_ns + space.events.duration_ps // 1000
     events = pd.DataFrame(
         {
             "plane": plane_of,
-            "line": line_of,
-            "name": fields["name"],
-            "start_ns": fields["start_ns"],
-            "end_ns": fields["end_ns"],
+            "line": lines["line"].to_numpy(dtype=np.int32)[row],
+            "name": _event_name_codes(space, plane_of),
+            "start_ns": start_ns,
+            "end_ns": end_ns,
             "plane_name": _categorical_of(planes["plane_name"].to_numpy(dtype=object), plane_of),
             "line_name": _categorical_of(lines["line_name"].to_numpy(dtype=object), row),
             "line_id": lines["line_id"].to_numpy(dtype=np.int64)[row],
-        }
+            "duration_ns": end_ns - start_ns,
+        },
+        copy=False,
     )
-    events["duration_ns"] = events["end_ns"] - events["start_ns"]
     return events
 
 
@@ -402,18 +297,55 @@ def _categorical_of(names: np.ndarray, rows: np.ndarray) -> pd.Categorical:
     return pd.Categorical.from_codes(np.asarray(codes, dtype=np.int64)[rows], categories=categories)
 
 
+def _add_stat_columns(events: pd.DataFrame, space: wire.DecodedSpace) -> None:
+    """One column per stat of `EVENT_STAT_COLUMNS`: the event's last such stat, NA where it has none."""
+    count = len(events)
+    stat_event = space.events.stat_event
+    for column in EVENT_STAT_COLUMNS:
+        rows = np.flatnonzero(space.stat_name_code == space.stat_names.index(column)) \
+            if column in space.stat_names else np.zeros(0, dtype=np.int64)
+        of_event = stat_event[rows]
+        last = np.append(of_event[1:] != of_event[:-1], True) if rows.size else np.zeros(0, dtype=bool)
+        rows, of_event = rows[last], of_event[last]  # stats are in event order: keep each event's last
+        if column in NUMERIC_STAT_COLUMNS:
+            numbers = pd.to_numeric(pd.Series(space.stat_values[rows], dtype=object), errors="coerce")
+            values = np.full(count, np.nan)
+            present = np.zeros(count, dtype=bool)
+            values[of_event] = numbers.astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
+            present[of_event] = numbers.notna().to_numpy()
+            events[column] = pd.arrays.FloatingArray(values, ~present)
+        else:
+            values = np.full(count, pd.NA, dtype=object)
+            values[of_event] = space.stat_values[rows]
+            events[column] = pd.Series(values, dtype=object, copy=False)
+
+
+def _tables(space: wire.DecodedSpace) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    planes, lines = _plane_and_line_tables(space)
+    events = _events_table(space, planes, lines)
+    _add_stat_columns(events, space)
+    return planes, lines, events, _stats_table(space)
+
+
+def xspace_to_tables(source) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Planes, lines, events and the events' keyed stats of an XSpace (a path, bytes or message).
+
+    `events` has one row per event with its name, `start_ns`/`end_ns` (line
+    `timestamp_ns` + `offset_ps`/1000) and the stats in `EVENT_STAT_COLUMNS` as
+    columns; names (`name`, `plane_name`, `line_name`) are categorical, so matching
+    them costs one test per distinct name. `stats` is the long table of those stats;
+    `event_stats(source)` gives every stat.
+    """
+    return _tables(_decoded(source, EVENT_STAT_COLUMNS))
+
+
 def read_trace(path: str | Path) -> Trace:
     """Locate and parse a trace; see `locate_trace` for the accepted paths."""
     location = locate_trace(path)
-    space = load_xspace(location.xplane)
-    hostnames = list(space.hostnames)
-    planes, lines, fields, stats = _read_space(space)
-    # The parsed protobuf is the largest thing in memory (about 140 bytes per event): freed before
-    # the events table is built, and the event fields once they are in it, a quarter less at the peak.
+    space = _decode_file(location.xplane, EVENT_STAT_COLUMNS)
+    planes, lines, events, stats = _tables(space)
+    hostnames = space.hostnames
     del space
-    events = _events_table(planes, lines, fields)
-    del fields
-    _add_stat_columns(events, stats)
     if events.empty:
         raise TraceError(f"{location.xplane} has {len(planes)} planes but no events: nothing was profiled")
     return Trace(location, planes, lines, events, stats, hostnames)

@@ -1,0 +1,730 @@
+"""Decode an XSpace (`*.xplane.pb`) straight from the protobuf wire format into columns.
+
+Only the fields the analysis reads are decoded; everything else is skipped by its wire type.
+Field numbers, from the profiler's `xplane.proto` (package `tensorflow.profiler`):
+
+    XSpace         planes=1 hostnames=4                     (errors=2, warnings=3 skipped)
+    XPlane         id=1 name=2 lines=3 event_metadata=4 stat_metadata=5   (stats=6 skipped)
+    XLine          id=1 name=2 timestamp_ns=3 events=4 display_name=11
+    XEvent         metadata_id=1 offset_ps=2 | num_occurrences=5 (oneof) duration_ps=3 stats=4
+    XStat          metadata_id=1, oneof value: double=2 uint64=3 int64=4 str=5 bytes=6 ref=7
+    XEventMetadata id=1 name=2       XStatMetadata id=1 name=2
+    map<int64, M>  entries of key=1 value=2
+
+Planes, lines and metadata are few and are read by a small Python scanner. Events and
+their stats are many: a line's events are located by one tight loop over their length
+prefixes, then all events of a batch of lines are decoded together, one field position at
+a time, with numpy (every event's first field, then every event's second field, ...), so
+no Python object is made per event field.
+"""
+
+from __future__ import annotations
+
+import mmap
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+WIRE_VARINT, WIRE_FIXED64, WIRE_LEN, WIRE_FIXED32 = 0, 1, 2, 5
+
+# XStat value kinds (their field numbers); 0: no value.
+STAT_DOUBLE, STAT_UINT64, STAT_INT64, STAT_STR, STAT_BYTES, STAT_REF = 2, 3, 4, 5, 6, 7
+
+# Events decoded together: large enough that numpy's per-call cost vanishes, small enough to
+# keep the decoder's scratch arrays (about 100 bytes an event) small beside the tables.
+BATCH_EVENTS = 1 << 19
+
+
+class WireError(ValueError):
+    """The bytes are not a well-formed XSpace message (truncated or another format)."""
+
+
+@dataclass
+class PlaneInfo:
+    plane_id: int
+    name: str
+    event_names: dict[int, str]  # XEventMetadata id -> name
+    stat_names: dict[int, str]  # XStatMetadata id -> name
+
+
+@dataclass
+class LineInfo:
+    plane: int
+    line: int
+    line_id: int
+    name: str
+    display_name: str
+    timestamp_ns: int
+    events: int
+
+
+@dataclass
+class EventColumns:
+    """Events in file order (plane, line, event), and the wanted stats of those events."""
+
+    line_row: np.ndarray  # int64: row of the event's line in `lines`
+    metadata_id: np.ndarray  # int64
+    offset_ps: np.ndarray  # int64 (0 where the event has num_occurrences instead)
+    duration_ps: np.ndarray  # int64
+    stat_event: np.ndarray  # int64: event row of each kept stat, in file order
+    stat_metadata_id: np.ndarray  # int64
+    stat_kind: np.ndarray  # int8: STAT_* of the value, 0 for none
+    stat_number: np.ndarray  # uint64: varint value, or a double's 8 bytes
+    stat_start: np.ndarray  # int64: str/bytes value start in the file
+    stat_stop: np.ndarray  # int64
+
+
+@dataclass
+class DecodedSpace:
+    planes: list[PlaneInfo]
+    lines: list[LineInfo]
+    hostnames: list[str]
+    events: EventColumns
+    stat_values: np.ndarray  # object: each kept stat's value as protobuf gives it (bytes as hex, a ref as its name)
+    stat_name_code: np.ndarray  # int64 code of each kept stat's name in `stat_names`
+    stat_names: list[str]  # sorted; an id without metadata is named by its number
+
+
+# ---------------------------------------------------------------- scalar scanner (small messages)
+
+def _varint(buf, pos: int) -> tuple[int, int]:
+    """One varint at `pos` (a Python int, unsigned), and the position after it."""
+    byte = buf[pos]
+    if byte < 0x80:
+        return byte, pos + 1
+    value, shift = byte & 0x7F, 7
+    while True:
+        pos += 1
+        byte = buf[pos]
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos + 1
+        shift += 7
+        if shift >= 70:
+            raise WireError("varint longer than 10 bytes")
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _fields(buf, pos: int, end: int):
+    """(field number, wire type, value or start, end) of each field of one message, in order.
+
+    For LEN fields the value is the payload's start and `end` its end; for others `end` is
+    the position after the field.
+    """
+    try:
+        while pos < end:
+            tag, pos = _varint(buf, pos)
+            number, wire = tag >> 3, tag & 7
+            if wire == WIRE_VARINT:
+                value, pos = _varint(buf, pos)
+                yield number, wire, value, pos
+            elif wire == WIRE_LEN:
+                size, pos = _varint(buf, pos)
+                start, pos = pos, pos + size
+                if pos > end:
+                    raise WireError("field runs past the end of its message")
+                yield number, wire, start, pos
+            elif wire == WIRE_FIXED64:
+                pos += 8
+                yield number, wire, pos - 8, pos
+            elif wire == WIRE_FIXED32:
+                pos += 4
+                yield number, wire, pos - 4, pos
+            else:
+                raise WireError(f"wire type {wire} (field {number}) is not used by XSpace")
+    except IndexError:
+        raise WireError("message cut short") from None
+    if pos != end:
+        raise WireError("field runs past the end of its message")
+
+
+def _text(buf, start: int, stop: int) -> str:
+    try:
+        return bytes(buf[start:stop]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise WireError("a string field is not UTF-8") from None
+
+
+def _name_of(buf, start: int, stop: int) -> tuple[int, str]:
+    """id (field 1) and name (field 2) of an XEventMetadata or XStatMetadata."""
+    key, name = 0, ""
+    for number, wire, value, end in _fields(buf, start, stop):
+        if number == 1 and wire == WIRE_VARINT:
+            key = _signed(value)
+        elif number == 2 and wire == WIRE_LEN:
+            name = _text(buf, value, end)
+    return key, name
+
+
+def _map_entry_names(buf, start: int, stop: int) -> tuple[int, str]:
+    """A map<int64, XEventMetadata|XStatMetadata> entry: its key and its value's name."""
+    key, name = 0, ""
+    for number, wire, value, end in _fields(buf, start, stop):
+        if number == 1 and wire == WIRE_VARINT:
+            key = _signed(value)
+        elif number == 2 and wire == WIRE_LEN:
+            name = _name_of(buf, value, end)[1]
+    return key, name
+
+
+# ---------------------------------------------------------------- events
+
+def _event_tags_serial(buf, pos: int, end: int, limit: int | None = None) -> tuple[list[int], int]:
+    """Tag positions of consecutive events (field 4) from `pos`, one Python step each, and where they stop.
+
+    Stops at another field, at `end`, or (with `limit`) at the first event at or past `limit`.
+    """
+    tags = []
+    append = tags.append
+    limit = end if limit is None else limit
+    try:
+        while pos < limit and buf[pos] == 0x22:
+            append(pos)
+            size = buf[pos + 1]
+            if size < 0x80:
+                pos += 2 + size
+            else:
+                size, pos = _varint(buf, pos + 1)
+                pos += size
+    except IndexError:
+        raise WireError("message cut short") from None
+    return tags, pos
+
+
+# Events of a line are located window by window; in a window, one chain of events is followed
+# from a guessed start in every block, all chains a step at a time, and then joined.
+SERIAL_BYTES = 1 << 13
+WINDOW_BYTES = 1 << 23
+BLOCK_BYTES = 1 << 13
+_LOOKAHEAD = np.arange(64)
+
+
+def _event_tags(buf, data: np.ndarray, pos: int, end: int) -> tuple[np.ndarray, int]:
+    """Tag positions of the events (field 4) that follow one another from `pos`, and where they stop.
+
+    Events are length-prefixed, so where one starts depends on all before it. Instead of one
+    Python step per event, each block of a window follows its own chain from a guessed event
+    start; a chain that started in the middle of an event (at one of its stats) falls back in
+    step at the next event boundary, so every block's chain is checked against where the
+    previous block's chain really ended and used from that point on (a block that never falls
+    in step is walked again one event at a time).
+    """
+    if end - pos <= SERIAL_BYTES:
+        tags, after = _event_tags_serial(buf, pos, end)
+        return np.array(tags, dtype=np.int64), after
+    parts = []
+    while True:
+        window_end = min(pos + WINDOW_BYTES, end)
+        tags, after, stopped = _window_tags(buf, data, pos, window_end)
+        parts.append(tags)
+        pos = after
+        if stopped or pos >= end:
+            break
+    return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)), pos
+
+
+def _window_tags(buf, data: np.ndarray, start: int, window_end: int) -> tuple[np.ndarray, int, bool]:
+    """Events whose tags lie in [start, window_end), `start` being an event's (or the region's end);
+    returns their tags, where the chain leaves the window, and whether the events stopped there."""
+    last = data.size - 1
+    nominal = np.arange(start + BLOCK_BYTES, window_end, BLOCK_BYTES, dtype=np.int64)
+    near = nominal[:, None] + _LOOKAHEAD
+    bytes_near = data[np.minimum(near, last - 2)]
+    after_near = data[np.minimum(near + 2, last)]
+    plausible = (bytes_near == 0x22) & (data[np.minimum(near + 1, last)] < 0x80) & (after_near == 0x08) & (near < window_end)
+    found = plausible.any(axis=1)
+    guesses = near[found, plausible[found].argmax(axis=1)]
+    starts = np.unique(np.concatenate(([start], guesses)))
+    limits = np.append(starts[1:], window_end)
+    blocks = starts.size
+
+    # Every chain a step at a time until it reaches the next block's guess or leaves the events.
+    cursor = starts.copy()
+    active = np.arange(blocks)
+    steps: list[tuple[np.ndarray, np.ndarray]] = []
+    while active.size:
+        at = cursor[active]
+        going = (at < limits[active]) & (data[np.minimum(at, last)] == 0x22)
+        active, at = active[going], at[going]
+        if not active.size:
+            break
+        steps.append((active, at))
+        size = data[np.minimum(at + 1, last)].astype(np.int64)
+        nxt = at + 2 + size
+        long_size = np.flatnonzero(size >= 0x80)
+        if long_size.size:
+            value, after = _varints(data, at[long_size] + 1)
+            nxt[long_size] = after + value.astype(np.int64)
+        cursor[active] = nxt
+    counts = np.zeros(blocks, dtype=np.int64)
+    for chains, _ in steps:
+        counts[chains] += 1
+    first = np.concatenate(([0], np.cumsum(counts)))
+    tags = np.empty(first[-1], dtype=np.int64)
+    for step, (chains, at) in enumerate(steps):
+        tags[first[chains] + step] = at
+    del steps
+
+    # Join: block j is used from the point where the previous chain really entered it.
+    keep = []
+    expected = start
+    for block in range(blocks):
+        if expected >= limits[block]:
+            continue  # one event spans the whole block
+        chain = tags[first[block]:first[block + 1]]
+        if expected == starts[block]:
+            offset = 0
+        else:
+            offset = int(np.searchsorted(chain, expected))
+            if offset >= chain.size or chain[offset] != expected:  # never fell in step: walk it
+                walked, expected = _event_tags_serial(buf, expected, int(limits[block]))
+                keep.append(np.array(walked, dtype=np.int64))
+                if expected < limits[block]:
+                    return np.concatenate(keep), expected, True
+                continue
+        keep.append(chain[offset:])
+        expected = int(cursor[block])
+        if expected < limits[block]:  # the events stop inside this block
+            return np.concatenate(keep), expected, True
+    return (np.concatenate(keep) if keep else np.zeros(0, dtype=np.int64)), expected, False
+
+
+_CONTINUE = np.uint64(0x8080808080808080)
+_PAYLOAD = np.uint64(0x7F7F7F7F7F7F7F7F)
+_ONE = np.uint64(1)
+
+
+def _varints(data: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Varints at positions `at` of `data`, all at once: values (uint64) and the positions after them.
+
+    Each is read as one unaligned 8-byte word whose 7-bit groups are packed with shifts and
+    masks; the 9th and 10th bytes of long varints (negative int64s, 64-bit ids) are added
+    after. Varints in the last bytes of the buffer are read byte by byte. An overlong
+    varint gets a position past any end.
+    """
+    word_count = data.size - 9
+    if word_count <= 0:
+        return _varints_bytewise(data, at)
+    words = np.ndarray((word_count,), dtype="<u8", buffer=data, strides=(1,))
+    word = words[np.minimum(at, word_count - 1)]
+    ends = ~word & _CONTINUE
+    first_end = ends & (~ends + _ONE)  # the lowest terminator byte's high bit (0 if none)
+    used = (first_end << _ONE) - _ONE  # wraps to all bytes for 8 bytes or more
+    value = word & used & _PAYLOAD
+    value = (value & np.uint64(0x007F007F007F007F)) | ((value & np.uint64(0x7F007F007F007F00)) >> np.uint64(1))
+    value = (value & np.uint64(0x00003FFF00003FFF)) | ((value & np.uint64(0x3FFF00003FFF0000)) >> np.uint64(2))
+    value = (value & np.uint64(0x000000000FFFFFFF)) | ((value & np.uint64(0x0FFFFFFF00000000)) >> np.uint64(4))
+    after = at + _byte_count(first_end, used)
+    longer = np.flatnonzero(first_end == 0)
+    if longer.size:  # 9 or 10 bytes
+        ninth = data[np.minimum(at[longer] + 8, data.size - 1)]
+        tenth = data[np.minimum(at[longer] + 9, data.size - 1)]
+        value[longer] |= (ninth & 0x7F).astype(np.uint64) << np.uint64(56)
+        tenth_used = ninth >= 0x80
+        value[longer[tenth_used]] |= (tenth[tenth_used] & 0x01).astype(np.uint64) << np.uint64(63)
+        after[longer] += 1 + tenth_used
+        after[longer[tenth_used & (tenth >= 0x80)]] = _PAST_END
+    tail = np.flatnonzero(at >= word_count)
+    if tail.size:
+        value[tail], after[tail] = _varints_bytewise(data, at[tail])
+    return value, after
+
+
+_PAST_END = np.iinfo(np.int64).max // 2
+
+
+def _byte_count(first_end: np.ndarray, used: np.ndarray) -> np.ndarray:
+    """Bytes of each varint in its word (8 where it goes on)."""
+    if hasattr(np, "bitwise_count"):  # numpy 2
+        return (np.bitwise_count(used) >> 3).astype(np.int64)
+    exponent = np.frexp(first_end.astype(np.float64))[1].astype(np.int64)  # 2**(8k+7) -> 8k+8
+    return np.where(first_end == 0, 8, exponent >> 3)
+
+
+def _varints_bytewise(data: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    last = data.size - 1
+    byte = data[np.minimum(at, last)]
+    values = (byte & 0x7F).astype(np.uint64)
+    after = at + 1
+    going = np.flatnonzero(byte >= 0x80)
+    shift = 7
+    while going.size:
+        if shift >= 70:
+            after[going] = _PAST_END  # the caller reports it
+            break
+        byte = data[np.minimum(after[going], last)]
+        values[going] |= (byte & 0x7F).astype(np.uint64) << np.uint64(shift)
+        after[going] += 1
+        going = going[byte >= 0x80]
+        shift += 7
+    return values, after
+
+
+def _next_fields(data: np.ndarray, at: np.ndarray, stops: np.ndarray):
+    """Read one field at each position: field number, wire type, varint (a value or a length),
+    where its payload starts and where the next field starts."""
+    tag = data[at]
+    if (tag >= 0x80).any():  # a field number above 15: not in XSpace's messages, but legal
+        tag, payload = _varints(data, at)
+    else:
+        payload = at + 1
+    number, wire = tag >> 3, tag & 7
+    value = np.zeros(at.size, dtype=np.uint64)
+    has_varint = (wire == WIRE_VARINT) | (wire == WIRE_LEN)
+    if has_varint.all():
+        value, after = _varints(data, payload)
+    else:
+        after = payload.copy()
+        rows = np.flatnonzero(has_varint)
+        value[rows], after[rows] = _varints(data, payload[rows])
+        after[wire == WIRE_FIXED64] += 8
+        after[wire == WIRE_FIXED32] += 4
+        if (~has_varint & (wire != WIRE_FIXED64) & (wire != WIRE_FIXED32)).any():
+            raise WireError("a wire type XSpace does not use")
+    nxt = after
+    is_len = wire == WIRE_LEN
+    if is_len.any():
+        if (value[is_len] > np.uint64(1 << 62)).any():
+            raise WireError("field runs past the end of its message")
+        nxt = np.where(is_len, after + value.astype(np.int64), after)
+    if (nxt > stops).any():
+        raise WireError("field runs past the end of its message")
+    return number, wire, value, after, nxt
+
+
+def _decode_events(data: np.ndarray, starts: np.ndarray, stops: np.ndarray):
+    """metadata_id, offset_ps, duration_ps of each event, and its stats' (event, start, stop) in file order.
+
+    Field by field for all events at once: each round reads the next field of every event
+    that has one left.
+    """
+    count = starts.size
+    columns = {1: np.zeros(count, dtype=np.uint64), 2: np.zeros(count, dtype=np.uint64),
+               3: np.zeros(count, dtype=np.uint64)}  # metadata_id, offset_ps, duration_ps
+    stat_rounds: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    position = starts.copy()
+    active = np.flatnonzero(position < stops)
+    while active.size:
+        number, wire, value, after, nxt = _next_fields(data, position[active], stops[active])
+        is_varint = wire == WIRE_VARINT
+        for field_number, column in columns.items():
+            chosen = is_varint & (number == field_number)
+            if chosen.all():
+                column[active] = value
+            elif chosen.any():
+                column[active[chosen]] = value[chosen]
+        occurrences = is_varint & (number == 5)  # the oneof's other member: no offset
+        if occurrences.any():
+            columns[2][active[occurrences]] = 0
+        stat = (wire == WIRE_LEN) & (number == 4)
+        if stat.any():
+            stat_rounds.append((active[stat], after[stat], nxt[stat]))
+        position[active] = nxt
+        active = active[nxt < stops[active]]
+    return columns[1].view(np.int64), columns[2].view(np.int64), columns[3].view(np.int64), stat_rounds
+
+
+def _file_order(rounds: list[np.ndarray], count: int) -> np.ndarray:
+    """Rows of the concatenated `rounds` (each the events that had a stat in that round) in
+    (event, round) order, which is file order.
+
+    Each round holds an event at most once, so a counter per event ranks its rows: no sort.
+    """
+    per_event = np.zeros(count, dtype=np.int64)
+    for events in rounds:
+        per_event[events] += 1
+    slot = np.cumsum(per_event) - per_event  # each event's first row
+    order = np.empty(int(per_event.sum()), dtype=np.int64)
+    first = 0
+    for events in rounds:
+        order[slot[events]] = np.arange(first, first + events.size)
+        slot[events] += 1
+        first += events.size
+    return order
+
+
+def _decode_stats(data: np.ndarray, starts: np.ndarray, stops: np.ndarray):
+    """metadata_id, value kind, numeric value (or a double's bits) and str/bytes span of each XStat."""
+    count = starts.size
+    metadata_id = np.zeros(count, dtype=np.uint64)
+    kind = np.zeros(count, dtype=np.int8)
+    number_value = np.zeros(count, dtype=np.uint64)
+    text_start = np.zeros(count, dtype=np.int64)
+    text_stop = np.zeros(count, dtype=np.int64)
+    position = starts.copy()
+    active = np.flatnonzero(position < stops)
+    while active.size:
+        at = position[active]
+        number, wire, value, after, nxt = _next_fields(data, at, stops[active])
+        is_varint = wire == WIRE_VARINT
+        chosen = is_varint & (number == 1)
+        metadata_id[active[chosen]] = value[chosen]
+        numeric = is_varint & ((number == STAT_UINT64) | (number == STAT_INT64) | (number == STAT_REF))
+        if numeric.any():
+            number_value[active[numeric]] = value[numeric]
+            kind[active[numeric]] = number[numeric]
+        double = (wire == WIRE_FIXED64) & (number == STAT_DOUBLE)
+        if double.any():
+            bits = data[after[double][:, None] - 8 + np.arange(8)].copy().view("<u8")[:, 0]
+            number_value[active[double]] = bits
+            kind[active[double]] = STAT_DOUBLE
+        text = (wire == WIRE_LEN) & ((number == STAT_STR) | (number == STAT_BYTES))
+        if text.any():
+            rows = active[text]
+            kind[rows] = number[text]
+            text_start[rows] = after[text]
+            text_stop[rows] = nxt[text]
+        position[active] = nxt
+        active = active[nxt < stops[active]]
+    return metadata_id.view(np.int64), kind, number_value, text_start, text_stop
+
+
+class _EventBatches:
+    """Collects event spans line by line and decodes them a batch at a time."""
+
+    def __init__(self, buf, data: np.ndarray, wanted_stat_names):
+        self.buf, self.data, self.wanted_stat_names = buf, data, wanted_stat_names
+        self.wanted_ids: list[np.ndarray] = []  # per plane: the stat metadata ids to keep
+        self.tags: list[np.ndarray] = []  # event tag positions of the lines not decoded yet
+        self.pending_events = 0
+        self.pending: list[tuple[int, int, int]] = []  # (line row, plane, events) of the lines not decoded yet
+        self.parts: list[dict] = []
+        self.first_event = 0
+
+    def add_plane(self, stat_names: dict[int, str]) -> None:
+        if self.wanted_stat_names is not None:
+            self.wanted_ids.append(np.array(
+                [key for key, name in stat_names.items() if name in self.wanted_stat_names], dtype=np.int64))
+
+    def add_events(self, line_row: int, plane: int, pos: int, end: int) -> tuple[int, int]:
+        """A line's events from `pos` up to its next other field: where that is, and how many."""
+        tags, pos = _event_tags(self.buf, self.data, pos, end)
+        if tags.size:
+            self.tags.append(tags)
+            self.pending.append((line_row, plane, tags.size))
+            self.pending_events += tags.size
+        return pos, tags.size
+
+    def flush_if_full(self) -> None:
+        if self.pending_events >= BATCH_EVENTS:
+            self.flush()
+
+    def _keep(self, event_plane: np.ndarray, stat_id: np.ndarray) -> np.ndarray:
+        if self.wanted_stat_names is None:
+            return np.ones(stat_id.size, dtype=bool)
+        keep = np.zeros(stat_id.size, dtype=bool)
+        for plane in np.unique(event_plane):
+            rows = event_plane == plane
+            keep[rows] = np.isin(stat_id[rows], self.wanted_ids[plane])
+        return keep
+
+    def flush(self) -> None:
+        if not self.tags:
+            return
+        tags = np.concatenate(self.tags)
+        self.tags, self.pending_events = [], 0
+        size, starts = _varints(self.data, tags + 1)
+        stops = starts + size.astype(np.int64)
+        del tags, size
+        rows, planes, counts = (np.array(column, dtype=np.int64) for column in zip(*self.pending))
+        self.pending = []
+        line_row = np.repeat(rows, counts)
+        metadata_id, offset_ps, duration_ps, stat_rounds = _decode_events(self.data, starts, stops)
+        del starts, stops
+        if stat_rounds:
+            stat_event, stat_start, stat_stop = (np.concatenate(column) for column in zip(*stat_rounds))
+        else:
+            stat_event = stat_start = stat_stop = np.zeros(0, dtype=np.int64)
+        stat_id, kind, number, text_start, text_stop = _decode_stats(self.data, stat_start, stat_stop)
+        del stat_start, stat_stop
+        keep = self._keep(np.repeat(planes, counts)[stat_event], stat_id)
+        # Stats were found round by round; the kept ones go back in file order.
+        kept_per_round = np.split(keep, np.cumsum([events.size for events, _, _ in stat_rounds])[:-1])
+        keep = np.flatnonzero(keep)[_file_order(
+            [events[kept] for (events, _, _), kept in zip(stat_rounds, kept_per_round)], line_row.size)]
+        del stat_rounds, kept_per_round
+        self.parts.append({
+            "line_row": line_row, "metadata_id": metadata_id, "offset_ps": offset_ps, "duration_ps": duration_ps,
+            "stat_event": stat_event[keep] + self.first_event, "stat_metadata_id": stat_id[keep],
+            "stat_kind": kind[keep], "stat_number": number[keep], "stat_start": text_start[keep],
+            "stat_stop": text_stop[keep],
+        })
+        self.first_event += line_row.size
+
+    def columns(self) -> EventColumns:
+        self.flush()
+        dtypes = {"line_row": np.int64, "metadata_id": np.int64, "offset_ps": np.int64, "duration_ps": np.int64,
+                  "stat_event": np.int64, "stat_metadata_id": np.int64, "stat_kind": np.int8,
+                  "stat_number": np.uint64, "stat_start": np.int64, "stat_stop": np.int64}
+        joined = {}
+        for key, dtype in dtypes.items():
+            pieces = [part.pop(key) for part in self.parts]
+            joined[key] = np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
+            del pieces
+        self.parts = []
+        return EventColumns(**joined)
+
+
+# ---------------------------------------------------------------- the space
+
+def decode_xspace(buf, wanted_stat_names=None) -> DecodedSpace:
+    """Decode an XSpace held in `buf` (bytes, or an mmap of the file).
+
+    `wanted_stat_names`: the event stats to keep (by name); None keeps every stat.
+    Raises `WireError` for bytes that are not a well-formed XSpace.
+    """
+    data = np.frombuffer(buf, dtype=np.uint8)
+    planes: list[PlaneInfo] = []
+    lines: list[LineInfo] = []
+    hostnames: list[str] = []
+    batches = _EventBatches(buf, data, None if wanted_stat_names is None else frozenset(wanted_stat_names))
+    try:
+        for number, wire, start, stop in _fields(buf, 0, len(buf)):
+            if number == 1 and wire == WIRE_LEN:
+                planes.append(_read_plane(buf, start, stop, len(planes), lines, batches))
+            elif number == 4 and wire == WIRE_LEN:
+                hostnames.append(_text(buf, start, stop))
+        events = batches.columns()
+        stat_plane = np.array([line.plane for line in lines], dtype=np.int64)[events.line_row[events.stat_event]]
+        values = _stat_values(buf, events, stat_plane, planes)
+        name_code, names = _stat_name_codes(events.stat_metadata_id, stat_plane, planes)
+    finally:
+        del batches, data  # an mmap cannot close while numpy views it
+    return DecodedSpace(planes, lines, hostnames, events, values, name_code, names)
+
+
+def _by_plane(stat_plane: np.ndarray, rows: np.ndarray):
+    """(plane, rows of that plane) for the given rows."""
+    planes_of_rows = stat_plane[rows]
+    for plane in np.unique(planes_of_rows).tolist():
+        yield plane, rows[planes_of_rows == plane]
+
+
+def _stat_values(buf, events: EventColumns, stat_plane: np.ndarray, planes: list[PlaneInfo]) -> np.ndarray:
+    """Each stat's value as a Python object, made kind by kind, not stat by stat where numbers."""
+    kind, number = events.stat_kind, events.stat_number
+    values = np.full(kind.size, None, dtype=object)
+    for stat_kind, as_type in ((STAT_UINT64, np.uint64), (STAT_INT64, np.int64), (STAT_DOUBLE, np.float64)):
+        rows = np.flatnonzero(kind == stat_kind)
+        if rows.size:
+            values[rows] = number[rows].view(as_type).astype(object)
+    refs = np.flatnonzero(kind == STAT_REF)
+    for plane, rows in _by_plane(stat_plane, refs):
+        distinct, inverse = np.unique(number[rows].view(np.int64), return_inverse=True)
+        names = planes[plane].stat_names
+        values[rows] = np.array([names.get(key, "") for key in distinct.tolist()], dtype=object)[inverse]
+    texts = np.flatnonzero((kind == STAT_STR) | (kind == STAT_BYTES))
+    if texts.size:
+        decoded: dict[bytes, object] = {}  # one object per distinct value
+        is_str = (kind[texts] == STAT_STR).tolist()
+        for row, start, stop, text in zip(texts.tolist(), events.stat_start[texts].tolist(),
+                                          events.stat_stop[texts].tolist(), is_str):
+            raw = buf[start:stop]
+            key = (text, raw)
+            value = decoded.get(key)
+            if value is None:
+                try:
+                    value = decoded[key] = raw.decode("utf-8") if text else raw.hex()
+                except UnicodeDecodeError:
+                    raise WireError("a string field is not UTF-8") from None
+            values[row] = value
+    return values
+
+
+def _stat_name_codes(stat_id: np.ndarray, stat_plane: np.ndarray, planes: list[PlaneInfo]):
+    """Each stat's name as a code into the sorted names, resolved once per (plane, id)."""
+    per_plane = []
+    for plane, rows in _by_plane(stat_plane, np.arange(stat_id.size)):
+        distinct, inverse = np.unique(stat_id[rows], return_inverse=True)
+        names = planes[plane].stat_names
+        per_plane.append((rows, inverse, [names.get(key, str(key)) for key in distinct.tolist()]))
+    categories = sorted({name for _, _, names in per_plane for name in names})
+    position = {name: code for code, name in enumerate(categories)}
+    codes = np.zeros(stat_id.size, dtype=np.int64)
+    for rows, inverse, names in per_plane:
+        codes[rows] = np.array([position[name] for name in names], dtype=np.int64)[inverse]
+    return codes, categories
+
+
+def _read_plane(buf, start: int, stop: int, plane_index: int, lines: list, batches: _EventBatches) -> PlaneInfo:
+    plane = PlaneInfo(0, "", {}, {})
+    line_spans = []
+    for number, wire, value, end in _fields(buf, start, stop):
+        if wire == WIRE_VARINT and number == 1:
+            plane.plane_id = _signed(value)
+        elif wire != WIRE_LEN:
+            continue
+        elif number == 2:
+            plane.name = _text(buf, value, end)
+        elif number == 3:
+            line_spans.append((value, end))
+        elif number == 4:
+            key, name = _map_entry_names(buf, value, end)
+            plane.event_names[key] = name
+        elif number == 5:
+            key, name = _map_entry_names(buf, value, end)
+            plane.stat_names[key] = name
+    # Lines after the whole plane: which stats to keep is known by name only once stat_metadata is read.
+    batches.add_plane(plane.stat_names)
+    for line_index, (line_start, line_stop) in enumerate(line_spans):
+        lines.append(_read_line(buf, line_start, line_stop, plane_index, line_index, len(lines), batches))
+        batches.flush_if_full()
+    return plane
+
+
+def _read_line(buf, start: int, stop: int, plane_index: int, line_index: int, row: int,
+               batches: _EventBatches) -> LineInfo:
+    line = LineInfo(plane_index, line_index, 0, "", "", 0, 0)
+    pos = start
+    try:
+        while pos < stop:
+            if buf[pos] == 0x22:  # events: located here, decoded later with their batch
+                pos, added = batches.add_events(row, plane_index, pos, stop)
+                line.events += added
+                if pos > stop:
+                    raise WireError("field runs past the end of its message")
+                continue
+            end = _field_end(buf, pos, stop)
+            for number, wire, value, value_end in _fields(buf, pos, end):
+                if wire == WIRE_VARINT and number == 1:
+                    line.line_id = _signed(value)
+                elif wire == WIRE_VARINT and number == 3:
+                    line.timestamp_ns = _signed(value)
+                elif wire == WIRE_LEN and number == 2:
+                    line.name = _text(buf, value, value_end)
+                elif wire == WIRE_LEN and number == 11:
+                    line.display_name = _text(buf, value, value_end)
+            pos = end
+    except IndexError:
+        raise WireError("message cut short") from None
+    return line
+
+
+def _field_end(buf, pos: int, stop: int) -> int:
+    """The end of the one field that starts at `pos`."""
+    tag, pos = _varint(buf, pos)
+    wire = tag & 7
+    if wire == WIRE_VARINT:
+        _, pos = _varint(buf, pos)
+    elif wire == WIRE_LEN:
+        size, pos = _varint(buf, pos)
+        pos += size
+    elif wire == WIRE_FIXED64:
+        pos += 8
+    elif wire == WIRE_FIXED32:
+        pos += 4
+    else:
+        raise WireError(f"wire type {wire} is not used by XSpace")
+    if pos > stop:
+        raise WireError("field runs past the end of its message")
+    return pos
+
+
+def open_trace_bytes(path: str | Path):
+    """The file's bytes as a read-only memory map (pages are read as the decoder reaches them)."""
+    with open(path, "rb") as handle:
+        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
