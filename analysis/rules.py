@@ -52,14 +52,18 @@ LARGER_BATCH_ADVICE = (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class Facts:
-    """What the rules look at. Shares are of step time (`analyze`) or epoch time (`compare`)."""
+    """What the rules look at. Shares are of step time (`analyze`) or epoch time (`compare`).
+
+    Built only by `facts_from`, from one flat record whose keys are the names `analyze`'s
+    JSON and `compare`'s rows already use, so a rule sees the same field in both."""
 
     input_pct: float
     compute_pct: float
     host_pct: float
     device: str = ""
+    producer: str = "unknown"  # who wrote the trace: devprof, tensorflow, keras, jax (see analysis.producers)
     collective_pct: float = 0.0
     precision: str | None = None
     jit_compile: bool | None = None
@@ -286,6 +290,57 @@ RULES: list[Rule] = [
 RULES_BY_ID = {rule.id: rule for rule in RULES}
 
 
+def _float(value, default: float = math.nan) -> float:
+    try:
+        return float(value) if value is not None else default
+    except (TypeError, ValueError):
+        return default
+
+
+def facts_from(record) -> Facts:
+    """The rules' view of one breakdown: a mapping with `input_pct`, `compute_pct`, `host_pct` (and
+    `collective_pct`), the device `kind`, the run's settings (`precision`, `jit_compile`,
+    `steps_per_call`, `steps_per_epoch`), the utilization headline (`other_cpu_mean_pct`,
+    `proc_cpu_mean_pct`, `cpu_cores`, `device_mem_peak_bytes`, `device_mem_total_bytes`), `mfu_pct`
+    and `peak_dtype`, and what a trace shows (`producer`, `prefetches`, `slowest_input_stage`,
+    `input_py_function`, `retrace_steps`, `retrace_ms`, `sync_name`, `kernels_per_step`,
+    `mean_kernel_us`, `idle_host_pct`, `matrix_units`). Missing keys are unknown."""
+    get = record.get
+    input_pct = _float(get("input_pct"))
+    host_pct = _float(get("host_pct"))
+    compute_pct = _float(get("compute_pct"), 100.0 - input_pct - host_pct)
+    steps_per_call = get("steps_per_call")
+    prefetching = get("prefetches")
+    matrix_units = get("matrix_units")
+    return Facts(
+        input_pct, compute_pct, host_pct,
+        device=str(get("kind") or get("device") or ""),
+        producer=str(get("producer") or "unknown"),
+        collective_pct=_float(get("collective_pct"), 0.0),
+        precision=get("precision"),
+        jit_compile=get("jit_compile"),
+        steps_per_call=int(steps_per_call) if _float(steps_per_call) == _float(steps_per_call) else 1,
+        steps_per_epoch=_float(get("steps_per_epoch")),
+        slowest_input_stage=get("slowest_input_stage"),
+        prefetches=prefetching if isinstance(prefetching, bool) else None,
+        input_py_function=bool(get("input_py_function", False)),
+        mfu_pct=_float(get("mfu_pct")),
+        peak_dtype=get("peak_dtype"),
+        other_cpu_pct=_float(get("other_cpu_mean_pct")),
+        proc_cpu_pct=_float(get("proc_cpu_mean_pct")),
+        cpu_cores=_float(get("cpu_cores")),
+        retrace_steps=int(get("retrace_steps") or 0),
+        retrace_ms=_float(get("retrace_ms"), 0.0),
+        sync_name=get("sync_name"),
+        kernels_per_step=_float(get("kernels_per_step")),
+        mean_kernel_us=_float(get("mean_kernel_us")),
+        idle_host_pct=_float(get("idle_host_pct")),
+        matrix_units=tuple(matrix_units) if matrix_units is not None else None,
+        device_mem_peak_bytes=_float(get("device_mem_peak_bytes")),
+        device_mem_total_bytes=_float(get("device_mem_total_bytes")),
+    )
+
+
 def findings(facts: Facts) -> list[dict]:
     """`[{rule, severity, evidence, advice}]` for every finding rule that applies."""
     return [{"rule": rule.id, "severity": rule.severity, "evidence": rule.headline(facts), "advice": rule.fix(facts)}
@@ -303,9 +358,8 @@ def _level(rule: Rule, facts: Facts) -> str | None:
     return rule.level
 
 
-def classify(input_pct: float, host_pct: float) -> tuple[str, str | None]:
-    """(bound, level) from the shares of step time."""
-    facts = Facts(input_pct, 100.0 - input_pct - host_pct, host_pct)
+def classify(facts: Facts) -> tuple[str, str | None]:
+    """(bound, level) of a breakdown."""
     rule = verdict_rule(facts)
     return rule.bound, _level(rule, facts)
 
@@ -327,18 +381,11 @@ def advice(facts: Facts, rule: Rule) -> list[str]:
 
 def make_verdict(
     mean: dict[str, float],
+    facts: Facts | None = None,
     *,
     steps_used: int,
     compile_steps: pd.DataFrame | None = None,
-    steps_per_call: int = 1,
-    slowest_input_stage: str | None = None,
-    prefetches: bool | None = None,
-    input_py_function: bool = False,
     utilization: dict[str, float] | None = None,
-    device: str = "",
-    precision: str | None = None,
-    jit_compile: bool | None = None,
-    steps_per_epoch: float = math.nan,
     min_steps: int = MIN_STEADY_STEPS,
 ) -> dict:
     """The verdict: `bound`, `level`, `rule`, `evidence` (a sentence with numbers), `advice` (list).
@@ -346,6 +393,8 @@ def make_verdict(
     With fewer than MIN_STEADY_STEPS steady steps there is no verdict: `bound` and `level`
     are None and `reason` says why (compilation and warm-up are never its basis).
     """
+    facts = facts if facts is not None else facts_from(mean)
+    steps_per_call = facts.steps_per_call
     unit = "call" if steps_per_call > 1 else "step"
     evidence = (
         f"Over {steps_used} {unit}{'s' if steps_used != 1 else ''} of {mean['step_ms']:.2f} ms: "
@@ -371,10 +420,6 @@ def make_verdict(
                   "or --profile-steps")
         return {"bound": None, "level": None, "rule": None, "reason": reason, "evidence": f"{evidence}.",
                 "advice": []}
-    facts = Facts(mean["input_pct"], mean["compute_pct"], mean["host_pct"], device=device,
-                  collective_pct=mean.get("collective_pct", 0.0), precision=precision,
-                  jit_compile=jit_compile, steps_per_call=steps_per_call, steps_per_epoch=steps_per_epoch,
-                  slowest_input_stage=slowest_input_stage, prefetches=prefetches, input_py_function=input_py_function)
     rule = verdict_rule(facts)
     return {"bound": rule.bound, "level": _level(rule, facts), "rule": rule.id,
             "evidence": f"{rule.headline(facts)} {evidence}.", "advice": advice(facts, rule)}

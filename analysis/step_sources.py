@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import run_files
+from analysis import producers, run_files
 from analysis.steps import analyze_steps
 from analysis.trace import Trace, TraceError, TraceNotFound, TraceUnreadable, read_trace
 
@@ -32,6 +32,7 @@ class StepSource:
     notes: list[str] = field(default_factory=list)
     trace: Trace | None = None  # the parsed trace (None for steps.csv)
     analysis: object = None  # analysis.steps.StepAnalysis of a trace (its detected steps and spans)
+    producer: str = "devprof"  # who wrote the trace (producers.program_of); steps.csv: devprof's recorder
 
     @property
     def steps_per_call(self) -> int:
@@ -42,8 +43,9 @@ def from_trace(trace: Trace, step_name: str | None = None) -> StepSource:
     analysis = analyze_steps(trace, step_name)
     location = trace.location
     notes = ([location.note] if location.note else []) + analysis.notes
+    producer = "devprof" if location.run_dir is not None else producers.program_of(trace.events)
     return StepSource(analysis.method, analysis.step_name, analysis.device, analysis.steps, location.xplane,
-                      location.run_dir, notes, trace, analysis)
+                      location.run_dir, notes, trace, analysis, producer)
 
 
 def steps_from_csv(steps_table: pd.DataFrame) -> pd.DataFrame:

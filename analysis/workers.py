@@ -9,8 +9,6 @@ compute, host) with the largest excess over the others' median; the rest are wai
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
 STRAGGLER_EXCESS = 0.10
@@ -22,29 +20,6 @@ def worker_row(worker: str | int, host: str, mean: dict) -> dict:
     row = {"worker": worker, "host": host}
     row.update({key: float(mean.get(key, 0.0)) for key in WORKER_KEYS[2:]})
     return row
-
-
-def worker_rows(host_files: tuple[Path, ...], step_name: str | None = None,
-                known: dict[Path, dict] | None = None) -> list[dict]:
-    """One row per host trace of a session (empty for one host): its mean steady step. `known` maps
-    files already analysed to their row, so the caller's own trace is not read twice."""
-    if len(host_files) < 2:
-        return []
-    from analysis.steps import analyze_steps, mean_breakdown, steady_steps
-    from analysis.trace import read_trace
-
-    rows = []
-    for path in host_files:
-        if known and path in known:
-            rows.append(known[path])
-            continue
-        trace = read_trace(path)
-        steps = analyze_steps(trace, step_name).steps
-        steady = steady_steps(steps)
-        host = trace.hostnames[0] if trace.hostnames else path.name.removesuffix(".xplane.pb")
-        rows.append(worker_row(path.name.removesuffix(".xplane.pb"), host,
-                               mean_breakdown(steady if not steady.empty else steps)))
-    return rows
 
 
 def find_straggler(rows: list[dict]) -> dict | None:

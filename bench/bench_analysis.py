@@ -1,7 +1,7 @@
 """devprof's trace analysis vs XProf's overview_page conversion, on the same trace.
 
 Makes a 100-step trace of a small CNN custom loop (real TensorFlow, CPU), then times,
-alternating and repeated, (a) `analysis.report.analyze` (read + steps + verdict) and
+alternating and repeated, (a) `analysis.analyze` (read + steps + verdict) and
 (b) `xprof.convert.raw_to_tool_data.xspace_to_tool_data([...], "overview_page")`.
 Prints per-repeat times, medians and the ratio. Usage:
 
@@ -30,7 +30,7 @@ def make_trace(steps: int, logdir: Path) -> Path:
 
 
 def time_devprof(xplane: Path) -> float:
-    from analysis.report import analyze
+    from analysis import analyze
 
     start = time.perf_counter()
     analyze(xplane)

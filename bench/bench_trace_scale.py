@@ -5,7 +5,7 @@
    cpu --data synthetic --batch-size 32 --epochs 1 --profile-steps 10:1010 --host-tracer-level 2
    --no-sample`, about 2.3 million events, and counts its events with `analysis.trace.read_trace`.
 2. Times, each in a fresh subprocess, alternating (the order rotates every repeat) and repeated:
-   - `analyze`: `analysis.report.analyze(RUN)` (read the trace, find steps, break down, verdict;
+   - `analyze`: `analysis.analyze(RUN)` (read the trace, find steps, break down, verdict;
      no plots),
    - `plots`: the plots `devprof analyze` draws (`plot_step_breakdown`, `plot_epoch_breakdown`) on
      the analysed steps, read from CSV,
@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO))
 
 TASKS = ("analyze", "plots", "command", "xprof")
 TASK_LABELS = {
-    "analyze": "devprof read + analysis (`analysis.report.analyze`, no plots)",
+    "analyze": "devprof read + analysis (`analysis.analyze`, no plots)",
     "plots": "devprof plots alone (step and epoch breakdown PNGs)",
     "command": "whole `devprof analyze RUN --out DIR`",
     "xprof": "XProf `input_pipeline_analyzer` (`xspace_to_tool_data`)",
@@ -64,7 +64,7 @@ def _rss_mib() -> float:
 def child(task: str, paths: list[str]) -> None:
     """Run one task, print one JSON line: seconds of the work and RSS before it (after imports)."""
     if task == "analyze":
-        from analysis.report import analyze
+        from analysis import analyze
 
         before = _rss_mib()
         start = time.perf_counter()
@@ -113,7 +113,7 @@ def child(task: str, paths: list[str]) -> None:
 
 def prepare(run: str, cache: Path) -> None:
     """Count the trace's events and write its analysed steps and epochs as CSVs (for `plots`)."""
-    from analysis.report import analyze
+    from analysis import analyze
     from analysis.trace import read_trace
 
     trace = read_trace(run)
@@ -132,7 +132,7 @@ def stages(run: str) -> None:
     import gc
 
     from analysis import trace as tr
-    from analysis.report import analyze
+    from analysis import analyze
 
     marks = []
     start = time.perf_counter()
@@ -177,7 +177,7 @@ def cprofile(run: str, top: int) -> None:
     import io
     import pstats
 
-    from analysis.report import analyze
+    from analysis import analyze
 
     profile = cProfile.Profile()
     profile.enable()

@@ -174,7 +174,7 @@ def test_usage_error_exit_code(capsys):
 
 def test_cli_subprocess_has_no_traceback_and_no_tensorflow(tmp_path):
     code = (
-        "import sys; from profiler import cli; from analysis import report, steps, trace, rules, epochs, plots; "
+        "import sys; from profiler import cli; from analysis import pipeline, steps, trace, rules, epochs, plots; "
         "rc = cli.main(['analyze', *sys.argv[1:]]); "
         "assert 'tensorflow' not in sys.modules, 'analysis imported TensorFlow'; sys.exit(rc)"
     )

@@ -5,7 +5,7 @@ import pytest
 
 import trace_fixtures as fx
 
-from analysis.report import analyze
+from analysis import analyze
 from analysis.steps import mean_breakdown, steady_steps
 
 
@@ -21,15 +21,15 @@ def analyses():
 
 
 def test_custom_loop_steps_carry_marker_numbers(analyses):
-    steps = analyses["clean"].source.steps
+    steps = analyses["clean"].steps
     assert steps["step"].tolist() == list(range(3, 11))
     assert (steps["steps"] == 1).all()
-    assert analyses["clean"].source.step_name == "train"
+    assert analyses["clean"].step_name == "train"
 
 
 @pytest.mark.parametrize("kind", ["clean", "input_delay", "host_delay"])
 def test_parts_add_up_to_step_time(analyses, kind):
-    steps = analyses[kind].source.steps
+    steps = analyses[kind].steps
     np.testing.assert_allclose(steps["input_ms"] + steps["compute_ms"] + steps["host_ms"], steps["step_ms"], atol=1e-9)
     assert (steps[["input_ms", "compute_ms", "host_ms", "compile_ms"]] >= 0).all().all()
 
@@ -64,7 +64,7 @@ def test_delays_move_the_breakdown_by_their_size(analyses):
 
 def test_first_step_compile_is_reported_separately():
     analysis = analyze(fx.trace_logdir("first_step"))
-    steps = analysis.source.steps
+    steps = analysis.steps
     first = steps.iloc[0]
     assert first["step"] == 0
     assert first["compile_ms"] > 0.5 * first["step_ms"]
@@ -77,8 +77,8 @@ def test_first_step_compile_is_reported_separately():
 
 def test_keras_fit_profiled_batches_are_found():
     analysis = analyze(fx.trace_logdir("keras_fit"))
-    steps = analysis.source.steps
-    assert analysis.source.step_name == "Profiled batch"
+    steps = analysis.steps
+    assert analysis.step_name == "Profiled batch"
     assert len(steps) >= 3
     assert steps["step"].is_monotonic_increasing
     assert (steps["compute_ms"] > 0).all()
@@ -87,7 +87,7 @@ def test_keras_fit_profiled_batches_are_found():
 
 def test_several_steps_per_call_are_reported_per_call():
     analysis = analyze(fx.trace_logdir("multi_step"))
-    steps = analysis.source.steps
+    steps = analysis.steps
     assert steps["step"].tolist() == [8, 12, 16, 20]
     assert (steps["steps"] == 4).all()
     assert (steps["input_ms"] > 0).all(), "in-graph IteratorGetNext is input"

@@ -8,8 +8,8 @@ import trace_fixtures as fx
 
 from analysis import intervals as iv
 from analysis.epochs import epoch_breakdown
-from analysis.report import analyze
-from analysis.rules import classify, make_verdict
+from analysis import analyze
+from analysis.rules import classify, facts_from, make_verdict
 
 
 def test_union_subtract_overlap():
@@ -27,7 +27,7 @@ def test_union_subtract_overlap():
      (4.9, 15.0, ("host", "moderate")), (0.0, 60.0, ("host", "high")), (4.9, 14.9, ("compute", None))],
 )
 def test_verdict_cutoffs(input_pct, host_pct, expected):
-    assert classify(input_pct, host_pct) == expected
+    assert classify(facts_from({"input_pct": input_pct, "host_pct": host_pct})) == expected
 
 
 def test_verdict_evidence_has_numbers():
@@ -55,10 +55,10 @@ def test_epoch_breakdown_adds_up():
 def test_fake_gpu_plane_makes_device_compute_and_input_copies(tmp_path):
     source = fx.find_xplane(fx.trace_logdir("clean"))
     fake = fx.write_with_fake_gpu(source, tmp_path / "gpu.xplane.pb", copy_ms=0.4, kernel_ms=1.0)
-    cpu = analyze(source).source.steps
+    cpu = analyze(source).steps
     gpu_analysis = analyze(fake)
-    gpu = gpu_analysis.source.steps
-    assert gpu_analysis.source.device == "gpu"
+    gpu = gpu_analysis.steps
+    assert gpu_analysis.device == "gpu"
     np.testing.assert_allclose(gpu["compute_ms"], 1.0, atol=1e-3)
     np.testing.assert_allclose(gpu["input_ms"] - cpu["input_ms"], 0.4, atol=0.05)
     np.testing.assert_allclose(gpu["step_ms"], cpu["step_ms"])

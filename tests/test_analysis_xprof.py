@@ -4,7 +4,7 @@ import pytest
 
 import trace_fixtures as fx
 
-from analysis.report import analyze
+from analysis import analyze
 from xprof_oracle import xprof_steps
 
 TOLERANCE_PCT_OF_STEP = 3.0
@@ -13,7 +13,7 @@ TOLERANCE_PCT_OF_STEP = 3.0
 @pytest.mark.parametrize("kind", ["clean", "input_delay", "host_delay"])
 def test_step_input_and_compute_agree_with_xprof(kind):
     logdir = fx.trace_logdir(kind)
-    ours = analyze(logdir).source.steps
+    ours = analyze(logdir).steps
     theirs, _ = xprof_steps(fx.find_xplane(logdir))
     assert not theirs.empty, "XProf should find the train markers"
     both = ours.merge(theirs, on="step", suffixes=("", "_xprof"))
@@ -30,7 +30,7 @@ def test_xprof_finds_no_steps_in_keras_fit_but_devprof_does():
     theirs, summary = xprof_steps(fx.find_xplane(logdir))
     assert theirs.empty
     assert "No step time measured" in summary.get("input_conclusion", "")
-    assert len(analyze(logdir).source.steps) >= 3
+    assert len(analyze(logdir).steps) >= 3
 
 
 def test_previous_steps_late_executor_span_is_not_compute_of_the_next_step(tmp_path):
@@ -38,8 +38,8 @@ def test_previous_steps_late_executor_span_is_not_compute_of_the_next_step(tmp_p
     source = fx.find_xplane(fx.trace_logdir("clean"))
     late, added = fx.write_with_late_executor_tails(source, tmp_path / "plugins/profile/s/host.xplane.pb")
     assert added >= 3
-    before = analyze(source).source.steps
-    ours = analyze(late).source.steps
+    before = analyze(source).steps
+    ours = analyze(late).steps
     assert ours["compute_ms"].round(6).tolist() == before["compute_ms"].round(6).tolist()
     theirs, _ = xprof_steps(late)
     both = ours.merge(theirs, on="step", suffixes=("", "_xprof"))

@@ -16,7 +16,7 @@ import pytest
 
 import trace_fixtures as fx
 
-from analysis.report import analyze, to_json
+from analysis import analyze
 from profiler.cli import main
 
 EXACT_MS = 1e-6  # what exact integer-nanosecond arithmetic gives
@@ -30,7 +30,7 @@ STEP_SOURCES = {"markers", "trace_groups", "program_executions", "window", "step
 @functools.cache
 def _result(path: str) -> dict:
     """`to_json(analyze(path))`, once per path (the traces are read-only)."""
-    return to_json(analyze(path))
+    return analyze(path).to_json()
 
 
 def result(path) -> dict:

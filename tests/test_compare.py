@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import compare
+from analysis import comparison as compare
 from analysis.run_files import STEPS_COLUMNS as STEP_COLUMNS
 from profiler import cli
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from analysis import compare
-from analysis.compare.chart import chart_data
+from analysis import comparison as compare
+from analysis.comparison.chart import chart_data
 from profiler import cli
 from test_compare import SEED_TABLE, make_run
 from test_run_files import make_run as make_small_run, step_line

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from analysis.input_stages import prefetches, slowest_input_stage, stage_self_ns
-from analysis.rules import make_verdict
+from analysis.rules import facts_from, make_verdict
 
 MS = 1_000_000
 
@@ -53,7 +53,8 @@ def test_a_pipeline_that_prefetches_is_not_told_to_prefetch():
     assert prefetches(events([("Other", 0, 0, 0, 5)])) is None
     mean = {"step_ms": 40.0, "input_ms": 30.0, "compute_ms": 8.0, "host_ms": 2.0, "input_pct": 75.0,
             "compute_pct": 20.0, "host_pct": 5.0}
-    told = make_verdict(mean, steps_used=5, prefetches=True, slowest_input_stage="Iterator::Root::Map (30 ms)")
+    told = make_verdict(mean, facts_from({**mean, "prefetches": True,
+                                          "slowest_input_stage": "Iterator::Root::Map (30 ms)"}), steps_used=5)
     assert told["bound"] == "input" and "Iterator::Root::Map" in told["advice"][0]
     assert not any(".prefetch(" in line for line in told["advice"]), told["advice"]
     unknown = make_verdict(mean, steps_used=5)

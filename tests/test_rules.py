@@ -10,7 +10,9 @@ import pandas as pd
 import pytest
 
 from analysis import rules, trace_facts
-from analysis.rules import Facts
+import dataclasses
+
+from analysis.rules import Facts, facts_from
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "rules.md"
 MS = 1_000_000
@@ -23,7 +25,7 @@ def clean(**changes) -> Facts:
                 kernels_per_step=40.0, mean_kernel_us=900.0, idle_host_pct=5.0,
                 device_mem_peak_bytes=4e9, device_mem_total_bytes=16e9)
     base.update(changes)
-    return Facts(**base)
+    return dataclasses.replace(facts_from({}), **base)
 
 
 TRIGGERS = {
@@ -62,7 +64,7 @@ def test_rules_read_the_numbers_they_are_given():
 
 
 def test_unknown_facts_keep_rules_silent():
-    unknown = Facts(30.0, 50.0, 20.0)  # only the breakdown: nothing measured, nothing known
+    unknown = facts_from({"input_pct": 30.0, "compute_pct": 50.0, "host_pct": 20.0})  # only the breakdown: nothing measured, nothing known
     assert rules.findings(unknown) == []
 
 

@@ -374,7 +374,7 @@ def test_analysis_of_real_runs_finds_the_injected_cost(injected_runs, name, boun
 
 
 def test_unexpected_errors_are_one_line_unless_debugging(monkeypatch, capsys):
-    from analysis import compare
+    from analysis import comparison as compare
 
     def broken(*args, **kwargs):
         raise ValueError("something nobody expected")

@@ -13,19 +13,54 @@ never imported.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
+
+import pandas as pd
 
 from analysis import run_files
-from analysis.compare.chart import plot_compare
-from analysis.compare.errors import CompareError
-from analysis.compare.explain import LABELS, advice, explain, per_image_gaps
-from analysis.compare.gate import slower_than_baseline
-from analysis.compare.op_diff import op_diff_runs
-from analysis.compare.reading import read_external, read_run, validate_external
-from analysis.compare.render import render, render_markdown, render_text, to_csv_frame, to_json
-from analysis.compare.rows import COMPONENTS, external_rows, run_row, steady_components, steady_epochs
-from analysis.compare.table import compare, flags_for, pick_baseline, speedups, warnings
+from analysis.comparison.chart import plot_compare
+from analysis.comparison.errors import CompareError
+from analysis.comparison.explain import LABELS, advice, explain, per_image_gaps
+from analysis.comparison.gate import slower_than_baseline
+from analysis.comparison.op_diff import op_diff_runs
+from analysis.comparison.reading import read_external, read_run, validate_external
+from analysis.comparison.rows import COMPONENTS, external_rows, run_row, steady_components, steady_epochs
+from analysis.comparison.table import compare, flags_for, pick_baseline, speedups, warnings
 from analysis.rules import suggest_steps_per_execution
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The comparison of several runs: `table` has one row per run (docs/json.md, compare's `rows`)."""
+
+    KIND: ClassVar[str] = "comparison"
+    table: pd.DataFrame
+    op_diff: dict | None = None  # `rows`, `unit`, `gap`, `a`, `b` of `compare --ops`
+    plot_name: str | None = None  # the chart beside a written report
+
+    @property
+    def baseline(self) -> str:
+        return str(self.table.loc[self.table["baseline"], "run"].iloc[0])
+
+    @property
+    def fastest(self) -> str:
+        return str(self.table.loc[self.table["fastest"], "run"].iloc[0])
+
+    @property
+    def warnings(self) -> list[str]:
+        return warnings(self.table)
+
+    def render(self, fmt: str = "text") -> str:
+        from analysis import render
+
+        return render.render(self, fmt)
+
+    def to_json(self) -> dict:
+        from analysis.render import json as json_format
+
+        return json_format.comparison_document(self)
 
 
 def compare_runs(runs, externals=(), baseline: str | None = None):
@@ -47,10 +82,22 @@ def compare_runs(runs, externals=(), baseline: str | None = None):
     return compare(rows, baseline)
 
 
+def compare_paths(runs, externals=(), baseline: str | None = None, ops: bool = False) -> Comparison:
+    """Compare run directories `runs` (and timing CSVs `externals`); with `ops`, the op diff of two runs."""
+    table = compare_runs(runs, externals, baseline)
+    op_diff = None
+    if ops:
+        if len(runs) != 2:
+            raise CompareError(f"the op diff compares two runs, A and B; got {len(runs)}")
+        rows, unit, gap = op_diff_runs(runs[0], runs[1])
+        op_diff = {"rows": rows, "unit": unit, "gap": gap, "a": Path(runs[0]).name, "b": Path(runs[1]).name}
+    return Comparison(table, op_diff)
+
+
 __all__ = [
-    "COMPONENTS", "LABELS", "CompareError", "advice", "compare", "compare_runs", "explain", "external_rows",
+    "COMPONENTS", "LABELS", "CompareError", "Comparison", "compare_paths", "advice", "compare", "compare_runs", "explain", "external_rows",
     "flags_for", "op_diff_runs", "per_image_gaps", "pick_baseline", "plot_compare", "read_external", "read_run",
-    "render", "render_markdown", "render_text", "run_row", "slower_than_baseline", "speedups", "steady_components",
+    "run_row", "slower_than_baseline", "speedups", "steady_components",
     "steady_epochs",
-    "suggest_steps_per_execution", "to_csv_frame", "to_json", "validate_external", "warnings",
+    "suggest_steps_per_execution", "validate_external", "warnings",
 ]

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import plots
-from analysis.compare.explain import LABELS
+from analysis.comparison.explain import LABELS
 
 STACKED = ("input", "compute", "host")  # epoch-level work is drawn on top in grey
 

@@ -10,8 +10,8 @@ import math
 
 import pandas as pd
 
-from analysis.compare.rows import COMPONENTS
-from analysis.rules import Facts, classify, fix_for
+from analysis.comparison.rows import COMPONENTS
+from analysis.rules import Facts, classify, facts_from, fix_for
 
 NO_GAP_SHARE = 0.01  # a per-image gap under 1 % of the fastest row's time is noise, not a finding
 LABELS = {"input": "input", "compute": "compute", "host": "host overhead",
@@ -20,18 +20,7 @@ LABELS = {"input": "input", "compute": "compute", "host": "host overhead",
 
 def facts_of(row) -> Facts:
     """The rules' view of a row: shares of its epoch, its device and settings."""
-    return Facts(row.get("input_pct", math.nan), row.get("compute_pct", math.nan), row.get("host_pct", math.nan),
-                 device=row.get("kind") or "",
-                 precision=row.get("precision"), jit_compile=row.get("jit_compile"),
-                 steps_per_call=_whole(row.get("steps_per_call")),
-                 steps_per_epoch=row.get("steps_per_epoch", math.nan), mfu_pct=row.get("mfu_pct", math.nan),
-                 peak_dtype=row.get("peak_dtype"), other_cpu_pct=row.get("other_cpu_mean_pct", math.nan),
-                 proc_cpu_pct=row.get("proc_cpu_mean_pct", math.nan), cpu_cores=row.get("cpu_cores", math.nan),
-                 prefetches=row.get("prefetches") if isinstance(row.get("prefetches"), bool) else None)
-
-
-def _whole(value, default: int = 1) -> int:
-    return int(value) if value is not None and value == value else default
+    return facts_from({**row, "device": row.get("kind") or ""})
 
 
 def with_findings(why: str, found: list[dict]) -> str:
@@ -53,7 +42,7 @@ def explain(row: dict | pd.Series, fastest: dict | pd.Series) -> str:
     if row["run"] == fastest["run"]:
         if not has_parts:
             return f"{device}: fastest ({row['seconds_per_epoch']:.3g} s/epoch); measured elsewhere, no breakdown"
-        bound, _ = classify(row["input_pct"], row["host_pct"])
+        bound, _ = classify(facts_of(row))
         part = {"input": "input", "host": "host", "compute": "compute"}[bound]
         return (f"{device}: fastest ({row['seconds_per_epoch']:.3g} s/epoch), {bound}-bound: "
                 f"{_parts_text(row)}; {advice(row, part)}")

@@ -8,7 +8,7 @@ import re
 
 import pandas as pd
 
-from analysis.compare.errors import CompareError
+from analysis.comparison.errors import CompareError
 
 LIMIT_RE = re.compile(r"^\s*(input|compute|host|collective)\s*>\s*([0-9]+(?:\.[0-9]+)?)\s*%?\s*$")
 

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import run_files
-from analysis.compare.errors import CompareError
+from analysis.comparison.errors import CompareError
 
 OP_DIFF_KEYS = ["op", "type", "a_ms", "b_ms", "delta_ms", "share_pct", "only_in"]
 OUTSIDE_OPS = "(outside ops: input, host, idle)"
@@ -26,14 +26,14 @@ def _per_op(ops: pd.DataFrame, scale: float) -> pd.DataFrame:
 
 
 def op_diff(a, b, a_batch: float = math.nan, b_batch: float = math.nan) -> tuple[pd.DataFrame, str, float]:
-    """(rows, unit, gap) for two `analysis.report.Analysis`; gap = b - a, in the unit.
+    """(rows, unit, gap) for two `analysis.Analysis`; gap = b - a, in the unit.
 
     `unit` is `ms_per_step`, or `ms_per_image` when both batch sizes are known and differ.
     """
     per_image = a_batch == a_batch and b_batch == b_batch and a_batch != b_batch
     scale_a, scale_b = (1.0 / a_batch, 1.0 / b_batch) if per_image else (1.0, 1.0)
-    a_step = a.mean["step_ms"] / a.source.steps_per_call * scale_a
-    b_step = b.mean["step_ms"] / b.source.steps_per_call * scale_b
+    a_step = a.mean["step_ms"] / a.steps_per_call * scale_a
+    b_step = b.mean["step_ms"] / b.steps_per_call * scale_b
     a_ops, b_ops = _per_op(a.ops, scale_a), _per_op(b.ops, scale_b)
     merged = a_ops.join(b_ops, how="outer", lsuffix="_a", rsuffix="_b")
     rows = pd.DataFrame({
@@ -62,7 +62,7 @@ def _types(a, b) -> str:
 
 def op_diff_runs(a_path, b_path) -> tuple[pd.DataFrame, str, float]:
     """The op diff of two run directories (or traces), B against A."""
-    from analysis.report import analyze
+    from analysis.pipeline import analyze
 
     analyses, batches = [], []
     for path in (a_path, b_path):
@@ -70,26 +70,9 @@ def op_diff_runs(a_path, b_path) -> tuple[pd.DataFrame, str, float]:
         if analysis.ops.empty:
             raise CompareError(f"{path}: no ops in its trace (run it with the profiler window, not --no-profile)")
         analyses.append(analysis)
-        config = {}
-        if analysis.run_dir is not None:
-            config = run_files.section(run_files.read_run_json(analysis.run_dir / run_files.RUN_JSON), "config")
+        config = run_files.section(analysis.run, "config")
         try:
             batches.append(float(config.get("batch_size")))
         except (TypeError, ValueError):
             batches.append(math.nan)
     return op_diff(analyses[0], analyses[1], batches[0], batches[1])
-
-
-def describe(rows: pd.DataFrame, unit: str, gap: float, a_name: str, b_name: str, top: int = 10) -> list[str]:
-    """Sentences such as "Conv2DBackpropFilter: 41.2 -> 12.3 ms/step, explains 38 % of the 76 ms/step gap"."""
-    short = "ms/image" if unit == "ms_per_image" else "ms/step"
-    lines = [f"op diff, {b_name} against {a_name} ({abs(gap):.3g} {short} "
-             f"{'slower' if gap > 0 else 'faster'}; rows add up to the gap):"]
-    for row in rows.head(top).itertuples():
-        only = {"a": f" (only in {a_name})", "b": f" (only in {b_name})"}.get(row.only_in, "")
-        share = f"explains {row.share_pct:.0f} % of the {abs(gap):.3g} {short} gap" if row.share_pct == row.share_pct \
-            else "no gap to explain"
-        lines.append(f"  - {row.op}{only}: {row.a_ms:.3g} -> {row.b_ms:.3g} {short}, {share}")
-    if len(rows) > top:
-        lines.append(f"  ... {len(rows) - top} more rows in the JSON or CSV output")
-    return lines

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import run_files, utilization
-from analysis.compare.errors import CompareError
+from analysis.comparison.errors import CompareError
 
 EXTERNAL_REQUIRED = ("device", "seconds_per_epoch")
 EXTERNAL_OPTIONAL = ("batch_size", "images", "notes")
@@ -55,13 +55,12 @@ def _read_trace_mean(path: Path) -> tuple[dict | None, str | None, bool | None]:
     if not any((path / "plugins" / "profile").glob("*/*.xplane.pb")):
         return None, None, None
     try:
-        from analysis.input_stages import prefetches
+        from analysis.pipeline import analyze_source
         from analysis.step_sources import from_trace
-        from analysis.steps import mean_breakdown, steady_steps
         from analysis.trace import read_trace
 
-        source = from_trace(read_trace(path))
-        return mean_breakdown(steady_steps(source.steps)), None, prefetches(source.trace.events)
+        analysis = analyze_source(from_trace(read_trace(path)))
+        return analysis.mean, None, analysis.facts.prefetches
     except Exception as exc:  # noqa: BLE001 - a bad trace falls back to steps.csv, with a note
         return None, f"trace not used ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})", None
 

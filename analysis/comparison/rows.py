@@ -8,7 +8,7 @@ import pandas as pd
 
 from analysis import epochs as epochs_mod
 from analysis import run_files
-from analysis.compare.errors import CompareError
+from analysis.comparison.errors import CompareError
 from analysis.device_facts import peak_dtype
 from analysis.utilization import headline
 

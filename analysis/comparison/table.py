@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.compare.errors import CompareError
-from analysis.compare.explain import explain, facts_of, with_findings
-from analysis.compare.rows import COMPONENTS
+from analysis.comparison.errors import CompareError
+from analysis.comparison.explain import explain, facts_of, with_findings
+from analysis.comparison.rows import COMPONENTS
 from analysis.rules import classify, findings
 
 
@@ -74,7 +74,7 @@ def compare(rows: list[dict], baseline: str | None = None) -> pd.DataFrame:
     table["baseline"] = table.index == base
     for part in COMPONENTS:
         table[f"{part}_ms_per_image"] = 1000.0 * table[f"{part}_s"] / table["images_per_epoch"]
-    table["bound"] = [classify(r["input_pct"], r["host_pct"])[0] if not pd.isna(r["input_pct"]) else None
+    table["bound"] = [classify(facts_of(r))[0] if not pd.isna(r["input_pct"]) else None
                       for _, r in table.iterrows()]
     table["flags"] = flags_for(table, base)
     repeated = table["device"].duplicated(keep=False)

@@ -86,4 +86,30 @@ def marker_rank(name: str, is_root: bool, count: int) -> tuple:
     return (not is_root, position, name not in known, -count)
 
 
+PROGRAMS = ("devprof", "keras", "tensorflow", "jax", "unknown")
+# Keras' fit runs these tf.functions (Keras 2: train_function; Keras 3: one/multi_step_on_iterator).
+KERAS_FUNCTION = re.compile(r"train_function|(?:one|multi)_step_on_(?:iterator|data)")
+
+
+def program_of(events) -> str:
+    """Which kind of program wrote a trace: `keras` (fit), `tensorflow` (a custom loop), `jax`
+    (XLA programs run by PjRt with no TensorFlow on the host) or `unknown`. devprof's own runs are
+    told by their run directory, not by the trace."""
+    from analysis.events import host_events, matches
+
+    host = host_events(events)
+    if host.empty:
+        return "unknown"
+    names = host["name"]
+    if names.isin(step_markers()[1:]).any() or matches(names, KERAS_FUNCTION, search=True).any():
+        return "keras"
+    tensorflow = host["tf_function_call"].notna().any() or matches(names, pattern("host_input")).any() \
+        or matches(names, pattern("eager_wrapper")).any()
+    if tensorflow:
+        return "tensorflow"
+    if matches(names, pattern("program")).any():
+        return "jax"
+    return "unknown"
+
+
 assert {f.name for f in fields(Producer)} >= set(MEANINGS)

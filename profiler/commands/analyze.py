@@ -1,6 +1,6 @@
 """`devprof analyze PATH`: break step and epoch time into input, compute and host overhead.
 
-Calls one analysis entry point (`analysis.report.analyze`) and renders its result. User
+Calls one analysis entry point (`analysis.analyze`) and renders its result. User
 mistakes print one `error: ...` line, never a traceback: exit 2 for a missing path, 1 when
 nothing can be analysed or the outputs cannot be written.
 """
@@ -12,6 +12,7 @@ import re
 import sys
 from pathlib import Path
 
+from analysis.render import formats_for
 from profiler.commands.common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -30,7 +31,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "path",
         help="a devprof run directory, a TensorBoard log folder, a profile session folder or an .xplane.pb file",
     )
-    add_format_option(analyze, ("text", "markdown", "json"), "what to print on stdout")
+    add_format_option(analyze, formats_for("analysis"), "what to print on stdout")
     analyze.add_argument("--out", metavar="DIR", default=None,
                          help="write CSVs, plots and report.md here (default: <run>/analysis for run directories)")
     analyze.add_argument("--step-name", metavar="REGEX", default=None,
@@ -45,7 +46,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def handle(args: argparse.Namespace) -> int:
     """Analyse `args.path`; print the summary and write outputs where asked."""
-    from analysis import report
+    import analysis
     from analysis.trace import TraceError
 
     path = Path(args.path)
@@ -56,7 +57,7 @@ def handle(args: argparse.Namespace) -> int:
             return error(f"--step-name {args.step_name!r} is not a regular expression: {exc}")
     limits = {}
     if args.fail_on is not None:
-        from analysis.compare.gate import parse_limits
+        from analysis.comparison.gate import parse_limits
 
         try:
             limits = parse_limits(args.fail_on)
@@ -66,27 +67,27 @@ def handle(args: argparse.Namespace) -> int:
         return error(f"no such file or directory: {path}", hint="pass a run directory, log folder or .xplane.pb file")
     try:
         with file_warnings():
-            analysis = report.analyze(path, args.step_name)
+            result = analysis.analyze(path, args.step_name)
     except TraceError as exc:
         return error(str(exc), code=EXIT_FAILURE)
     except (OSError, ValueError) as exc:
         return error(f"cannot analyse {path}: {exc}", code=EXIT_FAILURE)
 
-    out_dir = Path(args.out) if args.out else report.default_out_dir(analysis)
+    out_dir = Path(args.out) if args.out else result.out_dir
     written = []
     if out_dir is not None:
         try:
-            written = report.write_outputs(analysis, out_dir)
+            written = result.write(out_dir)
         except OSError as exc:
             return error(f"cannot write outputs to {out_dir}: {exc}", code=EXIT_FAILURE)
 
-    sys.stdout.write(report.render(analysis, args.format))
+    sys.stdout.write(result.render(args.format))
     if args.format == "text" and written:
         print(f"wrote {len(written)} files to {out_dir}")
     if limits:
-        from analysis.compare.gate import over_limits
+        from analysis.comparison.gate import over_limits
 
-        crossed = over_limits(analysis.mean, limits)
+        crossed = over_limits(result.mean, limits)
         if crossed:
             print(f"regression: {'; '.join(crossed)} (--fail-on {args.fail_on})", file=sys.stderr)
             return EXIT_REGRESSION

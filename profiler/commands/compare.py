@@ -1,6 +1,6 @@
 """`devprof compare RUN...`: seconds per epoch of runs side by side, with the reason for every gap.
 
-Calls one analysis entry point (`analysis.compare.compare_runs`) and renders its table. Bad
+Calls one analysis entry point (`analysis.comparison.compare_runs`) and renders its `Comparison`. Bad
 input (not a run directory, a run without epochs, a malformed external CSV, an unknown
 baseline) prints one `error: ...` line and exits 2, never a traceback.
 """
@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from analysis.render import format_for_path, formats_for
 from profiler.commands.common import (
     EXIT_OK,
     EXIT_REGRESSION,
@@ -21,8 +22,6 @@ from profiler.commands.common import (
 )
 
 
-FORMATS = ("text", "markdown", "json", "csv")
-EXTENSION_FORMATS = {".md": "markdown", ".markdown": "markdown", ".json": "json", ".csv": "csv"}
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -35,7 +34,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                               "(repeatable; e.g. examples/seed_table.csv)")
     compare.add_argument("--baseline", default=None, metavar="RUN",
                          help="run name, run path or device to compare against (default: the slowest)")
-    add_format_option(compare, FORMATS, "output format; with --output, from its extension (.md, .json, .csv)")
+    add_format_option(compare, formats_for("comparison"), "output format; with --output, from its extension (.md, .json, .csv)")
     compare.set_defaults(format=None)
     compare.add_argument("-o", "--output", default=None, metavar="FILE",
                          help="write the output here instead of stdout (and the chart beside it as .png)")
@@ -55,7 +54,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from analysis import compare
+    from analysis import comparison as compare
 
     if not args.runs and not args.external:
         return error("nothing to compare: pass run directories and/or --external CSV",
@@ -81,7 +80,7 @@ def handle(args: argparse.Namespace) -> int:
 
     output = Path(args.output) if args.output else None
     if args.format is None:
-        args.format = EXTENSION_FORMATS.get(output.suffix.lower(), "text") if output is not None else "text"
+        args.format = format_for_path(output, "comparison") if output is not None else "text"
     plot = Path(args.plot) if args.plot else (output.with_suffix(".png") if output is not None else None)
     if plot is not None:
         try:
@@ -89,7 +88,7 @@ def handle(args: argparse.Namespace) -> int:
             compare.plot_compare(table, plot)
         except OSError as exc:
             return error(f"cannot write the chart to {plot}: {exc}")
-    text = compare.render(table, args.format, plot.name if plot is not None else None, op_diff)
+    text = compare.Comparison(table, op_diff, plot.name if plot is not None else None).render(args.format)
     if output is not None:
         try:
             output.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,241 @@
+"""The one analysis pipeline: a path in, one `Analysis` out.
+
+`analyze(path)` finds what `path` holds (a trace, a run's steps.csv, a session of several
+host traces, a job of `worker-<i>/` run directories), runs `analyze_worker` once per
+worker file, and assembles the job from those results without analysing anything twice:
+
+    step source -> steady steps -> mean -> device rows, ops, input stages, trace facts
+    -> one `Facts` (`rules.facts_from`) -> verdict and findings
+
+Render modules (`analysis.render`) only format an `Analysis`; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+import pandas as pd
+
+from analysis import epochs as epochs_mod
+from analysis import rules, run_files, trace_facts, utilization
+from analysis.device_rows import ROW_KEYS as DEVICE_COLUMNS
+from analysis.device_rows import device_rows, kernel_launch
+from analysis.input_stages import input_stage_table, prefetches, runs_python, slowest_in_table
+from analysis.ops import OP_COLUMNS, op_table
+from analysis.step_sources import StepSource, open_step_source
+from analysis.steps import mean_breakdown, steady_steps
+from analysis.workers import WORKER_KEYS, find_straggler, worker_row
+
+INPUT_STAGE_COLUMNS = ["stage", "ms_per_batch", "calls"]
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything `devprof analyze` reports about one trace, run directory or job.
+
+    Tables are DataFrames with units in their column names (`step_ms`, `compute_pct`);
+    `mean`, `verdict`, `findings`, `straggler` and `utilization` have the shapes of the JSON
+    keys of the same names (docs/json.md)."""
+
+    KIND: ClassVar[str] = "analysis"
+    path: Path  # the file the steps were read from
+    step_source: str  # markers | trace_groups | program_executions | window | steps_csv
+    step_name: str
+    device: str  # cpu, gpu, tpu, "gpu x8", ...
+    producer: str  # who wrote the trace (analysis.producers.program_of)
+    host: str  # the traced host's name (the file's stem where the trace names none)
+    host_files: tuple[Path, ...]  # every host trace of the session, this one first (empty: steps.csv)
+    notes: tuple[str, ...]
+    steps: pd.DataFrame  # one row per step (or call of several steps)
+    steps_per_call: int
+    mean: dict[str, float]  # over the steady steps
+    steps_used: int
+    verdict: dict
+    findings: list[dict]
+    facts: rules.Facts
+    devices: pd.DataFrame  # one row per GPU/TPU plane
+    kernel_launch: dict | None
+    workers: pd.DataFrame  # one row per worker (empty for one)
+    straggler: dict | None
+    ops: pd.DataFrame
+    input_stages: pd.DataFrame
+    utilization: dict[str, float]  # the sampler headline (time-weighted means, peaks)
+    utilization_evidence: dict[str, float]  # the verdict's utilization numbers
+    epochs: pd.DataFrame | None = None  # from steps.csv and run.json
+    reconciliation: pd.DataFrame | None = None  # trace vs steps.csv
+    samplers: dict[str, pd.DataFrame] = field(default_factory=dict)
+    epoch_starts_s: tuple[float, ...] = ()
+    run_dir: Path | None = None
+    job_dir: Path | None = None  # a multi-worker run: the job's folder (the breakdown is worker 0's)
+    run: dict = field(default_factory=dict)  # run.json, where there is one
+
+    @property
+    def input_bottleneck(self) -> dict | None:
+        """The slowest tf.data stage when the steps wait for input (input-bound verdict), else None."""
+        if self.verdict.get("bound") != "input" or self.input_stages.empty:
+            return None
+        slowest = self.input_stages.iloc[0]
+        return {"stage": str(slowest["stage"]), "ms_per_batch": float(slowest["ms_per_batch"])}
+
+    @property
+    def out_dir(self) -> Path | None:
+        """Where `devprof analyze` writes its files by default: `<run>/analysis`."""
+        folder = self.job_dir or self.run_dir
+        return folder / "analysis" if folder is not None else None
+
+    def render(self, fmt: str = "text") -> str:
+        from analysis import render
+
+        return render.render(self, fmt)
+
+    def to_json(self) -> dict:
+        from analysis.render import json as json_format
+
+        return json_format.analysis_document(self)
+
+    def write(self, out_dir: str | Path) -> list[Path]:
+        """CSVs, plots, report.md and analysis.json under `out_dir`."""
+        from analysis.render import outputs
+
+        return outputs.write_outputs(self, out_dir)
+
+
+def analyze(path: str | Path, step_name: str | None = None) -> Analysis:
+    """Find the steps at `path` and break them down; `step_name` (a regex) picks the marker or
+    program that stands for a step. A multi-worker job or session is worker 0's breakdown
+    with one row per worker and the straggler."""
+    path = Path(path)
+    workers = run_files.worker_dirs(path) if path.is_dir() else []
+    if workers and not (path / run_files.STEPS_CSV).is_file():
+        return assemble_job(path, workers, [analyze_worker(worker, step_name) for worker in workers])
+    chief = analyze_worker(path, step_name)
+    host_files = chief.host_files
+    if len(host_files) < 2:
+        return chief
+    others = [analyze_worker(file, step_name) for file in host_files[1:]]
+    return assemble_session(chief, others)
+
+
+def analyze_worker(path: str | Path, step_name: str | None = None) -> Analysis:
+    """One trace file or run directory, on its own (pure: reads files, returns the result)."""
+    source = open_step_source(path, step_name)
+    return analyze_source(source)
+
+
+def analyze_source(source: StepSource) -> Analysis:
+    """The analysis of one step source (a trace or a steps.csv), with its run directory's files."""
+    steady = steady_steps(source.steps)
+    compile_steps = source.steps[~source.steps.index.isin(steady.index)]
+    mean = mean_breakdown(steady if not steady.empty else source.steps)
+    used = source.steps.loc[steady.index] if not steady.empty else source.steps
+    run_dir = source.run_dir
+    meta: dict = {}
+    samplers: dict[str, pd.DataFrame] = {}
+    epochs = reconciliation = None
+    epoch_starts: list[float] = []
+    if run_dir is not None:
+        meta = run_files.read_run_json(run_dir / run_files.RUN_JSON)
+        samplers = run_files.read_utilization(run_dir)
+        steps_csv = run_dir / run_files.STEPS_CSV
+        if steps_csv.is_file():
+            steps_table = run_files.read_steps_csv(steps_csv)
+            epochs = epochs_mod.epoch_breakdown(steps_table, run_files.run_epochs(meta, run_dir / run_files.RUN_JSON))
+            if source.kind != "steps_csv":
+                reconciliation = epochs_mod.reconcile_with_trace(source.steps, steps_table)
+            epoch_starts = steps_table.groupby("epoch")["start_time_s"].min().tolist()
+    summaries = utilization.run_summaries(run_dir, meta) if run_dir is not None else {}
+    machine = utilization.headline(summaries)
+    config = run_files.section(meta, "config")
+
+    trace = source.trace
+    events = trace.events if trace is not None else None
+    devices: list[dict] = []
+    launch = None
+    ops = pd.DataFrame(columns=OP_COLUMNS)
+    stages = pd.DataFrame(columns=INPUT_STAGE_COLUMNS)
+    host = source.path.name.removesuffix(".xplane.pb")
+    if trace is not None:
+        host = trace.hostnames[0] if trace.hostnames else host
+        devices = device_rows(events, trace.planes, used, trace.hostnames[0] if trace.hostnames else "")
+        launch = kernel_launch(events, used) if devices else None
+        ops = op_table(events, used, source.device)
+        stages = input_stage_table(events)
+    stage = slowest_in_table(stages, len(source.steps)) if events is not None else None
+
+    record = {
+        **mean, **machine, **trace_facts.collect(events, source.steps, devices, run_files.section(meta, "device")),
+        "kind": source.device, "producer": source.producer,
+        "precision": config.get("precision"), "jit_compile": config.get("jit_compile"),
+        "steps_per_call": source.steps_per_call, "steps_per_epoch": meta.get("steps_per_epoch"),
+        "slowest_input_stage": stage,
+        "input_py_function": runs_python(events, stage) if events is not None else False,
+    }
+    facts = rules.facts_from(record)
+    evidence = utilization_evidence(summaries)
+    verdict = rules.make_verdict(mean, facts, steps_used=len(steady), compile_steps=compile_steps,
+                                 utilization=evidence,
+                                 min_steps=1 if source.kind == "window" else rules.MIN_STEADY_STEPS)
+    return Analysis(
+        path=source.path, step_source=source.kind, step_name=source.step_name, device=source.device,
+        producer=source.producer, host=host,
+        host_files=trace.location.host_files if trace is not None and trace.location else (), notes=tuple(source.notes), steps=source.steps,
+        steps_per_call=source.steps_per_call, mean=mean, steps_used=len(steady), verdict=verdict,
+        findings=rules.findings(facts), facts=facts, devices=pd.DataFrame(devices, columns=DEVICE_COLUMNS),
+        kernel_launch=launch, workers=pd.DataFrame(columns=WORKER_KEYS), straggler=None, ops=ops,
+        input_stages=stages, utilization=machine, utilization_evidence=evidence, epochs=epochs,
+        reconciliation=reconciliation, samplers=samplers, epoch_starts_s=tuple(epoch_starts), run_dir=run_dir,
+        run=meta,
+    )
+
+
+def assemble_session(chief: Analysis, others: list[Analysis]) -> Analysis:
+    """Several hosts in one profile session: the chief's breakdown with one row per host trace."""
+    rows = [worker_row(a.path.name.removesuffix(".xplane.pb"), a.host, a.mean) for a in (chief, *others)]
+    return dataclasses.replace(chief, workers=pd.DataFrame(rows, columns=WORKER_KEYS), straggler=find_straggler(rows))
+
+
+def assemble_job(job_dir: Path, workers: list[Path], per_worker: list[Analysis]) -> Analysis:
+    """A job of `worker-<i>/` run directories: worker 0's breakdown, one row per worker, the
+    straggler, and the job's own processes not counted as CPU contention."""
+    chief = per_worker[0]
+    rows = []
+    for index, (worker, analysis) in enumerate(zip(workers, per_worker)):
+        device = run_files.section(analysis.run, "device")
+        rows.append(worker_row(index, str(device.get("host") or worker.name), analysis.mean))
+    machine = dict(chief.utilization)
+    facts, findings = chief.facts, chief.findings
+    # Workers on the chief's machine are the job, not "other processes" competing with it.
+    local = [a.utilization.get("proc_cpu_mean_pct", math.nan) for a, row in zip(per_worker, rows)
+             if row["host"] == rows[0]["host"]]
+    cores = machine.get("cpu_cores", math.nan)
+    if len(local) > 1 and cores == cores and all(v == v for v in local):
+        job_cpu = sum(local)
+        machine["proc_cpu_mean_pct"] = job_cpu
+        machine["other_cpu_mean_pct"] = max(0.0, machine["cpu_util_mean_pct"] - job_cpu / cores)
+        facts = dataclasses.replace(facts, proc_cpu_pct=job_cpu, other_cpu_pct=machine["other_cpu_mean_pct"])
+        findings = rules.findings(facts)
+    note = f"{len(workers)} workers: the breakdown is worker 0's ({workers[0].name}); one row per worker below"
+    return dataclasses.replace(chief, job_dir=job_dir, workers=pd.DataFrame(rows, columns=WORKER_KEYS),
+                               straggler=find_straggler(rows), utilization=machine, facts=facts, findings=findings,
+                               notes=(*chief.notes, note))
+
+
+def utilization_evidence(summaries: dict) -> dict[str, float]:
+    """`{"mean host cpu": 42.0, ...}`: each sampler's main utilization, time-weighted as in compare,
+    and the training process's own share of the machine beside the machine's."""
+    evidence = {}
+    machine = utilization.headline(summaries)
+    if machine["cpu_cores"] == machine["cpu_cores"] and machine["proc_cpu_mean_pct"] == machine["proc_cpu_mean_pct"]:
+        evidence["training process cpu (of all cores)"] = machine["proc_cpu_mean_pct"] / machine["cpu_cores"]
+    for name, summary in summaries.items():
+        metrics = summary.get("metrics") or {}
+        for column in run_files.UTILIZATION_COLUMNS:
+            mean = (metrics.get(column) or {}).get("mean")
+            if mean is not None and not math.isnan(mean):
+                evidence[f"mean {name} {column.removesuffix('_pct').replace('_', ' ')}"] = float(mean)
+                break
+    return evidence

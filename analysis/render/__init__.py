@@ -1,0 +1,52 @@
+"""Every output format of `analyze` and `compare`, one module per format behind one registry.
+
+A format module defines `render_analysis(analysis) -> str` and/or
+`render_comparison(comparison) -> str`, each a pure function of the one result; none
+computes anything. `REGISTRY` names each format, what it renders and the file extensions
+that ask for it; `devprof analyze --format` and `compare --format` list their choices from it
+without importing the modules (so `devprof --help` stays fast). A new format is one new
+module and one entry here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str  # the module analysis.render.<name>, and the --format value
+    renders: tuple[str, ...]  # "analysis", "comparison"
+    suffixes: tuple[str, ...] = ()  # file extensions that ask for it (-o/--output)
+
+
+REGISTRY = (
+    Format("text", ("analysis", "comparison"), (".txt",)),
+    Format("markdown", ("analysis", "comparison"), (".md", ".markdown")),
+    Format("json", ("analysis", "comparison"), (".json",)),
+    Format("csv", ("analysis", "comparison"), (".csv",)),
+)
+
+
+def formats_for(kind: str) -> tuple[str, ...]:
+    """The formats that render `kind` ("analysis" or "comparison"), in registry order."""
+    return tuple(entry.name for entry in REGISTRY if kind in entry.renders)
+
+
+def format_for_path(path: str | Path, kind: str, default: str = "text") -> str:
+    """The format a file name asks for by its extension (`.md`, `.json`, `.csv`, ...)."""
+    suffix = Path(path).suffix.lower()
+    return next((entry.name for entry in REGISTRY if kind in entry.renders and suffix in entry.suffixes), default)
+
+
+def renderer(fmt: str, kind: str):
+    if fmt not in formats_for(kind):
+        raise ValueError(f"unknown format {fmt!r} for {kind}; one of {', '.join(formats_for(kind))}")
+    return getattr(importlib.import_module(f"analysis.render.{fmt}"), f"render_{kind}")
+
+
+def render(result, fmt: str) -> str:
+    """`result` (an `Analysis` or a `Comparison`) in format `fmt`."""
+    return renderer(fmt, getattr(result, "KIND", "analysis"))(result)

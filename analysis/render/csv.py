@@ -1,0 +1,24 @@
+"""CSV: `analyze --format csv` (one row per step) and `compare --format csv` (one row per run)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+
+
+def render_analysis(analysis) -> str:
+    return analysis.steps.to_csv(index=False)
+
+
+def comparison_frame(table: pd.DataFrame) -> pd.DataFrame:
+    """The comparison table with its list cells joined into text."""
+    frame = table.copy()
+    frame["flags"] = frame["flags"].map("; ".join)
+    frame["findings"] = frame["findings"].map(lambda found: " ".join(f["rule"] for f in found))
+    frame["workers"] = frame["workers"].map(lambda workers: " ".join(w["run"] for w in workers))
+    frame["epochs_used"] = frame["epochs_used"].map(lambda e: " ".join(map(str, e)))
+    return frame
+
+
+def render_comparison(comparison) -> str:
+    return comparison_frame(comparison.table).to_csv(index=False)

@@ -1,0 +1,89 @@
+"""JSON documents (docs/json.md): `--format json` and `analysis.json`. NaN is written as null."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+
+from analysis import run_files
+
+STEP_KEYS = ["step", "steps", "step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "compile_ms"]
+MEAN_KEYS = ["step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "input_pct", "compute_pct",
+             "collective_pct", "host_pct"]
+
+
+def jsonable(value):
+    """A value as JSON has it: NaN as null, numpy scalars as Python numbers, recursively."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return None if math.isnan(value) else float(value)
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {key: jsonable(v) for key, v in value.items()}
+    return value
+
+
+def records(frame: pd.DataFrame, integer_keys=()) -> list[dict]:
+    """Rows as dicts: every number a float (NaN: null), except the keys in `integer_keys`, which count things."""
+    def value_of(key, value):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+            return value
+        return int(value) if key in integer_keys else float(value)
+
+    return jsonable([{key: value_of(key, value) for key, value in row.items()}
+                     for row in frame.to_dict(orient="records")])
+
+
+def analysis_document(analysis) -> dict:
+    result = {
+        "schema_version": run_files.SCHEMA_VERSION,
+        "source": str(analysis.path),
+        "step_source": analysis.step_source,
+        "step_name": analysis.step_name,
+        "device": analysis.device,
+        "notes": list(analysis.notes),
+        "steps": records(analysis.steps[STEP_KEYS], ("step", "steps")),
+        "mean": {key: float(analysis.mean[key]) for key in MEAN_KEYS},
+        "steps_used": int(analysis.steps_used),
+        "verdict": dict(analysis.verdict),
+        "findings": list(analysis.findings),
+        "devices": jsonable(analysis.devices.to_dict(orient="records")),
+        "kernel_launch": analysis.kernel_launch,
+        "workers": jsonable(analysis.workers.to_dict(orient="records")),
+        "straggler": analysis.straggler,
+        "ops": records(analysis.ops),
+        "input_stages": records(analysis.input_stages),
+        "input_bottleneck": analysis.input_bottleneck,
+        "utilization": jsonable(dict(analysis.utilization)),
+    }
+    if analysis.epochs is not None:
+        result["epochs"] = records(analysis.epochs, ("epoch", "calls", "steps", "images"))
+    return result
+
+
+def render_analysis(analysis) -> str:
+    return json.dumps(analysis_document(analysis), indent=2) + "\n"
+
+
+def comparison_document(comparison) -> dict:
+    """`{"baseline": run, "fastest": run, "warnings": [...], "rows": [...]}`."""
+    table = comparison.table
+    rows = [{key: jsonable(value) for key, value in record.items()} for record in table.to_dict(orient="records")]
+    document = {"schema_version": run_files.SCHEMA_VERSION, "baseline": comparison.baseline,
+                "fastest": str(table.loc[table["fastest"], "run"].iloc[0]),
+                "warnings": list(comparison.warnings), "rows": rows}
+    if comparison.op_diff is not None:
+        document["op_diff_unit"] = comparison.op_diff["unit"]
+        document["op_diff"] = [jsonable(record) for record in comparison.op_diff["rows"].to_dict(orient="records")]
+    return document
+
+
+def render_comparison(comparison) -> str:
+    return json.dumps(comparison_document(comparison), indent=2) + "\n"

@@ -1,0 +1,63 @@
+"""Markdown: `report.md` in a run's analysis folder, and `--format markdown`."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis.render import tables
+
+
+
+def markdown_table(frame: pd.DataFrame, align: list[str] | None = None) -> str:
+    header = "| " + " | ".join(map(str, frame.columns)) + " |"
+    rule = "|" + "|".join(align or ["---:"] * len(frame.columns)) + "|"
+    rows = ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *rows])
+
+
+def render_analysis(analysis, plot_names: list[str] | None = None) -> str:
+    mean, verdict = analysis.mean, analysis.verdict
+    out = ["# devprof analysis", ""]
+    out += [f"- {line}" for line in tables.header_lines(analysis)]
+    out += ["", f"## Verdict: {tables.verdict_title(verdict)}", "", verdict["evidence"], ""]
+    out += [f"- {item}" for item in verdict["advice"]]
+    if analysis.findings:
+        out += ["", "## Findings", ""] + tables.findings_lines(analysis.findings, "- ")[1:]
+    out += ["", "## Mean step", "", markdown_table(pd.DataFrame([{k: round(v, 3) for k, v in mean.items()}])), ""]
+    out += ["## Steps", "", "Host overhead includes compile time.", "", markdown_table(tables.steps_table(analysis)), ""]
+    if not analysis.devices.empty:
+        out += ["## Devices", "", markdown_table(tables.devices_table(analysis)), ""]
+    if not analysis.workers.empty:
+        out += ["## Workers", "", markdown_table(tables.workers_table(analysis)), ""]
+        if analysis.straggler:
+            out += [f"Straggler: **{analysis.straggler['worker']}** ({analysis.straggler['cause']}): "
+                    f"{analysis.straggler['evidence']}", ""]
+    if analysis.epochs is not None:
+        out += ["## Epochs", "", "From steps.csv and run.json; `epoch_level` is work outside training steps "
+                "(validation, iterator setup, checkpoints).", "", markdown_table(tables.epochs_table(analysis)), ""]
+    if analysis.reconciliation is not None and not analysis.reconciliation.empty:
+        out += ["## Trace vs steps.csv", "", markdown_table(analysis.reconciliation.round(3)), ""]
+    for name in plot_names or []:
+        out += [f"![{name}]({name})", ""]
+    return "\n".join(out) + ("\n" if plot_names is None else "")
+
+
+def render_comparison(comparison) -> str:
+    table = comparison.table
+    frame = tables.compare_display_frame(table)
+    align = [":---" if i < 2 else "---:" for i in range(len(frame.columns))]
+    out = ["# devprof compare", "", markdown_table(frame, align), "",
+           f"Baseline (*): `{comparison.baseline}`. Percentages are shares of the epoch.", "", "## Why", ""]
+    out += [f"- {why}" for why in table["why"]]
+    notes = tables.external_notes(table)
+    out += ["", *(f"- external: {note}" for note in notes)] if notes else []
+    if comparison.warnings:
+        out += ["", "## Warnings", ""] + [f"- {w.removeprefix('warning: ')}" for w in comparison.warnings]
+    if comparison.plot_name:
+        out += ["", f"![seconds per epoch]({comparison.plot_name})"]
+    text = "\n".join(out) + "\n"
+    if comparison.op_diff is not None:
+        lines = tables.op_diff_lines(comparison)
+        lines = ["", "## Op diff", "", lines[0], "", *(line.replace("  - ", "- ", 1) for line in lines[1:])]
+        text += "\n" + "\n".join(lines) + "\n"
+    return text

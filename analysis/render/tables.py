@@ -1,0 +1,123 @@
+"""The tables that text and Markdown both show, cut from an `Analysis` (selection and rounding only)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+STEP_COLUMNS = ["step", "steps", "step_ms", "input_ms", "compute_ms", "host_ms", "compile_ms", "input_pct",
+                "compute_pct", "host_pct"]
+EPOCH_COLUMNS = ["epoch", "calls", "seconds", "input_s", "call_s", "other_host_s", "epoch_level_s", "input_pct",
+                 "call_pct", "other_host_pct", "epoch_level_pct"]
+DEVICE_COLUMNS = ["device", "step_count", "step_ms", "compute_ms", "input_ms", "copy_ms", "collective_ms", "idle_ms",
+                  "idle_input_ms", "idle_host_ms"]
+TOP_OPS = 10
+STEP_HOW = {"markers": "step marker", "trace_groups": "the trace's step groups",
+            "program_executions": "executions of", "window": "one interval:"}
+
+
+def steps_table(analysis) -> pd.DataFrame:
+    return analysis.steps[STEP_COLUMNS].round(3)
+
+
+def epochs_table(analysis) -> pd.DataFrame:
+    return analysis.epochs[EPOCH_COLUMNS].round(3)
+
+
+def devices_table(analysis) -> pd.DataFrame:
+    return analysis.devices[DEVICE_COLUMNS].round(3)
+
+
+def workers_table(analysis) -> pd.DataFrame:
+    return analysis.workers.round(3)
+
+
+def header_lines(analysis) -> list[str]:
+    unit = "calls" if analysis.steps_per_call > 1 else "steps"
+    if analysis.step_source == "steps_csv":
+        lines = [f"source: {analysis.path} (no profiler trace)",
+                 f"device: {analysis.device}; {len(analysis.steps)} {unit}"]
+    else:
+        how = STEP_HOW.get(analysis.step_source, analysis.step_source)
+        lines = [f"trace: {analysis.path}",
+                 f"device: {analysis.device}; {len(analysis.steps)} {unit} found by {analysis.step_source} "
+                 f"({how} '{analysis.step_name}')"]
+    if analysis.steps_per_call > 1:
+        lines.append(f"steps per call: {analysis.steps_per_call} (one marker per tf.function call)")
+    lines += [f"note: {note}" for note in analysis.notes]
+    return lines
+
+
+def verdict_title(verdict: dict) -> str:
+    if verdict["bound"] is None:
+        return f"none ({verdict['reason']})"
+    return f"{verdict['bound']}-bound" + (f" ({verdict['level']})" if verdict["level"] else "")
+
+
+def findings_lines(findings: list[dict], bullet: str) -> list[str]:
+    if not findings:
+        return []
+    return ["findings:"] + [f"{bullet}[{f['severity']}] {f['rule']}: {f['evidence']} Fix: {f['advice']}." for f in findings]
+
+
+def straggler_line(analysis) -> str:
+    straggler = analysis.straggler
+    if straggler:
+        return f"straggler: {straggler['worker']} ({straggler['cause']}): {straggler['evidence']}"
+    return "straggler: none (no worker's step without collective wait is 10 % above the others')"
+
+
+def external_notes(table: pd.DataFrame) -> list[str]:
+    return list(table.loc[table["external"] & (table["notes"] != ""), "notes"].unique())
+
+
+def op_diff_lines(comparison) -> list[str]:
+    diff = comparison.op_diff
+    return describe(diff["rows"], diff["unit"], diff["gap"], diff["a"], diff["b"])
+
+
+def describe(rows: pd.DataFrame, unit: str, gap: float, a_name: str, b_name: str, top: int = 10) -> list[str]:
+    """Sentences such as "Conv2DBackpropFilter: 41.2 -> 12.3 ms/step, explains 38 % of the 76 ms/step gap"."""
+    short = "ms/image" if unit == "ms_per_image" else "ms/step"
+    lines = [f"op diff, {b_name} against {a_name} ({abs(gap):.3g} {short} "
+             f"{'slower' if gap > 0 else 'faster'}; rows add up to the gap):"]
+    for row in rows.head(top).itertuples():
+        only = {"a": f" (only in {a_name})", "b": f" (only in {b_name})"}.get(row.only_in, "")
+        share = f"explains {row.share_pct:.0f} % of the {abs(gap):.3g} {short} gap" if row.share_pct == row.share_pct \
+            else "no gap to explain"
+        lines.append(f"  - {row.op}{only}: {row.a_ms:.3g} -> {row.b_ms:.3g} {short}, {share}")
+    if len(rows) > top:
+        lines.append(f"  ... {len(rows) - top} more rows in the JSON or CSV output")
+    return lines
+
+
+def compare_display_frame(table: pd.DataFrame) -> pd.DataFrame:
+    """The human table: rounded, memory in MiB, `*` on the baseline, `(ext)` on external rows."""
+    out = pd.DataFrame()
+    out["run"] = [f"{'(external)' if r['external'] else r['run']}{' *' if r['baseline'] else ''}"
+                  for _, r in table.iterrows()]
+    out["device"] = table["device"].astype(str)
+    out["s/epoch"] = table["seconds_per_epoch"].map(lambda v: f"{v:.3g}")
+    out["images/s"] = table["images_per_second"].map(_fmt(1))
+    out["speedup"] = table["speedup"].map(lambda v: f"{v:.2f}x" if v < 10 else f"{v:.1f}x")
+    for part, title in (("input", "input%"), ("compute", "compute%"), ("host", "host%"), ("epoch_level", "epoch%")):
+        out[title] = table[f"{part}_pct"].map(_fmt(1))
+    out["cpu% mean/p95"] = [_pair(a, b) for a, b in zip(table["cpu_util_mean_pct"], table["cpu_util_p95_pct"])]
+    out["dev% mean/p95"] = [_pair(a, b) for a, b in zip(table["device_util_mean_pct"], table["device_util_p95_pct"])]
+    out["host MiB"] = (table["host_mem_peak_bytes"] / 2**20).map(_fmt(0))
+    out["dev MiB"] = (table["device_mem_peak_bytes"] / 2**20).map(_fmt(0))
+    out["GFLOP/s (peak)"] = [
+        "-" if pd.isna(a) else f"{a / 1e9:.0f} ({'-' if pd.isna(p) else f'{p / 1e9:.0f}'})"
+        for a, p in zip(table["achieved_flops_per_second"], table["peak_flops_per_second"])]
+    out["MFU%"] = table["mfu_pct"].map(_fmt(1))
+    measured = [c for c in out.columns if (out[c] != "-").any()]
+    return out[measured]  # columns nobody measured (e.g. utilization of external rows) are left out
+
+
+def _fmt(digits: int):
+    return lambda v: "-" if pd.isna(v) else f"{v:.{digits}f}"
+
+
+def _pair(a, b) -> str:
+    return "-" if pd.isna(a) else f"{a:.0f}/{b:.0f}"
+
+

@@ -1,0 +1,83 @@
+"""Plain text for a terminal: `devprof analyze` and `devprof compare`'s default output."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis.render import tables
+
+
+
+def render_analysis(analysis) -> str:
+    mean, verdict = analysis.mean, analysis.verdict
+    out = tables.header_lines(analysis)
+    out.append("")
+    out.append(tables.steps_table(analysis).to_string(index=False))
+    out.append("")
+    per_call = analysis.steps_per_call
+    unit = f"calls of {per_call} steps: call" if per_call > 1 else "steps: step"
+    out.append(
+        f"mean over {analysis.steps_used} {unit} {mean['step_ms']:.2f} ms = input {mean['input_ms']:.2f} "
+        f"({mean['input_pct']:.1f} %) + compute {mean['compute_ms']:.2f} ({mean['compute_pct']:.1f} %) "
+        f"+ host {mean['host_ms']:.2f} ({mean['host_pct']:.1f} %)"
+    )
+    out += _device_lines(analysis)
+    if not analysis.ops.empty:
+        out += ["", f"top ops (of {len(analysis.ops)}; all in ops.csv; ms per training step, share of op time):",
+                analysis.ops.head(tables.TOP_OPS).round(3).to_string(index=False)]
+    if not analysis.input_stages.empty:
+        out += ["", "tf.data stages (self time per batch, slowest first):",
+                analysis.input_stages.head(tables.TOP_OPS).round(3).to_string(index=False)]
+    if analysis.epochs is not None:
+        out += ["", "epochs (from steps.csv and run.json; epoch_level = validation, iterator setup, ...):",
+                tables.epochs_table(analysis).to_string(index=False)]
+    if analysis.reconciliation is not None and not analysis.reconciliation.empty:
+        rec = analysis.reconciliation
+        out.append(
+            f"trace vs steps.csv on {len(rec)} traced steps: step time differs by "
+            f"{rec['step_diff_pct'].abs().mean():.1f} % on average, input by {rec['input_diff_pct'].abs().mean():.1f} % of step time"
+        )
+    out += ["", f"verdict: {tables.verdict_title(verdict)}", verdict["evidence"]]
+    if verdict["advice"]:
+        out += ["advice:", *(f"  - {item}" for item in verdict["advice"])]
+    out += tables.findings_lines(analysis.findings, "  - ")
+    return "\n".join(out) + "\n"
+
+
+def _device_lines(analysis) -> list[str]:
+    out = []
+    if not analysis.devices.empty:
+        out += ["", "devices (mean ms per step in which the device ran; idle split: waiting for input / the rest):",
+                tables.devices_table(analysis).to_string(index=False)]
+    launch = analysis.kernel_launch
+    if launch and launch["calls"]:
+        out.append(f"kernel launches on the host: {launch['calls']} calls, {launch['calls_per_step']:.1f} per step, "
+                   f"{launch['ms_per_step']:.3f} ms per step")
+    if not analysis.workers.empty:
+        out += ["", "workers (mean ms per steady step of each host's trace):",
+                tables.workers_table(analysis).to_string(index=False), tables.straggler_line(analysis)]
+    return out
+
+
+def render_comparison(comparison) -> str:
+    table = comparison.table
+    out = [tables.compare_display_frame(table).to_string(index=False), "",
+           f"* baseline: {comparison.baseline}; % columns are shares of the epoch "
+           "(epoch% = validation and other work outside training steps)", "", "why:"]
+    out += [f"  - {why}" for why in table["why"]]
+    out += _worker_lines(table)
+    out += [f"external: {note}" for note in tables.external_notes(table)]
+    out += comparison.warnings
+    text = "\n".join(out) + "\n"
+    if comparison.op_diff is not None:
+        text += "\n" + "\n".join(tables.op_diff_lines(comparison)) + "\n"
+    return text
+
+
+def _worker_lines(table: pd.DataFrame) -> list[str]:
+    out = []
+    for _, row in table.iterrows():
+        for worker in row.get("workers") or []:
+            out.append(f"  {row['run']} / {worker['run']}: {worker['seconds_per_epoch']:.3g} s/epoch, input "
+                       f"{worker['input_pct']:.0f} %, compute {worker['compute_pct']:.0f} %, host {worker['host_pct']:.0f} %")
+    return ["", "workers:", *out] if out else []

@@ -1,0 +1,110 @@
+"""The analysis as one pipeline and one result: the Python API, the render registry, a job
+assembled from its workers' results without analysing any of them twice, and the layering
+that keeps rendering free of analysis."""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import trace_fixtures as fx
+
+import analysis
+from analysis import pipeline, render
+from profiler.cli import main
+
+ANALYSIS_DIR = Path(analysis.__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def device_trace(tmp_path_factory):
+    return fx.write_synthetic_device_trace(tmp_path_factory.mktemp("gpu") / "plugins/profile/s/h.xplane.pb",
+                                           gpus=2, empty_gpus=0)
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    return fx.write_synthetic_session(tmp_path_factory.mktemp("session"), workers=3, slow_worker=1, slow_part="input")
+
+
+def test_the_python_api_gives_one_typed_result(device_trace):
+    from analysis import Analysis, analyze, compare  # noqa: F401 - the documented imports
+
+    result = analysis.analyze(device_trace.path)
+    assert isinstance(result, Analysis)
+    for table in (result.steps, result.devices, result.ops, result.workers, result.input_stages):
+        assert isinstance(table, pd.DataFrame)
+    parts = result.steps[["input_ms", "compute_ms", "collective_ms", "host_ms"]].sum(axis=1)
+    assert (parts - result.steps["step_ms"]).abs().max() < 1e-9
+    assert len(result.devices) == 2 and set(result.devices["device"]) == set(device_trace.devices)
+    document = result.to_json()
+    assert document["step_source"] == result.step_source and len(document["steps"]) == len(result.steps)
+    assert json.loads(result.render("json")) == json.loads(json.dumps(document))
+    assert result.producer == "jax" and result.facts.producer == "jax"
+
+
+def test_every_registered_format_renders_what_it_says(device_trace):
+    result = analysis.analyze(device_trace.path)
+    for entry in render.REGISTRY:
+        for kind in entry.renders:
+            assert callable(render.renderer(entry.name, kind)), (entry.name, kind)
+        assert render.format_for_path(f"out{entry.suffixes[0]}", "comparison") == entry.name
+    with pytest.raises(ValueError, match="unknown format"):
+        render.render(result, "yaml")
+    steps = pd.read_csv(io.StringIO(result.render("csv")))
+    assert steps["step_ms"].tolist() == pytest.approx(result.steps["step_ms"].tolist())
+
+
+def test_analyze_lists_its_formats_from_the_registry(capsys, device_trace):
+    assert main(["analyze", str(device_trace.path), "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("step,steps,")
+    assert main(["analyze", "--help"]) == 0
+    assert "{" + ",".join(render.formats_for("analysis")) + "}" in capsys.readouterr().out
+
+
+def test_a_session_is_assembled_from_one_analysis_per_host_file(session, monkeypatch):
+    calls = []
+    real = pipeline.analyze_worker
+
+    def counting(path, step_name=None):
+        calls.append(Path(path))
+        return real(path, step_name)
+
+    monkeypatch.setattr(pipeline, "analyze_worker", counting)
+    result = pipeline.analyze(session.logdir)
+    assert len(calls) == len(session.files), calls  # the chief once, each other host once
+    per_host = {Path(p).name: real(p).mean["step_ms"] for p in session.files}
+    assert dict(zip(result.workers["worker"] + ".xplane.pb", result.workers["step_ms"])) == pytest.approx(per_host)
+    assert result.straggler["worker"] == f"worker{session.slow_worker}"
+    assert result.straggler["cause"] == "input"
+
+
+def _calls_in_package(name: str) -> list[str]:
+    found = []
+    for path in ANALYSIS_DIR.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == name:
+                found.append(f"{path.relative_to(ANALYSIS_DIR)}:{node.lineno}")
+    return found
+
+
+def test_facts_are_built_in_one_place():
+    assert [site.split(":")[0] for site in _calls_in_package("Facts")] == ["rules.py"]
+    job_assembly = [site for site in _calls_in_package("analyze") if site.startswith("pipeline.py")]
+    assert job_assembly == [], "a job is assembled from its workers' results, never analysed again"
+
+
+def test_render_modules_import_no_analysis_module():
+    allowed = {"analysis.render", "analysis.run_files", "analysis.plots"}
+    for path in (ANALYSIS_DIR / "render").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("analysis"):
+                modules = {node.module} if node.module != "analysis" else {f"analysis.{a.name}" for a in node.names}
+                assert modules <= allowed | {f"analysis.render.{p.stem}" for p in path.parent.glob("*.py")}, \
+                    f"{path.name} imports {modules}"
