@@ -63,6 +63,8 @@ def launch(args: argparse.Namespace) -> int:
 
     n = args.workers
     problem = _launcher_problem(args)
+    if not problem and not args.oversubscribe:  # before the other options: the advice they give depends on N
+        problem = capacity_problem(n, *machine_capacity())
     if problem:
         return error(problem)
     run_name = args.run_name or rundir.default_run_name(f"cpu-{n}workers", _host())
@@ -79,9 +81,6 @@ def launch(args: argparse.Namespace) -> int:
         profiler_ports = _check_profiler_ports(args.profiler_port, n)
     except (UsageError, rundir.OutputError, rundir.RunExistsError) as exc:
         return error(str(exc))
-    problem = None if args.oversubscribe else capacity_problem(n, *machine_capacity())
-    if problem:  # after the options' own checks: those are to fix first
-        return error(problem)
     ports = cluster_mod.free_ports(n)
     job_id = uuid.uuid4().hex
     rundir.create(job_dir)

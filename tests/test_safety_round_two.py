@@ -55,6 +55,15 @@ def test_more_workers_than_the_machine_runs_are_refused(tmp_path, capsys, monkey
     assert files_under(tmp_path) == []  # nothing written
 
 
+def test_the_number_of_workers_is_checked_before_what_depends_on_it(tmp_path, capsys, monkeypatch, no_workers_start):
+    """`--workers 64` with the default batch of 100: the advice is about the workers, not how
+    to split the batch among 64 of them."""
+    monkeypatch.setattr(launcher, "machine_capacity", lambda: (2, 22 * 2**30))
+    line = one_usage_error(cli.main(["run", "--workers", "64", "--out", str(tmp_path / "runs")]), capsys)
+    assert "more workers than this machine has cores (2)" in line, line
+    assert files_under(tmp_path) == []
+
+
 def test_what_fits_is_not_refused():
     gib = 2**30
     assert launcher.capacity_problem(2, cores=2, available=4 * gib) is None

@@ -320,7 +320,7 @@ def test_cluster_option_builds_tf_config():
     (["--workers", "2", "--cluster", "h1:1,h2:1"], "--workers starts a job on this machine"),
     (["--workers", "0"], "--workers must be at least 1"),
     (["--workers", "2", "--device", "gpu"], "--workers starts CPU workers on this machine"),
-    (["--workers", "3", "--run-name", "j"], "--batch-size 20 is the global batch and must split evenly among 3 "
+    (["--workers", "3", "--oversubscribe", "--run-name", "j"], "--batch-size 20 is the global batch and must split evenly among 3 "
                                             "workers (e.g. 18 or 21)"),
     (["--workers", "2", "--run-name", "j", "--inject-host-delay-ms", "30@2"], "there is no worker 2"),
 ])
