@@ -8,8 +8,8 @@ import io
 import json
 import os
 import signal
-import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -116,9 +116,10 @@ class _FakeProcess:
         return -9
 
 
-def _job_with_workers(tmp_path, clock, run_json_for=()) -> launcher._Job:
-    args = RunConfig()  # any object with the attributes the job reads
-    args.workers, args.epochs, args.quiet = 2, 1, True
+def _job_with_workers(tmp_path, run_json_for=()) -> launcher._Job:
+    """A launcher's job of two workers that never end by themselves; `run_json_for`: the workers
+    that have their run directory (training), the others are still starting."""
+    args = SimpleNamespace(workers=2, epochs=1, quiet=True)
     job = launcher._Job(args, tmp_path, "id", [1, 2], None, [], Console(True))
     for index in range(2):
         job.workers.append(launcher.Worker(index, _FakeProcess(), tmp_path / f"worker-{index}.log"))
@@ -134,7 +135,7 @@ def _kill_times(folder: Path, monkeypatch, run_json_for) -> dict[int, float]:
     folder.mkdir()
     now = [100.0]
     monkeypatch.setattr(launcher.time, "monotonic", lambda: now[0])
-    job = _job_with_workers(folder, now, run_json_for=run_json_for)
+    job = _job_with_workers(folder, run_json_for=run_json_for)
     job.stop_signal = signal.SIGTERM
     killed = {}
 
@@ -164,9 +165,10 @@ def test_a_worker_still_starting_is_killed_after_a_short_grace(tmp_path, monkeyp
 
 
 def test_asked_twice_kills_at_once(tmp_path, monkeypatch):
-    now = [0.0]
-    monkeypatch.setattr(launcher.time, "monotonic", lambda: now[0])
-    job = _job_with_workers(tmp_path, now, run_json_for=(0, 1))
+    """Ctrl-C twice: each worker still gets the signal first, then SIGKILL without waiting (the
+    clock stands still, so only the second Ctrl-C can end the grace period)."""
+    monkeypatch.setattr(launcher.time, "monotonic", lambda: 0.0)
+    job = _job_with_workers(tmp_path, run_json_for=(0, 1))
     job._on_signal(signal.SIGINT, None)
     job._on_signal(signal.SIGINT, None)
     monkeypatch.setattr(launcher.time, "sleep", lambda s: [setattr(w.process, "poll", lambda: -9)
@@ -176,7 +178,7 @@ def test_asked_twice_kills_at_once(tmp_path, monkeypatch):
 
 
 def test_no_more_workers_start_once_the_launcher_is_stopped(tmp_path, monkeypatch):
-    job = _job_with_workers(tmp_path, [0.0])
+    job = _job_with_workers(tmp_path)
     job.workers.clear()
     job.args.workers = 5
     started = []
