@@ -1,6 +1,6 @@
-"""Bad input found by trying devprof as a hostile newcomer: every one is refused or reported
-before anything is written, with one `error:` or `warning:` line on stderr and nothing on stdout
-that belongs on stderr. In-process and without TensorFlow (fakes where it would be needed)."""
+"""Bad input and misplaced output: each is refused before anything is written, or reported,
+with one `error:` or `warning:` line on stderr, and nothing on stdout that belongs on stderr.
+In-process and without TensorFlow (fakes where it would be needed)."""
 
 from __future__ import annotations
 
