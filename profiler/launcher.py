@@ -5,10 +5,10 @@ job (TF_CONFIG with a free 127.0.0.1 port per worker, and `--task-index`), waits
 shows the job's progress from the chief's files. Workers run quiet, their output goes to
 `<job>/worker-<i>.log`. When one worker fails or dies, the others are stopped (SIGTERM, then
 SIGKILL after `GRACE_S`, or `STARTING_GRACE_S` for a worker still starting); Ctrl-C or SIGTERM
-on the launcher is passed on to every worker. More workers than the machine's cores or memory
-can run are refused unless `--oversubscribe` is given. At
-the end every worker's run.json says how it ended (a worker killed by a signal cannot write
-its own: the launcher does) and the job's run.json sums them up.
+on the launcher is passed on to every worker. At the end every worker's run.json says how it
+ended (a worker killed by a signal cannot write its own: the launcher does) and the job's
+run.json sums them up. More workers than the machine's cores or memory can run are refused
+unless `--oversubscribe` is given.
 """
 
 from __future__ import annotations
@@ -92,7 +92,8 @@ def launch(args: argparse.Namespace) -> int:
     job.write(job_dir, meta)
     console = Console(args.quiet)
     cores = os.cpu_count() or 1
-    console.print(f"job {job_dir}: {n} worker{'s' if n != 1 else ''} on this machine ({', '.join(meta['addresses'])}), "
+    workers = f"{n} worker{'s' if n != 1 else ''}"
+    console.print(f"job {job_dir}: {workers} on this machine ({', '.join(meta['addresses'])}), "
                   f"{threads[0] if threads else cores} of {cores} cores each; global batch {args.batch_size} = "
                   f"{n} x {args.batch_size // n}; worker output in {job_dir}/worker-<i>.log")
     common = child_options(args, PARSER)
