@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.csv_safety import neutralize_cell, neutralize_frame
+from analysis.csv_safety import needs_quote, neutralize_cell, neutralize_frame
 
 
 @pytest.mark.parametrize("text", ['=HYPERLINK("http://x","click")', "=1+2", "+1+2", "-1+2", "@SUM(A1:A2)",
@@ -66,3 +66,24 @@ def test_a_quoted_cell_reads_back_as_text():
     safe = neutralize_frame(pd.DataFrame({"run": ["=1+2"], "n": [-4]}))
     back = pd.read_csv(io.StringIO(safe.to_csv(index=False)))
     assert back["run"][0] == "'=1+2" and back["n"][0] == -4
+
+
+def test_the_csvs_a_run_writes_hold_numbers_only(tmp_path):
+    """steps.csv and the samplers' CSVs carry no text a user chose (run names, paths, notes are
+    in run.json): nothing in them to neutralise, and text cannot get in."""
+    import csv
+
+    from models.training import StepRecord
+    from profiler import rundir
+    from profiler.samplers.runner import format_value
+
+    writer = rundir.StepsWriter(tmp_path / "steps.csv")
+    writer.write(StepRecord(epoch=1, step=0, steps=1, start_time_s=1.5, input_ms=-0.0, call_ms=2.0, other_host_ms=0.1,
+                            images=100))
+    writer.close()
+    header, row = list(csv.reader((tmp_path / "steps.csv").open()))
+    assert all(not needs_quote(name) for name in header)
+    assert [float(cell) for cell in row]  # every cell a number
+    with pytest.raises(ValueError):
+        format_value("=1+2")
+    assert format_value(-1.5) == "-1.5"
