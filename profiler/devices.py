@@ -372,6 +372,13 @@ def cpu_flags(cpuinfo: str | None = None) -> set[str] | None:
     return None
 
 
+def bfloat16_units(flags: set[str] | None) -> list[str] | None:
+    """The CPU features among `flags` that run bfloat16 in hardware ([] for none; None: unknown)."""
+    if flags is None:
+        return None
+    return sorted(flag for flag in flags if flag in BF16_X86_FLAGS or flag == BF16_ARM_FEATURE)
+
+
 def precision_warning(precision: str, kind: str, flags: set[str] | None) -> str | None:
     """Why `precision` will be slow on this device (a `warning:` line's text), or None."""
     if kind != "cpu":
@@ -380,7 +387,7 @@ def precision_warning(precision: str, kind: str, flags: set[str] | None) -> str 
         return ("float16 has no fast kernels on CPUs (it is emulated, often 10-100x slower); use --precision "
                 "mixed_bfloat16 on a CPU with bfloat16 units, else float32")
     if precision == "mixed_bfloat16" and flags is not None:
-        if BF16_ARM_FEATURE in flags or any(flag in flags for flag in BF16_X86_FLAGS):
+        if bfloat16_units(flags):
             return None
         arm = "asimd" in flags  # every 64-bit Arm CPU lists it; no x86 CPU does
         missing = f"the {BF16_ARM_FEATURE} feature" if arm else " or ".join(BF16_X86_FLAGS)
@@ -399,6 +406,8 @@ def cpu_info() -> dict:
         "physical_cores": psutil.cpu_count(logical=False),
         "memory_bytes": psutil.virtual_memory().total,
         "strategy": "OneDeviceStrategy",
+        # For analysis read from files: [] means bfloat16 runs emulated on this CPU.
+        "bfloat16_units": bfloat16_units(cpu_flags()),
     }
 
 

@@ -579,6 +579,17 @@ def test_bfloat16_on_a_cpu_without_bfloat16_units_is_warned(cpuinfo, warned):
         assert "no bfloat16 units" in text and warned in text and "float32" in text, text
 
 
+def test_run_json_records_the_cpus_bfloat16_units(monkeypatch):
+    """analyze reads files only: run.json's device says whether bfloat16 has units to run on."""
+    assert devices.bfloat16_units(devices.cpu_flags(X86_NO_BF16)) == []
+    assert devices.bfloat16_units(devices.cpu_flags(X86_BF16)) == ["avx512_bf16"]
+    assert devices.bfloat16_units(devices.cpu_flags(ARM_BF16)) == ["bf16"]
+    assert devices.bfloat16_units(None) is None
+    read = devices.cpu_flags
+    monkeypatch.setattr(devices, "cpu_flags", lambda text=None: read(X86_AMX))
+    assert devices.cpu_info()["bfloat16_units"] == ["amx_bf16"]
+
+
 def test_other_precisions_and_devices():
     flags = devices.cpu_flags(X86_NO_BF16)
     assert devices.precision_warning("float32", "cpu", flags) is None
