@@ -7,3 +7,60 @@ from pathlib import Path
 TESTS = str(Path(__file__).resolve().parent)
 if TESTS not in sys.path:
     sys.path.insert(0, TESTS)
+
+# Test tiers: `pytest -m "not slow"` runs in seconds. A test that trains, imports TensorFlow
+# or starts a subprocess must be marked `slow`; unmarked tests are held to it here: starting a
+# process fails them at once, and loading TensorFlow or Keras fails them at teardown.
+import subprocess  # noqa: E402
+
+import pytest  # noqa: E402
+
+HEAVY_MODULES = ("tensorflow", "keras")
+_fast_test: dict = {}  # the unmarked test running now: {"id", "heavy_before"}
+
+
+def _heavy_loaded() -> bool:
+    return any(name in sys.modules for name in HEAVY_MODULES)
+
+
+_popen_init = subprocess.Popen.__init__
+
+
+def _guarded_popen_init(self, *args, **kwargs):
+    if _fast_test:
+        raise RuntimeError(f"{_fast_test['id']} starts a subprocess: mark it @pytest.mark.slow")
+    _popen_init(self, *args, **kwargs)
+
+
+subprocess.Popen.__init__ = _guarded_popen_init
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: trains, imports TensorFlow or starts a subprocess")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if item.get_closest_marker("slow") is None:
+        _fast_test.update(id=item.nodeid, heavy_before=_heavy_loaded())
+    try:
+        yield
+    finally:
+        _fast_test.clear()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if call.when == "teardown" and _fast_test and not _fast_test["heavy_before"] and _heavy_loaded():
+        report.outcome = "failed"
+        report.longrepr = f"{item.nodeid} loaded TensorFlow or Keras: mark it @pytest.mark.slow"
+
+
+def pytest_ignore_collect(collection_path, config):
+    """With `-m "not slow"`, a module marked slow as a whole is not even imported (its imports load TensorFlow)."""
+    if collection_path.suffix == ".py" and collection_path.name.startswith("test_") \
+            and config.getoption("markexpr", "").replace(" ", "") == "notslow":
+        return "\npytestmark = pytest.mark.slow" in collection_path.read_text()
+    return None

@@ -48,6 +48,7 @@ def run_dir(tmp_path_factory):
     return run
 
 
+@pytest.mark.slow
 def test_run_directory_writes_csvs_report_and_plots(run_dir, capsys):
     assert analyze([str(run_dir)]) == 0
     out = capsys.readouterr().out
@@ -63,6 +64,7 @@ def test_run_directory_writes_csvs_report_and_plots(run_dir, capsys):
     assert steps["step"].tolist() == TRACED_STEPS
 
 
+@pytest.mark.slow
 def test_epoch_breakdown_equals_steps_csv(run_dir, capsys):
     assert analyze([str(run_dir), "--format", "json", "--out", str(run_dir / "elsewhere")]) == 0
     result = json.loads(capsys.readouterr().out)
@@ -81,6 +83,7 @@ def test_epoch_breakdown_equals_steps_csv(run_dir, capsys):
     assert reconciled["step"].tolist() == TRACED_STEPS
 
 
+@pytest.mark.slow
 def test_json_contract(capsys):
     assert analyze([str(fx.trace_logdir("clean")), "--format", "json"]) == 0
     result = json.loads(capsys.readouterr().out)
@@ -108,6 +111,7 @@ def test_json_contract(capsys):
     assert result["verdict"]["bound"] in {"input", "host", "compute"}
 
 
+@pytest.mark.slow
 def test_markdown_and_session_folder_and_file_paths(capsys):
     xplane = fx.find_xplane(fx.trace_logdir("clean"))
     for path in (xplane, xplane.parent):
@@ -115,6 +119,7 @@ def test_markdown_and_session_folder_and_file_paths(capsys):
         assert capsys.readouterr().out.startswith("# devprof analysis")
 
 
+@pytest.mark.slow
 def test_newest_of_several_sessions_is_used_and_named(tmp_path, capsys):
     logdir = tmp_path / "logs"
     shutil.copytree(fx.trace_logdir("clean") / "plugins", logdir / "plugins")
@@ -146,6 +151,7 @@ def test_empty_folder(tmp_path, capsys):
     _expect_error([str(tmp_path)], 1, capsys, "no profiler trace", "plugins/profile", "empty folder")
 
 
+@pytest.mark.slow
 def test_truncated_trace(tmp_path, capsys):
     data = fx.find_xplane(fx.trace_logdir("clean")).read_bytes()
     broken = tmp_path / "host.xplane.pb"
@@ -172,6 +178,7 @@ def test_usage_error_exit_code(capsys):
     capsys.readouterr()
 
 
+@pytest.mark.slow
 def test_cli_subprocess_has_no_traceback_and_no_tensorflow(tmp_path):
     code = (
         "import sys; from profiler import cli; from analysis import pipeline, steps, trace, rules, epochs, plots; "

@@ -20,6 +20,7 @@ def analyses():
     return {kind: analyze(fx.trace_logdir(kind)) for kind in ("clean", "input_delay", "host_delay")}
 
 
+@pytest.mark.slow
 def test_custom_loop_steps_carry_marker_numbers(analyses):
     steps = analyses["clean"].steps
     assert steps["step"].tolist() == list(range(3, 11))
@@ -27,6 +28,7 @@ def test_custom_loop_steps_carry_marker_numbers(analyses):
     assert analyses["clean"].step_name == "train"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["clean", "input_delay", "host_delay"])
 def test_parts_add_up_to_step_time(analyses, kind):
     steps = analyses[kind].steps
@@ -34,6 +36,7 @@ def test_parts_add_up_to_step_time(analyses, kind):
     assert (steps[["input_ms", "compute_ms", "host_ms", "compile_ms"]] >= 0).all().all()
 
 
+@pytest.mark.slow
 def test_input_delay_is_input(analyses):
     analysis = analyses["input_delay"]
     assert _close(analysis.mean["input_ms"], fx.INPUT_DELAY_MS), analysis.mean
@@ -42,6 +45,7 @@ def test_input_delay_is_input(analyses):
     assert "Map" in analysis.verdict["advice"][0]
 
 
+@pytest.mark.slow
 def test_host_delay_is_host_not_input(analyses):
     analysis = analyses["host_delay"]
     assert _close(analysis.mean["host_ms"], fx.HOST_DELAY_MS), analysis.mean
@@ -50,18 +54,21 @@ def test_host_delay_is_host_not_input(analyses):
     assert any("--steps-per-execution" in item for item in analysis.verdict["advice"])
 
 
+@pytest.mark.slow
 def test_clean_loop_is_compute_bound(analyses):
     analysis = analyses["clean"]
     assert analysis.verdict["bound"] == "compute", analysis.verdict["evidence"]
     assert analysis.verdict["level"] is None
 
 
+@pytest.mark.slow
 def test_delays_move_the_breakdown_by_their_size(analyses):
     clean = analyses["clean"].mean
     assert _close(analyses["input_delay"].mean["input_ms"] - clean["input_ms"], fx.INPUT_DELAY_MS)
     assert _close(analyses["host_delay"].mean["host_ms"] - clean["host_ms"], fx.HOST_DELAY_MS)
 
 
+@pytest.mark.slow
 def test_first_step_compile_is_reported_separately():
     analysis = analyze(fx.trace_logdir("first_step"))
     steps = analysis.steps
@@ -75,6 +82,7 @@ def test_first_step_compile_is_reported_separately():
     assert analysis.mean == mean_breakdown(steady_steps(steps))
 
 
+@pytest.mark.slow
 def test_keras_fit_profiled_batches_are_found():
     analysis = analyze(fx.trace_logdir("keras_fit"))
     steps = analysis.steps
@@ -85,6 +93,7 @@ def test_keras_fit_profiled_batches_are_found():
     np.testing.assert_allclose(steps["input_ms"] + steps["compute_ms"] + steps["host_ms"], steps["step_ms"], atol=1e-9)
 
 
+@pytest.mark.slow
 def test_several_steps_per_call_are_reported_per_call():
     analysis = analyze(fx.trace_logdir("multi_step"))
     steps = analysis.steps

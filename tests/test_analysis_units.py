@@ -52,6 +52,7 @@ def test_epoch_breakdown_adds_up():
     np.testing.assert_allclose(parts, 100.0)
 
 
+@pytest.mark.slow
 def test_fake_gpu_plane_makes_device_compute_and_input_copies(tmp_path):
     source = fx.find_xplane(fx.trace_logdir("clean"))
     fake = fx.write_with_fake_gpu(source, tmp_path / "gpu.xplane.pb", copy_ms=0.4, kernel_ms=1.0)

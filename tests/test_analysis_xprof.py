@@ -10,6 +10,7 @@ from xprof_oracle import xprof_steps
 TOLERANCE_PCT_OF_STEP = 3.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["clean", "input_delay", "host_delay"])
 def test_step_input_and_compute_agree_with_xprof(kind):
     logdir = fx.trace_logdir(kind)
@@ -25,6 +26,7 @@ def test_step_input_and_compute_agree_with_xprof(kind):
         assert (diff_pct <= TOLERANCE_PCT_OF_STEP).all(), (ours_col, diff_pct.round(2).tolist())
 
 
+@pytest.mark.slow
 def test_xprof_finds_no_steps_in_keras_fit_but_devprof_does():
     logdir = fx.trace_logdir("keras_fit")
     theirs, summary = xprof_steps(fx.find_xplane(logdir))
@@ -33,6 +35,7 @@ def test_xprof_finds_no_steps_in_keras_fit_but_devprof_does():
     assert len(analyze(logdir).steps) >= 3
 
 
+@pytest.mark.slow
 def test_previous_steps_late_executor_span_is_not_compute_of_the_next_step(tmp_path):
     """An executor span closing late (a preempted thread) counts for its own step, as XProf groups it."""
     source = fx.find_xplane(fx.trace_logdir("clean"))

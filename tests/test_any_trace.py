@@ -74,6 +74,7 @@ def unmarked():
     return {kind: fx.trace_logdir(kind) for kind in UNMARKED}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", UNMARKED)
 def test_unmarked_loop_steps_are_the_train_step_calls(unmarked, kind):
     data = result(unmarked[kind])
@@ -84,6 +85,7 @@ def test_unmarked_loop_steps_are_the_train_step_calls(unmarked, kind):
     assert abs(len(data["steps"]) - fx.UNMARKED_STEPS) <= 1, len(data["steps"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", UNMARKED)
 def test_unmarked_loop_parts_add_up(unmarked, kind):
     data = result(unmarked[kind])
@@ -93,6 +95,7 @@ def test_unmarked_loop_parts_add_up(unmarked, kind):
     assert data["mean"]["collective_ms"] == 0
 
 
+@pytest.mark.slow
 def test_unmarked_cpu_trace_has_no_devices_workers_or_launches(unmarked):
     data = result(unmarked["nomarker_clean"])
     assert data["step_source"] in STEP_SOURCES
@@ -104,6 +107,7 @@ def test_unmarked_cpu_trace_has_no_devices_workers_or_launches(unmarked):
     assert launch.get("calls", 0) == 0 and launch.get("ms_per_step", 0) == 0, launch
 
 
+@pytest.mark.slow
 def test_unmarked_control_carries_no_injected_cost(unmarked):
     clean = result(unmarked["nomarker_clean"])["mean"]
     assert clean["input_ms"] < 0.25 * fx.UNMARKED_INPUT_DELAY_MS, clean
@@ -123,6 +127,7 @@ WAITS_IN_STEPS = slice(1, None)
 SLEEPS_IN_STEPS = slice(None, -1)
 
 
+@pytest.mark.slow
 def test_unmarked_input_delay_is_input_and_input_bound(unmarked):
     clean, slow = result(unmarked["nomarker_clean"]), result(unmarked["nomarker_input40"])
     waited = (measured(unmarked["nomarker_input40"], "input_wait_ms", WAITS_IN_STEPS)
@@ -135,6 +140,7 @@ def test_unmarked_input_delay_is_input_and_input_bound(unmarked):
     assert slow["verdict"]["level"] == "high", slow["verdict"]
 
 
+@pytest.mark.slow
 def test_unmarked_host_delay_is_host_and_host_bound(unmarked):
     clean, slow = result(unmarked["nomarker_clean"]), result(unmarked["nomarker_host30"])
     slept = (measured(unmarked["nomarker_host30"], "host_sleep_ms", SLEEPS_IN_STEPS)

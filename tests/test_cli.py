@@ -70,6 +70,7 @@ def _cached_peak(tmp_path, monkeypatch):
         "matmul_flops_per_second": {"float32": 2.5e11}, "memory_bytes_per_second": 1e10}))
 
 
+@pytest.mark.slow
 def test_peak_json_has_a_schema_version_and_json_alias_warns(tmp_path, monkeypatch, capsys):
     _cached_peak(tmp_path, monkeypatch)
     code, out, err = devprof(capsys, "peak", "--format", "json")
@@ -167,6 +168,7 @@ def test_version_without_metadata_is_unknown(monkeypatch):
     assert version._installed_version() == "0+unknown"
 
 
+@pytest.mark.slow
 def test_devprof_script_prints_the_version():
     script = Path(sys.executable).with_name("devprof")
     if not script.exists():

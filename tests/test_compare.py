@@ -284,6 +284,7 @@ def _real_pair(out, capsys) -> dict:
     return json.loads(stdout)
 
 
+@pytest.mark.slow
 def test_real_runs_name_injected_input_delay_as_the_reason(tmp_path, capsys):
     """Ground truth: 100 ms more input wait per batch of 50 is +2 ms/image, and compare must name input.
 

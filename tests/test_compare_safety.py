@@ -52,6 +52,7 @@ def test_garbage_rows_in_steps_csv_are_skipped_with_a_warning_in_both_commands(t
     assert json.loads(capsys.readouterr().out)["mean"]["input_pct"] == pytest.approx(20.0)
 
 
+@pytest.mark.slow
 def test_a_truncated_trace_is_named_not_hidden(tmp_path, capsys):
     import trace_fixtures as fx
 

@@ -23,6 +23,8 @@ import pytest
 from models import data
 from models.data import DataError
 
+pytestmark = pytest.mark.slow  # every test here trains, imports TensorFlow or starts a process
+
 PER_FILE = 20
 FILES = data.PY_TRAIN_FILES + [data.PY_TEST_FILE]
 

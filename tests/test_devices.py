@@ -301,6 +301,7 @@ def _cifar_folder(root: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, expect",
     [
@@ -321,6 +322,7 @@ def test_cli_usage_errors(tmp_path, capsys, args, expect):
     assert not out.exists() or list(out.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_cli_crafted_pickle_is_refused_without_running_it(tmp_path, capsys):
     folder = _cifar_folder(tmp_path / "data")
     marker = tmp_path / "MARKER"
@@ -332,6 +334,7 @@ def test_cli_crafted_pickle_is_refused_without_running_it(tmp_path, capsys):
     assert not out.exists() or list(out.iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["py", "bin"])
 def test_cli_truncated_batch_file(tmp_path, capsys, fmt):
     if fmt == "py":
@@ -421,6 +424,7 @@ def test_tpu_timeout_defaults_to_30_s_and_must_be_a_positive_number(monkeypatch)
             devices.tpu_timeout_s()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv, code", [
     (["devices", "--tpu", "grpc://127.0.0.1:1"], 0),
     (["run", "--device", "tpu", "--tpu", "grpc://127.0.0.1:1", "--quiet", "--out", "{out}"], 2),

@@ -9,6 +9,8 @@ keras = pytest.importorskip("keras")
 
 from models import cnn  # noqa: E402
 
+pytestmark = pytest.mark.slow  # every test here trains, imports TensorFlow or starts a process
+
 
 @pytest.fixture(scope="module")
 def model():

@@ -9,6 +9,8 @@ import pytest
 
 from profiler import cli
 
+pytestmark = pytest.mark.slow  # every test here trains, imports TensorFlow or starts a process
+
 RUN = ["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "400", "--limit-test-images", "200",
        "--batch-size", "50", "--epochs", "1", "--profile-steps", "2:8", "--no-sample", "--quiet"]
 INPUT_DELAY_MS = 40.0

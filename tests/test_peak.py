@@ -97,6 +97,7 @@ def test_measure_peak_rejects_other_devices_and_failing_float32():
                           clock=fake.clock, name="x")
 
 
+@pytest.mark.slow
 def test_real_cpu_measurement_is_positive():
     result = peak.measure_peak("cpu", ("float32",), sizes=(128, 256), bandwidth_bytes=8 * 2**20, repeats=2)
     assert result["matmul_flops_per_second"]["float32"] > 0
@@ -155,6 +156,7 @@ def test_corrupt_cache_is_measured_over_and_unwritable_cache_is_not_fatal(tmp_pa
     assert "cache_error" in result and result["matmul_flops_per_second"]["float32"] == 1e11
 
 
+@pytest.mark.slow
 def test_peak_cli_prints_the_cached_result(tmp_path, monkeypatch, capsys):
     from profiler import devices
 

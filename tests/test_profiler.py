@@ -101,6 +101,7 @@ def default_run(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_default_window_is_traced_and_described(default_run):
     prof = profiler_meta(default_run)
     start, stop = prof["window"]
@@ -115,6 +116,7 @@ def test_default_window_is_traced_and_described(default_run):
     assert train_markers(trace) == list(range(start, stop))
 
 
+@pytest.mark.slow
 def test_xprof_finds_the_window_steps_with_a_breakdown(default_run):
     prof = profiler_meta(default_run)
     start, stop = prof["window"]
@@ -134,6 +136,7 @@ def test_xprof_finds_the_window_steps_with_a_breakdown(default_run):
 # ---------------------------------------------------------------- window options
 
 
+@pytest.mark.slow
 def test_explicit_window(tmp_path):
     rc, path = run_devprof(tmp_path, "--profile-steps", "2:6", images="1000")
     assert rc == 0
@@ -156,6 +159,7 @@ def test_bad_window_is_a_usage_error(tmp_path, capsys, bad):
     assert not path.exists()
 
 
+@pytest.mark.slow
 def test_steps_per_execution_gives_one_marker_per_call(tmp_path):
     rc, path = run_devprof(tmp_path, "--steps-per-execution", "4", "--profile-steps", "0:8", images="1000")
     assert rc == 0
@@ -164,6 +168,7 @@ def test_steps_per_execution_gives_one_marker_per_call(tmp_path):
     assert train_markers(path / prof["trace"]) == [0, 4]  # two calls of four steps, one marker each
 
 
+@pytest.mark.slow
 def test_window_past_the_end_is_a_warning(tmp_path, capsys):
     rc, path = run_devprof(tmp_path, "--profile-steps", "40:50", images="500")
     assert rc == 0
@@ -177,6 +182,7 @@ def test_window_past_the_end_is_a_warning(tmp_path, capsys):
 # ---------------------------------------------------------------- tracer options and trace size
 
 
+@pytest.mark.slow
 def test_python_tracer_is_honoured_or_reported(tmp_path, capsys):
     """`--python-tracer` reaches the profiler. TensorFlow 2.16-2.21 drop in-process tracer options
     (the remote capture below honours them); then the run must say so rather than stay silent."""
@@ -194,6 +200,7 @@ def test_python_tracer_is_honoured_or_reported(tmp_path, capsys):
                    for line in capsys.readouterr().err.splitlines())
 
 
+@pytest.mark.slow
 def test_estimate_uses_the_clipped_window_and_warns_before_tracing(tmp_path, monkeypatch, capsys):
     per_step = tracing.EVENTS_PER_STEP["host"] + tracing.EVENTS_PER_STEP["python"]
     # 5 steps in the run: the estimate is for those, not for the 2000 asked for.
@@ -218,6 +225,7 @@ def test_estimate_uses_the_clipped_window_and_warns_before_tracing(tmp_path, mon
     assert any(line.startswith("warning: profile window") for line in capsys.readouterr().err.splitlines())
 
 
+@pytest.mark.slow
 def test_small_windows_do_not_warn_about_size(default_run):
     prof = profiler_meta(default_run)
     start, stop = prof["window"]
@@ -230,6 +238,7 @@ def test_small_windows_do_not_warn_about_size(default_run):
 # ---------------------------------------------------------------- profiler failures are not fatal
 
 
+@pytest.mark.slow
 def test_another_profiler_running_is_a_warning(tmp_path, capsys):
     import tensorflow as tf
 
@@ -249,6 +258,7 @@ def test_another_profiler_running_is_a_warning(tmp_path, capsys):
     assert not error_lines(err)
 
 
+@pytest.mark.slow
 def test_unwritable_log_folder_is_a_warning(tmp_path, monkeypatch, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
@@ -280,6 +290,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_capture_from_a_running_job(tmp_path):
     port = free_port()
     run_path = tmp_path / "job"
@@ -333,6 +344,7 @@ def test_capture_wants_a_grpc_address(tmp_path, capsys):
     assert len(error_lines(capsys.readouterr().err)) == 1
 
 
+@pytest.mark.slow
 def test_a_call_reaching_into_the_window_is_traced(tmp_path):
     # Calls of 20 steps jump from step 0 to 20, over the default window 5:15: the window
     # widens to the call that covers it instead of being skipped.

@@ -51,6 +51,7 @@ def complete_run(measured_complete_run):
     return measured_complete_run[0]
 
 
+@pytest.mark.slow
 def test_complete_run_directory(complete_run):
     meta = json.loads((complete_run / "run.json").read_text())
     assert meta["status"] == "complete" and meta["error"] is None
@@ -69,6 +70,7 @@ def test_complete_run_directory(complete_run):
     assert meta["versions"]["tensorflow"]
 
 
+@pytest.mark.slow
 def test_steps_csv_accounts_for_every_step(complete_run):
     steps = pd.read_csv(complete_run / "steps.csv")
     assert list(steps.columns) == STEP_COLUMNS
@@ -87,6 +89,7 @@ def test_steps_csv_accounts_for_every_step(complete_run):
     assert epoch1["step_ms"].sum() / 1e3 == pytest.approx(train_s, rel=0.1)
 
 
+@pytest.mark.slow
 def test_trace_and_scalars_written(complete_run):
     meta = json.loads((complete_run / "run.json").read_text())
     prof = meta["profiler"]
@@ -146,12 +149,14 @@ def assert_unmoved(moved: float, what: str, injected: float = INJECTED_MS):
     assert abs(moved) <= _tolerance(injected), f"{what} moved by {moved:.1f} ms; the injected cost is not there"
 
 
+@pytest.mark.slow
 def test_injected_input_delay_shows_as_input_wait(injected_runs):
     base, run = injected_runs["base"], injected_runs["input"]
     assert_shows_injected(run["input_ms"] - base["input_ms"], _noise(base.attrs["steady"]["input_ms"]), "input wait")
     assert_unmoved(run["other_host_ms"] - base["other_host_ms"], "other host time")
 
 
+@pytest.mark.slow
 def test_injected_host_delay_shows_as_other_host_time(injected_runs):
     base, run = injected_runs["base"], injected_runs["host"]
     assert_shows_injected(run["other_host_ms"] - base["other_host_ms"],
@@ -171,6 +176,7 @@ def test_ground_truth_check_fails_when_the_control_is_too_noisy():
         assert_shows_injected(30.0, control_noise=8.0, what="input wait")
 
 
+@pytest.mark.slow
 def test_steps_per_execution_records_one_row_per_call(tmp_path):
     rc, path = run_devprof(tmp_path, "--epochs", "1", "--limit-images", "1000", "--steps-per-execution", "4",
                            "--no-sample", "--profile-steps", "0:8")
@@ -183,6 +189,7 @@ def test_steps_per_execution_records_one_row_per_call(tmp_path):
     assert meta["status"] == "complete" and meta["epochs"][0]["images"] == 1000
 
 
+@pytest.mark.slow
 def test_crash_leaves_failed_run_with_completed_steps(tmp_path, monkeypatch, capsys):
     from models.training import Trainer
 
@@ -216,6 +223,7 @@ def wait_for_steps(proc, steps_file, count, timeout_s=120):
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_ctrl_c_leaves_interrupted_run(tmp_path):
     path = tmp_path / "r"
     proc = start_long_run(tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -236,6 +244,7 @@ def test_ctrl_c_leaves_interrupted_run(tmp_path):
     assert steps["step"].tolist() == list(range(len(steps)))
 
 
+@pytest.mark.slow
 def test_sigterm_leaves_interrupted_run(tmp_path):
     """kill, Docker, Kubernetes and Slurm stop a job with SIGTERM: the run ends as on Ctrl-C."""
     path = tmp_path / "r"
@@ -259,6 +268,7 @@ def test_sigterm_leaves_interrupted_run(tmp_path):
     assert meta["samplers"]["summaries"]["host"]["metrics"]  # the samplers were stopped and summarised
 
 
+@pytest.mark.slow
 def test_interrupt_keeps_every_completed_step(tmp_path, monkeypatch, capsys):
     """A step whose call finished is in steps.csv even when the loop stops before the next one."""
     from profiler.hooks import RunHooks
@@ -287,6 +297,7 @@ def test_help_lists_subcommands(capsys):
         assert command in out
 
 
+@pytest.mark.slow
 def test_devices_lists_this_cpu(capsys):
     assert cli.main(["devices"]) == 0
     out = capsys.readouterr().out
@@ -294,6 +305,7 @@ def test_devices_lists_this_cpu(capsys):
     assert "gpu: none found" in out
 
 
+@pytest.mark.slow
 def test_run_samples_host_at_the_requested_rate(measured_complete_run):
     complete_run, cpu_seconds = measured_complete_run
     host = pd.read_csv(complete_run / "utilization" / "host.csv")
@@ -319,6 +331,7 @@ def test_run_samples_host_at_the_requested_rate(measured_complete_run):
     assert gpu["ran"] is False and "GPU sampling unavailable" in gpu["reason"]
 
 
+@pytest.mark.slow
 def test_kill_9_keeps_steps_and_samples_readable(tmp_path):
     path = tmp_path / "r"
     proc = start_long_run(tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -346,6 +359,7 @@ def _analyze_json(path, capsys):
     return json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, bound", [("base", "compute"), ("input", "input"), ("host", "host")])
 def test_analysis_of_real_runs_finds_the_injected_cost(injected_runs, name, bound, capsys):
     path = injected_runs[name].attrs["path"]

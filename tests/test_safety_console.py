@@ -33,6 +33,7 @@ def chatter(stderr: str) -> list[str]:
             if NATIVE_LINE.match(line) or "cuInit" in line or "absl::InitializeLog" in line]
 
 
+@pytest.mark.slow
 def test_devices_prints_no_native_chatter():
     done = devprof("devices")
     assert done.returncode == 0, done.stderr
@@ -41,6 +42,7 @@ def test_devices_prints_no_native_chatter():
     assert done.stdout.startswith("cpu: ")
 
 
+@pytest.mark.slow
 def test_a_run_prints_no_native_chatter(tmp_path):
     done = devprof("run", "--data", "synthetic", "--limit-images", "200", "--epochs", "1", "--quiet",
                    "--no-sample", "--out", tmp_path, "--run-name", "r")
@@ -49,6 +51,7 @@ def test_a_run_prints_no_native_chatter(tmp_path):
     assert done.stderr == ""
 
 
+@pytest.mark.slow
 def test_everything_shows_when_asked_for():
     shown = devprof("devices", TF_CPP_MIN_LOG_LEVEL="0")
     assert shown.returncode == 0
@@ -58,6 +61,7 @@ def test_everything_shows_when_asked_for():
     assert "absl::InitializeLog" in debug.stderr or NATIVE_LINE.search(debug.stderr), debug.stderr
 
 
+@pytest.mark.slow
 def test_capture_from_nothing_is_one_error_line(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

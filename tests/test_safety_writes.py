@@ -13,6 +13,8 @@ import pytest
 
 from profiler import cli, rundir
 
+pytestmark = pytest.mark.slow  # every test here trains, imports TensorFlow or starts a process
+
 ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 FULL = "[Errno 28] No space left on device"
 

@@ -118,6 +118,7 @@ def test_rows_are_on_disk_while_the_thread_runs(tmp_path):
         thread.stop()
 
 
+@pytest.mark.slow
 def test_kill_9_loses_at_most_about_a_second(tmp_path):
     path = tmp_path / "counter.csv"
     script = textwrap.dedent(
@@ -362,6 +363,7 @@ def test_per_epoch_windows():
         summarize(pd.DataFrame({"x": [1.0]}))
 
 
+@pytest.mark.slow
 def test_first_row_covers_a_whole_interval(tmp_path):
     # CPU % is measured since the previous reading; a first row taken right after priming
     # would cover no time and read 0 on a busy machine.

@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 
 from profiler.samplers import HostSampler, host
+import pytest
 
 SPIN_CHILD = "import time\nend = time.time() + {seconds}\nwhile time.time() < end:\n    pass\n"
 
@@ -78,6 +79,7 @@ def _cpu_seconds(proc: psutil.Process) -> float:
     return times.user + times.system
 
 
+@pytest.mark.slow
 def test_process_tree_cpu_sees_a_busy_child():
     sampler = HostSampler()
     sampler.prime()

@@ -99,6 +99,7 @@ def board(runs_folder, board_log):
             proc.wait()
 
 
+@pytest.mark.slow
 def test_profile_plugin_lists_the_run_and_its_tools(board):
     runs = wait_for(lambda: get_json(board + "data/plugin/profile/runs"), bool, "profile runs")
     assert len(runs) == 1 and runs[0].startswith("r1/"), runs
@@ -112,6 +113,7 @@ def test_profile_plugin_lists_the_run_and_its_tools(board):
     assert session  # the session folder under plugins/profile
 
 
+@pytest.mark.slow
 def test_input_pipeline_page_has_the_train_steps(board, runs_folder):
     runs = wait_for(lambda: get_json(board + "data/plugin/profile/runs"), bool, "profile runs")
     run = urllib.parse.quote(runs[0], safe="")
@@ -123,6 +125,7 @@ def test_input_pipeline_page_has_the_train_steps(board, runs_folder):
     assert steps and all(window[0] <= s < window[1] for s in steps), (steps, window)
 
 
+@pytest.mark.slow
 def test_scalars_plugin_has_the_loss(board):
     tags = wait_for(lambda: get_json(board + "data/plugin/scalars/tags"),
                     lambda t: "step/loss" in t.get("r1", {}), "the step/loss scalar")
@@ -139,6 +142,7 @@ def test_missing_folder_is_a_usage_error(tmp_path, capsys):
     assert [line for line in err.splitlines() if line.startswith("error:")] == [err.strip()]
 
 
+@pytest.mark.slow
 def test_the_console_shows_no_request_log_or_start_up_chatter(board, board_log):
     """One line per HTTP request (XProf's JSON log, werkzeug's access log) and TensorFlow's
     start-up lines would bury the URL the user needs."""

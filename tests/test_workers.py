@@ -74,6 +74,7 @@ def host_straggler_job(tmp_path_factory):
     return run_job(tmp_path_factory.mktemp("workers"), "host1", "--inject-host-delay-ms", f"{INJECTED_MS:g}@1")
 
 
+@pytest.mark.slow
 def test_two_workers_write_a_job_of_two_complete_run_directories(host_straggler_job):
     job, stdout, stderr = host_straggler_job
     meta = read_json(job / "run.json")
@@ -105,6 +106,7 @@ def test_two_workers_write_a_job_of_two_complete_run_directories(host_straggler_
     assert "Traceback" not in stdout + stderr and "error" not in stderr, stderr
 
 
+@pytest.mark.slow
 def test_analysis_names_the_worker_with_host_work_as_the_straggler(host_straggler_job, capsys):
     job = host_straggler_job[0]
     result = analyze_json(job, capsys)
@@ -116,6 +118,7 @@ def test_analysis_names_the_worker_with_host_work_as_the_straggler(host_straggle
     assert rows[0]["collective_ms"] > rows[1]["collective_ms"] + INJECTED_MS / 4, rows
 
 
+@pytest.mark.slow
 def test_analysis_names_the_worker_with_slow_input_as_the_straggler(tmp_path, capsys):
     job, _, _ = run_job(tmp_path, "input0", "--inject-input-delay-ms", f"{INJECTED_MS:g}@0")
     assert read_json(job / "worker-0" / "run.json")["injected"]["input_delay_ms"] == INJECTED_MS
@@ -135,6 +138,7 @@ def long_job(out: Path, name: str, *args: str) -> subprocess.Popen:
                    "--run-name", name, *args)
 
 
+@pytest.mark.slow
 def test_a_killed_worker_stops_the_job_and_every_run_directory_says_how_it_ended(tmp_path):
     proc = long_job(tmp_path, "killed")
     job = tmp_path / "killed"
@@ -166,6 +170,7 @@ def test_a_killed_worker_stops_the_job_and_every_run_directory_says_how_it_ended
         assert len(steps) >= recorded - 1 and list(steps["step"]) == list(range(len(steps)))
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_every_worker_cleanly(tmp_path):
     proc = long_job(tmp_path, "stopped")
     job = tmp_path / "stopped"
@@ -181,6 +186,7 @@ def test_ctrl_c_stops_every_worker_cleanly(tmp_path):
         assert len(run_files.read_steps_csv(job / f"worker-{index}" / "steps.csv")) >= 5
 
 
+@pytest.mark.slow
 def test_capture_takes_every_worker_into_one_session(tmp_path):
     from profiler import tracing
 
