@@ -302,22 +302,35 @@ def _add_stat_columns(events: pd.DataFrame, space: wire.DecodedSpace) -> None:
     count = len(events)
     stat_event = space.events.stat_event
     for column in EVENT_STAT_COLUMNS:
-        rows = np.flatnonzero(space.stat_name_code == space.stat_names.index(column)) \
-            if column in space.stat_names else np.zeros(0, dtype=np.int64)
+        if column in space.stat_names:
+            rows = np.flatnonzero(space.stat_name_code == space.stat_names.index(column))
+        else:
+            rows = np.zeros(0, dtype=np.int64)
         of_event = stat_event[rows]
         last = np.append(of_event[1:] != of_event[:-1], True) if rows.size else np.zeros(0, dtype=bool)
         rows, of_event = rows[last], of_event[last]  # stats are in event order: keep each event's last
         if column in NUMERIC_STAT_COLUMNS:
-            numbers = pd.to_numeric(pd.Series(space.stat_values[rows], dtype=object), errors="coerce")
-            values = np.full(count, np.nan)
-            present = np.zeros(count, dtype=bool)
-            values[of_event] = numbers.astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
-            present[of_event] = numbers.notna().to_numpy()
-            events[column] = pd.arrays.FloatingArray(values, ~present)
+            events[column] = _numeric_column(space, rows, of_event, count)
         else:
             values = np.full(count, pd.NA, dtype=object)
             values[of_event] = space.stat_values[rows]
             events[column] = pd.Series(values, dtype=object, copy=False)
+
+
+def _numeric_column(space: wire.DecodedSpace, rows: np.ndarray, of_event: np.ndarray, count: int) -> pd.arrays.FloatingArray:
+    """A stat as nullable floats: numbers as they are, strings parsed as numbers (NA if they are not)."""
+    kind, number = space.events.stat_kind[rows], space.events.stat_number[rows]
+    numbers = np.full(rows.size, np.nan)
+    for stat_kind, as_type in ((wire.STAT_UINT64, np.uint64), (wire.STAT_INT64, np.int64), (wire.STAT_DOUBLE, np.float64)):
+        chosen = kind == stat_kind
+        numbers[chosen] = number[chosen].view(as_type).astype(np.float64)
+    other = np.flatnonzero((kind != wire.STAT_UINT64) & (kind != wire.STAT_INT64) & (kind != wire.STAT_DOUBLE))
+    if other.size:  # strings, references and stats without a value
+        parsed = pd.to_numeric(pd.Series(space.stat_values[rows[other]], dtype=object), errors="coerce")
+        numbers[other] = parsed.astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
+    values = np.full(count, np.nan)
+    values[of_event] = numbers
+    return pd.arrays.FloatingArray(values, np.isnan(values))
 
 
 def _tables(space: wire.DecodedSpace) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:

@@ -34,6 +34,9 @@ STAT_DOUBLE, STAT_UINT64, STAT_INT64, STAT_STR, STAT_BYTES, STAT_REF = 2, 3, 4, 
 # Events decoded together: large enough that numpy's per-call cost vanishes, small enough to
 # keep the decoder's scratch arrays (about 100 bytes an event) small beside the tables.
 BATCH_EVENTS = 1 << 19
+# Events decoded in one go inside a batch: small enough that numpy's temporaries stay in the
+# CPU's cache (the decoder is bound by memory traffic, not by arithmetic).
+CHUNK_EVENTS = 1 << 15
 
 
 class WireError(ValueError):
@@ -199,7 +202,7 @@ def _event_tags_serial(buf, pos: int, end: int, limit: int | None = None) -> tup
 # from a guessed start in every block, all chains a step at a time, and then joined.
 SERIAL_BYTES = 1 << 13
 WINDOW_BYTES = 1 << 23
-BLOCK_BYTES = 1 << 13
+BLOCK_BYTES = 1 << 12
 _LOOKAHEAD = np.arange(64)
 
 
@@ -301,11 +304,24 @@ _ONE = np.uint64(1)
 def _varints(data: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Varints at positions `at` of `data`, all at once: values (uint64) and the positions after them.
 
-    Each is read as one unaligned 8-byte word whose 7-bit groups are packed with shifts and
-    masks; the 9th and 10th bytes of long varints (negative int64s, 64-bit ids) are added
-    after. Varints in the last bytes of the buffer are read byte by byte. An overlong
+    One-byte varints (most tags, lengths and ids) are read as bytes; the others as one
+    unaligned 8-byte word whose 7-bit groups are packed with shifts and masks, the 9th and
+    10th bytes of long varints (negative int64s, 64-bit ids) added after. An overlong
     varint gets a position past any end.
     """
+    if not at.size:
+        return np.zeros(0, dtype=np.uint64), at.copy()
+    byte = data[np.minimum(at, data.size - 1)] if at.max() >= data.size else data[at]
+    longer = np.flatnonzero(byte >= 0x80)
+    if longer.size * 2 > at.size:
+        return _word_varints(data, at)
+    value, after = byte.astype(np.uint64), at + 1
+    if longer.size:
+        value[longer], after[longer] = _word_varints(data, at[longer])
+    return value, after
+
+
+def _word_varints(data: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     word_count = data.size - 9
     if word_count <= 0:
         return _varints_bytewise(data, at)
@@ -527,33 +543,35 @@ class _EventBatches:
             return
         tags = np.concatenate(self.tags)
         self.tags, self.pending_events = [], 0
-        size, starts = _varints(self.data, tags + 1)
-        stops = starts + size.astype(np.int64)
-        del tags, size
         rows, planes, counts = (np.array(column, dtype=np.int64) for column in zip(*self.pending))
         self.pending = []
-        line_row = np.repeat(rows, counts)
+        line_row, event_plane = np.repeat(rows, counts), np.repeat(planes, counts)
+        for first in range(0, tags.size, CHUNK_EVENTS):
+            chunk = slice(first, first + CHUNK_EVENTS)
+            self.parts.append(self._decode_chunk(tags[chunk], line_row[chunk], event_plane[chunk]))
+
+    def _decode_chunk(self, tags: np.ndarray, line_row: np.ndarray, event_plane: np.ndarray) -> dict:
+        size, starts = _varints(self.data, tags + 1)
+        stops = starts + size.astype(np.int64)
         metadata_id, offset_ps, duration_ps, stat_rounds = _decode_events(self.data, starts, stops)
-        del starts, stops
         if stat_rounds:
             stat_event, stat_start, stat_stop = (np.concatenate(column) for column in zip(*stat_rounds))
         else:
             stat_event = stat_start = stat_stop = np.zeros(0, dtype=np.int64)
         stat_id, kind, number, text_start, text_stop = _decode_stats(self.data, stat_start, stat_stop)
-        del stat_start, stat_stop
-        keep = self._keep(np.repeat(planes, counts)[stat_event], stat_id)
+        keep = self._keep(event_plane[stat_event], stat_id)
         # Stats were found round by round; the kept ones go back in file order.
         kept_per_round = np.split(keep, np.cumsum([events.size for events, _, _ in stat_rounds])[:-1])
         keep = np.flatnonzero(keep)[_file_order(
             [events[kept] for (events, _, _), kept in zip(stat_rounds, kept_per_round)], line_row.size)]
-        del stat_rounds, kept_per_round
-        self.parts.append({
+        part = {
             "line_row": line_row, "metadata_id": metadata_id, "offset_ps": offset_ps, "duration_ps": duration_ps,
             "stat_event": stat_event[keep] + self.first_event, "stat_metadata_id": stat_id[keep],
             "stat_kind": kind[keep], "stat_number": number[keep], "stat_start": text_start[keep],
             "stat_stop": text_stop[keep],
-        })
+        }
         self.first_event += line_row.size
+        return part
 
     def columns(self) -> EventColumns:
         self.flush()
@@ -636,17 +654,28 @@ def _stat_values(buf, events: EventColumns, stat_plane: np.ndarray, planes: list
 
 
 def _stat_name_codes(stat_id: np.ndarray, stat_plane: np.ndarray, planes: list[PlaneInfo]):
-    """Each stat's name as a code into the sorted names, resolved once per (plane, id)."""
+    """Each stat's name as a code into the sorted names present, resolved once per (plane, id)."""
     per_plane = []
     for plane, rows in _by_plane(stat_plane, np.arange(stat_id.size)):
-        distinct, inverse = np.unique(stat_id[rows], return_inverse=True)
         names = planes[plane].stat_names
-        per_plane.append((rows, inverse, [names.get(key, str(key)) for key in distinct.tolist()]))
-    categories = sorted({name for _, _, names in per_plane for name in names})
+        keys = np.array(sorted(names), dtype=np.int64)
+        ids = stat_id[rows]
+        at = np.minimum(np.searchsorted(keys, ids), max(keys.size - 1, 0))
+        known = keys[at] == ids if keys.size else np.zeros(ids.size, dtype=bool)
+        local = at.copy()
+        labels = [names[key] for key in keys.tolist()]
+        unknown = np.flatnonzero(~known)
+        if unknown.size:  # ids without metadata are named by their number
+            distinct, inverse = np.unique(ids[unknown], return_inverse=True)
+            local[unknown] = keys.size + inverse
+            labels += [str(key) for key in distinct.tolist()]
+        per_plane.append((rows, local, labels))
+    categories = sorted({name for _, local, labels in per_plane for name in np.array(labels, dtype=object)[np.unique(local)]}
+                        if per_plane else set())
     position = {name: code for code, name in enumerate(categories)}
     codes = np.zeros(stat_id.size, dtype=np.int64)
-    for rows, inverse, names in per_plane:
-        codes[rows] = np.array([position[name] for name in names], dtype=np.int64)[inverse]
+    for rows, local, labels in per_plane:
+        codes[rows] = np.array([position.get(name, -1) for name in labels], dtype=np.int64)[local]
     return codes, categories
 
 

@@ -1,0 +1,209 @@
+"""The trace reader decodes `.xplane.pb` from the wire format itself: checked field by field
+against protobuf's own parse of the same bytes, on odd values, long lines split into blocks,
+cut-short files, and with TensorFlow, Keras and protobuf made unimportable."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import trace_fixtures as fx
+from analysis import trace
+from analysis import xplane_wire as wire
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _reference(space) -> tuple[list[tuple], list[tuple]]:
+    """Events (plane, line, name, start_ns, end_ns) and every stat (event, name, value) as protobuf reads them."""
+    events, stats = [], []
+    for plane_index, plane in enumerate(space.planes):
+        names = {key: meta.name for key, meta in plane.stat_metadata.items()}
+        for line_index, line in enumerate(plane.lines):
+            for event in line.events:
+                start = line.timestamp_ns + event.offset_ps // 1000
+                name = plane.event_metadata[event.metadata_id].name if event.metadata_id in plane.event_metadata else ""
+                for stat in event.stats:
+                    kind = stat.WhichOneof("value")
+                    value = None if kind is None else getattr(stat, kind)
+                    if kind == "ref_value":
+                        value = names.get(value, "")
+                    elif kind == "bytes_value":
+                        value = value.hex()
+                    stats.append((len(events), names.get(stat.metadata_id, str(stat.metadata_id)), value))
+                events.append((plane_index, line_index, name, start, start + event.duration_ps // 1000))
+    return events, stats
+
+
+def _assert_matches(path: Path, space) -> trace.Trace:
+    read = trace.read_trace(path)
+    events, stats = _reference(space)
+    got = list(zip(read.events["plane"], read.events["line"], read.events["name"].astype(object),
+                   read.events["start_ns"], read.events["end_ns"]))
+    assert got == events
+    every = trace.event_stats(path)
+    assert list(zip(every["event"], every["stat"].astype(object), every["value"])) == stats
+    assert [type(value) for value in every["value"]] == [type(value) for _, _, value in stats]
+    keyed = [row for row in stats if row[1] in trace.EVENT_STAT_COLUMNS]
+    assert list(zip(read.stats["event"], read.stats["stat"].astype(object), read.stats["value"])) == keyed
+    assert read.hostnames == list(space.hostnames)
+    return read
+
+
+def _odd_space():
+    """An XSpace with the values a reader gets wrong: negative and 64-bit numbers, every stat
+    kind, a stat repeated, an event without metadata, `num_occurrences`, long strings."""
+    space = fx._xspace_class()()
+    space.hostnames.extend(["worker-a", "hôte-b"])
+    space.errors.append("not read")
+    plane = space.planes.add(id=-5, name="/host:CPU")
+    plane.event_metadata[1].name = "train"
+    plane.event_metadata[7].name = "Ünïcode op"
+    plane.event_metadata[7].metadata = b"\x00\xff"
+    for key, name in enumerate(trace.EVENT_STAT_COLUMNS + ("other",), start=1):
+        plane.stat_metadata[key].id = key
+        plane.stat_metadata[key].name = name
+    plane.stats.add(metadata_id=1, int64_value=3)  # a plane stat: not an event's
+    plane.lines.add(id=3, name="empty", timestamp_ns=-7)
+    line = plane.lines.add(id=2**40, display_id=5, name="python", display_name="py", timestamp_ns=123456789012345678)
+    event = line.events.add(metadata_id=1, offset_ps=1500, duration_ps=2999)
+    event.stats.add(metadata_id=1, int64_value=-4)
+    event.stats.add(metadata_id=1, uint64_value=2**64 - 1)  # the last one is the column's
+    event.stats.add(metadata_id=5, uint64_value=2**63 + 5)
+    event.stats.add(metadata_id=6, double_value=1.5)
+    event.stats.add(metadata_id=10, str_value="Conv2D:" + "x" * 300)  # an event longer than 127 bytes
+    event.stats.add(metadata_id=11, bytes_value=b"\x01\xab")
+    event.stats.add(metadata_id=7, ref_value=12)
+    event.stats.add(metadata_id=9, ref_value=99)  # a reference to no metadata
+    event.stats.add(metadata_id=55, int64_value=1)  # a stat without metadata
+    event.stats.add(metadata_id=2)  # a stat without a value
+    event.stats.add(metadata_id=4, str_value="17")
+    event.stats.add(metadata_id=3, str_value="abc")
+    line.events.add(metadata_id=7, num_occurrences=4, duration_ps=10**15)
+    line.events.add(metadata_id=12345, offset_ps=-2000, duration_ps=0).stats.add(metadata_id=1, int64_value=0)
+    gpu = space.planes.add(id=2, name="/device:GPU:0")
+    gpu.stat_metadata[1].name = "tf_op"
+    gpu.event_metadata[1].name = "kernel"
+    stream = gpu.lines.add(id=1, name="Stream #1", timestamp_ns=5)
+    for i in range(300):
+        kernel = stream.events.add(metadata_id=1, offset_ps=i * 1000, duration_ps=500)
+        if i % 3 == 0:
+            kernel.stats.add(metadata_id=1, str_value=f"op{i % 7}:Conv2D")
+    space.planes.add(id=3, name="/device:CUSTOM:empty")
+    return space
+
+
+def test_every_field_reads_as_protobuf_reads_it(tmp_path):
+    space = _odd_space()
+    path = tmp_path / "odd.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    read = _assert_matches(path, space)
+    first = read.events.iloc[0]
+    assert first["step_num"] == float(2**64 - 1) and first["_p"] == 2**63 + 5 and first["_c"] == 1.5
+    assert first["tf_op"].startswith("Conv2D:") and first["hlo_op"] == "01ab" and first["tf_function_call"] == "other"
+    assert first["correlation_id"] == "" and first["group_id"] == 17 and pd.isna(first["steps"])
+    assert read.events["start_ns"].iloc[1] == 123456789012345678  # num_occurrences: no offset
+    assert read.events["name"].iloc[2] == ""  # no metadata
+    assert read.planes["plane_id"].tolist() == [-5, 2, 3] and read.planes["events"].tolist() == [3, 300, 0]
+    assert read.lines["timestamp_ns"].tolist() == [-7, 123456789012345678, 5]
+    assert read.lines["line_id"].tolist() == [3, 2**40, 1] and read.lines["display_name"].tolist() == ["", "py", ""]
+
+
+def test_long_lines_are_split_into_blocks_and_joined(tmp_path, monkeypatch):
+    """Lines walked block by block: guesses that land on a stat, inside a string that looks
+    like events, or inside an event longer than a block, all join into the one true chain."""
+    for name, value in (("SERIAL_BYTES", 64), ("WINDOW_BYTES", 5000), ("BLOCK_BYTES", 96),
+                        ("CHUNK_EVENTS", 70), ("BATCH_EVENTS", 150)):
+        monkeypatch.setattr(wire, name, value)
+    rng = np.random.default_rng(7)
+    space = fx._xspace_class()()
+    plane = space.planes.add(id=1, name="/host:CPU")
+    for key, name in enumerate(trace.EVENT_STAT_COLUMNS, start=1):
+        plane.stat_metadata[key].name = name
+    for key in range(1, 40):
+        plane.event_metadata[key].name = f"op{key}"
+    decoy = bytes([0x22, 0x05, 0x08, 0x01, 0x10, 0x02, 0x18]) * 8  # looks like events from any byte
+    leaping = bytes([0x22, 0x7E, 0x08]) * 60  # a chain that starts here leaps past the next events
+    for line_id in range(3):
+        line = plane.lines.add(id=line_id, name=f"thread {line_id}", timestamp_ns=10**9 * line_id)
+        for i in range(int(rng.integers(300, 900))):
+            event = line.events.add(metadata_id=int(rng.integers(1, 40)), offset_ps=int(rng.integers(0, 2**45)),
+                                    duration_ps=int(rng.integers(0, 2**30)))
+            for _ in range(int(rng.integers(0, 4))):
+                stat = event.stats.add(metadata_id=int(rng.integers(1, len(trace.EVENT_STAT_COLUMNS) + 1)))
+                choice = rng.integers(0, 4)
+                if choice == 0:
+                    stat.uint64_value = int(rng.integers(0, 2**63)) * 2 + 1
+                elif choice == 1:
+                    stat.int64_value = int(rng.integers(-2**40, 2**40))
+                elif choice == 2:
+                    stat.str_value = decoy.decode("latin-1") if rng.random() < 0.3 else "a" * int(rng.integers(0, 400))
+                else:
+                    stat.bytes_value = (decoy, leaping)[int(rng.integers(0, 2))] * int(rng.integers(1, 4))
+    path = tmp_path / "long.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    _assert_matches(path, space)
+
+
+def test_a_cut_file_is_unreadable_wherever_protobuf_says_so(tmp_path):
+    space = _odd_space()
+    data = space.SerializeToString()
+    parser = fx._xspace_class()
+    for cut in range(1, len(data), 5):
+        path = tmp_path / f"cut{cut}.xplane.pb"
+        path.write_bytes(data[:cut])
+        try:
+            parser().ParseFromString(data[:cut])
+        except Exception:
+            with pytest.raises(trace.TraceUnreadable, match="truncated or corrupt"):
+                trace.read_trace(path)
+        path.unlink()
+    for junk in (b"not a trace at all", bytes(range(256)) * 3):
+        path = tmp_path / "junk.xplane.pb"
+        path.write_bytes(junk)
+        with pytest.raises(trace.TraceUnreadable):
+            trace.read_trace(path)
+
+
+_WITHOUT_TENSORFLOW = textwrap.dedent("""
+    import importlib, json, sys
+
+    blocked = {"tensorflow", "keras", "tf_keras", "google"}
+
+    class Blocker:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in blocked:
+                raise ImportError(f"{name} is not installed here")
+            return None
+
+    sys.meta_path.insert(0, Blocker())
+    from analysis.trace import read_trace
+
+    events = len(read_trace(sys.argv[1]).events)  # reading needs no protobuf library either
+    blocked.discard("google")
+    import analysis
+
+    analyze = getattr(analysis, "analyze", None) or importlib.import_module("analysis.report").analyze
+    result = analyze(sys.argv[1])
+    steps = result.steps if hasattr(result, "steps") else result.source.steps
+    loaded = sorted({name.split(".")[0] for name in sys.modules} & {"tensorflow", "keras", "tf_keras"})
+    print(json.dumps({"events": events, "steps": len(steps), "loaded": loaded}))
+""")
+
+
+@pytest.mark.slow
+def test_analysis_runs_without_tensorflow_or_keras(tmp_path):
+    synthetic = fx.write_synthetic_device_trace(tmp_path / "log" / "plugins" / "profile" / "s1" / "host.xplane.pb")
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_TENSORFLOW, str(tmp_path / "log")], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["loaded"] == []
+    assert result["events"] > 0 and result["steps"] == synthetic.steps
