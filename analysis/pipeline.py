@@ -27,7 +27,7 @@ from analysis.device_rows import device_rows, kernel_launch
 from analysis.input_stages import input_stage_table, prefetches, runs_python, slowest_in_table
 from analysis.ops import OP_COLUMNS, op_table
 from analysis.step_sources import StepSource, open_step_source
-from analysis.steps import mean_breakdown, steady_steps
+from analysis.steps import complete_steps, mean_breakdown, steady_steps
 from analysis.workers import WORKER_KEYS, find_straggler, worker_row
 
 INPUT_STAGE_COLUMNS = ["stage", "ms_per_batch", "calls"]
@@ -129,7 +129,8 @@ def analyze_worker(path: str | Path, step_name: str | None = None) -> Analysis:
 def analyze_source(source: StepSource) -> Analysis:
     """The analysis of one step source (a trace or a steps.csv), with its run directory's files."""
     steady = steady_steps(source.steps)
-    compile_steps = source.steps[~source.steps.index.isin(steady.index)]
+    complete = complete_steps(source.steps)
+    compile_steps = complete[~complete.index.isin(steady.index)]
     mean = mean_breakdown(steady if not steady.empty else source.steps)
     used = source.steps.loc[steady.index] if not steady.empty else source.steps
     run_dir = source.run_dir

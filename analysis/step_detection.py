@@ -36,7 +36,7 @@ from analysis.producers import planes
 from analysis.trace import TraceError
 
 METHODS = ("markers", "trace_groups", "program_executions", "window")
-STEP_COLUMNS = ["step", "steps", "name", "plane", "line", "start_ns", "marker_end_ns", "end_ns"]
+STEP_COLUMNS = ["step", "steps", "name", "plane", "line", "start_ns", "marker_end_ns", "end_ns", "partial"]
 SPAN_COLUMNS = ["step", "plane", "line", "start_ns", "marker_end_ns"]
 
 
@@ -88,14 +88,15 @@ def _ends(starts: np.ndarray, own_ends: np.ndarray, consecutive: np.ndarray | No
     return ends
 
 
-def _frame(step, steps, name, plane, line, start, marker_end, partition: bool = False) -> pd.DataFrame:
+def _frame(step, steps, name, plane, line, start, marker_end, partition: bool = False, partial=False) -> pd.DataFrame:
     count = len(np.atleast_1d(np.asarray(step)))
 
-    def column(values):
-        return np.broadcast_to(np.asarray(values, dtype=np.int64), (count,)).copy()
+    def column(values, dtype=np.int64):
+        return np.broadcast_to(np.asarray(values, dtype=dtype), (count,)).copy()
 
     frame = pd.DataFrame({"step": column(step), "steps": column(steps), "name": name, "plane": column(plane),
-                          "line": column(line), "start_ns": column(start), "marker_end_ns": column(marker_end)})
+                          "line": column(line), "start_ns": column(start), "marker_end_ns": column(marker_end),
+                          "partial": column(partial, bool)})
     frame = frame.sort_values("start_ns", kind="stable").reset_index(drop=True)
     frame["end_ns"] = _ends(frame["start_ns"].to_numpy(), frame["marker_end_ns"].to_numpy(), partition=partition)
     return frame[STEP_COLUMNS]
@@ -120,6 +121,7 @@ def find_markers(events: pd.DataFrame, wanted: re.Pattern | None = None) -> Dete
     markers["step"] = markers["step_num"].astype("int64")
     markers["steps"] = _steps_per_call(markers)
     markers["end_ns"] = _marker_ends(markers)
+    markers["partial"] = False
     steps = markers[STEP_COLUMNS].assign(name=marker_name).reset_index(drop=True)
     return DetectedSteps("markers", marker_name, steps, steps[SPAN_COLUMNS].copy())
 
@@ -152,30 +154,47 @@ def _marker_ends(markers: pd.DataFrame) -> np.ndarray:
 
 
 def find_trace_groups(events: pd.DataFrame) -> DetectedSteps | None:
-    """Steps from `group_id` stats on host events, else from a device plane's `Steps` line."""
+    """The trace's own step grouping: a device `Steps` line (XProf's steps, even one), else
+    `group_id` stats on host events. A group cut by the window's edge is partial."""
+    found = _device_steps_line(events)
+    if found is not None:
+        return found
     host = host_events(events)
     grouped = host[host["group_id"].notna()]
-    if grouped["group_id"].nunique() >= 2:
-        # Each group's longest host event is its root, on the thread that ran the step.
-        roots = grouped.sort_values("duration_ns", ascending=False, kind="stable").drop_duplicates("group_id")
-        spans = grouped.groupby("group_id").agg(start_ns=("start_ns", "min"), marker_end_ns=("end_ns", "max"))
-        roots = roots.set_index("group_id").loc[spans.index]
-        steps = _frame(spans.index.to_numpy(), 1, "group_id", roots["plane"], roots["line"], spans["start_ns"],
-                       spans["marker_end_ns"])
-        return DetectedSteps("trace_groups", "group_id", steps, steps[SPAN_COLUMNS].copy(),
-                             "steps are the trace's own step groups (group_id stats)")
+    if grouped["group_id"].nunique() < 2:
+        return None
+    # Each group's longest host event is its root, on the thread that ran the step.
+    roots = grouped.sort_values("duration_ns", ascending=False, kind="stable").drop_duplicates("group_id")
+    spans = grouped.groupby("group_id").agg(start_ns=("start_ns", "min"), marker_end_ns=("end_ns", "max"))
+    roots = roots.set_index("group_id").loc[spans.index]
+    partial = _cut_by_window(events, spans["start_ns"].to_numpy(), spans["marker_end_ns"].to_numpy())
+    steps = _frame(spans.index.to_numpy(), 1, "group_id", roots["plane"], roots["line"], spans["start_ns"],
+                   spans["marker_end_ns"], partial=partial)
+    return DetectedSteps("trace_groups", "group_id", steps, steps[SPAN_COLUMNS].copy(),
+                         "steps are the trace's own step groups (group_id stats)")
+
+
+def _device_steps_line(events: pd.DataFrame) -> DetectedSteps | None:
+    """Steps from the device plane with the most events on its `Steps` line."""
     on_device = on_device_planes(events)[lambda e: e["line_name"] == planes.STEPS_LINE]
     if on_device.empty:
         return None
     plane = on_device["plane"].value_counts().index[0]
     line = on_device[on_device["plane"] == plane].sort_values("start_ns", kind="stable")
-    if len(line) < 2:
-        return None
     numbers = pd.to_numeric(line["name"].astype(str), errors="coerce")
     step_numbers = numbers.fillna(pd.Series(np.arange(len(line)), index=line.index)).astype("int64")
     steps = _frame(step_numbers, 1, "Steps", line["plane"], line["line"], line["start_ns"], line["end_ns"])
     return DetectedSteps("trace_groups", f"Steps ({line['plane_name'].iloc[0]})", steps,
                          steps[SPAN_COLUMNS].iloc[0:0].copy(), "steps are the device's own Steps line")
+
+
+def _cut_by_window(events: pd.DataFrame, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Whether each span touches the traced window's first or last nanosecond: the profiler
+    started or stopped inside it, so part of it is missing."""
+    if len(starts) < 2:
+        return np.zeros(len(starts), dtype=bool)
+    first, last = int(events["start_ns"].min()), int(events["end_ns"].max())
+    return (np.asarray(starts) <= first) | (np.asarray(ends) >= last)
 
 
 # ---------------------------------------------------------------- 3. program executions
@@ -198,8 +217,11 @@ def _kth_on_each_thread(executions: pd.DataFrame, name: str, method_note: str) -
     per_step = executions.groupby("step").agg(start_ns=("start_ns", "min"), marker_end_ns=("end_ns", "max"))
     first = executions.sort_values("start_ns", kind="stable").drop_duplicates("step").set_index("step")
     first = first.loc[per_step.index]
+    thread = executions["plane"].astype("int64") * 1_000_003 + executions["line"].astype("int64")
+    threads_per_step = thread.groupby(executions["step"]).nunique()
+    partial = (threads_per_step.loc[per_step.index] < thread.nunique()).to_numpy()  # a round some thread did not run
     steps = _frame(per_step.index.to_numpy(), 1, name, first["plane"], first["line"], per_step["start_ns"],
-                   per_step["marker_end_ns"], partition=True)
+                   per_step["marker_end_ns"], partition=True, partial=partial)
     spans = executions.rename(columns={"end_ns": "marker_end_ns"})[SPAN_COLUMNS].reset_index(drop=True)
     threads = executions[["plane", "line"]].drop_duplicates()
     note = (f"no step markers: each step is one execution of {name} ({method_note}"
@@ -258,16 +280,41 @@ def _concrete_functions(host: pd.DataFrame, calls: pd.DataFrame) -> pd.Series:
 
 
 def _host_programs(events: pd.DataFrame, wanted: re.Pattern | None) -> DetectedSteps | None:
-    """XLA/PjRt program executions on host threads (`...Executable::Execute` on py_xla_execute threads)."""
+    """XLA/PjRt program executions on host threads (`...Executable::Execute` on py_xla_execute threads),
+    one program by its identity: the module it ran (`module_name` inside the call), not the generic
+    launch name that every program's execution shares."""
     host = host_events(events)
-    # Asked for by name, any repeated host event can stand for a step.
-    executions = host[matches(host["name"], wanted, search=True) if wanted is not None
-                      else matches(host["name"], producers.pattern("program"))]
-    executions = executions.assign(key=executions["name"].astype(str))
+    executions = host[matches(host["name"], producers.pattern("program"))]
+    executions = executions.assign(key=_program_names(host, executions))
+    if wanted is not None:  # asked for by name, any repeated host event (or program) can stand for a step
+        named = host[matches(host["name"], wanted, search=True)]
+        executions = pd.concat([executions[matches(executions["key"], wanted, search=True)],
+                                named.assign(key=named["name"].astype(str))])
+        executions = executions[~executions.index.duplicated()]
     name = _most_frequent(executions, "key")
     if name is None:
         return None
     return _kth_on_each_thread(executions[executions["key"] == name], name, "an XLA program run from the host")
+
+
+def _program_names(host: pd.DataFrame, executions: pd.DataFrame) -> pd.Series:
+    """Each execution's program: the `module_name` of the first event inside it on its thread that
+    names one, else the execution's own name."""
+    own = executions["name"].astype(str)
+    if "module_name" not in host or executions.empty:
+        return own
+    named = host.loc[host["module_name"].notna(), ["plane", "line", "start_ns", "module_name"]]
+    if named.empty:
+        return own
+    found = pd.merge_asof(
+        executions[["plane", "line", "start_ns", "end_ns"]].reset_index().astype({"plane": "int64", "line": "int64"})
+        .sort_values("start_ns", kind="stable"),
+        named.rename(columns={"start_ns": "named_ns"}).astype({"plane": "int64", "line": "int64"})
+        .sort_values("named_ns", kind="stable"),
+        left_on="start_ns", right_on="named_ns", by=["plane", "line"], direction="forward")
+    inside = found["named_ns"].notna() & (found["named_ns"] < found["end_ns"])
+    modules = pd.Series(found["module_name"].where(inside).to_numpy(), index=found["index"].to_numpy())
+    return modules.reindex(executions.index).astype(object).where(lambda m: m.notna(), own)
 
 
 def _device_programs(events: pd.DataFrame, wanted: re.Pattern | None) -> DetectedSteps | None:

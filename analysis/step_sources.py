@@ -61,6 +61,7 @@ def steps_from_csv(steps_table: pd.DataFrame) -> pd.DataFrame:
         "host_ms": steps_table["other_host_ms"],
         "compile_ms": 0.0,
         "collective_ms": 0.0,
+        "partial": False,
     }).reset_index(drop=True)
     first = frame.index[0]
     later = frame["compute_ms"].iloc[1:]  # with one call only, its compile time cannot be told apart

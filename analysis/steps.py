@@ -210,6 +210,7 @@ def step_breakdown(markers: pd.DataFrame, input_: iv.Intervals, compute: iv.Inte
             "collective_ms": collective_ns / NS_PER_MS,
             "host_ms": host_ns / NS_PER_MS,
             "compile_ms": compile_ns / NS_PER_MS,
+            "partial": markers["partial"].to_numpy() if "partial" in markers else np.zeros(len(markers), bool),
         }
     )
     for part in ("input", "compute", "collective", "host", "compile"):
@@ -237,8 +238,18 @@ def analyze_steps(trace: Trace, step_name: str | None = None) -> StepAnalysis:
     return StepAnalysis(device, detected.method, detected.name, steps, detected, notes)
 
 
+def complete_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """Steps the trace holds whole (a step cut by the window's edge, or a round some thread or
+    device did not run, is partial); all of them if every one is partial."""
+    if "partial" not in steps:
+        return steps
+    whole = steps[~steps["partial"].astype(bool)]
+    return whole if not whole.empty else steps
+
+
 def steady_steps(steps: pd.DataFrame, compile_share: float = 0.05) -> pd.DataFrame:
-    """Steps without significant compile time (all steps if every one compiles)."""
+    """Complete steps without significant compile time (all complete steps if every one compiles)."""
+    steps = complete_steps(steps)
     steady = steps[steps["compile_ms"] <= compile_share * steps["step_ms"]]
     return steady if not steady.empty else steps
 

@@ -33,9 +33,11 @@ EVENT_STAT_COLUMNS = (
     "correlation_id",
     "tf_op",  # on device kernels: the framework op that launched them ("name:Type", "XlaModule:" for JAX)
     "hlo_op",
+    "module_name",  # on host program executions (XLA's ExecuteThunks): which program ran
+    "program_id",  # on device kernels of XLA programs
 )
 # Of those, the ones read as numbers (nullable floats); the others keep their values.
-NUMERIC_STAT_COLUMNS = ("step_num", "_r", "steps", "group_id", "iter_num")
+NUMERIC_STAT_COLUMNS = ("step_num", "_r", "steps", "group_id", "iter_num", "program_id")
 
 
 class TraceError(Exception):

@@ -80,7 +80,7 @@ def _odd_space():
     event.stats.add(metadata_id=6, double_value=1.5)
     event.stats.add(metadata_id=10, str_value="Conv2D:" + "x" * 300)  # an event longer than 127 bytes
     event.stats.add(metadata_id=11, bytes_value=b"\x01\xab")
-    event.stats.add(metadata_id=7, ref_value=12)
+    event.stats.add(metadata_id=7, ref_value=len(trace.EVENT_STAT_COLUMNS) + 1)  # "other"
     event.stats.add(metadata_id=9, ref_value=99)  # a reference to no metadata
     event.stats.add(metadata_id=55, int64_value=1)  # a stat without metadata
     event.stats.add(metadata_id=2)  # a stat without a value

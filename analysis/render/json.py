@@ -10,7 +10,8 @@ import pandas as pd
 
 from analysis import run_files
 
-STEP_KEYS = ["step", "steps", "step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "compile_ms"]
+STEP_KEYS = ["step", "steps", "step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "compile_ms",
+             "partial"]
 MEAN_KEYS = ["step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "input_pct", "compute_pct",
              "collective_pct", "host_pct"]
 
