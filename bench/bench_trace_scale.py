@@ -23,7 +23,8 @@
 Prints Markdown tables of medians and ratios, and the command that made them:
 
     python bench/bench_trace_scale.py [--cache /tmp/devprof-bench-trace-scale] [--repeats 5]
-        [--profile-steps 10:1010] [--host-tracer-level 2] [--plots-baseline REV] [--stages] [--cprofile]
+        [--profile-steps 10:1010] [--host-tracer-level 2] [--plots-baseline REV] [--trace-baseline REV]
+        [--stages] [--cprofile]
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ sys.path.insert(0, str(REPO))
 TASKS = ("analyze", "plots", "command", "xprof")
 TASK_LABELS = {
     "analyze": "devprof read + analysis (`analysis.analyze`, no plots)",
+    "analyze-baseline": "devprof read + analysis, `analysis/trace.py` of --trace-baseline",
     "plots": "devprof plots alone (step and epoch breakdown PNGs)",
     "command": "whole `devprof analyze RUN --out DIR`",
     "xprof": "XProf `input_pipeline_analyzer` (`xspace_to_tool_data`)",
@@ -61,16 +63,51 @@ def _rss_mib() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / MIB
 
 
+def _analyze_function():
+    """The analysis entry point: `analysis.analyze`, or `analysis.report.analyze` where that is older."""
+    import analysis
+
+    try:
+        return analysis.analyze
+    except AttributeError:
+        from analysis.report import analyze
+
+        return analyze
+
+
+def _steps_of(result):
+    if hasattr(result, "step_source"):
+        return result.steps, result.step_source
+    return result.source.steps, result.source.kind
+
+
+def _use_trace_module_at(revision: str) -> None:
+    """Make `analysis.trace` the file as it was at a git revision (for before/after timings)."""
+    source = subprocess.run(["git", "show", f"{revision}:analysis/trace.py"], cwd=REPO, capture_output=True,
+                            text=True, check=True).stdout
+    path = Path(tempfile.mkdtemp(prefix="devprof-trace-baseline-")) / "trace.py"
+    path.write_text(source)
+    import analysis
+
+    spec = importlib.util.spec_from_file_location("analysis.trace", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["analysis.trace"] = module
+    spec.loader.exec_module(module)
+    analysis.trace = module
+
+
 def child(task: str, paths: list[str]) -> None:
     """Run one task, print one JSON line: seconds of the work and RSS before it (after imports)."""
-    if task == "analyze":
-        from analysis import analyze
-
+    if task in ("analyze", "analyze-baseline"):
+        if task == "analyze-baseline":
+            _use_trace_module_at(paths[1])
+        analyze = _analyze_function()
         before = _rss_mib()
         start = time.perf_counter()
         result = analyze(paths[0])
         seconds = time.perf_counter() - start
-        extra = {"steps": len(result.source.steps), "step_source": result.source.kind}
+        steps, kind = _steps_of(result)
+        extra = {"steps": len(steps), "step_source": kind}
     elif task == "plots":
         import pandas as pd
 
@@ -113,18 +150,17 @@ def child(task: str, paths: list[str]) -> None:
 
 def prepare(run: str, cache: Path) -> None:
     """Count the trace's events and write its analysed steps and epochs as CSVs (for `plots`)."""
-    from analysis import analyze
     from analysis.trace import read_trace
 
     trace = read_trace(run)
     count = len(trace.events)
     xplane = str(trace.location.xplane)
     del trace
-    result = analyze(run)
-    result.source.steps.to_csv(cache / "steps.csv", index=False)
+    result = _analyze_function()(run)
+    steps, kind = _steps_of(result)
+    steps.to_csv(cache / "steps.csv", index=False)
     result.epochs.to_csv(cache / "epochs.csv", index=False)
-    print(json.dumps({"events": count, "xplane": xplane, "steps": len(result.source.steps),
-                      "step_source": result.source.kind}))
+    print(json.dumps({"events": count, "xplane": xplane, "steps": len(steps), "step_source": kind}))
 
 
 def stages(run: str) -> None:
@@ -132,8 +168,8 @@ def stages(run: str) -> None:
     import gc
 
     from analysis import trace as tr
-    from analysis import analyze
 
+    analyze = _analyze_function()
     marks = []
     start = time.perf_counter()
 
@@ -142,26 +178,16 @@ def stages(run: str) -> None:
 
     mark("imports done")
     location = tr.locate_trace(run)
-    data = location.xplane.read_bytes()
-    mark(f"read {len(data) / 1e6:.1f} MB file")
-    space = tr._xplane_module().XSpace()
-    space.ParseFromString(data)
-    del data
-    mark("XSpace.ParseFromString")
-    # read_trace's steps, one at a time
-    with tr._gc_paused():
-        planes, lines = tr._plane_and_line_tables(space)
-        fields = tr._event_fields(space)
-        mark("event fields (names, start/end ns)")
-        stats = tr.event_stats(space, tr.EVENT_STAT_COLUMNS)
-        mark(f"event_stats ({len(stats):,} stats)")
-    del space
-    mark("XSpace freed")
-    events = tr._events_table(planes, lines, fields)
-    del fields
-    mark("events table without stat columns, event fields freed")
-    tr._add_stat_columns(events, stats)
+    space = tr._decode_file(location.xplane, tr.EVENT_STAT_COLUMNS)
+    mark(f"file decoded into columns ({len(space.events.line_row):,} events, {len(space.stat_values):,} kept stats)")
+    planes, lines = tr._plane_and_line_tables(space)
+    events = tr._events_table(space, planes, lines)
+    mark("events table without stat columns")
+    tr._add_stat_columns(events, space)
     mark(f"stat columns added ({len(events):,} rows, {events.memory_usage(deep=False).sum() / MIB:.0f} MiB shallow)")
+    stats = tr._stats_table(space)
+    del space
+    mark("stats table; decoded columns freed")
     del planes, lines, stats, events
     gc.collect()
     mark("tables freed")
@@ -315,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {','.join(TASKS)}")
     parser.add_argument("--plot-repeats", type=int, default=3, help="repeats of the plot-size timings (0: skip)")
     parser.add_argument("--plots-baseline", metavar="REV", help="also time analysis/plots.py as of this git revision")
+    parser.add_argument("--trace-baseline", metavar="REV",
+                        help="also time read + analysis with analysis/trace.py as of this git revision (task analyze-baseline)")
     parser.add_argument("--stages", action="store_true", help="time and RSS after each stage of read + analysis")
     parser.add_argument("--cprofile", type=int, nargs="?", const=25, default=0, metavar="TOP",
                         help="cProfile analyze and print the TOP functions")
@@ -325,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     start, stop = (int(part) for part in args.profile_steps.split(":"))
     args.window = (start, stop)
     tasks = [task.strip() for task in args.tasks.split(",") if task.strip()]
+    if args.trace_baseline and "analyze-baseline" not in tasks:
+        tasks.insert(1, "analyze-baseline")
 
     run = ensure_run(args)
     facts_path = run.parent / f"{run.name}.facts.json"
@@ -340,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="devprof-trace-scale-out-") as scratch:
         commands = {
             "analyze": _python("analyze", str(run)),
+            "analyze-baseline": _python("analyze-baseline", str(run), args.trace_baseline or "HEAD"),
             "plots": _python("plots", str(run.parent / "steps.csv"), str(run.parent / "epochs.csv"), scratch),
             "command": [str(Path(sys.executable).with_name("devprof")), "analyze", str(run), "--out", scratch],
             "xprof": _python("xprof", str(xplane)),
