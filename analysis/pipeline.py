@@ -72,6 +72,7 @@ class Analysis:
     run_dir: Path | None = None
     job_dir: Path | None = None  # a multi-worker run: the job's folder (the breakdown is worker 0's)
     run: dict = field(default_factory=dict)  # run.json, where there is one
+    straggler_reason: str | None = None  # why no straggler is named, with several workers
 
     @property
     def input_bottleneck(self) -> dict | None:
@@ -154,6 +155,7 @@ def analyze_source(source: StepSource) -> Analysis:
 
     trace = source.trace
     events = trace.events if trace is not None else None
+    notes = list(source.notes)
     devices: list[dict] = []
     launch = None
     ops = pd.DataFrame(columns=OP_COLUMNS)
@@ -161,7 +163,9 @@ def analyze_source(source: StepSource) -> Analysis:
     host = source.path.name.removesuffix(".xplane.pb")
     if trace is not None:
         host = trace.hostnames[0] if trace.hostnames else host
-        devices = device_rows(events, trace.planes, used, trace.hostnames[0] if trace.hostnames else "")
+        devices, device_notes = device_rows(events, trace.planes, source.steps, used,
+                                            trace.hostnames[0] if trace.hostnames else "")
+        notes += device_notes
         launch = kernel_launch(events, used) if devices else None
         ops = op_table(events, used, source.device)
         stages = input_stage_table(events)
@@ -174,16 +178,20 @@ def analyze_source(source: StepSource) -> Analysis:
         "steps_per_call": source.steps_per_call, "steps_per_epoch": meta.get("steps_per_epoch"),
         "slowest_input_stage": stage,
         "input_py_function": runs_python(events, stage) if events is not None else False,
+        "device_recorded": any(row["recorded"] for row in devices) if devices else None,
     }
+    recorded = [row for row in devices if row["recorded"] and row["step_count"]]
+    mean["device_step_ms"] = max(recorded, key=lambda row: row["compute_ms"])["step_ms"] if recorded else math.nan
     facts = rules.facts_from(record)
     evidence = utilization_evidence(summaries)
     verdict = rules.make_verdict(mean, facts, steps_used=len(steady), compile_steps=compile_steps,
                                  utilization=evidence,
                                  min_steps=1 if source.kind == "window" else rules.MIN_STEADY_STEPS)
+    verdict["step_basis"] = _step_basis(source)
     return Analysis(
         path=source.path, step_source=source.kind, step_name=source.step_name, device=source.device,
         producer=source.producer, host=host,
-        host_files=trace.location.host_files if trace is not None and trace.location else (), notes=tuple(source.notes), steps=source.steps,
+        host_files=trace.location.host_files if trace is not None and trace.location else (), notes=tuple(notes), steps=source.steps,
         steps_per_call=source.steps_per_call, mean=mean, steps_used=len(steady), verdict=verdict,
         findings=rules.findings(facts), facts=facts, devices=pd.DataFrame(devices, columns=DEVICE_COLUMNS),
         kernel_launch=launch, workers=pd.DataFrame(columns=WORKER_KEYS), straggler=None, ops=ops,
@@ -193,10 +201,20 @@ def analyze_source(source: StepSource) -> Analysis:
     )
 
 
+def _step_basis(source: StepSource) -> str:
+    """"device" when the steps are the device's own (its Steps line, its programs), else "host"."""
+    detected = getattr(source.analysis, "detected", None)
+    from_device = detected is not None and detected.spans.empty and source.kind in ("trace_groups", "program_executions")
+    return "device" if from_device else "host"
+
+
 def assemble_session(chief: Analysis, others: list[Analysis]) -> Analysis:
     """Several hosts in one profile session: the chief's breakdown with one row per host trace."""
-    rows = [worker_row(a.path.name.removesuffix(".xplane.pb"), a.host, a.mean) for a in (chief, *others)]
-    return dataclasses.replace(chief, workers=pd.DataFrame(rows, columns=WORKER_KEYS), straggler=find_straggler(rows))
+    rows = [worker_row(a.path.name.removesuffix(".xplane.pb"), a.host, a.mean, steady_steps(a.steps))
+            for a in (chief, *others)]
+    straggler, reason = find_straggler(rows)
+    return dataclasses.replace(chief, workers=pd.DataFrame(rows, columns=WORKER_KEYS), straggler=straggler,
+                               straggler_reason=reason)
 
 
 def assemble_job(job_dir: Path, workers: list[Path], per_worker: list[Analysis]) -> Analysis:
@@ -206,7 +224,8 @@ def assemble_job(job_dir: Path, workers: list[Path], per_worker: list[Analysis])
     rows = []
     for index, (worker, analysis) in enumerate(zip(workers, per_worker)):
         device = run_files.section(analysis.run, "device")
-        rows.append(worker_row(index, str(device.get("host") or worker.name), analysis.mean))
+        rows.append(worker_row(index, str(device.get("host") or worker.name), analysis.mean,
+                               steady_steps(analysis.steps), analysis.utilization.get("proc_cpu_mean_pct", math.nan)))
     machine = dict(chief.utilization)
     facts, findings = chief.facts, chief.findings
     # Workers on the chief's machine are the job, not "other processes" competing with it.
@@ -219,10 +238,17 @@ def assemble_job(job_dir: Path, workers: list[Path], per_worker: list[Analysis])
         machine["other_cpu_mean_pct"] = max(0.0, machine["cpu_util_mean_pct"] - job_cpu / cores)
         facts = dataclasses.replace(facts, proc_cpu_pct=job_cpu, other_cpu_pct=machine["other_cpu_mean_pct"])
         findings = rules.findings(facts)
-    note = f"{len(workers)} workers: the breakdown is worker 0's ({workers[0].name}); one row per worker below"
+    notes = chief.notes
+    if len(workers) > 1:
+        notes = (*notes, f"{len(workers)} workers: the breakdown is worker 0's ({workers[0].name}); one row per "
+                         "worker below")
+    straggler, reason = find_straggler(rows, machine.get("other_cpu_mean_pct", math.nan))
+    if len(workers) > 1 and all(a.step_source == "steps_csv" for a in per_worker):
+        straggler, reason = None, ("no worker has a profiler trace, and steps.csv does not time the collective wait: "
+                                   "the straggler cannot be told (profile the run)")
     return dataclasses.replace(chief, job_dir=job_dir, workers=pd.DataFrame(rows, columns=WORKER_KEYS),
-                               straggler=find_straggler(rows), utilization=machine, facts=facts, findings=findings,
-                               notes=(*chief.notes, note))
+                               straggler=straggler, straggler_reason=reason, utilization=machine, facts=facts,
+                               findings=findings, notes=notes)
 
 
 def utilization_evidence(summaries: dict) -> dict[str, float]:

@@ -10,6 +10,7 @@ and highest sample, which draws the same line at the figure's resolution.
 from __future__ import annotations
 
 import math
+import os
 import re
 
 from pathlib import Path
@@ -42,8 +43,14 @@ def save(fig, path: str | Path) -> Path:
     """Write a figure as PNG and free it (pyplot keeps every open figure alive)."""
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=100)
-    _pyplot().close(fig)
+    # A temporary name, then a rename: a full disk leaves no cut PNG behind.
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.png")
+    try:
+        fig.savefig(tmp, dpi=100, format="png")
+        os.replace(tmp, path)
+    finally:
+        _pyplot().close(fig)
+        tmp.unlink(missing_ok=True)
     return path
 
 

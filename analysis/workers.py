@@ -2,48 +2,99 @@
 
 In a synchronous job every worker's step lasts as long as the slowest one's: the others
 wait for it in the collective. So the straggler is not the worker with the longest step
-but the one whose step *minus its collective wait* stands out: more than
-`STRAGGLER_EXCESS` above the median of the others. Its cause is the part (input,
-compute, host) with the largest excess over the others' median; the rest are waiting.
+but the one whose step *minus its collective wait* stands out: above the median of the
+others by more than `STRAGGLER_EXCESS` of it and by more than the workers' own
+step-to-step noise (the spread of their steps; a busy machine makes it wide). Its cause
+is the part (input, compute, host) with the largest excess over the others' median, or
+`contention` when other processes loaded the machine and the straggler's process got less
+CPU than the others: it was slowed, not given more work. Hosts that share no collective
+are independent and have no straggler; too few steps to tell is said, not guessed.
 """
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 STRAGGLER_EXCESS = 0.10
-WORKER_KEYS = ["worker", "host", "step_ms", "input_ms", "compute_ms", "host_ms", "collective_ms"]
+NOISE_FACTOR = 1.0  # the excess must pass this many standard deviations of the workers' own steps
+MIN_STRAGGLER_STEPS = 3  # steady steps each worker needs before one can be told apart
+CONTENTION_OTHER_CPU_PCT = 20.0  # other processes' share of the machine (as rules.CONTENTION_PCT)
+CONTENTION_CPU_SHORTFALL = 0.05  # the straggler's CPU at least this far below the others' median
+WORKER_KEYS = ["worker", "host", "step_ms", "input_ms", "compute_ms", "host_ms", "collective_ms", "steps_used",
+               "own_noise_ms", "proc_cpu_mean_pct"]
 CAUSES = ("input", "compute", "host")
+CONTENTION = "contention"
 
 
-def worker_row(worker: str | int, host: str, mean: dict) -> dict:
+def worker_row(worker: str | int, host: str, mean: dict, steps: pd.DataFrame | None = None,
+               proc_cpu_pct: float = math.nan) -> dict:
+    """One worker: its mean step and parts, how many steady steps they average, the standard
+    deviation of its step without collective wait over those steps, and its process's CPU."""
     row = {"worker": worker, "host": host}
-    row.update({key: float(mean.get(key, 0.0)) for key in WORKER_KEYS[2:]})
+    row.update({key: float(mean.get(key, 0.0)) for key in WORKER_KEYS[2:7]})
+    own = None if steps is None else steps["step_ms"] - steps.get("collective_ms", 0.0)
+    row["steps_used"] = int(len(own)) if own is not None else 0
+    row["own_noise_ms"] = float(own.std(ddof=1)) if own is not None and len(own) > 1 else math.nan
+    row["proc_cpu_mean_pct"] = float(proc_cpu_pct)
     return row
 
 
-def find_straggler(rows: list[dict]) -> dict | None:
-    """`{"worker", "cause", "evidence"}` for the worker that holds the others back, or None."""
+def find_straggler(rows: list[dict], other_cpu_pct: float = math.nan) -> tuple[dict | None, str | None]:
+    """(`{"worker", "cause", "evidence"}` for the worker that holds the others back, or None;
+    why there is none, or None when there is one or only one worker). `other_cpu_pct` is
+    what processes outside the job took of the machine (% of all cores)."""
     if len(rows) < 2:
-        return None
+        return None, None
     frame = pd.DataFrame(rows)
+    steps_used = frame["steps_used"] if "steps_used" in frame else pd.Series(MIN_STRAGGLER_STEPS, index=frame.index)
+    few = frame[steps_used < MIN_STRAGGLER_STEPS]
+    if not few.empty:
+        named = ", ".join(f"{r['worker']} ({int(steps_used[i])})" for i, r in few.iterrows())
+        return None, (f"too few steps to tell: steady steps per worker {named}, at least {MIN_STRAGGLER_STEPS} "
+                      "needed; trace more steps (--profile-steps)")
+    if not (frame["collective_ms"] > 0).any():
+        return None, ("the hosts are independent: none waits in a collective that the others share, so none holds "
+                      "the others back")
     own = frame["step_ms"] - frame["collective_ms"]
-    best, best_excess = None, 0.0
+    noise = frame["own_noise_ms"].median() if "own_noise_ms" in frame else math.nan
+    noise = 0.0 if not noise == noise else float(noise)
+    best, best_excess, closest = None, 0.0, None
     for i in frame.index:
-        others = own.drop(i)
-        median = float(others.median())
-        excess = float(own[i]) / median - 1.0 if median > 0 else 0.0
-        if excess > STRAGGLER_EXCESS and excess > best_excess:
-            best, best_excess = i, excess
+        median = float(own.drop(i).median())
+        excess_ms = float(own[i]) - median
+        if closest is None or excess_ms > closest[1]:
+            closest = (i, excess_ms, median)
+        if median > 0 and excess_ms > STRAGGLER_EXCESS * median and excess_ms > NOISE_FACTOR * noise \
+                and excess_ms > best_excess:
+            best, best_excess = i, excess_ms
     if best is None:
-        return None
+        i, excess_ms, median = closest
+        share = 100.0 * excess_ms / median if median > 0 else 0.0
+        return None, (f"no worker stands out: the slowest without collective wait, {frame.at[i, 'worker']}, is "
+                      f"{max(excess_ms, 0.0):.1f} ms ({max(share, 0.0):.0f} %) above the others' median; a straggler "
+                      f"needs more than {100 * STRAGGLER_EXCESS:.0f} % and more than the step-to-step noise "
+                      f"({noise:.1f} ms)")
     others = frame.drop(best)
+    if not (others["collective_ms"] > 0).any():
+        return None, (f"the hosts are independent: {frame.at[best, 'worker']} is slower, but the others do not wait "
+                      "for it in a collective")
+    median = float(own.drop(best).median())
     excess_by_part = {part: float(frame.at[best, f"{part}_ms"] - others[f"{part}_ms"].median()) for part in CAUSES}
-    cause = max(excess_by_part, key=excess_by_part.get)
+    part = max(excess_by_part, key=excess_by_part.get)
     name = frame.at[best, "worker"]
+    detail = (f"its {part} is {frame.at[best, f'{part}_ms']:.1f} ms vs a median {others[f'{part}_ms'].median():.1f} ms")
+    cause = part
+    cpu = frame["proc_cpu_mean_pct"] if "proc_cpu_mean_pct" in frame else pd.Series(math.nan, index=frame.index)
+    others_cpu = float(cpu.drop(best).median())
+    if other_cpu_pct >= CONTENTION_OTHER_CPU_PCT and cpu[best] < (1 - CONTENTION_CPU_SHORTFALL) * others_cpu:
+        cause = CONTENTION
+        detail = (f"other processes took {other_cpu_pct:.0f} % of the machine's CPU and its process got "
+                  f"{cpu[best]:.0f} % CPU against the others' {others_cpu:.0f} %: it was slowed by the load, not "
+                  f"given more work ({detail})")
     waiting = ", ".join(f"{r['worker']} ({r['collective_ms']:.1f} ms)" for _, r in others.iterrows())
-    evidence = (f"{name}'s step without collective wait is {own[best]:.1f} ms, {100 * best_excess:.0f} % above the "
-                f"others' median ({float(own.drop(best).median()):.1f} ms); its {cause} is "
-                f"{frame.at[best, f'{cause}_ms']:.1f} ms vs a median {others[f'{cause}_ms'].median():.1f} ms. "
+    evidence = (f"{name}'s step without collective wait is {own[best]:.1f} ms, {100 * best_excess / median:.0f} % above "
+                f"the others' median ({median:.1f} ms; step-to-step noise {noise:.1f} ms); {detail}. "
                 f"The others wait for it in the collective: {waiting}")
-    return {"worker": rows[best]["worker"], "cause": cause, "evidence": evidence}
+    return {"worker": rows[best]["worker"], "cause": cause, "evidence": evidence}, None

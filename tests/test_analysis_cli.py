@@ -89,7 +89,7 @@ def test_json_contract(capsys):
     result = json.loads(capsys.readouterr().out)
     assert set(result) == {"schema_version", "source", "step_source", "step_name", "device", "notes", "steps", "mean",
                            "steps_used", "verdict", "utilization", "findings", "devices", "kernel_launch", "workers",
-                           "straggler", "ops", "input_stages", "input_bottleneck"}
+                           "straggler", "straggler_reason", "ops", "input_stages", "input_bottleneck"}
     assert {"op", "type", "device", "count_per_step", "ms_per_step", "compute_pct"} == set(result["ops"][0])
     assert sum(op["compute_pct"] for op in result["ops"]) == pytest.approx(100)
     assert result["devices"] == [] and result["workers"] == [] and result["straggler"] is None

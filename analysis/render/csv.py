@@ -1,13 +1,18 @@
-"""CSV: `analyze --format csv` (one row per step) and `compare --format csv` (one row per run)."""
+"""CSV: `analyze --format csv` (one row per step) and `compare --format csv` (one row per run).
+
+Text cells that a spreadsheet would run as formulas (a run named `=HYPERLINK(...)`) are
+quoted by `analysis.csv_safety`; numbers stay numbers.
+"""
 
 from __future__ import annotations
 
 import pandas as pd
 
+from analysis.csv_safety import neutralize_frame
 
 
 def render_analysis(analysis) -> str:
-    return analysis.steps.to_csv(index=False)
+    return neutralize_frame(analysis.steps).to_csv(index=False)
 
 
 def comparison_frame(table: pd.DataFrame) -> pd.DataFrame:
@@ -21,4 +26,4 @@ def comparison_frame(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def render_comparison(comparison) -> str:
-    return comparison_frame(comparison.table).to_csv(index=False)
+    return neutralize_frame(comparison_frame(comparison.table)).to_csv(index=False)

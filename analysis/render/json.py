@@ -13,7 +13,7 @@ from analysis import run_files
 STEP_KEYS = ["step", "steps", "step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "compile_ms",
              "partial"]
 MEAN_KEYS = ["step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "input_pct", "compute_pct",
-             "collective_pct", "host_pct"]
+             "collective_pct", "host_pct", "input_overlapped_ms", "device_step_ms"]
 
 
 def jsonable(value):
@@ -51,7 +51,7 @@ def analysis_document(analysis) -> dict:
         "device": analysis.device,
         "notes": list(analysis.notes),
         "steps": records(analysis.steps[STEP_KEYS], ("step", "steps")),
-        "mean": {key: float(analysis.mean[key]) for key in MEAN_KEYS},
+        "mean": jsonable({key: float(analysis.mean.get(key, math.nan)) for key in MEAN_KEYS}),
         "steps_used": int(analysis.steps_used),
         "verdict": dict(analysis.verdict),
         "findings": list(analysis.findings),
@@ -59,6 +59,7 @@ def analysis_document(analysis) -> dict:
         "kernel_launch": analysis.kernel_launch,
         "workers": jsonable(analysis.workers.to_dict(orient="records")),
         "straggler": analysis.straggler,
+        "straggler_reason": analysis.straggler_reason,
         "ops": records(analysis.ops),
         "input_stages": records(analysis.input_stages),
         "input_bottleneck": analysis.input_bottleneck,

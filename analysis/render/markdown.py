@@ -8,10 +8,16 @@ from analysis.render import tables
 
 
 
+def cell(value) -> str:
+    """A table cell: `|` escaped and line breaks as `<br>`, so a name cannot end the row or the table."""
+    text = str(value).replace("\\", "\\\\").replace("|", "\\|")
+    return text.replace("\r\n", "<br>").replace("\n", "<br>").replace("\r", "<br>")
+
+
 def markdown_table(frame: pd.DataFrame, align: list[str] | None = None) -> str:
-    header = "| " + " | ".join(map(str, frame.columns)) + " |"
+    header = "| " + " | ".join(map(cell, frame.columns)) + " |"
     rule = "|" + "|".join(align or ["---:"] * len(frame.columns)) + "|"
-    rows = ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join([header, rule, *rows])
 
 
@@ -32,6 +38,8 @@ def render_analysis(analysis, plot_names: list[str] | None = None) -> str:
         if analysis.straggler:
             out += [f"Straggler: **{analysis.straggler['worker']}** ({analysis.straggler['cause']}): "
                     f"{analysis.straggler['evidence']}", ""]
+        elif tables.straggler_line(analysis):
+            out += [f"Straggler: none ({analysis.straggler_reason or 'no worker stands out'}).", ""]
     if analysis.epochs is not None:
         out += ["## Epochs", "", "From steps.csv and run.json; `epoch_level` is work outside training steps "
                 "(validation, iterator setup, checkpoints).", "", markdown_table(tables.epochs_table(analysis)), ""]

@@ -59,11 +59,14 @@ def findings_lines(findings: list[dict], bullet: str) -> list[str]:
     return ["findings:"] + [f"{bullet}[{f['severity']}] {f['rule']}: {f['evidence']} Fix: {f['advice']}." for f in findings]
 
 
-def straggler_line(analysis) -> str:
+def straggler_line(analysis) -> str | None:
+    """The straggler, or why there is none; None for a single worker (nobody to hold back)."""
     straggler = analysis.straggler
     if straggler:
         return f"straggler: {straggler['worker']} ({straggler['cause']}): {straggler['evidence']}"
-    return "straggler: none (no worker's step without collective wait is 10 % above the others')"
+    if len(analysis.workers) < 2:
+        return None
+    return f"straggler: none ({analysis.straggler_reason or 'no worker stands out'})"
 
 
 def external_notes(table: pd.DataFrame) -> list[str]:

@@ -55,7 +55,9 @@ def _device_lines(analysis) -> list[str]:
                    f"{launch['ms_per_step']:.3f} ms per step")
     if not analysis.workers.empty:
         out += ["", "workers (mean ms per steady step of each host's trace):",
-                tables.workers_table(analysis).to_string(index=False), tables.straggler_line(analysis)]
+                tables.workers_table(analysis).to_string(index=False)]
+        line = tables.straggler_line(analysis)
+        out += [line] if line else []
     return out
 
 

@@ -73,17 +73,19 @@ def handle(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         return error(f"cannot analyse {path}: {exc}", code=EXIT_FAILURE)
 
+    # The analysis first: a folder that cannot be written (read-only, full disk) loses only the files.
+    sys.stdout.write(result.render(args.format))
+    sys.stdout.flush()
     out_dir = Path(args.out) if args.out else result.out_dir
-    written = []
     if out_dir is not None:
         try:
             written = result.write(out_dir)
         except OSError as exc:
-            return error(f"cannot write outputs to {out_dir}: {exc}", code=EXIT_FAILURE)
-
-    sys.stdout.write(result.render(args.format))
-    if args.format == "text" and written:
-        print(f"wrote {len(written)} files to {out_dir}")
+            return error(f"cannot write the output files to {out_dir}: {exc.strerror or exc}",
+                         hint="the analysis is printed above; pass --out DIR to write them to a folder you can "
+                              "write to", code=EXIT_FAILURE)
+        if args.format == "text" and written:
+            print(f"wrote {len(written)} files to {out_dir}")
     if limits:
         from analysis.comparison.gate import over_limits
 
