@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 
-def epoch_breakdown(steps: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
+def epoch_breakdown(steps: pd.DataFrame, epochs: pd.DataFrame, source: str = "run.json") -> pd.DataFrame:
     """Per epoch: seconds split into input, step call, other host and epoch-level work.
 
     `epoch_level_s = seconds - sum(step_ms)/1000`; the four parts add up to `seconds`
@@ -41,11 +41,24 @@ def epoch_breakdown(steps: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
     else:
         frame["seconds"] = np.nan
     frame["seconds"] = frame["seconds"].fillna(frame["step_s"])
-    frame["epoch_level_s"] = frame["seconds"] - frame["step_s"]
+    # An epoch shorter than its own steps (a clock step, a hand-edited file) would show negative
+    # epoch-level work and shares over 100 %: its steps' time stands in, with a warning.
+    short = frame["seconds"] < frame["step_s"] * (1 - 1e-9) - 1e-9
+    if short.any():
+        from analysis.run_files import warn
+
+        first = frame.index[short][0]
+        warn(f"{source}: epoch {first} lasts {frame.at[first, 'seconds']:.3g} s, less than its steps in steps.csv "
+             f"({frame.at[first, 'step_s']:.3g} s){f' (and {int(short.sum()) - 1} more epochs)' if short.sum() > 1 else ''}"
+             ": the steps' time is used")
+        frame.loc[short, "seconds"] = frame.loc[short, "step_s"]
+    frame["epoch_level_s"] = (frame["seconds"] - frame["step_s"]).clip(lower=0.0)
     for part in ("input", "call", "other_host", "epoch_level"):
         frame[f"{part}_pct"] = 100.0 * frame[f"{part}_s"] / frame["seconds"]
     parts = frame[["input_s", "call_s", "other_host_s", "epoch_level_s"]].sum(axis=1)
-    assert np.allclose(parts, frame["seconds"]), "epoch parts must add up to the epoch's seconds"
+    if not np.allclose(parts, frame["seconds"]):
+        raise ValueError(f"{source}: the epochs' seconds do not add up with steps.csv (epoch parts "
+                         f"{parts.round(3).tolist()} s against {frame['seconds'].round(3).tolist()} s)")
     return frame.reset_index()
 
 

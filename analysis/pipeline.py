@@ -145,7 +145,11 @@ def analyze_source(source: StepSource) -> Analysis:
         steps_csv = run_dir / run_files.STEPS_CSV
         if steps_csv.is_file():
             steps_table = run_files.read_steps_csv(steps_csv)
-            epochs = epochs_mod.epoch_breakdown(steps_table, run_files.run_epochs(meta, run_dir / run_files.RUN_JSON))
+            try:
+                epochs = epochs_mod.epoch_breakdown(steps_table, run_files.run_epochs(meta, run_dir / run_files.RUN_JSON),
+                                                   str(run_dir / run_files.RUN_JSON))
+            except run_files.RunFileError as exc:
+                run_files.warn(f"{exc}; no epoch breakdown")  # the steps still have their breakdown
             if source.kind != "steps_csv":
                 reconciliation = epochs_mod.reconcile_with_trace(source.steps, steps_table)
             epoch_starts = steps_table.groupby("epoch")["start_time_s"].min().tolist()
@@ -164,7 +168,7 @@ def analyze_source(source: StepSource) -> Analysis:
     if trace is not None:
         host = trace.hostnames[0] if trace.hostnames else host
         devices, device_notes = device_rows(events, trace.planes, source.steps, used,
-                                            trace.hostnames[0] if trace.hostnames else "")
+                                            trace.hostnames[0] if trace.hostnames else "", source.step_name)
         notes += device_notes
         launch = kernel_launch(events, used) if devices else None
         ops = op_table(events, used, source.device)

@@ -20,6 +20,7 @@ from typing import Callable
 
 import pandas as pd
 
+from analysis import program_facts
 from analysis.device_facts import facts_for
 
 HIGH_INPUT_PCT = 20.0
@@ -64,6 +65,7 @@ class Facts:
     host_pct: float
     device: str = ""
     producer: str = "unknown"  # who wrote the trace: devprof, tensorflow, keras, jax (see analysis.producers)
+    device_recorded: bool | None = None  # False: the trace has device planes but none recorded activity
     collective_pct: float = 0.0
     precision: str | None = None
     jit_compile: bool | None = None
@@ -84,6 +86,7 @@ class Facts:
     mean_kernel_us: float = math.nan
     idle_host_pct: float = math.nan  # the busiest device's step idle for the host (launch, Python, sync)
     matrix_units: tuple[str, ...] | None = None  # reduced-precision dtypes the device has matrix units for
+    bfloat16_units: tuple[str, ...] | None = None  # CPU features that run bfloat16 in hardware (): emulated
     device_mem_peak_bytes: float = math.nan
     device_mem_total_bytes: float = math.nan
 
@@ -127,19 +130,29 @@ def suggest_steps_per_execution(host_pct: float, compute_pct: float, steps_per_c
     return max(choice, steps_per_call + 1)
 
 
-def compute_advice(device: str = "", precision: str | None = None, jit_compile: bool | None = None) -> list[str]:
-    """What to try on a compute-bound step, leaving out what the run already does."""
+def compute_advice(device: str = "", precision: str | None = None, jit_compile: bool | None = None,
+                   producer: str = "devprof") -> list[str]:
+    """What to try on a compute-bound step, leaving out what the run already does, in the
+    words of the program that wrote the trace."""
     facts = facts_for(device)
+    program = program_facts.program(producer)
     advice = []
     if precision in (None, "float32"):
         note = f" ({facts.precision_note})" if facts.precision_note else ""
-        advice.append(f"Use mixed precision: `--precision {facts.mixed_precision}`{note}.")
-    if facts.xla_helps and not jit_compile:
-        advice.append("Compile the step with XLA: `--jit-compile` (`tf.function(jit_compile=True)`).")
-    return advice + [LARGER_BATCH_ADVICE]
+        advice.append(f"Use mixed precision: {program_facts.precision(producer, facts.mixed_precision)}{note}.")
+    if facts.xla_helps and not jit_compile and program.xla:
+        how = "`--jit-compile` (`tf.function(jit_compile=True)`)" if program.name == "devprof" else program.xla
+        advice.append(f"Compile the step with XLA: {how}.")
+    if program.name == "devprof":
+        return advice + [LARGER_BATCH_ADVICE]
+    return advice + [f"A larger batch ({program.batch_size}) uses the device better if memory allows; otherwise a "
+                     "faster device or a smaller model is what helps."]
 
 
 def _input_fix(facts: Facts) -> str:
+    if not _uses_tf_data(facts):
+        return ("the loop waits for batches: prepare the next batch while the step runs (a background thread or "
+                "prefetching to the device) and move preprocessing out of the training loop")
     if facts.prefetches:
         return ("the loop waits for batches although the pipeline prefetches: the pipeline itself is too slow; "
                 "parallelise its slowest stage (.map(num_parallel_calls=tf.data.AUTOTUNE)) and .cache() what "
@@ -168,7 +181,16 @@ def stage_advice(stage: str, py_function: bool = False) -> str:
     return f"`.cache()` after this {kind} stage if its output does not change between epochs"
 
 
+def _uses_tf_data(facts: Facts) -> bool:
+    """Whether tf.data advice fits: a TensorFlow program, or a trace with tf.data stages in it."""
+    return facts.prefetches is not None or bool(program_facts.program(facts.producer).input_pipeline)
+
+
 def _input_more(facts: Facts) -> list[str]:
+    if not _uses_tf_data(facts):
+        return [f"{_input_fix(facts)[0].upper()}{_input_fix(facts)[1:]}.",
+                "Make the host side of each batch cheaper: decode and augment once and cache the result, or do the "
+                "augmentation on the device inside the step."]
     stage = [f"The slowest tf.data stage is `{facts.slowest_input_stage}`: "
              f"{stage_advice(facts.slowest_input_stage, facts.input_py_function)}."] if facts.slowest_input_stage else []
     general = [line for line in INPUT_ADVICE if not (facts.prefetches and ".prefetch(" in line)]
@@ -183,6 +205,9 @@ def _steps_per_call(facts: Facts) -> tuple[int, int]:
 
 def _host_fix(facts: Facts) -> str:
     k, suggestion = _steps_per_call(facts)
+    if facts.producer != "devprof":
+        change = program_facts.steps_per_call(facts.producer, suggestion)
+        return f"at {k} step{'s' if k > 1 else ''} per call; run {change}, or cut per-step Python work"
     if k <= 1:
         return f"at 1 step per call; try --steps-per-execution {suggestion}"
     return f"already {k} steps per call; try --steps-per-execution {suggestion} or cut per-step Python work"
@@ -190,6 +215,9 @@ def _host_fix(facts: Facts) -> str:
 
 def _host_steps_per_call(facts: Facts) -> str:
     k, suggestion = _steps_per_call(facts)
+    if facts.producer != "devprof":
+        return ("Run several steps per call so Python and dispatch cost is paid once per call: "
+                f"{program_facts.steps_per_call(facts.producer, suggestion)}.")
     if k <= 1:
         return (f"Run several steps per call so Python and dispatch cost is paid once per call: "
                 f"`--steps-per-execution {suggestion}` (Keras: `model.compile(steps_per_execution={suggestion})`).")
@@ -202,11 +230,27 @@ def _compute_fix(facts: Facts) -> str:
     at_peak = (f"the epoch runs at {facts.mfu_pct:.0f} % of the device's measured {facts.peak_dtype} peak; "
                if facts.mfu_pct == facts.mfu_pct else "")
     mixed = facts.precision not in (None, "float32")
+    if facts.producer != "devprof":
+        program = program_facts.program(facts.producer)
+        tries = [] if mixed else [program_facts.precision(facts.producer, device.mixed_precision)]
+        if device.xla_helps and not facts.jit_compile and program.xla:
+            tries.append(program.xla)
+        return f"{at_peak}try {', '.join(tries + [program.batch_size])}, or a faster device"
     tries = [] if mixed else [f"--precision {device.mixed_precision}"]
     if device.xla_helps and not facts.jit_compile:
         tries.append("--jit-compile")
     already = f"already {facts.precision}; " if mixed else ""
     return f"{at_peak}{already}try {' and '.join(tries + ['a larger --batch-size'])}, or a faster device"
+
+
+def _host_advice(facts: Facts) -> list[str]:
+    if facts.producer == "devprof":
+        return HOST_ADVICE
+    program = program_facts.program(facts.producer)
+    syncs = "`jax.device_get`, `.block_until_ready()`" if program.name == "jax" else "`.numpy()`/`float()`"
+    return [f"Take per-step Python work out of the loop: no {syncs} on metrics, logging or callbacks every step; "
+            "do it every N steps.",
+            f"Use {program.batch_size} so fixed per-step host overhead is spread over more examples."]
 
 
 def _input_headline(level: str) -> Callable[[Facts], str]:
@@ -229,11 +273,11 @@ RULES: list[Rule] = [
     Rule("host_bound", "host", lambda f: f.host_pct >= HOST_BOUND_PCT,
          lambda f: ("Host-bound: time goes to Python and dispatch between TensorFlow calls, not to waiting for "
                     "input; look at the training loop."),
-         _host_fix, lambda f: [_host_steps_per_call(f), *HOST_ADVICE], bound="host",
+         _host_fix, lambda f: [_host_steps_per_call(f), *_host_advice(f)], bound="host",
          description=f"host overhead >= {HOST_BOUND_PCT:g} % of step time (high from {HIGH_HOST_PCT:g} %)"),
     Rule("compute_bound", "compute", lambda f: True,
          lambda f: "Compute-bound: the step's math dominates; input and host overhead are small.",
-         _compute_fix, lambda f: compute_advice(f.device, f.precision, f.jit_compile), bound="compute",
+         _compute_fix, lambda f: compute_advice(f.device, f.precision, f.jit_compile, f.producer), bound="compute",
          severity="info", description="neither input nor host overhead crosses its cut-off"),
     Rule("epoch_level_work", "epoch_level", lambda f: False,
          lambda f: "Time outside the training steps dominates the gap.",
@@ -251,29 +295,44 @@ RULES: list[Rule] = [
          description=f"other processes use >= {CONTENTION_PCT:g} % of the machine's CPU during the run"),
     Rule("retracing", "host", lambda f: f.retrace_steps > 0,
          lambda f: (f"Graphs were built or compiled again in {f.retrace_steps} step{'s' if f.retrace_steps > 1 else ''} "
-                    f"after the first ({f.retrace_ms:.1f} ms): the tf.function retraces."),
-         lambda f: ("keep the step's input shapes and Python arguments fixed: pass tensors, not Python numbers, and "
+                    f"after the first ({f.retrace_ms:.1f} ms): "
+                    + ("jax.jit compiles the step again." if f.producer == "jax" else "the tf.function retraces.")),
+         lambda f: ("keep the step's input shapes and static arguments fixed: pad batches to one shape and pass "
+                    "configuration through `static_argnums` only when it really changes" if f.producer == "jax" else
+                    "keep the step's input shapes and Python arguments fixed: pass tensors, not Python numbers, and "
                     "give the tf.function an input_signature (or reduce_retracing=True)"),
          finding=True, description="graph building or compilation inside the profiled window after the first step"),
     Rule("host_sync", "host", lambda f: f.sync_name is not None,
          lambda f: f"Every step synchronises the host with the device ({f.sync_name} in each step).",
-         lambda f: ("take .numpy(), tf.print and Python-side metrics out of the step, or do them every N steps, so "
-                    "the host can queue the next step while the device works"),
+         lambda f: (("take jax.device_get, .block_until_ready() and printing of arrays out of the step"
+                     if f.producer == "jax" else "take .numpy(), tf.print and Python-side metrics out of the step")
+                    + ", or do them every N steps, so the host can queue the next step while the device works"),
          finding=True, description="a host-device synchronisation (device-to-host copy, tf.print) in every step"),
     Rule("launch_bound", "host",
          lambda f: (f.mean_kernel_us < LAUNCH_BOUND_KERNEL_US and f.idle_host_pct >= LAUNCH_BOUND_IDLE_PCT),
          lambda f: (f"{f.kernels_per_step:.0f} kernels per step averaging {f.mean_kernel_us:.1f} µs, and the device is "
                     f"idle waiting for the host {f.idle_host_pct:.0f} % of the step: launching costs more than running."),
          lambda f: ("give each launch more work: a larger --batch-size, XLA (--jit-compile) to fuse small ops, "
-                    "and several steps per call (--steps-per-execution)"),
+                    "and several steps per call (--steps-per-execution)" if f.producer == "devprof" else
+                    f"give each launch more work: {program_facts.program(f.producer).batch_size}, "
+                    + (f"XLA ({program_facts.program(f.producer).xla}) to fuse small ops, "
+                       if program_facts.program(f.producer).xla else "")
+                    + f"and {program_facts.steps_per_call(f.producer, 8)}"),
          finding=True, description=f"kernels under {LAUNCH_BOUND_KERNEL_US:g} µs on average and the device idle for the "
                                    f"host >= {LAUNCH_BOUND_IDLE_PCT:g} % of the step"),
     Rule("fp32_on_matrix_units", "compute",
          lambda f: f.precision in (None, "float32") and bool(f.matrix_units),
          lambda f: (f"The run computes in float32 on a device with {' and '.join(f.matrix_units)} matrix units, "
                     "which float32 does not use."),
-         lambda f: f"train with --precision {MIXED_FOR_DTYPE[f.matrix_units[-1]]}",
+         lambda f: (f"train with --precision {MIXED_FOR_DTYPE[f.matrix_units[-1]]}" if f.producer == "devprof" else
+                    f"train with {program_facts.precision(f.producer, MIXED_FOR_DTYPE[f.matrix_units[-1]])}"),
          severity="info", finding=True, description="float32 training on a device with bfloat16/float16 matrix units"),
+    Rule("bf16_without_matrix_units", "compute",
+         lambda f: f.precision == "mixed_bfloat16" and f.bfloat16_units == (),
+         lambda f: ("The run computes in bfloat16 on a CPU without bfloat16 units (no AVX512-BF16, no AMX): "
+                    "bfloat16 is emulated there and runs slower than float32."),
+         lambda f: "train with --precision float32",
+         severity="warning", finding=True, description="mixed_bfloat16 on a CPU that emulates bfloat16"),
     Rule("no_prefetch", "input", lambda f: f.prefetches is False,
          lambda f: "The input pipeline has no prefetch: the device waits while each batch is prepared.",
          lambda f: "end the tf.data pipeline with .prefetch(tf.data.AUTOTUNE)",
@@ -304,7 +363,7 @@ def facts_from(record) -> Facts:
     `proc_cpu_mean_pct`, `cpu_cores`, `device_mem_peak_bytes`, `device_mem_total_bytes`), `mfu_pct`
     and `peak_dtype`, and what a trace shows (`producer`, `prefetches`, `slowest_input_stage`,
     `input_py_function`, `retrace_steps`, `retrace_ms`, `sync_name`, `kernels_per_step`,
-    `mean_kernel_us`, `idle_host_pct`, `matrix_units`). Missing keys are unknown."""
+    `mean_kernel_us`, `idle_host_pct`, `matrix_units`) and run.json's `bfloat16_units`. Missing keys are unknown."""
     get = record.get
     input_pct = _float(get("input_pct"))
     host_pct = _float(get("host_pct"))
@@ -312,10 +371,12 @@ def facts_from(record) -> Facts:
     steps_per_call = get("steps_per_call")
     prefetching = get("prefetches")
     matrix_units = get("matrix_units")
+    bfloat16_units = get("bfloat16_units")
     return Facts(
         input_pct, compute_pct, host_pct,
         device=str(get("kind") or get("device") or ""),
-        producer=str(get("producer") or "unknown"),
+        producer=str(get("producer") or "devprof"),
+        device_recorded=get("device_recorded") if isinstance(get("device_recorded"), bool) else None,
         collective_pct=_float(get("collective_pct"), 0.0),
         precision=get("precision"),
         jit_compile=get("jit_compile"),
@@ -336,6 +397,7 @@ def facts_from(record) -> Facts:
         mean_kernel_us=_float(get("mean_kernel_us")),
         idle_host_pct=_float(get("idle_host_pct")),
         matrix_units=tuple(matrix_units) if matrix_units is not None else None,
+        bfloat16_units=tuple(map(str, bfloat16_units)) if isinstance(bfloat16_units, (list, tuple)) else None,
         device_mem_peak_bytes=_float(get("device_mem_peak_bytes")),
         device_mem_total_bytes=_float(get("device_mem_total_bytes")),
     )
@@ -421,5 +483,9 @@ def make_verdict(
         return {"bound": None, "level": None, "rule": None, "reason": reason, "evidence": f"{evidence}.",
                 "advice": []}
     rule = verdict_rule(facts)
+    if facts.device_recorded is False and rule.bound != "input":
+        return {"bound": None, "level": None, "rule": None, "evidence": f"{evidence}.", "advice": [],
+                "reason": ("the device's activity was not recorded (its trace planes are empty), so compute and "
+                           "host overhead cannot be told apart; only input could be judged, and it is small")}
     return {"bound": rule.bound, "level": _level(rule, facts), "rule": rule.id,
             "evidence": f"{rule.headline(facts)} {evidence}.", "advice": advice(facts, rule)}

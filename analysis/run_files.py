@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 import warnings
 from pathlib import Path
@@ -79,8 +80,24 @@ def warn(message: str) -> None:
 # ---------------------------------------------------------------- run.json
 
 
+# run.json numbers the analysis uses: (section or None for the top level, key, largest plausible value).
+# A value that is not a finite number in (0, limit] is dropped with one warning naming the field.
+RUN_JSON_NUMBERS = (
+    (None, "steps_per_epoch", 1e12),
+    ("config", "batch_size", 1e9),
+    ("config", "steps_per_execution", 1e9),
+    ("model", "train_flops_per_image", 1e18),
+)
+RUN_JSON_OBJECTS = ("config", "device", "model", "data", "samplers")
+# Per-epoch numbers: `seconds` must be usable or the epoch is skipped; the others are left empty.
+EPOCH_LIMITS = {"seconds": 1e8, "train_seconds": 1e8, "images": 1e12, "images_per_second": 1e12}
+
+
 def read_run_json(path: str | Path) -> dict:
-    """run.json as a dict; anything else (unreadable, not JSON, not an object) is a RunFileError."""
+    """run.json as a dict, with the fields the analysis uses checked (the one reader for analyze
+    and compare): an object field that is not an object, or a number that is not a finite
+    positive number within reason (a string, NaN, negative, 1e30), is dropped with one warning
+    naming the field. A file that is unreadable, not JSON or not an object is a RunFileError."""
     path = Path(path)
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
@@ -90,6 +107,41 @@ def read_run_json(path: str | Path) -> dict:
         raise RunFileError(f"{path}: not valid JSON ({str(exc).splitlines()[0]})") from None
     if not isinstance(meta, dict):
         raise RunFileError(f"{path}: expected a JSON object, got a {type(meta).__name__}")
+    return _checked(meta, path)
+
+
+def _shown(value) -> str:
+    return repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+
+
+def plausible_number(value, limit: float) -> float | None:
+    """`value` as a float when it is a finite number (not a bool, not text) in (0, limit], else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) and 0 < number <= limit else None
+
+
+def _checked(meta: dict, path: Path) -> dict:
+    meta = dict(meta)
+    for key in RUN_JSON_OBJECTS:
+        if key in meta and meta[key] is not None and not isinstance(meta[key], dict):
+            warn(f"{path}: '{key}' must be an object, got {_shown(meta[key])}: ignored")
+            meta[key] = {}
+    for key, limit in ((k, lim) for sec, k, lim in RUN_JSON_NUMBERS if sec is None):
+        if meta.get(key) is not None and plausible_number(meta[key], limit) is None:
+            warn(f"{path}: '{key}' must be a positive number up to {limit:g}, got {_shown(meta[key])}: ignored")
+            meta[key] = None
+    for sec in {s for s, _, _ in RUN_JSON_NUMBERS if s is not None}:
+        if not isinstance(meta.get(sec), dict):
+            continue
+        fields = dict(meta[sec])
+        for key, limit in ((k, lim) for s, k, lim in RUN_JSON_NUMBERS if s == sec):
+            if fields.get(key) is not None and plausible_number(fields[key], limit) is None:
+                warn(f"{path}: '{sec}.{key}' must be a positive number up to {limit:g}, got "
+                     f"{_shown(fields[key])}: ignored")
+                fields[key] = None
+        meta[sec] = fields
     return meta
 
 
@@ -111,19 +163,39 @@ def run_epochs(meta: dict, source: str | Path = RUN_JSON) -> pd.DataFrame:
     for column in ("epoch", "seconds"):
         if column not in frame:
             raise RunFileError(f"{source}: epochs lack {column!r}")
+    def number(value):  # JSON numbers only: text, booleans and null are not numbers
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+
     for column in frame.columns:
-        if column != "epoch" and frame[column].dtype == object:
-            frame[column] = pd.to_numeric(frame[column], errors="coerce")
-    frame["epoch"] = pd.to_numeric(frame["epoch"], errors="coerce")
-    frame["seconds"] = frame["seconds"].astype(float)
-    bad = frame["epoch"].isna() | ~np.isfinite(frame["seconds"]) | (frame["seconds"] < 0)
+        if column != "epoch" and not pd.api.types.is_numeric_dtype(frame[column]):
+            frame[column] = [number(e.get(column)) for e in epochs]
+    frame["epoch"] = [v if math.isfinite(v) and v == int(v) else math.nan
+                      for v in (number(e.get("epoch")) for e in epochs)]
+    for column, limit in EPOCH_LIMITS.items():
+        if column not in frame:
+            continue
+        values = frame[column].astype(float)
+        given = pd.Series([e.get(column) is not None for e in epochs], index=frame.index)
+        wrong = given & ~(np.isfinite(values) & (values > 0) & (values <= limit))
+        if wrong.any():
+            first = epochs[int(np.flatnonzero(wrong.to_numpy())[0])][column]
+            action = "those epochs are skipped" if column == "seconds" else "left empty"
+            warn(f"{source}: epochs' {column!r} must be a positive number up to {limit:g}, got {_shown(first)} in "
+                 f"{int(wrong.sum())} of {len(frame)} epochs: {action}")
+            frame.loc[wrong, column] = math.nan
+    bad = frame["epoch"].isna() | frame["seconds"].isna()
     if bad.all():
-        raise RunFileError(f"{source}: no epoch has a number for 'epoch' and a finite, non-negative 'seconds'")
-    if bad.any():
-        warn(f"{source}: skipped {int(bad.sum())} of {len(frame)} epochs without a valid epoch number and seconds")
+        raise RunFileError(f"{source}: no epoch has a whole number for 'epoch' and a positive number for 'seconds'")
+    if bad.any() and frame.loc[bad, "epoch"].isna().any():
+        warn(f"{source}: skipped {int(frame['epoch'].isna().sum())} of {len(frame)} epochs without a whole epoch number")
     frame = frame[~bad].copy()
     frame["epoch"] = frame["epoch"].astype(int)
-    return frame.reset_index(drop=True)
+    repeated = frame["epoch"].duplicated(keep="last")
+    if repeated.any():
+        numbers = ", ".join(map(str, sorted(set(frame.loc[repeated, "epoch"]))))
+        warn(f"{source}: epoch {numbers} is listed more than once; the last entry is used")
+        frame = frame[~repeated]
+    return frame.sort_values("epoch").reset_index(drop=True)
 
 
 # ---------------------------------------------------------------- CSVs

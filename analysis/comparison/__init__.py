@@ -21,7 +21,7 @@ import pandas as pd
 
 from analysis import run_files
 from analysis.comparison.chart import plot_compare
-from analysis.comparison.errors import CompareError
+from analysis.comparison.errors import CompareError, UnusableRun
 from analysis.comparison.explain import LABELS, advice, explain, per_image_gaps
 from analysis.comparison.gate import slower_than_baseline
 from analysis.comparison.op_diff import op_diff_runs
@@ -76,10 +76,30 @@ def compare_runs(runs, externals=(), baseline: str | None = None):
                        f"{'are' if len(skipped) > 1 else 'is'} not a run directory (no run.json): "
                        f"{', '.join(map(str, skipped))}")
         runs = [path for path in runs if path not in skipped]
-    rows = [run_row(read_run(path)) for path in runs]
+    runs = _each_once(runs)
+    rows = []
+    for path in runs:
+        try:
+            rows.append(run_row(read_run(path)))
+        except UnusableRun as exc:
+            if len(runs) + len(externals) < 2:
+                raise
+            run_files.warn(f"skipped {path}: {exc}")
     for csv in externals:
         rows += external_rows(read_external(csv))
     return compare(rows, baseline)
+
+
+def _each_once(runs: list[Path]) -> list[Path]:
+    """`runs` with a run directory given twice (also as another spelling of its path) kept once, with a warning."""
+    seen: dict[Path, Path] = {}
+    for path in runs:
+        key = path.resolve() if path.exists() else path
+        if key in seen:
+            run_files.warn(f"{path} was given twice (as {seen[key]} before): it is shown once")
+        else:
+            seen[key] = path
+    return list(seen.values())
 
 
 def compare_paths(runs, externals=(), baseline: str | None = None, ops: bool = False) -> Comparison:

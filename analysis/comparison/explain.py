@@ -52,17 +52,30 @@ def explain(row: dict | pd.Series, fastest: dict | pd.Series) -> str:
     else:
         numbers = (f"{row['epoch_images_per_second']:.0f} vs {fastest['epoch_images_per_second']:.0f} images/s "
                    "over whole epochs")
-    head = f"{device}: {ratio:.1f}x slower than {other} ({numbers})"
+    head = f"{device}: {times(ratio)} slower than {other} ({numbers})"
     if not has_parts:
         return f"{head}; measured elsewhere, no breakdown: run it under 'devprof run' to see why"
     if not fastest_parts:
         part = max(COMPONENTS, key=lambda p: row[f"{p}_pct"])
         return (f"{head}; the faster one has no breakdown; here {LABELS[part]} is {row[f'{part}_pct']:.0f} % "
                 f"of the epoch ({_parts_text(row)}); {advice(row, part)}")
-    gaps = per_image_gaps(row, fastest)
+    # Runs that train different numbers of images: the training part is compared per image, and
+    # epoch-level work (validation of a fixed set, iterator set-up) on its own, since per training
+    # image it weighs more the fewer images an epoch trains.
+    per_image = _images_known(row, fastest)
+    separate = per_image and not _same_images(row, fastest)
+    parts = TRAINING_PARTS if separate else COMPONENTS
+    cost = _per_image_ms if per_image else _per_epoch_s
+    unit = "ms/image" if per_image else "s/epoch"
+    gaps = {p: cost(row, p) - cost(fastest, p) for p in parts}
     total = sum(gaps.values())
-    fastest_ms = sum(_per_image_ms(fastest, p) for p in COMPONENTS)
-    if not total > NO_GAP_SHARE * fastest_ms:
+    fastest_cost = sum(cost(fastest, p) for p in parts)
+    level = (f"; epoch-level work is apart, as the runs train different numbers of images: "
+             f"{row['epoch_level_s']:.3g} vs {fastest['epoch_level_s']:.3g} s per epoch") if separate else ""
+    if not total > NO_GAP_SHARE * fastest_cost:
+        if separate:
+            return (f"{head}; training costs the same per image ({sum(cost(row, p) for p in parts):.3g} vs "
+                    f"{fastest_cost:.3g} ms/image){level}; {advice(row, 'epoch_level')}")
         return (f"{device}: as fast as {other} ({row['seconds_per_epoch']:.3g} vs "
                 f"{fastest['seconds_per_epoch']:.3g} s/epoch): no gap to explain")
     # Shares are of the parts that got slower, so each lies in 0-100 %; parts that got
@@ -70,12 +83,29 @@ def explain(row: dict | pd.Series, fastest: dict | pd.Series) -> str:
     slower = {p: g for p, g in gaps.items() if g > 0}
     part = max(slower, key=slower.get)
     share = 100.0 * slower[part] / sum(slower.values())
-    mine, theirs = _per_image_ms(row, part), _per_image_ms(fastest, part)
-    faster = [f"{_short(p)} {-g:.3g} ms/image faster" for p, g in gaps.items() if g < 0 and -g > NO_GAP_SHARE * fastest_ms]
+    mine, theirs = cost(row, part), cost(fastest, part)
+    faster = [f"{_short(p)} {-g:.3g} {unit} faster" for p, g in gaps.items() if g < 0 and -g > NO_GAP_SHARE * fastest_cost]
     offset = f", while {' and '.join(faster)}" if faster else ""
-    return (f"{head}; {LABELS[part]} explains {share:.0f} % of the {total:.3g} ms/image gap "
-            f"({mine:.3g} vs {theirs:.3g} ms/image; {row[f'{part}_pct']:.0f} % {_short(part)} in its epoch{offset}); "
-            f"{advice(row, part)}")
+    training = " of training" if separate else ""
+    return (f"{head}; {LABELS[part]} explains {share:.0f} % of the {total:.3g} {unit} gap{training} "
+            f"({mine:.3g} vs {theirs:.3g} {unit}; {row[f'{part}_pct']:.0f} % {_short(part)} in its epoch{offset})"
+            f"{level}; {advice(row, part)}")
+
+
+TRAINING_PARTS = ("input", "compute", "host")
+
+
+def times(ratio: float) -> str:
+    """A speed ratio as the table shows it (`1.05x`, `80.0x`)."""
+    return f"{ratio:.2f}x" if ratio < 10 else f"{ratio:.1f}x"
+
+
+def _images_known(row, other) -> bool:
+    return not (pd.isna(row["images_per_epoch"]) or pd.isna(other["images_per_epoch"]))
+
+
+def _per_epoch_s(row, part: str) -> float:
+    return row[f"{part}_s"]
 
 
 def _short(part: str) -> str:
@@ -88,6 +118,10 @@ def _same_images(row, other) -> bool:
 
 
 def _slower_ratio(row, fastest) -> float:
+    """How many times slower `row` is than `fastest`: the ratio of the table's speed-ups, so the
+    sentence and the table say the same."""
+    if "speedup" in row and not (pd.isna(row["speedup"]) or pd.isna(fastest["speedup"])) and row["speedup"] > 0:
+        return fastest["speedup"] / row["speedup"]
     if not (pd.isna(row["epoch_images_per_second"]) or pd.isna(fastest["epoch_images_per_second"])):
         return fastest["epoch_images_per_second"] / row["epoch_images_per_second"]
     return row["seconds_per_epoch"] / fastest["seconds_per_epoch"]

@@ -8,7 +8,7 @@ import pandas as pd
 
 from analysis import epochs as epochs_mod
 from analysis import run_files
-from analysis.comparison.errors import CompareError
+from analysis.comparison.errors import CompareError, UnusableRun
 from analysis.device_facts import peak_dtype
 from analysis.utilization import headline
 
@@ -70,7 +70,9 @@ def run_row(run: dict) -> dict:
     try:
         epochs = run_files.run_epochs(meta, f"{run['path']}/{run_files.RUN_JSON}")
     except run_files.RunFileError as exc:
-        raise CompareError(str(exc)) from None
+        raise UnusableRun(str(exc)) from None
+    if epochs.empty:
+        raise UnusableRun(f"{run['path']}/{run_files.RUN_JSON} has no finished epochs yet; nothing to compare")
     steady = steady_epochs(epochs)
     seconds = float(steady["seconds"].median())
     images = float(steady["images"].median()) if "images" in steady else float("nan")
@@ -79,6 +81,7 @@ def run_row(run: dict) -> dict:
         "run": run["name"], "path": run["path"], "device": str(device.get("name") or device.get("kind") or "?"),
         "kind": device.get("kind"), "external": False, "status": meta.get("status"),
         "precision": config.get("precision", "float32"), "jit_compile": bool(config.get("jit_compile")),
+        "bfloat16_units": device.get("bfloat16_units") if isinstance(device.get("bfloat16_units"), list) else None,
         "batch_size": _num(config.get("batch_size")),
         "steps_per_call": int(config.get("steps_per_execution") or 1),
         "steps_per_epoch": _num(meta.get("steps_per_epoch")),
@@ -102,7 +105,7 @@ def run_row(run: dict) -> dict:
         per_step = steady_calls["step_ms"] / steady_calls["steps"]
         row["median_step_ms"] = float(per_step.median())
         row["median_ms_per_image"] = float((steady_calls["step_ms"] / steady_calls["images"]).median())
-        breakdown = epochs_mod.epoch_breakdown(run["steps"], epochs)
+        breakdown = epochs_mod.epoch_breakdown(run["steps"], epochs, f"{run['path']}/{run_files.RUN_JSON}")
         row.update(steady_components(breakdown, row["epochs_used"], seconds, run.get("trace_mean")))
         row["compute_source"] = "trace" if run.get("trace_mean") else "steps.csv"
     row.update(headline(run.get("utilization") or {}))
@@ -133,7 +136,7 @@ def external_rows(external: pd.DataFrame) -> list[dict]:
         seconds = float(record["seconds_per_epoch"])
         images = float(record.get("images", float("nan")))
         row = {"run": record["device"], "path": None, "device": record["device"], "kind": None, "external": True,
-               "status": "external", "precision": None, "jit_compile": None, "batch_size": float(record.get("batch_size", float("nan"))),
+               "status": "external", "precision": None, "jit_compile": None, "bfloat16_units": None, "batch_size": float(record.get("batch_size", float("nan"))),
                "steps_per_call": None, "steps_per_epoch": float("nan"), "epochs": None, "epochs_used": [],
                "seconds_per_epoch": seconds, "images_per_epoch": images, "train_seconds_per_epoch": float("nan"),
                "images_per_second": float("nan"), "epoch_images_per_second": images / seconds,
