@@ -1,81 +1,100 @@
-"""One row per device plane: each step cut from the device's side, and the host's launch cost.
+"""One row per device plane: each step from the device's own side, and the host's launch cost.
 
-On a device a step is compute + input + copy + collective + idle, exactly: its own
-activity (`events.device_events`) split by `steps.device_parts`, made disjoint in the
-order compute > collective > copy > input (a copy or collective hidden under compute
-costs nothing), and the rest is idle. Idle is split by cause where the trace can tell:
-`idle_input_ms` while the host waits for its batch, `idle_host_ms` the rest (launch,
-Python, synchronisation). Device planes without events are listed as idle.
+Device work is grouped into the device's own steps (`analysis.device_steps`: the trace's
+grouping, never the host's step intervals); a row holds the means over the analysis' steady
+steps in which the device ran: its own step span, cut exactly into compute + input + copy +
+collective + idle. Idle is split by cause where the trace can tell: `idle_input_ms` while the
+host waits for its batch, `idle_host_ms` the rest (launch, Python, synchronisation). A device
+plane with no events, or whose events stop while the host still launches work, is not
+recorded: `recorded` false, its parts null, never "idle".
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pandas as pd
 
 from analysis import intervals as iv
 from analysis import producers
+from analysis.device_steps import assign_steps, per_step_parts
 from analysis.events import NS_PER_MS, device_events, host_events, is_device_plane, matches
 from analysis.steps import device_parts, input_intervals
 
 DEVICE_PARTS = ("compute", "input", "copy", "collective", "idle")
-ROW_KEYS = ["device", "host", "step_count", "step_ms", "compute_ms", "input_ms", "idle_ms", "copy_ms",
-            "collective_ms", "idle_input_ms", "idle_host_ms", "idle"]
+MEAN_KEYS = ("step_ms", "compute_ms", "input_ms", "copy_ms", "collective_ms", "idle_ms", "idle_input_ms",
+             "idle_host_ms", "input_overlapped_ms")
+ROW_KEYS = ["device", "host", "recorded", "grouping", "step_count", "step_ms", "compute_ms", "input_ms", "idle_ms",
+            "copy_ms", "collective_ms", "idle_input_ms", "idle_host_ms", "input_overlapped_ms", "outside_steps_ms",
+            "idle"]
 
 
-def disjoint_parts(parts: dict[str, iv.Intervals]) -> dict[str, iv.Intervals]:
-    """compute > collective > copy > input: each part keeps only what no earlier part covers."""
-    taken = iv.empty()
-    out = {}
-    for name in ("compute", "collective", "copy", "input"):
-        out[name] = iv.subtract(parts[name], taken)
-        taken = iv.union_of(taken, out[name])
-    out["busy"] = taken
-    return out
+def device_rows(events: pd.DataFrame, planes: pd.DataFrame, steps: pd.DataFrame, used: pd.DataFrame,
+                host: str = "", step_name: str = "") -> tuple[list[dict], list[str]]:
+    """(one dict per GPU/TPU plane, notes on devices whose activity was not recorded).
 
-
-def device_steps(device: pd.DataFrame, steps: pd.DataFrame, host_input: iv.Intervals) -> pd.DataFrame:
-    """Per step of `steps` (global `start_ns`/`end_ns`), this device's parts in ms."""
-    parts = disjoint_parts(device_parts(device))
-    starts = steps["start_ns"].to_numpy(dtype=np.int64)
-    ends = steps["end_ns"].to_numpy(dtype=np.int64)
-    frame = pd.DataFrame({"step": steps["step"].to_numpy(), "step_ms": (ends - starts) / NS_PER_MS})
-    busy_ns = iv.overlap(parts["busy"], starts, ends)
-    for name in ("compute", "collective", "copy", "input"):
-        frame[f"{name}_ms"] = iv.overlap(parts[name], starts, ends) / NS_PER_MS
-    idle = iv.subtract(iv.union(starts, ends), parts["busy"])
-    idle_ns = (ends - starts) - busy_ns
-    idle_input_ns = iv.overlap(iv.intersect(idle, host_input), starts, ends)
-    frame["idle_ms"] = idle_ns / NS_PER_MS
-    frame["idle_input_ms"] = idle_input_ns / NS_PER_MS
-    frame["idle_host_ms"] = (idle_ns - idle_input_ns) / NS_PER_MS
-    frame["active"] = busy_ns > 0
-    assert (idle_ns >= 0).all()
-    return frame
-
-
-def device_rows(events: pd.DataFrame, planes: pd.DataFrame, steps: pd.DataFrame, host: str = "") -> list[dict]:
-    """One dict per GPU/TPU plane (planes without events: `step_count` 0 and `idle` true).
-
-    Means are over the steps in which the device did anything (`step_count`)."""
+    `steps` are all the analysis' steps (device work is assigned among them), `used` the
+    steady complete ones its means are over; the rest of the device's busy time is
+    `outside_steps_ms` (in ms over the whole window)."""
     activity = device_events(events)
     host_input = input_intervals(events)
-    rows = []
+    steps = steps.reset_index(drop=True).assign(name=step_name)
+    used_positions = np.flatnonzero(steps["start_ns"].isin(used["start_ns"]).to_numpy()
+                                    & steps["step"].isin(used["step"]).to_numpy())
+    complete = np.flatnonzero(~steps["partial"].astype(bool).to_numpy()) if "partial" in steps \
+        else np.arange(len(steps))
+    launches = _launch_times(events)
+    rows, notes, empty = [], [], []
     for plane_id, plane_name in _device_planes(planes):
-        own = activity[activity["plane"] == plane_id]
-        row = {"device": plane_name, "host": host, "step_count": 0, "idle": True}
-        row.update({f"{part}_ms": 0.0 for part in ("step", *DEVICE_PARTS)})
-        row.update(idle_input_ms=0.0, idle_host_ms=0.0)
-        if not own.empty and len(steps):
-            per_step = device_steps(own, steps, host_input)
-            active = per_step[per_step["active"]]
-            if not active.empty:
-                row.update({key: float(active[key].mean()) for key in
-                            ("step_ms", "compute_ms", "input_ms", "copy_ms", "collective_ms", "idle_ms",
-                             "idle_input_ms", "idle_host_ms")})
-                row.update(step_count=int(len(active)), idle=False)
+        own = activity[activity["plane"] == plane_id].reset_index(drop=True)
+        row = {"device": plane_name, "host": host, "recorded": False, "grouping": None, "step_count": 0, "idle": None}
+        row.update({key: math.nan for key in (*MEAN_KEYS, "outside_steps_ms")})
+        if own.empty:
+            empty.append(plane_name)
+            rows.append({key: row[key] for key in ROW_KEYS})
+            continue
+        stop = int(own["end_ns"].max())
+        if len(used_positions) and stop < int(steps["start_ns"].iloc[used_positions[-1]]) and (launches > stop).any():
+            notes.append(f"{plane_name}: device activity not recorded after {(stop - int(steps['start_ns'].min())) / NS_PER_MS:.1f}"
+                         " ms into the window while the host kept launching work (the tracer stopped or dropped events): "
+                         "its parts are left out; " + NOT_RECORDED_FIX)
+            rows.append({key: row[key] for key in ROW_KEYS})
+            continue
+        positions, grouping, own_spans = assign_steps(own, events, steps)
+        per_step = per_step_parts(own, positions, device_parts, host_input, own_spans)
+        mine = per_step[per_step["position"].isin(used_positions)]
+        row.update(recorded=True, grouping=grouping, step_count=int(len(mine)), idle=False)
+        if len(mine):
+            ms = lambda column: float(mine[column].mean()) / NS_PER_MS  # noqa: E731
+            row.update(step_ms=ms("span_ns"), compute_ms=ms("compute_ns"), input_ms=ms("input_ns"),
+                       copy_ms=ms("copy_ns"), collective_ms=ms("collective_ns"), idle_ms=ms("idle_ns"),
+                       idle_input_ms=ms("idle_input_ns"), idle_host_ms=ms("idle_ns") - ms("idle_input_ns"),
+                       input_overlapped_ms=ms("input_overlapped_ns"))
+        outside = own[~np.isin(positions, complete)]
+        row["outside_steps_ms"] = iv.total(iv.union(outside["start_ns"].to_numpy(), outside["end_ns"].to_numpy())) \
+            / NS_PER_MS
         rows.append({key: row[key] for key in ROW_KEYS})
-    return rows
+    if empty:
+        named = ", ".join(empty) if len(empty) <= 3 else f"{empty[0]} ... {empty[-1]}"
+        if len(empty) == len(rows):
+            notes.insert(0, f"device activity not recorded: {named} ha{'s' if len(empty) == 1 else 've'} no events, so "
+                            "the device side of the steps is unknown (not idle) and stays out of the verdict; "
+                            + NOT_RECORDED_FIX)
+        else:
+            notes.append(f"{len(empty)} device plane{'s' if len(empty) > 1 else ''} without events ({named}): not "
+                         "recorded, shown as unknown (a device this program did not use, or one the tracer missed)")
+    return rows, notes
+
+
+NOT_RECORDED_FIX = ("the GPU tracer needs CUPTI access (run as root, or allow profiling by non-admin users: "
+                    "NVreg_RestrictProfilingToAdminUsers=0) and a CUPTI that matches the driver; check that "
+                    "--device-tracer-level is 1 and the trace window holds the training steps")
+
+
+def _launch_times(events: pd.DataFrame) -> np.ndarray:
+    host = host_events(events)
+    return host.loc[matches(host["name"], producers.pattern("launch")), "start_ns"].to_numpy(dtype=np.int64)
 
 
 def _device_planes(planes: pd.DataFrame) -> list[tuple[int, str]]:

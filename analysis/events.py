@@ -65,11 +65,16 @@ def device_events(events: pd.DataFrame) -> pd.DataFrame:
     return on_device[keep]
 
 
-def device_kind(events: pd.DataFrame) -> str:
-    """`cpu`, or `gpu`/`tpu` (with a count) when device planes hold events."""
+def device_kind(events: pd.DataFrame, plane_table: pd.DataFrame | None = None) -> str:
+    """`cpu`, or `gpu`/`tpu` (with a count) when device planes hold events; from `plane_table`
+    (the trace's planes) when they hold none: a GPU whose activity was not recorded is still a GPU."""
     on_device = device_events(events)
     if on_device.empty:
-        return "cpu"
+        names = [] if plane_table is None else [n for n in plane_table["plane_name"].astype(str) if is_device_plane(n)]
+        if not names:
+            return "cpu"
+        kind = planes.DEVICE_PLANE.match(names[0]).group(1).lower()
+        return kind if len(names) == 1 else f"{kind} x{len(names)}"
     names = on_device["plane_name"].unique()
     kind = planes.DEVICE_PLANE.match(names[0]).group(1).lower()
     return kind if len(names) == 1 else f"{kind} x{len(names)}"

@@ -271,8 +271,9 @@ RULES: list[Rule] = [
                     "larger per-worker batch spreads each all-reduce over more images"),
          bound="collective", description=f"collective wait >= {COLLECTIVE_BOUND_PCT:g} % of step time"),
     Rule("host_bound", "host", lambda f: f.host_pct >= HOST_BOUND_PCT,
-         lambda f: ("Host-bound: time goes to Python and dispatch between TensorFlow calls, not to waiting for "
-                    "input; look at the training loop."),
+         lambda f: ("Host-bound: time goes to Python and dispatch between "
+                    f"{'jitted' if f.producer == 'jax' else 'TensorFlow'} calls, not to waiting for input; look at the "
+                    "training loop."),
          _host_fix, lambda f: [_host_steps_per_call(f), *_host_advice(f)], bound="host",
          description=f"host overhead >= {HOST_BOUND_PCT:g} % of step time (high from {HIGH_HOST_PCT:g} %)"),
     Rule("compute_bound", "compute", lambda f: True,

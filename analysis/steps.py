@@ -178,13 +178,14 @@ def device_collective_intervals(events: pd.DataFrame) -> iv.Intervals:
 
 
 def step_breakdown(markers: pd.DataFrame, input_: iv.Intervals, compute: iv.Intervals, compile_: iv.Intervals,
-                   collective: iv.Intervals | None = None) -> pd.DataFrame:
+                   collective: iv.Intervals | None = None, overlapped: iv.Intervals | None = None) -> pd.DataFrame:
     """Per-step input/compute/collective/host/compile in ms from category intervals.
 
     Input has priority over compile, compile over compute, compute over collective
     (collective time hidden under compute costs nothing); host is the remainder, so
     `input_ms + compute_ms + collective_ms + host_ms == step_ms` holds exactly (and
-    `compile_ms` is the part of `host_ms` spent tracing and compiling).
+    `compile_ms` is the part of `host_ms` spent tracing and compiling). `overlapped` is input
+    work that ran while the step computed (`input_overlapped_ms`, outside the sum).
     """
     starts = markers["start_ns"].to_numpy(dtype=np.int64)
     ends = markers["end_ns"].to_numpy(dtype=np.int64)
@@ -204,12 +205,16 @@ def step_breakdown(markers: pd.DataFrame, input_: iv.Intervals, compute: iv.Inte
             "steps": markers["steps"].to_numpy(),
             "start_ns": starts,
             "end_ns": ends,
+            # where the step's own call (marker, program execution) ends: the work it launched is inside
+            "marker_end_ns": markers["marker_end_ns"].to_numpy(dtype=np.int64) if "marker_end_ns" in markers else ends,
             "step_ms": step_ns / NS_PER_MS,
             "input_ms": input_ns / NS_PER_MS,
             "compute_ms": compute_ns / NS_PER_MS,
             "collective_ms": collective_ns / NS_PER_MS,
             "host_ms": host_ns / NS_PER_MS,
             "compile_ms": compile_ns / NS_PER_MS,
+            "input_overlapped_ms": iv.overlap(overlapped if overlapped is not None else iv.empty(), starts, ends)
+            / NS_PER_MS,
             "partial": markers["partial"].to_numpy() if "partial" in markers else np.zeros(len(markers), bool),
         }
     )
@@ -225,15 +230,21 @@ def analyze_steps(trace: Trace, step_name: str | None = None) -> StepAnalysis:
     """Steps (found by `step_detection`), categories and the per-step breakdown of a parsed trace."""
     events = trace.events
     detected = detect_steps(events, step_name)
-    device = device_kind(events)
-    if device == "cpu":
+    device = device_kind(events, trace.planes)
+    input_ = input_intervals(events)
+    overlapped = iv.empty()
+    if device_events(events).empty:  # a CPU run, or devices whose activity was not recorded
         host = host_events(events)
         collective = intervals(host[matches(host["name"], producers.pattern("collective"), search=True)])
         compute = iv.subtract(host_compute_intervals(events, detected.spans), collective)
     else:
         parts = device_parts(device_events(events))
         compute, collective = parts["compute"], parts["collective"]
-    steps = step_breakdown(detected.steps, input_intervals(events), compute, compile_intervals(events), collective)
+        # Input the devices computed through (a copy stream beside the kernels, the next batch
+        # fetched while the last step runs) is not waited for.
+        overlapped = iv.intersect(input_, compute)
+        input_ = iv.subtract(input_, compute)
+    steps = step_breakdown(detected.steps, input_, compute, compile_intervals(events), collective, overlapped)
     notes = [detected.note] if detected.note else []
     return StepAnalysis(device, detected.method, detected.name, steps, detected, notes)
 
@@ -264,4 +275,5 @@ def mean_breakdown(steps: pd.DataFrame) -> dict[str, float]:
     for part in ("input", "compute", "collective", "host"):
         if f"{part}_ms" in steps:
             mean[f"{part}_pct"] = 100.0 * float(steps[f"{part}_ms"].sum()) / total_ms if total_ms > 0 else 0.0
+    mean["input_overlapped_ms"] = float(steps["input_overlapped_ms"].mean()) if "input_overlapped_ms" in steps else 0.0
     return mean

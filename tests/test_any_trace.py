@@ -196,20 +196,23 @@ def test_one_row_per_device_plane_and_none_for_custom_planes(synthetic, case):
 
 
 @pytest.mark.parametrize("case", DEVICE_CASES)
-def test_device_planes_without_events_are_listed_idle(synthetic, case):
+def test_device_planes_without_events_are_not_recorded_never_idle(synthetic, case):
     made = synthetic[case]
-    rows = device_rows(result(made.path))
+    data = result(made.path)
+    rows = device_rows(data)
     assert made.idle_devices
     for name in made.idle_devices:
         row = rows[name]
-        assert row["idle"] is True, row
+        assert row["recorded"] is False and row["idle"] is None, row
         assert row["step_count"] == 0, row
-        assert all(row[key] == 0 for key in ("step_ms", *DEVICE_PARTS)), row
+        assert all(row[key] is None for key in ("step_ms", *DEVICE_PARTS)), row  # unknown, not 0
+    assert any("not recorded" in note for note in data["notes"]), data["notes"]
+    assert all(rows[name]["recorded"] is True for name in made.devices)
 
 
 @pytest.mark.parametrize("case", DEVICE_CASES)
 def test_device_parts_add_up_to_the_device_step(synthetic, case):
-    for row in result(synthetic[case].path)["devices"]:
+    for row in [row for row in result(synthetic[case].path)["devices"] if row["recorded"]]:
         assert row["step_ms"] == pytest.approx(sum(row[key] for key in DEVICE_PARTS), abs=EXACT_MS), row
         assert all(row[key] >= -EXACT_MS for key in DEVICE_PARTS), row
 
