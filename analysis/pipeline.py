@@ -139,8 +139,12 @@ def analyze_source(source: StepSource) -> Analysis:
     samplers: dict[str, pd.DataFrame] = {}
     epochs = reconciliation = None
     epoch_starts: list[float] = []
+    run_notes: list[str] = []
     if run_dir is not None:
         meta = run_files.read_run_json(run_dir / run_files.RUN_JSON)
+        if meta.get("status") == "running":
+            run_notes.append("the run is still running (run.json status 'running'): the figures cover the steps "
+                             "written so far")
         samplers = run_files.read_utilization(run_dir)
         steps_csv = run_dir / run_files.STEPS_CSV
         if steps_csv.is_file():
@@ -159,7 +163,7 @@ def analyze_source(source: StepSource) -> Analysis:
 
     trace = source.trace
     events = trace.events if trace is not None else None
-    notes = list(source.notes)
+    notes = list(source.notes) + run_notes
     devices: list[dict] = []
     launch = None
     ops = pd.DataFrame(columns=OP_COLUMNS)
@@ -179,6 +183,7 @@ def analyze_source(source: StepSource) -> Analysis:
         **mean, **machine, **trace_facts.collect(events, source.steps, devices, run_files.section(meta, "device")),
         "kind": source.device, "producer": source.producer,
         "precision": config.get("precision"), "jit_compile": config.get("jit_compile"),
+        "bfloat16_units": run_files.section(meta, "device").get("bfloat16_units"),
         "steps_per_call": source.steps_per_call, "steps_per_epoch": meta.get("steps_per_epoch"),
         "slowest_input_stage": stage,
         "input_py_function": runs_python(events, stage) if events is not None else False,
