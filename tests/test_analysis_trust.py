@@ -56,8 +56,9 @@ def test_analyze_output_csvs_quote_formula_text(device_trace, tmp_path):
     ops = result.ops.copy()
     ops.loc[0, "op"] = FORMULA
     ops.loc[1, "type"] = "@SUM(A1)"
-    rec = pd.DataFrame({"step": [1], "note": ["-cmd"], "step_ms": [-1.5]})
-    epochs = pd.DataFrame({"epoch": [1], "label": ["+x"], "seconds": [1.0]})
+    rec = pd.DataFrame({"step": [1], "note": ["-cmd"], "step_ms_diff": [-1.5]})
+    run = pipeline.analyze(make_small_run(tmp_path / "run", [step_line(i) for i in range(6)]))
+    epochs = run.epochs.assign(label="+x")
     steps = result.steps.copy()
     steps["name"] = "=1+2"
     hostile = dataclasses.replace(result, ops=ops, reconciliation=rec, epochs=epochs, steps=steps)
@@ -68,7 +69,7 @@ def test_analyze_output_csvs_quote_formula_text(device_trace, tmp_path):
     assert pd.read_csv(out / "ops.csv")["op"][0] == "'" + FORMULA
     assert pd.read_csv(out / "ops.csv")["type"][1] == "'@SUM(A1)"
     reconciled = pd.read_csv(out / "trace_vs_steps.csv")
-    assert reconciled["note"][0] == "'-cmd" and reconciled["step_ms"][0] == -1.5  # numbers stay numbers
+    assert reconciled["note"][0] == "'-cmd" and reconciled["step_ms_diff"][0] == -1.5  # numbers stay numbers
     assert pd.read_csv(out / "epoch_breakdown.csv")["label"][0] == "'+x"
     assert set(pd.read_csv(out / "step_breakdown.csv")["name"]) == {"'=1+2"}
     assert set(pd.read_csv(io.StringIO(hostile.render("csv")))["name"]) == {"'=1+2"}
@@ -254,3 +255,174 @@ def test_a_session_with_few_steps_says_so(tmp_path):
     result = pipeline.analyze(session.logdir)
     assert result.straggler is None and "too few steps" in result.straggler_reason
     assert "straggler: none (too few steps" in result.render("text")
+
+
+# ---------------------------------------------------------------- 5. steps.csv rows twice or out of order
+
+
+def test_duplicated_and_shuffled_steps_are_cleaned_with_one_warning(tmp_path, capsys):
+    lines = [step_line(i) for i in range(10)]
+    lines[0] = step_line(0, call_ms=500.0)  # the compile step
+    messy = [*lines[5:], *lines, *lines[:5]]  # out of order, and half of the rows twice
+    run = make_small_run(tmp_path / "run", messy, epochs=[{"epoch": 1, "seconds": 0.7, "images": 1000}])
+    code, out, err = run_cli(["analyze", run, "--format", "json"], capsys)
+    assert code == 0, err
+    warnings = lines_starting(err, "warning:")
+    assert len(warnings) == 1 and "dropped 10 rows" in warnings[0] and "sorted" in warnings[0], err
+    document = json.loads(out)
+    assert [s["step"] for s in document["steps"]] == list(range(10))
+    assert document["steps"][0]["compile_ms"] > 400  # the first step is the compile step again
+    assert document["steps_used"] == 9 and document["mean"]["step_ms"] == pytest.approx(10.0)
+    epoch = document["epochs"][0]
+    assert epoch["calls"] == 10 and epoch["epoch_level_s"] >= 0
+    for key, value in epoch.items():
+        if key.endswith("_pct"):
+            assert 0 <= value <= 100, (key, value)
+
+
+def test_an_epoch_shorter_than_its_steps_is_a_warning_not_a_negative_time(tmp_path, capsys):
+    run = make_small_run(tmp_path / "run", [step_line(i) for i in range(10)],
+                         epochs=[{"epoch": 1, "seconds": 0.05, "images": 1000}])  # the steps take 0.1 s
+    code, out, err = run_cli(["analyze", run, "--format", "json"], capsys)
+    assert code == 0, err
+    assert any("less than its steps" in line and "run.json" in line for line in lines_starting(err, "warning:"))
+    epoch = json.loads(out)["epochs"][0]
+    assert epoch["epoch_level_s"] == 0 and all(0 <= v <= 100 for k, v in epoch.items() if k.endswith("_pct"))
+
+
+def test_renderers_refuse_a_negative_time_or_a_share_over_100(tmp_path):
+    run = make_small_run(tmp_path / "run", [step_line(i) for i in range(6)])
+    result = pipeline.analyze(run)
+    steps = result.steps.copy()
+    steps.loc[2, "host_ms"] = -3.0
+    broken = dataclasses.replace(result, steps=steps)
+    for fmt in ("text", "markdown", "json"):
+        with pytest.raises(ValueError, match="negative"):
+            broken.render(fmt)
+    shares = result.steps.copy()
+    shares.loc[1, "input_pct"] = 178.0
+    with pytest.raises(ValueError, match="over 100"):
+        dataclasses.replace(result, steps=shares).render("text")
+
+
+# ---------------------------------------------------------------- 6, 7. run.json checked by one reader
+
+
+def edit_run_json(run: Path, change) -> Path:
+    meta = json.loads((run / "run.json").read_text())
+    change(meta)
+    (run / "run.json").write_text(json.dumps(meta))
+    return run
+
+
+BAD_RUN_JSON = {
+    "text_numbers": (lambda m: [e.update(images="1000") for e in m["epochs"]], "'images'"),
+    "device_string": (lambda m: m.update(device="cpu"), "'device' must be an object"),
+    "negative_images": (lambda m: [e.update(images=-4340) for e in m["epochs"]], "'images'"),
+    "absurd_images": (lambda m: [e.update(images=1e30) for e in m["epochs"]], "'images'"),
+    "nan_images": (lambda m: [e.update(images=float("nan")) for e in m["epochs"]], "'images'"),
+    "text_batch": (lambda m: m["config"].update(batch_size="100"), "'config.batch_size'"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_RUN_JSON))
+def test_compare_and_analyze_name_a_bad_run_json_field(tmp_path, capsys, name):
+    change, field = BAD_RUN_JSON[name]
+    bad = edit_run_json(make_compare_run(tmp_path, "bad"), change)
+    good = make_compare_run(tmp_path, "good", epoch_seconds=(3.0, 1.0, 1.0))
+    code, out, err = run_cli(["compare", bad, good, "--format", "json"], capsys)
+    assert code == 0, err
+    warnings = [line for line in lines_starting(err, "warning:") if field in line]
+    assert len(warnings) == 1 and "bad/run.json" in warnings[0], err
+    rows = {row["run"]: row for row in json.loads(out)["rows"]}
+    for row in rows.values():
+        for key in ("images_per_second", "epoch_images_per_second", "speedup"):
+            assert row[key] is None or 0 < row[key] < 1e6, (key, row[key])
+    assert 0.5 < rows["bad"]["speedup"] / rows["good"]["speedup"] < 3  # 1 s against 0.6 s per epoch
+    code, out, err = run_cli(["analyze", bad, "--format", "json"], capsys)
+    assert code == 0 and "Traceback" not in err
+    assert len([line for line in lines_starting(err, "warning:") if field in line]) == 1, err
+
+
+def test_epochs_of_zero_seconds_are_named_not_an_internal_error(tmp_path, capsys):
+    zero = edit_run_json(make_compare_run(tmp_path, "zero"), lambda m: [e.update(seconds=0) for e in m["epochs"]])
+    good = make_compare_run(tmp_path, "good")
+    code, out, err = run_cli(["compare", zero, good], capsys)
+    assert code == 0 and "Assertion" not in err and "Traceback" not in err
+    assert any("zero/run.json" in line and "'seconds'" in line for line in lines_starting(err, "warning:")), err
+    assert any(line.startswith("warning: skipped") and "zero" in line for line in err.splitlines()), err
+    code, out, err = run_cli(["compare", zero], capsys)
+    assert code == 2 and lines_starting(err, "error:")[0].count("zero/run.json") == 1, err
+    code, out, err = run_cli(["analyze", zero], capsys)
+    assert code == 0 and "verdict:" in out and "zero/run.json" in err
+
+
+def test_an_epoch_listed_twice_is_named_not_a_pandas_error(tmp_path, capsys):
+    twice = edit_run_json(make_compare_run(tmp_path, "twice"), lambda m: m["epochs"][1].update(epoch=1))
+    for argv in (["compare", twice, make_compare_run(tmp_path, "good")], ["analyze", twice]):
+        code, out, err = run_cli(argv, capsys)
+        assert code == 0 and "reindex" not in err, err
+        assert any("twice/run.json: epoch 1 is listed more than once" in line
+                   for line in lines_starting(err, "warning:")), err
+
+
+# ---------------------------------------------------------------- 11, 14, 21
+
+
+def test_a_run_still_running_says_so(tmp_path, capsys):
+    run = edit_run_json(make_compare_run(tmp_path, "live"), lambda m: m.update(status="running"))
+    code, out, err = run_cli(["analyze", run], capsys)
+    assert code == 0 and "note: the run is still running" in out and "steps written so far" in out
+    document = json.loads(pipeline.analyze(run).render("json"))
+    assert any("still running" in note for note in document["notes"])
+    done = pipeline.analyze(make_compare_run(tmp_path, "done"))
+    assert not any("still running" in note for note in done.notes)
+
+
+def test_a_run_given_twice_is_shown_once(tmp_path, capsys, monkeypatch):
+    base = make_compare_run(tmp_path, "base")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["compare", base, "base/", "--format", "json"], capsys)
+    assert code == 0, err
+    assert [row["run"] for row in json.loads(out)["rows"]] == ["base"]
+    warnings = lines_starting(err, "warning:")
+    assert len(warnings) == 1 and "twice" in warnings[0], err
+
+
+def test_bfloat16_on_a_cpu_that_emulates_it_is_a_finding_in_analyze_and_compare(tmp_path):
+    def device(units):
+        return lambda m: m["device"].update(bfloat16_units=units)
+
+    emulated = edit_run_json(make_compare_run(tmp_path, "emulated", precision="mixed_bfloat16"), device([]))
+    native = edit_run_json(make_compare_run(tmp_path, "native", precision="mixed_bfloat16"), device(["amx_bf16"]))
+    unknown = edit_run_json(make_compare_run(tmp_path, "unknown", precision="mixed_bfloat16"), device(None))
+    found = pipeline.analyze(emulated).findings
+    assert [f["rule"] for f in found] == ["bf16_without_matrix_units"]
+    assert found[0]["severity"] == "warning" and "--precision float32" in found[0]["advice"]
+    assert "emulated" in found[0]["evidence"]
+    for other in (native, unknown):
+        assert "bf16_without_matrix_units" not in [f["rule"] for f in pipeline.analyze(other).findings]
+    table = compare.compare_runs([emulated, native])
+    rules_found = dict(zip(table["run"], table["findings"]))
+    assert [f["rule"] for f in rules_found["emulated"]] == ["bf16_without_matrix_units"]
+    assert rules_found["native"] == []
+
+
+# ---------------------------------------------------------------- 19. runs of different sizes
+
+
+def test_runs_of_different_sizes_are_explained_per_training_image(tmp_path):
+    """A 2,000-image run with 30 ms more input per batch of 100 against a 50,000-image run, both
+    validating 1,000 images (0.5 s): the input explains the gap, and the sentence gives the
+    table's speed-up."""
+    small = make_compare_run(tmp_path, "small", device="Small", steps=20, input_ms=31.0,
+                             epoch_seconds=(2.0, 20 * 0.085 + 0.5, 20 * 0.085 + 0.5))
+    big = make_compare_run(tmp_path, "big", device="Big", steps=500, epoch_seconds=(40.0, 500 * 0.055 + 0.5,
+                                                                                 500 * 0.055 + 0.5))
+    table = compare.compare_runs([small, big])
+    why = dict(zip(table["run"], table["why"]))["small"]
+    assert "input explains 100 % of the 0.3 ms/image gap of training" in why, why
+    assert "epoch-level work is apart" in why and "0.5 vs 0.5 s per epoch" in why, why
+    speedups = dict(zip(table["run"], table["speedup"]))
+    shown = speedups["big"] / speedups["small"]
+    assert f"{shown:.2f}x slower than Big" in why, (why, shown)

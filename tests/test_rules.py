@@ -35,6 +35,7 @@ TRIGGERS = {
     "launch_bound": dict(kernels_per_step=900.0, mean_kernel_us=6.0, idle_host_pct=55.0),
     "fp32_on_matrix_units": dict(matrix_units=("float16", "bfloat16")),
     "no_prefetch": dict(prefetches=False),
+    "bf16_without_matrix_units": dict(precision="mixed_bfloat16", bfloat16_units=()),
     "memory_near_limit": dict(device_mem_peak_bytes=15.2e9, device_mem_total_bytes=16e9),
 }
 

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import run_files
+from analysis.render import tables
 
 STEP_KEYS = ["step", "steps", "step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "compile_ms",
              "partial"]
@@ -43,6 +44,7 @@ def records(frame: pd.DataFrame, integer_keys=()) -> list[dict]:
 
 
 def analysis_document(analysis) -> dict:
+    tables.check_figures(analysis)
     result = {
         "schema_version": run_files.SCHEMA_VERSION,
         "source": str(analysis.path),

@@ -22,6 +22,7 @@ def markdown_table(frame: pd.DataFrame, align: list[str] | None = None) -> str:
 
 
 def render_analysis(analysis, plot_names: list[str] | None = None) -> str:
+    tables.check_figures(analysis)
     mean, verdict = analysis.mean, analysis.verdict
     out = ["# devprof analysis", ""]
     out += [f"- {line}" for line in tables.header_lines(analysis)]

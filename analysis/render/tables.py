@@ -15,6 +15,31 @@ STEP_HOW = {"markers": "step marker", "trace_groups": "the trace's step groups",
             "program_executions": "executions of", "window": "one interval:"}
 
 
+TOLERANCE = 1e-6
+
+
+def check_figures(analysis) -> None:
+    """The invariant every renderer holds an analysis to: no negative time, no share over 100 %.
+    The readers clean what would break it (rows written twice, epochs shorter than their steps);
+    a figure that still breaks it is a bug, and is refused rather than printed."""
+    tables = [("steps", analysis.steps), ("mean", pd.DataFrame([analysis.mean]))]
+    if analysis.epochs is not None:
+        tables.append(("epochs", analysis.epochs))
+    for name, frame in tables:
+        for column in frame.columns:
+            if not (column.endswith(("_ms", "_s", "_pct")) and pd.api.types.is_numeric_dtype(frame[column])):
+                continue
+            if column == "start_time_s":
+                continue
+            values = frame[column].astype(float)
+            if (values < -TOLERANCE).any():
+                raise ValueError(f"internal error: {name} {column} is negative ({values.min():g}); "
+                                 "please report it with the run directory")
+            if column.endswith("_pct") and (values > 100 + TOLERANCE).any():
+                raise ValueError(f"internal error: {name} {column} is over 100 % ({values.max():g}); "
+                                 "please report it with the run directory")
+
+
 def steps_table(analysis) -> pd.DataFrame:
     return analysis.steps[STEP_COLUMNS].round(3)
 

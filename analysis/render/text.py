@@ -9,6 +9,7 @@ from analysis.render import tables
 
 
 def render_analysis(analysis) -> str:
+    tables.check_figures(analysis)
     mean, verdict = analysis.mean, analysis.verdict
     out = tables.header_lines(analysis)
     out.append("")
