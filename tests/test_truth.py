@@ -1,0 +1,150 @@
+"""Right on traces devprof did not make: each test reproduces one way real GPU/TPU traces
+differ from devprof's own (tests/truth_fixtures.py) and checks the figure against what the
+fixture put there, to the nanosecond."""
+
+from __future__ import annotations
+
+import pytest
+
+import truth_fixtures as tf_fx
+
+from analysis import analyze
+
+EXACT_MS = 1e-6
+DEVICE_PARTS = ("compute_ms", "input_ms", "copy_ms", "collective_ms", "idle_ms")
+
+
+def _json(path):
+    return analyze(path).to_json()
+
+
+def _advice_text(data) -> str:
+    return " ".join([*data["verdict"]["advice"], *(f["advice"] for f in data["findings"]),
+                     data["verdict"]["evidence"]])
+
+
+def test_a_gpu_plane_without_events_is_not_recorded_and_not_judged(tmp_path):
+    made = tf_fx.write_tf_gpu_loop(tmp_path / "h.xplane.pb", record_gpu=False)
+    data = _json(made.path)
+    assert data["device"] == "gpu"
+    (row,) = data["devices"]
+    assert row["recorded"] is False and row["idle"] is None and row["compute_ms"] is None, row
+    notes = " ".join(data["notes"])
+    assert "not recorded" in notes and "CUPTI" in notes and "--device-tracer-level" in notes
+    assert data["verdict"]["bound"] is None and "not recorded" in data["verdict"]["reason"]
+    assert "CPU" not in _advice_text(data), _advice_text(data)
+
+
+def test_input_bound_still_judged_when_the_device_is_not_recorded(tmp_path):
+    made = tf_fx.write_tf_gpu_loop(tmp_path / "h.xplane.pb", record_gpu=False, input_wait_ms=2.5)
+    data = _json(made.path)
+    assert data["mean"]["input_pct"] == pytest.approx(100 * 2.5 / 5.0, abs=0.1)
+    assert data["verdict"]["bound"] == "input"
+
+
+def test_a_device_running_behind_the_host_keeps_its_own_steps(tmp_path):
+    # The host queues a step every 5 ms; the GPU needs 8: step k's kernels run during host
+    # steps k+1, k+2, ... Cut by host intervals the GPU would show 5 ms steps.
+    made = tf_fx.write_tf_gpu_loop(tmp_path / "h.xplane.pb", host_step_ms=5.0, device_period_ms=8.0,
+                                   kernels_ms=(4.0, 3.0), kernel_gap_ms=1.0)
+    data = _json(made.path)
+    (row,) = data["devices"]
+    assert row["recorded"] is True and row["grouping"] == "launches"
+    assert row["step_ms"] == pytest.approx(made.device_step_ms, abs=EXACT_MS)
+    assert row["compute_ms"] == pytest.approx(made.device_compute_ms, abs=EXACT_MS)
+    assert row["idle_ms"] == pytest.approx(1.0, abs=EXACT_MS)
+    assert row["step_ms"] == pytest.approx(sum(row[key] for key in DEVICE_PARTS), abs=EXACT_MS)
+    assert data["mean"]["device_step_ms"] == pytest.approx(made.device_step_ms, abs=EXACT_MS)
+    assert data["steps"][0]["step_ms"] == pytest.approx(made.host_step_ms, abs=EXACT_MS)
+    assert data["verdict"]["step_basis"] == "host"
+    assert row["step_count"] == data["steps_used"]
+
+
+def test_every_device_event_belongs_to_one_step_or_to_outside_steps(tmp_path):
+    made = tf_fx.write_tf_gpu_loop(tmp_path / "h.xplane.pb", steps=5, device_period_ms=8.0)
+    result = analyze(made.path)
+    row = result.devices.iloc[0]
+    used = result.steps_used
+    # Busy device time: in the steps the means cover, plus the remainder outside complete steps.
+    busy_in_steps = (row["compute_ms"] + row["copy_ms"] + row["input_ms"] + row["collective_ms"]) * used
+    total_busy = made.steps * made.device_compute_ms
+    compile_steps = len(result.steps) - used - int(result.steps["partial"].sum())
+    assert busy_in_steps + row["outside_steps_ms"] + compile_steps * made.device_compute_ms == \
+        pytest.approx(total_busy, abs=1e-3)
+
+
+def test_the_device_steps_line_is_the_step_even_when_it_has_one_event(tmp_path):
+    path = tf_fx.write_one_step_capture(tmp_path / "h.xplane.pb", step_ms=63.0)
+    data = _json(path)
+    assert data["step_source"] == "trace_groups" and len(data["steps"]) == 1
+    assert data["steps"][0]["step_ms"] == pytest.approx(63.0, abs=EXACT_MS)
+    assert data["mean"]["step_ms"] == pytest.approx(63.0, abs=EXACT_MS)
+    assert data["verdict"]["step_basis"] == "device"
+    (row,) = data["devices"]
+    assert row["grouping"] in ("group_id", "steps_line") and row["step_ms"] == pytest.approx(63.0, abs=EXACT_MS)
+
+
+def test_copies_under_the_kernels_are_not_input(tmp_path):
+    made = tf_fx.write_tf_gpu_loop(tmp_path / "h.xplane.pb", host_step_ms=10.0, device_period_ms=10.0,
+                                   device_lag_ms=0.5, kernels_ms=(6.0, 2.5), kernel_gap_ms=0.5,
+                                   overlapped_copy_ms=2.0, input_wait_ms=0.2)
+    data = _json(made.path)
+    assert data["mean"]["input_ms"] == pytest.approx(0.2, abs=EXACT_MS)  # only the host's wait
+    assert data["mean"]["input_overlapped_ms"] == pytest.approx(2.0, abs=EXACT_MS)
+    assert data["verdict"]["bound"] != "input", data["verdict"]
+    (row,) = data["devices"]
+    assert row["input_ms"] == pytest.approx(0.0, abs=EXACT_MS)
+    assert row["input_overlapped_ms"] == pytest.approx(2.0, abs=EXACT_MS)
+
+
+def test_program_executions_are_one_program_by_its_module(tmp_path):
+    programs = ["jit_init", *(["jit_train_step", "jit_eval_step"] * 2), "jit_train_step", "jit_eval_step",
+                "jit_train_step", "jit_train_step", "jit_log"]
+    path = tf_fx.write_jax_programs(tmp_path / "h.xplane.pb", programs)
+    data = _json(path)
+    assert data["step_source"] == "program_executions"
+    assert data["step_name"] == "jit_train_step"
+    assert len(data["steps"]) == programs.count("jit_train_step")
+
+
+def test_programs_that_never_repeat_are_the_window(tmp_path):
+    path = tf_fx.write_jax_programs(tmp_path / "h.xplane.pb", ["jit_a", "jit_b", "jit_c"])
+    data = _json(path)
+    assert data["step_source"] == "window" and len(data["steps"]) == 1
+    assert any("nothing repeats" in note for note in data["notes"])
+
+
+def test_a_jax_program_gets_jax_advice(tmp_path):
+    path = tf_fx.write_jax_programs(tmp_path / "h.xplane.pb", ["jit_train_step"] * 6, execute_ms=1.0, gap_ms=4.0)
+    data = _json(path)
+    assert data["verdict"]["bound"] == "host"
+    advice = _advice_text(data)
+    assert "jax.lax.scan" in advice or "fori_loop" in advice, advice
+    for wrong in ("--steps-per-execution", "model.compile", "tf.function", "--batch-size", "tf.data"):
+        assert wrong not in advice, (wrong, advice)
+
+
+def test_a_gpu_run_is_not_told_about_cpu_units(tmp_path):
+    made = tf_fx.write_tf_gpu_loop(tmp_path / "h.xplane.pb", host_step_ms=8.0, device_period_ms=8.0,
+                                   device_lag_ms=0.3, kernels_ms=(5.0, 2.4), kernel_gap_ms=0.1)
+    data = _json(made.path)
+    assert data["device"] == "gpu" and data["verdict"]["bound"] == "compute", data["verdict"]
+    advice = _advice_text(data)
+    assert "mixed_float16" in advice and "CPU" not in advice and "bfloat16 matrix units" not in advice, advice
+    assert "--precision" not in advice  # a custom TensorFlow loop, not devprof's own
+
+
+def test_host_parts_add_up_and_device_parts_add_up_on_every_truth_trace(tmp_path):
+    paths = [tf_fx.write_tf_gpu_loop(tmp_path / "a.xplane.pb").path,
+             tf_fx.write_tf_gpu_loop(tmp_path / "b.xplane.pb", record_gpu=False).path,
+             tf_fx.write_tf_gpu_loop(tmp_path / "c.xplane.pb", overlapped_copy_ms=1.0, device_period_ms=5.0).path,
+             tf_fx.write_one_step_capture(tmp_path / "d.xplane.pb"),
+             tf_fx.write_jax_programs(tmp_path / "e.xplane.pb", ["jit_step"] * 4)]
+    for path in paths:
+        data = _json(path)
+        for step in data["steps"]:
+            parts = step["input_ms"] + step["compute_ms"] + step["collective_ms"] + step["host_ms"]
+            assert parts == pytest.approx(step["step_ms"], abs=EXACT_MS), (path, step)
+        for row in data["devices"]:
+            if row["recorded"]:
+                assert row["step_ms"] == pytest.approx(sum(row[k] for k in DEVICE_PARTS), abs=EXACT_MS), row

@@ -1,0 +1,131 @@
+"""Synthetic traces of the ways real traces differ from the ones devprof makes itself.
+
+Each builder writes an XSpace with exactly known durations that reproduces one situation
+seen in real GPU/TPU traces: a GPU tracer that recorded nothing, a device running behind
+the host, a capture whose only step is the device's `Steps` line, input copies on a copy
+stream beside the kernels, several programs where one is the step, a JAX loop. Times are
+integer nanoseconds at an absolute, epoch-like base.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from trace_fixtures import ABSOLUTE_BASE_NS, _Plane, _ns, _write_space, _xspace_class
+
+MS = 1_000_000
+
+
+@dataclass(frozen=True)
+class TfGpuTrace:
+    path: Path
+    steps: int
+    host_step_ms: float
+    device_step_ms: float  # each device step's own span: first kernel start to last kernel end
+    device_compute_ms: float
+    input_wait_ms: float  # the host blocked in IteratorGetNext per step
+    overlapped_copy_ms: float  # host-to-device copies under the kernels, per step
+
+
+def write_tf_gpu_loop(path: str | Path, *, steps: int = 6, host_step_ms: float = 5.0, input_wait_ms: float = 0.2,
+                      kernels_ms: tuple[float, ...] = (4.0, 3.0), kernel_gap_ms: float = 1.0,
+                      device_period_ms: float = 8.0, device_lag_ms: float = 3.0, overlapped_copy_ms: float = 0.0,
+                      record_gpu: bool = True, base_ns: int = ABSOLUTE_BASE_NS) -> TfGpuTrace:
+    """A custom TensorFlow loop (`Trace("train", step_num=k, _r=1)` markers) on one CUDA GPU.
+
+    Host step k: [T + k * host_step, +host_step), `IteratorGetNext` for its first
+    `input_wait_ms`, then one `cuLaunchKernel` per kernel (correlation ids). The GPU runs
+    step k's kernels from `T + device_lag + k * device_period`, one after another with
+    `kernel_gap_ms` between them: with a device period longer than the host step the
+    device falls behind, and step k's kernels run during later host steps. With
+    `overlapped_copy_ms`, a `MemcpyH2D` on a copy stream runs under the first kernel
+    (the next batch, prefetched). Without `record_gpu` the GPU plane is there but empty,
+    as when CUPTI could not start.
+    """
+    space = _xspace_class()()
+    space.hostnames.append("tf-gpu-host")
+    host = _Plane(space, 0, "/host:CPU")
+    python = host.line(1, "python", base_ns)
+    gpu = _Plane(space, 1, "/device:GPU:0")
+    compute = gpu.line(7, "Stream #7(Compute)", base_ns) if record_gpu else None
+    copies = gpu.line(8, "Stream #8(MemcpyH2D)", base_ns) if record_gpu else None
+    start = base_ns + 2 * MS
+    correlation = 100
+    span = sum(_ns(k) for k in kernels_ms) + _ns(kernel_gap_ms) * (len(kernels_ms) - 1)
+    for k in range(steps):
+        t = start + k * _ns(host_step_ms)
+        host.event(python, "train", t, t + _ns(host_step_ms) - 50_000, step_num=k, _r=1)
+        host.event(python, "IteratorGetNext", t, t + _ns(input_wait_ms))
+        at = t + _ns(input_wait_ms) + 10_000
+        device_at = start + _ns(device_lag_ms) + k * _ns(device_period_ms)
+        for j, length in enumerate(kernels_ms):
+            host.event(python, "cuLaunchKernel", at, at + 20_000, correlation_id=correlation)
+            at += 30_000
+            if compute is not None:
+                gpu.event(compute, f"volta_sgemm_{j}", device_at, device_at + _ns(length), correlation_id=correlation)
+                if j == 0 and overlapped_copy_ms:
+                    copy_at = device_at + (_ns(length) - _ns(overlapped_copy_ms)) // 2
+                    gpu.event(copies, "MemcpyH2D", copy_at, copy_at + _ns(overlapped_copy_ms),
+                              correlation_id=correlation + 50_000)
+                    host.event(python, "cuMemcpyHtoDAsync_v2", at, at + 20_000, correlation_id=correlation + 50_000)
+                    at += 30_000
+            device_at += _ns(length) + _ns(kernel_gap_ms)
+            correlation += 1
+    host.finish()
+    gpu.finish()
+    return TfGpuTrace(_write_space(space, path), steps, host_step_ms, span / MS, sum(kernels_ms), input_wait_ms,
+                      overlapped_copy_ms)
+
+
+def write_one_step_capture(path: str | Path, *, step_ms: float = 63.0, base_ns: int = ABSOLUTE_BASE_NS) -> Path:
+    """A Keras capture of one step: the device's `Steps` line has one event of `step_ms`;
+    the host's `group_id` stats form two groups (the step's, and a callback's short one after it)."""
+    space = _xspace_class()()
+    space.hostnames.append("keras-host")
+    host = _Plane(space, 0, "/host:CPU")
+    python = host.line(1, "python", base_ns)
+    executor = host.line(2, "tf_executor", base_ns)
+    gpu = _Plane(space, 1, "/device:GPU:0")
+    stream = gpu.line(7, "Stream #7(Compute)", base_ns)
+    steps_line = gpu.line(0xDEADBEEF, "Steps", base_ns)
+    t = base_ns + MS
+    host.event(python, "__inference_train_function_812", t, t + _ns(74.6), group_id=1)
+    host.event(executor, "ExecutorState::Process", t + MS, t + _ns(70.0), group_id=1)
+    host.event(python, "__inference_on_train_batch_end_9", t + _ns(75.0), t + _ns(76.5), group_id=2)
+    device_at = t + _ns(4.0)
+    gpu.event(steps_line, "1", device_at, device_at + _ns(step_ms), group_id=1)
+    gpu.event(stream, "volta_sgemm", device_at, device_at + _ns(step_ms / 2), group_id=1, correlation_id=1)
+    gpu.event(stream, "volta_scudnn", device_at + _ns(step_ms / 2) + MS, device_at + _ns(step_ms), group_id=1,
+              correlation_id=2)
+    host.finish()
+    gpu.finish()
+    return _write_space(space, path)
+
+
+EXECUTE = "PjRtStreamExecutorLoadedExecutable::Execute"
+
+
+def write_jax_programs(path: str | Path, programs: list[str], *, execute_ms: float = 1.0, gap_ms: float = 4.0,
+                       base_ns: int = ABSOLUTE_BASE_NS) -> Path:
+    """A JAX loop on one GPU: one PjRt execution per entry of `programs` (its module name, as
+    XLA's `GpuExecutable::ExecuteThunks` stat `module_name` says), `gap_ms` of Python between
+    executions, and one kernel per execution filling it."""
+    space = _xspace_class()()
+    space.hostnames.append("jax-host")
+    host = _Plane(space, 0, "/host:CPU")
+    python = host.line(1, "python", base_ns)
+    gpu = _Plane(space, 1, "/device:GPU:0")
+    stream = gpu.line(16, "Stream #16(Kernel)", base_ns)
+    t = base_ns + MS
+    for i, module in enumerate(programs):
+        host.event(python, EXECUTE, t, t + _ns(execute_ms))
+        host.event(python, "GpuExecutable::ExecuteThunks", t + 50_000, t + _ns(execute_ms) - 50_000,
+                   module_name=module)
+        host.event(python, "hipModuleLaunchKernel", t + 100_000, t + 120_000, correlation_id=10 + i)
+        gpu.event(stream, f"{module}_fusion", t + 200_000, t + _ns(execute_ms), correlation_id=10 + i,
+                  hlo_module=module)
+        t += _ns(execute_ms + gap_ms)
+    host.finish()
+    gpu.finish()
+    return _write_space(space, path)
