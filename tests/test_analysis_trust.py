@@ -426,3 +426,49 @@ def test_runs_of_different_sizes_are_explained_per_training_image(tmp_path):
     speedups = dict(zip(table["run"], table["speedup"]))
     shown = speedups["big"] / speedups["small"]
     assert f"{shown:.2f}x slower than Big" in why, (why, shown)
+
+
+# ---------------------------------------------------------------- 8. long steps.csv, long kernel names
+
+
+LONG_KERNEL = ("void Eigen::internal::EigenMetaKernel<Eigen::TensorEvaluator<Eigen::TensorAssignOp<"
+               + "Eigen::TensorMap<Eigen::Tensor<float, 4, 1, long>, 16, Eigen::MakePointer>, " * 14
+               + "Eigen::GpuDevice>, long>>(Eigen::TensorEvaluator<" + "const float, " * 20 + "long>, long)")
+
+
+def test_text_shows_at_most_20_steps_and_short_kernel_names(tmp_path, capsys):
+    assert len(LONG_KERNEL) > 1200
+    trace = fx.write_synthetic_device_trace(tmp_path / "plugins/profile/s/h.xplane.pb", gpus=1, empty_gpus=0,
+                                            steps=81, kernel_name=LONG_KERNEL)
+    code, out, err = run_cli(["analyze", trace.path, "--out", tmp_path / "out"], capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert max(map(len, lines)) <= 200, max(lines, key=len)
+    header = next(i for i, line in enumerate(lines) if line.startswith(" step "))
+    rows = [line for line in lines[header + 1:header + 30] if line.strip()[:1].isdigit()]
+    assert len(rows) == 20, lines[header:header + 25]
+    assert "… 61 more steps in --format json / step_breakdown.csv" in out
+    assert "EigenMetaKernel<…>(…)" in out
+    document = json.loads(pipeline.analyze(trace.path).render("json"))
+    assert len(document["steps"]) == 81 and LONG_KERNEL in {op["op"] for op in document["ops"]}
+    assert LONG_KERNEL in set(pd.read_csv(tmp_path / "out" / "ops.csv")["op"])
+    assert len(pd.read_csv(tmp_path / "out" / "step_breakdown.csv")) == 81
+
+
+def test_a_long_steps_csv_is_read_whole_and_printed_short(tmp_path, capsys):
+    rows = 100_000
+    run = tmp_path / "run"
+    run.mkdir()
+    frame = pd.DataFrame({"epoch": 1 + pd.RangeIndex(rows) // 1000, "step": pd.RangeIndex(rows), "steps": 1,
+                          "start_time_s": 1.7e9 + 0.01 * pd.RangeIndex(rows), "input_ms": 1.0, "call_ms": 8.0,
+                          "other_host_ms": 1.0, "step_ms": 10.0, "images": 100, "extra_column": "x"})
+    frame.to_csv(run / "steps.csv", index=False)
+    (run / "run.json").write_text(json.dumps({"status": "complete", "device": {"kind": "cpu"},
+                                              "epochs": [{"epoch": e, "seconds": 10.5, "images": 100_000}
+                                                         for e in range(1, 101)]}))
+    code, out, err = run_cli(["analyze", run, "--out", tmp_path / "out"], capsys)
+    assert code == 0 and not lines_starting(err, "warning:"), err
+    assert len(out.splitlines()) < 200
+    assert f"… {rows - 20} more steps" in out
+    assert len(pd.read_csv(tmp_path / "out" / "step_breakdown.csv")) == rows
+    assert len(pd.read_csv(tmp_path / "out" / "epoch_breakdown.csv")) == 100

@@ -539,6 +539,7 @@ def write_synthetic_device_trace(
     stagger_ns: int = 0,
     hostname: str = "synth-host",
     base_ns: int = ABSOLUTE_BASE_NS,
+    kernel_name: str = "volta_sgemm_128x64_nn",
 ) -> SyntheticDeviceTrace:
     """A multi-device XLA/PjRt trace with exactly known per-device parts, written to `path`.
 
@@ -573,6 +574,7 @@ def write_synthetic_device_trace(
     With `steps_line`, a `Steps` line with one event per step (`group_id` = k).
     TPU planes (`/device:TPU:N`) have `XLA Ops` (infeed, fusion, convolution, all-reduce;
     no copies: `d2d_ms` is ignored), `XLA Modules` and, with `steps_line`, `Steps`.
+    `kernel_name` names CUDA's first compute kernel (long template names test the renderers).
     `empty_gpus` more device planes without lines follow; `custom_plane` adds a
     `/device:CUSTOM:Megascale Trace` plane with events of its own (never a device).
     """
@@ -642,7 +644,7 @@ def write_synthetic_device_trace(
             correlation += LAUNCHES_PER_STEP + 2
             if producer == "cuda":
                 plane.event(copies, "MemcpyH2D", h2d_at, c, correlation_id=cid[4])
-                plane.event(stream_a, "volta_sgemm_128x64_nn", c, c + half1, correlation_id=cid[0])
+                plane.event(stream_a, kernel_name, c, c + half1, correlation_id=cid[0])
                 plane.event(stream_b, "void Eigen::internal::EigenMetaKernel", c + half1 // 2, c + half1,
                             correlation_id=cid[1])
                 plane.event(stream_a, "fusion_2", k3, k3 + half2, correlation_id=cid[2])

@@ -44,6 +44,57 @@ def steps_table(analysis) -> pd.DataFrame:
     return analysis.steps[STEP_COLUMNS].round(3)
 
 
+MAX_TEXT_STEPS = 20  # step rows a terminal shows; JSON and the CSVs have every one
+MAX_NAME = 60  # characters of an op, kernel or stage name in a terminal table
+MAX_LINE = 200
+
+
+def slowest_steps(frame: pd.DataFrame, limit: int = MAX_TEXT_STEPS) -> tuple[pd.DataFrame, int]:
+    """At most `limit` rows, the slowest, in step order; and how many were left out."""
+    if len(frame) <= limit:
+        return frame, 0
+    kept = frame["step_ms"].nlargest(limit).index.sort_values()
+    return frame.loc[kept], len(frame) - limit
+
+
+def _elide(text: str, opening: str, closing: str) -> str:
+    """`text` with what stands between the outermost `opening` and `closing` replaced by `…`."""
+    out, depth = [], 0
+    for char in text:
+        if char == opening:
+            if depth == 0:
+                out.append(opening + "…")
+            depth += 1
+        elif char == closing and depth > 0:
+            depth -= 1
+            if depth == 0:
+                out.append(closing)
+        elif depth == 0:
+            out.append(char)
+    return "".join(out) if depth == 0 else text
+
+
+def short_name(name, limit: int = MAX_NAME):
+    """An op or kernel name for a terminal: template arguments `<…>` and parameter lists `(…)`
+    elided (CUDA and Eigen kernel names run to thousands of characters), then cut in the middle."""
+    if not isinstance(name, str) or len(name) <= limit:
+        return name
+    name = _elide(_elide(name, "<", ">"), "(", ")")
+    if len(name) <= limit:
+        return name
+    half = (limit - 1) // 2
+    return name[:half] + "…" + name[-(limit - 1 - half):]
+
+
+def short_names(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with its text cells shortened by `short_name` (JSON and CSV keep them whole)."""
+    out = frame.copy()
+    for column in out.columns:
+        if not pd.api.types.is_numeric_dtype(out[column]):
+            out[column] = out[column].map(short_name)
+    return out
+
+
 def epochs_table(analysis) -> pd.DataFrame:
     return analysis.epochs[EPOCH_COLUMNS].round(3)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import pandas as pd
 
 from analysis.render import tables
@@ -13,7 +15,12 @@ def render_analysis(analysis) -> str:
     mean, verdict = analysis.mean, analysis.verdict
     out = tables.header_lines(analysis)
     out.append("")
-    out.append(tables.steps_table(analysis).to_string(index=False))
+    shown, left_out = tables.slowest_steps(tables.steps_table(analysis))
+    if left_out:
+        out.append(f"the {len(shown)} slowest of {len(analysis.steps)} steps:")
+    out.append(shown.to_string(index=False))
+    if left_out:
+        out.append(f"… {left_out} more steps in --format json / step_breakdown.csv")
     out.append("")
     per_call = analysis.steps_per_call
     unit = f"calls of {per_call} steps: call" if per_call > 1 else "steps: step"
@@ -25,10 +32,10 @@ def render_analysis(analysis) -> str:
     out += _device_lines(analysis)
     if not analysis.ops.empty:
         out += ["", f"top ops (of {len(analysis.ops)}; all in ops.csv; ms per training step, share of op time):",
-                analysis.ops.head(tables.TOP_OPS).round(3).to_string(index=False)]
+                tables.short_names(analysis.ops.head(tables.TOP_OPS).round(3)).to_string(index=False)]
     if not analysis.input_stages.empty:
         out += ["", "tf.data stages (self time per batch, slowest first):",
-                analysis.input_stages.head(tables.TOP_OPS).round(3).to_string(index=False)]
+                tables.short_names(analysis.input_stages.head(tables.TOP_OPS).round(3)).to_string(index=False)]
     if analysis.epochs is not None:
         out += ["", "epochs (from steps.csv and run.json; epoch_level = validation, iterator setup, ...):",
                 tables.epochs_table(analysis).to_string(index=False)]
@@ -42,7 +49,21 @@ def render_analysis(analysis) -> str:
     if verdict["advice"]:
         out += ["advice:", *(f"  - {item}" for item in verdict["advice"])]
     out += tables.findings_lines(analysis.findings, "  - ")
-    return "\n".join(out) + "\n"
+    return "\n".join(_wrapped(out)) + "\n"
+
+
+def _wrapped(lines: list[str]) -> list[str]:
+    """Every line at most `tables.MAX_LINE` characters: prose is wrapped, indented like its first line."""
+    out = []
+    for block in lines:
+        for line in block.split("\n"):
+            if len(line) <= tables.MAX_LINE:
+                out.append(line)
+                continue
+            indent = " " * (len(line) - len(line.lstrip()) + (4 if line.lstrip().startswith("- ") else 2))
+            out += textwrap.wrap(line, tables.MAX_LINE, subsequent_indent=indent, break_long_words=True,
+                                 break_on_hyphens=False)
+    return out
 
 
 def _device_lines(analysis) -> list[str]:
