@@ -2,10 +2,11 @@
 
 In a synchronous job every worker's step lasts as long as the slowest one's: the others
 wait for it in the collective. So the straggler is not the worker with the longest step
-but the one whose step *minus its collective wait* stands out: above the median of the
-others by more than `STRAGGLER_EXCESS` of it and by more than the workers' own
-step-to-step noise (the spread of their steps; a busy machine makes it wide). Its cause
-is the part (input, compute, host) with the largest excess over the others' median, or
+but the one whose step *minus its collective wait* is above the others' median while they
+wait for it, by a part (input, compute, host) whose excess over the others' median is more
+than `STRAGGLER_EXCESS` of their step and more than that part's step-to-step noise (a busy
+machine makes compute swing in every worker; injected or real extra work is there in every
+step). Its cause is that part, or
 `contention` when other processes loaded the machine and the straggler's process got less
 CPU than the others: it was slowed, not given more work. Hosts that share no collective
 are independent and have no straggler; too few steps to tell is said, not guessed.
@@ -18,7 +19,7 @@ import math
 import pandas as pd
 
 STRAGGLER_EXCESS = 0.10
-NOISE_FACTOR = 1.0  # the excess must pass this many standard deviations of the workers' own steps
+NOISE_FACTOR = 1.0  # the part's excess must pass this many standard deviations of that part's per-step times
 MIN_STRAGGLER_STEPS = 3  # steady steps each worker needs before one can be told apart
 CONTENTION_OTHER_CPU_PCT = 20.0  # other processes' share of the machine (as rules.CONTENTION_PCT)
 CONTENTION_CPU_SHORTFALL = 0.05  # the straggler's CPU at least this far below the others' median
@@ -38,6 +39,10 @@ def worker_row(worker: str | int, host: str, mean: dict, steps: pd.DataFrame | N
     row["steps_used"] = int(len(own)) if own is not None else 0
     row["own_noise_ms"] = float(own.std(ddof=1)) if own is not None and len(own) > 1 else math.nan
     row["proc_cpu_mean_pct"] = float(proc_cpu_pct)
+    for part in CAUSES:  # each part's own spread, for the rule (not a column of the table)
+        column = f"{part}_ms"
+        spread = steps[column].std(ddof=1) if steps is not None and column in steps and len(steps) > 1 else math.nan
+        row[f"{part}_noise_ms"] = float(spread)
     return row
 
 
@@ -58,31 +63,33 @@ def find_straggler(rows: list[dict], other_cpu_pct: float = math.nan) -> tuple[d
         return None, ("the hosts are independent: none waits in a collective that the others share, so none holds "
                       "the others back")
     own = frame["step_ms"] - frame["collective_ms"]
-    noise = frame["own_noise_ms"].median() if "own_noise_ms" in frame else math.nan
-    noise = 0.0 if not noise == noise else float(noise)
-    best, best_excess, closest = None, 0.0, None
-    for i in frame.index:
-        median = float(own.drop(i).median())
-        excess_ms = float(own[i]) - median
-        if closest is None or excess_ms > closest[1]:
-            closest = (i, excess_ms, median)
-        if median > 0 and excess_ms > STRAGGLER_EXCESS * median and excess_ms > NOISE_FACTOR * noise \
-                and excess_ms > best_excess:
-            best, best_excess = i, excess_ms
-    if best is None:
-        i, excess_ms, median = closest
-        share = 100.0 * excess_ms / median if median > 0 else 0.0
-        return None, (f"no worker stands out: the slowest without collective wait, {frame.at[i, 'worker']}, is "
-                      f"{max(excess_ms, 0.0):.1f} ms ({max(share, 0.0):.0f} %) above the others' median; a straggler "
-                      f"needs more than {100 * STRAGGLER_EXCESS:.0f} % and more than the step-to-step noise "
-                      f"({noise:.1f} ms)")
+    # The candidate holds the others back: its step without collective wait is the longest above
+    # their median, and they wait longer in the collective than it does.
+    excess_own = {i: float(own[i] - own.drop(i).median()) for i in frame.index}
+    best = max(excess_own, key=excess_own.get)
     others = frame.drop(best)
+    median = float(own.drop(best).median())
     if not (others["collective_ms"] > 0).any():
         return None, (f"the hosts are independent: {frame.at[best, 'worker']} is slower, but the others do not wait "
                       "for it in a collective")
-    median = float(own.drop(best).median())
+    # It stands out by the part it spends more time in: more than STRAGGLER_EXCESS of the step and
+    # more than that part's step-to-step noise (on a busy machine compute swings by tens of ms in
+    # every worker, while 40 ms of extra host work is the same in every step).
     excess_by_part = {part: float(frame.at[best, f"{part}_ms"] - others[f"{part}_ms"].median()) for part in CAUSES}
     part = max(excess_by_part, key=excess_by_part.get)
+    column = f"{part}_noise_ms"
+    noise = float(frame[column].median()) if column in frame else math.nan
+    noise = 0.0 if not noise == noise else noise
+    part_excess = excess_by_part[part]
+    waits = float(others["collective_ms"].median()) > float(frame.at[best, "collective_ms"])
+    if not (excess_own[best] > 0 and waits and median > 0 and part_excess > STRAGGLER_EXCESS * median
+            and part_excess > NOISE_FACTOR * noise):
+        share = 100.0 * max(part_excess, 0.0) / median if median > 0 else 0.0
+        return None, (f"no worker stands out: the largest excess, {frame.at[best, 'worker']}'s {part}, is "
+                      f"{max(part_excess, 0.0):.1f} ms ({share:.0f} % of the others' step without collective wait) "
+                      f"above the others' median; a straggler needs more than {100 * STRAGGLER_EXCESS:.0f} % and "
+                      f"more than that part's step-to-step noise ({noise:.1f} ms), and the others waiting for it")
+    best_excess = excess_own[best]
     name = frame.at[best, "worker"]
     detail = (f"its {part} is {frame.at[best, f'{part}_ms']:.1f} ms vs a median {others[f'{part}_ms'].median():.1f} ms")
     cause = part
@@ -95,6 +102,6 @@ def find_straggler(rows: list[dict], other_cpu_pct: float = math.nan) -> tuple[d
                   f"given more work ({detail})")
     waiting = ", ".join(f"{r['worker']} ({r['collective_ms']:.1f} ms)" for _, r in others.iterrows())
     evidence = (f"{name}'s step without collective wait is {own[best]:.1f} ms, {100 * best_excess / median:.0f} % above "
-                f"the others' median ({median:.1f} ms; step-to-step noise {noise:.1f} ms); {detail}. "
+                f"the others' median ({median:.1f} ms); {detail} (step-to-step noise of its {part} {noise:.1f} ms). "
                 f"The others wait for it in the collective: {waiting}")
     return {"worker": rows[best]["worker"], "cause": cause, "evidence": evidence}, None

@@ -214,7 +214,7 @@ def row(worker, own_ms, collective_ms=2.0, part="compute", noise=1.0, steps=10, 
         mean["compute_ms"] = 10.0
         mean[f"{part}_ms"] = own_ms - 11.0
     result = workers.worker_row(worker, f"node-{worker}", mean, None, cpu)
-    result.update(steps_used=steps, own_noise_ms=noise)
+    result.update(steps_used=steps, own_noise_ms=noise, **{f"{p}_noise_ms": noise for p in workers.CAUSES})
     return result
 
 
