@@ -98,6 +98,12 @@ class Analysis:
 
         return json_format.analysis_document(self)
 
+    def to_html(self, path: str | Path) -> Path:
+        """The self-contained HTML report, written to `path` atomically (temporary file, then rename)."""
+        from analysis.render import html, outputs
+
+        return outputs.write_text_atomically(Path(path), html.render_analysis(self))
+
     def write(self, out_dir: str | Path) -> list[Path]:
         """CSVs, plots, report.md and analysis.json under `out_dir`."""
         from analysis.render import outputs

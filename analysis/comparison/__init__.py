@@ -62,6 +62,12 @@ class Comparison:
 
         return json_format.comparison_document(self)
 
+    def to_html(self, path: str | Path) -> Path:
+        """The self-contained HTML report, written to `path` atomically (temporary file, then rename)."""
+        from analysis.render import html, outputs
+
+        return outputs.write_text_atomically(Path(path), html.render_comparison(self))
+
 
 def compare_runs(runs, externals=(), baseline: str | None = None):
     """The comparison table of run directories `runs` and external timing CSVs `externals`.

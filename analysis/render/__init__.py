@@ -27,6 +27,7 @@ REGISTRY = (
     Format("markdown", ("analysis", "comparison"), (".md", ".markdown")),
     Format("json", ("analysis", "comparison"), (".json",)),
     Format("csv", ("analysis", "comparison"), (".csv",)),
+    Format("html", ("analysis", "comparison"), (".html", ".htm")),
 )
 
 

@@ -1,4 +1,5 @@
-"""The files `devprof analyze` writes beside a run: breakdown CSVs, PNG plots, report.md, analysis.json.
+"""The files `devprof analyze` writes beside a run: breakdown CSVs, PNG plots, report.md, report.html,
+analysis.json.
 
 Each file is written under a temporary name in the same folder and renamed into place, so a
 full disk or a crash never leaves a cut or empty file where a complete one is expected.
@@ -14,6 +15,7 @@ import pandas as pd
 
 from analysis import plots
 from analysis.csv_safety import neutralize_frame
+from analysis.render import html
 from analysis.render import json as json_format
 from analysis.render import markdown
 
@@ -58,6 +60,7 @@ def write_outputs(analysis, out_dir: str | Path) -> list[Path]:
         )
     written += [out_dir / name for name in plot_names]
     written.append(write_text_atomically(out_dir / "report.md", markdown.render_analysis(analysis, plot_names)))
+    written.append(write_text_atomically(out_dir / "report.html", html.render_analysis(analysis)))
     document = json.dumps(json_format.analysis_document(analysis), indent=2)
     written.append(write_text_atomically(out_dir / "analysis.json", document))
     return written

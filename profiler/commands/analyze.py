@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-from analysis.render import formats_for
+from analysis.render import format_for_path, formats_for
 from profiler.commands.common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -31,7 +31,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "path",
         help="a devprof run directory, a TensorBoard log folder, a profile session folder or an .xplane.pb file",
     )
-    add_format_option(analyze, formats_for("analysis"), "what to print on stdout")
+    add_format_option(analyze, formats_for("analysis"),
+                      "what to print on stdout; with --output, from its extension (.html, .md, .json, .csv, .txt)")
+    analyze.set_defaults(format=None)
+    analyze.add_argument("-o", "--output", metavar="FILE", default=None,
+                         help="write the analysis to FILE instead of stdout, e.g. report.html (a self-contained page)")
     analyze.add_argument("--out", metavar="DIR", default=None,
                          help="write CSVs, plots and report.md here (default: <run>/analysis for run directories)")
     analyze.add_argument("--step-name", metavar="REGEX", default=None,
@@ -73,9 +77,23 @@ def handle(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         return error(f"cannot analyse {path}: {exc}", code=EXIT_FAILURE)
 
+    output = Path(args.output) if args.output else None
+    if args.format is None:
+        args.format = format_for_path(output, "analysis") if output is not None else "text"
     # The analysis first: a folder that cannot be written (read-only, full disk) loses only the files.
-    sys.stdout.write(result.render(args.format))
-    sys.stdout.flush()
+    text = result.render(args.format)
+    if output is not None:
+        from analysis.render.outputs import write_text_atomically
+
+        try:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomically(output, text)
+        except OSError as exc:
+            return error(f"cannot write {output}: {exc.strerror or exc}", code=EXIT_FAILURE)
+        print(f"wrote {output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
     out_dir = Path(args.out) if args.out else result.out_dir
     if out_dir is not None:
         try:
@@ -85,7 +103,7 @@ def handle(args: argparse.Namespace) -> int:
                          hint="the analysis is printed above; pass --out DIR to write them to a folder you can "
                               "write to", code=EXIT_FAILURE)
         if args.format == "text" and written:
-            print(f"wrote {len(written)} files to {out_dir}")
+            print(f"wrote {len(written)} files to {out_dir}", file=sys.stderr if output is not None else sys.stdout)
     if limits:
         from analysis.comparison.gate import over_limits
 

@@ -34,7 +34,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                               "(repeatable; e.g. examples/seed_table.csv)")
     compare.add_argument("--baseline", default=None, metavar="RUN",
                          help="run name, run path or device to compare against (default: the slowest)")
-    add_format_option(compare, formats_for("comparison"), "output format; with --output, from its extension (.md, .json, .csv)")
+    add_format_option(compare, formats_for("comparison"), "output format; with --output, from its extension (.md, .json, .csv, .html)")
     compare.set_defaults(format=None)
     compare.add_argument("-o", "--output", default=None, metavar="FILE",
                          help="write the output here instead of stdout (and the chart beside it as .png)")
@@ -91,8 +91,10 @@ def handle(args: argparse.Namespace) -> int:
     text = compare.Comparison(table, op_diff, plot.name if plot is not None else None).render(args.format)
     if output is not None:
         try:
+            from analysis.render.outputs import write_text_atomically
+
             output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(text)
+            write_text_atomically(output, text)
         except OSError as exc:
             return error(f"cannot write {output}: {exc}")
         print(f"wrote {output}" + (f" and {plot}" if plot is not None else ""), file=sys.stderr)

@@ -1,0 +1,615 @@
+"""One self-contained HTML page: `--format html`, `-o report.html` and `analysis/report.html`.
+
+No network: no script, no web font, no external style sheet or image; the charts are inline
+SVG (`html_charts`) and a Content-Security-Policy meta tag forbids the page to load anything,
+so a copied report opens the same on an air-gapped machine. Hover details are SVG `<title>`
+tooltips (no JavaScript). Every text from a trace, run.json or a run name is escaped. Like
+every format, a pure function of the `Analysis` or `Comparison`: it selects, formats and
+bins for drawing, never analyses.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pandas as pd
+
+from analysis.render import tables
+from analysis.render.html_charts import (
+    EPOCH_LEVEL_COLOR,
+    MAX_BARS,
+    PART_COLORS,
+    SERIES_COLORS,
+    Band,
+    Bar,
+    Series,
+    esc,
+    hbars,
+    legend,
+    lines,
+    nice_ticks,
+    num,
+    stacked_bars,
+)
+
+NUMBER_TEXT = re.compile(r"[-+]?[\d.,]+\s*(x|%|[\d.,/ ()-]*)")  # "1.00x", "99/100", "22 (-)": right-aligned
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+TOP_OPS = 15
+STEP_PARTS = ("input", "compute", "collective", "host")
+# Per-step utilization columns (the sampler CSVs' names), where the steps carry them.
+STEP_UTILIZATION = ("cpu_pct", "proc_cpu_pct", "gpu_util_pct", "mem_used_bytes")
+COMPILE_KEY = "repeating-linear-gradient(45deg,#000 0 1.5px,#fff 1.5px 4px)"
+
+STYLE = """
+:root{color-scheme:light}
+*{box-sizing:border-box}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;color:#1d1d1f;
+ background:#fafafa;margin:0}
+main{max-width:1140px;margin:0 auto;padding:20px 24px 40px;background:#fff}
+h1{font-size:22px;margin:0 0 4px}
+h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #e3e3e3;padding-bottom:4px}
+h3{font-size:14px;margin:16px 0 6px}
+p,ul{margin:6px 0}
+.meta{color:#555;margin:0;padding-left:18px;font-size:13px}
+.verdict{border-left:6px solid #888;background:#f6f6f6;padding:10px 14px;margin:14px 0}
+.verdict h2{border:0;margin:0 0 4px;padding:0;font-size:18px}
+.verdict.input{border-color:#d62728;background:#fdf0f0}
+.verdict.host{border-color:#1f77b4;background:#eef5fb}
+.verdict.compute{border-color:#2ca02c;background:#eff8ef}
+.verdict a{color:inherit}
+.chart{display:block;width:100%;height:auto}
+.legend{display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12px;color:#333;margin:4px 0 2px}
+.key i{display:inline-block;width:12px;height:12px;margin-right:5px;vertical-align:-2px;border:1px solid #0002}
+.caption{font-size:13px;color:#444}
+.missing{color:#8a5a00;background:#fff8e6;border:1px solid #f0d9a8;padding:6px 10px;display:inline-block}
+.finding{margin:8px 0;padding:6px 10px;border-left:4px solid #bbb;background:#fafafa}
+.finding.warning{border-color:#e08a00}.finding.error,.finding.critical{border-color:#d62728}
+.sev{font-size:11px;text-transform:uppercase;font-weight:600;color:#fff;background:#888;border-radius:3px;
+ padding:1px 5px;margin-right:6px}
+.warning .sev{background:#c77700}.error .sev,.critical .sev{background:#d62728}
+.scroll{overflow-x:auto}
+table{border-collapse:collapse;font-size:12.5px;margin:6px 0}
+th,td{padding:3px 8px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
+th{background:#f3f3f3;font-weight:600;white-space:nowrap}
+td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.name{overflow-wrap:anywhere;max-width:520px}
+tr.straggler td{background:#fdecec;font-weight:600}
+tr:nth-child(even) td{background:#fbfbfb}
+.kv{display:grid;grid-template-columns:repeat(auto-fill,minmax(330px,1fr));gap:0 24px}
+.kv table{width:100%}
+.kv td:first-child{color:#555;white-space:nowrap;width:40%}
+code{font:12px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;background:#f3f3f3;padding:0 3px}
+footer{margin-top:30px;color:#777;font-size:12px}
+@media print{
+ body{background:#fff;font-size:11px}
+ main{max-width:none;padding:0}
+ *{-webkit-print-color-adjust:exact;print-color-adjust:exact}
+ section,figure,.finding,table{break-inside:avoid}
+ h2{break-after:avoid}
+ .scroll{overflow:visible}
+ td.name{max-width:none}
+}
+"""
+
+
+# ---------------------------------------------------------------- page
+
+
+def _page(title: str, body: list[str]) -> str:
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{esc(title)}</title><style>{STYLE}</style></head>\n<body><main>\n"
+            + "\n".join(part for part in body if part)
+            + "\n<footer>devprof report: one file, nothing loaded from the network. Hover a bar for its numbers."
+              "</footer>\n</main></body></html>\n")
+
+
+def _section(title: str, *content: str, anchor: str = "") -> str:
+    ident = f' id="{esc(anchor)}"' if anchor else ""
+    return f"<section{ident}><h2>{esc(title)}</h2>" + "".join(c for c in content if c) + "</section>"
+
+
+def _missing(text: str) -> str:
+    return f'<p class="missing">{esc(text)}</p>'
+
+
+def _cell(value) -> tuple[str, bool]:
+    """(text, numeric) of a table cell."""
+    if value is None:
+        return "-", False
+    if isinstance(value, (bool, np.bool_)):
+        return ("yes" if value else "no"), False
+    if isinstance(value, (int, np.integer)):
+        return f"{int(value):,}", True
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        if math.isnan(value):
+            return "-", True
+        if value == int(value) and abs(value) < 1e15:
+            return f"{int(value):,}", True
+        return (f"{value:,.1f}" if abs(value) >= 1000 else f"{value:.3g}" if abs(value) < 1 else f"{value:,.2f}"), True
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value, default=str), False
+    text = str(value)
+    return text, bool(NUMBER_TEXT.fullmatch(text)) and any(ch.isdigit() for ch in text)
+
+
+def _table(frame: pd.DataFrame, highlight=None, name_columns=()) -> str:
+    """A DataFrame as an HTML table; `highlight(row) -> bool` marks rows (the straggler)."""
+    head = "".join(f"<th>{esc(c)}</th>" for c in frame.columns)
+    rows = []
+    for _, row in frame.iterrows():
+        cells = []
+        for column, value in row.items():
+            text, numeric = _cell(value)
+            cls = ' class="n"' if numeric else ' class="name"' if column in name_columns else ""
+            cells.append(f"<td{cls}>{esc(text)}</td>")
+        mark = ' class="straggler"' if highlight is not None and highlight(row) else ""
+        rows.append(f"<tr{mark}>{''.join(cells)}</tr>")
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+
+
+def _key_values(title: str, values: dict) -> str:
+    if not values:
+        return ""
+    rows = "".join(f"<tr><td>{esc(k)}</td><td class=\"name\">{esc(_cell(v)[0])}</td></tr>" for k, v in values.items())
+    return f"<div><h3>{esc(title)}</h3><table>{rows}</table></div>"
+
+
+# ---------------------------------------------------------------- analysis
+
+
+def _run_name(analysis) -> str:
+    config = analysis.run.get("config") if isinstance(analysis.run.get("config"), dict) else {}
+    folder = analysis.job_dir or analysis.run_dir
+    return str(config.get("run_name") or (folder.name if folder is not None else analysis.path.name))
+
+
+def render_analysis(analysis) -> str:
+    name = _run_name(analysis)
+    steps_chart = _step_chart(analysis)
+    body = [
+        f"<header><h1>devprof analysis: {esc(name)}</h1>",
+        "<ul class=\"meta\">" + "".join(f"<li>{esc(line)}</li>" for line in tables.header_lines(analysis)) + "</ul>"
+        "</header>",
+        _verdict(analysis),
+        steps_chart,
+        _utilization(analysis),
+        _advice(analysis),
+        _epochs(analysis),
+        _devices(analysis),
+        _workers(analysis),
+        _ops(analysis),
+        _stages(analysis),
+        _run_info(analysis),
+    ]
+    return _page(f"devprof analysis: {name}", body)
+
+
+def _verdict(analysis) -> str:
+    """The headline and its evidence; the advice follows the charts (so the step chart stays near the top)."""
+    verdict = analysis.verdict
+    bound = verdict.get("bound") or "none"
+    more = ' <a href="#advice">Advice below.</a>' if verdict.get("advice") or analysis.findings else ""
+    return (f'<div class="verdict {esc(bound)}" id="verdict"><h2>Verdict: {esc(tables.verdict_title(verdict))}</h2>'
+            f"<p>{esc(verdict.get('evidence', ''))}{more}</p></div>")
+
+
+def _step_parts(steps: pd.DataFrame) -> list[str]:
+    return [p for p in STEP_PARTS if f"{p}_ms" in steps and (p != "collective" or (steps[f"{p}_ms"] > 0).any())]
+
+
+def _step_bins(steps: pd.DataFrame) -> int:
+    """How many consecutive steps go into one bar."""
+    return max(1, math.ceil(len(steps) / MAX_BARS))
+
+
+def _step_bars(analysis) -> tuple[list[Bar], list[str], int]:
+    steps = analysis.steps
+    parts = _step_parts(steps)
+    per_bar = _step_bins(steps)
+    noun = "call" if analysis.steps_per_call > 1 else "step"
+    bars = []
+    for start in range(0, len(steps), per_bar):
+        chunk = steps.iloc[start:start + per_bar]
+        values = tuple(float(chunk[f"{p}_ms"].fillna(0.0).mean()) for p in parts)
+        compile_ms = float(chunk["compile_ms"].fillna(0.0).mean()) if "compile_ms" in chunk else 0.0
+        total = float(chunk["step_ms"].mean())
+        split = " + ".join(f"{p} {num(v)}" for p, v in zip(parts, values))
+        first, last = int(chunk["step"].iloc[0]), int(chunk["step"].iloc[-1])
+        partial = "partial" in chunk and bool(chunk["partial"].all())
+        if len(chunk) == 1:
+            title = f"{noun} {first}: {num(total)} ms = {split}"
+            peak = None
+        else:
+            peak = float(chunk["step_ms"].max())
+            title = f"{noun}s {first}-{last} (mean of {len(chunk)}): {num(total)} ms = {split}; slowest {num(peak)} ms"
+        if compile_ms > 0:
+            title += f" (compile {num(compile_ms)} ms, in host)"
+        if partial:
+            title += " - partial: cut by the trace's edge, left out of the means"
+        bars.append(Bar(values, title, str(first), partial, compile_ms, peak))
+    return bars, parts, per_bar
+
+
+def _step_chart(analysis) -> str:
+    steps = analysis.steps
+    if steps.empty:
+        return _section("Step time", _missing("no steps found"), anchor="steps")
+    bars, parts, per_bar = _step_bars(analysis)
+    noun = "calls" if analysis.steps_per_call > 1 else "steps"
+    svg, cut = stacked_bars(bars, [(p, PART_COLORS[p]) for p in parts], "ms", "step time by part",
+                            hatch_after=parts.index("host"), x_title="call" if noun == "calls" else "step")
+    keys = [(f"{p}" + (" overhead" if p == "host" else " wait" if p == "collective" else ""), PART_COLORS[p])
+            for p in parts]
+    if "compile_ms" in steps and (steps["compile_ms"] > 0).any():
+        keys.append(("compile (inside host)", COMPILE_KEY))
+    notes = []
+    if per_bar > 1:
+        notes.append(f"each bar is the mean of {per_bar} consecutive {noun}; the black tick is the slowest of them")
+    if "partial" in steps and steps["partial"].any():
+        notes.append("lighter bars: partial steps cut by the trace's edge, left out of the means")
+    if cut:
+        notes.append("a triangle marks a bar taller than the axis, with its value")
+    mean = analysis.mean
+    split = " + ".join(f"{p} {mean.get(f'{p}_ms', 0.0):.2f} ms ({mean.get(f'{p}_pct', 0.0):.1f} %)" for p in parts)
+    caption = (f'<p class="caption">{len(steps):,} {noun}; mean over {analysis.steps_used:,} steady {noun}: '
+               f"{mean.get('step_ms', 0.0):.2f} ms = {esc(split)}." + ("<br>" + esc("; ".join(notes)) if notes else "")
+               + "</p>")
+    return _section("Step time", legend(keys), svg, caption, anchor="steps")
+
+
+# ---------------------------------------------------------------- utilization
+
+
+def _cores(analysis, frame: pd.DataFrame | None = None) -> float:
+    cores = analysis.utilization.get("cpu_cores", math.nan) if analysis.utilization else math.nan
+    if cores == cores and cores:
+        return float(cores)
+    if frame is not None:
+        count = sum(1 for c in frame.columns if c.startswith("cpu") and c[3:-4].isdigit() and c.endswith("_pct"))
+        return float(count) if count else math.nan
+    return math.nan
+
+
+def _utilization(analysis) -> str:
+    steps = analysis.steps
+    if not steps.empty and any(c in steps and steps[c].notna().any() for c in STEP_UTILIZATION):
+        return _utilization_per_step(analysis)
+    if not analysis.samplers:
+        why = ("a profiler trace on its own has no samplers; `devprof run` records them"
+               if analysis.run_dir is None else "this run has no utilization/*.csv (sampling was off)")
+        return _section("Utilization and memory", _missing(f"CPU, process and GPU utilization and memory: not "
+                                                           f"recorded ({why})."), anchor="utilization")
+    if "start_time_s" in steps and steps["start_time_s"].notna().any():
+        return _utilization_on_steps(analysis)
+    return _utilization_over_run(analysis)
+
+
+def _recorded_line(found: dict[str, bool]) -> str:
+    parts = [f"{what}: {'recorded' if ok else 'not recorded'}" for what, ok in found.items()]
+    return f'<p class="caption">{esc("; ".join(parts))}.</p>'
+
+
+def _bin_means(values: np.ndarray, per_bar: int) -> np.ndarray:
+    if per_bar == 1:
+        return values
+    groups = np.arange(values.size) // per_bar
+    sums = np.bincount(groups, weights=np.nan_to_num(values))
+    counts = np.bincount(groups, weights=np.isfinite(values).astype(float))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / np.where(counts > 0, counts, 1), np.nan)
+
+
+def _step_axis(analysis) -> tuple[tuple[float, float], list[tuple[float, str]], int]:
+    """The step chart's x axis for lines drawn under it: range, ticks, steps per bar."""
+    steps = analysis.steps
+    per_bar = _step_bins(steps)
+    bars = math.ceil(len(steps) / per_bar)
+    every = max(1, math.ceil(bars / 16))
+    ticks = [(i + 0.5, str(int(steps["step"].iloc[i * per_bar]))) for i in range(0, bars, every)]
+    return (0.0, float(bars)), ticks, per_bar
+
+
+def _utilization_per_step(analysis) -> str:
+    """The steps' own utilization columns, one point per bar of the step chart."""
+    steps = analysis.steps
+    x_range, ticks, per_bar = _step_axis(analysis)
+    x = np.arange(math.ceil(len(steps) / per_bar)) + 0.5
+    cores = _cores(analysis)
+    cpu, memory = [], []
+    if "cpu_pct" in steps:
+        cpu.append(Series("machine CPU %", x, _bin_means(steps["cpu_pct"].to_numpy(float), per_bar), "#1f77b4"))
+    if "proc_cpu_pct" in steps:
+        proc = steps["proc_cpu_pct"].to_numpy(float) / (cores if cores == cores else 1.0)
+        label = f"training process CPU % (of all {cores:g} cores)" if cores == cores else "training process CPU % (100 = one core)"
+        cpu.append(Series(label, x, _bin_means(proc, per_bar), "#1f77b4", "4 3"))
+    if "gpu_util_pct" in steps:
+        cpu.append(Series("GPU utilization %", x, _bin_means(steps["gpu_util_pct"].to_numpy(float), per_bar), "#2ca02c"))
+    if "mem_used_bytes" in steps:
+        memory.append(Series("memory used (GiB)", x, _bin_means(steps["mem_used_bytes"].to_numpy(float), per_bar) / 2**30,
+                             "#9467bd"))
+    found = {"machine CPU": "cpu_pct" in steps and steps["cpu_pct"].notna().any(),
+             "process CPU": "proc_cpu_pct" in steps and steps["proc_cpu_pct"].notna().any(),
+             "GPU": "gpu_util_pct" in steps and steps["gpu_util_pct"].notna().any(),
+             "memory": "mem_used_bytes" in steps and steps["mem_used_bytes"].notna().any()}
+    return _utilization_section(cpu, memory, x_range, ticks, "step", found, "Per step, time-weighted from the samples "
+                                "that fall in it; aligned with the step chart above.")
+
+
+def _sampler_series(analysis, x_of) -> tuple[list[Series], list[Series], dict[str, bool]]:
+    """Utilization (%) and memory (GiB) lines from the sampler CSVs, x from `x_of(time_s)`."""
+    cpu, memory = [], []
+    found = {"machine CPU": False, "process CPU": False, "GPU": False, "memory": False}
+    colors = iter(SERIES_COLORS[2:] * 4)
+    for name, frame in analysis.samplers.items():
+        x = x_of(frame["time_s"].to_numpy(float))
+        if "cpu_pct" in frame:
+            found["machine CPU"] = True
+            cpu.append(Series(f"{name}: machine CPU %", x, frame["cpu_pct"].to_numpy(float), "#1f77b4", hold=True))
+        if "proc_cpu_pct" in frame:
+            found["process CPU"] = True
+            cores = _cores(analysis, frame)
+            scale = cores if cores == cores else 1.0
+            label = (f"{name}: training process CPU % (of all {cores:g} cores)" if cores == cores
+                     else f"{name}: training process CPU % (100 = one core)")
+            cpu.append(Series(label, x, frame["proc_cpu_pct"].to_numpy(float) / scale, "#1f77b4", "4 3", hold=True))
+        for column, what in (("gpu_util_pct", "GPU utilization %"), ("mxu_util_pct", "TPU matrix units %")):
+            if column in frame and frame[column].notna().any():
+                found["GPU"] = True
+                cpu.append(Series(f"{name}: {what}", x, frame[column].to_numpy(float), next(colors), hold=True))
+        if "proc_rss_bytes" in frame:
+            found["memory"] = True
+            memory.append(Series(f"{name}: training process memory (RSS)", x,
+                                 frame["proc_rss_bytes"].to_numpy(float) / 2**30, "#9467bd"))
+        if "mem_used_bytes" in frame and frame["mem_used_bytes"].notna().any():
+            found["memory"] = True
+            is_host = "cpu_pct" in frame
+            memory.append(Series(f"{name}: {'machine' if is_host else 'device'} memory used", x,
+                                 frame["mem_used_bytes"].to_numpy(float) / 2**30,
+                                 "#9467bd" if is_host else next(colors), "4 3" if is_host else ""))
+    return cpu, memory, found
+
+
+def _utilization_on_steps(analysis) -> str:
+    """Sampler lines placed on the step chart's x axis by the steps' wall-clock start times."""
+    steps = analysis.steps
+    x_range, ticks, per_bar = _step_axis(analysis)
+    starts = steps["start_time_s"].to_numpy(float)
+    ends = starts + steps["step_ms"].to_numpy(float) / 1000.0
+    times = np.column_stack([starts, ends]).ravel()
+    slots = np.column_stack([np.arange(len(steps)), np.arange(1, len(steps) + 1)]).ravel() / per_bar
+    order = np.argsort(times, kind="stable")
+
+    def x_of(t):
+        # Samples outside the steps land on the chart's edges: the one after the last step holds back over it.
+        return np.interp(t, times[order], slots[order])
+
+    cpu, memory, found = _sampler_series(analysis, x_of)
+    return _utilization_section(cpu, memory, x_range, ticks, "step", found,
+                                "Samples placed on the step chart's axis by time; each value is held over the "
+                                "interval it measured (back to the previous sample).")
+
+
+def _utilization_over_run(analysis) -> str:
+    """Sampler lines over the run's wall-clock time, epochs shaded (the steps carry no wall-clock time)."""
+    origins = [float(frame["time_s"].min()) for frame in analysis.samplers.values()]
+    ends = [float(frame["time_s"].max()) for frame in analysis.samplers.values()]
+    bands = []
+    if analysis.epochs is not None and len(analysis.epoch_starts_s) == len(analysis.epochs):
+        for start, (_, epoch) in zip(analysis.epoch_starts_s, analysis.epochs.iterrows()):
+            bands.append((float(start), float(start) + float(epoch["seconds"]), int(epoch["epoch"]),
+                          float(epoch["seconds"])))
+    origin = min(origins + [b[0] for b in bands])
+    end = max(ends + [b[1] for b in bands])
+
+    def x_of(t):
+        return np.asarray(t, dtype=float) - origin
+
+    cpu, memory, found = _sampler_series(analysis, x_of)
+    span = end - origin
+    ticks = [(t, f"{num(t)} s") for t in nice_ticks(span, 8) if t <= span]
+    shaded = [Band(s - origin, e - origin, f"epoch {n}", f"epoch {n}: {num(sec)} s") for s, e, n, sec in bands]
+    note = ("Over the whole run (seconds since the first sample), epochs shaded; each value is held over the interval "
+            "it measured. The steps above carry no wall-clock time, so the samples are not placed on them.")
+    return _utilization_section(cpu, memory, (0.0, span or 1.0), ticks, "", found, note, shaded)
+
+
+def _utilization_section(cpu: list[Series], memory: list[Series], x_range, ticks, x_title: str, found: dict,
+                         note: str, bands: list[Band] = ()) -> str:
+    parts = [legend([(s.name, s.color if not s.dash else f"repeating-linear-gradient(90deg,{s.color} 0 4px,#fff 4px 7px)")
+                     for s in cpu])]
+    if cpu:
+        top = max((float(np.nanmax(s.y)) for s in cpu if np.isfinite(s.y).any()), default=100.0)
+        parts.append(lines(cpu, "%", "utilization", x_range=x_range, y_max=max(100.0, top), height=190,
+                           x_ticks=ticks, x_title=x_title, bands=bands))
+    else:
+        parts.append(_missing("CPU and GPU utilization: not recorded."))
+    if memory:
+        parts.append(legend([(s.name, s.color if not s.dash else
+                              f"repeating-linear-gradient(90deg,{s.color} 0 4px,#fff 4px 7px)") for s in memory]))
+        parts.append(lines(memory, "GiB", "memory", x_range=x_range, height=150, x_ticks=ticks, x_title=x_title,
+                           bands=bands))
+    else:
+        parts.append(_missing("memory: not recorded."))
+    parts.append(_recorded_line(found))
+    parts.append(f'<p class="caption">{esc(note)}</p>')
+    return _section("Utilization and memory", *parts, anchor="utilization")
+
+
+# ---------------------------------------------------------------- findings and tables
+
+
+def _advice(analysis) -> str:
+    """The verdict's advice, then each finding with its evidence and fix."""
+    out = []
+    advice = analysis.verdict.get("advice") or []
+    if advice:
+        title = tables.verdict_title(analysis.verdict)
+        out.append(f"<h3>For the verdict ({esc(title)})</h3><ul>" + "".join(f"<li>{esc(a)}</li>" for a in advice)
+                   + "</ul>")
+    if analysis.findings:
+        out.append("<h3>Findings</h3>")
+    for finding in analysis.findings:
+        severity = str(finding.get("severity", ""))
+        out.append(f'<div class="finding {esc(severity)}"><span class="sev">{esc(severity)}</span>'
+                   f"<b>{esc(finding.get('rule', ''))}</b><p>{esc(finding.get('evidence', ''))}</p>"
+                   f"<p><b>Fix:</b> {esc(finding.get('advice', ''))}</p></div>")
+    if not out:
+        out.append("<p>No advice: no rule fired.</p>")
+    return _section("Advice and findings", *out, anchor="advice")
+
+
+def _epochs(analysis) -> str:
+    if analysis.epochs is None or analysis.epochs.empty:
+        return ""
+    epochs = analysis.epochs
+    parts = [("input_s", PART_COLORS["input"], "input"), ("call_s", PART_COLORS["compute"], "step call"),
+             ("other_host_s", PART_COLORS["host"], "other host"),
+             ("epoch_level_s", EPOCH_LEVEL_COLOR, "outside steps (validation, iterator setup, ...)")]
+    bars = []
+    for _, row in epochs.iterrows():
+        split = " + ".join(f"{name} {num(float(row[col]))}" for col, _, name in parts)
+        bars.append(Bar(tuple(float(row[col]) for col, _, _ in parts),
+                        f"epoch {int(row['epoch'])}: {num(float(row['seconds']))} s = {split}", str(int(row["epoch"]))))
+    if len(bars) > MAX_BARS:  # runs of thousands of epochs: consecutive ones share a bar
+        per_bar = math.ceil(len(bars) / MAX_BARS)
+        bars = [Bar(tuple(float(np.mean(v)) for v in zip(*(b.values for b in bars[i:i + per_bar]))),
+                    f"epochs {bars[i].label}-{bars[min(i + per_bar, len(bars)) - 1].label} (mean)", bars[i].label)
+                for i in range(0, len(bars), per_bar)]
+    svg, _ = stacked_bars(bars, [(c, color) for _, color, c in parts], "s", "epoch time by part",
+                          height=240, x_title="epoch", cap_outliers=False)
+    return _section("Epochs", legend([(name, color) for _, color, name in parts]), svg,
+                    '<p class="caption">From steps.csv and run.json: each epoch\'s wall time, with the work outside '
+                    "training steps as its own part.</p>", _table(tables.epochs_table(analysis)), anchor="epochs")
+
+
+def _devices(analysis) -> str:
+    if analysis.devices.empty:
+        return ""
+    out = ['<p class="caption">Mean ms per step in which the device ran; idle split into waiting for input and '
+           "the rest.</p>", _table(tables.devices_table(analysis), name_columns=("device",))]
+    launch = analysis.kernel_launch
+    if launch and launch.get("calls"):
+        out.append(f'<p class="caption">Kernel launches on the host: {launch["calls"]:,} calls, '
+                   f"{launch['calls_per_step']:.1f} per step, {launch['ms_per_step']:.3f} ms per step.</p>")
+    return _section("Devices", *out, anchor="devices")
+
+
+def _workers(analysis) -> str:
+    if analysis.workers.empty:
+        return ""
+    straggler = analysis.straggler
+    worker = str(straggler["worker"]) if straggler else None
+    line = tables.straggler_line(analysis)
+    return _section("Workers", '<p class="caption">Mean ms per steady step of each worker.</p>',
+                    _table(tables.workers_table(analysis), highlight=lambda row: str(row["worker"]) == worker),
+                    f"<p><b>{esc(line)}</b></p>" if line else "", anchor="workers")
+
+
+def _ops(analysis) -> str:
+    if analysis.ops.empty:
+        return ""
+    shown = analysis.ops.head(TOP_OPS)
+    return _section("Top ops", f'<p class="caption">The {len(shown)} slowest of {len(analysis.ops):,} ops, ms per '
+                    "training step and share of op time (all of them in ops.csv).</p>",
+                    _table(shown, name_columns=("op", "type", "device")), anchor="ops")
+
+
+def _stages(analysis) -> str:
+    if analysis.input_stages.empty:
+        return ""
+    shown = analysis.input_stages.head(tables.TOP_OPS)
+    bottleneck = analysis.input_bottleneck
+    extra = (f"<p><b>Input bottleneck:</b> {esc(bottleneck['stage'])} ({bottleneck['ms_per_batch']:.3f} ms per "
+             "batch)</p>") if bottleneck else ""
+    return _section("tf.data stages", '<p class="caption">Self time per batch, slowest first.</p>',
+                    _table(shown, name_columns=("stage",)), extra, anchor="input")
+
+
+def _flat(values: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _run_info(analysis) -> str:
+    run = analysis.run or {}
+    if not run:
+        facts = {"trace": str(analysis.path), "host": analysis.host, "written by": analysis.producer,
+                 "device": analysis.device}
+        return _section("Run", '<div class="kv">' + _key_values("Trace", facts) + "</div>",
+                        '<p class="caption">No run.json: a trace on its own has no recorded config.</p>', anchor="run")
+    status = {k: run.get(k) for k in ("status", "error", "started_at", "finished_at", "devprof_version")
+              if k in run}
+    blocks = [_key_values("Status", status)]
+    for key, title in (("device", "Device"), ("config", "Config"), ("model", "Model"), ("data", "Data"),
+                       ("versions", "Versions"), ("profiler", "Profiler")):
+        value = run.get(key)
+        if isinstance(value, dict):
+            blocks.append(_key_values(title, _flat(value)))
+    return _section("Run", '<div class="kv">' + "".join(blocks) + "</div>", anchor="run")
+
+
+# ---------------------------------------------------------------- compare
+
+
+def render_comparison(comparison) -> str:
+    table = comparison.table
+    names = ("input", "compute", "host", "epoch_level")
+    colors = [(n, PART_COLORS.get(n, EPOCH_LEVEL_COLOR)) for n in names]
+    labels = {"input": "input", "compute": "compute", "host": "host overhead",
+              "epoch_level": "outside steps (validation, setup)"}
+    # Runs that train different numbers of images per epoch are drawn per image, as compare's chart does.
+    per_image = table["images_per_epoch"].nunique(dropna=True) > 1
+    unit, short = ("ms per image", "ms") if per_image else ("seconds per epoch", "s")
+    rows = []
+    for _, row in table.iterrows():
+        if per_image:
+            values = tuple(float(row[f"{n}_ms_per_image"]) for n in names)
+            total = 1000.0 * float(row["seconds_per_epoch"]) / float(row["images_per_epoch"])
+        else:
+            values = tuple(float(row[f"{n}_s"]) for n in names)
+            total = float(row["seconds_per_epoch"])
+        name = f"{row['run']}{' (external)' if row['external'] else ''}{' *' if row['baseline'] else ''}"
+        split = " + ".join(f"{labels[n]} {num(v)}" for n, v in zip(names, values) if v == v)
+        rows.append((name, values, f"{name} ({row['device']}): {num(total)} {short}" + (f" = {split}" if split else ""),
+                     total))
+    svg = hbars(rows, colors, unit, "time per epoch by part")
+    why = "".join(f"<li>{esc(line)}</li>" for line in table["why"])
+    workers = []
+    for _, row in table.iterrows():
+        for worker in row.get("workers") or []:
+            workers.append(f"<li>{esc(row['run'])} / {esc(worker['run'])}: {worker['seconds_per_epoch']:.3g} s/epoch, "
+                           f"input {worker['input_pct']:.0f} %, compute {worker['compute_pct']:.0f} %, "
+                           f"host {worker['host_pct']:.0f} %</li>")
+    notes = tables.external_notes(table)
+    body = [
+        f"<header><h1>devprof compare: {len(table)} runs</h1><ul class=\"meta\"><li>baseline (*): "
+        f"{esc(comparison.baseline)}</li><li>fastest: {esc(comparison.fastest)}</li></ul></header>",
+        _section(f"Time per epoch ({unit}, steady epochs)", legend([(labels[n], c) for n, c in colors]), svg,
+                 '<p class="caption">Each run\'s steady epoch (the median of the epochs after the first) split into '
+                 "input, compute, host overhead and work outside steps.</p>", anchor="chart"),
+        _section("Runs", _table(tables.compare_display_frame(table), name_columns=("run", "device")),
+                 '<p class="caption">* baseline; % columns are shares of the epoch (epoch% = validation and other '
+                 "work outside training steps).</p>", anchor="runs"),
+        _section("Why", f"<ul>{why}</ul>", anchor="why"),
+        _section("Workers", f"<ul>{''.join(workers)}</ul>") if workers else "",
+        _section("External timings", "<ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>") if notes else "",
+        _section("Warnings", "<ul>" + "".join(f"<li>{esc(w.removeprefix('warning: '))}</li>"
+                                               for w in comparison.warnings) + "</ul>") if comparison.warnings else "",
+    ]
+    if comparison.op_diff is not None:
+        lines_ = tables.op_diff_lines(comparison)
+        body.append(_section("Op diff", f"<p>{esc(lines_[0])}</p><ul>"
+                             + "".join(f"<li>{esc(line.strip().removeprefix('- '))}</li>" for line in lines_[1:])
+                             + "</ul>", anchor="ops"))
+    return _page("devprof compare", body)
