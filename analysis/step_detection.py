@@ -161,10 +161,14 @@ def find_trace_groups(events: pd.DataFrame) -> DetectedSteps | None:
         return found
     host = host_events(events)
     grouped = host[host["group_id"].notna()]
-    if grouped["group_id"].nunique() < 2:
-        return None
     # Each group's longest host event is its root, on the thread that ran the step.
     roots = grouped.sort_values("duration_ns", ascending=False, kind="stable").drop_duplicates("group_id")
+    # Groups of evaluation, summary writing or a callback are not training steps.
+    other = roots[matches(roots["name"], re.compile(tf_producer.NOT_A_TRAINING_STEP, re.IGNORECASE), search=True)]
+    grouped = grouped[~grouped["group_id"].isin(other["group_id"])]
+    roots = roots[~roots["group_id"].isin(other["group_id"])]
+    if grouped["group_id"].nunique() < 2:
+        return None
     spans = grouped.groupby("group_id").agg(start_ns=("start_ns", "min"), marker_end_ns=("end_ns", "max"))
     roots = roots.set_index("group_id").loc[spans.index]
     partial = _cut_by_window(events, spans["start_ns"].to_numpy(), spans["marker_end_ns"].to_numpy())

@@ -246,6 +246,13 @@ def analyze_steps(trace: Trace, step_name: str | None = None) -> StepAnalysis:
         input_ = iv.subtract(input_, compute)
     steps = step_breakdown(detected.steps, input_, compute, compile_intervals(events), collective, overlapped)
     notes = [detected.note] if detected.note else []
+    host = host_events(events)
+    if host.empty:
+        notes.append("no host threads recorded: input waits and host overhead are unknown; what is not device work "
+                     "is counted as host overhead")
+    elif producers.program_of(events) in ("tensorflow", "keras") and \
+            not matches(host["name"], producers.pattern("host_input"), search=True).any():
+        notes.append("no input-pipeline events recorded (IteratorGetNext): input counts only host-to-device copies")
     return StepAnalysis(device, detected.method, detected.name, steps, detected, notes)
 
 

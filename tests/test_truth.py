@@ -148,3 +148,19 @@ def test_host_parts_add_up_and_device_parts_add_up_on_every_truth_trace(tmp_path
         for row in data["devices"]:
             if row["recorded"]:
                 assert row["step_ms"] == pytest.approx(sum(row[k] for k in DEVICE_PARTS), abs=EXACT_MS), row
+
+
+def test_a_device_whose_events_stop_mid_window_is_not_recorded(tmp_path):
+    made = tf_fx.write_tf_gpu_loop(tmp_path / "h.xplane.pb", steps=8, host_step_ms=8.0, device_period_ms=8.0,
+                                   device_lag_ms=0.5, gpu_stops_after=3)
+    data = _json(made.path)
+    (row,) = data["devices"]
+    assert row["recorded"] is False and row["idle"] is None and row["step_ms"] is None, row
+    assert any("not recorded after" in note for note in data["notes"]), data["notes"]
+
+
+def test_groups_of_callbacks_are_not_steps(tmp_path):
+    path = tf_fx.write_grouped_with_callbacks(tmp_path / "h.xplane.pb", steps=4)
+    data = _json(path)
+    assert data["step_source"] == "trace_groups" and len(data["steps"]) == 4, data["steps"]
+    assert all(step["input_ms"] == pytest.approx(1.0, abs=EXACT_MS) for step in data["steps"])

@@ -31,7 +31,8 @@ class TfGpuTrace:
 def write_tf_gpu_loop(path: str | Path, *, steps: int = 6, host_step_ms: float = 5.0, input_wait_ms: float = 0.2,
                       kernels_ms: tuple[float, ...] = (4.0, 3.0), kernel_gap_ms: float = 1.0,
                       device_period_ms: float = 8.0, device_lag_ms: float = 3.0, overlapped_copy_ms: float = 0.0,
-                      record_gpu: bool = True, base_ns: int = ABSOLUTE_BASE_NS) -> TfGpuTrace:
+                      record_gpu: bool = True, gpu_stops_after: int | None = None,
+                      base_ns: int = ABSOLUTE_BASE_NS) -> TfGpuTrace:
     """A custom TensorFlow loop (`Trace("train", step_num=k, _r=1)` markers) on one CUDA GPU.
 
     Host step k: [T + k * host_step, +host_step), `IteratorGetNext` for its first
@@ -41,7 +42,8 @@ def write_tf_gpu_loop(path: str | Path, *, steps: int = 6, host_step_ms: float =
     device falls behind, and step k's kernels run during later host steps. With
     `overlapped_copy_ms`, a `MemcpyH2D` on a copy stream runs under the first kernel
     (the next batch, prefetched). Without `record_gpu` the GPU plane is there but empty,
-    as when CUPTI could not start.
+    as when CUPTI could not start; with `gpu_stops_after` k it holds only the kernels of the
+    first k steps while the host goes on launching (the tracer dropped the rest).
     """
     space = _xspace_class()()
     space.hostnames.append("tf-gpu-host")
@@ -62,7 +64,7 @@ def write_tf_gpu_loop(path: str | Path, *, steps: int = 6, host_step_ms: float =
         for j, length in enumerate(kernels_ms):
             host.event(python, "cuLaunchKernel", at, at + 20_000, correlation_id=correlation)
             at += 30_000
-            if compute is not None:
+            if compute is not None and (gpu_stops_after is None or k < gpu_stops_after):
                 gpu.event(compute, f"volta_sgemm_{j}", device_at, device_at + _ns(length), correlation_id=correlation)
                 if j == 0 and overlapped_copy_ms:
                     copy_at = device_at + (_ns(length) - _ns(overlapped_copy_ms)) // 2
@@ -76,6 +78,22 @@ def write_tf_gpu_loop(path: str | Path, *, steps: int = 6, host_step_ms: float =
     gpu.finish()
     return TfGpuTrace(_write_space(space, path), steps, host_step_ms, span / MS, sum(kernels_ms), input_wait_ms,
                       overlapped_copy_ms)
+
+
+def write_grouped_with_callbacks(path: str | Path, *, steps: int = 4, base_ns: int = ABSOLUTE_BASE_NS) -> Path:
+    """Host `group_id` groups only: `steps` training steps, each followed by a callback's group."""
+    space = _xspace_class()()
+    host = _Plane(space, 0, "/host:CPU")
+    python = host.line(1, "python", base_ns)
+    t = base_ns + MS
+    for k in range(steps):
+        host.event(python, "__inference_train_function_812", t, t + 8 * MS, group_id=2 * k + 1)
+        host.event(python, "IteratorGetNext", t, t + MS, group_id=2 * k + 1)
+        host.event(python, "__inference_on_train_batch_end_9", t + 8 * MS, t + 9 * MS, group_id=2 * k + 2)
+        t += 10 * MS
+    host.event(python, "SaveCheckpoint", t + MS, t + 2 * MS)  # the window goes on after the last step
+    host.finish()
+    return _write_space(space, path)
 
 
 def write_one_step_capture(path: str | Path, *, step_ms: float = 63.0, base_ns: int = ABSOLUTE_BASE_NS) -> Path:

@@ -28,6 +28,10 @@ INPUT_PIPELINE_FUNCTION = r"Dataset|tf_data"
 # A TF op event is named "scope/op_name:OpType" (XProf's ParseTfOpFullname).
 TF_OP = r"^[^\s:][^:]*:[A-Za-z_][A-Za-z0-9_]*$"
 
+# Roots of event groups that are not training steps: evaluation, prediction, summaries, callbacks.
+NOT_A_TRAINING_STEP = (r"test_function|eval(?:uate)?_?(?:step|function)|predict_(?:step|function)|summary|"
+                       r"on_(?:train|test|predict)_(?:batch|epoch)_(?:begin|end)|callback")
+
 # tf.data: one `Iterator::` event per stage and batch ("Iterator::Root::Prefetch::Map").
 INPUT_STAGE = r"^Iterator::"
 INPUT_ROOT = "Iterator::Root"
