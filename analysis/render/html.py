@@ -40,7 +40,8 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 TOP_OPS = 15
 STEP_PARTS = ("input", "compute", "collective", "host")
 # Per-step utilization columns (the sampler CSVs' names), where the steps carry them.
-STEP_UTILIZATION = ("cpu_pct", "proc_cpu_pct", "gpu_util_pct", "mem_used_bytes")
+STEP_UTILIZATION = ("cpu_pct", "proc_cpu_pct", "proc_rss_bytes", "mem_used_bytes", "gpu_util_pct", "gpu_mem_used_bytes",
+                    "mxu_util_pct")
 COMPILE_KEY = "repeating-linear-gradient(45deg,#000 0 1.5px,#fff 1.5px 4px)"
 
 STYLE = """
@@ -279,14 +280,16 @@ def _cores(analysis, frame: pd.DataFrame | None = None) -> float:
 def _utilization(analysis) -> str:
     steps = analysis.steps
     if not steps.empty and any(c in steps and steps[c].notna().any() for c in STEP_UTILIZATION):
-        return _utilization_per_step(analysis)
+        section = _utilization_per_step(analysis)
+        if analysis.samplers:  # the traced steps are a window: the whole run gives the context
+            section = section.replace("</section>", "<h3>Over the whole run</h3>" + _utilization_over_run(
+                analysis, nested=True) + "</section>")
+        return section
     if not analysis.samplers:
         why = ("a profiler trace on its own has no samplers; `devprof run` records them"
                if analysis.run_dir is None else "this run has no utilization/*.csv (sampling was off)")
         return _section("Utilization and memory", _missing(f"CPU, process and GPU utilization and memory: not "
                                                            f"recorded ({why})."), anchor="utilization")
-    if "start_time_s" in steps and steps["start_time_s"].notna().any():
-        return _utilization_on_steps(analysis)
     return _utilization_over_run(analysis)
 
 
@@ -321,24 +324,33 @@ def _utilization_per_step(analysis) -> str:
     x_range, ticks, per_bar = _step_axis(analysis)
     x = np.arange(math.ceil(len(steps) / per_bar)) + 0.5
     cores = _cores(analysis)
+
+    def column(name: str, scale: float = 1.0) -> np.ndarray:
+        return _bin_means(steps[name].to_numpy(float) / scale, per_bar)
+
+    def has(name: str) -> bool:
+        return name in steps and bool(steps[name].notna().any())
+
     cpu, memory = [], []
-    if "cpu_pct" in steps:
-        cpu.append(Series("machine CPU %", x, _bin_means(steps["cpu_pct"].to_numpy(float), per_bar), "#1f77b4"))
-    if "proc_cpu_pct" in steps:
-        proc = steps["proc_cpu_pct"].to_numpy(float) / (cores if cores == cores else 1.0)
-        label = f"training process CPU % (of all {cores:g} cores)" if cores == cores else "training process CPU % (100 = one core)"
-        cpu.append(Series(label, x, _bin_means(proc, per_bar), "#1f77b4", "4 3"))
-    if "gpu_util_pct" in steps:
-        cpu.append(Series("GPU utilization %", x, _bin_means(steps["gpu_util_pct"].to_numpy(float), per_bar), "#2ca02c"))
-    if "mem_used_bytes" in steps:
-        memory.append(Series("memory used (GiB)", x, _bin_means(steps["mem_used_bytes"].to_numpy(float), per_bar) / 2**30,
-                             "#9467bd"))
-    found = {"machine CPU": "cpu_pct" in steps and steps["cpu_pct"].notna().any(),
-             "process CPU": "proc_cpu_pct" in steps and steps["proc_cpu_pct"].notna().any(),
-             "GPU": "gpu_util_pct" in steps and steps["gpu_util_pct"].notna().any(),
-             "memory": "mem_used_bytes" in steps and steps["mem_used_bytes"].notna().any()}
-    return _utilization_section(cpu, memory, x_range, ticks, "step", found, "Per step, time-weighted from the samples "
-                                "that fall in it; aligned with the step chart above.")
+    if has("cpu_pct"):
+        cpu.append(Series("machine CPU %", x, column("cpu_pct"), "#1f77b4"))
+    if has("proc_cpu_pct"):
+        label = (f"training process CPU % (of all {cores:g} cores)" if cores == cores
+                 else "training process CPU % (100 = one core)")
+        cpu.append(Series(label, x, column("proc_cpu_pct", cores if cores == cores else 1.0), "#1f77b4", "4 3"))
+    for name, label in (("gpu_util_pct", "GPU utilization % (mean of the GPUs)"), ("mxu_util_pct", "TPU matrix units %")):
+        if has(name):
+            cpu.append(Series(label, x, column(name), "#2ca02c"))
+    for name, label, color, dash in (("proc_rss_bytes", "training process memory (RSS)", "#9467bd", ""),
+                                     ("mem_used_bytes", "machine memory used", "#9467bd", "4 3"),
+                                     ("gpu_mem_used_bytes", "GPU memory used (the fullest GPU)", "#ff7f0e", "")):
+        if has(name):
+            memory.append(Series(label, x, column(name, 2**30), color, dash))
+    found = {"machine CPU": has("cpu_pct"), "process CPU": has("proc_cpu_pct"),
+             "GPU": has("gpu_util_pct") or has("mxu_util_pct"),
+             "memory": has("proc_rss_bytes") or has("mem_used_bytes") or has("gpu_mem_used_bytes")}
+    return _utilization_section(cpu, memory, x_range, ticks, "step", found, "Per step: the samples' time-weighted "
+                                "mean over each step, on the step chart's axis.")
 
 
 def _sampler_series(analysis, x_of) -> tuple[list[Series], list[Series], dict[str, bool]]:
@@ -375,27 +387,7 @@ def _sampler_series(analysis, x_of) -> tuple[list[Series], list[Series], dict[st
     return cpu, memory, found
 
 
-def _utilization_on_steps(analysis) -> str:
-    """Sampler lines placed on the step chart's x axis by the steps' wall-clock start times."""
-    steps = analysis.steps
-    x_range, ticks, per_bar = _step_axis(analysis)
-    starts = steps["start_time_s"].to_numpy(float)
-    ends = starts + steps["step_ms"].to_numpy(float) / 1000.0
-    times = np.column_stack([starts, ends]).ravel()
-    slots = np.column_stack([np.arange(len(steps)), np.arange(1, len(steps) + 1)]).ravel() / per_bar
-    order = np.argsort(times, kind="stable")
-
-    def x_of(t):
-        # Samples outside the steps land on the chart's edges: the one after the last step holds back over it.
-        return np.interp(t, times[order], slots[order])
-
-    cpu, memory, found = _sampler_series(analysis, x_of)
-    return _utilization_section(cpu, memory, x_range, ticks, "step", found,
-                                "Samples placed on the step chart's axis by time; each value is held over the "
-                                "interval it measured (back to the previous sample).")
-
-
-def _utilization_over_run(analysis) -> str:
+def _utilization_over_run(analysis, nested: bool = False) -> str:
     """Sampler lines over the run's wall-clock time, epochs shaded (the steps carry no wall-clock time)."""
     origins = [float(frame["time_s"].min()) for frame in analysis.samplers.values()]
     ends = [float(frame["time_s"].max()) for frame in analysis.samplers.values()]
@@ -415,12 +407,14 @@ def _utilization_over_run(analysis) -> str:
     ticks = [(t, f"{num(t)} s") for t in nice_ticks(span, 8) if t <= span]
     shaded = [Band(s - origin, e - origin, f"epoch {n}", f"epoch {n}: {num(sec)} s") for s, e, n, sec in bands]
     note = ("Over the whole run (seconds since the first sample), epochs shaded; each value is held over the interval "
-            "it measured. The steps above carry no wall-clock time, so the samples are not placed on them.")
-    return _utilization_section(cpu, memory, (0.0, span or 1.0), ticks, "", found, note, shaded)
+            "it measured.")
+    if not nested:
+        note += " The steps above carry no wall-clock time, so the samples are not placed on them."
+    return _utilization_section(cpu, memory, (0.0, span or 1.0), ticks, "", found, note, shaded, nested)
 
 
 def _utilization_section(cpu: list[Series], memory: list[Series], x_range, ticks, x_title: str, found: dict,
-                         note: str, bands: list[Band] = ()) -> str:
+                         note: str, bands: list[Band] = (), nested: bool = False) -> str:
     parts = [legend([(s.name, s.color if not s.dash else f"repeating-linear-gradient(90deg,{s.color} 0 4px,#fff 4px 7px)")
                      for s in cpu])]
     if cpu:
@@ -436,8 +430,11 @@ def _utilization_section(cpu: list[Series], memory: list[Series], x_range, ticks
                            bands=bands))
     else:
         parts.append(_missing("memory: not recorded."))
-    parts.append(_recorded_line(found))
+    if not nested:
+        parts.append(_recorded_line(found))
     parts.append(f'<p class="caption">{esc(note)}</p>')
+    if nested:
+        return "".join(parts)
     return _section("Utilization and memory", *parts, anchor="utilization")
 
 

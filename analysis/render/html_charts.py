@@ -225,9 +225,10 @@ def lines(series: list[Series], unit: str, label: str, *, x_range: tuple[float, 
         dash = f' stroke-dasharray="{s.dash}"' if s.dash else ""
         for run in _finite_runs(np.isfinite(py) & keep):
             points = " ".join(f"{px[j]:.1f},{py[j]:.1f}" for j in run)
-            if len(run) == 1:
-                out.append(f'<circle cx="{px[run[0]]:.1f}" cy="{py[run[0]]:.1f}" r="2.5" fill="{s.color}"/>')
-            else:
+            if len(run) == 1 or (len(px) <= 40 and not s.hold):  # few points: each one visible
+                out += [f'<circle cx="{px[j]:.1f}" cy="{py[j]:.1f}" r="2.5" fill="{s.color}" stroke="none"/>'
+                        for j in run]
+            if len(run) > 1:
                 out.append(f'<polyline points="{points}" stroke="{s.color}"{dash}><title>{esc(s.name)}</title>'
                            '</polyline>')
     out.append("</g>")

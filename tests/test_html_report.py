@@ -1,0 +1,244 @@
+"""The HTML report: one self-contained page for `analyze` and `compare`.
+
+Fast tests read the HTML as text (no network reference, no script, escaping, charts drawn,
+size bounded on long runs, the CLI's -o). Slow tests open it in a real headless Chromium
+(tests/browser.py): no console error, no request, and the step chart drawn near the top.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import analysis
+import trace_fixtures as fx
+from analysis.render import format_for_path, formats_for, html
+from profiler import cli
+from test_compare import make_run
+
+EVIL = "<script>alert('x')</script>"
+NETWORK_REFERENCE = re.compile(r"""(?:src|href|xlink:href)\s*=\s*["']?\s*(?:https?:)?//|url\(\s*["']?\s*(?:https?:)?//|@import""",
+                               re.IGNORECASE)
+
+
+@pytest.fixture(scope="module")
+def gpu_trace(tmp_path_factory):
+    return fx.write_synthetic_device_trace(tmp_path_factory.mktemp("gpu") / "logs" / "plugins" / "profile" / "s" /
+                                           "host.xplane.pb")
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    """A two-worker session: worker 1 waits 6 ms longer for input, worker 0 waits for it in the all-reduce."""
+    return fx.write_synthetic_session(tmp_path_factory.mktemp("session"), workers=2)
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    return make_run(root, "fast", device="Test CPU"), make_run(root, "slow", device="Other CPU", input_ms=41.0,
+                                                              epoch_seconds=(3.0, 1.0, 1.0))
+
+
+def assert_self_contained(page: str) -> None:
+    assert page.startswith("<!DOCTYPE html>")
+    assert "Content-Security-Policy" in page and "default-src 'none'" in page
+    assert "<script" not in page.lower(), "the report runs no script"
+    assert not NETWORK_REFERENCE.findall(page), NETWORK_REFERENCE.findall(page)
+    assert "<link" not in page.lower() and "<img" not in page.lower() and "<iframe" not in page.lower()
+    assert "<svg" in page
+
+
+# ---------------------------------------------------------------- fast: the page as text
+
+
+def test_registry_lists_html_for_both_and_by_extension():
+    assert "html" in formats_for("analysis") and "html" in formats_for("comparison")
+    assert format_for_path("r.html", "analysis") == format_for_path("R.HTM", "comparison") == "html"
+
+
+def test_gpu_trace_page_is_self_contained_and_escapes_run_text(gpu_trace):
+    result = analysis.analyze(gpu_trace.path)
+    hostile = dataclasses.replace(result, run={"config": {"run_name": EVIL, "batch_size": 32},
+                                               "device": {"kind": "gpu", "name": f"GPU {EVIL}"}},
+                                  notes=(*result.notes, f"note {EVIL}"))
+    page = html.render_analysis(hostile)
+    assert_self_contained(page)
+    assert EVIL not in page and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    assert page.index('id="steps"') < page.index('id="utilization"') < page.index('id="devices"')
+    assert "/device:GPU:3" in page and "volta_sgemm_128x64_nn" in page  # the device table and the top ops
+    assert "not recorded" in page  # a trace on its own has no samplers
+    assert page.count("<title>step ") == gpu_trace.steps  # one hoverable bar per step
+
+
+def test_every_step_part_is_drawn_in_its_color(gpu_trace):
+    page = html.render_analysis(analysis.analyze(gpu_trace.path))
+    steps_svg = page[page.index('id="steps"'):page.index('id="utilization"')]
+    for color in ("#d62728", "#2ca02c", "#9467bd", "#1f77b4"):  # input, compute, collective, host
+        assert f'fill="{color}"' in steps_svg
+
+
+def test_session_page_names_the_straggler(session):
+    page = html.render_analysis(analysis.analyze(session.logdir))
+    assert_self_contained(page)
+    assert 'class="straggler"' in page and "worker1" in page and "straggler: worker1" in page
+
+
+def test_long_runs_are_binned_and_stay_small(gpu_trace):
+    result = analysis.analyze(gpu_trace.path)
+    n = 20_000
+    rng = np.random.default_rng(0)
+    parts = {f"{p}_ms": rng.uniform(0, 5, n) for p in ("input", "compute", "collective", "host")}
+    steps = pd.DataFrame({"step": np.arange(n), "steps": 1, **parts, "compile_ms": 0.0, "partial": False})
+    steps["step_ms"] = sum(parts.values())
+    page = html.render_analysis(dataclasses.replace(result, steps=steps))
+    assert len(page) < 600_000
+    per_bar = math.ceil(n / html.MAX_BARS)
+    assert page.count("<title>steps ") == math.ceil(n / per_bar) <= html.MAX_BARS
+    assert f"mean of {per_bar} consecutive steps" in page
+
+
+def test_per_step_utilization_columns_are_drawn_on_the_step_axis(gpu_trace):
+    result = analysis.analyze(gpu_trace.path)
+    steps = result.steps.assign(cpu_pct=50.0, proc_cpu_pct=80.0, gpu_util_pct=90.0, mem_used_bytes=2.0 * 2**30)
+    page = html.render_analysis(dataclasses.replace(result, steps=steps))
+    section = page[page.index('id="utilization"'):page.index('id="advice"')]
+    assert "Per step" in section and "<polyline" in section and "GPU utilization %" in section
+
+
+def test_samplers_are_drawn_per_step_and_over_the_run(tmp_path):
+    run = make_run(tmp_path, "sampled")
+    (run / "utilization").mkdir()
+    times = 1_700_000_000.0 + np.arange(0, 3.0, 0.1)
+    pd.DataFrame({"time_s": times, "cpu_pct": 60.0, "cpu0_pct": 50.0, "cpu1_pct": 70.0, "proc_cpu_pct": 90.0,
+                  "proc_rss_bytes": 2**30, "mem_used_bytes": 4 * 2**30}).to_csv(run / "utilization" / "host.csv",
+                                                                                index=False)
+    page = html.render_analysis(analysis.analyze(run))
+    section = page[page.index('id="utilization"'):page.index('id="advice"')]
+    assert "machine CPU %" in section and "training process memory" in section and "epoch 1" in section
+    assert "Per step" in section and "Over the whole run" in section and "GPU: not recorded" in section
+
+
+def test_compare_page(two_runs):
+    comparison = analysis.compare([*two_runs])
+    page = html.render_comparison(comparison)
+    assert_self_contained(page)
+    for run in ("fast", "slow"):
+        assert f"<title>{run}" in page  # one bar per run
+    assert all(why.split(":")[0] in page for why in comparison.table["why"])
+
+
+def test_cli_output_file_takes_its_format_from_the_extension(gpu_trace, tmp_path, capsys):
+    report = tmp_path / "out" / "report.html"
+    assert cli.main(["analyze", str(gpu_trace.path), "-o", str(report)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and f"wrote {report}" in captured.err
+    assert_self_contained(report.read_text())
+    assert [p.name for p in report.parent.iterdir()] == ["report.html"]  # no temporary file left
+    markdown = tmp_path / "report.md"
+    assert cli.main(["analyze", str(gpu_trace.path), "-o", str(markdown)]) == 0
+    assert markdown.read_text().startswith("# devprof analysis")
+    forced = tmp_path / "report.txt"
+    assert cli.main(["analyze", str(gpu_trace.path), "--format", "html", "-o", str(forced)]) == 0
+    assert forced.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_cli_output_file_in_a_missing_folder_it_cannot_make(gpu_trace, tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert cli.main(["analyze", str(gpu_trace.path), "-o", str(blocker / "report.html")]) == 1
+    assert capsys.readouterr().err.startswith("error: cannot write")
+
+
+def test_compare_cli_writes_html(two_runs, tmp_path, capsys):
+    out = tmp_path / "compare.html"
+    assert cli.main(["compare", *map(str, two_runs), "-o", str(out)]) == 0
+    assert_self_contained(out.read_text())
+
+
+def test_to_html_and_the_run_folder_report(two_runs, tmp_path):
+    result = analysis.analyze(two_runs[0])
+    path = result.to_html(tmp_path / "a.html")
+    assert path == tmp_path / "a.html" and sorted(p.name for p in tmp_path.iterdir()) == ["a.html"]
+    assert_self_contained(path.read_text())
+    written = result.write(tmp_path / "analysis")
+    assert tmp_path / "analysis" / "report.html" in written
+    comparison = analysis.compare([*two_runs])
+    assert_self_contained(comparison.to_html(tmp_path / "c.html").read_text())
+
+
+# ---------------------------------------------------------------- slow: a real browser
+
+
+def _pixels_drawn(png: bytes, box: dict) -> float:
+    """Share of the pixels inside `box` that are not near-white."""
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    crop = image.crop((int(box["x"]), int(box["y"]), int(box["x"] + box["width"]), int(box["y"] + box["height"])))
+    values = np.asarray(crop, dtype=int)
+    return float((values.min(axis=2) < 200).mean())
+
+
+def _open(path, chart="#steps svg"):
+    import browser
+
+    loaded = browser.load(path, boxes=(chart,))
+    assert loaded.errors == [], loaded.errors
+    assert loaded.requests == [], f"the page asked the network for {loaded.requests}"
+    box = loaded.boxes[chart]
+    assert box is not None, f"no {chart} in the page"
+    return loaded, box
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory):
+    """A real two-epoch CPU run (TensorFlow, profiler window, samplers), made once."""
+    out = tmp_path_factory.mktemp("cpu-run")
+    argv = ["run", "--device", "cpu", "--data", "synthetic", "--epochs", "2", "--limit-images", "600",
+            "--limit-test-images", "100", "--sample-interval", "0.2", "--out", str(out), "--run-name", "cpu",
+            "--quiet"]
+    assert cli.main(argv) == 0
+    return out / "cpu"
+
+
+@pytest.mark.slow
+def test_cpu_run_report_loads_in_chromium_with_its_charts_drawn(cpu_run, tmp_path):
+    assert cli.main(["analyze", str(cpu_run)]) == 0
+    report = cpu_run / "analysis" / "report.html"
+    loaded, box = _open(report)
+    assert box["y"] < 500, f"the step chart starts {box['y']:.0f} px down the page"
+    assert _pixels_drawn(loaded.screenshot, box) > 0.05
+    page = report.read_text()
+    assert "Utilization and memory" in page and "machine CPU %" in page and 'id="epochs"' in page
+    import browser
+
+    util = browser.load(report, boxes=("#utilization svg",))
+    assert _pixels_drawn(util.screenshot, util.boxes["#utilization svg"]) > 0.01
+
+
+@pytest.mark.slow
+def test_two_worker_report_loads_in_chromium(session, tmp_path):
+    path = analysis.analyze(session.logdir).to_html(tmp_path / "workers.html")
+    loaded, box = _open(path)
+    assert box["y"] < 500 and _pixels_drawn(loaded.screenshot, box) > 0.05
+
+
+@pytest.mark.slow
+def test_gpu_trace_report_loads_in_chromium(gpu_trace, tmp_path):
+    path = analysis.analyze(gpu_trace.path).to_html(tmp_path / "gpu.html")
+    loaded, box = _open(path)
+    assert box["y"] < 500 and _pixels_drawn(loaded.screenshot, box) > 0.05
+
+
+@pytest.mark.slow
+def test_compare_report_loads_in_chromium(two_runs, tmp_path):
+    path = analysis.compare([*two_runs]).to_html(tmp_path / "compare.html")
+    loaded, box = _open(path, "#chart svg")
+    assert box["y"] < 400 and _pixels_drawn(loaded.screenshot, box) > 0.02
