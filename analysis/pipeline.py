@@ -143,8 +143,9 @@ def analyze_source(source: StepSource) -> Analysis:
     run_dir = source.run_dir
     meta: dict = {}
     samplers: dict[str, pd.DataFrame] = {}
-    epochs = reconciliation = None
+    epochs = reconciliation = steps_table = None
     epoch_starts: list[float] = []
+    notes_before: list[str] = []
     run_notes: list[str] = []
     if run_dir is not None:
         meta = run_files.read_run_json(run_dir / run_files.RUN_JSON)
@@ -163,13 +164,20 @@ def analyze_source(source: StepSource) -> Analysis:
             if source.kind != "steps_csv":
                 reconciliation = epochs_mod.reconcile_with_trace(source.steps, steps_table)
             epoch_starts = steps_table.groupby("epoch")["start_time_s"].min().tolist()
+    steps = source.steps
+    if samplers and steps_table is not None:
+        steps, resolution_ms = _with_utilization(steps, steps_table, samplers, source.kind == "steps_csv")
+        if steps is not source.steps and len(steps) and resolution_ms == resolution_ms:
+            shorter = float(steps["step_ms"].median()) < resolution_ms
+            notes_before.append(f"utilization per step from samples every {resolution_ms:.0f} ms"
+                                + (": steps are shorter, so each takes the sample around it" if shorter else ""))
     summaries = utilization.run_summaries(run_dir, meta) if run_dir is not None else {}
     machine = utilization.headline(summaries)
     config = run_files.section(meta, "config")
 
     trace = source.trace
     events = trace.events if trace is not None else None
-    notes = list(source.notes) + run_notes
+    notes = list(source.notes) + notes_before + run_notes
     devices: list[dict] = []
     launch = None
     ops = pd.DataFrame(columns=OP_COLUMNS)
@@ -206,7 +214,7 @@ def analyze_source(source: StepSource) -> Analysis:
     return Analysis(
         path=source.path, step_source=source.kind, step_name=source.step_name, device=source.device,
         producer=source.producer, host=host,
-        host_files=trace.location.host_files if trace is not None and trace.location else (), notes=tuple(notes), steps=source.steps,
+        host_files=trace.location.host_files if trace is not None and trace.location else (), notes=tuple(notes), steps=steps,
         steps_per_call=source.steps_per_call, mean=mean, steps_used=len(steady), verdict=verdict,
         findings=rules.findings(facts), facts=facts, devices=pd.DataFrame(devices, columns=DEVICE_COLUMNS),
         kernel_launch=launch, workers=pd.DataFrame(columns=WORKER_KEYS), straggler=None, ops=ops,
@@ -214,6 +222,28 @@ def analyze_source(source: StepSource) -> Analysis:
         reconciliation=reconciliation, samplers=samplers, epoch_starts_s=tuple(epoch_starts), run_dir=run_dir,
         run=meta,
     )
+
+
+def _with_utilization(steps: pd.DataFrame, steps_table: pd.DataFrame, samplers: dict, from_csv: bool):
+    """The steps with the samplers' time-weighted means over each step. A trace's clock is put on
+    the samplers' wall clock by the steps both it and steps.csv hold."""
+    table = steps_table.drop_duplicates("step").set_index("step")
+    if from_csv:
+        starts_s = steps_table["start_time_s"].to_numpy(dtype=float)
+    else:
+        common = steps["step"].isin(table.index)
+        if not common.any():
+            return steps, math.nan
+        offset = float((table.loc[steps.loc[common, "step"], "start_time_s"].to_numpy()
+                        - steps.loc[common, "start_ns"].to_numpy() / 1e9).mean())
+        starts_s = steps["start_ns"].to_numpy(dtype=float) / 1e9 + offset
+    if len(starts_s) != len(steps):
+        return steps, math.nan
+    ends_s = starts_s + steps["step_ms"].to_numpy(dtype=float) / 1000.0
+    columns, resolution_ms = utilization.per_window(samplers, starts_s, ends_s)
+    if columns.empty or not len(columns.columns):
+        return steps, math.nan
+    return pd.concat([steps.reset_index(drop=True), columns.reset_index(drop=True)], axis=1), resolution_ms
 
 
 def _step_basis(source: StepSource) -> str:

@@ -195,3 +195,64 @@ def headline(summaries: dict) -> dict[str, float]:
         out["device_mem_peak_bytes"] = float(memory[fullest])
         out["device_mem_total_bytes"] = float(totals[fullest])
     return out
+
+
+# Per-step columns: the host's CPU and memory under the names host.csv uses, and each kind of
+# device sampler's main figures (several GPUs: the mean utilization, the largest memory).
+STEP_HOST_COLUMNS = ("cpu_pct", "proc_cpu_pct", "proc_rss_bytes", "mem_used_bytes")
+STEP_DEVICE_COLUMNS = {"gpu_util_pct": ("gpu_util_pct", "mean"), "gpu_mem_used_bytes": ("mem_used_bytes", "max"),
+                       "mxu_util_pct": ("mxu_util_pct", "mean")}
+
+
+def window_means(frame: pd.DataFrame, column: str, starts_s: np.ndarray, ends_s: np.ndarray) -> np.ndarray:
+    """Time-weighted mean of `column` in each window [start, end): each sample holds its value over
+    the interval since the previous sample, as in the run summaries. A window shorter than the
+    sampling period takes the sample whose interval holds it; NaN where no sample covers it."""
+    times = frame[TIME_COLUMN].to_numpy(dtype=float)
+    values = frame[column].to_numpy(dtype=float)
+    keep = ~np.isnan(values) & ~np.isnan(times)
+    times, values = times[keep], values[keep]
+    if times.size < 2:
+        return np.full(len(starts_s), np.nan)
+    # Sample i covers (times[i-1], times[i]]; integrate the step function it draws.
+    begins, ends = times[:-1], times[1:]
+    held = values[1:]
+    area = np.concatenate([[0.0], np.cumsum(held * (ends - begins))])
+
+    def integral(at):
+        at = np.clip(at, begins[0], ends[-1])
+        index = np.clip(np.searchsorted(ends, at, side="left"), 0, ends.size - 1)
+        return area[index] + held[index] * (at - begins[index])
+
+    lo = np.clip(starts_s, begins[0], ends[-1])
+    hi = np.clip(ends_s, begins[0], ends[-1])
+    covered = hi - lo
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = (integral(hi) - integral(lo)) / covered
+    inside = np.clip(np.searchsorted(ends, lo, side="left"), 0, ends.size - 1)
+    means = np.where(covered > 0, means, np.where((starts_s >= begins[0]) & (starts_s <= ends[-1]), held[inside],
+                                                  np.nan))
+    return means
+
+
+def per_window(samplers: dict[str, pd.DataFrame], starts_s, ends_s) -> tuple[pd.DataFrame, float]:
+    """(per-window utilization columns, the sampling period in ms: the resolution of those figures)."""
+    starts_s, ends_s = np.asarray(starts_s, dtype=float), np.asarray(ends_s, dtype=float)
+    out = pd.DataFrame(index=range(len(starts_s)))
+    periods = []
+    for name, frame in samplers.items():
+        if TIME_COLUMN not in frame or len(frame) < 2:
+            continue
+        periods.append(float(np.median(np.diff(frame[TIME_COLUMN].to_numpy(dtype=float)))) * 1000.0)
+        if name == "host":
+            for column in STEP_HOST_COLUMNS:
+                if column in frame:
+                    out[column] = window_means(frame, column, starts_s, ends_s)
+    for target, (column, combine) in STEP_DEVICE_COLUMNS.items():
+        per_device = [window_means(frame, column, starts_s, ends_s) for name, frame in samplers.items()
+                      if name != "host" and column in frame and TIME_COLUMN in frame and len(frame) >= 2]
+        if per_device:
+            stacked = np.vstack(per_device)
+            with np.errstate(all="ignore"):
+                out[target] = np.nanmean(stacked, axis=0) if combine == "mean" else np.nanmax(stacked, axis=0)
+    return out, (float(np.median(periods)) if periods else math.nan)

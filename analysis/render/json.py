@@ -13,6 +13,9 @@ from analysis.render import tables
 
 STEP_KEYS = ["step", "steps", "step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "compile_ms",
              "partial"]
+# Per-step utilization, where the run has samplers (analysis.utilization.per_window).
+UTILIZATION_KEYS = ["cpu_pct", "proc_cpu_pct", "proc_rss_bytes", "mem_used_bytes", "gpu_util_pct",
+                    "gpu_mem_used_bytes", "mxu_util_pct"]
 MEAN_KEYS = ["step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "input_pct", "compute_pct",
              "collective_pct", "host_pct", "input_overlapped_ms", "device_step_ms"]
 
@@ -52,7 +55,8 @@ def analysis_document(analysis) -> dict:
         "step_name": analysis.step_name,
         "device": analysis.device,
         "notes": list(analysis.notes),
-        "steps": records(analysis.steps[STEP_KEYS], ("step", "steps")),
+        "steps": records(analysis.steps[STEP_KEYS + [c for c in UTILIZATION_KEYS if c in analysis.steps]],
+                         ("step", "steps")),
         "mean": jsonable({key: float(analysis.mean.get(key, math.nan)) for key in MEAN_KEYS}),
         "steps_used": int(analysis.steps_used),
         "verdict": dict(analysis.verdict),
