@@ -111,20 +111,68 @@ class Analysis:
         return outputs.write_outputs(self, out_dir)
 
 
-def analyze(path: str | Path, step_name: str | None = None) -> Analysis:
+def analyze(path: str | Path, step_name: str | None = None, processes: int | None = None) -> Analysis:
     """Find the steps at `path` and break them down; `step_name` (a regex) picks the marker or
     program that stands for a step. A multi-worker job or session is worker 0's breakdown
-    with one row per worker and the straggler."""
+    with one row per worker and the straggler; its worker files are analysed in parallel
+    processes when they are big enough to pay for it (`processes` sets how many; 1: in this one)."""
     path = Path(path)
     workers = run_files.worker_dirs(path) if path.is_dir() else []
     if workers and not (path / run_files.STEPS_CSV).is_file():
-        return assemble_job(path, workers, [analyze_worker(worker, step_name) for worker in workers])
-    chief = analyze_worker(path, step_name)
-    host_files = chief.host_files
+        return assemble_job(path, workers, _analyze_each(workers, step_name, processes))
+    host_files = _session_files(path)
     if len(host_files) < 2:
-        return chief
-    others = [analyze_worker(file, step_name) for file in host_files[1:]]
+        return analyze_worker(path, step_name)
+    chief, *others = _analyze_each([path, *host_files[1:]], step_name, processes)
     return assemble_session(chief, others)
+
+
+# A process pool pays for itself once a worker's trace takes seconds to read (about 16 MB).
+POOL_MIN_TRACE_BYTES = 16 * 2**20
+# Peak memory of reading and analysing a trace, per byte of .xplane.pb (measured: ~13x).
+MEMORY_PER_TRACE_BYTE = 16
+
+
+def _session_files(path: Path) -> tuple[Path, ...]:
+    from analysis.trace import TraceError, locate_trace
+
+    try:
+        return locate_trace(path).host_files
+    except TraceError:
+        return ()
+
+
+def _trace_bytes(path: Path) -> int:
+    files = [path] if path.is_file() else list(path.rglob("*.xplane.pb"))
+    return max((f.stat().st_size for f in files), default=0)
+
+
+def pool_size(paths: list[Path], processes: int | None = None) -> int:
+    """Processes to analyse `paths` with: bounded by the cores and by the memory each trace needs."""
+    if processes is not None:
+        return max(1, min(int(processes), len(paths)))
+    biggest = max((_trace_bytes(Path(p)) for p in paths), default=0)
+    if len(paths) < 2 or biggest < POOL_MIN_TRACE_BYTES:
+        return 1
+    import os
+
+    import psutil
+
+    by_memory = int(psutil.virtual_memory().available // (MEMORY_PER_TRACE_BYTE * biggest))
+    return max(1, min(len(paths), os.cpu_count() or 1, by_memory))
+
+
+def _analyze_each(paths: list[Path], step_name: str | None, processes: int | None) -> list[Analysis]:
+    count = pool_size(paths, processes)
+    if count <= 1:
+        return [analyze_worker(p, step_name) for p in paths]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else methods[0])
+    with ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
+        return list(pool.map(analyze_worker, paths, [step_name] * len(paths)))
 
 
 def analyze_worker(path: str | Path, step_name: str | None = None) -> Analysis:
