@@ -4,7 +4,7 @@ In a synchronous job every worker's step lasts as long as the slowest one's: the
 wait for it in the collective. So the straggler is not the worker with the longest step
 but the one whose step *minus its collective wait* is above the others' median while they
 wait for it, by a part (input, compute, host) whose excess over the others' median is more
-than `STRAGGLER_EXCESS` of their step and more than that part's step-to-step noise (a busy
+than `STRAGGLER_EXCESS` of their step and more than `NOISE_FACTOR` times that part's step-to-step noise (a busy
 machine makes compute swing in every worker; injected or real extra work is there in every
 step). Its cause is that part, or
 `contention` when other processes loaded the machine and the straggler's process got less
@@ -18,8 +18,8 @@ import math
 
 import pandas as pd
 
-STRAGGLER_EXCESS = 0.10
-NOISE_FACTOR = 1.0  # the part's excess must pass this many standard deviations of that part's per-step times
+STRAGGLER_EXCESS = 0.05  # of the others' step without collective wait: a floor under the noise test
+NOISE_FACTOR = 3.0  # the part's excess must pass this many standard deviations of that part's per-step times
 MIN_STRAGGLER_STEPS = 3  # steady steps each worker needs before one can be told apart
 CONTENTION_OTHER_CPU_PCT = 20.0  # other processes' share of the machine (as rules.CONTENTION_PCT)
 CONTENTION_CPU_SHORTFALL = 0.05  # the straggler's CPU at least this far below the others' median
@@ -88,7 +88,8 @@ def find_straggler(rows: list[dict], other_cpu_pct: float = math.nan) -> tuple[d
         return None, (f"no worker stands out: the largest excess, {frame.at[best, 'worker']}'s {part}, is "
                       f"{max(part_excess, 0.0):.1f} ms ({share:.0f} % of the others' step without collective wait) "
                       f"above the others' median; a straggler needs more than {100 * STRAGGLER_EXCESS:.0f} % and "
-                      f"more than that part's step-to-step noise ({noise:.1f} ms), and the others waiting for it")
+                      f"more than {NOISE_FACTOR:g} times that part's step-to-step noise ({noise:.1f} ms), and the "
+                      "others waiting for it")
     best_excess = excess_own[best]
     name = frame.at[best, "worker"]
     detail = (f"its {part} is {frame.at[best, f'{part}_ms']:.1f} ms vs a median {others[f'{part}_ms'].median():.1f} ms")
