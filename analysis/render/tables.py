@@ -100,8 +100,13 @@ def epochs_table(analysis) -> pd.DataFrame:
     return analysis.epochs[EPOCH_COLUMNS].round(3)
 
 
-def devices_table(analysis) -> pd.DataFrame:
-    return analysis.devices[DEVICE_COLUMNS].round(3)
+def devices_table(analysis, recorded_only: bool = False) -> pd.DataFrame:
+    devices = analysis.devices
+    if recorded_only and "recorded" in devices:
+        devices = devices[devices["recorded"].astype(bool)]
+    columns = DEVICE_COLUMNS + [c for c in ("input_overlapped_ms", "outside_steps_ms") if c in devices
+                                and (devices[c].fillna(0) > 0).any()]
+    return devices[columns].round(3)
 
 
 def workers_table(analysis) -> pd.DataFrame:

@@ -68,9 +68,11 @@ def _wrapped(lines: list[str]) -> list[str]:
 
 def _device_lines(analysis) -> list[str]:
     out = []
-    if not analysis.devices.empty:
-        out += ["", "devices (mean ms per step in which the device ran; idle split: waiting for input / the rest):",
-                tables.devices_table(analysis).to_string(index=False)]
+    recorded = tables.devices_table(analysis, recorded_only=True)
+    if not recorded.empty:
+        out += ["", "devices (each one's own steps, mean ms over the steady steps it ran in; idle split: waiting for "
+                    "input / the rest; planes without events are in the notes):",
+                recorded.to_string(index=False)]
     launch = analysis.kernel_launch
     if launch and launch["calls"]:
         out.append(f"kernel launches on the host: {launch['calls']} calls, {launch['calls_per_step']:.1f} per step, "
