@@ -26,6 +26,7 @@ from analysis.device_rows import ROW_KEYS as DEVICE_COLUMNS
 from analysis.device_rows import device_rows, kernel_launch
 from analysis.input_stages import input_stage_table, prefetches, runs_python, slowest_in_table
 from analysis.ops import OP_COLUMNS, op_table
+from analysis.render import Rendered
 from analysis.step_sources import StepSource, open_step_source
 from analysis.steps import complete_steps, mean_breakdown, steady_steps
 from analysis.workers import WORKER_KEYS, find_straggler, worker_row
@@ -34,7 +35,7 @@ INPUT_STAGE_COLUMNS = ["stage", "ms_per_batch", "calls"]
 
 
 @dataclass(frozen=True)
-class Analysis:
+class Analysis(Rendered):
     """Everything `devprof analyze` reports about one trace, run directory or job.
 
     Tables are DataFrames with units in their column names (`step_ms`, `compute_pct`);
@@ -88,22 +89,6 @@ class Analysis:
         folder = self.job_dir or self.run_dir
         return folder / "analysis" if folder is not None else None
 
-    def render(self, fmt: str = "text") -> str:
-        from analysis import render
-
-        return render.render(self, fmt)
-
-    def to_json(self) -> dict:
-        from analysis.render import json as json_format
-
-        return json_format.analysis_document(self)
-
-    def to_html(self, path: str | Path) -> Path:
-        """The self-contained HTML report, written to `path` atomically (temporary file, then rename)."""
-        from analysis.render import html, outputs
-
-        return outputs.write_text_atomically(Path(path), html.render_analysis(self))
-
     def write(self, out_dir: str | Path) -> list[Path]:
         """CSVs, plots, report.md and analysis.json under `out_dir`."""
         from analysis.render import outputs
@@ -127,8 +112,8 @@ def analyze(path: str | Path, step_name: str | None = None, processes: int | Non
     return assemble_session(chief, others)
 
 
-# A process pool pays for itself once a worker's trace takes seconds to read (about 16 MB).
-POOL_MIN_TRACE_BYTES = 16 * 2**20
+# A process pool pays for itself once a worker's trace takes a second or more to analyse (about 4 MB).
+POOL_MIN_TRACE_BYTES = 4 * 2**20
 # Peak memory of reading and analysing a trace, per byte of .xplane.pb (measured: ~13x).
 MEMORY_PER_TRACE_BYTE = 16
 

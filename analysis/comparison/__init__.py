@@ -20,6 +20,7 @@ from typing import ClassVar
 import pandas as pd
 
 from analysis import run_files
+from analysis.render import Rendered
 from analysis.comparison.chart import plot_compare
 from analysis.comparison.errors import CompareError, UnusableRun
 from analysis.comparison.explain import LABELS, advice, explain, per_image_gaps
@@ -32,7 +33,7 @@ from analysis.rules import suggest_steps_per_execution
 
 
 @dataclass(frozen=True)
-class Comparison:
+class Comparison(Rendered):
     """The comparison of several runs: `table` has one row per run (docs/json.md, compare's `rows`)."""
 
     KIND: ClassVar[str] = "comparison"
@@ -52,21 +53,6 @@ class Comparison:
     def warnings(self) -> list[str]:
         return warnings(self.table)
 
-    def render(self, fmt: str = "text") -> str:
-        from analysis import render
-
-        return render.render(self, fmt)
-
-    def to_json(self) -> dict:
-        from analysis.render import json as json_format
-
-        return json_format.comparison_document(self)
-
-    def to_html(self, path: str | Path) -> Path:
-        """The self-contained HTML report, written to `path` atomically (temporary file, then rename)."""
-        from analysis.render import html, outputs
-
-        return outputs.write_text_atomically(Path(path), html.render_comparison(self))
 
 
 def compare_runs(runs, externals=(), baseline: str | None = None):

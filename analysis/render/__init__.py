@@ -51,3 +51,24 @@ def renderer(fmt: str, kind: str):
 def render(result, fmt: str) -> str:
     """`result` (an `Analysis` or a `Comparison`) in format `fmt`."""
     return renderer(fmt, getattr(result, "KIND", "analysis"))(result)
+
+
+class Rendered:
+    """What an `Analysis` and a `Comparison` both offer: any registered format, their JSON
+    document, and the HTML report as a file. `KIND` names which renderer of a format applies."""
+
+    KIND = "analysis"
+
+    def render(self, fmt: str = "text") -> str:
+        return render(self, fmt)
+
+    def to_json(self) -> dict:
+        from analysis.render import json as json_format
+
+        return getattr(json_format, f"{self.KIND}_document")(self)
+
+    def to_html(self, path: str | Path) -> Path:
+        """The self-contained HTML report, written to `path` atomically (temporary file, then rename)."""
+        from analysis.render import outputs
+
+        return outputs.write_text_atomically(Path(path), renderer("html", self.KIND)(self))
