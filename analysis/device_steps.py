@@ -121,18 +121,28 @@ def _by_steps_line(device, events, steps):
 
 
 def _by_programs(device, events, steps):
+    """The device's `XLA Modules` line: the k-th execution of the step's program (by its name, with
+    or without XProf's "(program id)" suffix; else the program the device ran most often) is the
+    k-th step, in order on the device's own clock. Executions that ended before the first step
+    began belong to none; with one step (the window), every execution is in it."""
     modules = _own_line(device, events, tpu_producer.PROGRAM_LINE)
     if modules.empty:
         return None
-    name = str(steps["name"].iloc[0])
-    program = modules[modules["name"].astype(str) == name]
-    if program.empty:  # the step is not this line's program (a host marker, say): the line still runs in order
-        program = modules
+    names = modules["name"].astype(str)
+    step_name = str(steps["name"].iloc[0])
+    order = np.argsort(steps["start_ns"].to_numpy(dtype=np.int64), kind="stable")
+    if len(steps) == 1:
+        program, positions = modules, np.zeros(len(modules), dtype=np.int64)
+    else:
+        program = modules[(names == step_name) | (names.str.replace(r"\(\d+\)$", "", regex=True) == step_name)]
+        if program.empty:
+            program = modules[names == names.value_counts().index[0]]
+        program = program[program["end_ns"].to_numpy(dtype=np.int64) > int(steps["start_ns"].min())]
+        positions = np.full(len(program), -1, dtype=np.int64)
+        count = min(len(program), len(steps))
+        positions[:count] = order[:count]
     which = _inside(program, device["start_ns"].to_numpy(dtype=np.int64))
-    numbers = np.arange(len(program))  # the k-th execution of the program is step k
-    positions = _by_number(steps, numbers) if str(steps["name"].iloc[0]) == name \
-        else _containing_step(steps, program["start_ns"].to_numpy(dtype=np.int64))
-    found = np.where(which >= 0, positions[np.clip(which, 0, None)], -1)
+    found = np.where(which >= 0, positions[np.clip(which, 0, None)], -1) if len(program) else np.full(len(device), -1)
     return (found, _spans_by_position(program, positions)) if (found >= 0).any() else None
 
 

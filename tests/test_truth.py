@@ -164,3 +164,16 @@ def test_groups_of_callbacks_are_not_steps(tmp_path):
     data = _json(path)
     assert data["step_source"] == "trace_groups" and len(data["steps"]) == 4, data["steps"]
     assert all(step["input_ms"] == pytest.approx(1.0, abs=EXACT_MS) for step in data["steps"])
+
+
+def test_tpu_cores_behind_the_host_keep_their_own_program_steps(tmp_path):
+    # The host dispatches every 5 ms; each core runs an 8 ms program: core step k runs during
+    # host steps k+1 and later. Each core's steps are its own module executions.
+    path = tf_fx.write_jax_tpu_async(tmp_path / "h.xplane.pb", host_period_ms=5.0, device_program_ms=8.0, op_ms=6.0)
+    data = _json(path)
+    assert data["device"] == "tpu x2"
+    for row in data["devices"]:
+        assert row["grouping"] == "programs", row
+        assert row["step_ms"] == pytest.approx(8.0, abs=EXACT_MS), row
+        assert row["compute_ms"] == pytest.approx(6.0, abs=EXACT_MS) and row["idle_ms"] == pytest.approx(2.0, abs=EXACT_MS)
+        assert row["step_count"] == data["steps_used"]

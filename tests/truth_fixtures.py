@@ -147,3 +147,30 @@ def write_jax_programs(path: str | Path, programs: list[str], *, execute_ms: flo
     host.finish()
     gpu.finish()
     return _write_space(space, path)
+
+
+def write_jax_tpu_async(path: str | Path, *, steps: int = 6, host_period_ms: float = 5.0,
+                        device_program_ms: float = 8.0, op_ms: float = 6.0, cores: int = 2,
+                        base_ns: int = ABSOLUTE_BASE_NS) -> Path:
+    """JAX on TPU cores with asynchronous dispatch: the host's k-th `Execute` returns at once, every
+    `host_period_ms`; each core runs its k-th `jit_train_step(7)` module for `device_program_ms`
+    back to back (so it falls further behind), with one `fusion` op of `op_ms` in it."""
+    space = _xspace_class()()
+    space.hostnames.append("tpu-host")
+    host = _Plane(space, 0, "/host:CPU")
+    python = host.line(1, "python", base_ns)
+    t = base_ns + MS
+    for k in range(steps):
+        at = t + k * _ns(host_period_ms)
+        host.event(python, EXECUTE, at, at + _ns(0.3))
+    for core in range(cores):
+        tpu = _Plane(space, 1 + core, f"/device:TPU:{core}")
+        modules = tpu.line(2, "XLA Modules", base_ns)
+        ops = tpu.line(3, "XLA Ops", base_ns)
+        for k in range(steps):
+            start = t + _ns(0.5) + k * _ns(device_program_ms)
+            tpu.event(modules, "jit_train_step(7)", start, start + _ns(device_program_ms))
+            tpu.event(ops, "fusion.3", start + _ns(1.0), start + _ns(1.0 + op_ms))
+        tpu.finish()
+    host.finish()
+    return _write_space(space, path)
