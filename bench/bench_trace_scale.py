@@ -17,14 +17,20 @@
 3. Times plotting alone at 100, 800, 1,000 and 3,000 synthetic steps and on a 50,000-row sampler
    CSV, in one process, alternating with an older `analysis/plots.py` when --plots-baseline REV is
    given.
-4. With --stages: time and RSS after each stage of `read_trace`, then of the whole `analyze`; with
+4. With --scale 60,120,240,480,1000: the tasks on traces of several sizes (profiler windows of that
+   many steps, one cached run each), sizes and tasks alternated, with tables per size, ratios to
+   XProf, a linear fit and log-log slope per task, and with --plot PNG the two curves.
+5. With --stages: time and RSS after each stage of `read_trace`, then of the whole `analyze`; with
    --cprofile: cProfile of `analyze`, the functions with the most own and cumulative time.
 
 Prints Markdown tables of medians and ratios, and the command that made them:
 
     python bench/bench_trace_scale.py [--cache /tmp/devprof-bench-trace-scale] [--repeats 5]
         [--profile-steps 10:1010] [--host-tracer-level 2] [--plots-baseline REV] [--trace-baseline REV]
-        [--stages] [--cprofile]
+        [--stages] [--cprofile] [--scale STEPS,... --plot PNG --results JSONL]
+
+Children import the tree this script sits in (PYTHONPATH), so a copy of the repository at one
+commit (`git archive`) measures that commit while the checkout changes.
 """
 
 from __future__ import annotations
@@ -276,11 +282,17 @@ def _python(*args: str) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), "--child", *args]
 
 
+def _child_env() -> dict:
+    """The environment of every child: it imports the tree this script sits in (also `devprof`, whose
+    editable install would otherwise point at the checkout it was installed from)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+
+
 def measure(command: list[str]) -> dict:
     """Run one fresh subprocess: its wall time, its own peak RSS, and what it printed last (JSON)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:  # pipes could fill and block
         start = time.perf_counter()
-        process = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=err, text=True)
+        process = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=err, text=True, env=_child_env())
         _, status, usage = os.wait4(process.pid, 0)
         wall = time.perf_counter() - start
         process.returncode = os.waitstatus_to_exitcode(status)
@@ -297,9 +309,9 @@ def measure(command: list[str]) -> dict:
     return result
 
 
-def ensure_run(args) -> Path:
+def ensure_run(args, window: tuple[int, int] | None = None) -> Path:
     """The cached run with the long profiler window (made with `devprof run` if missing)."""
-    start, stop = args.window
+    start, stop = window or args.window
     name = f"trace-b{args.batch_size}-l{args.host_tracer_level}-{start}-{stop}"
     run = args.cache / name
     done = run / "run.json"
@@ -310,13 +322,12 @@ def ensure_run(args) -> Path:
     args.cache.mkdir(parents=True, exist_ok=True)
     (args.cache / f"{name}.facts.json").unlink(missing_ok=True)  # the event count of an older trace
     images = args.batch_size * (stop + 20)
-    command = [str(REPO / ".venv" / "bin" / "devprof") if (REPO / ".venv" / "bin" / "devprof").exists() else "devprof",
-               "run", "--device", "cpu", "--data", "synthetic", "--limit-images", str(images), "--batch-size",
+    command = [sys.executable, "-m", "profiler", "run", "--device", "cpu", "--data", "synthetic", "--limit-images", str(images), "--batch-size",
                str(args.batch_size), "--epochs", "1", "--profile-steps", f"{start}:{stop}", "--host-tracer-level",
                str(args.host_tracer_level), "--no-sample", "--quiet", "--out", str(args.cache), "--run-name", name]
     print(f"making the trace: {shlex.join(command)}", file=sys.stderr)
     began = time.perf_counter()
-    subprocess.run(command, cwd=REPO, check=True)
+    subprocess.run(command, cwd=REPO, check=True, env=_child_env())
     print(f"made in {time.perf_counter() - began:.0f} s", file=sys.stderr)
     return run
 
@@ -327,6 +338,139 @@ def _median(values: list[float]) -> float:
 
 def _spread(values: list[float], digits: int = 2) -> str:
     return f"{min(values):.{digits}f}–{max(values):.{digits}f}"
+
+
+def _facts(run: Path) -> dict:
+    facts_path = run.parent / f"{run.name}.facts.json"
+    if not facts_path.is_file():
+        facts_path.write_text(json.dumps(measure(_python("prepare", str(run), str(run.parent)))))
+    return json.loads(facts_path.read_text())
+
+
+def _fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
+    """Least squares of y = a + b x, and the log-log slope (1 = linear growth) from the smallest to the largest x."""
+    import math
+
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    slope = math.log(ys[-1] / ys[0]) / math.log(xs[-1] / xs[0])
+    return my - b * mx, b, slope
+
+
+def scale(args, tasks: list[str], argv: list[str] | None) -> int:
+    """The same tasks on traces of several sizes (profiler windows of --scale steps), alternated, and the curves."""
+    runs = {}
+    for steps in args.scale:
+        run = ensure_run(args, (10, 10 + steps))
+        facts = _facts(run)
+        runs[steps] = (run, facts)
+        print(f"{steps} steps: {facts['events']:,} events, {Path(facts['xplane']).stat().st_size / 1e6:.1f} MB",
+              file=sys.stderr)
+    results = {(steps, task): [] for steps in args.scale for task in tasks}
+    log = args.results.open("a") if args.results else None
+    with tempfile.TemporaryDirectory(prefix="devprof-trace-scale-out-") as scratch:
+        def command(task, run, facts):
+            return {"analyze": lambda: _python("analyze", str(run)),
+                    "analyze-baseline": lambda: _python("analyze-baseline", str(run), args.trace_baseline or "HEAD"),
+                    "command": lambda: [sys.executable, "-m", "profiler", "analyze", str(run), "--out", scratch],
+                    "xprof": lambda: _python("xprof", facts["xplane"])}[task]()
+
+        measure(command("analyze", *runs[args.scale[0]]))  # warm the interpreter's bytecode
+        for repeat in range(args.repeats):
+            # Sizes alternate too: small to large, then large to small.
+            sizes = args.scale if repeat % 2 == 0 else args.scale[::-1]
+            for index, steps in enumerate(sizes):
+                run, facts = runs[steps]
+                shift = (repeat + index) % len(tasks)
+                for task in tasks[shift:] + tasks[:shift]:
+                    result = measure(command(task, run, facts))
+                    results[(steps, task)].append(result)
+                    if log:
+                        log.write(json.dumps({"steps": steps, "events": facts["events"], "task": task,
+                                              "repeat": repeat, **result}) + "\n")
+                        log.flush()
+                    work = f"{result['seconds']:.2f} s work, " if "seconds" in result else ""
+                    print(f"repeat {repeat + 1}, {facts['events']:,} events, {task}: {work}"
+                          f"{result['wall_s']:.2f} s process, {result['peak_mib']:.0f} MiB peak", file=sys.stderr)
+    report_scale(runs, results, tasks, args, argv)
+    return 0
+
+
+def _series(results, runs, task, key):
+    """Per size (by events), the median over repeats of one measured key."""
+    return [statistics.median(r[key] for r in results[(steps, task)]) for steps in runs]
+
+
+def report_scale(runs, results, tasks, args, argv) -> None:
+    events = [facts["events"] for _, facts in runs.values()]
+    print(f"\n{args.repeats} repeats per size, sizes and tasks alternated, each in a fresh process\n")
+    print("| events | MB | task | work s (median) | range | process s | peak RSS MiB | range | µs / event (process) |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+    for steps, (run, facts) in runs.items():
+        size = Path(facts["xplane"]).stat().st_size / 1e6
+        for task in tasks:
+            rows = results[(steps, task)]
+            work = [r.get("seconds", r["wall_s"]) for r in rows]
+            walls, peaks = [r["wall_s"] for r in rows], [r["peak_mib"] for r in rows]
+            print(f"| {facts['events']:,} | {size:.0f} | {TASK_LABELS[task]} | {_median(work):.2f} | {_spread(work)} | "
+                  f"{_median(walls):.2f} | {_median(peaks):.0f} | {_spread(peaks, 0)} | "
+                  f"{_median(walls) / facts['events'] * 1e6:.2f} |")
+    if "xprof" in tasks:
+        print("\nratios to XProf's converter, per repeat (side by side), median and range:\n")
+        print("| events | task | work time | process time | peak RSS |")
+        print("|---:|---|---:|---:|---:|")
+        for steps, (run, facts) in runs.items():
+            xprof_rows = results[(steps, "xprof")]
+            for task in tasks:
+                if task == "xprof":
+                    continue
+                rows = results[(steps, task)]
+                walls = [r["wall_s"] / x["wall_s"] for r, x in zip(rows, xprof_rows)]
+                peaks = [r["peak_mib"] / x["peak_mib"] for r, x in zip(rows, xprof_rows)]
+                work = ([r["seconds"] / x["seconds"] for r, x in zip(rows, xprof_rows)] if "seconds" in rows[0] else None)
+                work_cell = f"{_median(work):.2f} ({_spread(work)})" if work else "–"
+                print(f"| {facts['events']:,} | {task} | {work_cell} | {_median(walls):.2f} ({_spread(walls)}) | "
+                      f"{_median(peaks):.2f} ({_spread(peaks)}) |")
+    print("\ngrowth: least squares over the sizes (process time and peak RSS), and the log-log slope from the "
+          "smallest to the largest trace (1.00 = linear):\n")
+    print("| task | s per 1M events | fixed s | time slope | MiB per 1M events | fixed MiB | RSS slope |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    millions = [e / 1e6 for e in events]
+    for task in tasks:
+        a, b, slope = _fit(millions, _series(results, runs, task, "wall_s"))
+        ma, mb, mslope = _fit(millions, _series(results, runs, task, "peak_mib"))
+        print(f"| {TASK_LABELS[task]} | {b:.2f} | {a:.2f} | {slope:.2f} | {mb:.0f} | {ma:.0f} | {mslope:.2f} |")
+    if args.plot:
+        plot_scale(runs, results, tasks, args.plot)
+        print(f"\nplot: {args.plot}")
+    print(f"command: {shlex.join([Path(sys.executable).name, 'bench/' + Path(__file__).name, *(argv or sys.argv[1:])])}")
+
+
+def plot_scale(runs, results, tasks, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    events = [facts["events"] / 1e6 for _, facts in runs.values()]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    labels = {"analyze": "devprof read + analysis", "analyze-baseline": "devprof, older trace.py",
+              "command": "devprof analyze (whole command)", "xprof": "XProf input_pipeline_analyzer", "plots": "plots"}
+    for task in tasks:
+        style = {"marker": "o" if task != "xprof" else "s", "linestyle": "--" if task == "command" else "-"}
+        left.plot(events, _series(results, runs, task, "wall_s"), label=labels[task], **style)
+        right.plot(events, [m / 1024 for m in _series(results, runs, task, "peak_mib")], label=labels[task], **style)
+    left.set(xlabel="trace events (millions)", ylabel="process time, s (median)", title="Time")
+    right.set(xlabel="trace events (millions)", ylabel="peak RSS, GiB (median)", title="Peak memory")
+    for axes in (left, right):
+        axes.set_xlim(0), axes.set_ylim(0)
+        axes.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    figure.suptitle("Reading and analysing one .xplane.pb, fresh process per point", fontsize=10)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -343,6 +487,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plots-baseline", metavar="REV", help="also time analysis/plots.py as of this git revision")
     parser.add_argument("--trace-baseline", metavar="REV",
                         help="also time read + analysis with analysis/trace.py as of this git revision (task analyze-baseline)")
+    parser.add_argument("--scale", type=lambda text: [int(part) for part in text.split(",")], metavar="STEPS,...",
+                        help="traces of several sizes: profiler windows of these many steps (e.g. 60,120,240,480,1000)")
+    parser.add_argument("--plot", type=Path, help="with --scale: draw time and peak RSS against events to this PNG")
+    parser.add_argument("--results", type=Path, help="with --scale: append every measurement to this JSON-lines file")
     parser.add_argument("--stages", action="store_true", help="time and RSS after each stage of read + analysis")
     parser.add_argument("--cprofile", type=int, nargs="?", const=25, default=0, metavar="TOP",
                         help="cProfile analyze and print the TOP functions")
@@ -355,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
     tasks = [task.strip() for task in args.tasks.split(",") if task.strip()]
     if args.trace_baseline and "analyze-baseline" not in tasks:
         tasks.insert(1, "analyze-baseline")
+    if args.scale:
+        return scale(args, tasks, argv)
 
     run = ensure_run(args)
     facts_path = run.parent / f"{run.name}.facts.json"
