@@ -46,7 +46,7 @@ def check_free(job_dir: Path, job_id: str | None) -> None:
 
 
 def new_meta(config, addresses: list[str], job_id: str | None) -> dict:
-    """The job's run.json at start: what it is asked to do, and its workers."""
+    """The job's run.json at start for `devprof run`: what it is asked to do, and its workers."""
     from dataclasses import asdict
 
     options = asdict(config)
@@ -54,8 +54,13 @@ def new_meta(config, addresses: list[str], job_id: str | None) -> dict:
     options.pop("cluster", None)
     if config.limit_test_images:  # validation uses at most that many (the chief records the exact number)
         options["validation_images"] = min(options["validation_images"], config.limit_test_images)
+    return meta_for(options, addresses, job_id, config.train.batch_size)
+
+
+def meta_for(options: dict, addresses: list[str], job_id: str | None, global_batch_size: int | None) -> dict:
+    """The job's run.json at start: its options (`config`), its workers and their batch."""
     workers = len(addresses)
-    return {
+    meta = {
         "status": "running",
         "error": None,
         "devprof_version": __version__,
@@ -68,10 +73,11 @@ def new_meta(config, addresses: list[str], job_id: str | None) -> dict:
         "num_workers": workers,
         "workers": [cluster_mod.worker_name(i) for i in range(workers)],
         "addresses": list(addresses),
-        "global_batch_size": config.train.batch_size,
-        "per_worker_batch_size": config.train.batch_size // max(workers, 1),
+        "global_batch_size": global_batch_size,
+        "per_worker_batch_size": global_batch_size // max(workers, 1) if global_batch_size else None,
         "config": options,
     }
+    return meta
 
 
 def worker_outcomes(job_dir: Path, workers: int) -> dict[str, dict]:

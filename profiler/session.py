@@ -1,0 +1,418 @@
+"""The recording side of one run, whatever trains: the run directory and run.json's lifecycle,
+steps.csv, TensorBoard scalars, the samplers, the profiler window and its step markers, and
+signal handling. `devprof run` (`profiler.run.Run`), `profiler.profile()` and
+`profiler.KerasCallback` are its clients, so they write the same run directory.
+
+Nothing here imports TensorFlow at module import time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import signal
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from models.training import EpochResult, StepRecord
+from profiler import rundir, samplers, tracing
+from profiler.console import Console
+from profiler.scalars import Scalars
+from profiler.version import __version__
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (kill, Docker, Kubernetes, Slurm) arrived: the run stops as it does on Ctrl-C."""
+
+
+class Session:
+    """One run directory being recorded.
+
+    A client sets `config` (an object with `out`, `run_name`, `profile`, `profile_steps`,
+    `tracer`, `profiler_port`, `sample`, `sample_interval`, `scalars_every`, `cluster`),
+    `path`, `meta` and `console`, then: `_open()` (the directory and the first run.json),
+    `_start_recording(resolved)` (files, samplers, profiler server), `_open_window(...)`,
+    and per step `record_step` / `step_done`, per epoch `record_epoch`; `_mark_ended(exc)`
+    when it fails or stops, and `_finish()` always.
+    """
+
+    def __init__(self, config, console: Console | None = None):
+        self.config = config
+        self.console = console or Console(getattr(config, "quiet", False))
+        self.path: Path | None = None
+        self.meta: dict = {}
+        self.steps: rundir.StepsWriter | None = None
+        self.scalars: Scalars | None = None
+        self.window: tracing.ProfileWindow | None = None
+        self.samplers = None
+        self.reserve: rundir.Reserve | None = None
+        self.write_errors: list[str] = []  # files that could not be written from other threads
+        self._to_close: list | None = None
+        self.recorded = False  # the last run.json, with how the run ended, was written
+        self._finishing = False
+        self.job_dir: Path | None = None  # a worker of a multi-worker job: the job's folder
+        self.job_meta: dict | None = None  # the chief's job run.json
+        self.stopped_by: int | None = None  # a signal that cancelled a blocked collective (workers only)
+        self._rearm_signals = None
+        self._scalar_step = 0  # the last step whose scalars were written
+
+    # ------------------------------------------------------------ what a client may override
+
+    def current_step(self) -> int:
+        """The global step now, for scalars written from the samplers' threads."""
+        return 0
+
+    def _new_job_meta(self, addresses: list[str], job_id: str | None) -> dict:
+        """The job's run.json at start (several workers): the options this worker was given."""
+        from profiler import job
+
+        return job.meta_for(dict(self.meta.get("config") or {}), addresses, job_id, self.meta.get("global_batch_size"))
+
+    def _worker_meta(self) -> dict:
+        """run.json `worker`: this process's place in a multi-worker job."""
+        cluster = self.config.cluster
+        return {"index": cluster.index, "name": cluster.name, "num_workers": cluster.num_workers,
+                "chief": cluster.is_chief, "addresses": list(cluster.workers),
+                "address": cluster.workers[cluster.index], "source": cluster.source, "job": str(self.job_dir)}
+
+    # ------------------------------------------------------------ the run directory
+
+    def _open(self, meta: dict) -> None:
+        """Make the run directory (never an existing one), set space aside, write run.json."""
+        rundir.create(self.path)
+        self.reserve = rundir.Reserve(self.path)
+        self.meta = meta
+
+    def _start_recording(self, resolved) -> None:
+        """steps.csv, the TensorBoard scalars, the samplers and the profiler server."""
+        cfg = self.config
+        self.steps = rundir.StepsWriter(self.path / "steps.csv")
+        self.scalars = Scalars(self.path)
+        self._start_samplers(resolved)
+        if cfg.profiler_port is not None:
+            try:
+                tracing.start_server(cfg.profiler_port)
+                self.meta["profiler"]["server_port"] = cfg.profiler_port
+                self.console.print(f"profiler server listening on port {cfg.profiler_port} "
+                                   f"(capture with: devprof capture grpc://localhost:{cfg.profiler_port})")
+            except Exception as exc:  # noqa: BLE001
+                self._profiler_warning(f"profiler server did not start on port {cfg.profiler_port} ({exc})")
+
+    def _open_window(self, start: int, stop: int, device_kind: str, steps_per_call: int = 1) -> None:
+        self.window = tracing.ProfileWindow(self.path, start, stop, self.config.tracer, warn=self.console.warn,
+                                            steps_per_call=steps_per_call, notes=self.meta["profiler"])
+        self.meta["profiler"]["window"] = [start, stop]
+        estimate = tracing.estimate_events(stop - start, self.config.tracer, device_kind)
+        self.meta["profiler"]["estimated_events"] = estimate
+        if estimate > tracing.VIEWER_EVENT_LIMIT:
+            self._profiler_warning(
+                f"profile window {start}:{stop} may hold about {estimate:,} events, more than the "
+                f"{tracing.VIEWER_EVENT_LIMIT:,} XProf's trace viewer shows; use a shorter --profile-steps")
+
+    def _start_samplers(self, resolved) -> None:
+        cfg = self.config
+        if not cfg.sample:
+            self.meta["samplers"] = {"enabled": False, "reason": "turned off with --no-sample"}
+            return
+        lock = threading.Lock()
+
+        def to_tensorboard(name, row):
+            step = self.current_step()
+            with lock:  # each sampler calls from its own thread
+                if self.write_errors:
+                    return
+                try:
+                    self.scalars.system(name, step, row)
+                except rundir.WriteError as exc:  # the run fails on it at the next epoch end
+                    self.write_errors.append(str(exc))
+
+        group = samplers.build_sampler_group(self.path / "utilization", resolved.kind, cfg.sample_interval,
+                                             on_row=to_tensorboard,
+                                             tpu_service_addr=tpu_monitor_address(resolved.info.get("tpu")))
+        self.samplers = group.start()
+        self.meta["samplers"] = {"enabled": True, "interval_s": cfg.sample_interval, "status": group.status()}
+        for name, status in group.status().items():
+            if not status.get("ran", True) and status.get("reason"):
+                self.console.notice(f"notice: {status['reason']}")
+
+    def _profiler_warning(self, message: str) -> None:
+        self.meta["profiler"].setdefault("warnings", []).append(message)
+        self.console.warn(f"warning: {message}")
+
+    # ------------------------------------------------------------ steps and epochs
+
+    def step_scope(self, step: int, steps: int = 1):
+        """The step marker XProf and `devprof analyze` find steps by."""
+        return tracing.step_marker(step, steps)
+
+    def step_done(self, next_step: int, steps: int = 1, **values) -> None:
+        """A call returned: step scalars every `scalars_every` steps, and the window may start."""
+        if self.scalars is not None and values:
+            every = self.config.scalars_every
+            if next_step // every != (next_step - steps) // every:
+                self.scalars.step(next_step, **values)
+        if self.window is not None:
+            self.window.maybe_start(next_step)
+
+    def record_step(self, record: StepRecord) -> None:
+        """A finished step's timing (delivered when the next one begins): steps.csv, and the
+        window stops after its last step."""
+        self.steps.write(record)
+        if self.window is not None:
+            self.window.maybe_stop(record.step + record.steps)
+
+    def record_epoch(self, result: EpochResult) -> None:
+        self.meta["epochs"].append(result.as_dict())
+        if self.scalars is not None:
+            self.scalars.epoch(result)
+        self._save()
+        problems = self._background_write_errors()
+        if problems:
+            raise rundir.WriteError(problems[0])
+
+    def _background_write_errors(self) -> list[str]:
+        """Files the samplers' threads could not write (their CSVs, the system scalars)."""
+        found = list(self.write_errors)
+        if self.samplers is not None:
+            found += self.samplers.write_errors()
+        return found
+
+    # ------------------------------------------------------------ run.json
+
+    def _save(self, final: bool = False) -> None:
+        """Rewrite run.json. On a full disk the last save gets the reserved space; an earlier
+        one fails the run (`WriteError`), so that the last save can still say so."""
+        try:
+            rundir.write_json_atomic(self.path / "run.json", self.meta)
+        except OSError as exc:
+            if final and rundir.is_disk_full(exc) and self.reserve is not None and self.reserve.release():
+                rundir.write_json_atomic(self.path / "run.json", self.meta)
+                return
+            raise rundir.WriteError(f"cannot write {self.path / 'run.json'}: {rundir.reason(exc)}") from exc
+
+    def _mark_ended(self, exc: BaseException) -> None:
+        """run.json says how the run stopped: interrupted by a signal, or failed with `exc`."""
+        if isinstance(exc, KeyboardInterrupt):
+            self.meta["status"] = "interrupted"
+            self.meta["interrupted_by"] = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+        elif self.stopped_by is not None:
+            self.meta["status"] = "interrupted"
+            self.meta["interrupted_by"] = signal.Signals(self.stopped_by).name
+        else:
+            self.meta["status"] = "failed"
+            self.meta["error"] = f"{type(exc).__name__}: {exc}"
+            self.meta["traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+    def _close(self, strict: bool = False) -> None:
+        """Stop the profiler and samplers and close the files, once. With `strict`, a file that
+        could not be written raises `WriteError` after everything is closed."""
+        if self._to_close is None:
+            self._to_close = [lambda: self.window and self.window.maybe_stop(0, force=True),
+                              lambda: self.window and self.window.describe(),
+                              self._stop_samplers,
+                              lambda: self.steps and self.steps.close(),
+                              lambda: self.scalars and self.scalars.close()]
+        failures = []
+        while self._to_close:  # each once, even when an interruption cuts this short and it is called again
+            action = self._to_close.pop(0)
+            try:
+                action()
+            except Exception as exc:  # noqa: BLE001 - closing must not hide the run's own outcome
+                self.meta.setdefault("close_errors", []).append(f"{type(exc).__name__}: {exc}")
+                if isinstance(exc, (rundir.WriteError, OSError)):
+                    failures.append(str(exc))
+        failures += self._background_write_errors()
+        if strict and failures:
+            raise rundir.WriteError(failures[0])
+
+    def _finish(self) -> None:
+        """Close what is still open and write the last run.json, whatever the outcome."""
+        self._finishing = True
+        try:
+            self._close()
+            self.meta["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            self._save(final=True)
+            self.recorded = True
+        finally:
+            if self.reserve is not None:
+                self.reserve.release()
+            self._finish_job_record()
+
+    def _stop_samplers(self) -> None:
+        if self.samplers is None:
+            return
+        self.samplers.stop()
+        windows = [(e["epoch"], e["start_time_s"], e["start_time_s"] + e["seconds"]) for e in self.meta["epochs"]]
+        self.meta["samplers"].update(status=self.samplers.status(), summaries=self.samplers.summaries(windows))
+
+    # ------------------------------------------------------------ the job's run.json (the chief)
+
+    def _start_job_record(self) -> None:
+        """The chief writes the job's run.json beside the workers' folders: the job, its workers."""
+        from profiler import job
+
+        cluster = self.config.cluster
+        if cluster is None or not cluster.is_chief:
+            return
+        job_id = job.job_id_from_environment()
+        found = job.read(self.job_dir) if job_id else None
+        if found and found.get("job_id") == job_id:
+            meta = found
+        else:
+            meta = self._new_job_meta(list(cluster.workers), job_id)
+        meta.update(status="running", chief=cluster.name, device={"kind": self.meta["device"]["kind"],
+                                                                  "name": self.meta["device"].get("name")})
+        if "validation_images" in self.meta.get("config", {}):
+            meta.setdefault("config", {})["validation_images"] = self.meta["config"]["validation_images"]
+        self.job_meta = meta
+        try:
+            job.write(self.job_dir, meta)
+        except OSError as exc:
+            raise rundir.WriteError(f"cannot write {job.run_json(self.job_dir)}: {rundir.reason(exc)}") from exc
+
+    def _finish_job_record(self) -> None:
+        """The chief's outcome is the job's (a synchronous job stops together); the workers' own
+        outcomes where their folders are readable from here (shared storage, or one machine)."""
+        from profiler import job
+
+        if self.job_meta is None:
+            return
+        cluster = self.config.cluster
+        meta = self.job_meta
+        meta.update(status=self.meta.get("status"), error=self.meta.get("error"),
+                    finished_at=self.meta.get("finished_at"),
+                    worker_status=job.worker_outcomes(self.job_dir, cluster.num_workers))
+        if "interrupted_by" in self.meta:
+            meta["interrupted_by"] = self.meta["interrupted_by"]
+        with contextlib.suppress(OSError):  # the chief's own run.json already says how it ended
+            job.write(self.job_dir, meta)
+
+    # ------------------------------------------------------------ signals
+
+    @contextlib.contextmanager
+    def _sigterm_stops_the_run(self, only_if_default: bool = False):
+        """While the run executes, SIGTERM raises `Terminated` in the main thread, as Ctrl-C raises
+        KeyboardInterrupt; while the run directory is being finished it is only noted.
+        `only_if_default`: leave a handler the program installed itself alone.
+
+        A worker of a multi-worker job can be blocked in a collective, waiting for a peer, and
+        Python runs a signal handler only once the main thread is back from TensorFlow: there a
+        watcher thread, woken by the signal itself, cancels the collectives if the handler has not
+        run within `COLLECTIVE_STOP_GRACE_S`. The loop then stops with TensorFlow's cancellation
+        error, which the run records as the signal's interruption."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        workers = self.config.cluster is not None
+        lock = threading.RLock()  # RLock: a second signal can arrive while the handler holds it
+        raised = threading.Event()
+
+        def on_signal(signum, frame):
+            if self._finishing:
+                return  # run.json is being finished; the process ends right after
+            with lock:
+                if self.stopped_by is not None:
+                    return  # the collectives were cancelled: the loop's error ends the run
+                raised.set()
+            raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+        handled = (signal.SIGTERM, signal.SIGINT) if workers else (signal.SIGTERM,)
+        if only_if_default:
+            handled = tuple(s for s in handled
+                            if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler))
+        previous = {signum: signal.signal(signum, on_signal) for signum in handled}
+        watcher = _CollectiveCanceller(self, lock, raised) if workers else None
+        # MultiWorkerMirroredStrategy starts TensorFlow's coordination service, whose preemption
+        # notifier takes SIGTERM over (it only notes the signal): once the strategy exists, the
+        # run's handlers are put back.
+        self._rearm_signals = lambda: [signal.signal(signum, on_signal) for signum in handled]
+        try:
+            yield
+        finally:
+            self._rearm_signals = None
+            if watcher is not None:
+                watcher.close()
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+
+def tpu_monitor_address(tpu: str | None) -> str | None:
+    """Cloud TPU workers serve gRPC on 8470 and the profiler's monitor on 8466."""
+    if not tpu or not tpu.startswith("grpc://"):
+        return None
+    host, _, port = tpu[len("grpc://"):].rpartition(":")
+    return f"{host}:8466" if host and port == "8470" else None
+
+
+def versions() -> dict:
+    """Versions of what the run used, for run.json."""
+    import keras
+    import numpy
+    import tensorflow as tf
+
+    build = {}
+    try:
+        build = {k: v for k, v in tf.sysconfig.get_build_info().items() if k in ("cuda_version", "cudnn_version")}
+    except Exception:  # noqa: BLE001
+        pass
+    return {"python": platform.python_version(), "tensorflow": tf.__version__, "keras": keras.__version__,
+            "numpy": numpy.__version__, "devprof": __version__, **build}
+
+
+COLLECTIVE_STOP_GRACE_S = 1.0  # how long a signal's handler may take before the collectives are cancelled
+
+
+class _CollectiveCanceller:
+    """Cancels the collectives of a worker whose main thread does not answer a signal.
+
+    `signal.set_wakeup_fd` makes the interpreter's C-level handler write the signal's number to
+    a pipe the moment it arrives; this thread reads it, gives the Python handler
+    `COLLECTIVE_STOP_GRACE_S` to run, and otherwise marks the run stopped and aborts TensorFlow's
+    collectives, so that the blocked call returns with an error.
+    """
+
+    def __init__(self, run: Session, lock, raised: threading.Event):
+        self.run, self.lock, self.raised = run, lock, raised
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.write_fd, False)
+        self.previous_fd = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
+        self.thread = threading.Thread(target=self._watch, name="devprof-signal-watch", daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        while True:
+            try:
+                data = os.read(self.read_fd, 64)
+            except OSError:
+                return
+            if not data:
+                return  # closed
+            signums = [b for b in data if b in (signal.SIGTERM, signal.SIGINT)]
+            if not signums or self.raised.wait(COLLECTIVE_STOP_GRACE_S):
+                continue
+            with self.lock:
+                if self.raised.is_set() or self.run.stopped_by is not None or self.run._finishing:
+                    continue
+                self.run.stopped_by = signums[0]
+            _abort_collectives(f"devprof: stopped by {signal.Signals(signums[0]).name}")
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError, OSError):
+            signal.set_wakeup_fd(self.previous_fd)
+        with contextlib.suppress(OSError):
+            os.close(self.write_fd)  # the thread reads end-of-file and ends
+        self.thread.join(1.0)
+        with contextlib.suppress(OSError):
+            os.close(self.read_fd)
+
+
+def _abort_collectives(message: str) -> None:
+    try:
+        from tensorflow.python.eager import context
+
+        context.context().abort_collective_ops(1, message)  # 1: CANCELLED
+    except Exception:  # noqa: BLE001 - nothing to cancel (TensorFlow not started): the handler stops the run
+        pass
