@@ -61,17 +61,20 @@ def device_rows(events: pd.DataFrame, planes: pd.DataFrame, steps: pd.DataFrame,
                          "its parts are left out; " + NOT_RECORDED_FIX)
             rows.append({key: row[key] for key in ROW_KEYS})
             continue
-        positions, grouping, own_spans = assign_steps(own, events, steps)
-        per_step = per_step_parts(own, positions, device_parts, host_input, own_spans)
-        mine = per_step[per_step["position"].isin(used_positions)]
-        row.update(recorded=True, grouping=grouping, step_count=int(len(mine)), idle=False)
+        grouping = assign_steps(own, events, steps)
+        per_step = per_step_parts(own, grouping.labels, device_parts, host_input, grouping.spans)
+        # Several device steps may belong to one host step (a device Steps line finer than the markers).
+        host_position = grouping.position_of.reindex(per_step["label"].to_numpy()).fillna(-1).to_numpy()
+        mine = per_step[np.isin(host_position, used_positions)]
+        row.update(recorded=True, grouping=grouping.name, step_count=int(len(mine)), idle=False)
         if len(mine):
             ms = lambda column: float(mine[column].mean()) / NS_PER_MS  # noqa: E731
             row.update(step_ms=ms("span_ns"), compute_ms=ms("compute_ns"), input_ms=ms("input_ns"),
                        copy_ms=ms("copy_ns"), collective_ms=ms("collective_ns"), idle_ms=ms("idle_ns"),
                        idle_input_ms=ms("idle_input_ns"), idle_host_ms=ms("idle_ns") - ms("idle_input_ns"),
                        input_overlapped_ms=ms("input_overlapped_ns"))
-        outside = own[~np.isin(positions, complete)]
+        event_position = grouping.position_of.reindex(grouping.labels).fillna(-1).to_numpy()
+        outside = own[~np.isin(event_position, complete)]
         row["outside_steps_ms"] = iv.total(iv.union(outside["start_ns"].to_numpy(), outside["end_ns"].to_numpy())) \
             / NS_PER_MS
         rows.append({key: row[key] for key in ROW_KEYS})

@@ -21,6 +21,8 @@ that compute hides are `input_overlapped_ms`: prefetching that worked, not time 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -33,27 +35,39 @@ GROUPINGS = ("group_id", "steps_line", "programs", "launches", "host_intervals")
 PART_ORDER = ("compute", "collective", "copy", "input")
 
 
-def assign_steps(device: pd.DataFrame, events: pd.DataFrame,
-                 steps: pd.DataFrame) -> tuple[np.ndarray, str, pd.DataFrame | None]:
-    """(position in `steps` of the step each event of one device plane belongs to, -1 for none;
-    the grouping used; the device's own step spans by position where its trace has them, a
-    `Steps` or `XLA Modules` event, else None). `steps` has `step`, `start_ns`, `end_ns`, `name`."""
+@dataclass(frozen=True)
+class Grouping:
+    """A device's work in its own steps: `labels` names each event's device step (-1: none);
+    `position_of` maps a device step to the position in the analysis' steps it belongs to (-1:
+    none; several device steps can belong to one host step); `spans` holds the device's own
+    step events (`Steps`, `XLA Modules`) by label where it has them."""
+
+    name: str
+    labels: np.ndarray
+    position_of: pd.Series
+    spans: pd.DataFrame | None = None
+
+
+def assign_steps(device: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame) -> Grouping:
+    """How one device plane's events fall into its own steps. `steps` has `step`, `start_ns`,
+    `end_ns`, `marker_end_ns` and `name`."""
     if device.empty or steps.empty:
-        return np.full(len(device), -1, dtype=np.int64), "none", None
-    for grouping, assign in (("group_id", _by_group_id), ("steps_line", _by_steps_line),
-                             ("programs", _by_programs), ("launches", _by_launches)):
+        return Grouping("none", np.full(len(device), -1, dtype=np.int64), pd.Series(dtype="int64"))
+    for assign in (_by_group_id, _by_steps_line, _by_programs, _by_launches):
         found = assign(device, events, steps)
         if found is not None:
-            positions, spans = found if isinstance(found, tuple) else (found, None)
-            return positions, grouping, spans
-    return _containing_step(steps, device["start_ns"].to_numpy(dtype=np.int64)), "host_intervals", None
+            return found
+    positions = _containing_step(steps, device["start_ns"].to_numpy(dtype=np.int64))
+    return Grouping("host_intervals", positions, _identity(steps))
 
 
-def _spans_by_position(line: pd.DataFrame, positions: np.ndarray) -> pd.DataFrame:
-    known = positions >= 0
-    return pd.DataFrame({"start_ns": line["start_ns"].to_numpy(dtype=np.int64)[known],
-                         "end_ns": line["end_ns"].to_numpy(dtype=np.int64)[known]},
-                        index=positions[known]).groupby(level=0).agg({"start_ns": "min", "end_ns": "max"})
+def _identity(steps: pd.DataFrame) -> pd.Series:
+    return pd.Series(np.arange(len(steps)), index=np.arange(len(steps)))
+
+
+def _spans(line: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({"start_ns": line["start_ns"].to_numpy(dtype=np.int64),
+                         "end_ns": line["end_ns"].to_numpy(dtype=np.int64)}, index=np.arange(len(line)))
 
 
 def _containing_step(steps: pd.DataFrame, at: np.ndarray, end: str = "end_ns") -> np.ndarray:
@@ -77,17 +91,20 @@ def _by_group_id(device, events, steps):
     groups = pd.to_numeric(device["group_id"], errors="coerce")
     if groups.notna().mean() < 0.5:
         return None
+    labels = groups.fillna(-1).to_numpy(dtype=np.int64)
+    known = np.unique(labels[labels >= 0])
     if str(steps["name"].iloc[0]) == "group_id":  # the steps are the groups themselves
-        found = _by_number(steps, groups.fillna(-1).to_numpy(dtype=np.int64))
+        position_of = pd.Series(_by_number(steps, known), index=known)
     else:
         host = host_events(events)
         host = host[host["group_id"].notna()]
         if host.empty:
             return None
         first = host.groupby("group_id")["start_ns"].min()
+        first.index = first.index.astype(np.int64)
         group_step = pd.Series(_containing_step(steps, first.to_numpy(dtype=np.int64)), index=first.index)
-        found = group_step.reindex(groups.to_numpy()).fillna(-1).to_numpy(dtype=np.int64)
-    return found if (found >= 0).any() else None
+        position_of = group_step.reindex(known).fillna(-1).astype(np.int64)
+    return Grouping("group_id", labels, position_of) if (position_of >= 0).any() else None
 
 
 def _own_line(device, events, line_name):
@@ -116,8 +133,9 @@ def _by_steps_line(device, events, steps):
         positions = _by_number(steps, numbers.astype("int64").to_numpy())
     else:  # unnumbered: the k-th Steps event is the step whose span holds its start
         positions = _containing_step(steps, line["start_ns"].to_numpy(dtype=np.int64))
-    found = np.where(which >= 0, positions[np.clip(which, 0, None)], -1)
-    return (found, _spans_by_position(line, positions)) if (found >= 0).any() else None
+    position_of = pd.Series(positions, index=np.arange(len(line)))
+    return Grouping("steps_line", which, position_of, _spans(line)) if (positions[np.unique(which[which >= 0])] >= 0).any() \
+        else None
 
 
 def _by_programs(device, events, steps):
@@ -141,9 +159,11 @@ def _by_programs(device, events, steps):
         positions = np.full(len(program), -1, dtype=np.int64)
         count = min(len(program), len(steps))
         positions[:count] = order[:count]
+    if program.empty:
+        return None
     which = _inside(program, device["start_ns"].to_numpy(dtype=np.int64))
-    found = np.where(which >= 0, positions[np.clip(which, 0, None)], -1) if len(program) else np.full(len(device), -1)
-    return (found, _spans_by_position(program, positions)) if (found >= 0).any() else None
+    position_of = pd.Series(positions, index=np.arange(len(program)))
+    return Grouping("programs", which, position_of, _spans(program)) if (which >= 0).any() else None
 
 
 def _by_launches(device, events, steps):
@@ -163,7 +183,7 @@ def _by_launches(device, events, steps):
     # two steps: other programs run between the executions of a microbenchmark's step.
     end = "marker_end_ns" if "marker_end_ns" in steps else "end_ns"
     found[known] = _containing_step(steps, at.to_numpy()[known].astype(np.int64), end)
-    return found
+    return Grouping("launches", found, _identity(steps))
 
 
 def disjoint_parts(parts: dict[str, iv.Intervals]) -> dict[str, iv.Intervals]:
@@ -177,18 +197,23 @@ def disjoint_parts(parts: dict[str, iv.Intervals]) -> dict[str, iv.Intervals]:
     return out
 
 
-def per_step_parts(device: pd.DataFrame, position: np.ndarray, parts_of, host_input: iv.Intervals,
+def per_step_parts(device: pd.DataFrame, labels: np.ndarray, parts_of, host_input: iv.Intervals,
                    own_spans: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per step position the device ran in: its own span (its `Steps` or program event
     where `own_spans` has one, widened to hold all its events) and exact parts, in ns.
 
     Steps are laid end to end on a shifted clock (each step's events moved into its own slot)
     so the interval arithmetic of every step runs at once, in integers."""
-    mine = position >= 0
-    device, position = device[mine], position[mine]
+    mine = labels >= 0
+    device, labels = device[mine], labels[mine]
+    # Dense slot numbers for the arithmetic below (labels can be large group ids).
+    slots, position = np.unique(labels, return_inverse=True)
+    position = position.astype(np.int64)
+    if own_spans is not None:
+        own_spans = own_spans.reindex(slots).set_axis(np.arange(len(slots)))
     if device.empty:
         return pd.DataFrame(columns=["position", "start_ns", "end_ns", "span_ns", *[f"{p}_ns" for p in PART_ORDER],
-                                     "input_overlapped_ns", "idle_ns", "idle_input_ns"])
+                                     "input_overlapped_ns", "idle_ns", "idle_input_ns", "label"])
     starts = device["start_ns"].to_numpy(dtype=np.int64)
     ends = device["end_ns"].to_numpy(dtype=np.int64)
     origin = int(starts.min())
@@ -225,4 +250,5 @@ def per_step_parts(device: pd.DataFrame, position: np.ndarray, parts_of, host_in
     out["idle_input_ns"] = idle_input
     assert (out["idle_ns"] >= 0).all()
     assert (out[[f"{p}_ns" for p in PART_ORDER]].sum(axis=1) + out["idle_ns"] == out["span_ns"]).all()
+    out["label"] = slots[out["position"].to_numpy(dtype=np.int64)]
     return out

@@ -177,3 +177,17 @@ def test_tpu_cores_behind_the_host_keep_their_own_program_steps(tmp_path):
         assert row["step_ms"] == pytest.approx(8.0, abs=EXACT_MS), row
         assert row["compute_ms"] == pytest.approx(6.0, abs=EXACT_MS) and row["idle_ms"] == pytest.approx(2.0, abs=EXACT_MS)
         assert row["step_count"] == data["steps_used"]
+
+
+def test_device_groups_finer_than_the_markers_are_the_devices_own_steps(tmp_path):
+    # Each 40 ms marker holds two XProf groups; on every GPU a group runs 15 ms of kernels within
+    # its own 19 ms. Merged by host step the GPUs would show 40 ms steps.
+    path = tf_fx.write_groups_finer_than_markers(tmp_path / "h.xplane.pb", steps=5, groups_per_step=2,
+                                                 kernel_ms=15.0, group_span_ms=20.0)
+    data = _json(path)
+    assert data["step_source"] == "markers" and data["mean"]["step_ms"] == pytest.approx(40.0, abs=0.02)
+    for row in data["devices"]:
+        assert row["grouping"] == "group_id", row
+        assert row["step_ms"] == pytest.approx(19.0, abs=EXACT_MS), row
+        assert row["compute_ms"] == pytest.approx(15.0, abs=EXACT_MS), row
+        assert row["step_count"] == 2 * data["steps_used"], row

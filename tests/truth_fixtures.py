@@ -174,3 +174,34 @@ def write_jax_tpu_async(path: str | Path, *, steps: int = 6, host_period_ms: flo
         tpu.finish()
     host.finish()
     return _write_space(space, path)
+
+
+def write_groups_finer_than_markers(path: str | Path, *, steps: int = 5, groups_per_step: int = 2,
+                                    kernel_ms: float = 15.0, group_span_ms: float = 20.0, gpus: int = 2,
+                                    base_ns: int = ABSOLUTE_BASE_NS) -> Path:
+    """TensorFlow on several GPUs whose markers each hold `groups_per_step` XProf groups: every
+    host marker is `groups_per_step * group_span_ms` long, and each group's kernels (with its
+    `group_id`) run `kernel_ms` within its own `group_span_ms` on every GPU."""
+    space = _xspace_class()()
+    space.hostnames.append("mirrored-host")
+    host = _Plane(space, 0, "/host:CPU")
+    python = host.line(1, "python", base_ns)
+    planes = [_Plane(space, 1 + g, f"/device:GPU:{g}") for g in range(gpus)]
+    streams = [plane.line(7, "Stream #7(Compute)", base_ns) for plane in planes]
+    t = base_ns + MS
+    span = _ns(group_span_ms)
+    for k in range(steps):
+        start = t + k * groups_per_step * span
+        host.event(python, "train", start, start + groups_per_step * span - 10_000, step_num=k, _r=1,
+                   group_id=k * groups_per_step)
+        for j in range(groups_per_step):
+            group = k * groups_per_step + j
+            at = start + j * span
+            host.event(python, "__inference_replica_step", at + 10_000, at + 500_000, group_id=group)
+            for plane, stream in zip(planes, streams):
+                plane.event(stream, "volta_sgemm", at + MS, at + MS + _ns(kernel_ms / 2), group_id=group)
+                plane.event(stream, "volta_scudnn", at + span - _ns(kernel_ms / 2), at + span, group_id=group)
+    host.finish()
+    for plane in planes:
+        plane.finish()
+    return _write_space(space, path)
