@@ -3,7 +3,9 @@
 1. Overhead: the same small TensorFlow training loop (conv + dense, fixed steps) timed
    alternately without and with every sampler of this machine running at `--interval`,
    `--reps` times each, so drift in machine speed hits both sides alike. Reports the
-   median seconds of each side and their ratio.
+   median seconds of each side and their ratio, and the sampler threads' own CPU time per
+   sample and as a share of all cores. With --sources proc,psutil the host sampler runs once
+   with each counter source (Linux's /proc read directly, psutil), alternated.
 2. Memory: all samplers at `--memory-interval` for `--memory-seconds`, before TensorFlow
    is imported, with this process's RSS recorded every few seconds. Flat RSS (growth
    near zero after the first seconds) shows that rows are streamed, not accumulated.
@@ -11,6 +13,7 @@
 Prints markdown tables for BENCHMARKS.md. Run on a quiet machine:
 
     python bench/bench_samplers.py            # full: ~10 min on a laptop CPU
+    python bench/bench_samplers.py --sources proc,psutil   # the host sampler's two sources
     python bench/bench_samplers.py --quick    # smoke run, seconds
 """
 
@@ -28,7 +31,8 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from profiler.samplers import build_sampler_group  # noqa: E402
+from profiler.samplers import HostSampler, SamplerGroup, build_sampler_group, build_samplers  # noqa: E402
+from profiler.samplers.host_sources import ProcSource, PsutilSource  # noqa: E402
 
 MIB = 2**20
 
@@ -108,28 +112,45 @@ def make_training_step(batch_size: int):
     return run
 
 
-def measure_overhead(steps: int, reps: int, interval_s: float, batch_size: int) -> dict:
+SOURCES = {"proc": ProcSource, "psutil": PsutilSource}
+
+
+def sampler_group(out_dir: str, interval_s: float, source: str | None) -> SamplerGroup:
+    """Every sampler of this machine, the host one reading its counters from `source` (default: its own)."""
+    if source is None:
+        return build_sampler_group(out_dir, interval_s=interval_s)
+    samplers, unavailable = build_samplers()
+    samplers = [HostSampler(source=SOURCES[source]()) if isinstance(s, HostSampler) else s for s in samplers]
+    return SamplerGroup(samplers, out_dir, interval_s, unavailable=unavailable)
+
+
+def measure_overhead(steps: int, reps: int, interval_s: float, batch_size: int, sources: list[str]) -> dict:
+    """Training time without samplers and with them (once per host source), alternated; the samplers' CPU time."""
     run = make_training_step(batch_size)
-    off, on, sampler_cpu_s = [], [], []
+    sides = ["off", *sources]
+    times = {side: [] for side in sides}
+    cpu_s = {side: [] for side in sources}
+    samples = {side: [] for side in sources}
     samplers_used: list[str] = []
 
-    def with_samplers():
+    def with_samplers(source):
         with tempfile.TemporaryDirectory() as out_dir:
-            group = build_sampler_group(out_dir, interval_s=interval_s)
+            group = sampler_group(out_dir, interval_s, None if source == "default" else source)
             samplers_used[:] = [t.name for t in group.threads]
             with group:
-                on.append(run(steps))
-            sampler_cpu_s.append(sum(t.cpu_s for t in group.threads))
+                times[source].append(run(steps))
+            cpu_s[source].append(sum(t.cpu_s for t in group.threads))
+            samples[source].append(sum(t.rows_written for t in group.threads))
 
     for rep in range(reps):
-        # Alternate which side goes first, so neither always runs on a warmer machine.
-        if rep % 2:
-            with_samplers()
-            off.append(run(steps))
-        else:
-            off.append(run(steps))
-            with_samplers()
-    return {"off": off, "on": on, "samplers": samplers_used, "sampler_cpu_s": sampler_cpu_s}
+        # Rotate which side goes first, so none always runs on a warmer machine.
+        shift = rep % len(sides)
+        for side in sides[shift:] + sides[:shift]:
+            if side == "off":
+                times["off"].append(run(steps))
+            else:
+                with_samplers(side)
+    return {"times": times, "samplers": samplers_used, "sampler_cpu_s": cpu_s, "samples": samples}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=0.1, help="sampling interval for the overhead runs (s)")
     parser.add_argument("--memory-seconds", type=float, default=60.0)
     parser.add_argument("--memory-interval", type=float, default=0.05)
+    parser.add_argument("--sources", default="proc,psutil",
+                        help="host counter sources to run side by side (proc, psutil, default)")
     parser.add_argument("--quick", action="store_true", help="tiny settings for a smoke run")
     args = parser.parse_args(argv)
     if args.quick:
@@ -147,27 +170,35 @@ def main(argv: list[str] | None = None) -> int:
     checkpoint_s = max(1.0, args.memory_seconds / 12)
 
     memory = measure_memory(args.memory_seconds, args.memory_interval, checkpoint_s)
-    overhead = measure_overhead(args.steps, args.reps, args.interval, args.batch_size)
+    sources = [part for part in args.sources.split(",") if part]
+    overhead = measure_overhead(args.steps, args.reps, args.interval, args.batch_size, sources)
 
-    off_s, on_s = statistics.median(overhead["off"]), statistics.median(overhead["on"])
-    print(f"## Sampler overhead ({os.cpu_count()} CPU cores, {psutil.virtual_memory().total / 2**30:.0f} GiB)")
+    times = overhead["times"]
+    off_s = statistics.median(times["off"])
+    cores = os.cpu_count() or 1
+    print(f"## Sampler overhead ({cores} CPU cores, {psutil.virtual_memory().total / 2**30:.0f} GiB)")
     print()
     print(f"Samplers: {', '.join(overhead['samplers'])} at {args.interval} s; "
           f"{args.steps} steps of batch {args.batch_size} per run, {args.reps} runs per side, alternating.")
     print()
-    print("| | median s | min s | max s | steps/s |")
-    print("|---|---:|---:|---:|---:|")
-    for label, times in (("without samplers", overhead["off"]), ("with samplers", overhead["on"])):
-        median = statistics.median(times)
-        print(f"| {label} | {median:.3f} | {min(times):.3f} | {max(times):.3f} | {args.steps / median:.1f} |")
+    print("| | median s | min s | max s | steps/s | with / without | sampler CPU ms per sample | "
+          "sampler CPU % of all cores |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for side, side_times in times.items():
+        median = statistics.median(side_times)
+        label = "without samplers" if side == "off" else f"with samplers, host counters from {side}"
+        cells = ["–", "–", "–"]
+        if side != "off":
+            cpu, rows = sum(overhead["sampler_cpu_s"][side]), sum(overhead["samples"][side])
+            # Per run: the threads' CPU seconds over the run's wall time on every core.
+            shares = [100 * c / (t * cores) for c, t in zip(overhead["sampler_cpu_s"][side], side_times)]
+            cells = [f"{median / off_s:.3f}", f"{1e3 * cpu / max(rows, 1):.3f}",
+                     f"**{statistics.median(shares):.3f}** ({min(shares):.3f}–{max(shares):.3f})"]
+        print(f"| {label} | {median:.3f} | {min(side_times):.3f} | {max(side_times):.3f} | "
+              f"{args.steps / median:.1f} | " + " | ".join(cells) + " |")
     print()
-    print(f"**with / without = {on_s / off_s:.3f}** (1.000 = no overhead)")
-    print()
-    cores = os.cpu_count() or 1
-    cpu_share = 100.0 * sum(overhead["sampler_cpu_s"]) / (sum(overhead["on"]) * cores)
-    per_sample_ms = 1e3 * sum(overhead["sampler_cpu_s"]) / max(1.0, sum(overhead["on"]) / args.interval)
-    print(f"Sampler threads' own CPU time (thread_time, noise-free): {per_sample_ms:.2f} ms per sample, "
-          f"**{cpu_share:.2f} % of this machine's {cores} cores** while training.")
+    print("Sampler CPU: the sampler threads' own CPU time (`time.thread_time`, recorded by each thread), "
+          "noise-free unlike the wall-clock ratio.")
     print()
     print(f"## Sampler memory ({args.memory_seconds:.0f} s at {args.memory_interval} s, before TensorFlow import)")
     print()

@@ -1,4 +1,4 @@
-"""Host CPU, memory, disk and network utilization through psutil.
+"""Host CPU, memory, disk and network utilization (/proc on Linux, psutil elsewhere).
 
 The process-tree numbers answer "is the training program (and its tf.data workers or
 child processes) what keeps the CPU busy?", the system numbers "is something else?".
@@ -13,10 +13,21 @@ import psutil
 
 from analysis.run_files import host_columns
 from profiler.samplers.base import NAN, Sampler
+from profiler.samplers.host_sources import ProcessGone, cpu_percent_function, default_source
 
 # Finding new child processes scans all of /proc: the costliest part of a sample, and
 # children come and go far more slowly than samples are taken.
 TREE_REFRESH_S = 1.0
+RATE_COLUMNS = ("disk_read_bytes_per_s", "disk_write_bytes_per_s", "net_sent_bytes_per_s", "net_recv_bytes_per_s")
+
+
+class _Tracked:
+    """A process of the tree: its identity (start time) and CPU baseline."""
+
+    __slots__ = ("start", "cpu_s", "wall_s")
+
+    def __init__(self, start: float | None) -> None:
+        self.start, self.cpu_s, self.wall_s = start, None, None
 
 
 class HostSampler(Sampler):
@@ -32,17 +43,26 @@ class HostSampler(Sampler):
     - ``load1``: 1-minute load average.
     - ``disk_read_bytes_per_s`` ... ``net_recv_bytes_per_s``: rates from counter deltas
       since the previous sample, NaN on the first sample or where the counters are absent.
+
+    Percentages follow psutil's formulas (`psutil.cpu_percent`, `Process.cpu_percent`) on
+    counters from `source` (`host_sources.default_source()`: /proc on Linux, psutil
+    elsewhere). Baselines live in this object, taken by `prime()` in the sampling thread.
     """
 
     name = "host"
 
-    def __init__(self, pid: int | None = None, name: str = "host") -> None:
+    def __init__(self, pid: int | None = None, name: str = "host", source=None) -> None:
         super().__init__()
         self.name = name
         self.cpu_count = psutil.cpu_count(logical=True) or 1
         self._columns = host_columns(self.cpu_count)
-        self._root = psutil.Process(pid if pid is not None else os.getpid())
-        self._procs: dict[int, psutil.Process] = {self._root.pid: self._root}
+        self.source = source if source is not None else default_source()
+        self._root = pid if pid is not None else os.getpid()
+        start = self.source.process(self._root)[0]  # raises ProcessGone for a pid that does not exist
+        self._procs: dict[int, _Tracked] = {self._root: _Tracked(start)}
+        self._cpu_before: list[tuple] | None = None
+        self._cpu_percent = cpu_percent_function(tuple(self.source.cpu_fields))
+        self._cpu_columns = [f"cpu{i}_pct" for i in range(self.cpu_count)]
         self._next_tree_refresh = 0.0
         self._last_counters: dict[str, float] = {}
         self._last_counters_time: float | None = None
@@ -52,50 +72,33 @@ class HostSampler(Sampler):
         return self._columns
 
     def prime(self) -> None:
-        """Baseline system and per-process CPU times in the calling (sampler) thread."""
-        psutil.cpu_percent(percpu=False)
-        psutil.cpu_percent(percpu=True)
+        """Baseline system and per-process CPU times and the byte counters, in the sampling thread."""
+        self._cpu_before = self.source.cpu_times()
         self._refresh_tree()
-        for proc in list(self._procs.values()):
-            self._proc_cpu(proc)
+        self._processes()
         self._rates()
 
     def sample(self) -> dict[str, float]:
         row = self.empty_row()
-        row["cpu_pct"] = float(psutil.cpu_percent(percpu=False))
-        for i, pct in enumerate(psutil.cpu_percent(percpu=True)[: self.cpu_count]):
-            row[f"cpu{i}_pct"] = float(pct)
+        times = self.source.cpu_times()
+        before = self._cpu_before or times  # no baseline yet: 0 %, as psutil's first call
+        percent = self._cpu_percent
+        row["cpu_pct"] = percent(before[0], times[0])
+        for column, then, now in zip(self._cpu_columns, before[1:], times[1:]):
+            row[column] = percent(then, now)
+        self._cpu_before = times
 
-        new_pids = self._refresh_tree() if time.monotonic() >= self._next_tree_refresh else set()
-        cpu_total = 0.0
-        rss_total = 0
-        alive = 0
-        for pid, proc in list(self._procs.items()):
-            try:
-                with proc.oneshot():
-                    cpu = self._proc_cpu(proc)
-                    rss = proc.memory_info().rss
-            except (psutil.NoSuchProcess, psutil.ZombieProcess):
-                del self._procs[pid]
-                continue
-            except psutil.AccessDenied:
-                continue
-            # A child seen for the first time has no CPU baseline yet: count its memory
-            # now and its CPU from the next sample on.
-            if pid not in new_pids:
-                cpu_total += cpu
-            rss_total += rss
-            alive += 1
+        if time.monotonic() >= self._next_tree_refresh:
+            self._refresh_tree()
+        cpu_total, rss_total, alive = self._processes()
         if alive:
             row["proc_cpu_pct"] = cpu_total
             row["proc_rss_bytes"] = float(rss_total)
             row["proc_count"] = float(alive)
 
-        mem = psutil.virtual_memory()
-        row["mem_used_bytes"] = float(mem.used)
-        row["mem_available_bytes"] = float(mem.available)
+        row["mem_used_bytes"], row["mem_available_bytes"] = self.source.memory()
         try:
-            row["load1"] = float(psutil.getloadavg()[0])
+            row["load1"] = float(self.source.load1())
         except (AttributeError, OSError) as exc:
             self.disable("load1", f"load average unavailable: {exc}")
 
@@ -104,44 +107,62 @@ class HostSampler(Sampler):
 
     def close(self) -> None:
         self._procs = {}
+        self.source.close()
+
+    def _processes(self) -> tuple[float, float, int]:
+        """(CPU %, RSS bytes, count) of the tree; each process's CPU % since its last reading.
+
+        A process seen for the first time has no CPU baseline yet: its memory counts now and
+        its CPU from the next sample on.
+        """
+        cpu_total, rss_total, alive = 0.0, 0.0, 0
+        for pid, tracked in list(self._procs.items()):
+            try:
+                start, cpu_s, rss = self.source.process(pid)
+            except ProcessGone:
+                self._drop(pid)
+                continue
+            except PermissionError:
+                continue
+            if tracked.start is not None and start != tracked.start:  # the pid now names another process
+                self._drop(pid)
+                continue
+            now = time.monotonic()
+            if tracked.cpu_s is not None and now > tracked.wall_s:
+                cpu_total += round((cpu_s - tracked.cpu_s) / (now - tracked.wall_s) * 100, 1)
+            tracked.start, tracked.cpu_s, tracked.wall_s = start, cpu_s, now
+            rss_total += rss
+            alive += 1
+        return cpu_total, rss_total, alive
+
+    def _drop(self, pid: int) -> None:
+        del self._procs[pid]
+        self.source.forget(pid)
 
     def _refresh_tree(self) -> set[int]:
-        """Add descendants that appeared since the last call; return the new pids."""
-        new: set[int] = set()
+        """Add descendants that appeared since the last call (a reused pid is new); return the new pids."""
         self._next_tree_refresh = time.monotonic() + TREE_REFRESH_S
-        try:
-            children = self._root.children(recursive=True)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            return new
-        for child in children:
-            cached = self._procs.get(child.pid)
-            # psutil.Process equality includes the creation time, so a reused pid is new.
-            if cached is None or cached != child:
-                self._procs[child.pid] = child
-                self._proc_cpu(child)
-                new.add(child.pid)
+        new: set[int] = set()
+        for pid, start in self.source.descendants(self._root).items():
+            tracked = self._procs.get(pid)
+            if tracked is None or tracked.start != start:
+                if tracked is not None:
+                    self.source.forget(pid)
+                self._procs[pid] = _Tracked(start)
+                new.add(pid)
         return new
-
-    @staticmethod
-    def _proc_cpu(proc: psutil.Process) -> float:
-        try:
-            return float(proc.cpu_percent(interval=None))
-        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-            return 0.0
 
     def _read_counters(self) -> dict[str, float]:
         counters: dict[str, float] = {}
-        disk = psutil.disk_io_counters() if hasattr(psutil, "disk_io_counters") else None
+        disk = self.source.disk_bytes()
         if disk is not None:
-            counters["disk_read_bytes_per_s"] = float(disk.read_bytes)
-            counters["disk_write_bytes_per_s"] = float(disk.write_bytes)
+            counters["disk_read_bytes_per_s"], counters["disk_write_bytes_per_s"] = disk
         else:
             self.disable("disk_read_bytes_per_s", "no disk I/O counters on this system")
             self.disable("disk_write_bytes_per_s", "no disk I/O counters on this system")
-        net = psutil.net_io_counters() if hasattr(psutil, "net_io_counters") else None
+        net = self.source.net_bytes()
         if net is not None:
-            counters["net_sent_bytes_per_s"] = float(net.bytes_sent)
-            counters["net_recv_bytes_per_s"] = float(net.bytes_recv)
+            counters["net_sent_bytes_per_s"], counters["net_recv_bytes_per_s"] = net
         else:
             self.disable("net_sent_bytes_per_s", "no network I/O counters on this system")
             self.disable("net_recv_bytes_per_s", "no network I/O counters on this system")
@@ -150,15 +171,7 @@ class HostSampler(Sampler):
     def _rates(self) -> dict[str, float]:
         now = time.monotonic()
         counters = self._read_counters()
-        rates = dict.fromkeys(
-            (
-                "disk_read_bytes_per_s",
-                "disk_write_bytes_per_s",
-                "net_sent_bytes_per_s",
-                "net_recv_bytes_per_s",
-            ),
-            NAN,
-        )
+        rates = dict.fromkeys(RATE_COLUMNS, NAN)
         last, last_time = self._last_counters, self._last_counters_time
         if last_time is not None and now > last_time:
             for key, value in counters.items():
