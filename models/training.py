@@ -100,7 +100,11 @@ class LoopHooks:
 class Trainer:
     """Trains `model_fn()` on the arrays with the seed's optimizer, loss and validation."""
 
-    def __init__(self, strategy, model_fn, arrays, config: TrainConfig, hooks: LoopHooks | None = None):
+    def __init__(self, strategy, model_fn, arrays, config: TrainConfig, hooks: LoopHooks | None = None,
+                 loss_fn=None, classification: bool = True, dataset=None, steps_per_epoch: int | None = None):
+        """`loss_fn`: a per-example Keras loss (default: the seed's sparse categorical cross-entropy
+        on probabilities); `classification`: accuracy is counted. `dataset` (with `steps_per_epoch`):
+        the user's own `(x, y)` batches instead of `arrays`, repeated; no validation or test pass."""
         import keras
         import tensorflow as tf
 
@@ -121,10 +125,18 @@ class Trainer:
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
             optimizer.build(self.model.trainable_variables)
             self.optimizer = optimizer
-        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction="none")
+        self.loss_fn = loss_fn or keras.losses.SparseCategoricalCrossentropy(reduction="none")
+        self.classification = classification
 
         from models import data as data_mod
 
+        if dataset is not None:
+            self.train_images = None
+            self.steps_per_epoch = steps_per_epoch
+            self.train_ds = strategy.experimental_distribute_dataset(dataset.repeat())
+            self.val_ds = self.test_ds = None
+            self._build_functions()
+            return
         self.train_images = len(arrays.x_train)
         self.steps_per_epoch = math.ceil(self.train_images / config.batch_size)
         n_val = min(config.validation_images, len(arrays.x_test))
@@ -184,11 +196,11 @@ class Trainer:
                 scaled = optimizer.scale_loss(loss) if hasattr(optimizer, "scale_loss") else loss
             grads = tape.gradient(scaled, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
-            return _sums(tf, labels, probs, per_image)
+            return _sums(tf, labels, probs, per_image, self.classification)
 
         def replica_eval(images, labels):
             probs = model(images, training=False)
-            return _sums(tf, labels, probs, self.loss_fn(labels, probs))
+            return _sums(tf, labels, probs, self.loss_fn(labels, probs), self.classification)
 
         if self.config.jit_compile:
             # XLA compiles the per-replica step, as Keras does: the loop around it (iterator,
@@ -300,7 +312,7 @@ class Trainer:
         result = EpochResult(
             epoch=epoch, seconds=seconds, train_seconds=train_seconds, images=int(count),
             images_per_second=count / train_seconds if train_seconds > 0 else float("nan"),
-            loss=loss_sum / max(count, 1), accuracy=correct / max(count, 1),
+            loss=loss_sum / max(count, 1), accuracy=correct / max(count, 1) if self.classification else math.nan,
             val_loss=val_loss, val_accuracy=val_accuracy, steps=self.steps_per_epoch,
             start_time_s=epoch_start_wall,
         )
@@ -320,13 +332,20 @@ class Trainer:
 
     def evaluate(self, dataset=None) -> tuple[float, float]:
         loss_sum = correct = count = 0.0
-        for batch in (dataset if dataset is not None else self.test_ds):
+        dataset = dataset if dataset is not None else self.test_ds
+        if dataset is None:  # the user's own data: no validation or test set
+            return math.nan, math.nan
+        for batch in dataset:
             step_loss, step_correct, step_count = (float(v) for v in self._eval_one(batch))
             loss_sum, correct, count = loss_sum + step_loss, correct + step_correct, count + step_count
-        return loss_sum / max(count, 1), correct / max(count, 1)
+        accuracy = correct / max(count, 1) if self.classification else math.nan
+        return loss_sum / max(count, 1), accuracy
 
 
-def _sums(tf, labels, probs, per_image_loss):
+def _sums(tf, labels, probs, per_image_loss, classification: bool = True):
+    if not classification:  # no accuracy; the count is of examples (the batch dimension)
+        return tf.stack([tf.reduce_sum(tf.cast(per_image_loss, tf.float32)), tf.constant(0.0),
+                         tf.cast(tf.shape(labels)[0], tf.float32)])
     labels = tf.cast(tf.reshape(labels, [-1]), tf.int64)
     hits = tf.cast(tf.equal(tf.argmax(probs, axis=-1), labels), tf.float32)
     return tf.stack([tf.reduce_sum(tf.cast(per_image_loss, tf.float32)), tf.reduce_sum(hits),

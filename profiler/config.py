@@ -99,6 +99,9 @@ class RunConfig:
     inject_input_worker: int | None = None  # --inject-input-delay-ms MS@WORKER: only that worker
     inject_host_worker: int | None = None
     collective_timeout_s: float = 60.0
+    model: str | None = None  # --model MODULE:FUNCTION: the user's Keras model instead of the CNN
+    dataset: str | None = None  # --dataset MODULE:FUNCTION: the user's (x, y) batches
+    loss: str | None = None  # --loss NAME: a Keras loss for --model
 
     @property
     def num_workers(self) -> int:
@@ -138,6 +141,11 @@ class RunConfig:
             problem = check_finite(option, value, minimum, unit)
             if problem:
                 raise UsageError(problem + (below if problem.startswith(f"{option} must be at least") else ""))
+        if self.model is None and (self.dataset is not None or self.loss is not None):
+            raise UsageError(f"{'--dataset' if self.dataset is not None else '--loss'} goes with --model "
+                             "MODULE:FUNCTION (the CNN trains on CIFAR-10 or synthetic data with its own loss)")
+        if self.dataset is not None and self.data not in ("auto", "synthetic"):
+            raise UsageError(f"--dataset replaces --data; leave --data {self.data} out")
         self._validate_workers()
         if self.run_name is not None:
             problem = check_run_name(self.run_name)

@@ -71,8 +71,11 @@ class Run(Session):
         except devices.DeviceError as exc:
             raise UsageError(str(exc)) from None
         try:
-            arrays = data_mod.load(cfg.data, cfg.data_dir, cfg.limit_images, cfg.train.seed,
-                                   notice=self.console.notice, limit_test_images=cfg.limit_test_images)
+            if cfg.model is not None:
+                arrays = self._prepare_user_model()
+            else:
+                arrays = data_mod.load(cfg.data, cfg.data_dir, cfg.limit_images, cfg.train.seed,
+                                       notice=self.console.notice, limit_test_images=cfg.limit_test_images)
         except data_mod.DataError as exc:
             raise UsageError(str(exc)) from None
         if cluster is not None:
@@ -86,6 +89,81 @@ class Run(Session):
         if slow:
             self.console.warn(f"warning: {slow}")
         return resolved, arrays
+
+    def _prepare_user_model(self):
+        """--model (and --dataset, --loss): load the user's functions, build the model once to
+        check it, shape the data, and try one batch, so that bad input is a usage error before
+        anything is written. Returns the arrays (None with --dataset)."""
+        from models import data as data_mod
+        from models import user_model as um
+
+        cfg = self.config
+        try:
+            function = um.load_function(cfg.model, "--model")
+            model = um.build_model(function, cfg.model, cfg.train.precision)
+            loss, classification = um.make_loss(cfg.loss, model)
+            dataset, steps, arrays = None, None, None
+            if cfg.dataset is not None:
+                dataset, steps, batch = self._user_dataset(um.load_function(cfg.dataset, "--dataset"))
+                x, y = batch
+            else:
+                if cfg.data == "cifar10":
+                    arrays = data_mod.load("cifar10", cfg.data_dir, cfg.limit_images, cfg.train.seed,
+                                           notice=self.console.notice, limit_test_images=cfg.limit_test_images)
+                else:
+                    train = cfg.limit_images or um.default_images(model, cfg.train.batch_size)
+                    test = cfg.limit_test_images or max(1, min(cfg.train.validation_images, train // 5))
+                    arrays = um.synthetic_arrays(model, classification, train, test, cfg.train.seed)
+                x, y = arrays.x_train[:2].astype("float32") / 255.0, arrays.y_train[:2]
+            try:
+                loss(y, model(x, training=False))
+            except Exception as exc:  # noqa: BLE001 - the user's shapes: one line says which
+                raise um.ModelError(f"--model {cfg.model}: a batch does not fit the model and loss "
+                                    f"({um._one_line(exc)})") from None
+        except um.ModelError as exc:
+            raise UsageError(str(exc)) from None
+        self.user_model = {"function": function, "loss": loss, "classification": classification,
+                           "dataset": dataset, "steps_per_epoch": steps,
+                           "flops": um.train_flops_per_example(model)}
+        return arrays
+
+    def _user_dataset(self, function):
+        """The user's `tf.data` dataset of (x, y) batches: its steps per epoch and a first batch."""
+        import tensorflow as tf
+
+        from models import user_model as um
+
+        cfg = self.config
+        spec = cfg.dataset
+        try:
+            dataset = function()
+        except Exception as exc:  # noqa: BLE001
+            raise um.ModelError(f"--dataset {spec}: calling it failed: {um._one_line(exc)}") from None
+        if not isinstance(dataset, tf.data.Dataset):
+            raise um.ModelError(f"--dataset {spec} returned {type(dataset).__name__}, not a tf.data.Dataset")
+        try:
+            batch = next(iter(dataset.take(1)))
+        except StopIteration:
+            raise um.ModelError(f"--dataset {spec} is empty") from None
+        except Exception as exc:  # noqa: BLE001
+            raise um.ModelError(f"--dataset {spec}: reading a batch failed: {um._one_line(exc)}") from None
+        if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+            raise um.ModelError(f"--dataset {spec} must give (x, y) batches")
+        size = batch[0].shape[0]
+        if size:
+            self.config.train = dataclasses.replace(cfg.train, batch_size=int(size))
+        cardinality = int(dataset.cardinality())
+        if cardinality == tf.data.INFINITE_CARDINALITY:
+            if not cfg.limit_images:
+                raise um.ModelError(f"--dataset {spec} never ends: give --limit-images N, the examples of one epoch")
+            steps = max(1, -(-cfg.limit_images // cfg.train.batch_size))
+        elif cardinality == tf.data.UNKNOWN_CARDINALITY:
+            steps = sum(1 for _ in dataset)
+        else:
+            steps = cardinality
+        if cfg.limit_images:
+            steps = min(steps, max(1, -(-cfg.limit_images // cfg.train.batch_size)))
+        return dataset.take(steps), steps, batch
 
     def execute(self) -> Path:
         with self._sigterm_stops_the_run():
@@ -131,9 +209,22 @@ class Run(Session):
                 self.console.warn(f"warning: {peak.not_cached_message(self.meta['peak']['cache_error'])}")
         self._start_recording(resolved)
         hooks = RunHooks(self)
-        self.trainer = trainer = Trainer(resolved.strategy, build_cnn, arrays, self.train_config(), hooks)
+        user = self.user_model
+        if user is None:
+            self.trainer = trainer = Trainer(resolved.strategy, build_cnn, arrays, self.train_config(), hooks)
+            flops = train_flops_per_image(trainer.model)
+        else:
+            from models import user_model as um
+
+            def build(precision):
+                return um.build_model(user["function"], cfg.model, precision)
+
+            self.trainer = trainer = Trainer(resolved.strategy, build, arrays, self.train_config(), hooks,
+                                             loss_fn=user["loss"], classification=user["classification"],
+                                             dataset=user["dataset"], steps_per_epoch=user["steps_per_epoch"])
+            flops = user["flops"]
         self.meta["model"] = {"name": trainer.model.name, "params": int(trainer.model.count_params()),
-                              "train_flops_per_image": train_flops_per_image(trainer.model)}
+                              "train_flops_per_image": flops}
         self.meta["steps_per_epoch"] = trainer.steps_per_epoch
         if cfg.profile:
             start, stop = (tracing.parse_window(cfg.profile_steps) if cfg.profile_steps
@@ -146,6 +237,8 @@ class Run(Session):
                 self._open_window(start, min(stop, total), resolved.kind, cfg.train.steps_per_execution)
         self._save()
         trainer.fit()
+        if arrays is None:  # the user's dataset: no test set
+            return
         self.console.print(evaluation_message(len(arrays.x_test), cfg.limit_test_images))
         began = time.perf_counter()
         test_loss, test_accuracy = trainer.evaluate()
@@ -171,7 +264,7 @@ class Run(Session):
         config = asdict(cfg)
         config.update(config.pop("train"))
         config.pop("cluster")
-        validated = min(cfg.train.validation_images, len(arrays.x_test))
+        validated = min(cfg.train.validation_images, len(arrays.x_test)) if arrays is not None else 0
         config["validation_images"] = validated  # as validated: the test set may be smaller than asked
         meta = {
             "status": "running",
@@ -183,9 +276,10 @@ class Run(Session):
             "command": sys.argv,
             "config": config,
             "device": {"kind": resolved.kind, "host": devices.host_name(), **resolved.info},
-            "data": {"source": arrays.source, "path": arrays.path, "train_images": len(arrays.x_train),
-                     "val_images": validated,
-                     "test_images": len(arrays.x_test)},
+            "data": ({"source": arrays.source, "path": arrays.path, "train_images": len(arrays.x_train),
+                      "val_images": validated, "test_images": len(arrays.x_test)} if arrays is not None else
+                     {"source": "dataset", "path": cfg.dataset, "train_images": None, "val_images": 0,
+                      "test_images": 0}),
             "versions": versions(),
             "model": {},
             "profiler": {"enabled": cfg.profile},

@@ -322,7 +322,7 @@ class Session:
         handled = (signal.SIGTERM, signal.SIGINT) if workers else (signal.SIGTERM,)
         if only_if_default:
             handled = tuple(s for s in handled
-                            if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler))
+                            if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler, None))
         previous = {signum: signal.signal(signum, on_signal) for signum in handled}
         watcher = _CollectiveCanceller(self, lock, raised) if workers else None
         # MultiWorkerMirroredStrategy starts TensorFlow's coordination service, whose preemption

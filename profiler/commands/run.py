@@ -26,6 +26,15 @@ def add_parser(sub) -> argparse.ArgumentParser:
     g.add_argument("--limit-images", type=int, default=None, help="train on the first N images")
     g.add_argument("--limit-test-images", type=int, default=None, metavar="N",
                    help="validate and test on the first N test images (default: all; validation uses at most 1,000)")
+    g.add_argument("--model", default=None, metavar="MODULE:FUNCTION",
+                   help="train your own Keras model instead of the CNN: a function returning an uncompiled model "
+                        "(MODULE importable from the current folder, or FILE.py:FUNCTION); data: synthetic, "
+                        "shaped from the model, or --dataset")
+    g.add_argument("--dataset", default=None, metavar="MODULE:FUNCTION",
+                   help="with --model: a function returning a tf.data dataset of (x, y) batches")
+    g.add_argument("--loss", default=None, metavar="NAME",
+                   help="with --model: a Keras loss name (default: sparse categorical cross-entropy, from logits "
+                        "when the model's last layer has no softmax)")
     g = run.add_argument_group("training")
     g.add_argument("--epochs", type=int, default=2, help="epochs (the seed program: 10)")
     g.add_argument("--batch-size", type=int, default=100, help="global batch size (the seed: 100)")
@@ -113,6 +122,7 @@ def build_config(args: argparse.Namespace, cluster=None):
         sample=args.sample, sample_interval=args.sample_interval, measure_peak=args.measure_peak,
         quiet=args.quiet, cluster=cluster, inject_input_worker=args.inject_input_delay_ms.worker,
         inject_host_worker=args.inject_host_delay_ms.worker, collective_timeout_s=args.collective_timeout_s,
+        model=args.model, dataset=args.dataset, loss=args.loss,
     )
 
 

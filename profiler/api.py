@@ -1,0 +1,507 @@
+"""`profiler.profile()`: devprof's recording around any TensorFlow training loop.
+
+    with profiler.profile("runs", run_name="my-job", profile_steps="10:20") as session:
+        for epoch in range(epochs):
+            with session.epoch():
+                for x, y in session.iterate(dataset):      # times the wait for each batch
+                    with session.step():                   # a step marker; times the call
+                        loss = train_step(x, y)
+                session.log(loss=float(loss))
+
+It writes the run directory `devprof run` writes, through the same session layer
+(`profiler.session`). TensorFlow is imported when the session starts, not before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from models.training import EpochResult, StepRecord
+from profiler import cluster as cluster_mod
+from profiler import rundir, samplers, tracing
+from profiler.config import check_run_name
+from profiler.console import Console
+from profiler.session import Session, Terminated
+from profiler.version import __version__
+
+
+@dataclass
+class ProfileOptions:
+    """What `profile()` was asked for (run.json `config` holds these and the user's own `config`)."""
+
+    out: str = "runs"
+    run_name: str | None = None
+    profile: bool = True
+    profile_steps: str | None = None
+    tracer: tracing.TracerOptions = field(default_factory=tracing.TracerOptions)
+    profiler_port: int | None = None
+    sample: bool = True
+    sample_interval: float = samplers.DEFAULT_INTERVAL_S
+    scalars_every: int = 10
+    quiet: bool = False
+    cluster: cluster_mod.Cluster | None = None
+    user_config: dict = field(default_factory=dict)
+
+    def check(self) -> None:
+        """Raise ValueError naming the first option that cannot work."""
+        if self.run_name is not None:
+            problem = check_run_name(self.run_name)
+            if problem:
+                raise ValueError(problem.replace("--run-name", "run_name"))
+        if self.profile and self.profile_steps is not None:
+            try:
+                tracing.parse_window(self.profile_steps)
+            except ValueError as exc:
+                raise ValueError(str(exc).replace("--profile-steps", "profile_steps")) from None
+        if self.sample:
+            try:
+                samplers.validate_interval(self.sample_interval)
+            except ValueError as exc:
+                raise ValueError(f"sample_interval: {exc}") from None
+        if isinstance(self.scalars_every, bool) or not isinstance(self.scalars_every, int) or self.scalars_every < 1:
+            raise ValueError(f"scalars_every must be a whole number >= 1 (got {self.scalars_every!r})")
+        port = self.profiler_port
+        if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
+            raise ValueError(f"profiler_port must be a port number from 1 to 65535 (got {port!r})")
+        if self.cluster is not None and self.run_name is None:
+            raise ValueError("run_name is required in a multi-worker job (TF_CONFIG is set): every worker "
+                             "writes its worker-<i>/ folder into the same <out>/<run_name>/ job folder")
+
+
+def profile(out: str | Path = "runs", run_name: str | None = None, *, profile_steps: str | None = None,
+            profile: bool = True, sample: bool = True, sample_interval: float = samplers.DEFAULT_INTERVAL_S,
+            profiler_port: int | None = None, host_tracer_level: int = 2, device_tracer_level: int = 1,
+            python_tracer_level: int = 0, scalars_every: int = 10, config: dict | None = None,
+            quiet: bool = False) -> "ProfileSession":
+    """A recording session for any training loop; use it as a context manager.
+
+    `out`: the folder runs go into; `run_name`: the run's folder (default
+    `<time>-<device>-<host>`; never overwritten). `profile_steps="START:STOP"`: the global
+    steps to trace (default: 5:15), `profile=False` for no trace. `sample_interval` seconds
+    between utilization samples, `sample=False` for none. `profiler_port`: a profiler server
+    for `devprof capture`. `config`: anything worth keeping in run.json's `config`.
+    """
+    options = ProfileOptions(
+        out=str(out), run_name=run_name, profile=profile, profile_steps=profile_steps,
+        tracer=tracing.TracerOptions(host_tracer_level=host_tracer_level, device_tracer_level=device_tracer_level,
+                                     python_tracer_level=python_tracer_level),
+        profiler_port=profiler_port, sample=sample, sample_interval=sample_interval, scalars_every=scalars_every,
+        quiet=quiet, user_config=dict(config or {}))
+    return ProfileSession(options)
+
+
+class ProfileSession(Session):
+    """A run directory recorded around the user's own loop: `iterate`, `step`, `epoch`, `log`."""
+
+    def __init__(self, options: ProfileOptions, console: Console | None = None):
+        super().__init__(options, console or Console(options.quiet))
+        self.global_step = 0
+        self._exits = contextlib.ExitStack()
+        self._entered = False
+        self._to_wall = time.time() - time.perf_counter()
+        # The step being run: when it began (the loop asked for its batch), its input wait.
+        self._boundary: float | None = None
+        self._fetch_start = self._fetched = 0.0
+        self._batch_images: int | None = None
+        self._marker = None
+        self._marker_steps = 1
+        # The last finished step, written when the next one begins (its host time is known then).
+        self._pending: StepRecord | None = None
+        self._pending_end = 0.0
+        # Epochs: the open one, and the run's own figures.
+        self._epoch_number = 0
+        self._epoch_open = False
+        self._epoch_start = 0.0
+        self._epoch_values: dict = {}
+        self._run_values: dict = {}
+        self._span = _Span()  # steps of the open epoch (or of the whole run without epochs)
+        self._run_span = _Span()
+        self._device_kind = "cpu"
+        self._next_scalars = 0  # the step from which log() writes TensorBoard scalars again
+
+    # ------------------------------------------------------------ the with block
+
+    def __enter__(self) -> "ProfileSession":
+        if self._entered:
+            raise RuntimeError("a profile() session is used once; call profiler.profile() again for a new run")
+        self._entered = True
+        cfg = self.config
+        if cfg.cluster is None:
+            try:
+                cfg.cluster = cluster_mod.resolve(None, None)
+            except cluster_mod.ClusterError as exc:
+                raise ValueError(str(exc)) from None
+        cfg.check()
+        self._check_paths()
+        import tensorflow as tf  # the caller trains with it anyway; `import profiler` stays light
+
+        resolved = _resolve_device(tf, cfg.cluster)
+        self._device_kind = resolved.kind
+        if self.path is None:
+            from profiler import devices
+
+            self.path = Path(cfg.out) / (cfg.run_name or rundir.default_run_name(resolved.kind, devices.host_name()))
+        self._open(self._initial_meta(resolved))
+        try:
+            self._exits.enter_context(self._sigterm_stops_the_run(only_if_default=True))
+            self._save()
+            self._start_job_record()
+            self._start_recording(resolved)
+            if cfg.profile:
+                start, stop = (tracing.parse_window(cfg.profile_steps) if cfg.profile_steps
+                               else (tracing.DEFAULT_WARMUP_STEPS,
+                                     tracing.DEFAULT_WARMUP_STEPS + tracing.DEFAULT_WINDOW_STEPS))
+                self._open_window(start, stop, resolved.kind)
+                self.window.maybe_start(0)
+            self._save()
+        except BaseException as exc:
+            self._mark_ended(exc)
+            self._finish()
+            self._exits.close()
+            raise
+        self._to_wall = time.time() - time.perf_counter()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            self._end_open_step()
+            if exc is None:
+                try:
+                    self._end_run()
+                    self._close(strict=True)
+                    self.meta["status"] = "complete"
+                except BaseException as closing:
+                    self._mark_ended(closing)
+                    raise
+            else:
+                self._end_run()
+                self._mark_ended(exc)
+        finally:
+            try:
+                self._finish()
+            finally:
+                self._exits.close()
+            if not self.config.quiet:
+                print(f"devprof: run directory {self.path} ({self.meta.get('status')})", file=sys.stderr)
+        return False  # the exception, if any, goes on: the program decides
+
+    def _check_paths(self) -> None:
+        cfg = self.config
+        rundir.check_output_folder(Path(cfg.out))  # OutputError: a usage error, before anything is written
+        if cfg.cluster is not None:
+            from profiler import job
+
+            self.job_dir = Path(cfg.out) / cfg.run_name
+            self.path = self.job_dir / cfg.cluster.name
+            rundir.check_new(self.path)
+            if cfg.cluster.is_chief:
+                job.check_free(self.job_dir, job.job_id_from_environment())
+        elif cfg.run_name is not None:
+            rundir.check_new(Path(cfg.out) / cfg.run_name)
+        if cfg.profiler_port is not None:
+            try:
+                tracing.check_port_free(cfg.profiler_port)
+            except OSError as exc:
+                raise ValueError(f"profiler_port {cfg.profiler_port} is not free ({exc.strerror or exc})") from None
+
+    def _initial_meta(self, resolved) -> dict:
+        from profiler import devices
+        from profiler.session import versions
+
+        cfg = self.config
+        options = asdict(cfg)
+        options.pop("cluster")
+        user = options.pop("user_config")
+        meta = {
+            "status": "running",
+            "error": None,
+            "devprof_version": __version__,
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "start_time_s": time.time(),
+            "finished_at": None,
+            "command": sys.argv,
+            "recorded_by": "profile",
+            "config": {**user, **options},
+            "device": {"kind": resolved.kind, "host": devices.host_name(), **resolved.info},
+            "versions": versions(),
+            "model": {},
+            "profiler": {"enabled": cfg.profile},
+            "epochs": [],
+        }
+        if cfg.cluster is not None:
+            meta["worker"] = self._worker_meta()
+        return meta
+
+    def current_step(self) -> int:
+        return self.global_step
+
+    # ------------------------------------------------------------ steps
+
+    def iterate(self, dataset):
+        """Yield the batches of `dataset`, timing how long the loop waits for each (steps.csv
+        `input_ms`); the step's marker starts before the wait, so the trace holds it too."""
+        iterator = iter(dataset)
+        try:
+            while True:
+                self._begin_step()
+                began = time.perf_counter()
+                try:
+                    batch = next(iterator)
+                except StopIteration:
+                    self._abandon_step()  # training for this pass ended where this step began
+                    return
+                self._fetch_start, self._fetched = began, time.perf_counter()
+                self._batch_images = _batch_size(batch)
+                yield batch
+        finally:
+            if self._boundary is not None and self._fetched:
+                self._abandon_step()  # the loop left without running the step for this batch
+
+    def step(self, images: int | None = None, steps: int = 1) -> "_Step":
+        """`with session.step(images=N, steps=S):` around one call of the training function:
+        a step marker (inside the trace window), the call timed into steps.csv. `steps`: the
+        training steps the call runs; `images`: the examples it trains on (default: the batch
+        `iterate()` gave, when its size can be read)."""
+        return _Step(self, images, steps)
+
+    def _begin_step(self, steps: int | None = None) -> None:
+        if self._boundary is not None and self._fetched:
+            self._abandon_step()
+        now = time.perf_counter()
+        self._flush_pending(now)
+        self._boundary = now
+        self._fetch_start = self._fetched = 0.0
+        self._batch_images = None
+        marker = self.step_scope(self.global_step, steps or self._marker_steps)
+        marker.__enter__()
+        self._marker = marker
+
+    def _abandon_step(self) -> None:
+        """A step that did not run (the data ended, the loop broke out, the call raised): its
+        marker closes and its time goes to no step."""
+        self._close_marker()
+        self._boundary = None
+        self._fetch_start = self._fetched = 0.0
+
+    def _close_marker(self) -> None:
+        marker, self._marker = self._marker, None
+        if marker is not None:
+            with contextlib.suppress(Exception):
+                marker.__exit__(None, None, None)
+
+    def _step_ran(self, images: int | None, steps: int, call_start: float, done: float) -> None:
+        boundary = self._boundary
+        fetched = self._fetched or boundary
+        fetch_start = self._fetch_start or boundary
+        if images is None:
+            images = self._batch_images or 0
+        record = StepRecord(epoch=max(self._epoch_number, 1), step=self.global_step, steps=steps,
+                            start_time_s=boundary + self._to_wall, input_ms=(fetched - fetch_start) * 1e3,
+                            call_ms=(done - call_start) * 1e3,
+                            other_host_ms=((fetch_start - boundary) + (call_start - fetched)) * 1e3,
+                            images=int(images))
+        self._close_marker()
+        self._boundary = None
+        self._fetch_start = self._fetched = 0.0
+        self._pending, self._pending_end = record, done
+        self._marker_steps = steps
+        self.global_step += steps
+        for span in (self._span, self._run_span):
+            span.add(record, boundary, done)
+        self.step_done(self.global_step, steps)
+
+    def _flush_pending(self, now: float) -> None:
+        """Write the last finished step, with the host time it had until `now`."""
+        record, self._pending = self._pending, None
+        if record is None:
+            return
+        record.other_host_ms += (now - self._pending_end) * 1e3
+        for span in (self._span, self._run_span):
+            span.train_end = max(span.train_end, now)
+        self.record_step(record)
+
+    def _end_open_step(self) -> None:
+        """At an epoch's or the run's end: the step left open closes; the last finished one is
+        written, ending where its call ended (or where the data ran out)."""
+        if self._boundary is not None:
+            self._abandon_step()
+        if self._pending is not None:
+            end = self._span.train_end if self._span.train_end > self._pending_end else self._pending_end
+            self._flush_pending(end)
+
+    # ------------------------------------------------------------ epochs and scalars
+
+    @contextlib.contextmanager
+    def epoch(self):
+        """`with session.epoch():` around one epoch (its training and validation): run.json
+        `epochs` gets its time, images and the last `loss`, `accuracy`, `val_loss`,
+        `val_accuracy` (and other values) given to `log()` during it."""
+        self.begin_epoch()
+        try:
+            yield self
+        except BaseException:
+            self._epoch_open = False  # an epoch that did not finish is not recorded
+            raise
+        self.end_epoch()
+
+    def begin_epoch(self) -> None:
+        if self._epoch_open:
+            raise RuntimeError("session.epoch() is already open; epochs do not nest")
+        self._end_open_step()
+        self._epoch_number += 1
+        self._epoch_open = True
+        self._epoch_values = {}
+        self._span = _Span()
+        self._epoch_start = time.perf_counter()
+        self._to_wall = time.time() - self._epoch_start  # re-anchored per epoch, as devprof run does
+
+    def end_epoch(self, values: dict | None = None, extra: dict | None = None) -> None:
+        """Record the open epoch: its time, its steps' images, the values logged during it
+        (`values` added last)."""
+        self._end_open_step()
+        self._epoch_open = False
+        end = time.perf_counter()
+        self._epoch_values.update(values or {})
+        self.record_epoch(self._epoch_result(self._epoch_number, self._epoch_start, end, self._span,
+                                             self._epoch_values, extra))
+
+    def log(self, **values) -> None:
+        """Scalars for TensorBoard (`step/<name>`, every `scalars_every` steps) and for the
+        epoch's entry in run.json (the last value of each)."""
+        numbers = {}
+        for name, value in values.items():
+            try:
+                numbers[name] = float(value)
+            except (TypeError, ValueError):
+                raise TypeError(f"log({name}=...) wants a number, got {type(value).__name__}") from None
+        self._epoch_values.update(numbers)
+        self._run_values.update(numbers)
+        if self.scalars is not None and self.global_step >= self._next_scalars:
+            self.scalars.step(self.global_step, **numbers)
+            every = self.config.scalars_every
+            self._next_scalars = (self.global_step // every + 1) * every
+
+    def _epoch_result(self, number: int, start: float, end: float, span: "_Span", values: dict,
+                      extra: dict | None = None) -> EpochResult:
+        train_end = span.train_end if span.steps else start
+        train_seconds = max(train_end - start, 0.0)
+        known = ("loss", "accuracy", "val_loss", "val_accuracy")
+        others = {k: v for k, v in values.items() if k not in known}
+        result = EpochResult(
+            epoch=number, seconds=max(end - start, 1e-9), train_seconds=train_seconds, images=span.images,
+            images_per_second=span.images / train_seconds if train_seconds > 0 and span.images else math.nan,
+            loss=values.get("loss", math.nan), accuracy=values.get("accuracy", math.nan),
+            val_loss=values.get("val_loss", math.nan), val_accuracy=values.get("val_accuracy", math.nan),
+            steps=span.steps, start_time_s=start + self._to_wall, extra=dict(extra or {}))
+        if others:
+            result.extra["metrics"] = others
+        return result
+
+    def _end_run(self) -> None:
+        """Without `epoch()`, the run is one epoch: its steps, from the first to the last."""
+        self._end_open_step()
+        span = self._run_span
+        if self.meta.get("epochs") or not span.steps:
+            return
+        self.meta["epochs"].append(
+            self._epoch_result(1, span.first_start, span.train_end, span, self._run_values,
+                               extra={"whole_run": True}).as_dict())
+
+
+class _Span:
+    """The steps of an epoch: how many, their images, when the first began and the last ended."""
+
+    __slots__ = ("steps", "images", "first_start", "train_end")
+
+    def __init__(self):
+        self.steps = self.images = 0
+        self.first_start = self.train_end = 0.0
+
+    def add(self, record: StepRecord, began: float, ended: float) -> None:
+        if not self.steps:
+            self.first_start = began
+        self.steps += record.steps
+        self.images += record.images
+        self.train_end = max(self.train_end, ended)
+
+
+class _Step:
+    """The context manager `session.step()` returns (a class: cheaper than a generator)."""
+
+    __slots__ = ("session", "images", "steps", "call_start")
+
+    def __init__(self, session: ProfileSession, images: int | None, steps: int):
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps must be a whole number >= 1 (got {steps!r})")
+        self.session, self.images, self.steps = session, images, steps
+
+    def __enter__(self):
+        session = self.session
+        if session._boundary is None or not session._fetched:
+            session._begin_step(self.steps)  # no iterate(): the step begins here, without input wait
+        self.call_start = time.perf_counter()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        done = time.perf_counter()
+        session = self.session
+        if exc_type is None:
+            session._step_ran(self.images, self.steps, self.call_start, done)
+        else:
+            session._abandon_step()  # the call did not finish: not a completed step
+        return False
+
+
+def _batch_size(batch) -> int | None:
+    """The leading dimension of a batch's first tensor, where it is known."""
+    item = batch
+    for _ in range(4):
+        if isinstance(item, (tuple, list)) and item:
+            item = item[0]
+        elif isinstance(item, dict) and item:
+            item = next(iter(item.values()))
+        else:
+            break
+    shape = getattr(item, "shape", None)
+    try:
+        return int(shape[0]) if shape is not None and len(shape) and shape[0] is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _resolve_device(tf, cluster):
+    """The device the program trains on, as far as TensorFlow says (the program made its own
+    strategy): run.json `device`."""
+    from profiler import devices
+
+    strategy = type(tf.distribute.get_strategy()).__name__ if tf.distribute.has_strategy() else None
+    tpus = tf.config.list_logical_devices("TPU")
+    gpus = tf.config.list_physical_devices("GPU")
+    if tpus:
+        kind, info = "tpu", {"name": "TPU", "count": len(tpus), "cores": len(tpus)}
+    elif gpus:
+        details = []
+        for gpu in gpus:
+            try:
+                details.append(dict(tf.config.experimental.get_device_details(gpu)))
+            except Exception:  # noqa: BLE001
+                details.append({})
+        kind = "gpu"
+        info = {"name": details[0].get("device_name", "GPU"), "count": len(gpus),
+                "gpus": [{"name": d.get("device_name"), "compute_capability": devices._cc(d.get("compute_capability"))}
+                         for d in details]}
+        info.update(devices._gpu_memory(len(gpus)))
+    else:
+        kind, info = "cpu", devices.cpu_info()
+    info["strategy"] = strategy or ("MultiWorkerMirroredStrategy" if cluster is not None else "default")
+    if cluster is not None:
+        info["workers"] = cluster.num_workers
+    return devices.Resolved(kind, None, info)
+
+
+__all__ = ["ProfileSession", "Terminated", "profile"]

@@ -1,0 +1,204 @@
+"""The public recording API: `profiler.profile()` around a custom loop, `profiler.KerasCallback`
+for fit, `devprof run --model` for any Keras model; the examples run as they are."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from profiler import cli
+
+REPO = Path(__file__).resolve().parents[1]
+INPUT_DELAY_MS = 40.0
+
+
+def example(name: str):
+    spec = importlib.util.spec_from_file_location(f"devprof_example_{name}", REPO / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def analyze(path: Path, capsys) -> dict:
+    capsys.readouterr()
+    assert cli.main(["analyze", str(path), "--format", "json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def read_meta(path: Path) -> dict:
+    return json.loads((path / "run.json").read_text())
+
+
+def test_import_profiler_stays_light():
+    import profiler
+
+    assert callable(profiler.profile) and "tensorflow" not in sys.modules and "keras" not in sys.modules
+    with pytest.raises(AttributeError):
+        profiler.no_such_name  # noqa: B018
+
+
+def test_profile_options_are_checked_before_anything_is_written(tmp_path):
+    import profiler
+
+    for kwargs, message in ((dict(run_name="a/b"), "run_name 'a/b' contains '/'"),
+                            (dict(profile_steps="9:3"), "profile_steps 9:3: need 0 <= START < STOP"),
+                            (dict(sample_interval=0.001), "sample_interval"),
+                            (dict(profiler_port=70000), "profiler_port must be a port number")):
+        with pytest.raises(ValueError, match=message):
+            with profiler.profile(tmp_path / "runs", **kwargs):
+                pass
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--loss", "mse"], "error: --loss goes with --model MODULE:FUNCTION"),
+    (["--dataset", "m:f"], "error: --dataset goes with --model MODULE:FUNCTION"),
+])
+def test_model_options_need_model(tmp_path, capsys, args, message):
+    assert cli.main(["run", "--out", str(tmp_path), *args]) == 2
+    assert capsys.readouterr().err.startswith(message)
+
+
+@pytest.mark.slow
+def test_custom_loop_input_wait_is_found_by_markers_against_a_control_run(tmp_path, capsys):
+    """The injected 40 ms per batch shows as input, measured beside the same loop without it."""
+    custom_loop = example("custom_loop")
+    runs = {}
+    for name, delay in (("control", 0.0), ("slow-input", INPUT_DELAY_MS)):
+        path = custom_loop.main(["--out", str(tmp_path), "--run-name", name, "--epochs", "1", "--batches", "16",
+                                 "--profile-steps", "4:14", "--input-delay-ms", str(delay)])
+        runs[name] = analyze(path, capsys)
+        meta = read_meta(path)
+        assert meta["status"] == "complete" and meta["recorded_by"] == "profile"
+        steps = pd.read_csv(path / "steps.csv")
+        assert steps["step"].tolist() == list(range(16)) and (steps["images"] == 32).all()
+        assert [e["steps"] for e in meta["epochs"]] == [16]
+    control, slow = runs["control"], runs["slow-input"]
+    for result in (control, slow):
+        assert result["step_source"] == "markers"
+    added = slow["mean"]["input_ms"] - control["mean"]["input_ms"]
+    assert abs(added - INPUT_DELAY_MS) <= max(0.25 * INPUT_DELAY_MS, 3.0), (added, slow["mean"], control["mean"])
+    assert slow["verdict"]["bound"] == "input"
+    assert control["verdict"]["bound"] != "input", control["verdict"]
+
+
+@pytest.mark.slow
+def test_keras_callback_writes_a_complete_run_directory(tmp_path, capsys):
+    keras_fit = example("keras_fit")
+    path = keras_fit.main(["--out", str(tmp_path), "--run-name", "fit", "--epochs", "2", "--profile-steps", "3:9"])
+    meta = read_meta(path)
+    assert meta["status"] == "complete"
+    assert meta["model"]["name"] == "keras_fit_example" and meta["model"]["params"] == 64 * 128 + 128 + 128 * 4 + 4
+    steps = pd.read_csv(path / "steps.csv")
+    assert steps["step"].tolist() == list(range(32))  # 512 training examples in batches of 32, two epochs
+    assert steps.groupby("epoch").size().tolist() == [16, 16]
+    assert (steps["input_ms"] == 0).all()  # a callback cannot see the input wait: it is in call_ms
+    epochs = meta["epochs"]
+    assert [e["epoch"] for e in epochs] == [1, 2] and [e["steps"] for e in epochs] == [16, 16]
+    for e in epochs:
+        assert e["loss"] > 0 and 0 <= e["accuracy"] <= 1 and e["val_loss"] > 0
+        assert 0 < e["validation_seconds"] < e["seconds"] and e["train_seconds"] <= e["seconds"]
+    assert meta["profiler"]["first_step"] == 3 and meta["profiler"]["last_step"] == 8
+    result = analyze(path, capsys)
+    assert result["step_source"] == "markers" and len(result["steps"]) >= 5
+
+
+def _loop(tmp_path, name: str, fail_after: int, error: BaseException):
+    import numpy as np
+    import tensorflow as tf
+
+    import profiler
+
+    variable = tf.Variable(0.0)
+
+    @tf.function
+    def train_step(x):
+        variable.assign_add(tf.reduce_sum(x))
+        return variable
+
+    data = tf.data.Dataset.from_tensor_slices(np.ones((40, 4), "float32")).batch(4)
+    with pytest.raises(type(error)):
+        with profiler.profile(tmp_path, run_name=name, profile_steps="1:3", sample=False, quiet=True) as session:
+            for step, x in enumerate(session.iterate(data)):
+                with session.step():
+                    if step == fail_after:
+                        raise error
+                    float(train_step(x))
+    return tmp_path / name
+
+
+@pytest.mark.slow
+def test_an_exception_or_ctrl_c_in_the_users_loop_keeps_every_step_and_goes_on(tmp_path):
+    failed = _loop(tmp_path, "failed", 5, ValueError("the user's bug"))
+    meta = read_meta(failed)
+    assert meta["status"] == "failed" and meta["error"] == "ValueError: the user's bug"
+    assert "the user's bug" in meta["traceback"] and meta["finished_at"]
+    assert pd.read_csv(failed / "steps.csv")["step"].tolist() == [0, 1, 2, 3, 4]  # the steps that ran
+    assert meta["profiler"]["first_step"] == 1 and meta["profiler"]["trace_complete"]
+
+    interrupted = _loop(tmp_path, "interrupted", 3, KeyboardInterrupt())
+    meta = read_meta(interrupted)
+    assert meta["status"] == "interrupted" and meta["interrupted_by"] == "SIGINT" and meta["error"] is None
+    assert pd.read_csv(interrupted / "steps.csv")["step"].tolist() == [0, 1, 2]
+
+
+MODULE = '''
+import keras
+
+
+def build():
+    return keras.Sequential([keras.Input(shape=(8, 8, 3)), keras.layers.Conv2D(4, 3, activation="relu"),
+                             keras.layers.Flatten(), keras.layers.Dense(5)], name="my_model")
+
+
+def wide():
+    return keras.Sequential([keras.Input(shape=(6,)), keras.layers.Dense(3)], name="wide")
+
+
+def not_a_model():
+    return 42
+
+
+def data():
+    import tensorflow as tf
+    return tf.data.Dataset.from_tensor_slices((tf.zeros((40, 7)), tf.zeros((40,), "int32"))).batch(10)
+'''
+
+
+@pytest.mark.slow
+def test_devprof_run_trains_the_users_model_and_compare_sets_it_beside_the_cnn(tmp_path, capsys, monkeypatch):
+    (tmp_path / "mymodule.py").write_text(MODULE)
+    monkeypatch.chdir(tmp_path)
+    common = ["--device", "cpu", "--epochs", "1", "--batch-size", "20", "--limit-images", "200",
+              "--limit-test-images", "40", "--no-sample", "--quiet", "--out", "runs"]
+    assert cli.main(["run", "--model", "mymodule:build", "--run-name", "mine", "--profile-steps", "2:6", *common]) == 0
+    mine = tmp_path / "runs" / "mine"
+    meta = read_meta(mine)
+    assert meta["status"] == "complete" and meta["config"]["model"] == "mymodule:build"
+    conv, dense = 4 * (3 * 3 * 3 + 1), 6 * 6 * 4 * 5 + 5
+    assert meta["model"] == {"name": "my_model", "params": conv + dense,
+                             "train_flops_per_image": 3 * (2 * 6 * 6 * 4 * 3 * 3 * 3 + 2 * 144 * 5)}
+    assert meta["data"]["source"] == "synthetic" and len(pd.read_csv(mine / "steps.csv")) == 10
+    assert cli.main(["run", "--data", "synthetic", "--run-name", "cnn", "--no-profile", *common]) == 0
+    capsys.readouterr()
+    assert cli.main(["compare", str(mine), str(tmp_path / "runs" / "cnn")]) == 0
+    table = capsys.readouterr().out
+    assert "mine" in table and "cnn" in table
+
+    for model, message in (("mymodule:nope", "mymodule has no 'nope'"),
+                           ("nomodule:build", "no module named 'nomodule' here"),
+                           ("mymodule:not_a_model", "returned int, not a Keras model"),
+                           ("missing.py:build", "no file missing.py"),
+                           ("mymodule", "wants MODULE:FUNCTION")):
+        assert cli.main(["run", "--model", model, "--run-name", "bad", *common]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --model ") and model in err and message in err and err.count("\n") == 1, err
+    assert cli.main(["run", "--model", "mymodule:wide", "--dataset", "mymodule:data", "--run-name", "bad",
+                     *common]) == 2
+    assert "a batch does not fit the model and loss" in capsys.readouterr().err
+    assert not (tmp_path / "runs" / "bad").exists()
