@@ -13,15 +13,17 @@ Each run is a fresh subprocess (no TensorFlow state leaks between configurations
 configurations alternate within every repetition, so drift on the machine hits all of them.
 Steady state = median of the epochs after the first (which holds tracing and warm-up).
 
-The CPU's matmul peak (float32 and bfloat16 `tf.linalg.matmul` in a tf.function, best of
-several) turns each configuration's throughput into a fraction of the matching peak:
+The CPU's matmul peak (`devprof peak`'s own measurement, `profiler.peak.measure_peak`,
+before and after the runs, the best kept) turns each configuration's throughput into a fraction of the matching peak:
 achieved FLOP/s = train_flops_per_image x training images/s (training time without the
-validation pass).
+validation pass); the whole epoch's share adds the validation pass's forward FLOPs and
+divides by the epoch's time.
 
 Runs on the CPU only (CUDA_VISIBLE_DEVICES=-1 in every worker).
 
     .venv/bin/python bench/bench_training.py                  # 10,000 images, 3 epochs, 3 reps
     .venv/bin/python bench/bench_training.py --quick          # a smoke run, numbers meaningless
+    .venv/bin/python bench/bench_training.py --configs seed,devprof --reps 5   # no bfloat16 units
 """
 
 from __future__ import annotations
@@ -108,24 +110,15 @@ def worker_train(config: str, images: int, epochs: int) -> dict:
             "flops_per_image": cnn.train_flops_per_image(model), "params": int(model.count_params())}
 
 
-def worker_peak(size: int, tries: int) -> dict:
-    import tensorflow as tf
+def worker_peak() -> dict:
+    """`devprof peak`'s measurement (profiler.peak.measure_peak), uncached: float32 and bfloat16 FLOP/s."""
+    from profiler import peak
 
-    @tf.function
-    def matmul(a, b):
-        return tf.reduce_sum(tf.cast(tf.linalg.matmul(a, b), tf.float32))
-
-    out = {"size": size}
+    result = peak.measure_peak("cpu", ("float32", "bfloat16"), bandwidth_bytes=64 * 2**20)
+    out = {"measure_seconds": result["measure_seconds"],
+           "sizes": {d: m["n"] for d, m in result["matmul"].items()}}
     for dtype in ("float32", "bfloat16"):
-        a = tf.cast(tf.random.uniform((size, size), seed=1), dtype)
-        b = tf.cast(tf.random.uniform((size, size), seed=2), dtype)
-        matmul(a, b).numpy()  # trace and warm up
-        best = float("inf")
-        for _ in range(tries):
-            began = time.perf_counter()
-            matmul(a, b).numpy()
-            best = min(best, time.perf_counter() - began)
-        out[dtype] = 2 * size**3 / best
+        out[dtype] = result["matmul_flops_per_second"].get(dtype, float("nan"))
     return out
 
 
@@ -156,6 +149,7 @@ def fmt_range(values: list[float], digits: int = 2) -> str:
 
 def report(runs: dict[str, list[dict]], peaks: list[dict], args, command: str, wall: float) -> str:
     peak = {d: max(p[d] for p in peaks) for d in ("float32", "bfloat16")}
+    configs = [c for c in CONFIGS if runs.get(c)]
     reps = len(runs["seed"])
     lines = []
     lines.append(f"### Training loop vs the seed program ({time.strftime('%Y-%m-%d')})")
@@ -168,27 +162,35 @@ def report(runs: dict[str, list[dict]], peaks: list[dict], args, command: str, w
                  "each run in a fresh subprocess, CPU only")
     lines.append("- steady state = median of the epochs after the first in each run; "
                  "over repetitions: median (min–max)")
-    lines.append(f"- matmul peak ({peaks[0]['size']}×{peaks[0]['size']}, best of {args.peak_tries}, "
-                 f"measured {len(peaks)}×): float32 {peak['float32'] / 1e9:.1f} GFLOP/s, "
-                 f"bfloat16 {peak['bfloat16'] / 1e9:.1f} GFLOP/s")
+    sizes = ", ".join(f"{d} n={n}" for d, n in peaks[0]["sizes"].items())
+    lines.append(f"- matmul peak (`devprof peak`'s measurement, {sizes}; measured {len(peaks)}× in "
+                 f"{min(p['measure_seconds'] for p in peaks):.0f}–{max(p['measure_seconds'] for p in peaks):.0f} s, "
+                 f"best kept): float32 {peak['float32'] / 1e9:.1f} GFLOP/s, bfloat16 {peak['bfloat16'] / 1e9:.1f} GFLOP/s "
+                 f"(each measurement: " + "; ".join(f"{p['float32'] / 1e9:.1f}" for p in peaks) + " float32)")
     lines.append(f"- train FLOPs per image: {runs['seed'][0]['flops_per_image']:,} (3× forward, 2 per multiply-add)")
     lines.append("")
     lines.append("| configuration | s/epoch (with validation) | training images/s | achieved GFLOP/s "
-                 "| % of matching matmul peak | speed-up vs seed (seed s ÷ this s) |")
-    lines.append("|---|---|---|---|---|---|")
-    for config in CONFIGS:
+                 "| % of matching matmul peak | whole epoch % of peak (validation included) "
+                 "| speed-up vs seed (seed s ÷ this s) |")
+    lines.append("|---|---|---|---|---|---|---|")
+    for config in configs:
         epoch_s = [steady(r["seconds"]) for r in runs[config]]
         ips = [r["images"] / steady(r["train_seconds"]) for r in runs[config]]
         flops = [v * runs[config][0]["flops_per_image"] for v in ips]
         pct = [100 * f / peak[PEAK_FOR[config]] for f in flops]
+        # The whole epoch: training FLOPs plus the validation pass's forward FLOPs (a third of training's).
+        epoch_flops = [(r["images"] + VALIDATION / 3) * r["flops_per_image"] / steady(r["seconds"])
+                       for r in runs[config]]
+        epoch_pct = [100 * f / peak[PEAK_FOR[config]] for f in epoch_flops]
         ratio = [steady(s["seconds"]) / steady(r["seconds"]) for s, r in zip(runs["seed"], runs[config])]
         lines.append(f"| {LABELS[config]} | {fmt_range(epoch_s)} | {fmt_range(ips, 0)} | "
                      f"{fmt_range([f / 1e9 for f in flops], 1)} | {fmt_range(pct, 1)} % ({PEAK_FOR[config]}) | "
+                     f"{fmt_range(epoch_pct, 1)} % | "
                      f"{'1 (reference)' if config == 'seed' else fmt_range(ratio) + '×'} |")
     lines.append("")
     lines.append("Per run, seconds per epoch (first epoch included):")
     lines.append("")
-    for config in CONFIGS:
+    for config in configs:
         per_run = ["[" + ", ".join(f"{s:.2f}" for s in r["seconds"]) + "]" for r in runs[config]]
         lines.append(f"- {config}: {' '.join(per_run)}")
     lines.append("")
@@ -202,15 +204,15 @@ def main(argv=None) -> int:
     parser.add_argument("--images", type=int, default=10_000, help="training images per epoch")
     parser.add_argument("--epochs", type=int, default=3, help="epochs per run (steady state needs 2 or more)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions of the three configurations")
-    parser.add_argument("--peak-size", type=int, default=2048, help="matmul size for the peak")
-    parser.add_argument("--peak-tries", type=int, default=5, help="timed matmuls per dtype (best counts)")
+    parser.add_argument("--configs", default=",".join(CONFIGS),
+                        help="configurations to run (bf16 only means something on a CPU with bfloat16 units)")
     parser.add_argument("--quick", action="store_true", help="tiny smoke run (300 images, 2 epochs, 1 rep)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds allowed per worker")
     parser.add_argument("--worker", choices=CONFIGS + ("peak",), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         if args.worker == "peak":
-            result = worker_peak(args.peak_size, args.peak_tries)
+            result = worker_peak()
         else:
             import keras
             import tensorflow as tf
@@ -220,20 +222,23 @@ def main(argv=None) -> int:
         print(MARK + json.dumps(result), flush=True)
         return 0
     if args.quick:
-        args.images, args.epochs, args.reps, args.peak_size, args.peak_tries = 300, 2, 1, 512, 3
+        args.images, args.epochs, args.reps = 300, 2, 1
+    configs = tuple(c for c in CONFIGS if c in args.configs.split(","))
+    if "seed" not in configs:
+        parser.error("--configs must include seed (the reference)")
     if args.images < BATCH or args.epochs < 1 or args.reps < 1:
         parser.error("need --images >= 100, --epochs >= 1, --reps >= 1")
 
     command = shlex.join([os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(str(ROOT))
                           else sys.executable, "bench/bench_training.py", *(argv if argv is not None else sys.argv[1:])])
     began = time.perf_counter()
-    peak_args = ["--worker", "peak", "--peak-size", str(args.peak_size), "--peak-tries", str(args.peak_tries)]
+    peak_args = ["--worker", "peak"]
     peaks = [spawn(peak_args, args.timeout)]
     print(f"matmul peak: float32 {peaks[0]['float32'] / 1e9:.1f} GFLOP/s, "
           f"bfloat16 {peaks[0]['bfloat16'] / 1e9:.1f} GFLOP/s", file=sys.stderr, flush=True)
-    runs: dict[str, list[dict]] = {c: [] for c in CONFIGS}
+    runs: dict[str, list[dict]] = {c: [] for c in configs}
     for rep in range(args.reps):
-        order = CONFIGS[rep % len(CONFIGS):] + CONFIGS[:rep % len(CONFIGS)]
+        order = configs[rep % len(configs):] + configs[:rep % len(configs)]
         for config in order:
             result = spawn(["--worker", config, "--images", str(args.images), "--epochs", str(args.epochs)],
                            args.timeout)

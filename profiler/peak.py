@@ -1,10 +1,14 @@
 """The device's achievable matmul rate and memory bandwidth, measured with TensorFlow (`devprof peak`).
 
 The peak is what *this* TensorFlow build reaches on *this* device, not the datasheet
-number: square matmuls (FLOP = 2 n^3 each) chained inside one `tf.function` and timed
-best-of-N after a warm-up, for float32 and, where the device runs them, bfloat16 and
-float16; and a large elementwise update (bytes read + written per second). Sizes grow
-until one timed call takes long enough, so the whole measurement stays at a few seconds.
+number, and it must be a rate no real program beats, or every MFU figure is inflated:
+square matmuls (FLOP = 2 n^3 each) chained inside one `tf.function` on all of
+TensorFlow's threads, at growing sizes until the next size adds less than 3 % (or one
+matmul would take longer than `max_op_s`). At each size: a warm-up call, then as many
+chained matmuls as take `min_time_s`, timed `repeats` times; the peak is the best rate
+over every size and repeat. The same for bfloat16 and float16 where the device runs
+them, and a large elementwise update (bytes read + written per second). docs/peak.md
+says how and why.
 
 Results are cached per device in `~/.cache/devprof/peak-<device-id>.json`
 (`DEVPROF_CACHE_DIR` overrides the folder): the device id is the CPU model or GPU name.
@@ -18,6 +22,7 @@ accounting take any runner and clock, so tests check them with stubs.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
@@ -26,9 +31,18 @@ from pathlib import Path
 from typing import Callable
 
 DEFAULT_DTYPES = {"cpu": ("float32", "bfloat16"), "gpu": ("float32", "bfloat16", "float16")}
-DEFAULT_SIZES = {"cpu": (256, 512, 1024, 2048), "gpu": (1024, 2048, 4096, 8192)}
+# Where the rate stops growing ends the search; these are only the candidates.
+DEFAULT_SIZES = {"cpu": (512, 1024, 2048, 4096, 8192), "gpu": (1024, 2048, 4096, 8192, 16384)}
 BANDWIDTH_BYTES = {"cpu": 512 * 2**20, "gpu": 512 * 2**20}  # well past any last-level cache
-PEAK_FORMAT_VERSION = 1
+GROWTH = 0.03  # a size that adds less than this over the best so far ends the search
+MIN_TIME_S = 0.2  # one timed call: long enough that dispatch and timer noise are under 1 %
+MAX_OP_S = 4.0  # a size whose one matmul would take longer is not tried
+REPEATS = 5
+MIN_REPEATS = 3  # a size's timed calls stop at 3 once they have taken SIZE_BUDGET_S
+SIZE_BUDGET_S = 4.0
+# 2: sizes grow until the rate stops growing (format 1 stopped at the first slow size and
+# could sit below what training reached), so older cached peaks are measured again.
+PEAK_FORMAT_VERSION = 2
 
 Runner = Callable[[int], None]  # run(iters): do `iters` chained operations and wait for the result
 
@@ -49,44 +63,62 @@ def time_call(run: Runner, iters: int, clock: Callable[[], float]) -> float:
     return clock() - began
 
 
-def best_time(run: Runner, *, repeats: int = 3, min_time_s: float = 0.02, max_iters: int = 4096,
+def best_time(run: Runner, *, repeats: int = REPEATS, min_time_s: float = MIN_TIME_S, max_iters: int = 1 << 20,
+              min_repeats: int = MIN_REPEATS, budget_s: float = SIZE_BUDGET_S,
               clock: Callable[[], float] = time.perf_counter) -> tuple[int, float]:
-    """(iters, best seconds): double `iters` until one call takes `min_time_s`, then best of `repeats`.
+    """(iters, best seconds): grow `iters` until one call takes `min_time_s`, then best of `repeats` such calls
+    (of `min_repeats` where those already took `budget_s`: one big matmul on a slow CPU takes seconds).
 
     The caller has warmed `run` up already (tracing, first allocation).
     """
     iters = 1
     seconds = time_call(run, iters, clock)
     while seconds < min_time_s and iters < max_iters:
-        iters *= 2
+        # Straight to the count that should take min_time_s, at least doubling.
+        wanted = math.ceil(min_time_s / max(seconds, 1e-9) * iters) if seconds > 0 else 2 * iters
+        iters = min(max_iters, max(2 * iters, wanted))
         seconds = time_call(run, iters, clock)
-    for _ in range(repeats - 1):
-        seconds = min(seconds, time_call(run, iters, clock))
+    spent, done = seconds, 1
+    while done < repeats and (done < min_repeats or spent < budget_s):
+        call = time_call(run, iters, clock)
+        seconds, spent, done = min(seconds, call), spent + call, done + 1
     return iters, seconds
 
 
 def measure_rate(make_runner: Callable[[int], Runner], sizes, work: Callable[[int, int], float], *,
-                 repeats: int = 3, min_time_s: float = 0.02, max_time_s: float = 0.25,
-                 clock: Callable[[], float] = time.perf_counter) -> dict:
-    """Best `work(size, iters) / seconds` over growing sizes.
+                 repeats: int = REPEATS, min_time_s: float = MIN_TIME_S, max_op_s: float = MAX_OP_S,
+                 growth: float = GROWTH, clock: Callable[[], float] = time.perf_counter) -> dict:
+    """Best `work(size, iters) / seconds` over sizes that grow until the rate stops growing.
 
-    Stops growing once a single operation at some size takes `max_time_s` (bigger ones
-    would only make the measurement slow). Returns `{"per_second", "size", "iters",
-    "seconds", "sizes": [{"size", "iters", "seconds", "per_second"}]}`.
+    Sizes are tried in order; the search stops at the first size whose rate is less than
+    `1 + growth` times the best so far (`stopped: "growth"`), before a size whose single
+    operation would take over `max_op_s` (`"time"`, predicted from the last one by its
+    work), or when the sizes run out (`"sizes"`). Returns `{"per_second", "size", "iters",
+    "seconds", "stopped", "sizes": [{"size", "iters", "seconds", "per_second"}]}`, the
+    best row being the best over every size and repeat.
     """
-    tried = []
-    for size in sizes:
+    sizes = list(sizes)
+    tried, best, stopped = [], None, "sizes"
+    for index, size in enumerate(sizes):
         run = make_runner(size)
         run(1)  # warm-up: trace, compile, allocate
         iters, seconds = best_time(run, repeats=repeats, min_time_s=min_time_s, clock=clock)
         seconds = max(seconds, 1e-12)
-        tried.append({"size": int(size), "iters": iters, "seconds": seconds, "per_second": work(size, iters) / seconds})
-        if seconds / iters >= max_time_s:
+        row = {"size": int(size), "iters": iters, "seconds": seconds, "per_second": work(size, iters) / seconds}
+        tried.append(row)
+        if best is not None and row["per_second"] < (1 + growth) * best["per_second"]:
+            best = max(best, row, key=lambda r: r["per_second"])
+            stopped = "growth"
             break
-    if not tried:
+        best = row
+        if index + 1 < len(sizes):
+            next_op_s = seconds / iters * work(sizes[index + 1], 1) / work(size, 1)
+            if next_op_s > max_op_s:
+                stopped = "time"
+                break
+    if best is None:
         raise ValueError("no sizes to measure")
-    best = max(tried, key=lambda row: row["per_second"])
-    return {**best, "sizes": tried}
+    return {**best, "stopped": stopped, "sizes": tried}
 
 
 # ---------------------------------------------------------------- TensorFlow runners
@@ -177,8 +209,9 @@ class PeakError(Exception):
 def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_bytes: int | None = None,
                  matmul_runner: Callable[[str, str], Callable[[int], Runner]] | None = None,
                  copy_runner: Callable[[str], Callable[[int], Runner]] | None = None,
-                 clock: Callable[[], float] = time.perf_counter, repeats: int = 3,
-                 max_time_s: float = 0.25, name: str | None = None) -> dict:
+                 clock: Callable[[], float] = time.perf_counter, repeats: int = REPEATS,
+                 min_time_s: float = MIN_TIME_S, max_op_s: float = MAX_OP_S, growth: float = GROWTH,
+                 name: str | None = None) -> dict:
     """Measure matmul FLOP/s per dtype and memory bandwidth on `device` (``cpu|gpu``).
 
     A dtype the device cannot run is recorded under `unsupported` with the reason, not
@@ -192,11 +225,12 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
     matmul_runner = matmul_runner or tf_matmul_runner
     copy_runner = copy_runner or tf_copy_runner
     began = time.perf_counter()
+    timing = {"repeats": repeats, "min_time_s": min_time_s, "max_op_s": max_op_s, "clock": clock}
     flops, matmul, unsupported = {}, {}, {}
     for dtype in dtypes:
+        dtype_began = time.perf_counter()
         try:
-            result = measure_rate(matmul_runner(device, dtype), sizes, matmul_flops, repeats=repeats,
-                                  max_time_s=max_time_s, clock=clock)
+            result = measure_rate(matmul_runner(device, dtype), sizes, matmul_flops, growth=growth, **timing)
         except PeakError:
             raise
         except Exception as exc:  # noqa: BLE001 - an unsupported dtype is a fact, not a failure
@@ -205,12 +239,12 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
             continue
         flops[dtype] = result["per_second"]
         matmul[dtype] = {"n": result["size"], "iters": result["iters"], "seconds": result["seconds"],
-                         "sizes": result["sizes"]}
+                         "stopped": result["stopped"], "sizes": result["sizes"],
+                         "measure_seconds": time.perf_counter() - dtype_began}
     if "float32" in dtypes and "float32" not in flops:
         raise PeakError(f"float32 matmul failed on {device}: {unsupported.get('float32')}")
     nbytes = int(bandwidth_bytes or BANDWIDTH_BYTES[device])
-    bandwidth = measure_rate(copy_runner(device), (nbytes,), copy_bytes, repeats=repeats, max_time_s=max_time_s,
-                             clock=clock)
+    bandwidth = measure_rate(copy_runner(device), (nbytes,), copy_bytes, **timing)
     return {
         "format": PEAK_FORMAT_VERSION,
         "device": device,
@@ -220,12 +254,27 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
         "matmul": matmul,
         "memory": {"bytes": nbytes, "iters": bandwidth["iters"], "seconds": bandwidth["seconds"]},
         "unsupported": unsupported,
-        "method": "best of chained square matmuls in a tf.function after warm-up, FLOP = 2 n^3; "
-                  "bandwidth = float32 x + 1, bytes read + written",
+        "threads": _threads(),
+        "method": f"chained square matmuls in one tf.function on all threads, FLOP = 2 n^3; sizes grow until the "
+                  f"next adds < {growth:.0%}; per size a warm-up, then best of {repeats} calls of >= {min_time_s} s; "
+                  f"the peak is the best over sizes and repeats; bandwidth = float32 x + 1, bytes read + written",
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "measure_seconds": time.perf_counter() - began,
         "tensorflow": _tf_version(),
     }
+
+
+def _threads() -> dict:
+    """The CPU threads the measurement could use: TensorFlow's intra-op pool (0 = one per core) and the cores."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = {"cores": cores}
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        try:
+            threads["intra_op"] = tf.config.threading.get_intra_op_parallelism_threads()
+        except Exception:  # noqa: BLE001 - a fact for the record, never a failure
+            pass
+    return threads
 
 
 def _tf_version() -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -50,7 +51,7 @@ def test_flop_accounting_is_2n3_per_matmul_over_best_time():
     assert peak.copy_bytes(1000, iters=2) == 4000
     fake = FakeDevice()
     result = peak.measure_rate(fake.matmul_runner("cpu", "float32"), (64, 256), peak.matmul_flops,
-                               clock=fake.clock, min_time_s=0.001, max_time_s=10.0)
+                               clock=fake.clock, min_time_s=0.001, max_op_s=10.0)
     assert result["per_second"] == pytest.approx(2e9)
     for row in result["sizes"]:
         assert row["per_second"] == pytest.approx(2 * row["size"] ** 3 * row["iters"] / row["seconds"])
@@ -66,14 +67,84 @@ def test_best_of_repeats_after_warm_up_is_kept():
     assert (iters, best) == (1, pytest.approx(0.2)) and calls == [1, 1, 1]
 
 
-def test_sizes_stop_growing_once_one_operation_is_slow():
-    fake = FakeDevice()
-    result = peak.measure_rate(fake.matmul_runner("cpu", "float32"), (512, 1024, 2048), peak.matmul_flops,
-                               clock=fake.clock, min_time_s=0.001, max_time_s=0.5)
-    # 1024^3 ns = 1.07 s per matmul >= 0.5 s: 2048 is never tried
+class SaturatingDevice:
+    """A fake matmul timer: the rate grows with n up to `knee` and is flat above it (the device's peak),
+    each call slowed by the next factor of `noise` (cycled), so only the best repeat shows the peak."""
+
+    def __init__(self, peak_flops=100e9, knee=2048, noise=(1.0,), rate_of=None):
+        self.now, self.peak_flops, self.knee, self.noise = 0.0, peak_flops, knee, list(noise)
+        self.rate_of = rate_of or (lambda n: self.peak_flops * min(1.0, n / self.knee))
+        self.calls = []  # (n, iters, seconds, warm-up?)
+
+    def clock(self):
+        return self.now
+
+    def make(self, n):
+        first = [True]
+
+        def run(iters):
+            seconds = iters * 2 * n**3 / self.rate_of(n) * self.noise[len(self.calls) % len(self.noise)]
+            self.calls.append((n, iters, seconds, first[0]))
+            first[0] = False
+            self.now += seconds
+
+        return run
+
+
+def test_measured_rate_grows_no_further_with_a_larger_size():
+    fake = SaturatingDevice(knee=2048)
+    result = peak.measure_rate(fake.make, peak.DEFAULT_SIZES["cpu"], peak.matmul_flops, clock=fake.clock)
+    rates = [row["per_second"] for row in result["sizes"]]
+    assert [row["size"] for row in result["sizes"]] == [512, 1024, 2048, 4096]
+    assert rates == pytest.approx([25e9, 50e9, 100e9, 100e9])
+    assert result["stopped"] == "growth" and result["per_second"] == pytest.approx(100e9)
+    assert rates[-1] < (1 + peak.GROWTH) * max(rates[:-1])  # the last size tried added nothing
+    assert all(call[0] != 8192 for call in fake.calls)  # the search ended before it
+
+
+def test_search_stops_where_growth_drops_under_3_percent():
+    growing = {512: 40e9, 1024: 60e9, 2048: 70e9, 4096: 71e9, 8192: 90e9}  # 4096 adds 1.4 %
+    fake = SaturatingDevice(rate_of=growing.__getitem__)
+    result = peak.measure_rate(fake.make, (512, 1024, 2048, 4096, 8192), peak.matmul_flops, clock=fake.clock)
+    assert [row["size"] for row in result["sizes"]] == [512, 1024, 2048, 4096]
+    assert result["stopped"] == "growth"
+    assert (result["size"], result["per_second"]) == (4096, pytest.approx(71e9))  # still the best, though small
+    growing[4096] = 74e9  # adds 5.7 %: keep going
+    fake = SaturatingDevice(rate_of=growing.__getitem__)
+    result = peak.measure_rate(fake.make, (512, 1024, 2048, 4096, 8192), peak.matmul_flops, clock=fake.clock,
+                               max_op_s=100)
+    assert result["stopped"] == "sizes" and (result["size"], result["per_second"]) == (8192, pytest.approx(90e9))
+
+
+def test_sizes_stop_before_one_operation_would_be_too_slow():
+    fake = SaturatingDevice(rate_of=lambda n: 2e9 * n / 1024)  # still growing at every size, but slow
+    result = peak.measure_rate(fake.make, (512, 1024, 2048), peak.matmul_flops, clock=fake.clock, max_op_s=3.0)
+    # 1024: 2 * 1024^3 / 2 GFLOP/s = 1.07 s per matmul; 2048 would take 8 times as long
     assert [row["size"] for row in result["sizes"]] == [512, 1024]
-    assert ("matmul", "float32", 2048, 1) not in fake.calls
-    assert ("matmul", "float32", 512, 1) in fake.calls  # the warm-up call
+    assert result["stopped"] == "time"
+    assert all(call[0] != 2048 for call in fake.calls)
+
+
+def test_slow_sizes_are_timed_fewer_times():
+    fake = SaturatingDevice(rate_of=lambda n: 1e9)  # 2048: 17 s per matmul
+    result = peak.measure_rate(fake.make, (512, 1024), peak.matmul_flops, clock=fake.clock, max_op_s=100)
+    timed = {n: sum(1 for call in fake.calls if call[0] == n and not call[3]) for n in (512, 1024)}
+    # 512: 0.27 s a call, 5 calls fit in the size's budget; 1024: 2.1 s a call, 3 calls
+    assert timed == {512: peak.REPEATS, 1024: peak.MIN_REPEATS}
+    assert result["stopped"] == "growth"
+
+
+def test_reported_peak_is_the_best_over_sizes_and_repeats():
+    fake = SaturatingDevice(knee=1024, noise=(1.3, 1.1, 1.25, 1.0, 1.4, 1.2, 1.15))
+    result = peak.measure_rate(fake.make, (512, 1024, 2048, 4096), peak.matmul_flops, clock=fake.clock, repeats=5)
+    timed = [2 * n**3 * iters / seconds for n, iters, seconds, warm_up in fake.calls
+             if not warm_up and seconds >= peak.MIN_TIME_S]
+    assert result["per_second"] == pytest.approx(max(timed))
+    assert result["per_second"] == pytest.approx(100e9)  # the one unslowed call at a size past the knee
+    for row in result["sizes"]:  # each size keeps its own best repeat
+        own = [2 * n**3 * iters / seconds for n, iters, seconds, warm_up in fake.calls
+               if n == row["size"] and not warm_up and iters == row["iters"]]
+        assert row["per_second"] == pytest.approx(max(own)) and len(own) >= 5
 
 
 def test_measure_peak_with_stubbed_runners_records_rates_and_unsupported_dtypes():
@@ -95,6 +166,26 @@ def test_measure_peak_rejects_other_devices_and_failing_float32():
     with pytest.raises(peak.PeakError, match="float32"):
         peak.measure_peak("cpu", ("float32",), matmul_runner=fake.matmul_runner, copy_runner=fake.copy_runner,
                           clock=fake.clock, name="x")
+
+
+@pytest.mark.slow
+def test_real_float32_peak_is_at_least_one_big_matmul():
+    import tensorflow as tf
+
+    n = 4096
+    a = tf.random.uniform((n, n), seed=1)
+    b = tf.random.uniform((n, n), seed=2)
+    tf.linalg.matmul(a, b).numpy()  # warm-up
+    single = []
+    for _ in range(3):
+        began = time.perf_counter()
+        tf.linalg.matmul(a, b).numpy()
+        single.append(peak.matmul_flops(n) / (time.perf_counter() - began))
+    result = peak.measure_peak("cpu", ("float32",), bandwidth_bytes=8 * 2**20)
+    measured = result["matmul"]["float32"]
+    assert result["matmul_flops_per_second"]["float32"] >= max(single), (max(single), measured)
+    assert measured["stopped"] in ("growth", "time", "sizes") and len(measured["sizes"]) >= 2
+    assert result["threads"]["cores"] >= 1
 
 
 @pytest.mark.slow

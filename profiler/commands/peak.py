@@ -29,14 +29,30 @@ def _si(value: float, unit: str) -> str:
     return f"{value:.0f} {unit}"
 
 
+STOPPED = {"growth": "the next size added < 3 %", "time": "a larger matmul would take too long",
+           "sizes": "the largest size tried"}
+
+
+def _search(detail: dict) -> str:
+    """'; sizes 512-4096, stopped: ...' where the measurement says how its sizes went."""
+    sizes = [row.get("size") for row in detail.get("sizes") or []]
+    if not sizes or detail.get("stopped") not in STOPPED:
+        return ""
+    return f"; sizes {sizes[0]}–{sizes[-1]}, stopped: {STOPPED[detail['stopped']]}"
+
+
 def render_text(peak: dict) -> str:
     lines = [f"{peak['device']}: {peak['device_name']}" + (" (cached)" if peak.get("cached") else "")]
     for dtype, rate in peak["matmul_flops_per_second"].items():
-        n = peak.get("matmul", {}).get(dtype, {}).get("n")
-        lines.append(f"  matmul {dtype}: {_si(rate, 'FLOP/s')}" + (f" (n={n})" if n else ""))
+        detail = peak.get("matmul", {}).get(dtype, {})
+        n = detail.get("n")
+        lines.append(f"  matmul {dtype}: {_si(rate, 'FLOP/s')}" + (f" (n={n}{_search(detail)})" if n else ""))
     for dtype, reason in peak.get("unsupported", {}).items():
         lines.append(f"  matmul {dtype}: not measured ({reason})")
     lines.append(f"  memory bandwidth: {_si(peak['memory_bytes_per_second'], 'B/s')}")
+    if peak.get("measure_seconds") is not None:
+        when = f" at {peak['measured_at']}" if peak.get("measured_at") else ""
+        lines.append(f"  measured in {peak['measure_seconds']:.0f} s{when}")
     if peak.get("cache"):
         lines.append(f"  cache: {peak['cache']}")
     return "\n".join(lines) + "\n"
