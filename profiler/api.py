@@ -42,7 +42,7 @@ class ProfileOptions:
     profiler_port: int | None = None
     sample: bool = True
     sample_interval: float = samplers.DEFAULT_INTERVAL_S
-    scalars_every: int = 10
+    scalars_every: int = 100  # TensorBoard writes cost about a millisecond: not every 10 ms step
     quiet: bool = False
     cluster: cluster_mod.Cluster | None = None
     user_config: dict = field(default_factory=dict)
@@ -76,7 +76,7 @@ class ProfileOptions:
 def profile(out: str | Path = "runs", run_name: str | None = None, *, profile_steps: str | None = None,
             profile: bool = True, sample: bool = True, sample_interval: float = samplers.DEFAULT_INTERVAL_S,
             profiler_port: int | None = None, host_tracer_level: int = 2, device_tracer_level: int = 1,
-            python_tracer_level: int = 0, scalars_every: int = 10, config: dict | None = None,
+            python_tracer_level: int = 0, scalars_every: int = 100, config: dict | None = None,
             quiet: bool = False) -> "ProfileSession":
     """A recording session for any training loop; use it as a context manager.
 
