@@ -488,8 +488,15 @@ def _epochs(analysis) -> str:
 def _devices(analysis) -> str:
     if analysis.devices.empty:
         return ""
-    out = ['<p class="caption">Mean ms per step in which the device ran; idle split into waiting for input and '
-           "the rest.</p>", _table(tables.devices_table(analysis), name_columns=("device",))]
+    recorded = tables.devices_table(analysis, recorded_only=True)
+    missing = analysis.devices.loc[~analysis.devices["recorded"].astype(bool), "device"].tolist() \
+        if "recorded" in analysis.devices else []
+    out = ['<p class="caption">Each device\'s own steps (its work grouped by the trace, not cut at the host\'s '
+           "step boundaries): mean ms over the steady steps it ran in; idle split into waiting for input and the "
+           "rest.</p>", _table(recorded, name_columns=("device",)) if not recorded.empty else ""]
+    if missing:
+        out.append(f'<p class="caption notrecorded">Not recorded (no events; unknown, not idle): '
+                   f"{esc(', '.join(missing))}.</p>")
     launch = analysis.kernel_launch
     if launch and launch.get("calls"):
         out.append(f'<p class="caption">Kernel launches on the host: {launch["calls"]:,} calls, '
