@@ -64,7 +64,7 @@ class HostSampler(Sampler):
         self._cpu_percent = cpu_percent_function(tuple(self.source.cpu_fields))
         self._cpu_columns = [f"cpu{i}_pct" for i in range(self.cpu_count)]
         self._next_tree_refresh = 0.0
-        self._last_counters: dict[str, float] = {}
+        self._last_counters: tuple[float, ...] = ()
         self._last_counters_time: float | None = None
 
     @property
@@ -152,32 +152,24 @@ class HostSampler(Sampler):
                 new.add(pid)
         return new
 
-    def _read_counters(self) -> dict[str, float]:
-        counters: dict[str, float] = {}
-        disk = self.source.disk_bytes()
-        if disk is not None:
-            counters["disk_read_bytes_per_s"], counters["disk_write_bytes_per_s"] = disk
-        else:
+    def _rates(self) -> dict[str, float]:
+        """Disk and network bytes per second since the previous call; NaN on the first call, where the
+        counters are absent, or where one went backwards (a counter reset, e.g. a disk went away)."""
+        now = time.monotonic()
+        disk, net = self.source.disk_bytes(), self.source.net_bytes()
+        if disk is None:
+            disk = (NAN, NAN)
             self.disable("disk_read_bytes_per_s", "no disk I/O counters on this system")
             self.disable("disk_write_bytes_per_s", "no disk I/O counters on this system")
-        net = self.source.net_bytes()
-        if net is not None:
-            counters["net_sent_bytes_per_s"], counters["net_recv_bytes_per_s"] = net
-        else:
+        if net is None:
+            net = (NAN, NAN)
             self.disable("net_sent_bytes_per_s", "no network I/O counters on this system")
             self.disable("net_recv_bytes_per_s", "no network I/O counters on this system")
-        return counters
-
-    def _rates(self) -> dict[str, float]:
-        now = time.monotonic()
-        counters = self._read_counters()
-        rates = dict.fromkeys(RATE_COLUMNS, NAN)
+        counters = (*disk, *net)  # in RATE_COLUMNS order
         last, last_time = self._last_counters, self._last_counters_time
-        if last_time is not None and now > last_time:
-            for key, value in counters.items():
-                delta = value - last.get(key, NAN)
-                # A negative delta means a counter reset (e.g. a disk went away): no rate.
-                if delta >= 0:
-                    rates[key] = delta / (now - last_time)
         self._last_counters, self._last_counters_time = counters, now
-        return rates
+        if last_time is None or now <= last_time:
+            return dict.fromkeys(RATE_COLUMNS, NAN)
+        span = now - last_time
+        return {column: (value - before) / span if value - before >= 0 else NAN
+                for column, value, before in zip(RATE_COLUMNS, counters, last)}
