@@ -231,8 +231,10 @@ def test_small_windows_do_not_warn_about_size(default_run):
     start, stop = prof["window"]
     assert prof["estimated_events"] == (stop - start) * tracing.EVENTS_PER_STEP["host"]
     assert prof["estimated_events"] < tracing.VIEWER_EVENT_LIMIT
-    # The estimate is meant to be the right size: within a factor of 2 of the real count.
-    assert 0.5 < prof["trace_events"] / prof["estimated_events"] < 2.0, prof
+    # The estimate is meant to be the right size: within a factor of 2 of the real count (the
+    # thread-pool regions some TensorFlow builds add on some CPUs are counted apart).
+    counted = prof["trace_events"] - prof.get("threadpool_events", 0)
+    assert 0.5 < counted / prof["estimated_events"] < 2.0, prof
 
 
 # ---------------------------------------------------------------- profiler failures are not fatal
@@ -307,8 +309,9 @@ def test_capture_from_a_running_job(tmp_path):
             assert time.monotonic() < deadline, "the job never started training"
             time.sleep(0.2)
         cap = tmp_path / "cap"
+        # A step can take over a second on a loaded machine: 4 s hold several whole steps.
         done = subprocess.run(
-            [sys.executable, "-m", "profiler", "capture", f"grpc://localhost:{port}", "--duration-ms", "1500",
+            [sys.executable, "-m", "profiler", "capture", f"grpc://localhost:{port}", "--duration-ms", "4000",
              "--out", str(cap), "--python-tracer"],
             cwd=REPO, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr[-3000:]
