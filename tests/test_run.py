@@ -337,7 +337,6 @@ def test_kill_9_keeps_steps_and_samples_readable(tmp_path):
     proc = start_long_run(tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_steps(proc, path / "steps.csv", 6)
-        time.sleep(1.0)
         killed_at = time.time()
         proc.kill()
         proc.wait(timeout=30)
@@ -348,8 +347,11 @@ def test_kill_9_keeps_steps_and_samples_readable(tmp_path):
     assert len(host) > 10
     assert killed_at - host["time_s"].max() < 1.5
     steps = pd.read_csv(path / "steps.csv")
-    assert len(steps) > 6 and steps["step"].tolist() == list(range(len(steps)))
-    assert killed_at - steps["start_time_s"].max() < 1.5
+    assert len(steps) >= 6 and steps["step"].tolist() == list(range(len(steps)))
+    # The last row written is the last step completed before the kill: it ended at most one
+    # step (as long as this run's steps take on this machine, however loaded) before it.
+    last_end = steps["start_time_s"].iloc[-1] + steps["step_ms"].iloc[-1] / 1000
+    assert killed_at - last_end < 2 * steps["step_ms"].median() / 1000 + 1.0
     assert json.loads((path / "run.json").read_text())["status"] == "running"
 
 
