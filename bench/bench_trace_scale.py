@@ -360,6 +360,8 @@ def _fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
 
 def scale(args, tasks: list[str], argv: list[str] | None) -> int:
     """The same tasks on traces of several sizes (profiler windows of --scale steps), alternated, and the curves."""
+    if args.report_only:
+        return report_saved(args, tasks, argv)
     runs = {}
     for steps in args.scale:
         run = ensure_run(args, (10, 10 + steps))
@@ -397,9 +399,25 @@ def scale(args, tasks: list[str], argv: list[str] | None) -> int:
     return 0
 
 
-def _series(results, runs, task, key):
-    """Per size (by events), the median over repeats of one measured key."""
-    return [statistics.median(r[key] for r in results[(steps, task)]) for steps in runs]
+def report_saved(args, tasks, argv) -> int:
+    """The tables and plot of the measurements saved in --results (the same sizes and tasks)."""
+    rows = [json.loads(line) for line in args.results.read_text().splitlines() if line.strip()]
+    runs = {}
+    results = {(steps, task): [] for steps in args.scale for task in tasks}
+    for row in rows:
+        if (row["steps"], row["task"]) in results:
+            results[(row["steps"], row["task"])].append(row)
+    for steps in args.scale:
+        run = args.cache / f"trace-b{args.batch_size}-l{args.host_tracer_level}-10-{10 + steps}"
+        runs[steps] = (run, _facts(run))
+    args.repeats = min(len(v) for v in results.values())
+    report_scale(runs, results, tasks, args, argv)
+    return 0
+
+
+def _series(results, runs, task, key, stat=statistics.median):
+    """Per size (by events), the median (or `stat`) over repeats of one measured key."""
+    return [stat([r[key] for r in results[(steps, task)]]) for steps in runs]
 
 
 def report_scale(runs, results, tasks, args, argv) -> None:
@@ -432,13 +450,23 @@ def report_scale(runs, results, tasks, args, argv) -> None:
                 work_cell = f"{_median(work):.2f} ({_spread(work)})" if work else "–"
                 print(f"| {facts['events']:,} | {task} | {work_cell} | {_median(walls):.2f} ({_spread(walls)}) | "
                       f"{_median(peaks):.2f} ({_spread(peaks)}) |")
-    print("\ngrowth: least squares over the sizes (process time and peak RSS), and the log-log slope from the "
-          "smallest to the largest trace (1.00 = linear):\n")
+    print("\nbest (least disturbed) process time of the repeats, per size, and its ratio to XProf's best:\n")
+    print("| events | " + " | ".join(TASK_LABELS[t] for t in tasks) + " |")
+    print("|---:|" + "---:|" * len(tasks))
+    best = {task: _series(results, runs, task, "wall_s", min) for task in tasks}
+    for index, e in enumerate(events):
+        cells = []
+        for task in tasks:
+            ratio = (f" ({best[task][index] / best['xprof'][index]:.2f})" if "xprof" in tasks and task != "xprof" else "")
+            cells.append(f"{best[task][index]:.2f}{ratio}")
+        print(f"| {e:,} | " + " | ".join(cells) + " |")
+    print("\ngrowth: least squares over the sizes (best process time, median peak RSS), and the log-log slope "
+          "from the smallest to the largest trace (1.00 = linear):\n")
     print("| task | s per 1M events | fixed s | time slope | MiB per 1M events | fixed MiB | RSS slope |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     millions = [e / 1e6 for e in events]
     for task in tasks:
-        a, b, slope = _fit(millions, _series(results, runs, task, "wall_s"))
+        a, b, slope = _fit(millions, best[task])
         ma, mb, mslope = _fit(millions, _series(results, runs, task, "peak_mib"))
         print(f"| {TASK_LABELS[task]} | {b:.2f} | {a:.2f} | {slope:.2f} | {mb:.0f} | {ma:.0f} | {mslope:.2f} |")
     if args.plot:
@@ -459,9 +487,9 @@ def plot_scale(runs, results, tasks, path: Path) -> None:
               "command": "devprof analyze (whole command)", "xprof": "XProf input_pipeline_analyzer", "plots": "plots"}
     for task in tasks:
         style = {"marker": "o" if task != "xprof" else "s", "linestyle": "--" if task == "command" else "-"}
-        left.plot(events, _series(results, runs, task, "wall_s"), label=labels[task], **style)
+        left.plot(events, _series(results, runs, task, "wall_s", min), label=labels[task], **style)
         right.plot(events, [m / 1024 for m in _series(results, runs, task, "peak_mib")], label=labels[task], **style)
-    left.set(xlabel="trace events (millions)", ylabel="process time, s (median)", title="Time")
+    left.set(xlabel="trace events (millions)", ylabel="process time, s (best of the repeats)", title="Time")
     right.set(xlabel="trace events (millions)", ylabel="peak RSS, GiB (median)", title="Peak memory")
     for axes in (left, right):
         axes.set_xlim(0), axes.set_ylim(0)
@@ -491,6 +519,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="traces of several sizes: profiler windows of these many steps (e.g. 60,120,240,480,1000)")
     parser.add_argument("--plot", type=Path, help="with --scale: draw time and peak RSS against events to this PNG")
     parser.add_argument("--results", type=Path, help="with --scale: append every measurement to this JSON-lines file")
+    parser.add_argument("--report-only", action="store_true",
+                        help="with --scale and --results: report and plot the measurements in --results, run nothing")
     parser.add_argument("--stages", action="store_true", help="time and RSS after each stage of read + analysis")
     parser.add_argument("--cprofile", type=int, nargs="?", const=25, default=0, metavar="TOP",
                         help="cProfile analyze and print the TOP functions")
