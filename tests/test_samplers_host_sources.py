@@ -211,3 +211,33 @@ def test_the_two_sources_read_the_same_counters_here():
 
 def test_default_source_here_is_proc():
     assert isinstance(default_source(), ProcSource)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make_source", [ProcSource, PsutilSource], ids=["proc", "psutil"])
+def test_an_exited_child_not_yet_reaped_leaves_the_tree(make_source, monkeypatch):
+    import subprocess
+    import sys
+
+    from profiler.samplers import host
+
+    monkeypatch.setattr(host, "TREE_REFRESH_S", 0.0)  # look for children at every sample
+    sampler = HostSampler(source=make_source())
+    sampler.prime()
+    alone = sampler.sample()["proc_count"]
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        deadline = time.time() + 10
+        while sampler.sample()["proc_count"] != alone + 1:
+            assert time.time() < deadline, "the child never joined the tree"
+            time.sleep(0.05)
+        child.kill()
+        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:  # not waited for: a zombie
+            assert time.time() < deadline
+            time.sleep(0.01)
+        assert sampler.sample()["proc_count"] == alone
+        assert sampler.sample()["proc_count"] == alone  # and it is not found again
+    finally:
+        child.kill()
+        child.wait()
+        sampler.close()

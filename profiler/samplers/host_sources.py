@@ -311,6 +311,8 @@ class PsutilSource:
         proc = self._proc(pid)
         try:
             with proc.oneshot():
+                if proc.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):  # exited, as ProcSource sees it
+                    raise psutil.ZombieProcess(pid)
                 times = proc.cpu_times()
                 rss = proc.memory_info().rss
         except (psutil.NoSuchProcess, psutil.ZombieProcess) as exc:
