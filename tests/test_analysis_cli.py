@@ -99,13 +99,16 @@ def test_json_contract(capsys):
     assert [s["step"] for s in result["steps"]] == TRACED_STEPS
     for step in result["steps"]:
         # The contract's keys, plus how many steps the call ran (1 here: one step per call).
-        assert set(step) == {"step", "steps", "step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms",
-                             "compile_ms"}
+        per_step_utilization = {"cpu_pct", "proc_cpu_pct", "proc_rss_bytes", "mem_used_bytes"}
+        assert set(step) - per_step_utilization == {"step", "steps", "step_ms", "input_ms", "compute_ms",
+                                                    "collective_ms", "host_ms", "compile_ms", "partial"}
+        assert step["partial"] is False
         assert isinstance(step["step"], int) and step["steps"] == 1
         assert step["input_ms"] + step["compute_ms"] + step["collective_ms"] + step["host_ms"] == pytest.approx(
             step["step_ms"])
     assert set(result["mean"]) == {"step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "input_pct",
-                                   "compute_pct", "collective_pct", "host_pct"}
+                                   "compute_pct", "collective_pct", "host_pct", "input_overlapped_ms", "device_step_ms"}
+    assert result["mean"]["device_step_ms"] is None and result["mean"]["input_overlapped_ms"] == 0.0  # a CPU run
     assert result["mean"]["input_pct"] + result["mean"]["compute_pct"] + result["mean"]["host_pct"] == pytest.approx(100)
     assert {"bound", "evidence", "advice"} <= set(result["verdict"])
     assert result["verdict"]["bound"] in {"input", "host", "compute"}

@@ -108,9 +108,13 @@ def test_fail_if_slower_exits_3_on_a_slowed_run_and_0_on_a_rerun(runs, tmp_path,
 
 
 def test_fail_on_limits_exit_3_naming_the_part(runs, capsys):
+    # The limit is half of what the delayed run measured: load on the machine stretches compute
+    # and so moves the input share, but never halves it down to the clean run's.
+    limit = int(analyze_json(runs["input40"], capsys)["mean"]["input_pct"] / 2)
+    assert limit >= 5
     capsys.readouterr()
-    assert cli.main(["analyze", str(runs["input40"]), "--fail-on", "input>20,host>90"]) == 3
+    assert cli.main(["analyze", str(runs["input40"]), "--fail-on", f"input>{limit},host>90"]) == 3
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("regression: input is") and "above the 20 % limit" in err[-1]
-    assert cli.main(["analyze", str(runs["f32"]), "--fail-on", "input>20"]) == 0
+    assert err[-1].startswith("regression: input is") and f"above the {limit} % limit" in err[-1]
+    assert cli.main(["analyze", str(runs["f32"]), "--fail-on", f"input>{limit}"]) == 0
     assert cli.main(["analyze", str(runs["f32"]), "--fail-on", "speed>3"]) == 2
