@@ -131,13 +131,16 @@ def suggest_steps_per_execution(host_pct: float, compute_pct: float, steps_per_c
 
 
 def compute_advice(device: str = "", precision: str | None = None, jit_compile: bool | None = None,
-                   producer: str = "devprof") -> list[str]:
+                   producer: str = "devprof", bfloat16_units: tuple[str, ...] | None = None) -> list[str]:
     """What to try on a compute-bound step, leaving out what the run already does, in the
     words of the program that wrote the trace."""
     facts = facts_for(device)
     program = program_facts.program(producer)
     advice = []
-    if precision in (None, "float32"):
+    if _bfloat16_emulated(facts.mixed_precision, bfloat16_units):
+        advice.append("Keep float32: this CPU has no bfloat16 units (no AVX512-BF16, no AMX), so mixed_bfloat16 "
+                      "would be emulated and slower.")
+    elif precision in (None, "float32"):
         note = f" ({facts.precision_note})" if facts.precision_note else ""
         advice.append(f"Use mixed precision: {program_facts.precision(producer, facts.mixed_precision)}{note}.")
     if facts.xla_helps and not jit_compile and program.xla:
@@ -147,6 +150,11 @@ def compute_advice(device: str = "", precision: str | None = None, jit_compile: 
         return advice + [LARGER_BATCH_ADVICE]
     return advice + [f"A larger batch ({program.batch_size}) uses the device better if memory allows; otherwise a "
                      "faster device or a smaller model is what helps."]
+
+
+def _bfloat16_emulated(policy: str, bfloat16_units: tuple[str, ...] | None) -> bool:
+    """Whether the suggested policy is bfloat16 on a CPU known to lack bfloat16 units."""
+    return policy == "mixed_bfloat16" and bfloat16_units == ()
 
 
 def _input_fix(facts: Facts) -> str:
@@ -230,13 +238,15 @@ def _compute_fix(facts: Facts) -> str:
     at_peak = (f"the epoch runs at {facts.mfu_pct:.0f} % of the device's measured {facts.peak_dtype} peak; "
                if facts.mfu_pct == facts.mfu_pct else "")
     mixed = facts.precision not in (None, "float32")
+    # Nothing faster than float32 to suggest on a CPU that would emulate bfloat16.
+    keep_precision = mixed or _bfloat16_emulated(device.mixed_precision, facts.bfloat16_units)
     if facts.producer != "devprof":
         program = program_facts.program(facts.producer)
-        tries = [] if mixed else [program_facts.precision(facts.producer, device.mixed_precision)]
+        tries = [] if keep_precision else [program_facts.precision(facts.producer, device.mixed_precision)]
         if device.xla_helps and not facts.jit_compile and program.xla:
             tries.append(program.xla)
         return f"{at_peak}try {', '.join(tries + [program.batch_size])}, or a faster device"
-    tries = [] if mixed else [f"--precision {device.mixed_precision}"]
+    tries = [] if keep_precision else [f"--precision {device.mixed_precision}"]
     if device.xla_helps and not facts.jit_compile:
         tries.append("--jit-compile")
     already = f"already {facts.precision}; " if mixed else ""
@@ -278,7 +288,7 @@ RULES: list[Rule] = [
          description=f"host overhead >= {HOST_BOUND_PCT:g} % of step time (high from {HIGH_HOST_PCT:g} %)"),
     Rule("compute_bound", "compute", lambda f: True,
          lambda f: "Compute-bound: the step's math dominates; input and host overhead are small.",
-         _compute_fix, lambda f: compute_advice(f.device, f.precision, f.jit_compile, f.producer), bound="compute",
+         _compute_fix, lambda f: compute_advice(f.device, f.precision, f.jit_compile, f.producer, f.bfloat16_units), bound="compute",
          severity="info", description="neither input nor host overhead crosses its cut-off"),
     Rule("epoch_level_work", "epoch_level", lambda f: False,
          lambda f: "Time outside the training steps dominates the gap.",

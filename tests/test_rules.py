@@ -137,3 +137,15 @@ def test_collective_wait_gives_its_own_verdict():
     assert verdict["bound"] == "collective" and verdict["rule"] == "collective_bound"
     assert "collective wait 25.0 %" in verdict["evidence"] and "straggler" in verdict["advice"][0]
     assert rules.make_verdict({**mean, "collective_pct": 10.0}, steps_used=5)["bound"] == "compute"
+
+
+def test_a_cpu_without_bfloat16_units_is_not_told_to_use_bfloat16():
+    emulated = rules.facts_from({"input_pct": 1.0, "compute_pct": 97.0, "host_pct": 2.0, "kind": "cpu",
+                                 "precision": "float32", "bfloat16_units": []})
+    verdict = rules.make_verdict({"step_ms": 100.0, "input_ms": 1.0, "compute_ms": 97.0, "host_ms": 2.0,
+                                  "input_pct": 1.0, "compute_pct": 97.0, "host_pct": 2.0}, emulated, steps_used=5)
+    text = " ".join(verdict["advice"]) + rules.fix_for("compute", emulated)
+    assert verdict["bound"] == "compute" and "mixed_bfloat16" not in text.replace("so mixed_bfloat16", ""), text
+    assert "no bfloat16 units" in " ".join(verdict["advice"])
+    with_units = dataclasses.replace(emulated, bfloat16_units=("amx_bf16",))
+    assert "--precision mixed_bfloat16" in rules.fix_for("compute", with_units)
