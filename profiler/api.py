@@ -27,7 +27,6 @@ from profiler import rundir, samplers, tracing
 from profiler.config import check_run_name
 from profiler.console import Console
 from profiler.session import Session, Terminated
-from profiler.version import __version__
 
 
 @dataclass
@@ -210,29 +209,13 @@ class ProfileSession(Session):
                 raise ValueError(f"profiler_port {cfg.profiler_port} is not free ({exc.strerror or exc})") from None
 
     def _initial_meta(self, resolved) -> dict:
-        from profiler import devices
-        from profiler.session import versions
+        from profiler.session import starting_meta
 
         cfg = self.config
         options = asdict(cfg)
         options.pop("cluster")
         user = options.pop("user_config")
-        meta = {
-            "status": "running",
-            "error": None,
-            "devprof_version": __version__,
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "start_time_s": time.time(),
-            "finished_at": None,
-            "command": sys.argv,
-            "recorded_by": "profile",
-            "config": {**user, **options},
-            "device": {"kind": resolved.kind, "host": devices.host_name(), **resolved.info},
-            "versions": versions(),
-            "model": {},
-            "profiler": {"enabled": cfg.profile},
-            "epochs": [],
-        }
+        meta = starting_meta(resolved, {**user, **options}, cfg.profile, recorded_by="profile")
         if cfg.cluster is not None:
             meta["worker"] = self._worker_meta()
         return meta

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import signal
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -15,7 +14,6 @@ from profiler.config import RunConfig, UsageError
 from profiler.console import Console
 from profiler.hooks import RunHooks
 from profiler.session import Session, Terminated, tpu_monitor_address, versions  # noqa: F401 - re-exported
-from profiler.version import __version__
 
 
 class Run(Session):
@@ -258,7 +256,7 @@ class Run(Session):
     # ------------------------------------------------------------ run.json
 
     def _initial_meta(self, resolved, arrays) -> dict:
-        from profiler import devices
+        from profiler.session import starting_meta
 
         cfg = self.config
         config = asdict(cfg)
@@ -266,25 +264,10 @@ class Run(Session):
         config.pop("cluster")
         validated = min(cfg.train.validation_images, len(arrays.x_test)) if arrays is not None else 0
         config["validation_images"] = validated  # as validated: the test set may be smaller than asked
-        meta = {
-            "status": "running",
-            "error": None,
-            "devprof_version": __version__,
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "start_time_s": time.time(),
-            "finished_at": None,
-            "command": sys.argv,
-            "config": config,
-            "device": {"kind": resolved.kind, "host": devices.host_name(), **resolved.info},
-            "data": ({"source": arrays.source, "path": arrays.path, "train_images": len(arrays.x_train),
-                      "val_images": validated, "test_images": len(arrays.x_test)} if arrays is not None else
-                     {"source": "dataset", "path": cfg.dataset, "train_images": None, "val_images": 0,
-                      "test_images": 0}),
-            "versions": versions(),
-            "model": {},
-            "profiler": {"enabled": cfg.profile},
-            "epochs": [],
-        }
+        data = ({"source": arrays.source, "path": arrays.path, "train_images": len(arrays.x_train),
+                 "val_images": validated, "test_images": len(arrays.x_test)} if arrays is not None else
+                {"source": "dataset", "path": cfg.dataset, "train_images": None, "val_images": 0, "test_images": 0})
+        meta = starting_meta(resolved, config, cfg.profile, data=data)
         if cfg.cluster is not None:
             cluster = cfg.cluster
             train = self.train_config()

@@ -347,6 +347,31 @@ def tpu_monitor_address(tpu: str | None) -> str | None:
     return f"{host}:8466" if host and port == "8470" else None
 
 
+def starting_meta(resolved, config: dict, profile: bool, **sections) -> dict:
+    """run.json as a run starts (status `running`), for `devprof run` and `profiler.profile()`
+    alike; `sections` add what only one of them knows (`data`, `recorded_by`)."""
+    import sys
+
+    from profiler import devices
+
+    return {
+        "status": "running",
+        "error": None,
+        "devprof_version": __version__,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "start_time_s": time.time(),
+        "finished_at": None,
+        "command": sys.argv,
+        "config": config,
+        "device": {"kind": resolved.kind, "host": devices.host_name(), **resolved.info},
+        **sections,
+        "versions": versions(),
+        "model": {},
+        "profiler": {"enabled": profile},
+        "epochs": [],
+    }
+
+
 def versions() -> dict:
     """Versions of what the run used, for run.json."""
     import keras

@@ -528,9 +528,9 @@ def test_the_test_pass_says_how_many_images_it_evaluates():
 
 
 def test_run_json_config_records_the_images_validated(tmp_path, monkeypatch):
-    from profiler import run as run_mod
+    from profiler import session as session_mod
 
-    monkeypatch.setattr(run_mod, "versions", lambda: {})
+    monkeypatch.setattr(session_mod, "versions", lambda: {})
     run = _fake_cpu_run(tmp_path, monkeypatch, limit_test_images=200)
     resolved, arrays = run.prepare()
     meta = run._initial_meta(resolved, arrays)
