@@ -106,7 +106,7 @@ class ProfileSession(Session):
         # The step being run: when it began (the loop asked for its batch), its input wait.
         self._boundary: float | None = None
         self._fetch_start = self._fetched = 0.0
-        self._batch_images: int | None = None
+        self._batch = None  # the batch iterate() gave for the open step
         self._marker = None
         self._marker_steps = 1
         # The last finished step, written when the next one begins (its host time is known then).
@@ -229,17 +229,18 @@ class ProfileSession(Session):
         """Yield the batches of `dataset`, timing how long the loop waits for each (steps.csv
         `input_ms`); the step's marker starts before the wait, so the trace holds it too."""
         iterator = iter(dataset)
+        clock = time.perf_counter
         try:
             while True:
-                self._begin_step()
-                began = time.perf_counter()
+                began = clock()
+                self._begin_step(began)
                 try:
                     batch = next(iterator)
                 except StopIteration:
                     self._abandon_step()  # training for this pass ended where this step began
                     return
-                self._fetch_start, self._fetched = began, time.perf_counter()
-                self._batch_images = _batch_size(batch)
+                self._fetch_start, self._fetched = began, clock()
+                self._batch = batch  # its size is read only if step() is not told `images`
                 yield batch
         finally:
             if self._boundary is not None and self._fetched:
@@ -252,15 +253,15 @@ class ProfileSession(Session):
         `iterate()` gave, when its size can be read)."""
         return _Step(self, images, steps)
 
-    def _begin_step(self, steps: int | None = None) -> None:
+    def _begin_step(self, now: float, steps: int | None = None) -> None:
         if self._boundary is not None and self._fetched:
             self._abandon_step()
-        now = time.perf_counter()
-        self._flush_pending(now)
+        if self._pending is not None:
+            self._flush_pending(now)
         self._boundary = now
         self._fetch_start = self._fetched = 0.0
-        self._batch_images = None
-        marker = self.step_scope(self.global_step, steps or self._marker_steps)
+        self._batch = None
+        marker = tracing.step_marker(self.global_step, steps or self._marker_steps)
         marker.__enter__()
         self._marker = marker
 
@@ -274,22 +275,24 @@ class ProfileSession(Session):
     def _close_marker(self) -> None:
         marker, self._marker = self._marker, None
         if marker is not None:
-            with contextlib.suppress(Exception):
+            try:
                 marker.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001 - a marker never stops training
+                pass
 
     def _step_ran(self, images: int | None, steps: int, call_start: float, done: float) -> None:
         boundary = self._boundary
         fetched = self._fetched or boundary
         fetch_start = self._fetch_start or boundary
         if images is None:
-            images = self._batch_images or 0
+            images = _batch_size(self._batch) or 0 if self._batch is not None else 0
         record = StepRecord(epoch=max(self._epoch_number, 1), step=self.global_step, steps=steps,
                             start_time_s=boundary + self._to_wall, input_ms=(fetched - fetch_start) * 1e3,
                             call_ms=(done - call_start) * 1e3,
                             other_host_ms=((fetch_start - boundary) + (call_start - fetched)) * 1e3,
                             images=int(images))
         self._close_marker()
-        self._boundary = None
+        self._boundary = self._batch = None
         self._fetch_start = self._fetched = 0.0
         self._pending, self._pending_end = record, done
         self._marker_steps = steps
@@ -304,8 +307,10 @@ class ProfileSession(Session):
         if record is None:
             return
         record.other_host_ms += (now - self._pending_end) * 1e3
-        for span in (self._span, self._run_span):
-            span.train_end = max(span.train_end, now)
+        if now > self._span.train_end:
+            self._span.train_end = now
+        if now > self._run_span.train_end:
+            self._run_span.train_end = now
         self.record_step(record)
 
     def _end_open_step(self) -> None:
@@ -426,7 +431,8 @@ class _Step:
     def __enter__(self):
         session = self.session
         if session._boundary is None or not session._fetched:
-            session._begin_step(self.steps)  # no iterate(): the step begins here, without input wait
+            # no iterate(): the step begins here, without input wait
+            session._begin_step(time.perf_counter(), self.steps)
         self.call_start = time.perf_counter()
         return self
 

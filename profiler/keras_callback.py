@@ -82,7 +82,7 @@ class KerasCallback(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         if self.session is not None:
-            self.session._begin_step(self._steps_per_call)
+            self.session._begin_step(time.perf_counter(), self._steps_per_call)
 
     def on_train_batch_end(self, batch, logs=None):
         session = self.session

@@ -188,19 +188,31 @@ def _reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
+_NO_MARKER = contextlib.nullcontext()
+_tracing_enabled = None  # TensorFlow's "is a trace being recorded" check, loaded on first use
+
+
 def step_marker(step: int, steps: int = 1):
     """The marker XProf groups steps by: a `train` TraceMe with the global step number.
 
     A call that runs several steps also carries `steps`, so the analysis can say how many.
+    While no trace is recorded this is a shared no-op (a marker is made every step).
     """
+    global _tracing_enabled
     try:
+        if _tracing_enabled is None:
+            from tensorflow.python.profiler import trace
+
+            _tracing_enabled = trace.enabled
+        if not _tracing_enabled():
+            return _NO_MARKER
         import tensorflow as tf
 
         if steps > 1:
             return tf.profiler.experimental.Trace("train", step_num=step, _r=1, steps=steps)
         return tf.profiler.experimental.Trace("train", step_num=step, _r=1)
     except Exception:  # noqa: BLE001 - markers are a nicety, never a reason to stop training
-        return contextlib.nullcontext()
+        return _NO_MARKER
 
 
 def newest_xplane(logdir: Path) -> Path | None:

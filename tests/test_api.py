@@ -4,6 +4,7 @@ for fit, `devprof run --model` for any Keras model; the examples run as they are
 from __future__ import annotations
 
 import importlib.util
+import os
 import json
 import subprocess
 import sys
@@ -208,3 +209,89 @@ def test_devprof_run_trains_the_users_model_and_compare_sets_it_beside_the_cnn(t
                      *common]) == 2
     assert "a batch does not fit the model and loss" in capsys.readouterr().err
     assert not (tmp_path / "runs" / "bad").exists()
+
+
+WORKER_SCRIPT = '''
+import json, os, sys, time
+
+import numpy as np
+import tensorflow as tf
+
+import profiler
+
+out, host_ms = sys.argv[1], float(sys.argv[2])
+index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(256, activation="relu"),
+                                 tf.keras.layers.Dense(10)])
+    optimizer = tf.keras.optimizers.SGD(0.01)
+loss_of = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+rng = np.random.default_rng(0)
+data = tf.data.Dataset.from_tensor_slices((rng.random((640, 64), "float32"), rng.integers(0, 10, 640)))
+batches = strategy.experimental_distribute_dataset(data.batch(32))  # 20 global batches of 32
+
+
+@tf.function
+def train_step(batch):
+    def replica(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.nn.compute_average_loss(loss_of(y, model(x, training=True)), global_batch_size=32)
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        return loss
+    return strategy.reduce("SUM", strategy.run(replica, args=batch), axis=None)
+
+
+with profiler.profile(out, run_name="job", profile_steps="6:16", sample_interval=0.2, quiet=True) as session:
+    for batch in session.iterate(batches):
+        with session.step(images=16):
+            loss = float(train_step(batch))
+        session.log(loss=loss)
+        if index == 1:  # host work between this worker's steps; worker 0 waits for it in the all-reduce
+            end = time.perf_counter() + host_ms / 1e3
+            while time.perf_counter() < end:
+                pass
+'''
+
+
+def free_ports(count: int) -> list[int]:
+    import socket
+
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.mark.slow
+def test_profile_in_a_multi_worker_job_writes_the_job_and_analyze_names_the_straggler(tmp_path, capsys):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER_SCRIPT)
+    addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    procs = []
+    for index in range(2):
+        tf_config = {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}}
+        env = dict(os.environ, TF_CONFIG=json.dumps(tf_config), PYTHONPATH=str(REPO), OMP_NUM_THREADS="1",
+                   TF_NUM_INTEROP_THREADS="1", TF_NUM_INTRAOP_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable, str(script), str(tmp_path / "runs"), f"{INPUT_DELAY_MS:g}"],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, stderr[-3000:]
+    job = tmp_path / "runs" / "job"
+    meta = json.loads((job / "run.json").read_text())
+    assert meta["status"] == "complete" and meta["workers"] == ["worker-0", "worker-1"], meta
+    assert meta["num_workers"] == 2 and meta["addresses"] == addresses
+    for index in range(2):
+        worker = read_meta(job / f"worker-{index}")
+        assert worker["status"] == "complete" and worker["worker"]["index"] == index
+        assert pd.read_csv(job / f"worker-{index}" / "steps.csv")["step"].tolist() == list(range(20))
+    result = analyze(job, capsys)
+    rows = {row["worker"]: row for row in result["workers"]}
+    assert result["straggler"]["worker"] == 1 and result["straggler"]["cause"] == "host", result["straggler"]
+    # Ground truth: the injected spin is worker 1's host time; worker 0 spends it in the all-reduce.
+    assert rows[1]["host_ms"] >= INPUT_DELAY_MS - 2 and rows[0]["host_ms"] < INPUT_DELAY_MS / 2, rows
+    assert rows[0]["collective_ms"] > rows[1]["collective_ms"] + INPUT_DELAY_MS / 4, rows
