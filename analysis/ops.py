@@ -43,7 +43,7 @@ def device_ops(events: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["op", "type", "device", "start_ns", "self_ns"])
     name, kind = _split_tf_op(kernels["tf_op"])
     framework = (kind != "") & (kind != XLA_MODULE) & (name != "")
-    hlo = kernels["hlo_op"].fillna("").astype(str)
+    hlo = kernels["hlo_op"].astype(object).fillna("").astype(str)
     kernel_name = kernels["name"].astype(str)
     op = np.where(framework, name, np.where(hlo != "", hlo, kernel_name))
     op_type = np.where(framework, kind, np.where(hlo != "", "XLA", "kernel"))

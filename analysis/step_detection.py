@@ -31,7 +31,7 @@ import pandas as pd
 from analysis import producers
 from analysis.producers import tensorflow as tf_producer
 from analysis.producers import tpu as tpu_producer
-from analysis.events import device_events, host_events, matches, on_device_planes
+from analysis.events import device_events, host_events, matches, on_device_planes, present
 from analysis.producers import planes
 from analysis.trace import TraceError
 
@@ -68,7 +68,7 @@ def detect_steps(events: pd.DataFrame, step_name: str | None = None) -> Detected
 def candidate_names(events: pd.DataFrame) -> list[str]:
     """Names `--step-name` can pick: markers, tf.function calls and program executions, most frequent first."""
     host = host_events(events)
-    picked = host[host["step_num"].notna() | host["tf_function_call"].notna()
+    picked = host[present(host["step_num"]) | present(host["tf_function_call"])
                   | matches(host["name"], producers.pattern("program"), search=True)]
     return [str(name) for name in picked["name"].astype(str).value_counts().index]
 

@@ -28,7 +28,7 @@ import pandas as pd
 from analysis import intervals as iv
 from analysis import producers
 from analysis.producers import tensorflow as tf_producer
-from analysis.events import NS_PER_MS, device_events, device_kind, host_events, intervals, matches, on_lines
+from analysis.events import NS_PER_MS, device_events, device_kind, host_events, intervals, matches, on_lines, present
 from analysis.step_detection import detect_steps
 from analysis.trace import Trace
 
@@ -114,7 +114,7 @@ def host_compute_intervals(events: pd.DataFrame, markers: pd.DataFrame) -> iv.In
     # Only the columns used here: a full-width copy of a multi-million-event table costs memory and time.
     host = host_events(events[["plane", "line", "name", "plane_name", "start_ns", "end_ns", "step_num", "_p", "_c"]])
     on_marker_line = on_lines(host, markers)
-    wrappers = matches(host["name"], producers.pattern("eager_wrapper")) | host["step_num"].notna()
+    wrappers = matches(host["name"], producers.pattern("eager_wrapper")) | present(host["step_num"])
     inside_markers = iv.union(markers["start_ns"].to_numpy(), markers["marker_end_ns"].to_numpy())
     marker_thread_work = iv.intersect(intervals(host[on_marker_line & ~wrappers]), inside_markers)
 

@@ -36,8 +36,9 @@ EVENT_STAT_COLUMNS = (
     "module_name",  # on host program executions (XLA's ExecuteThunks): which program ran
     "program_id",  # on device kernels of XLA programs
 )
-# Of those, the ones read as numbers (nullable floats); the others keep their values.
+# Of those, the ones read as numbers (nullable floats) and as ids (nullable uint64); the others are texts.
 NUMERIC_STAT_COLUMNS = ("step_num", "_r", "steps", "group_id", "iter_num", "program_id")
+ID_STAT_COLUMNS = ("_p", "_c", "correlation_id")
 
 
 class TraceError(Exception):
@@ -72,12 +73,20 @@ class Trace:
     planes: pd.DataFrame
     lines: pd.DataFrame
     events: pd.DataFrame
-    stats: pd.DataFrame
+    known_stats: pd.DataFrame | None = None
     hostnames: list[str] = field(default_factory=list)
 
     @property
     def source(self) -> str:
         return str(self.location.xplane) if self.location else "<memory>"
+
+    @property
+    def stats(self) -> pd.DataFrame:
+        """The long table of the events' `EVENT_STAT_COLUMNS` stats (`event`, `stat`, `value`),
+        read again from the file when asked for: the analysis needs only the events' columns."""
+        if self.known_stats is None:
+            self.known_stats = event_stats(self.location.xplane, EVENT_STAT_COLUMNS)
+        return self.known_stats
 
 
 def __getattr__(name: str):
@@ -167,22 +176,22 @@ def _unreadable(xplane: Path, size: int, why: str) -> TraceUnreadable:
     return TraceUnreadable(f"{xplane} is not a readable XSpace trace ({size} bytes, truncated or corrupt): {why}")
 
 
-def _decode_file(xplane: Path, names) -> wire.DecodedSpace:
+def _decode_file(xplane: Path, names, number_names=()) -> wire.DecodedSpace:
     """Decode one `.xplane.pb`; a truncated or foreign file raises `TraceUnreadable`."""
     size = xplane.stat().st_size
     if not size:
         raise TraceUnreadable(f"{xplane} is empty (0 bytes): the profiler did not finish writing it")
     # A memory map, not a copy: the file's pages are read as the decoder reaches them.
     with wire.open_trace_bytes(xplane) as buf:
-        space = _decode(buf, names, lambda why: _unreadable(xplane, size, why))
+        space = _decode(buf, names, lambda why: _unreadable(xplane, size, why), number_names)
     if not space.planes:
         raise TraceUnreadable(f"{xplane} holds no profiler planes ({size} bytes): truncated or not an XSpace trace")
     return space
 
 
-def _decode(buf, names, error) -> wire.DecodedSpace:
+def _decode(buf, names, error, number_names=()) -> wire.DecodedSpace:
     try:
-        return wire.decode_xspace(buf, names)
+        return wire.decode_xspace(buf, names, number_names)
     except wire.WireError as exc:
         raise error(str(exc)) from None
 
@@ -267,28 +276,48 @@ def _event_name_codes(space: wire.DecodedSpace, plane_of: np.ndarray) -> pd.Cate
     return pd.Categorical.from_codes(codes, categories=categories)
 
 
-def _events_table(space: wire.DecodedSpace, planes: pd.DataFrame, lines: pd.DataFrame) -> pd.DataFrame:
+def _events_table(space: wire.DecodedSpace, planes: pd.DataFrame, lines: pd.DataFrame, consume: bool = False) -> pd.DataFrame:
     """Events with their names, times, plane and line; times are the line's `timestamp_ns` +
-    `offset_ps`/1000 (+ `duration_ps`/1000)."""
-    row = space.events.line_row
+    `offset_ps`/1000 (+ `duration_ps`/1000). `consume`: drop each decoded column once used."""
+    decoded = space.events
+    row = decoded.line_row
     plane_of = lines["plane"].to_numpy(dtype=np.int32)[row]
-    start_ns = lines["timestamp_ns"].to_numpy(dtype=np.int64)[row] + space.events.offset_ps // 1000
-    end_ns = start_ns + space.events.duration_ps // 1000
+    names = _event_name_codes(space, plane_of)
+    start_ns = lines["timestamp_ns"].to_numpy(dtype=np.int64)[row]
+    start_ns += decoded.offset_ps // 1000
+    duration_ns = decoded.duration_ps // 1000
+    if consume:
+        decoded.metadata_id = decoded.offset_ps = decoded.duration_ps = None
+    end_ns = start_ns + duration_ns
+    line_ids = lines["line_id"].to_numpy(dtype=np.int64)
     events = pd.DataFrame(
         {
-            "plane": plane_of,
+            "plane": plane_of.astype(_smallest_int(len(planes))),
             "line": lines["line"].to_numpy(dtype=np.int32)[row],
-            "name": _event_name_codes(space, plane_of),
+            "name": names,
             "start_ns": start_ns,
             "end_ns": end_ns,
             "plane_name": _categorical_of(planes["plane_name"].to_numpy(dtype=object), plane_of),
             "line_name": _categorical_of(lines["line_name"].to_numpy(dtype=object), row),
-            "line_id": lines["line_id"].to_numpy(dtype=np.int64)[row],
-            "duration_ns": end_ns - start_ns,
+            # thread ids: 64 bits in the format, almost always fewer in fact
+            "line_id": line_ids.astype(_smallest_int(*line_ids.tolist()))[row],
+            "duration_ns": duration_ns,
         },
         copy=False,
     )
+    if consume:
+        decoded.line_row = None
+        wire.release_freed_memory()
     return events
+
+
+def _smallest_int(*values: int) -> type:
+    """int16, int32 or int64: the narrowest that holds every value (and -1)."""
+    low, high = min(values, default=0), max(values, default=0)
+    for kind in (np.int16, np.int32):
+        if np.iinfo(kind).min <= min(low, -1) and high <= np.iinfo(kind).max:
+            return kind
+    return np.int64
 
 
 def _categorical_of(names: np.ndarray, rows: np.ndarray) -> pd.Categorical:
@@ -300,7 +329,10 @@ def _categorical_of(names: np.ndarray, rows: np.ndarray) -> pd.Categorical:
 
 
 def _add_stat_columns(events: pd.DataFrame, space: wire.DecodedSpace) -> None:
-    """One column per stat of `EVENT_STAT_COLUMNS`: the event's last such stat, NA where it has none."""
+    """One column per stat of `EVENT_STAT_COLUMNS`: the event's last such stat, NA where it has none.
+
+    Narrow by kind, since a trace has millions of events and most stats are on few of them:
+    numbers as nullable floats, ids as nullable unsigned integers, texts as categoricals."""
     count = len(events)
     stat_event = space.events.stat_event
     for column in EVENT_STAT_COLUMNS:
@@ -313,10 +345,46 @@ def _add_stat_columns(events: pd.DataFrame, space: wire.DecodedSpace) -> None:
         rows, of_event = rows[last], of_event[last]  # stats are in event order: keep each event's last
         if column in NUMERIC_STAT_COLUMNS:
             events[column] = _numeric_column(space, rows, of_event, count)
+        elif column in ID_STAT_COLUMNS:
+            events[column] = _id_column(space, rows, of_event, count)
         else:
-            values = np.full(count, pd.NA, dtype=object)
-            values[of_event] = space.stat_values[rows]
-            events[column] = pd.Series(values, dtype=object, copy=False)
+            events[column] = _text_column(space.stat_values[rows], of_event, count)
+
+
+def _id_column(space: wire.DecodedSpace, rows: np.ndarray, of_event: np.ndarray, count: int):
+    """An id stat as nullable uint64 (its 64 bits as written); as Python objects where some
+    value is not an integer."""
+    kind, number = space.events.stat_kind[rows], space.events.stat_number[rows]
+    integer = (kind == wire.STAT_UINT64) | (kind == wire.STAT_INT64)
+    if integer.all():
+        values = np.zeros(count, dtype=np.uint64)
+        values[of_event] = number
+        missing = np.ones(count, dtype=bool)
+        missing[of_event] = False
+        return pd.arrays.IntegerArray(values, missing)
+    boxed = space.stat_values[rows].copy()
+    for stat_kind, as_type in ((wire.STAT_UINT64, np.uint64), (wire.STAT_INT64, np.int64), (wire.STAT_DOUBLE, np.float64)):
+        chosen = np.flatnonzero(kind == stat_kind)
+        boxed[chosen] = number[chosen].view(as_type).astype(object)
+    values = np.full(count, pd.NA, dtype=object)
+    values[of_event] = boxed
+    return pd.Series(values, dtype=object, copy=False)
+
+
+def _text_column(found: np.ndarray, of_event: np.ndarray, count: int):
+    """A text stat as a categorical (a few distinct names over millions of events); as Python
+    objects where the values are not all strings."""
+    if not all(isinstance(value, str) for value in dict.fromkeys(found.tolist())):
+        values = np.full(count, pd.NA, dtype=object)
+        values[of_event] = found
+        return pd.Series(values, dtype=object, copy=False)
+    first_codes, distinct = pd.factorize(found)
+    order = np.argsort(distinct.astype(object), kind="stable")  # sorted categories sort as the strings do
+    rank = np.empty(order.size, dtype=np.int64)
+    rank[order] = np.arange(order.size)
+    codes = np.full(count, -1, dtype=np.int32)
+    codes[of_event] = rank[first_codes]
+    return pd.Categorical.from_codes(codes, categories=pd.Index(distinct.astype(object)[order], dtype=object))
 
 
 def _numeric_column(space: wire.DecodedSpace, rows: np.ndarray, of_event: np.ndarray, count: int) -> pd.arrays.FloatingArray:
@@ -332,6 +400,8 @@ def _numeric_column(space: wire.DecodedSpace, rows: np.ndarray, of_event: np.nda
         numbers[other] = parsed.astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
     values = np.full(count, np.nan)
     values[of_event] = numbers
+    if of_event.size * 4 < count:  # on few events (markers, groups): only those are stored
+        return pd.arrays.SparseArray(values, fill_value=np.nan)
     return pd.arrays.FloatingArray(values, np.isnan(values))
 
 
@@ -340,6 +410,15 @@ def _tables(space: wire.DecodedSpace) -> tuple[pd.DataFrame, pd.DataFrame, pd.Da
     events = _events_table(space, planes, lines)
     _add_stat_columns(events, space)
     return planes, lines, events, _stats_table(space)
+
+
+def _event_tables(space: wire.DecodedSpace) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Planes, lines and events; the decoded columns are let go as the table takes them, so that
+    the decoder's arrays and the table are not both held whole."""
+    planes, lines = _plane_and_line_tables(space)
+    events = _events_table(space, planes, lines, consume=True)
+    _add_stat_columns(events, space)
+    return planes, lines, events
 
 
 def xspace_to_tables(source) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -357,10 +436,11 @@ def xspace_to_tables(source) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, 
 def read_trace(path: str | Path) -> Trace:
     """Locate and parse a trace; see `locate_trace` for the accepted paths."""
     location = locate_trace(path)
-    space = _decode_file(location.xplane, EVENT_STAT_COLUMNS)
-    planes, lines, events, stats = _tables(space)
+    space = _decode_file(location.xplane, EVENT_STAT_COLUMNS, NUMERIC_STAT_COLUMNS + ID_STAT_COLUMNS)
+    planes, lines, events = _event_tables(space)
     hostnames = space.hostnames
     del space
+    wire.release_freed_memory()
     if events.empty:
         raise TraceError(f"{location.xplane} has {len(planes)} planes but no events: nothing was profiled")
-    return Trace(location, planes, lines, events, stats, hostnames)
+    return Trace(location, planes, lines, events, hostnames=hostnames)

@@ -583,16 +583,20 @@ class _EventBatches:
             pieces = [part.pop(key) for part in self.parts]
             joined[key] = np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
             del pieces
+            release_freed_memory()  # the pieces' pages, before the next column is joined
         self.parts = []
         return EventColumns(**joined)
 
 
 # ---------------------------------------------------------------- the space
 
-def decode_xspace(buf, wanted_stat_names=None) -> DecodedSpace:
+def decode_xspace(buf, wanted_stat_names=None, number_stat_names=()) -> DecodedSpace:
     """Decode an XSpace held in `buf` (bytes, or an mmap of the file).
 
     `wanted_stat_names`: the event stats to keep (by name); None keeps every stat.
+    `number_stat_names`: kept stats read as numbers from `stat_kind`/`stat_number`; their
+    `stat_values` are made only where the value is not a number (boxing millions of ids costs
+    more memory than the whole events table). Every other kept stat's value is in `stat_values`.
     Raises `WireError` for bytes that are not a well-formed XSpace.
     """
     data = np.frombuffer(buf, dtype=np.uint8)
@@ -608,8 +612,13 @@ def decode_xspace(buf, wanted_stat_names=None) -> DecodedSpace:
                 hostnames.append(_text(buf, start, stop))
         events = batches.columns()
         stat_plane = np.array([line.plane for line in lines], dtype=np.int64)[events.line_row[events.stat_event]]
-        values = _stat_values(buf, events, stat_plane, planes)
         name_code, names = _stat_name_codes(events.stat_metadata_id, stat_plane, planes)
+        number_codes = [code for code, name in enumerate(names) if name in number_stat_names]
+        boxed = None
+        if number_codes:
+            is_number = np.isin(events.stat_kind, (STAT_UINT64, STAT_INT64, STAT_DOUBLE))
+            boxed = np.flatnonzero(~(np.isin(name_code, number_codes) & is_number))
+        values = _stat_values(buf, events, stat_plane, planes, boxed)
     finally:
         del batches, data  # an mmap cannot close while numpy views it
     return DecodedSpace(planes, lines, hostnames, events, values, name_code, names)
@@ -622,20 +631,25 @@ def _by_plane(stat_plane: np.ndarray, rows: np.ndarray):
         yield plane, rows[planes_of_rows == plane]
 
 
-def _stat_values(buf, events: EventColumns, stat_plane: np.ndarray, planes: list[PlaneInfo]) -> np.ndarray:
-    """Each stat's value as a Python object, made kind by kind, not stat by stat where numbers."""
+def _stat_values(buf, events: EventColumns, stat_plane: np.ndarray, planes: list[PlaneInfo],
+                 boxed: np.ndarray | None = None) -> np.ndarray:
+    """Each stat's value as a Python object (None outside the `boxed` rows, when given), made
+    kind by kind, not stat by stat where numbers."""
     kind, number = events.stat_kind, events.stat_number
     values = np.full(kind.size, None, dtype=object)
+    chosen = np.ones(kind.size, dtype=bool) if boxed is None else np.zeros(kind.size, dtype=bool)
+    if boxed is not None:
+        chosen[boxed] = True
     for stat_kind, as_type in ((STAT_UINT64, np.uint64), (STAT_INT64, np.int64), (STAT_DOUBLE, np.float64)):
-        rows = np.flatnonzero(kind == stat_kind)
+        rows = np.flatnonzero((kind == stat_kind) & chosen)
         if rows.size:
             values[rows] = number[rows].view(as_type).astype(object)
-    refs = np.flatnonzero(kind == STAT_REF)
+    refs = np.flatnonzero((kind == STAT_REF) & chosen)
     for plane, rows in _by_plane(stat_plane, refs):
         distinct, inverse = np.unique(number[rows].view(np.int64), return_inverse=True)
         names = planes[plane].stat_names
         values[rows] = np.array([names.get(key, "") for key in distinct.tolist()], dtype=object)[inverse]
-    texts = np.flatnonzero((kind == STAT_STR) | (kind == STAT_BYTES))
+    texts = np.flatnonzero(((kind == STAT_STR) | (kind == STAT_BYTES)) & chosen)
     if texts.size:
         decoded: dict[bytes, object] = {}  # one object per distinct value
         is_str = (kind[texts] == STAT_STR).tolist()
@@ -751,6 +765,26 @@ def _field_end(buf, pos: int, stop: int) -> int:
     if pos > stop:
         raise WireError("field runs past the end of its message")
     return pos
+
+
+def _malloc_trim():
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc: its allocator returns memory its own way
+        return None
+
+
+_TRIM = _malloc_trim()
+
+
+def release_freed_memory() -> None:
+    """Give the pages of freed small arrays back to the system. glibc keeps freed blocks under
+    its mmap threshold (the decoder's chunks) for reuse, and the columns joined from them are
+    new large blocks: without this, a trace's decoded columns count twice in peak memory."""
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 def open_trace_bytes(path: str | Path):

@@ -207,3 +207,32 @@ def test_analysis_runs_without_tensorflow_or_keras(tmp_path):
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["loaded"] == []
     assert result["events"] > 0 and result["steps"] == synthetic.steps
+
+
+def test_the_events_table_is_narrow_where_stats_are_rare_or_repeated(tmp_path):
+    """Millions of events: ids as uint64, texts as categoricals, numbers on few events stored for
+    those events only; the values are the same as the wide table's (`_assert_matches` above)."""
+    space = fx._xspace_class()()
+    plane = space.planes.add(id=1, name="/host:CPU")
+    for key, name in enumerate(trace.EVENT_STAT_COLUMNS, start=1):
+        plane.stat_metadata[key].name = name
+    plane.event_metadata[1].name = "train"
+    plane.event_metadata[2].name = "op"
+    line = plane.lines.add(id=2**40, name="python", timestamp_ns=0)
+    column = {name: key for key, name in enumerate(trace.EVENT_STAT_COLUMNS, start=1)}
+    for i in range(20_000):
+        event = line.events.add(metadata_id=2 if i % 100 else 1, offset_ps=i * 1000, duration_ps=500)
+        event.stats.add(metadata_id=column["_p"], uint64_value=2**63 + i)
+        event.stats.add(metadata_id=column["tf_op"], str_value=f"op{i % 5}:Conv2D")
+        if i % 100 == 0:
+            event.stats.add(metadata_id=column["step_num"], int64_value=i // 100)
+    path = tmp_path / "narrow.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    events = trace.read_trace(path).events
+    assert str(events["_p"].dtype) == "UInt64" and events["_p"].iloc[7] == 2**63 + 7
+    assert isinstance(events["tf_op"].dtype, pd.CategoricalDtype) and events["tf_op"].iloc[6] == "op1:Conv2D"
+    assert isinstance(events["step_num"].dtype, pd.SparseDtype) and events["step_num"].iloc[300] == 3
+    assert events["step_num"].notna().sum() == 200 and pd.isna(events["step_num"].iloc[301])
+    assert events["group_id"].isna().all() and events["tf_function_call"].isna().all()
+    per_event = events.memory_usage(deep=True).sum() / len(events)
+    assert per_event < 75, events.memory_usage(deep=True) / len(events)  # the wide table took 154 bytes
