@@ -30,17 +30,17 @@ MAX_EPOCH_LINES = 100  # more epoch starts than this are marked by ticks at the 
 WIDE_FIGURE = (12.0, 4.0)  # inches, for stacked areas
 
 
-def _pyplot():
-    import matplotlib
+def _subplots(figsize: tuple[float, float]):
+    """A figure and its axes without pyplot: no backend to select, no registry of open figures
+    to close, and a third less import time (`savefig` draws PNG with Agg)."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots()
 
 
 def save(fig, path: str | Path) -> Path:
-    """Write a figure as PNG and free it (pyplot keeps every open figure alive)."""
+    """Write a figure as PNG."""
     fig.tight_layout()
     path = Path(path)
     # A temporary name, then a rename: a full disk leaves no cut PNG behind.
@@ -49,7 +49,6 @@ def save(fig, path: str | Path) -> Path:
         fig.savefig(tmp, dpi=100, format="png")
         os.replace(tmp, path)
     finally:
-        _pyplot().close(fig)
         tmp.unlink(missing_ok=True)
     return path
 
@@ -140,20 +139,19 @@ def plot_step_breakdown(steps: pd.DataFrame, path: str | Path, title: str = "Ste
     """Input, compute, (collective wait,) host overhead per step, compile hatched inside host: stacked
     bars up to `BAR_LIMIT` steps, stacked areas beyond (with the slowest step of each point when
     points average several steps)."""
-    plt = _pyplot()
     parts = [(f"{part}_ms", PART_COLORS[part], f"{part} (ms)") for part in ("input", "compute", "collective", "host")
              if part != "collective" or _any_positive(steps, "collective_ms")]
     compiles = _any_positive(steps, "compile_ms")
     host_base = (steps["input_ms"] + steps["compute_ms"]
                  + (steps["collective_ms"] if "collective_ms" in steps else 0.0)).fillna(0.0).to_numpy(dtype=float)
     if len(steps) <= BAR_LIMIT:
-        fig, ax = plt.subplots(figsize=(max(6.0, 0.35 * len(steps) + 2), 4))
+        fig, ax = _subplots((max(6.0, 0.35 * len(steps) + 2), 4))
         x = _bars(ax, steps, "step", parts, rotate_over=20)
         if compiles:
             ax.bar(x, steps["compile_ms"], bottom=host_base, fill=False, hatch="//", edgecolor="black",
                    label="compile (ms)")
     else:
-        fig, ax = plt.subplots(figsize=WIDE_FIGURE)
+        fig, ax = _subplots(WIDE_FIGURE)
         edges, per_point, lowest = _areas(ax, steps, "step", parts)
         if compiles:
             base = _bin_mean(host_base, per_point)
@@ -176,16 +174,15 @@ def plot_step_breakdown(steps: pd.DataFrame, path: str | Path, title: str = "Ste
 def plot_epoch_breakdown(epochs: pd.DataFrame, path: str | Path) -> Path:
     """Input, step call, other host, epoch-level work (seconds) per epoch: stacked bars up to
     `BAR_LIMIT` epochs, stacked areas beyond."""
-    plt = _pyplot()
     parts = [("input_s", PART_COLORS["input"], "input (s)"), ("call_s", PART_COLORS["compute"], "call (s)"),
              ("other_host_s", PART_COLORS["host"], "other_host (s)"),
              ("epoch_level_s", EPOCH_LEVEL_COLOR, "epoch_level (s)")]
     title = "Epoch time breakdown"
     if len(epochs) <= BAR_LIMIT:
-        fig, ax = plt.subplots(figsize=(max(5.0, 0.6 * len(epochs) + 2), 4))
+        fig, ax = _subplots((max(5.0, 0.6 * len(epochs) + 2), 4))
         _bars(ax, epochs, "epoch", parts)
     else:
-        fig, ax = plt.subplots(figsize=WIDE_FIGURE)
+        fig, ax = _subplots(WIDE_FIGURE)
         _, per_point, lowest = _areas(ax, epochs, "epoch", parts)
         title = _per_point_title(title, len(epochs), "epochs", per_point)
         ax.set_ylim(bottom=lowest)
@@ -219,8 +216,7 @@ def min_max_points(x: np.ndarray, y: np.ndarray, max_points: int = MAX_LINE_POIN
 
 def plot_utilization(samplers: dict[str, pd.DataFrame], epoch_starts_s: list[float], path: str | Path) -> Path:
     """Utilization (%) over time from sampler CSVs, with a dashed line at each epoch start."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = _subplots((8, 4))
     origin = min(float(frame["time_s"].min()) for frame in samplers.values())
 
     def line(frame: pd.DataFrame, values: pd.Series, **style) -> None:

@@ -38,8 +38,7 @@ def plot_compare(table: pd.DataFrame, path: str | Path) -> Path:
     """Horizontal bars per run, stacked input / compute / host overhead (+ epoch-level), in the unit of
     `chart_data`. External rows have no breakdown and are drawn as one hatched bar."""
     data, unit = chart_data(table)
-    plt = plots._pyplot()
-    fig, ax = plt.subplots(figsize=(8, 1.0 + 0.55 * len(table)))
+    fig, ax = plots._subplots((8, 1.0 + 0.55 * len(table)))
     y = np.arange(len(table))
     left = np.zeros(len(table))
     for part in STACKED:

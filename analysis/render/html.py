@@ -214,21 +214,28 @@ def _step_bars(analysis) -> tuple[list[Bar], list[str], int]:
     parts = _step_parts(steps)
     per_bar = _step_bins(steps)
     noun = "call" if analysis.steps_per_call > 1 else "step"
+    # Plain arrays: a bar per step of a long trace is hundreds of bars.
+    part_ms = [steps[f"{p}_ms"].fillna(0.0).to_numpy(dtype=float) for p in parts]
+    compile_all = steps["compile_ms"].fillna(0.0).to_numpy(dtype=float) if "compile_ms" in steps else None
+    step_ms = steps["step_ms"].to_numpy(dtype=float)
+    step_number = steps["step"].to_numpy()
+    partial_all = steps["partial"].to_numpy(dtype=bool) if "partial" in steps else None
     bars = []
     for start in range(0, len(steps), per_bar):
-        chunk = steps.iloc[start:start + per_bar]
-        values = tuple(float(chunk[f"{p}_ms"].fillna(0.0).mean()) for p in parts)
-        compile_ms = float(chunk["compile_ms"].fillna(0.0).mean()) if "compile_ms" in chunk else 0.0
-        total = float(chunk["step_ms"].mean())
+        chunk = slice(start, start + per_bar)
+        count = len(step_ms[chunk])
+        values = tuple(float(column[chunk].mean()) for column in part_ms)
+        compile_ms = float(compile_all[chunk].mean()) if compile_all is not None else 0.0
+        total = float(step_ms[chunk].mean())
         split = " + ".join(f"{p} {num(v)}" for p, v in zip(parts, values))
-        first, last = int(chunk["step"].iloc[0]), int(chunk["step"].iloc[-1])
-        partial = "partial" in chunk and bool(chunk["partial"].all())
-        if len(chunk) == 1:
+        first, last = int(step_number[chunk][0]), int(step_number[chunk][-1])
+        partial = partial_all is not None and bool(partial_all[chunk].all())
+        if count == 1:
             title = f"{noun} {first}: {num(total)} ms = {split}"
             peak = None
         else:
-            peak = float(chunk["step_ms"].max())
-            title = f"{noun}s {first}-{last} (mean of {len(chunk)}): {num(total)} ms = {split}; slowest {num(peak)} ms"
+            peak = float(step_ms[chunk].max())
+            title = f"{noun}s {first}-{last} (mean of {count}): {num(total)} ms = {split}; slowest {num(peak)} ms"
         if compile_ms > 0:
             title += f" (compile {num(compile_ms)} ms, in host)"
         if partial:
