@@ -45,13 +45,14 @@ if str(ROOT) not in sys.path:
 
 from profiler.devices import cpu_model  # noqa: E402
 
-CONFIGS = ("seed", "devprof", "bf16")
+CONFIGS = ("seed", "seed-onednn", "devprof", "bf16")
 LABELS = {
-    "seed": "seed program (Keras `fit`, float32)",
+    "seed": "seed program (Keras `fit`, float32, TensorFlow's default CPU kernels)",
+    "seed-onednn": "seed program with `TF_ENABLE_ONEDNN_OPTS=1`",
     "devprof": "devprof loop, float32",
     "bf16": "devprof loop, mixed_bfloat16",
 }
-PEAK_FOR = {"seed": "float32", "devprof": "float32", "bf16": "bfloat16"}
+PEAK_FOR = {"seed": "float32", "seed-onednn": "float32", "devprof": "float32", "bf16": "bfloat16"}
 BATCH = 100
 VALIDATION = 1_000
 MARK = "BENCH_RESULT "
@@ -66,7 +67,7 @@ def worker_train(config: str, images: int, epochs: int) -> dict:
     from models import cnn, data
 
     arrays = data.synthetic(images, VALIDATION, seed=0)
-    if config == "seed":
+    if config.startswith("seed"):
         import keras
 
         keras.utils.set_random_seed(0)
@@ -125,8 +126,21 @@ def worker_peak() -> dict:
 # ---------------------------------------------------------------- the parent
 
 
+def kernels_env(config: str, environ) -> dict:
+    """The seed as its user runs it (TensorFlow picks its CPU kernels), or with oneDNN's; devprof's
+    loop and the peak with the kernels `devprof run` and `devprof peak` choose."""
+    from profiler import devices
+
+    env = {k: v for k, v in environ.items() if k not in (devices.ONEDNN_VAR, "DEVPROF_SET_ONEDNN_OPTS")}
+    if config == "seed-onednn":
+        env[devices.ONEDNN_VAR] = "1"
+    elif config != "seed":
+        devices.prefer_onednn(env)
+    return env
+
+
 def spawn(args: list[str], timeout: float) -> dict:
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="-1", TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(kernels_env(args[1], os.environ), CUDA_VISIBLE_DEVICES="-1", TF_CPP_MIN_LOG_LEVEL="2")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)

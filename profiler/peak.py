@@ -42,7 +42,7 @@ MIN_REPEATS = 3  # a size's timed calls stop at 3 once they have taken SIZE_BUDG
 SIZE_BUDGET_S = 4.0
 # 2: sizes grow until the rate stops growing (format 1 stopped at the first slow size and
 # could sit below what training reached), so older cached peaks are measured again.
-PEAK_FORMAT_VERSION = 2
+PEAK_FORMAT_VERSION = 3  # 3: measured with oneDNN's kernels where devprof run trains with them (`cpu_kernels`)
 
 Runner = Callable[[int], None]  # run(iters): do `iters` chained operations and wait for the result
 
@@ -183,6 +183,15 @@ def tf_copy_runner(device: str) -> Callable[[int], Runner]:
     return make
 
 
+def _cpu_kernels(device: str) -> dict | None:
+    """Which TensorFlow CPU kernels the matmuls ran on (oneDNN's or Eigen's), as for a run."""
+    if device != "cpu":
+        return None
+    from profiler import devices
+
+    return devices.onednn_state()
+
+
 def device_name(device: str = "cpu") -> str:
     """The CPU model, or the first GPU's name as TensorFlow reports it."""
     from profiler import devices
@@ -255,6 +264,7 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
         "memory": {"bytes": nbytes, "iters": bandwidth["iters"], "seconds": bandwidth["seconds"]},
         "unsupported": unsupported,
         "threads": _threads(),
+        "cpu_kernels": _cpu_kernels(device),
         "method": f"chained square matmuls in one tf.function on all threads, FLOP = 2 n^3; sizes grow until the "
                   f"next adds < {growth:.0%}; per size a warm-up, then best of {repeats} calls of >= {min_time_s} s; "
                   f"the peak is the best over sizes and repeats; bandwidth = float32 x + 1, bytes read + written",

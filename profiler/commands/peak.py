@@ -59,9 +59,11 @@ def render_text(peak: dict) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
+    from profiler import devices
     from profiler import peak as peak_mod
     from profiler import quiet
 
+    devices.prefer_onednn()  # the kernels `devprof run` trains with
     quiet.import_tensorflow()
     try:
         peak = peak_mod.peak_for(args.device, refresh=args.refresh)

@@ -128,10 +128,11 @@ def build_config(args: argparse.Namespace, cluster=None):
 
 def handle(args: argparse.Namespace) -> int:
     from profiler import cluster as cluster_mod
-    from profiler import rundir
+    from profiler import devices, rundir
     from profiler.config import UsageError
     from profiler.run import Run, Terminated
 
+    devices.prefer_onednn()  # before TensorFlow is imported, here or in the workers
     if args.workers is not None:
         from profiler import launcher
 
