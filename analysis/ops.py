@@ -9,6 +9,8 @@ time, without the ops nested in it on the same thread. Times are per training st
 
 from __future__ import annotations
 
+import math
+
 import re
 
 import numpy as np
@@ -102,3 +104,21 @@ def op_table(events: pd.DataFrame, steps: pd.DataFrame, device: str) -> pd.DataF
     table["ms_per_step"] = table["ns"] / NS_PER_MS / training_steps
     table["compute_pct"] = 100.0 * table["ns"] / total if total > 0 else 0.0
     return table.sort_values("ms_per_step", ascending=False, kind="stable")[OP_COLUMNS].reset_index(drop=True)
+
+
+# TensorFlow's own (Eigen) kernels for the dense math of a CPU step; with oneDNN's kernels on,
+# the same ops run as `_Mkl...` types instead.
+EIGEN_DENSE_TYPE = re.compile(r"^(Conv[23]D(BackpropInput|BackpropFilter)?(V2)?|_FusedConv2D|"
+                              r"DepthwiseConv2dNative(BackpropInput|BackpropFilter)?|MatMul|BatchMatMul(V2|V3)?|_FusedMatMul)$")
+
+
+def eigen_dense_pct(ops: pd.DataFrame) -> float:
+    """Share of a CPU step's op time in Eigen's convolution and matmul kernels (NaN: no ops, or
+    oneDNN's kernels ran)."""
+    if ops.empty or ops["ms_per_step"].sum() <= 0:
+        return math.nan
+    types = ops["type"].astype(str)
+    if types.str.startswith("_Mkl").any():
+        return math.nan
+    return float(100.0 * ops.loc[types.str.match(EIGEN_DENSE_TYPE), "ms_per_step"].sum() / ops["ms_per_step"].sum())
+

@@ -25,7 +25,7 @@ from analysis import rules, run_files, trace_facts, utilization
 from analysis.device_rows import ROW_KEYS as DEVICE_COLUMNS
 from analysis.device_rows import device_rows, kernel_launch
 from analysis.input_stages import input_stage_table, prefetches, runs_python, slowest_in_table
-from analysis.ops import OP_COLUMNS, op_table
+from analysis.ops import OP_COLUMNS, eigen_dense_pct, op_table
 from analysis.render import Rendered
 from analysis.step_sources import StepSource, open_step_source
 from analysis.steps import complete_steps, mean_breakdown, steady_steps
@@ -235,6 +235,7 @@ def analyze_source(source: StepSource) -> Analysis:
         "slowest_input_stage": stage,
         "input_py_function": runs_python(events, stage) if events is not None else False,
         "device_recorded": any(row["recorded"] for row in devices) if devices else None,
+        "eigen_dense_pct": eigen_dense_pct(ops) if source.device == "cpu" else math.nan,
     }
     recorded = [row for row in devices if row["recorded"] and row["step_count"]]
     mean["device_step_ms"] = max(recorded, key=lambda row: row["compute_ms"])["step_ms"] if recorded else math.nan

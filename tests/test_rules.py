@@ -37,6 +37,7 @@ TRIGGERS = {
     "no_prefetch": dict(prefetches=False),
     "bf16_without_matrix_units": dict(precision="mixed_bfloat16", bfloat16_units=()),
     "memory_near_limit": dict(device_mem_peak_bytes=15.2e9, device_mem_total_bytes=16e9),
+    "cpu_without_onednn": dict(device="cpu", eigen_dense_pct=77.0),
 }
 
 
