@@ -53,8 +53,8 @@ def matmul_flops(n: int, iters: int = 1) -> int:
 
 
 def copy_bytes(nbytes: int, iters: int = 1) -> int:
-    """Bytes moved by `iters` elementwise updates of an `nbytes` tensor: each reads and writes it."""
-    return 2 * nbytes * iters
+    """Bytes moved by `iters` in-place updates `v += ones` of `nbytes` tensors: each reads both and writes `v`."""
+    return 3 * nbytes * iters
 
 
 def time_call(run: Runner, iters: int, clock: Callable[[], float]) -> float:
@@ -160,19 +160,22 @@ def tf_matmul_runner(device: str, dtype: str) -> Callable[[int], Runner]:
 
 
 def tf_copy_runner(device: str) -> Callable[[int], Runner]:
-    """`make(nbytes)` -> `run(iters)`: `iters` elementwise `x + 1` over a float32 tensor of `nbytes`."""
+    """`make(nbytes)` -> `run(iters)`: `iters` in-place `v += ones` over float32 tensors of `nbytes`.
+
+    In place: `x = x + 1` allocated a new tensor each time, and the page faults of 512 MiB
+    made the figure swing from 2 to 37 GB/s on one machine."""
     import tensorflow as tf
 
     def make(nbytes: int) -> Runner:
         with tf.device(_tf_device(device)):
-            x0 = tf.zeros((nbytes // 4,), tf.float32)
+            target = tf.Variable(tf.zeros((nbytes // 4,), tf.float32))
+            ones = tf.ones((nbytes // 4,), tf.float32)
 
         @tf.function
         def update(iters):
-            x = x0
             for _ in tf.range(iters):
-                x = x + 1.0
-            return x[0]
+                target.assign_add(ones)
+            return target[0]
 
         def run(iters: int) -> None:
             with tf.device(_tf_device(device)):
@@ -267,7 +270,7 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
         "cpu_kernels": _cpu_kernels(device),
         "method": f"chained square matmuls in one tf.function on all threads, FLOP = 2 n^3; sizes grow until the "
                   f"next adds < {growth:.0%}; per size a warm-up, then best of {repeats} calls of >= {min_time_s} s; "
-                  f"the peak is the best over sizes and repeats; bandwidth = float32 x + 1, bytes read + written",
+                  f"the peak is the best over sizes and repeats; bandwidth = float32 v += ones in place, bytes read + written",
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "measure_seconds": time.perf_counter() - began,
         "tensorflow": _tf_version(),

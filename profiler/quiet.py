@@ -27,6 +27,9 @@ _ABSL_LINE = re.compile(r"^([IWEF])\d{4} [\d:.]+\s+\d+ [^\]\s]+:\d+\] ")
 _ABSL_PREAMBLE = re.compile(r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$")
 # No GPU driver on this machine: TensorFlow says so as an error, but the CPU is used as asked.
 _NO_GPU_DRIVER = re.compile(r"failed call to cuInit")
+# oneDNN on a CPU without AVX-512 says, as an error, that bfloat16 stays on Eigen: a fact of the CPU
+# that run.json's device.bfloat16_units already records.
+_ONEDNN_NO_BF16 = re.compile(r"oneDNN supports DT_BFLOAT16 only on platforms with AVX-512")
 _LEVELS = {"I": 0, "W": 1, "E": 2, "F": 3}
 
 
@@ -64,7 +67,7 @@ def is_noise(line: str, level: int | None = None) -> bool:
     found = _ABSL_LINE.match(line)
     if not found:
         return False
-    if _NO_GPU_DRIVER.search(line):
+    if _NO_GPU_DRIVER.search(line) or _ONEDNN_NO_BF16.search(line):
         return level >= 2
     return _LEVELS[found.group(1)] < level
 

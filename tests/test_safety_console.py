@@ -82,6 +82,8 @@ def test_capture_from_nothing_is_one_error_line(tmp_path):
     ("W0000 00:00:1795386464.557924   13046 some.cc:12] a warning", 2),
     ("E0000 00:00:1795386470.065434   13139 cuda_platform.cc:52] failed call to cuInit: INTERNAL: "
      "CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)", 2),
+    ("E0000 00:00:1795483744.327150   24668 util.cc:131] oneDNN supports DT_BFLOAT16 only on platforms with "
+     "AVX-512. Falling back to the default Eigen-based implementation if present.", 2),
     ("E0000 00:00:1795386470.065434   13139 op_kernel.cc:1857] OP_REQUIRES failed: out of memory", 3),
     ("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR", 1),
 ])

@@ -66,7 +66,8 @@ def handle(args: argparse.Namespace) -> int:
     devices.prefer_onednn()  # the kernels `devprof run` trains with
     quiet.import_tensorflow()
     try:
-        peak = peak_mod.peak_for(args.device, refresh=args.refresh)
+        with quiet.filtered_stderr():  # TensorFlow's native log lines while the kernels run
+            peak = peak_mod.peak_for(args.device, refresh=args.refresh)
     except peak_mod.PeakError as exc:
         return error(str(exc))
     if peak.get("cache_error"):  # in every format: the next call measures again
