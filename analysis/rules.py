@@ -352,7 +352,7 @@ RULES: list[Rule] = [
                     "matmul kernels: its oneDNN kernels were off (TensorFlow turns them on itself only on CPUs "
                     "with AVX-512 VNNI, bfloat16 or AMX units)."),
          lambda f: ("set TF_ENABLE_ONEDNN_OPTS=1 before TensorFlow is imported (devprof run does unless it is set; "
-                    "on a 2-core AVX2 CPU the seed CNN's step ran 2.4 times faster)"),
+                    "on a 2-core AVX2 CPU the seed CNN trained 1.4 to 2.4 times faster)"),
          severity="warning", finding=True,
          description=f"on a CPU, >= {EIGEN_DENSE_MIN_PCT:g} % of op time in Eigen conv/matmul kernels and no oneDNN kernel"),
     Rule("no_prefetch", "input", lambda f: f.prefetches is False,

@@ -406,7 +406,7 @@ def prefer_onednn(environ=None) -> None:
 
     TensorFlow turns them on itself only on x86 CPUs with AVX-512 VNNI, bfloat16 or AMX units.
     Elsewhere its Eigen kernels run the seed CNN's convolution gradients several times slower
-    (a training step 2.4 times longer on a 2-core AVX2 EPYC), and a profiler that reports how
+    (epochs 1.4 to 2.4 times longer on a 2-core AVX2 EPYC), and a profiler that reports how
     near the device's limit a job runs should run the kernels that reach it.
     `TF_ENABLE_ONEDNN_OPTS=0` keeps Eigen's."""
     environ = os.environ if environ is None else environ
