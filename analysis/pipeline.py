@@ -114,7 +114,8 @@ def analyze(path: str | Path, step_name: str | None = None, processes: int | Non
 
 # A process pool pays for itself once a worker's trace takes a second or more to analyse (about 4 MB).
 POOL_MIN_TRACE_BYTES = 4 * 2**20
-# Peak memory of reading and analysing a trace, per byte of .xplane.pb (measured: ~13x).
+# Peak memory of reading and analysing a trace, per byte of .xplane.pb: measured 13x with the wide
+# events table, 6.5-8x with the narrow one (BENCHMARKS.md); kept high so a pool never swaps.
 MEMORY_PER_TRACE_BYTE = 16
 
 
