@@ -374,11 +374,11 @@ def _id_column(space: wire.DecodedSpace, rows: np.ndarray, of_event: np.ndarray,
 def _text_column(found: np.ndarray, of_event: np.ndarray, count: int):
     """A text stat as a categorical (a few distinct names over millions of events); as Python
     objects where the values are not all strings."""
-    if not all(isinstance(value, str) for value in dict.fromkeys(found.tolist())):
+    first_codes, distinct = pd.factorize(found, use_na_sentinel=False)  # a missing value is one too: not a string
+    if not all(isinstance(value, str) for value in distinct):
         values = np.full(count, pd.NA, dtype=object)
         values[of_event] = found
         return pd.Series(values, dtype=object, copy=False)
-    first_codes, distinct = pd.factorize(found)
     order = np.argsort(distinct.astype(object), kind="stable")  # sorted categories sort as the strings do
     rank = np.empty(order.size, dtype=np.int64)
     rank[order] = np.arange(order.size)

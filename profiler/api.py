@@ -192,16 +192,9 @@ class ProfileSession(Session):
     def _check_paths(self) -> None:
         cfg = self.config
         rundir.check_output_folder(Path(cfg.out))  # OutputError: a usage error, before anything is written
+        self._check_destinations()
         if cfg.cluster is not None:
-            from profiler import job
-
-            self.job_dir = Path(cfg.out) / cfg.run_name
             self.path = self.job_dir / cfg.cluster.name
-            rundir.check_new(self.path)
-            if cfg.cluster.is_chief:
-                job.check_free(self.job_dir, job.job_id_from_environment())
-        elif cfg.run_name is not None:
-            rundir.check_new(Path(cfg.out) / cfg.run_name)
         if cfg.profiler_port is not None:
             try:
                 tracing.check_port_free(cfg.profiler_port)
@@ -261,7 +254,7 @@ class ProfileSession(Session):
         self._boundary = now
         self._fetch_start = self._fetched = 0.0
         self._batch = None
-        marker = tracing.step_marker(self.global_step, steps or self._marker_steps)
+        marker = self.step_scope(self.global_step, steps or self._marker_steps)
         marker.__enter__()
         self._marker = marker
 

@@ -41,8 +41,6 @@ class Run(Session):
         from models import data as data_mod
         from profiler import devices
 
-        from profiler import job
-
         cfg = self.config
         cfg.validate()
         try:
@@ -50,13 +48,7 @@ class Run(Session):
         except rundir.OutputError as exc:
             raise UsageError(str(exc)) from None
         cluster = cfg.cluster
-        if cluster is not None:  # <out>/<run-name>/ is the job's; other workers may have made it already
-            self.job_dir = Path(cfg.out) / cfg.run_name
-            rundir.check_new(self.job_dir / cluster.name)
-            if cluster.is_chief:
-                job.check_free(self.job_dir, job.job_id_from_environment())
-        elif cfg.run_name is not None:
-            rundir.check_new(Path(cfg.out) / cfg.run_name)
+        self._check_destinations()
         if cfg.profiler_port is not None:
             try:
                 tracing.check_port_free(cfg.profiler_port)

@@ -80,6 +80,20 @@ class Session:
 
     # ------------------------------------------------------------ the run directory
 
+    def _check_destinations(self) -> None:
+        """Before anything is written: the run's folder (a worker's, inside its job's) is new, and
+        a job's folder holds no other job (RunExistsError)."""
+        cfg = self.config
+        if cfg.cluster is not None:  # <out>/<run-name>/ is the job's; other workers may have made it already
+            from profiler import job
+
+            self.job_dir = Path(cfg.out) / cfg.run_name
+            rundir.check_new(self.job_dir / cfg.cluster.name)
+            if cfg.cluster.is_chief:
+                job.check_free(self.job_dir, job.job_id_from_environment())
+        elif cfg.run_name is not None:
+            rundir.check_new(Path(cfg.out) / cfg.run_name)
+
     def _open(self, meta: dict) -> None:
         """Make the run directory (never an existing one), set space aside, write run.json."""
         rundir.create(self.path)
