@@ -6,7 +6,8 @@ images (`models.data.synthetic(N, 1000)`), batch 100, validating on 1,000 images
   seed       the seed's Keras program: compile(adam, sparse_categorical_crossentropy, accuracy),
              fit(x / 255., y, batch_size=100, epochs=E, validation_data=(x_test[:1000] / 255., ...));
              epoch time (with validation) from a Keras callback, as Keras reports it
-  devprof    models.training.Trainer under OneDeviceStrategy("/cpu:0"), float32; EpochResult.seconds
+  devprof    models.training.Trainer on the CPU as `devprof run --device cpu` sets it up
+             (profiler.devices.resolve), float32; EpochResult.seconds
   bf16       the same with precision="mixed_bfloat16"
 
 Each run is a fresh subprocess (no TensorFlow state leaks between configurations) and the
@@ -100,7 +101,10 @@ def worker_train(config: str, images: int, epochs: int) -> dict:
         from models.training import TrainConfig, Trainer
 
         precision = "mixed_bfloat16" if config == "bf16" else "float32"
-        trainer = Trainer(tf.distribute.OneDeviceStrategy("/cpu:0"), cnn.build_cnn, arrays,
+        from profiler import devices
+
+        strategy = devices.resolve("cpu").strategy  # as `devprof run --device cpu` sets the CPU up
+        trainer = Trainer(strategy, cnn.build_cnn, arrays,
                           TrainConfig(batch_size=BATCH, epochs=epochs, precision=precision, seed=0,
                                       validation_images=VALIDATION))
         results = trainer.fit()

@@ -116,6 +116,8 @@ class Trainer:
         self.hooks = hooks or LoopHooks()
         self.global_step = 0
         self._iterator = None
+        self._val_iterator = None
+        self._val_batches = None  # batches in one validation pass of a repeated set; None: not repeated
         keras.utils.set_random_seed(config.seed)
 
         with strategy.scope():
@@ -178,7 +180,12 @@ class Trainer:
             val_ds = data_mod.eval_dataset(arrays.x_test[:n_val], arrays.y_test[:n_val], config.batch_size)
             test_ds = data_mod.eval_dataset(arrays.x_test, arrays.y_test, config.batch_size)
             self.train_ds = strategy.experimental_distribute_dataset(train_ds, train_options)
-            self.val_ds = strategy.experimental_distribute_dataset(val_ds, options)
+            # Validation draws its batches from one iterator over the repeated set, as training does:
+            # a fresh iterator every epoch cost 0.5 to 1.3 s here (its predecessor's teardown waits
+            # on tf.data's threads) against 0.45 s for the whole pass. Workers of a multi-worker job
+            # keep a fresh pass each, since their shards need not hold the same number of batches.
+            self.val_ds = strategy.experimental_distribute_dataset(val_ds.repeat(), options)
+            self._val_batches = math.ceil(n_val / config.batch_size)
             self.test_ds = strategy.experimental_distribute_dataset(test_ds, options)
         self._build_functions()
 
@@ -187,6 +194,10 @@ class Trainer:
     def _build_functions(self):
         tf, strategy, model, optimizer = self.tf, self.strategy, self.model, self.optimizer
         global_batch = self.config.batch_size
+        apply_gradients = fused_adam(tf, optimizer) if self._one_replica() else None
+        if apply_gradients is None:
+            def apply_gradients(grads, variables):
+                optimizer.apply_gradients(zip(grads, variables))
 
         def replica_train(images, labels):
             with tf.GradientTape() as tape:
@@ -195,7 +206,7 @@ class Trainer:
                 loss = tf.reduce_sum(per_image) / global_batch
                 scaled = optimizer.scale_loss(loss) if hasattr(optimizer, "scale_loss") else loss
             grads = tape.gradient(scaled, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            apply_gradients(grads, model.trainable_variables)
             return _sums(tf, labels, probs, per_image, self.classification)
 
         def replica_eval(images, labels):
@@ -233,6 +244,10 @@ class Trainer:
         self._train_one = tf.function(train_one, reduce_retracing=True)
         self._eval_one = tf.function(eval_one, reduce_retracing=True)
 
+    def _one_replica(self) -> bool:
+        """One device: no gradient all-reduce for the optimizer to make."""
+        return isinstance(self.strategy, self.tf.distribute.OneDeviceStrategy)
+
     # ------------------------------------------------------------ loop
 
     def fit(self) -> list[EpochResult]:
@@ -242,7 +257,7 @@ class Trainer:
             for epoch in range(1, self.config.epochs + 1):
                 results.append(self.train_epoch(epoch))
         finally:
-            self._iterator = None
+            self._iterator = self._val_iterator = None
             self.hooks.on_train_end()
         return results
 
@@ -306,7 +321,7 @@ class Trainer:
         if pending is not None:
             pending.other_host_ms += (train_end - pending_end) * 1e3
             hooks.on_step_record(pending)
-        val_loss, val_accuracy = self.evaluate(self.val_ds)
+        val_loss, val_accuracy = self.validate()
         seconds = time.perf_counter() - epoch_start
         train_seconds = train_end - epoch_start
         result = EpochResult(
@@ -330,16 +345,70 @@ class Trainer:
             self._iterator = iter(self.train_ds)
         return self._iterator
 
+    def validate(self) -> tuple[float, float]:
+        """Loss and accuracy over the validation images, as `fit` reports them each epoch."""
+        if self._val_batches is None:
+            return self.evaluate(self.val_ds)
+        if self._val_iterator is None:
+            self._val_iterator = iter(self.val_ds)
+        return self._evaluate_batches(next(self._val_iterator) for _ in range(self._val_batches))
+
     def evaluate(self, dataset=None) -> tuple[float, float]:
-        loss_sum = correct = count = 0.0
+        """Loss and accuracy over one pass of `dataset` (default: the test set)."""
         dataset = dataset if dataset is not None else self.test_ds
         if dataset is None:  # the user's own data: no validation or test set
             return math.nan, math.nan
-        for batch in dataset:
+        return self._evaluate_batches(dataset)
+
+    def _evaluate_batches(self, batches) -> tuple[float, float]:
+        loss_sum = correct = count = 0.0
+        for batch in batches:
             step_loss, step_correct, step_count = (float(v) for v in self._eval_one(batch))
             loss_sum, correct, count = loss_sum + step_loss, correct + step_correct, count + step_count
         accuracy = correct / max(count, 1) if self.classification else math.nan
         return loss_sum / max(count, 1), accuracy
+
+
+def fused_adam(tf, optimizer):
+    """`apply(grads, variables)`: Keras's Adam update made by one `ResourceApplyAdam` kernel per
+    variable, or None where that would not be the same update (another optimizer, AMSGrad, weight
+    decay, clipping, EMA, loss scaling, gradient accumulation, a Keras without these internals).
+
+    Both compute m += (g - m)(1 - beta1), v += (g^2 - v)(1 - beta2) and
+    var -= lr sqrt(1 - beta2^t) / (1 - beta1^t) m / (sqrt(v) + epsilon); the fused kernel reads
+    each variable once instead of through about ten element-wise ops, which took 3.0-3.3 ms of a
+    160 ms step of the seed CNN on a 2-core CPU against 1.5 ms fused.
+    """
+    import keras
+
+    plain = (type(optimizer) is keras.optimizers.Adam and not optimizer.amsgrad
+             and not optimizer.weight_decay and not optimizer.use_ema
+             and optimizer.clipnorm is None and optimizer.clipvalue is None and optimizer.global_clipnorm is None
+             and getattr(optimizer, "loss_scale_factor", None) is None
+             and getattr(optimizer, "gradient_accumulation_steps", None) is None
+             and all(hasattr(optimizer, name) for name in ("_momentums", "_velocities", "_get_variable_index")))
+    if not plain:
+        return None
+
+    def apply(grads, variables):
+        step = tf.cast(optimizer.iterations + 1, tf.float32)
+        beta1, beta2 = tf.constant(optimizer.beta_1, tf.float32), tf.constant(optimizer.beta_2, tf.float32)
+        learning_rate = tf.cast(optimizer.learning_rate, tf.float32)
+        epsilon = tf.constant(optimizer.epsilon, tf.float32)
+        for grad, variable in zip(grads, variables):
+            if grad is None:
+                continue
+            index = optimizer._get_variable_index(variable)
+            dtype = variable.dtype
+            tf.raw_ops.ResourceApplyAdam(
+                var=variable.value.handle, m=optimizer._momentums[index].value.handle,
+                v=optimizer._velocities[index].value.handle,
+                beta1_power=tf.cast(tf.pow(beta1, step), dtype), beta2_power=tf.cast(tf.pow(beta2, step), dtype),
+                lr=tf.cast(learning_rate, dtype), beta1=tf.cast(beta1, dtype), beta2=tf.cast(beta2, dtype),
+                epsilon=tf.cast(epsilon, dtype), grad=tf.cast(grad, dtype))
+        optimizer.iterations.assign_add(1)
+
+    return apply
 
 
 def _sums(tf, labels, probs, per_image_loss, classification: bool = True):

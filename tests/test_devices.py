@@ -59,6 +59,10 @@ class FakeBackend:
     def hide_gpus(self):
         self.calls.append(("hide_gpus",))
 
+    def set_inter_op_threads(self, threads):
+        self.calls.append(("set_inter_op_threads", threads))
+        return True
+
     def enable_memory_growth(self, gpus):
         self.calls.append(("enable_memory_growth", [g.name for g in gpus]))
 
@@ -122,6 +126,29 @@ def test_cpu_hides_gpus_and_pins_the_cpu():
     assert "enable_memory_growth" not in backend.names() and "tpu_strategy" not in backend.names()
     assert resolved.info["cores"] >= 1 and resolved.info["name"]
     assert resolved.info["strategy"] == "OneDeviceStrategy"
+
+
+def test_cpu_runs_one_op_at_a_time_per_socket_unless_the_user_chose(monkeypatch):
+    monkeypatch.delenv(devices.INTEROP_VAR, raising=False)
+    backend = FakeBackend()
+    resolved = resolve("cpu", backend=backend)
+    sockets = devices.cpu_sockets()
+    assert ("set_inter_op_threads", sockets) in backend.calls
+    assert backend.names().index("set_inter_op_threads") < backend.names().index("one_device_strategy")
+    assert resolved.info["inter_op_threads"] == sockets
+
+    monkeypatch.setenv(devices.INTEROP_VAR, "4")  # the user's choice, which TensorFlow reads itself
+    backend = FakeBackend()
+    resolved = resolve("cpu", backend=backend)
+    assert "set_inter_op_threads" not in backend.names() and "inter_op_threads" not in resolved.info
+    assert devices.cpu_inter_op_threads({}, sockets=2) == 2
+
+
+def test_gpu_runs_keep_tensorflows_inter_op_threads(monkeypatch):
+    monkeypatch.delenv(devices.INTEROP_VAR, raising=False)
+    backend = FakeBackend(gpus=1)
+    resolve("auto", backend=backend)
+    assert "set_inter_op_threads" not in backend.names()
 
 
 def test_gpu_uses_the_first_gpu_with_memory_growth(nvml):

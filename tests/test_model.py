@@ -138,3 +138,72 @@ def test_synthetic_data_is_learned_over_epochs_but_not_solved():
     assert second.accuracy < 0.95, second
     assert second.val_accuracy >= first.val_accuracy - 0.02, (first.val_accuracy, second.val_accuracy)
     assert second.val_loss < 2.2  # it learned: chance is ln(10) = 2.30
+
+
+def test_validation_covers_the_validation_images_once_every_epoch():
+    """Validation reads one iterator over the repeated validation set (a fresh iterator each epoch
+    costs more than the pass): each pass must still be exactly the validation images, partial
+    last batch included, so it agrees with a one-off pass over them."""
+    import tensorflow as tf
+
+    from models import data
+    from models.training import TrainConfig, Trainer
+
+    arrays = data.synthetic(200, 300, seed=1)
+    trainer = Trainer(tf.distribute.OneDeviceStrategy("/cpu:0"), cnn.build_cnn, arrays,
+                      TrainConfig(batch_size=100, epochs=1, seed=0, validation_images=250))
+    once = data.eval_dataset(arrays.x_test[:250], arrays.y_test[:250], 100)
+    expected = trainer.evaluate(once)
+    shifted = trainer.evaluate(data.eval_dataset(arrays.x_test[50:300], arrays.y_test[50:300], 100))
+    assert shifted != pytest.approx(expected)  # other images give other figures: the check can fail
+    for _ in range(3):  # the repeated iterator's passes stay aligned on the 250 images
+        assert trainer.validate() == pytest.approx(expected, rel=1e-6)
+
+
+def test_fused_adam_makes_the_same_update_as_keras_adam():
+    """The training step's one-kernel Adam against Keras's own, on the seed CNN's variables over
+    three steps of the same gradients: equal weights and moments. A wrong formula (epsilon inside
+    the square root, no bias correction) would differ from the first step."""
+    import keras
+    import tensorflow as tf
+
+    from models.training import fused_adam
+
+    def state(seed):
+        keras.utils.set_random_seed(seed)
+        model = cnn.build_cnn("float32")
+        optimizer = keras.optimizers.Adam(1e-3)
+        optimizer.build(model.trainable_variables)
+        return model, optimizer
+
+    reference, keras_adam = state(3)
+    fused_model, fused_optimizer = state(3)
+    apply = fused_adam(tf, fused_optimizer)
+    assert apply is not None
+    fused_step = tf.function(lambda grads: apply(grads, fused_model.trainable_variables))  # as in the train step
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        grads = [tf.constant(rng.normal(size=v.shape).astype(np.float32)) for v in reference.trainable_variables]
+        keras_adam.apply_gradients(zip(grads, reference.trainable_variables))
+        fused_step(grads)
+    assert int(fused_optimizer.iterations.numpy()) == int(keras_adam.iterations.numpy()) == 3
+    pairs = list(zip(reference.trainable_variables, fused_model.trainable_variables))
+    pairs += list(zip(keras_adam._momentums + keras_adam._velocities,
+                      fused_optimizer._momentums + fused_optimizer._velocities))
+    for expected, got in pairs:
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-5, atol=1e-7)
+    moved = max(float(np.max(np.abs(a.numpy() - b.numpy()))) for a, b in
+                zip(state(3)[0].trainable_variables, fused_model.trainable_variables))
+    assert moved > 1e-3  # three steps at lr 1e-3 moved the weights: the comparison is not of untouched ones
+
+
+def test_fused_adam_declines_what_it_would_not_reproduce():
+    import keras
+    import tensorflow as tf
+
+    from models.training import fused_adam
+
+    assert fused_adam(tf, keras.optimizers.Adam(amsgrad=True)) is None
+    assert fused_adam(tf, keras.optimizers.Adam(clipnorm=1.0)) is None
+    assert fused_adam(tf, keras.optimizers.AdamW()) is None
+    assert fused_adam(tf, keras.optimizers.SGD()) is None

@@ -193,10 +193,10 @@ def test_steps_per_execution_records_one_row_per_call(tmp_path):
 def test_crash_leaves_failed_run_with_completed_steps(tmp_path, monkeypatch, capsys):
     from models.training import Trainer
 
-    def broken_evaluate(self, dataset=None):
+    def broken_evaluation(self, batches):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(Trainer, "evaluate", broken_evaluate)
+    monkeypatch.setattr(Trainer, "_evaluate_batches", broken_evaluation)
     rc, path = run_devprof(tmp_path, "--epochs", "1", "--limit-images", "500", "--no-profile", "--no-sample")
     assert rc == 1
     err = capsys.readouterr().err.strip().splitlines()
