@@ -1,14 +1,16 @@
-"""The device's achievable matmul rate and memory bandwidth, measured with TensorFlow (`devprof peak`).
+"""The device's achievable FLOP rate and memory bandwidth, measured with TensorFlow (`devprof peak`).
 
 The peak is what *this* TensorFlow build reaches on *this* device, not the datasheet
 number, and it must be a rate no real program beats, or every MFU figure is inflated:
 square matmuls (FLOP = 2 n^3 each) chained inside one `tf.function` on all of
 TensorFlow's threads, at growing sizes until the next size adds less than 3 % (or one
 matmul would take longer than `max_op_s`). At each size: a warm-up call, then as many
-chained matmuls as take `min_time_s`, timed `repeats` times; the peak is the best rate
-over every size and repeat. The same for bfloat16 and float16 where the device runs
-them, and a large elementwise update (bytes read + written per second). docs/peak.md
-says how and why.
+chained matmuls as take `min_time_s`, timed `repeats` times; the best rate over every
+size and repeat. The same search over 3x3 convolutions of growing channel counts, since
+a library's convolution kernels can outrun its matmul (oneDNN's on an AVX2 EPYC: 216
+against 186 GFLOP/s); the peak is the better of the two. The same for bfloat16 and
+float16 where the device runs them, and a large elementwise update (bytes read + written
+per second). docs/peak.md says how and why.
 
 Results are cached per device in `~/.cache/devprof/peak-<device-id>.json`
 (`DEVPROF_CACHE_DIR` overrides the folder): the device id is the CPU model or GPU name.
@@ -34,6 +36,11 @@ DEFAULT_DTYPES = {"cpu": ("float32", "bfloat16"), "gpu": ("float32", "bfloat16",
 # Where the rate stops growing ends the search; these are only the candidates.
 DEFAULT_SIZES = {"cpu": (512, 1024, 2048, 4096, 8192), "gpu": (1024, 2048, 4096, 8192, 16384)}
 BANDWIDTH_BYTES = {"cpu": 512 * 2**20, "gpu": 512 * 2**20}  # well past any last-level cache
+# The convolution probe: a batch of CONV_BATCH images of CONV_HW x CONV_HW, 3x3, stride 1, as many
+# output as input channels; the channel count grows like a matmul's size.
+CONV_CHANNELS = {"cpu": (64, 128, 256, 512), "gpu": (128, 256, 512, 1024)}
+CONV_BATCH = 32
+CONV_HW = 16
 GROWTH = 0.03  # a size that adds less than this over the best so far ends the search
 MIN_TIME_S = 0.2  # one timed call: long enough that dispatch and timer noise are under 1 %
 MAX_OP_S = 4.0  # a size whose one matmul would take longer is not tried
@@ -42,7 +49,8 @@ MIN_REPEATS = 3  # a size's timed calls stop at 3 once they have taken SIZE_BUDG
 SIZE_BUDGET_S = 4.0
 # 2: sizes grow until the rate stops growing (format 1 stopped at the first slow size and
 # could sit below what training reached), so older cached peaks are measured again.
-PEAK_FORMAT_VERSION = 3  # 3: measured with oneDNN's kernels where devprof run trains with them (`cpu_kernels`)
+# 3: measured with oneDNN's kernels where devprof run trains with them (`cpu_kernels`).
+PEAK_FORMAT_VERSION = 4  # 4: convolutions too (`peak_flops_per_second`: the better of matmul and conv)
 
 Runner = Callable[[int], None]  # run(iters): do `iters` chained operations and wait for the result
 
@@ -50,6 +58,11 @@ Runner = Callable[[int], None]  # run(iters): do `iters` chained operations and 
 def matmul_flops(n: int, iters: int = 1) -> int:
     """FLOPs of `iters` square n x n matmuls: 2 n^3 each (one multiply and one add per term)."""
     return 2 * n**3 * iters
+
+
+def conv_flops(channels: int, iters: int = 1) -> int:
+    """FLOPs of `iters` convolutions of the probe's shape: 2 per multiply-add of a direct 3x3 convolution."""
+    return 2 * CONV_BATCH * CONV_HW * CONV_HW * 9 * channels * channels * iters
 
 
 def copy_bytes(nbytes: int, iters: int = 1) -> int:
@@ -159,6 +172,39 @@ def tf_matmul_runner(device: str, dtype: str) -> Callable[[int], Runner]:
     return make
 
 
+def tf_conv_runner(device: str, dtype: str) -> Callable[[int], Runner]:
+    """`make(channels)` -> `run(iters)`: `iters` chained 3x3 convolutions (NHWC, stride 1, same padding).
+
+    The filter is the identity at its centre tap (zeros elsewhere), so values stay bounded; a dense
+    convolution kernel multiplies the zeros all the same."""
+    import numpy as np
+    import tensorflow as tf
+
+    tf_dtype = tf.as_dtype(dtype)
+
+    def make(channels: int) -> Runner:
+        kernel = np.zeros((3, 3, channels, channels), np.float32)
+        kernel[1, 1] = np.eye(channels, dtype=np.float32)
+        with tf.device(_tf_device(device)):
+            x0 = tf.cast(tf.random.stateless_uniform((CONV_BATCH, CONV_HW, CONV_HW, channels), seed=(1, 2)), tf_dtype)
+            w = tf.cast(tf.constant(kernel), tf_dtype)
+
+        @tf.function
+        def chain(iters):
+            x = x0
+            for _ in tf.range(iters):
+                x = tf.nn.conv2d(x, w, strides=1, padding="SAME")
+            return x[0, 0, 0, 0]
+
+        def run(iters: int) -> None:
+            with tf.device(_tf_device(device)):
+                chain(tf.constant(iters)).numpy()
+
+        return run
+
+    return make
+
+
 def tf_copy_runner(device: str) -> Callable[[int], Runner]:
     """`make(nbytes)` -> `run(iters)`: `iters` in-place `v += ones` over float32 tensors of `nbytes`.
 
@@ -221,21 +267,25 @@ class PeakError(Exception):
 def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_bytes: int | None = None,
                  matmul_runner: Callable[[str, str], Callable[[int], Runner]] | None = None,
                  copy_runner: Callable[[str], Callable[[int], Runner]] | None = None,
+                 conv_runner: Callable[[str, str], Callable[[int], Runner]] | None = None, conv_channels=None,
                  clock: Callable[[], float] = time.perf_counter, repeats: int = REPEATS,
                  min_time_s: float = MIN_TIME_S, max_op_s: float = MAX_OP_S, growth: float = GROWTH,
                  name: str | None = None) -> dict:
-    """Measure matmul FLOP/s per dtype and memory bandwidth on `device` (``cpu|gpu``).
+    """Measure matmul and convolution FLOP/s per dtype, and memory bandwidth, on `device` (``cpu|gpu``).
 
     A dtype the device cannot run is recorded under `unsupported` with the reason, not
-    raised. `matmul_runner(device, dtype)` and `copy_runner(device)` default to the
-    TensorFlow ones; with `clock` they let tests check the accounting without timing.
+    raised; a convolution that fails leaves the peak to the matmul (`conv.<dtype>.error`).
+    `matmul_runner(device, dtype)`, `conv_runner(device, dtype)` and `copy_runner(device)`
+    default to the TensorFlow ones; with `clock` they let tests check the accounting without timing.
     """
     if device not in DEFAULT_DTYPES:
         raise PeakError(f"peak measures cpu or gpu, not {device!r}")
     dtypes = tuple(dtypes or DEFAULT_DTYPES[device])
     sizes = tuple(sizes or DEFAULT_SIZES[device])
     matmul_runner = matmul_runner or tf_matmul_runner
+    conv_runner = conv_runner or tf_conv_runner
     copy_runner = copy_runner or tf_copy_runner
+    conv_channels = tuple(conv_channels or CONV_CHANNELS[device])
     began = time.perf_counter()
     timing = {"repeats": repeats, "min_time_s": min_time_s, "max_op_s": max_op_s, "clock": clock}
     flops, matmul, unsupported = {}, {}, {}
@@ -255,22 +305,43 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
                          "measure_seconds": time.perf_counter() - dtype_began}
     if "float32" in dtypes and "float32" not in flops:
         raise PeakError(f"float32 matmul failed on {device}: {unsupported.get('float32')}")
+    conv_rates, conv = {}, {}
+    for dtype in flops:
+        dtype_began = time.perf_counter()
+        try:
+            result = measure_rate(conv_runner(device, dtype), conv_channels, conv_flops, growth=growth, **timing)
+        except Exception as exc:  # noqa: BLE001 - the matmul still bounds the peak from below
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            conv[dtype] = {"error": f"{type(exc).__name__}: {first[:200]}"}
+            continue
+        conv_rates[dtype] = result["per_second"]
+        conv[dtype] = {"channels": result["size"], "iters": result["iters"], "seconds": result["seconds"],
+                       "stopped": result["stopped"], "sizes": result["sizes"],
+                       "measure_seconds": time.perf_counter() - dtype_began}
+    best = {dtype: max(rate, conv_rates.get(dtype, 0.0)) for dtype, rate in flops.items()}
     nbytes = int(bandwidth_bytes or BANDWIDTH_BYTES[device])
     bandwidth = measure_rate(copy_runner(device), (nbytes,), copy_bytes, **timing)
     return {
         "format": PEAK_FORMAT_VERSION,
         "device": device,
         "device_name": name if name is not None else device_name(device),
+        "peak_flops_per_second": best,
+        "peak_source": {dtype: "conv" if conv_rates.get(dtype, 0.0) > flops[dtype] else "matmul" for dtype in flops},
         "matmul_flops_per_second": flops,
+        "conv_flops_per_second": conv_rates,
         "memory_bytes_per_second": bandwidth["per_second"],
         "matmul": matmul,
+        "conv": conv,
+        "conv_shape": {"batch": CONV_BATCH, "height": CONV_HW, "width": CONV_HW, "kernel": [3, 3]},
         "memory": {"bytes": nbytes, "iters": bandwidth["iters"], "seconds": bandwidth["seconds"]},
         "unsupported": unsupported,
         "threads": _threads(),
         "cpu_kernels": _cpu_kernels(device),
         "method": f"chained square matmuls in one tf.function on all threads, FLOP = 2 n^3; sizes grow until the "
                   f"next adds < {growth:.0%}; per size a warm-up, then best of {repeats} calls of >= {min_time_s} s; "
-                  f"the peak is the best over sizes and repeats; bandwidth = float32 v += ones in place, bytes read + written",
+                  f"the same for chained 3x3 convolutions of growing channel counts (FLOP = 2 per multiply-add); "
+                  f"the peak is the best over both, sizes and repeats; bandwidth = float32 v += ones in place, "
+                  f"bytes read + written",
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "measure_seconds": time.perf_counter() - began,
         "tensorflow": _tf_version(),
@@ -325,7 +396,7 @@ def cached_peak(device_name: str, measure_fn: Callable[[], dict], *, refresh: bo
     if not refresh and path.is_file():
         try:
             cached = json.loads(path.read_text())
-            if cached.get("format") == PEAK_FORMAT_VERSION and cached.get("matmul_flops_per_second"):
+            if cached.get("format") == PEAK_FORMAT_VERSION and cached.get("peak_flops_per_second"):
                 return {**cached, "cache": str(path), "cached": True}
         except (OSError, ValueError, AttributeError):
             pass

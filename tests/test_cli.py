@@ -67,6 +67,7 @@ def _cached_peak(tmp_path, monkeypatch):
     name = devices.cpu_model()
     peak.cache_path(name).write_text(json.dumps({
         "format": peak.PEAK_FORMAT_VERSION, "device": "cpu", "device_name": name,
+        "peak_flops_per_second": {"float32": 2.5e11},
         "matmul_flops_per_second": {"float32": 2.5e11}, "memory_bytes_per_second": 1e10}))
 
 

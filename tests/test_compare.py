@@ -178,6 +178,11 @@ def test_mfu_is_achieved_over_measured_peak_of_the_runs_precision(tmp_path):
     none = compare.run_row(compare.read_run(make_run(tmp_path, "nopeak", flops_per_image=1e6)))
     assert math.isnan(none["mfu_pct"])
     assert "28 % of the device's measured float32 peak" in compare.advice(f32, "compute")
+    # A peak of format 4 names its best rate (a convolution may beat the matmul): that is the one used.
+    newer = {"peak_flops_per_second": {"float32": 1e10}, **peak}
+    row = compare.run_row(compare.read_run(make_run(tmp_path, "f32new", epoch_seconds=(1.0, 0.5),
+                                                    flops_per_image=1e6, peak=newer)))
+    assert row["peak_flops_per_second"] == 1e10 and row["mfu_pct"] == pytest.approx(100 / 0.45 / 10)
 
 
 def test_different_batch_sizes_and_image_counts_are_flagged(tmp_path, capsys):

@@ -13,10 +13,12 @@ from profiler import cli, peak
 class FakeDevice:
     """A clock and runners where one n x n matmul takes n^3 ns (2 GFLOP/s) and moving a byte 0.1 ns (20 GB/s)."""
 
-    def __init__(self, fail_dtypes=()):
+    def __init__(self, fail_dtypes=(), conv_rate=3e9, conv_fail_dtypes=()):
         self.now = 0.0
         self.calls = []
         self.fail_dtypes = fail_dtypes
+        self.conv_rate = conv_rate
+        self.conv_fail_dtypes = conv_fail_dtypes
 
     def clock(self):
         return self.now
@@ -29,6 +31,20 @@ class FakeDevice:
             def run(iters):
                 self.calls.append(("matmul", dtype, n, iters))
                 self.now += iters * n**3 * 1e-9
+
+            return run
+
+        return make
+
+    def conv_runner(self, device, dtype):
+        """A convolution of c channels takes conv_flops(c) / conv_rate seconds (default 3 GFLOP/s: above the matmul)."""
+        if dtype in self.conv_fail_dtypes:
+            raise RuntimeError(f"no {dtype} Conv2D kernel on {device}")
+
+        def make(channels):
+            def run(iters):
+                self.calls.append(("conv", dtype, channels, iters))
+                self.now += iters * peak.conv_flops(channels) / self.conv_rate
 
             return run
 
@@ -148,13 +164,20 @@ def test_reported_peak_is_the_best_over_sizes_and_repeats():
 
 
 def test_measure_peak_with_stubbed_runners_records_rates_and_unsupported_dtypes():
-    fake = FakeDevice(fail_dtypes=("float16",))
+    fake = FakeDevice(fail_dtypes=("float16",), conv_fail_dtypes=("bfloat16",))
     result = peak.measure_peak("gpu", ("float32", "bfloat16", "float16"), sizes=(128, 256), bandwidth_bytes=2**20,
-                               matmul_runner=fake.matmul_runner, copy_runner=fake.copy_runner, clock=fake.clock,
+                               matmul_runner=fake.matmul_runner, copy_runner=fake.copy_runner,
+                               conv_runner=fake.conv_runner, conv_channels=(16, 32), clock=fake.clock,
                                name="Fake GPU")
     assert result["device"] == "gpu" and result["device_name"] == "Fake GPU"
     assert result["matmul_flops_per_second"] == {"float32": pytest.approx(2e9), "bfloat16": pytest.approx(2e9)}
     assert result["unsupported"] == {"float16": "TypeError: no float16 MatMul kernel on gpu"}
+    # The convolutions outrun the matmul in float32, so they set its peak; bfloat16's failed, so its matmul does.
+    assert result["conv_flops_per_second"] == {"float32": pytest.approx(3e9)}
+    assert result["peak_flops_per_second"] == {"float32": pytest.approx(3e9), "bfloat16": pytest.approx(2e9)}
+    assert result["peak_source"] == {"float32": "conv", "bfloat16": "matmul"}
+    assert result["conv"]["bfloat16"] == {"error": "RuntimeError: no bfloat16 Conv2D kernel on gpu"}
+    assert result["conv"]["float32"]["stopped"] == "growth" and "float16" not in result["conv"]  # 32 added nothing
     assert result["memory_bytes_per_second"] == pytest.approx(2e10)
     assert result["memory"]["bytes"] == 2**20
 
@@ -165,33 +188,61 @@ def test_measure_peak_rejects_other_devices_and_failing_float32():
     fake = FakeDevice(fail_dtypes=("float32",))
     with pytest.raises(peak.PeakError, match="float32"):
         peak.measure_peak("cpu", ("float32",), matmul_runner=fake.matmul_runner, copy_runner=fake.copy_runner,
-                          clock=fake.clock, name="x")
+                          conv_runner=fake.conv_runner, clock=fake.clock, name="x")
+
+
+def test_a_slower_convolution_leaves_the_peak_to_the_matmul():
+    fake = FakeDevice(conv_rate=1e9)
+    result = peak.measure_peak("cpu", ("float32",), sizes=(128, 256), bandwidth_bytes=2**20,
+                               matmul_runner=fake.matmul_runner, copy_runner=fake.copy_runner,
+                               conv_runner=fake.conv_runner, conv_channels=(16, 32), clock=fake.clock, name="x")
+    assert result["peak_flops_per_second"]["float32"] == pytest.approx(2e9)
+    assert result["conv_flops_per_second"]["float32"] == pytest.approx(1e9)
+    assert result["peak_source"]["float32"] == "matmul"
+
+
+def test_conv_flops_count_a_direct_3x3_convolution():
+    assert peak.conv_flops(64) == 2 * peak.CONV_BATCH * peak.CONV_HW**2 * 9 * 64 * 64
+    assert peak.conv_flops(64, iters=3) == 3 * peak.conv_flops(64)
 
 
 @pytest.mark.slow
-def test_real_float32_peak_is_at_least_one_big_matmul():
+def test_real_float32_peak_is_at_least_one_big_matmul_or_convolution():
+    """A real program's rate on this CPU, a 4096 matmul and a CNN's convolution (another shape than
+    the probe's), against the peak: neither may beat it."""
     import tensorflow as tf
 
     n = 4096
     a = tf.random.uniform((n, n), seed=1)
     b = tf.random.uniform((n, n), seed=2)
+    images = tf.random.uniform((100, 8, 8, 256), seed=3)
+    kernel = tf.random.uniform((3, 3, 256, 256), seed=4)
+    conv = tf.function(lambda x, w: tf.nn.conv2d(x, w, strides=1, padding="SAME"))
     tf.linalg.matmul(a, b).numpy()  # warm-up
-    single = []
+    conv(images, kernel).numpy()
+    single, convolutions = [], []
     for _ in range(3):
         began = time.perf_counter()
         tf.linalg.matmul(a, b).numpy()
         single.append(peak.matmul_flops(n) / (time.perf_counter() - began))
+        began = time.perf_counter()
+        for _ in range(5):
+            out = conv(images, kernel)
+        out.numpy()
+        convolutions.append(5 * 2 * 100 * 8 * 8 * 9 * 256 * 256 / (time.perf_counter() - began))
     result = peak.measure_peak("cpu", ("float32",), bandwidth_bytes=8 * 2**20)
     measured = result["matmul"]["float32"]
     assert result["matmul_flops_per_second"]["float32"] >= max(single), (max(single), measured)
+    assert result["peak_flops_per_second"]["float32"] >= max(convolutions), (max(convolutions), result["conv"])
     assert measured["stopped"] in ("growth", "time", "sizes") and len(measured["sizes"]) >= 2
     assert result["threads"]["cores"] >= 1
 
 
 @pytest.mark.slow
 def test_real_cpu_measurement_is_positive():
-    result = peak.measure_peak("cpu", ("float32",), sizes=(128, 256), bandwidth_bytes=8 * 2**20, repeats=2)
-    assert result["matmul_flops_per_second"]["float32"] > 0
+    result = peak.measure_peak("cpu", ("float32",), sizes=(128, 256), conv_channels=(16, 32),
+                               bandwidth_bytes=8 * 2**20, repeats=2)
+    assert result["matmul_flops_per_second"]["float32"] > 0 and result["conv_flops_per_second"]["float32"] > 0
     assert result["memory_bytes_per_second"] > 0
     assert result["device_name"]
     json.dumps(result)  # JSON-ready for run.json and the cache
@@ -209,6 +260,7 @@ def test_device_id_and_cache_path(tmp_path, monkeypatch):
 
 def _fake_result(name="Fake CPU", flops=1e11):
     return {"format": peak.PEAK_FORMAT_VERSION, "device": "cpu", "device_name": name,
+            "peak_flops_per_second": {"float32": flops},
             "matmul_flops_per_second": {"float32": flops}, "memory_bytes_per_second": 1e10}
 
 

@@ -58,7 +58,8 @@ def peak_flops(peak: dict | None, precision: str | None) -> tuple[float, str | N
     if not peak:
         return float("nan"), None
     dtype = peak_dtype(precision)
-    value = (peak.get("matmul_flops_per_second") or {}).get(dtype)
+    # A peak of format 3 or older (run.json of earlier runs) has only the matmul's rate.
+    value = (peak.get("peak_flops_per_second") or peak.get("matmul_flops_per_second") or {}).get(dtype)
     return (float(value), dtype) if value else (float("nan"), dtype)
 
 

@@ -29,26 +29,35 @@ def _si(value: float, unit: str) -> str:
     return f"{value:.0f} {unit}"
 
 
-STOPPED = {"growth": "the next size added < 3 %", "time": "a larger matmul would take too long",
+STOPPED = {"growth": "the next size added < 3 %", "time": "a larger one would take too long",
            "sizes": "the largest size tried"}
 
 
-def _search(detail: dict) -> str:
+def _search(detail: dict, what: str = "sizes") -> str:
     """'; sizes 512-4096, stopped: ...' where the measurement says how its sizes went."""
     sizes = [row.get("size") for row in detail.get("sizes") or []]
     if not sizes or detail.get("stopped") not in STOPPED:
         return ""
-    return f"; sizes {sizes[0]}–{sizes[-1]}, stopped: {STOPPED[detail['stopped']]}"
+    return f"; {what} {sizes[0]}–{sizes[-1]}, stopped: {STOPPED[detail['stopped']]}"
 
 
 def render_text(peak: dict) -> str:
     lines = [f"{peak['device']}: {peak['device_name']}" + (" (cached)" if peak.get("cached") else "")]
+    for dtype, rate in (peak.get("peak_flops_per_second") or {}).items():
+        source = (peak.get("peak_source") or {}).get(dtype, "matmul")
+        lines.append(f"  peak {dtype}: {_si(rate, 'FLOP/s')} (from the {'convolutions' if source == 'conv' else 'matmuls'})")
     for dtype, rate in peak["matmul_flops_per_second"].items():
         detail = peak.get("matmul", {}).get(dtype, {})
         n = detail.get("n")
-        lines.append(f"  matmul {dtype}: {_si(rate, 'FLOP/s')}" + (f" (n={n}{_search(detail)})" if n else ""))
+        lines.append(f"    matmul {dtype}: {_si(rate, 'FLOP/s')}" + (f" (n={n}{_search(detail)})" if n else ""))
+        conv = (peak.get("conv") or {}).get(dtype) or {}
+        if conv.get("error"):
+            lines.append(f"    conv {dtype}: not measured ({conv['error']})")
+        elif conv.get("channels"):
+            lines.append(f"    conv {dtype}: {_si(peak['conv_flops_per_second'][dtype], 'FLOP/s')} "
+                         f"(3x3, {conv['channels']} channels{_search(conv, 'channels')})")
     for dtype, reason in peak.get("unsupported", {}).items():
-        lines.append(f"  matmul {dtype}: not measured ({reason})")
+        lines.append(f"  {dtype}: not measured ({reason})")
     lines.append(f"  memory bandwidth: {_si(peak['memory_bytes_per_second'], 'B/s')}")
     if peak.get("measure_seconds") is not None:
         when = f" at {peak['measured_at']}" if peak.get("measured_at") else ""
