@@ -13,12 +13,13 @@ DEFAULT_WARMUP_STEPS = 5
 DEFAULT_WINDOW_STEPS = 10
 VIEWER_EVENT_LIMIT = 1_000_000  # XProf's trace viewer shows at most this many events per device
 # Events one traced training step of the seed CNN (batch 100) adds, per tracer. Measured with
-# TF 2.21 on 2-core CPUs: host tracer (level 2) 1,000-2,600 per step, by CPU (in-process windows
-# of 5-10 steps and a 2 s remote capture), not counting the thread-pool regions some builds add
-# (`threadpool_events`); Python tracer about 2,050 more per step (remote capture,
-# python_tracer_level=1; includes the synthetic data generator's Python). Device (GPU/TPU): not
-# measured here (no accelerator); a guess. Event counts grow with the model's op count, not batch.
-EVENTS_PER_STEP = {"host": 1_600, "python": 2_000, "device": 1_500}
+# TF 2.21 on 2-core CPUs: host tracer (level 2) about 500 per step on one device, where Adam is
+# one fused op per variable (1,000-2,600 with Keras's ~430 Adam ops, as several replicas still
+# run), not counting the thread-pool regions some builds add (`threadpool_events`); Python tracer
+# about 2,050 more per step (remote capture, python_tracer_level=1; includes the synthetic data
+# generator's Python). Device (GPU/TPU): not measured here (no accelerator); a guess. Event
+# counts grow with the model's op count, not batch.
+EVENTS_PER_STEP = {"host": 700, "python": 2_000, "device": 1_500}
 
 
 @dataclass

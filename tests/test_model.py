@@ -136,7 +136,9 @@ def test_synthetic_data_is_learned_over_epochs_but_not_solved():
     first, second = hooks.epochs
     assert 0.2 < second.val_accuracy < 0.95, (first, second)
     assert second.accuracy < 0.95, second
-    assert second.val_accuracy >= first.val_accuracy - 0.02, (first.val_accuracy, second.val_accuracy)
+    # Training accuracy climbs from epoch to epoch; validation's may dip at its plateau (about 0.8, where
+    # the random labels cap it), and did by 0.024 under a change that only reordered float rounding.
+    assert second.accuracy > first.accuracy + 0.05, (first.accuracy, second.accuracy)
     assert second.val_loss < 2.2  # it learned: chance is ln(10) = 2.30
 
 
