@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -266,8 +267,14 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-@pytest.mark.slow
-def test_profile_in_a_multi_worker_job_writes_the_job_and_analyze_names_the_straggler(tmp_path, capsys):
+# Worker 1's injected host time per step: well above what a CPU hog beside the job makes of the
+# steps' own noise (the straggler rule wants 3 times that; 40 ms fell short 3 times in 10 under a hog).
+HOST_SPIN_MS = 100.0
+PROFILER_CRASH = "Profiler session collecting data."
+
+
+def run_two_workers(tmp_path, attempt: int):
+    """Both workers of the job to completion: (addresses, [(process, stderr)])."""
     script = tmp_path / "worker.py"
     script.write_text(WORKER_SCRIPT)
     addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
@@ -276,12 +283,33 @@ def test_profile_in_a_multi_worker_job_writes_the_job_and_analyze_names_the_stra
         tf_config = {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}}
         env = dict(os.environ, TF_CONFIG=json.dumps(tf_config), PYTHONPATH=str(REPO), OMP_NUM_THREADS="1",
                    TF_NUM_INTEROP_THREADS="1", TF_NUM_INTRAOP_THREADS="1")
-        procs.append(subprocess.Popen([sys.executable, str(script), str(tmp_path / "runs"), f"{INPUT_DELAY_MS:g}"],
+        procs.append(subprocess.Popen([sys.executable, str(script), str(tmp_path / f"runs{attempt}"),
+                                       f"{HOST_SPIN_MS:g}"],
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    for proc in procs:
-        stdout, stderr = proc.communicate(timeout=300)
-        assert proc.returncode == 0, stderr[-3000:]
-    job = tmp_path / "runs" / "job"
+    return addresses, [(proc, proc.communicate(timeout=300)[1]) for proc in procs]
+
+
+def crashed_in_tensorflows_profiler(ended) -> bool:
+    """A worker killed inside TensorFlow's own trace collection (SIGSEGV, or SIGABRT on "double free
+    or corruption", right after its "collecting data" line: 3 runs in 30 beside a CPU hog, none on an
+    idle machine): TensorFlow's crash, not the job's; any other failure fails the test."""
+    def in_collection(proc, stderr):
+        last = stderr.strip().splitlines()[-3:]
+        return proc.returncode in (-signal.SIGSEGV, -signal.SIGABRT) and any(PROFILER_CRASH in line for line in last)
+
+    return any(in_collection(proc, stderr) for proc, stderr in ended)
+
+
+@pytest.mark.slow
+def test_profile_in_a_multi_worker_job_writes_the_job_and_analyze_names_the_straggler(tmp_path, capsys):
+    for attempt in range(3):
+        addresses, ended = run_two_workers(tmp_path, attempt)
+        if not crashed_in_tensorflows_profiler(ended):
+            break
+    # Both workers' errors: the first to fail is often the other one's cause.
+    assert all(proc.returncode == 0 for proc, _ in ended), "\n".join(
+        f"worker {index} (exit {proc.returncode}):\n{stderr[-2500:]}" for index, (proc, stderr) in enumerate(ended))
+    job = tmp_path / f"runs{attempt}" / "job"
     meta = json.loads((job / "run.json").read_text())
     assert meta["status"] == "complete" and meta["workers"] == ["worker-0", "worker-1"], meta
     assert meta["num_workers"] == 2 and meta["addresses"] == addresses
@@ -291,9 +319,10 @@ def test_profile_in_a_multi_worker_job_writes_the_job_and_analyze_names_the_stra
         assert pd.read_csv(job / f"worker-{index}" / "steps.csv")["step"].tolist() == list(range(20))
     result = analyze(job, capsys)
     rows = {row["worker"]: row for row in result["workers"]}
-    assert result["straggler"]["worker"] == 1 and result["straggler"]["cause"] == "host", result["straggler"]
+    straggler = result["straggler"] or {}
+    assert straggler.get("worker") == 1 and straggler.get("cause") == "host", (result["straggler"], rows)
     # Ground truth: the injected spin is worker 1's host time; worker 0, the control beside it on
     # the same machine, spends it in the all-reduce instead.
-    assert rows[1]["host_ms"] >= INPUT_DELAY_MS - 2, rows
-    assert rows[1]["host_ms"] - rows[0]["host_ms"] > INPUT_DELAY_MS / 2, rows
-    assert rows[0]["collective_ms"] > rows[1]["collective_ms"] + INPUT_DELAY_MS / 4, rows
+    assert rows[1]["host_ms"] >= 0.9 * HOST_SPIN_MS, rows  # the spin, less what a hog beside it shifts
+    assert rows[1]["host_ms"] - rows[0]["host_ms"] > HOST_SPIN_MS / 2, rows
+    assert rows[0]["collective_ms"] > rows[1]["collective_ms"] + HOST_SPIN_MS / 4, rows
