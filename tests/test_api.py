@@ -291,8 +291,8 @@ def run_two_workers(tmp_path, attempt: int):
 
 def crashed_in_tensorflows_profiler(ended) -> bool:
     """A worker killed inside TensorFlow's own trace collection (SIGSEGV, or SIGABRT on "double free
-    or corruption", right after its "collecting data" line: 3 runs in 30 beside a CPU hog, none on an
-    idle machine): TensorFlow's crash, not the job's; any other failure fails the test."""
+    or corruption", right after its "collecting data" line: 3 runs in 30 beside a CPU hog, once in a
+    whole suite's run): TensorFlow's crash, not the job's; any other failure fails the test."""
     def in_collection(proc, stderr):
         last = stderr.strip().splitlines()[-3:]
         return proc.returncode in (-signal.SIGSEGV, -signal.SIGABRT) and any(PROFILER_CRASH in line for line in last)
