@@ -10,7 +10,6 @@ time, without the ops nested in it on the same thread. Times are per training st
 from __future__ import annotations
 
 import math
-
 import re
 
 import numpy as np

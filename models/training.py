@@ -393,19 +393,21 @@ def fused_adam(tf, optimizer):
     def apply(grads, variables):
         step = tf.cast(optimizer.iterations + 1, tf.float32)
         beta1, beta2 = tf.constant(optimizer.beta_1, tf.float32), tf.constant(optimizer.beta_2, tf.float32)
-        learning_rate = tf.cast(optimizer.learning_rate, tf.float32)
-        epsilon = tf.constant(optimizer.epsilon, tf.float32)
+        # The step's scalars once, in each variable dtype there is (float32 alone, mixed precision included).
+        scalars = {}
         for grad, variable in zip(grads, variables):
             if grad is None:
                 continue
-            index = optimizer._get_variable_index(variable)
             dtype = variable.dtype
+            if dtype not in scalars:
+                scalars[dtype] = dict(
+                    beta1_power=tf.cast(tf.pow(beta1, step), dtype), beta2_power=tf.cast(tf.pow(beta2, step), dtype),
+                    lr=tf.cast(optimizer.learning_rate, dtype), beta1=tf.cast(beta1, dtype),
+                    beta2=tf.cast(beta2, dtype), epsilon=tf.constant(optimizer.epsilon, dtype))
+            index = optimizer._get_variable_index(variable)
             tf.raw_ops.ResourceApplyAdam(
                 var=variable.value.handle, m=optimizer._momentums[index].value.handle,
-                v=optimizer._velocities[index].value.handle,
-                beta1_power=tf.cast(tf.pow(beta1, step), dtype), beta2_power=tf.cast(tf.pow(beta2, step), dtype),
-                lr=tf.cast(learning_rate, dtype), beta1=tf.cast(beta1, dtype), beta2=tf.cast(beta2, dtype),
-                epsilon=tf.cast(epsilon, dtype), grad=tf.cast(grad, dtype))
+                v=optimizer._velocities[index].value.handle, grad=tf.cast(grad, dtype), **scalars[dtype])
         optimizer.iterations.assign_add(1)
 
     return apply

@@ -296,8 +296,7 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
         except PeakError:
             raise
         except Exception as exc:  # noqa: BLE001 - an unsupported dtype is a fact, not a failure
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            unsupported[dtype] = f"{type(exc).__name__}: {first[:200]}"
+            unsupported[dtype] = _failure(exc)
             continue
         flops[dtype] = result["per_second"]
         matmul[dtype] = {"n": result["size"], "iters": result["iters"], "seconds": result["seconds"],
@@ -311,8 +310,7 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
         try:
             result = measure_rate(conv_runner(device, dtype), conv_channels, conv_flops, growth=growth, **timing)
         except Exception as exc:  # noqa: BLE001 - the matmul still bounds the peak from below
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            conv[dtype] = {"error": f"{type(exc).__name__}: {first[:200]}"}
+            conv[dtype] = {"error": _failure(exc)}
             continue
         conv_rates[dtype] = result["per_second"]
         conv[dtype] = {"channels": result["size"], "iters": result["iters"], "seconds": result["seconds"],
@@ -346,6 +344,12 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
         "measure_seconds": time.perf_counter() - began,
         "tensorflow": _tf_version(),
     }
+
+
+def _failure(exc: Exception) -> str:
+    """'TypeError: <first line of the message>', short enough for a one-line report."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return f"{type(exc).__name__}: {first[:200]}"
 
 
 def _threads() -> dict:
