@@ -206,6 +206,9 @@ def test_conv_flops_count_a_direct_3x3_convolution():
     assert peak.conv_flops(64, iters=3) == 3 * peak.conv_flops(64)
 
 
+TIE = 1.05  # timing noise between two separately measured rates, under a CPU hog too
+
+
 @pytest.mark.slow
 def test_real_float32_peak_is_at_least_one_big_matmul_or_convolution():
     """A real program's rate on this CPU, a 4096 matmul and a CNN's convolution (another shape than
@@ -232,8 +235,10 @@ def test_real_float32_peak_is_at_least_one_big_matmul_or_convolution():
         convolutions.append(5 * 2 * 100 * 8 * 8 * 9 * 256 * 256 / (time.perf_counter() - began))
     result = peak.measure_peak("cpu", ("float32",), bandwidth_bytes=8 * 2**20)
     measured = result["matmul"]["float32"]
-    assert result["matmul_flops_per_second"]["float32"] >= max(single), (max(single), measured)
-    assert result["peak_flops_per_second"]["float32"] >= max(convolutions), (max(convolutions), result["conv"])
+    # Two best-of timings of near-equal rates tie within noise (CI once read 179.5 against a 178.7
+    # peak); a peak that is not the peak falls short by far more (the 512-matmul one read 56.7 of ~186).
+    assert result["matmul_flops_per_second"]["float32"] * TIE >= max(single), (max(single), measured)
+    assert result["peak_flops_per_second"]["float32"] * TIE >= max(convolutions), (max(convolutions), result["conv"])
     assert measured["stopped"] in ("growth", "time", "sizes") and len(measured["sizes"]) >= 2
     assert result["threads"]["cores"] >= 1
 
