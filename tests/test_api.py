@@ -270,7 +270,9 @@ def free_ports(count: int) -> list[int]:
 # Worker 1's injected host time per step: well above what a CPU hog beside the job makes of the
 # steps' own noise (the straggler rule wants 3 times that; 40 ms fell short 3 times in 10 under a hog).
 HOST_SPIN_MS = 100.0
-PROFILER_CRASH = "Profiler session collecting data."
+# Signals by which TensorFlow's native code kills a process; devprof's Python fails with an exit
+# code, and a stop by SIGTERM or SIGKILL is not among these.
+NATIVE_CRASHES = (-signal.SIGSEGV, -signal.SIGABRT, -signal.SIGBUS)
 
 
 def run_two_workers(tmp_path, attempt: int):
@@ -289,22 +291,18 @@ def run_two_workers(tmp_path, attempt: int):
     return addresses, [(proc, proc.communicate(timeout=300)[1]) for proc in procs]
 
 
-def crashed_in_tensorflows_profiler(ended) -> bool:
-    """A worker killed inside TensorFlow's own trace collection (SIGSEGV, or SIGABRT on "double free
-    or corruption", right after its "collecting data" line: 3 runs in 30 beside a CPU hog, once in a
-    whole suite's run): TensorFlow's crash, not the job's; any other failure fails the test."""
-    def in_collection(proc, stderr):
-        last = stderr.strip().splitlines()[-3:]
-        return proc.returncode in (-signal.SIGSEGV, -signal.SIGABRT) and any(PROFILER_CRASH in line for line in last)
-
-    return any(in_collection(proc, stderr) for proc, stderr in ended)
+def crashed_in_native_code(ended) -> bool:
+    """A worker killed by TensorFlow's own native code, which the job cannot cause or catch: beside a
+    CPU hog, SIGSEGV or SIGABRT ("double free or corruption") in the profiler's trace collection 3
+    runs in 30, and once SIGBUS as TensorFlow started. Any other failure fails the test at once."""
+    return any(proc.returncode in NATIVE_CRASHES for proc, _ in ended)
 
 
 @pytest.mark.slow
 def test_profile_in_a_multi_worker_job_writes_the_job_and_analyze_names_the_straggler(tmp_path, capsys):
     for attempt in range(3):
         addresses, ended = run_two_workers(tmp_path, attempt)
-        if not crashed_in_tensorflows_profiler(ended):
+        if not crashed_in_native_code(ended):
             break
     # Both workers' errors: the first to fail is often the other one's cause.
     assert all(proc.returncode == 0 for proc, _ in ended), "\n".join(
