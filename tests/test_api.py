@@ -292,9 +292,10 @@ def run_two_workers(tmp_path, attempt: int):
 
 
 def crashed_in_native_code(ended) -> bool:
-    """A worker killed by TensorFlow's own native code, which the job cannot cause or catch: beside a
-    CPU hog, SIGSEGV or SIGABRT ("double free or corruption") in the profiler's trace collection 3
-    runs in 30, and once SIGBUS as TensorFlow started. Any other failure fails the test at once."""
+    """A worker killed by TensorFlow's own native code, which the job cannot cause or catch: SIGSEGV or
+    SIGABRT ("double free or corruption") in the trace collection's `SplitEventTracker` (3 runs in 25
+    quiet, 3 in 30 beside a CPU hog; docs/multi-worker.md), once SIGBUS as TensorFlow started. Any
+    other failure fails the test at once."""
     return any(proc.returncode in NATIVE_CRASHES for proc, _ in ended)
 
 
