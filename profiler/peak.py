@@ -299,9 +299,7 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
             unsupported[dtype] = _failure(exc)
             continue
         flops[dtype] = result["per_second"]
-        matmul[dtype] = {"n": result["size"], "iters": result["iters"], "seconds": result["seconds"],
-                         "stopped": result["stopped"], "sizes": result["sizes"],
-                         "measure_seconds": time.perf_counter() - dtype_began}
+        matmul[dtype] = _search_record(result, "n", dtype_began)
     if "float32" in dtypes and "float32" not in flops:
         raise PeakError(f"float32 matmul failed on {device}: {unsupported.get('float32')}")
     conv_rates, conv = {}, {}
@@ -313,9 +311,7 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
             conv[dtype] = {"error": _failure(exc)}
             continue
         conv_rates[dtype] = result["per_second"]
-        conv[dtype] = {"channels": result["size"], "iters": result["iters"], "seconds": result["seconds"],
-                       "stopped": result["stopped"], "sizes": result["sizes"],
-                       "measure_seconds": time.perf_counter() - dtype_began}
+        conv[dtype] = _search_record(result, "channels", dtype_began)
     best = {dtype: max(rate, conv_rates.get(dtype, 0.0)) for dtype, rate in flops.items()}
     nbytes = int(bandwidth_bytes or BANDWIDTH_BYTES[device])
     bandwidth = measure_rate(copy_runner(device), (nbytes,), copy_bytes, **timing)
@@ -344,6 +340,12 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
         "measure_seconds": time.perf_counter() - began,
         "tensorflow": _tf_version(),
     }
+
+
+def _search_record(result: dict, size_key: str, began: float) -> dict:
+    """One dtype's search for run.json: the best size (under `size_key`) and how the search went."""
+    return {size_key: result["size"], "iters": result["iters"], "seconds": result["seconds"],
+            "stopped": result["stopped"], "sizes": result["sizes"], "measure_seconds": time.perf_counter() - began}
 
 
 def _failure(exc: Exception) -> str:
