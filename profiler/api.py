@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -97,6 +98,8 @@ def profile(out: str | Path = "runs", run_name: str | None = None, *, profile_st
 class ProfileSession(Session):
     """A run directory recorded around the user's own loop: `iterate`, `step`, `epoch`, `log`."""
 
+    _window_option = "profile_steps"
+
     def __init__(self, options: ProfileOptions, console: Console | None = None):
         super().__init__(options, console or Console(options.quiet))
         self.global_step = 0
@@ -109,6 +112,7 @@ class ProfileSession(Session):
         self._batch = None  # the batch iterate() gave for the open step
         self._marker = None
         self._marker_steps = 1
+        self._in_call = False  # inside `with session.step():`
         # The last finished step, written when the next one begins (its host time is known then).
         self._pending: StepRecord | None = None
         self._pending_end = 0.0
@@ -411,27 +415,48 @@ class _Span:
         self.train_end = max(self.train_end, ended)
 
 
+def _whole_number(value, name: str, minimum: int) -> int:
+    """`value` as an int when it is a whole number >= `minimum` (an int, a NumPy integer, a scalar
+    integer tensor, 32.0), else ValueError: 1.9 images are not 1, and -1 images are not a count."""
+    if not isinstance(value, (bool, str, bytes)):
+        try:
+            number = operator.index(value)
+        except TypeError:
+            try:
+                number = int(value) if float(value).is_integer() else None
+            except (TypeError, ValueError, OverflowError):
+                number = None
+        if number is not None and number >= minimum:
+            return number
+    raise ValueError(f"{name} must be a whole number >= {minimum} (got {value!r})")
+
+
 class _Step:
     """The context manager `session.step()` returns (a class: cheaper than a generator)."""
 
     __slots__ = ("session", "images", "steps", "call_start")
 
     def __init__(self, session: ProfileSession, images: int | None, steps: int):
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise ValueError(f"steps must be a whole number >= 1 (got {steps!r})")
+        steps = _whole_number(steps, "steps", 1)
+        if images is not None:
+            images = _whole_number(images, "images", 0)
         self.session, self.images, self.steps = session, images, steps
 
     def __enter__(self):
         session = self.session
+        if session._in_call:
+            raise RuntimeError("session.step() is already open; steps do not nest")
         if session._boundary is None or not session._fetched:
             # no iterate(): the step begins here, without input wait
             session._begin_step(time.perf_counter(), self.steps)
+        session._in_call = True
         self.call_start = time.perf_counter()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         done = time.perf_counter()
         session = self.session
+        session._in_call = False
         if exc_type is None:
             session._step_ran(self.images, self.steps, self.call_start, done)
         else:

@@ -39,6 +39,8 @@ class Session:
     when it fails or stops, and `_finish()` always.
     """
 
+    _window_option = "--profile-steps"  # how the user names the window, in messages
+
     def __init__(self, config, console: Console | None = None):
         self.config = config
         self.console = console or Console(getattr(config, "quiet", False))
@@ -124,7 +126,10 @@ class Session:
         if estimate > tracing.VIEWER_EVENT_LIMIT:
             self._profiler_warning(
                 f"profile window {start}:{stop} may hold about {estimate:,} events, more than the "
-                f"{tracing.VIEWER_EVENT_LIMIT:,} XProf's trace viewer shows; use a shorter --profile-steps")
+                f"{tracing.VIEWER_EVENT_LIMIT:,} XProf's trace viewer shows; use a shorter {self._window_option}")
+        compile_only = tracing.compile_only_window(start, stop, steps_per_call, self._window_option)
+        if compile_only:
+            self._profiler_warning(compile_only)
 
     def _start_samplers(self, resolved) -> None:
         cfg = self.config

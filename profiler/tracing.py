@@ -47,6 +47,19 @@ def default_window(steps_per_epoch: int) -> tuple[int, int]:
     return warmup, min(warmup + DEFAULT_WINDOW_STEPS, steps_per_epoch)
 
 
+def compile_only_window(start: int, stop: int, steps_per_call: int = 1, option: str = "--profile-steps") -> str | None:
+    """Why a window that traces nothing but the first call misleads, or None. The first call
+    traces and compiles the training function, so its time is no steady step's, and the
+    analysis would have only it to average."""
+    if start >= steps_per_call or stop > steps_per_call:
+        return None
+    first = "step 0" if steps_per_call == 1 else f"the first call (steps 0-{steps_per_call - 1})"
+    suggested = f"{steps_per_call}:{steps_per_call * (1 + DEFAULT_WINDOW_STEPS)}"
+    example = f"{option} {suggested}" if option.startswith("--") else f'{option}="{suggested}"'
+    return (f"profile window {start}:{stop} traces only {first}, which traces and compiles the training "
+            f"function: its time is not a steady step's; trace the steps after it (e.g. {example})")
+
+
 def estimate_events(steps: int, options: TracerOptions, device_kind: str) -> int:
     per_step = EVENTS_PER_STEP["host"] if options.host_tracer_level else 0
     if options.python_tracer_level:

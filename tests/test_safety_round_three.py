@@ -1,0 +1,72 @@
+"""The recording API and devprof's own loop under misuse, without TensorFlow: bad step counts, a
+window that traces only the compile step, CIFAR-10 archives whose members are not what they
+declare, and `--device tpu` where there is none."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import profiler
+from profiler import tracing
+from profiler.console import Console
+from profiler.session import Session
+
+
+# ---------------------------------------------------------------- 12. images are a whole count
+
+
+@pytest.mark.parametrize("images", [-1, 1.9, float("nan"), float("inf"), True, "32", [32]])
+def test_step_images_must_be_a_whole_number_of_examples(tmp_path, images):
+    session = profiler.profile(tmp_path / "runs")  # not entered: nothing is written
+    with pytest.raises(ValueError, match=r"images must be a whole number >= 0 \(got "):
+        session.step(images=images)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_step_counts_that_are_whole_numbers_are_taken(tmp_path):
+    session = profiler.profile(tmp_path / "runs")
+    for images in (0, 32, np.int64(32), 32.0):
+        assert session.step(images=images).images == int(images)
+    assert session.step(steps=np.int32(4)).steps == 4
+    with pytest.raises(ValueError, match="steps must be a whole number >= 1"):
+        session.step(steps=2.5)
+
+
+# ---------------------------------------------------------------- 13. a window of the compile step only
+
+
+def _session(tmp_path, option_owner=Session):
+    config = SimpleNamespace(tracer=tracing.TracerOptions(), quiet=True)
+    session = option_owner(config, Console(True))
+    session.path, session.meta = tmp_path, {"profiler": {}}
+    return session
+
+
+@pytest.mark.parametrize("start, stop, steps_per_call, warned", [
+    (0, 1, 1, True), (0, 4, 4, True), (2, 3, 4, True),
+    (0, 2, 1, False), (1, 2, 1, False), (0, 8, 4, False), (5, 15, 1, False),
+])
+def test_a_window_of_only_the_compile_step_is_warned_about(tmp_path, capsys, start, stop, steps_per_call, warned):
+    session = _session(tmp_path)
+    session._open_window(start, stop, "cpu", steps_per_call)
+    warnings = [w for w in session.meta["profiler"].get("warnings", []) if "compiles" in w]
+    err = capsys.readouterr().err
+    if not warned:
+        assert warnings == [] and "compiles" not in err
+        return
+    assert len(warnings) == 1 and f"profile window {start}:{stop} traces only" in warnings[0], warnings
+    assert "--profile-steps " in warnings[0]  # devprof run's option
+    assert f"warning: {warnings[0]}" in err
+
+
+def test_the_compile_step_warning_names_profile_steps_in_api_terms(tmp_path):
+    from profiler.api import ProfileSession
+
+    session = _session(tmp_path, ProfileSession)
+    session._open_window(0, 1, "cpu")
+    (warning,) = session.meta["profiler"]["warnings"]
+    assert 'profile_steps="1:11"' in warning and "--" not in warning, warning
