@@ -18,6 +18,7 @@ import contextlib
 import math
 import operator
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -132,7 +133,15 @@ class ProfileSession(Session):
     def __enter__(self) -> "ProfileSession":
         if self._entered:
             raise RuntimeError("a profile() session is used once; call profiler.profile() again for a new run")
+        _claim_process(self)
         self._entered = True
+        try:
+            return self._start()
+        except BaseException:
+            _release_process(self)
+            raise
+
+    def _start(self) -> "ProfileSession":
         cfg = self.config
         if cfg.cluster is None:
             try:
@@ -189,6 +198,7 @@ class ProfileSession(Session):
                 self._finish()
             finally:
                 self._exits.close()
+                _release_process(self)
             if not self.config.quiet:
                 print(f"devprof: run directory {self.path} ({self.meta.get('status')})", file=sys.stderr)
         return False  # the exception, if any, goes on: the program decides
@@ -396,6 +406,31 @@ class ProfileSession(Session):
         self.meta["epochs"].append(
             self._epoch_result(1, span.first_start, span.train_end, span, self._run_values,
                                extra={"whole_run": True}).as_dict())
+
+
+# TensorFlow's profiler and the step markers belong to the whole process: two sessions at once
+# would put each other's steps in their traces, so one records at a time.
+_recording: ProfileSession | None = None
+_recording_lock = threading.Lock()
+
+
+def _claim_process(session: ProfileSession) -> None:
+    global _recording
+    with _recording_lock:
+        other = _recording
+        if other is not None:
+            where = f" into {other.path}" if other.path is not None else ""
+            raise RuntimeError(f"another profile() session is recording{where} in this process; one session "
+                               "records at a time (TensorFlow's profiler and the step markers are the whole "
+                               "process's): end it before starting another")
+        _recording = session
+
+
+def _release_process(session: ProfileSession) -> None:
+    global _recording
+    with _recording_lock:
+        if _recording is session:
+            _recording = None
 
 
 class _Span:
