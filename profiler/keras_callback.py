@@ -8,7 +8,10 @@ batch inside its train function, so in steps.csv the input wait is part of `call
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import math
+import sys
 import time
 
 import keras
@@ -17,6 +20,9 @@ from profiler import api
 
 # Keras' log names that are run.json epoch fields; other numbers go to `metrics`.
 _EPOCH_FIELDS = ("loss", "accuracy", "val_loss", "val_accuracy")
+# fit()'s CallbackList hooks that run between on_train_begin and on_train_end.
+_GUARDED_HOOKS = ("on_epoch_begin", "on_epoch_end", "on_train_batch_begin", "on_train_batch_end", "on_test_begin",
+                  "on_test_end", "on_test_batch_begin", "on_test_batch_end")
 
 
 class KerasCallback(keras.callbacks.Callback):
@@ -44,6 +50,8 @@ class KerasCallback(keras.callbacks.Callback):
         self._steps_per_call = 1
         self._val_began: float | None = None
         self._val_seconds = 0.0
+        self._guarded_evaluate = False
+        self._guarded_hooks: list = []
 
     @property
     def path(self):
@@ -52,6 +60,8 @@ class KerasCallback(keras.callbacks.Callback):
     # ------------------------------------------------------------ fit
 
     def on_train_begin(self, logs=None):
+        if self.session is not None:  # an earlier fit() stopped where no hook saw it
+            self._end(RuntimeError("model.fit() stopped before its end"))
         params = self.params or {}
         config = {"program": "keras_fit", "epochs": params.get("epochs"), "steps_per_epoch": params.get("steps"),
                   "batch_size": self.batch_size, **self._config}
@@ -63,17 +73,45 @@ class KerasCallback(keras.callbacks.Callback):
         if params.get("steps"):
             session.meta["steps_per_epoch"] = params["steps"]
         session._save()
-        # fit() has no try/finally around its loop: an error or Ctrl-C in a step would never reach
-        # a callback. The train function is wrapped so the run directory still says how it ended.
+        # fit() has no try/finally around its loop: an error or Ctrl-C in a step, in validation or
+        # in another callback would never reach this one. What fit() calls is wrapped, so the run
+        # directory still says how it ended and keeps its trace; at exit, anything left open ends.
         original = self._original_train_function = getattr(model, "train_function", None)
         if original is not None:
-            def guarded(*args, **kwargs):
-                try:
-                    return original(*args, **kwargs)
-                except BaseException as exc:
-                    self._end(exc)
-                    raise
-            model.train_function = guarded
+            model.train_function = self._guarded(original)
+        self._guarded_evaluate = "evaluate" not in vars(model)
+        if self._guarded_evaluate:
+            model.evaluate = self._guarded(model.evaluate)  # validation: fit() calls self.evaluate
+        self._guard_callback_list(sys._getframe(1).f_locals.get("self"))
+        atexit.register(self._end_at_exit)
+        if self.batch_size is None:
+            session.console.warn("warning: KerasCallback has no batch_size: steps.csv and run.json record no "
+                                 "images and no images per second (give KerasCallback(batch_size=...) the "
+                                 "batch size given to fit)")
+
+    def _guarded(self, function):
+        def guarded(*args, **kwargs):
+            try:
+                return function(*args, **kwargs)
+            except BaseException as exc:
+                self._end(exc)
+                raise
+        return guarded
+
+    def _guard_callback_list(self, callbacks) -> None:
+        """The hooks of fit()'s CallbackList (the caller of on_train_begin): an exception in another
+        callback ends the run as failed, as one in a step does."""
+        if not isinstance(callbacks, keras.callbacks.CallbackList):
+            return
+        for name in _GUARDED_HOOKS:
+            if name not in vars(callbacks) and callable(getattr(callbacks, name, None)):
+                setattr(callbacks, name, self._guarded(getattr(callbacks, name)))
+                self._guarded_hooks.append((callbacks, name))
+
+    def _end_at_exit(self) -> None:
+        """The program ends with the run still open (fit() stopped outside every wrapped call)."""
+        if self.session is not None:
+            self._end(getattr(sys, "last_value", None) or RuntimeError("the program ended inside model.fit()"))
 
     def on_epoch_begin(self, epoch, logs=None):
         if self.session is not None:
@@ -120,9 +158,18 @@ class KerasCallback(keras.callbacks.Callback):
 
     def _end(self, exc):
         session, self.session = self.session, None
+        atexit.unregister(self._end_at_exit)
         if self._original_train_function is not None and self.model is not None:
             self.model.train_function = self._original_train_function
             self._original_train_function = None
+        if self._guarded_evaluate and self.model is not None:
+            self._guarded_evaluate = False
+            with contextlib.suppress(AttributeError):
+                del self.model.evaluate  # the class's own again
+        while self._guarded_hooks:
+            callbacks, name = self._guarded_hooks.pop()
+            with contextlib.suppress(AttributeError):
+                delattr(callbacks, name)
         if session is not None:
             self._path = session.path
             session.__exit__(type(exc) if exc is not None else None, exc, None)

@@ -5,6 +5,8 @@ another callback or Ctrl-C. Real TensorFlow, tiny models, synthetic data."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,6 +14,8 @@ import pandas as pd
 import pytest
 
 import profiler
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def read_meta(path: Path) -> dict:
@@ -91,3 +95,80 @@ def test_a_second_session_at_once_is_refused_and_the_first_keeps_only_its_own_st
     with quiet_session(tmp_path, "after") as after:  # once the first has ended, another may start
         _fake_batches(after, 2)
     assert read_meta(tmp_path / "after")["status"] == "complete"
+
+
+def _fit(tmp_path, name: str, other_callback, **callback_options):
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(64, 16)).astype("float32"), rng.integers(0, 4, size=64).astype("int32")
+    model = tf.keras.Sequential([tf.keras.Input(shape=(16,)), tf.keras.layers.Dense(4)])
+    model.compile(optimizer="sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    options = {"profile_steps": "1:100", "sample": False, "quiet": True, "batch_size": 16, **callback_options}
+    callback = profiler.KerasCallback(tmp_path, run_name=name, **options)
+    fit = dict(batch_size=16, epochs=2, validation_data=(x[:32], y[:32]), verbose=0,
+               callbacks=[callback, other_callback])
+    return model, callback, fit, x, y
+
+
+class _RaiseIn:
+    """A callback that raises `error` in hook `hook` (once)."""
+
+    def __new__(cls, hook: str, error: BaseException):
+        import keras
+
+        def raise_once(self, *args, **kwargs):
+            if not self.raised:
+                self.raised = True
+                raise error
+
+        callback = type("RaiseIn", (keras.callbacks.Callback,), {hook: raise_once})()
+        callback.raised = False
+        return callback
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hook, error, status", [
+    ("on_epoch_end", ValueError("another callback failed"), "failed"),
+    ("on_test_batch_end", KeyboardInterrupt(), "interrupted"),  # Ctrl-C during validation
+])
+def test_keras_callback_records_a_fit_stopped_by_another_callback_and_keeps_the_trace(tmp_path, hook, error, status):
+    model, callback, fit, x, y = _fit(tmp_path, "stopped", _RaiseIn(hook, error))
+    with pytest.raises(type(error)):
+        model.fit(x, y, **fit)
+    path = tmp_path / "stopped"
+    meta = read_meta(path)
+    assert meta["status"] == status, meta
+    if status == "failed":
+        assert meta["error"] == "ValueError: another callback failed"
+    assert meta["profiler"].get("cut_short") and meta["profiler"].get("trace"), meta["profiler"]
+    assert list(path.glob("plugins/profile/*/*.xplane.pb")), "the trace was lost"
+    assert len(pd.read_csv(path / "steps.csv")) == 4  # the first epoch's steps
+    assert "evaluate" not in vars(model)  # fit's own functions are the model's again
+    model.fit(x, y, **{**fit, "callbacks": [profiler.KerasCallback(tmp_path, run_name="again", sample=False,
+                                                                     quiet=True, batch_size=16)]})
+    assert read_meta(tmp_path / "again")["status"] == "complete"  # the stopped session let go of the process
+
+
+@pytest.mark.slow
+def test_keras_callback_run_left_open_by_fit_ends_with_the_program(tmp_path):
+    """Another callback fails in on_train_begin, after this one started its run: nothing of fit()
+    runs again, and the run ends as failed when the program ends."""
+    script = f"""
+import numpy as np, tensorflow as tf, profiler
+
+class Fails(tf.keras.callbacks.Callback):
+    def on_train_begin(self, logs=None):
+        raise ValueError("a callback that cannot start")
+
+model = tf.keras.Sequential([tf.keras.Input(shape=(4,)), tf.keras.layers.Dense(2)])
+model.compile(optimizer="sgd", loss="mse")
+callback = profiler.KerasCallback({str(tmp_path)!r}, run_name="open", sample=False, quiet=True, batch_size=8)
+model.fit(np.zeros((16, 4), "float32"), np.zeros((16, 2), "float32"), batch_size=8, verbose=0,
+          callbacks=[callback, Fails()])
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 1 and "a callback that cannot start" in done.stderr, done.stderr[-2000:]
+    meta = read_meta(tmp_path / "open")
+    assert meta["status"] == "failed" and meta["error"] == "ValueError: a callback that cannot start", meta
