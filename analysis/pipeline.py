@@ -20,16 +20,19 @@ from typing import ClassVar
 
 import pandas as pd
 
-from analysis import epochs as epochs_mod
-from analysis import rules, run_files, trace_facts, utilization
-from analysis.device_rows import ROW_KEYS as DEVICE_COLUMNS
-from analysis.device_rows import device_rows, kernel_launch
-from analysis.input_stages import input_stage_table, prefetches, runs_python, slowest_in_table
-from analysis.ops import OP_COLUMNS, eigen_dense_pct, op_table
+from analysis.breakdown import epochs as epochs_mod
+from analysis.rules import table as rules
+from analysis.read import run_files
+from analysis.rules import trace_facts
+from analysis.breakdown import utilization
+from analysis.breakdown.devices import ROW_KEYS as DEVICE_COLUMNS
+from analysis.breakdown.devices import device_rows, kernel_launch
+from analysis.breakdown.input_stages import input_stage_table, prefetches, runs_python, slowest_in_table
+from analysis.breakdown.ops import OP_COLUMNS, eigen_dense_pct, op_table
 from analysis.render import Rendered
-from analysis.step_sources import StepSource, open_step_source
-from analysis.steps import complete_steps, mean_breakdown, steady_steps
-from analysis.workers import WORKER_KEYS, find_straggler, worker_row
+from analysis.steps.sources import StepSource, open_step_source
+from analysis.steps.host import complete_steps, mean_breakdown, steady_steps
+from analysis.breakdown.workers import WORKER_KEYS, find_straggler, worker_row
 
 INPUT_STAGE_COLUMNS = ["stage", "ms_per_batch", "calls"]
 
@@ -120,7 +123,7 @@ MEMORY_PER_TRACE_BYTE = 16
 
 
 def _session_files(path: Path) -> tuple[Path, ...]:
-    from analysis.trace import TraceError, locate_trace
+    from analysis.read.trace import TraceError, locate_trace
 
     try:
         return locate_trace(path).host_files

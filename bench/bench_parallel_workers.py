@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     sys.path[:0] = [str(REPO), str(REPO / "tests")]
     import trace_fixtures as fx
-    from analysis.trace import read_trace
+    from analysis.read.trace import read_trace
 
     folder = Path(tempfile.mkdtemp(prefix="devprof-parallel-"))
     made = fx.write_synthetic_session(folder, workers=args.workers, steps=args.steps)

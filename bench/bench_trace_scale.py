@@ -88,18 +88,21 @@ def _steps_of(result):
 
 
 def _use_trace_module_at(revision: str) -> None:
-    """Make `analysis.trace` the file as it was at a git revision (for before/after timings)."""
-    source = subprocess.run(["git", "show", f"{revision}:analysis/trace.py"], cwd=REPO, capture_output=True,
-                            text=True, check=True).stdout
+    """Make `analysis.read.trace` the file as it was at a git revision (for before/after timings)."""
+    shown = [subprocess.run(["git", "show", f"{revision}:{where}"], cwd=REPO, capture_output=True, text=True)
+             for where in ("analysis/read/trace.py", "analysis/trace.py")]  # its place now, and before analysis/read/
+    source = next((done.stdout for done in shown if done.returncode == 0), None)
+    if source is None:
+        raise SystemExit(f"no analysis/read/trace.py or analysis/trace.py at {revision}")
     path = Path(tempfile.mkdtemp(prefix="devprof-trace-baseline-")) / "trace.py"
     path.write_text(source)
-    import analysis
+    import analysis.read
 
-    spec = importlib.util.spec_from_file_location("analysis.trace", path)
+    spec = importlib.util.spec_from_file_location("analysis.read.trace", path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["analysis.trace"] = module
+    sys.modules["analysis.read.trace"] = module
     spec.loader.exec_module(module)
-    analysis.trace = module
+    analysis.read.trace = module
 
 
 def child(task: str, paths: list[str]) -> None:
@@ -117,7 +120,7 @@ def child(task: str, paths: list[str]) -> None:
     elif task == "plots":
         import pandas as pd
 
-        from analysis import plots
+        from analysis.render import plots
 
         steps, epochs = pd.read_csv(paths[0]), pd.read_csv(paths[1])
         import matplotlib.figure  # noqa: F401 - matplotlib's import is import time, as the other children's imports
@@ -156,7 +159,7 @@ def child(task: str, paths: list[str]) -> None:
 
 def prepare(run: str, cache: Path) -> None:
     """Count the trace's events and write its analysed steps and epochs as CSVs (for `plots`)."""
-    from analysis.trace import read_trace
+    from analysis.read.trace import read_trace
 
     trace = read_trace(run)
     count = len(trace.events)
@@ -173,7 +176,7 @@ def stages(run: str) -> None:
     """Seconds and RSS after each stage of `analyze` on a trace (read_trace's stages, then the rest)."""
     import gc
 
-    from analysis import trace as tr
+    from analysis.read import trace as tr
 
     analyze = _analyze_function()
     marks = []
@@ -240,7 +243,7 @@ def plot_sizes(repeats: int, baseline: str | None) -> None:
     import numpy as np
     import pandas as pd
 
-    from analysis import plots
+    from analysis.render import plots
 
     modules = {"now": plots}
     if baseline:

@@ -53,7 +53,7 @@ def xprof(path: Path, timeout: int = 600) -> dict:
 
 def own_grouping(events: pd.DataFrame) -> int | None:
     """Steps by the trace's own grouping: events on the busiest device `Steps` line, else host group ids."""
-    from analysis.events import host_events, on_device_planes
+    from analysis.read.view import host_events, on_device_planes
 
     steps_line = on_device_planes(events)
     steps_line = steps_line[steps_line["line_name"] == "Steps"]
@@ -81,7 +81,7 @@ def devprof_row(path: Path) -> dict:
 
 
 def result_events(path: Path) -> pd.DataFrame:
-    from analysis.trace import read_trace
+    from analysis.read.trace import read_trace
 
     return read_trace(path).events
 

@@ -13,6 +13,8 @@ _PUBLIC = {
     "ProfileSession": "profiler.api",
     "KerasCallback": "profiler.keras_callback",
     "Terminated": "profiler.session",
+    "RunExistsError": "profiler.rundir",
+    "OutputError": "profiler.rundir",
 }
 
 __all__ = sorted(_PUBLIC)

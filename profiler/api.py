@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import math
 import operator
+import os
+import re
 import sys
 import threading
 import time
@@ -53,12 +55,12 @@ class ProfileOptions:
         if self.run_name is not None:
             problem = check_run_name(self.run_name)
             if problem:
-                raise ValueError(problem.replace("--run-name", "run_name"))
+                raise ValueError(in_api_terms(problem))
         if self.profile and self.profile_steps is not None:
             try:
                 tracing.parse_window(self.profile_steps)
             except ValueError as exc:
-                raise ValueError(str(exc).replace("--profile-steps", "profile_steps")) from None
+                raise ValueError(in_api_terms(str(exc))) from None
         if self.sample:
             try:
                 samplers.validate_interval(self.sample_interval)
@@ -72,6 +74,17 @@ class ProfileOptions:
         if self.cluster is not None and self.run_name is None:
             raise ValueError("run_name is required in a multi-worker job (TF_CONFIG is set): every worker "
                              "writes its worker-<i>/ folder into the same <out>/<run_name>/ job folder")
+
+
+# The command line's option names in messages shared with `devprof run`, and profile()'s own.
+_API_NAMES = {"--run-name": "run_name", "--out": "out", "--profile-steps": "profile_steps",
+              "--profiler-port": "profiler_port", "--sample-interval": "sample_interval"}
+_CLI_OPTION = re.compile("|".join(re.escape(option) + r"\b" for option in _API_NAMES))
+
+
+def in_api_terms(message: str) -> str:
+    """A message written for `devprof run`, naming profile()'s arguments instead of its options."""
+    return _CLI_OPTION.sub(lambda found: _API_NAMES[found.group(0)], message)
 
 
 def profile(out: str | Path = "runs", run_name: str | None = None, *, profile_steps: str | None = None,
@@ -106,6 +119,7 @@ class ProfileSession(Session):
         self.global_step = 0
         self._exits = contextlib.ExitStack()
         self._entered = False
+        self._ended = False
         self._to_wall = time.time() - time.perf_counter()
         # The step being run: when it began (the loop asked for its batch), its input wait.
         self._boundary: float | None = None
@@ -143,13 +157,16 @@ class ProfileSession(Session):
 
     def _start(self) -> "ProfileSession":
         cfg = self.config
-        if cfg.cluster is None:
-            try:
-                cfg.cluster = cluster_mod.resolve(None, None)
-            except cluster_mod.ClusterError as exc:
-                raise ValueError(str(exc)) from None
-        cfg.check()
-        self._check_paths()
+        try:
+            if cfg.cluster is None:
+                try:
+                    cfg.cluster = cluster_mod.resolve(None, None)
+                except cluster_mod.ClusterError as exc:
+                    raise ValueError(str(exc)) from None
+            cfg.check()
+            self._check_paths()
+        except (ValueError, rundir.OutputError, rundir.RunExistsError) as exc:
+            raise type(exc)(in_api_terms(str(exc))) from None
         import tensorflow as tf  # the caller trains with it anyway; `import profiler` stays light
 
         resolved = _resolve_device(tf, cfg.cluster)
@@ -180,6 +197,7 @@ class ProfileSession(Session):
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        self._ended = True
         try:
             self._end_open_step()
             if exc is None:
@@ -199,9 +217,22 @@ class ProfileSession(Session):
             finally:
                 self._exits.close()
                 _release_process(self)
+            said = f"devprof: run directory {self.path} ({self.meta.get('status')})"
+            if isinstance(exc, Terminated):
+                said = f"devprof: terminated (SIGTERM); run directory {self.path} ({self.meta.get('status')})"
+                _end_quietly_if_uncaught(None if self.config.quiet else said, said.removeprefix("devprof: "))
             if not self.config.quiet:
-                print(f"devprof: run directory {self.path} ({self.meta.get('status')})", file=sys.stderr)
+                print(said, file=sys.stderr)
         return False  # the exception, if any, goes on: the program decides
+
+    def _check_recording(self, what: str) -> None:
+        """RuntimeError unless the with block is running: outside it nothing would be recorded."""
+        if self._ended:
+            raise RuntimeError(f"{what} after the profile() session ended (run directory {self.path}): "
+                               "nothing after its with block is recorded")
+        if not self._entered:
+            raise RuntimeError(f"{what} outside the profile() session's with block: "
+                               "use it inside 'with profiler.profile(...) as session:'")
 
     def _check_paths(self) -> None:
         cfg = self.config
@@ -235,6 +266,7 @@ class ProfileSession(Session):
     def iterate(self, dataset):
         """Yield the batches of `dataset`, timing how long the loop waits for each (steps.csv
         `input_ms`); the step's marker starts before the wait, so the trace holds it too."""
+        self._check_recording("session.iterate()")
         iterator = iter(dataset)
         clock = time.perf_counter
         try:
@@ -345,6 +377,7 @@ class ProfileSession(Session):
         self.end_epoch()
 
     def begin_epoch(self) -> None:
+        self._check_recording("session.epoch()")
         if self._epoch_open:
             raise RuntimeError("session.epoch() is already open; epochs do not nest")
         self._end_open_step()
@@ -368,6 +401,7 @@ class ProfileSession(Session):
     def log(self, **values) -> None:
         """Scalars for TensorBoard (`step/<name>`, every `scalars_every` steps) and for the
         epoch's entry in run.json (the last value of each)."""
+        self._check_recording("session.log()")
         numbers = {}
         for name, value in values.items():
             try:
@@ -395,6 +429,8 @@ class ProfileSession(Session):
             steps=span.steps, start_time_s=start + self._to_wall, extra=dict(extra or {}))
         if others:
             result.extra["metrics"] = others
+        if not span.images:  # no step said its images: unknown, not 0 images
+            result.extra.update(images=None, epoch_images_per_second=None)
         return result
 
     def _end_run(self) -> None:
@@ -433,6 +469,35 @@ def _release_process(session: ProfileSession) -> None:
             _recording = None
 
 
+_EXIT_TERMINATED = 143  # as a shell reports SIGTERM, and as `devprof run` exits on it
+_terminated_line: list = []  # what an uncaught `Terminated` prints: [line] or [] when already said
+_terminated_hook_installed = False
+
+
+def _end_quietly_if_uncaught(already_said: str | None, line: str) -> None:
+    """A `Terminated` that no code catches ends the program with exit code 143 and one line on
+    stderr (`already_said`, or `line` if nothing was said), not a traceback and exit code 1. A
+    program that catches it decides itself."""
+    global _terminated_hook_installed
+    _terminated_line[:] = [] if already_said is not None else [line]
+    if _terminated_hook_installed:
+        return
+    _terminated_hook_installed = True
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        if not isinstance(value, Terminated):
+            return previous(kind, value, tb)
+        for text in _terminated_line:
+            print(text, file=sys.stderr)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(_EXIT_TERMINATED)  # the run directory is finished; SIGTERM's default would not flush even this
+
+    sys.excepthook = hook
+
+
 class _Span:
     """The steps of an epoch: how many, their images, when the first began and the last ended."""
 
@@ -450,7 +515,7 @@ class _Span:
         self.train_end = max(self.train_end, ended)
 
 
-def _whole_number(value, name: str, minimum: int) -> int:
+def whole_number(value, name: str, minimum: int) -> int:
     """`value` as an int when it is a whole number >= `minimum` (an int, a NumPy integer, a scalar
     integer tensor, 32.0), else ValueError: 1.9 images are not 1, and -1 images are not a count."""
     if not isinstance(value, (bool, str, bytes)):
@@ -472,13 +537,14 @@ class _Step:
     __slots__ = ("session", "images", "steps", "call_start")
 
     def __init__(self, session: ProfileSession, images: int | None, steps: int):
-        steps = _whole_number(steps, "steps", 1)
+        steps = whole_number(steps, "steps", 1)
         if images is not None:
-            images = _whole_number(images, "images", 0)
+            images = whole_number(images, "images", 0)
         self.session, self.images, self.steps = session, images, steps
 
     def __enter__(self):
         session = self.session
+        session._check_recording("session.step()")
         if session._in_call:
             raise RuntimeError("session.step() is already open; steps do not nest")
         if session._boundary is None or not session._fetched:

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from analysis import run_files
+from analysis.read import run_files
 from profiler import cluster as cluster_mod
 from profiler import rundir
 from profiler.version import __version__

@@ -43,7 +43,7 @@ class KerasCallback(keras.callbacks.Callback):
                              host_tracer_level=host_tracer_level, device_tracer_level=device_tracer_level,
                              python_tracer_level=python_tracer_level, scalars_every=scalars_every, quiet=quiet)
         self._config = dict(config or {})
-        self.batch_size = batch_size
+        self.batch_size = None if batch_size is None else api.whole_number(batch_size, "batch_size", 1)
         self.session: api.ProfileSession | None = None
         self._path = None
         self._original_train_function = None

@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis import run_files
+from analysis.read import run_files
 from profiler import cluster as cluster_mod
 from profiler import job, rundir
 from profiler.commands.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, error

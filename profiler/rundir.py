@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from analysis.run_files import STEPS_COLUMNS
+from analysis.read.run_files import STEPS_COLUMNS
 
 
 class RunExistsError(Exception):

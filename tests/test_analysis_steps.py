@@ -6,7 +6,7 @@ import pytest
 import trace_fixtures as fx
 
 from analysis import analyze
-from analysis.steps import mean_breakdown, steady_steps
+from analysis.steps.host import mean_breakdown, steady_steps
 
 
 def _close(measured_ms, expected_ms):

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from profiler import cli
-from analysis.run_files import STEPS_COLUMNS as STEP_COLUMNS
+from analysis.read.run_files import STEPS_COLUMNS as STEP_COLUMNS
 
 
 def make_run(tmp_path, input_ms, call_ms, other_ms, calls=10, first_call_extra_ms=500.0):

@@ -20,7 +20,8 @@ import pytest
 
 import trace_fixtures as fx
 from analysis import comparison as compare
-from analysis import pipeline, workers
+from analysis import pipeline
+from analysis.breakdown import workers
 from analysis.render import markdown
 from profiler import cli
 from test_compare import make_run as make_compare_run

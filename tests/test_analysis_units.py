@@ -7,9 +7,9 @@ import pytest
 import trace_fixtures as fx
 
 from analysis import intervals as iv
-from analysis.epochs import epoch_breakdown
+from analysis.breakdown.epochs import epoch_breakdown
 from analysis import analyze
-from analysis.rules import classify, facts_from, make_verdict
+from analysis.rules.table import classify, facts_from, make_verdict
 
 
 def test_union_subtract_overlap():
@@ -67,7 +67,7 @@ def test_fake_gpu_plane_makes_device_compute_and_input_copies(tmp_path):
 
 
 def test_compute_advice_leaves_out_what_the_run_already_does():
-    from analysis.rules import LARGER_BATCH_ADVICE, compute_advice
+    from analysis.rules.table import LARGER_BATCH_ADVICE, compute_advice
 
     cpu = compute_advice("cpu", "float32", False)
     assert any("--precision mixed_bfloat16" in a for a in cpu)

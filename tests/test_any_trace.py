@@ -433,7 +433,7 @@ def test_staggered_executions_partition_the_time_without_overlap():
     still tile the time, so nothing is counted in two steps."""
     import pandas as pd
 
-    from analysis.step_detection import detect_steps
+    from analysis.steps.detection import detect_steps
 
     ms = 1_000_000
     rows = []

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from analysis import comparison as compare
-from analysis.run_files import STEPS_COLUMNS as STEP_COLUMNS
+from analysis.read.run_files import STEPS_COLUMNS as STEP_COLUMNS
 from profiler import cli
 
 SEED_TABLE = Path(__file__).resolve().parents[1] / "examples" / "seed_table.csv"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import ops as ops_mod
+from analysis.breakdown import ops as ops_mod
 from profiler import devices
 
 REPO = Path(__file__).resolve().parents[1]

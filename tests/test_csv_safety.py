@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.csv_safety import needs_quote, neutralize_cell, neutralize_frame
+from analysis.render.csv_safety import needs_quote, neutralize_cell, neutralize_frame
 
 
 @pytest.mark.parametrize("text", ['=HYPERLINK("http://x","click")', "=1+2", "+1+2", "-1+2", "@SUM(A1:A2)",

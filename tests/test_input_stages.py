@@ -3,8 +3,8 @@
 import pandas as pd
 import pytest
 
-from analysis.input_stages import prefetches, slowest_input_stage, stage_self_ns
-from analysis.rules import facts_from, make_verdict
+from analysis.breakdown.input_stages import prefetches, slowest_input_stage, stage_self_ns
+from analysis.rules.table import facts_from, make_verdict
 
 MS = 1_000_000
 
@@ -77,8 +77,8 @@ def test_a_generator_handing_out_a_shard_only_waits():
 
 
 def test_advice_fits_the_slowest_stage():
-    from analysis.input_stages import runs_python
-    from analysis.rules import stage_advice
+    from analysis.breakdown.input_stages import runs_python
+    from analysis.rules.table import stage_advice
 
     assert "num_parallel_calls" in stage_advice("Iterator::Root::Map (30 ms self time per step)")
     assert "vectorize" in stage_advice("Iterator::Root::Prefetch::ParallelMapV2")

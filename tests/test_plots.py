@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import plots
+from analysis.render import plots
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -9,10 +9,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import rules, trace_facts
+from analysis.rules import table as rules
+from analysis.rules import trace_facts
 import dataclasses
 
-from analysis.rules import Facts, facts_from
+from analysis.rules.table import Facts, facts_from
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "rules.md"
 MS = 1_000_000

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from profiler import cli
-from analysis.run_files import STEPS_COLUMNS as STEP_COLUMNS
+from analysis.read.run_files import STEPS_COLUMNS as STEP_COLUMNS
 
 REPO = Path(__file__).resolve().parents[1]
 EPOCH_KEYS = {"epoch", "seconds", "train_seconds", "images", "images_per_second", "loss", "accuracy",

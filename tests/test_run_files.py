@@ -9,8 +9,8 @@ import warnings
 import pandas as pd
 import pytest
 
-from analysis import run_files
-from analysis.run_files import STEPS_COLUMNS, RunFileError, RunFileWarning
+from analysis.read import run_files
+from analysis.read.run_files import STEPS_COLUMNS, RunFileError, RunFileWarning
 from profiler import cli
 
 HEADER = ",".join(STEPS_COLUMNS)

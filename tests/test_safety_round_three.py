@@ -70,3 +70,36 @@ def test_the_compile_step_warning_names_profile_steps_in_api_terms(tmp_path):
     session._open_window(0, 1, "cpu")
     (warning,) = session.meta["profiler"]["warnings"]
     assert 'profile_steps="1:11"' in warning and "--" not in warning, warning
+
+
+# ---------------------------------------------------------------- 17. profile()'s errors in its own terms
+
+
+def test_profile_errors_name_its_arguments_not_devprof_runs_options(tmp_path):
+    from profiler.rundir import OutputError, RunExistsError
+
+    (tmp_path / "runs" / "taken").mkdir(parents=True)
+    (tmp_path / "a-file").write_text("")
+    cases = [(dict(out=tmp_path / "runs", run_name="taken"), RunExistsError, "choose another run_name or out"),
+             (dict(out=tmp_path / "a-file"), OutputError, "out "),
+             (dict(out=tmp_path / "runs", run_name="a/b"), ValueError, "folder name inside out, not a path"),
+             (dict(out=tmp_path / "runs", profile_steps="x"), ValueError, "profile_steps wants START:STOP")]
+    for kwargs, kind, words in cases:
+        with pytest.raises(kind) as raised:
+            with profiler.profile(**kwargs):
+                pass
+        assert words in str(raised.value) and "--" not in str(raised.value), str(raised.value)
+    assert profiler.RunExistsError is RunExistsError and profiler.OutputError is OutputError  # documented names
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["taken"]
+
+
+def test_a_session_not_entered_records_nothing_and_says_so(tmp_path):
+    session = profiler.profile(tmp_path / "runs")
+    for what, use in (("session.step()", lambda: session.step().__enter__()),
+                      ("session.iterate()", lambda: next(session.iterate([1]))),
+                      ("session.epoch()", lambda: session.epoch().__enter__()),
+                      ("session.log()", lambda: session.log(loss=1.0))):
+        with pytest.raises(RuntimeError, match=f"{what.replace('(', '[(]').replace(')', '[)]')} outside the "
+                                               "profile\\(\\) session's with block"):
+            use()
+    assert not (tmp_path / "runs").exists()

@@ -172,3 +172,57 @@ model.fit(np.zeros((16, 4), "float32"), np.zeros((16, 2), "float32"), batch_size
     assert done.returncode == 1 and "a callback that cannot start" in done.stderr, done.stderr[-2000:]
     meta = read_meta(tmp_path / "open")
     assert meta["status"] == "failed" and meta["error"] == "ValueError: a callback that cannot start", meta
+
+
+@pytest.mark.slow
+def test_using_a_session_after_its_block_is_an_error_not_silence(tmp_path):
+    with quiet_session(tmp_path, "ended") as session:
+        _fake_batches(session, 2)
+    before = (tmp_path / "ended" / "run.json").read_text()
+    for what, use in (("session.step()", lambda: session.step().__enter__()),
+                      ("session.iterate()", lambda: next(session.iterate([1]))),
+                      ("session.epoch()", lambda: session.epoch().__enter__()),
+                      ("session.log()", lambda: session.log(loss=1.0))):
+        with pytest.raises(RuntimeError, match=r"after the profile\(\) session ended \(run directory .*ended\)"):
+            use()
+    assert (tmp_path / "ended" / "run.json").read_text() == before
+    assert len(pd.read_csv(tmp_path / "ended" / "steps.csv")) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quiet", [False, True])
+def test_sigterm_inside_profile_ends_the_program_with_143_and_one_line(tmp_path, quiet):
+    script = f"""
+import os, signal, time, profiler
+with profiler.profile({str(tmp_path)!r}, run_name="term", profile=False, sample=False, quiet={quiet}) as session:
+    with session.step(images=1):
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(60)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=REPO)
+    said = [line for line in done.stderr.splitlines() if "terminated" in line.lower() or "devprof" in line]
+    assert done.returncode == 143, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    expected = "terminated (SIGTERM); run directory " + str(tmp_path / "term") + " (interrupted)"
+    assert said == [("" if quiet else "devprof: ") + expected], said
+    meta = read_meta(tmp_path / "term")
+    assert meta["status"] == "interrupted" and meta["interrupted_by"] == "SIGTERM"
+
+
+@pytest.mark.slow
+def test_keras_callback_without_batch_size_says_so_once_at_fit_and_not_in_analyze(tmp_path, capsys):
+    from profiler import cli
+
+    model, callback, fit, x, y = _fit(tmp_path, "no-batch-size", _RaiseIn("on_predict_end", RuntimeError()),
+                                      batch_size=None, profile_steps="1:3")
+    capsys.readouterr()
+    model.fit(x, y, **fit)
+    err = capsys.readouterr().err
+    assert err.count("warning: KerasCallback has no batch_size") == 1, err
+    meta = read_meta(tmp_path / "no-batch-size")
+    assert meta["status"] == "complete" and [e["images"] for e in meta["epochs"]] == [None, None]
+    assert cli.main(["analyze", str(tmp_path / "no-batch-size"), "--format", "json"]) == 0
+    assert "run.json" not in capsys.readouterr().err  # nothing to say about devprof's own file
+    with pytest.raises(ValueError, match="batch_size must be a whole number >= 1"):
+        profiler.KerasCallback(tmp_path, batch_size=0)

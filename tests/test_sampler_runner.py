@@ -26,8 +26,8 @@ from profiler.samplers import (
     build_sampler_group,
     validate_interval,
 )
-from analysis.run_files import read_sampler_csv
-from analysis.utilization import summarize, weighted_stats
+from analysis.read.run_files import read_sampler_csv
+from analysis.breakdown.utilization import summarize, weighted_stats
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 import trace_fixtures as fx
-from analysis import trace
-from analysis import xplane_wire as wire
+from analysis.read import trace
+from analysis.read import xplane_wire as wire
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -184,7 +184,7 @@ _WITHOUT_TENSORFLOW = textwrap.dedent("""
             return None
 
     sys.meta_path.insert(0, Blocker())
-    from analysis.trace import read_trace
+    from analysis.read.trace import read_trace
 
     events = len(read_trace(sys.argv[1]).events)  # reading needs no protobuf library either
     blocked.discard("google")

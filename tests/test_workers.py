@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import run_files
+from analysis.read import run_files
 from profiler import cli
 from profiler import cluster as cluster_mod
 from profiler.config import RunConfig, UsageError

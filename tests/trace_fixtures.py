@@ -334,7 +334,7 @@ def trace_logdir(kind: str) -> Path:
 
 
 def _xspace_class():
-    from analysis.trace import _xplane_module
+    from xplane_message import _xplane_module
 
     return _xplane_module().XSpace
 
@@ -361,7 +361,8 @@ def write_with_fake_gpu(source: str | Path, path: str | Path, *, copy_ms: float,
     followed by back-to-back kernels totalling `kernel_ms`, ending just before the
     marker ends (clear of the host's iterator wait at the marker's start).
     """
-    from analysis.trace import load_xspace, xspace_to_tables
+    from analysis.read.trace import xspace_to_tables
+    from xplane_message import load_xspace
 
     space = load_xspace(source)
     _, _, events, _ = xspace_to_tables(space)
@@ -394,7 +395,8 @@ def write_with_late_executor_tails(source: str | Path, path: str | Path) -> tupl
     marker's start through the first half of that marker: the step it belongs to is
     unchanged, and the next step must not gain it. Returns the path and the count added.
     """
-    from analysis.trace import load_xspace, xspace_to_tables
+    from analysis.read.trace import xspace_to_tables
+    from xplane_message import load_xspace
 
     space = load_xspace(source)
     _, _, events, _ = xspace_to_tables(space)

@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import pandas as pd
 
-from analysis import run_files
+from analysis.read import run_files
 from analysis.render import Rendered
 from analysis.comparison.chart import plot_compare
 from analysis.comparison.errors import CompareError, UnusableRun
@@ -29,7 +29,7 @@ from analysis.comparison.op_diff import op_diff_runs
 from analysis.comparison.reading import read_external, read_run, validate_external
 from analysis.comparison.rows import COMPONENTS, external_rows, run_row, steady_components, steady_epochs
 from analysis.comparison.table import compare, flags_for, pick_baseline, speedups, warnings
-from analysis.rules import suggest_steps_per_execution
+from analysis.rules.table import suggest_steps_per_execution
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import plots
+from analysis.render import plots
 from analysis.comparison.explain import LABELS
 
 STACKED = ("input", "compute", "host")  # epoch-level work is drawn on top in grey

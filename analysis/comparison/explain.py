@@ -11,7 +11,7 @@ import math
 import pandas as pd
 
 from analysis.comparison.rows import COMPONENTS
-from analysis.rules import Facts, classify, facts_from, fix_for
+from analysis.rules.table import Facts, classify, facts_from, fix_for
 
 NO_GAP_SHARE = 0.01  # a per-image gap under 1 % of the fastest row's time is noise, not a finding
 LABELS = {"input": "input", "compute": "compute", "host": "host overhead",

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis import run_files
+from analysis.read import run_files
 from analysis.comparison.errors import CompareError
 
 OP_DIFF_KEYS = ["op", "type", "a_ms", "b_ms", "delta_ms", "share_pct", "only_in"]

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import run_files, utilization
+from analysis.read import run_files
+from analysis.breakdown import utilization
 from analysis.comparison.errors import CompareError
 
 EXTERNAL_REQUIRED = ("device", "seconds_per_epoch")
@@ -56,8 +57,8 @@ def _read_trace_mean(path: Path) -> tuple[dict | None, str | None, bool | None]:
         return None, None, None
     try:
         from analysis.pipeline import analyze_source
-        from analysis.step_sources import from_trace
-        from analysis.trace import read_trace
+        from analysis.steps.sources import from_trace
+        from analysis.read.trace import read_trace
 
         analysis = analyze_source(from_trace(read_trace(path)))
         return analysis.mean, None, analysis.facts.prefetches

@@ -6,11 +6,11 @@ import math
 
 import pandas as pd
 
-from analysis import epochs as epochs_mod
-from analysis import run_files
+from analysis.breakdown import epochs as epochs_mod
+from analysis.read import run_files
 from analysis.comparison.errors import CompareError, UnusableRun
-from analysis.device_facts import peak_dtype
-from analysis.utilization import headline
+from analysis.rules.devices import peak_dtype
+from analysis.breakdown.utilization import headline
 
 COMPONENTS = ("input", "compute", "host", "epoch_level")
 

@@ -95,7 +95,7 @@ def program_of(events) -> str:
     """Which kind of program wrote a trace: `keras` (fit), `tensorflow` (a custom loop), `jax`
     (XLA programs run by PjRt with no TensorFlow on the host) or `unknown`. devprof's own runs are
     told by their run directory, not by the trace."""
-    from analysis.events import host_events, matches
+    from analysis.read.view import host_events, matches
 
     host = host_events(events)
     if host.empty:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.csv_safety import neutralize_frame
+from analysis.render.csv_safety import neutralize_frame
 
 
 def render_analysis(analysis) -> str:

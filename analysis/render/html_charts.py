@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.plots import EPOCH_LEVEL_COLOR, PART_COLORS, min_max_points
+from analysis.render.plots import EPOCH_LEVEL_COLOR, PART_COLORS, min_max_points
 
 MAX_BARS = 300
 MAX_LINE_POINTS = 1200

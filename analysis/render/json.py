@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis import run_files
+from analysis.read.run_files import SCHEMA_VERSION
 from analysis.render import tables
 
 STEP_KEYS = ["step", "steps", "step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "compile_ms",
@@ -49,7 +49,7 @@ def records(frame: pd.DataFrame, integer_keys=()) -> list[dict]:
 def analysis_document(analysis) -> dict:
     tables.check_figures(analysis)
     result = {
-        "schema_version": run_files.SCHEMA_VERSION,
+        "schema_version": SCHEMA_VERSION,
         "source": str(analysis.path),
         "step_source": analysis.step_source,
         "step_name": analysis.step_name,
@@ -84,7 +84,7 @@ def comparison_document(comparison) -> dict:
     """`{"baseline": run, "fastest": run, "warnings": [...], "rows": [...]}`."""
     table = comparison.table
     rows = [{key: jsonable(value) for key, value in record.items()} for record in table.to_dict(orient="records")]
-    document = {"schema_version": run_files.SCHEMA_VERSION, "baseline": comparison.baseline,
+    document = {"schema_version": SCHEMA_VERSION, "baseline": comparison.baseline,
                 "fastest": str(table.loc[table["fastest"], "run"].iloc[0]),
                 "warnings": list(comparison.warnings), "rows": rows}
     if comparison.op_diff is not None:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import plots
-from analysis.csv_safety import neutralize_frame
+from analysis.render import plots
+from analysis.render.csv_safety import neutralize_frame
 from analysis.render import html
 from analysis.render import json as json_format
 from analysis.render import markdown

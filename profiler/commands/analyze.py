@@ -51,7 +51,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def handle(args: argparse.Namespace) -> int:
     """Analyse `args.path`; print the summary and write outputs where asked."""
     import analysis
-    from analysis.trace import TraceError
+    from analysis.read.trace import TraceError
 
     path = Path(args.path)
     if args.step_name is not None:

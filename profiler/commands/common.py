@@ -9,7 +9,7 @@ import contextlib
 import sys
 import warnings
 
-from analysis.run_files import SCHEMA_VERSION, RunFileWarning
+from analysis.read.run_files import SCHEMA_VERSION, RunFileWarning
 
 EXIT_OK = 0
 EXIT_FAILURE = 1  # the command ran and failed (training crashed, nothing to analyse, ...)

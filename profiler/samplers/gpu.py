@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from analysis.run_files import GPU_COLUMNS
+from analysis.read.run_files import GPU_COLUMNS
 from profiler.samplers.base import NAN, Sampler, is_nan
 
 

@@ -11,7 +11,7 @@ import time
 
 import psutil
 
-from analysis.run_files import host_columns
+from analysis.read.run_files import host_columns
 from profiler.samplers.base import NAN, Sampler
 from profiler.samplers.host_sources import ProcessGone, cpu_percent_function, default_source
 

@@ -266,8 +266,8 @@ class SamplerGroup:
 
     def summaries(self, epochs: list[tuple] | None = None) -> dict[str, dict]:
         """`analysis.utilization.summarize` of every CSV written (read back from disk, so call after `stop`)."""
-        from analysis.run_files import read_sampler_csv
-        from analysis.utilization import summarize
+        from analysis.read.run_files import read_sampler_csv
+        from analysis.breakdown.utilization import summarize
 
         result = {}
         for thread in self.threads:

@@ -28,7 +28,7 @@ import re
 import sys
 from typing import Any, Callable
 
-from analysis.run_files import TPU_COLUMNS
+from analysis.read.run_files import TPU_COLUMNS
 from profiler.samplers.base import NAN, Sampler
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import intervals as iv
-from analysis.events import host_events
+from analysis.read.view import host_events
 from analysis.producers import planes as plane_names
 from analysis.producers import tpu as tpu_producer
 

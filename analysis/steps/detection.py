@@ -31,9 +31,9 @@ import pandas as pd
 from analysis import producers
 from analysis.producers import tensorflow as tf_producer
 from analysis.producers import tpu as tpu_producer
-from analysis.events import device_events, host_events, matches, on_device_planes, present
+from analysis.read.view import device_events, host_events, matches, on_device_planes, present
 from analysis.producers import planes
-from analysis.trace import TraceError
+from analysis.read.trace import TraceError
 
 METHODS = ("markers", "trace_groups", "program_executions", "window")
 STEP_COLUMNS = ["step", "steps", "name", "plane", "line", "start_ns", "marker_end_ns", "end_ns", "partial"]

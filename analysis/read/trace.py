@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import xplane_wire as wire
+from analysis.read import xplane_wire as wire
 
 TRACE_SUFFIX = ".xplane.pb"
 PROFILE_SUBDIR = Path("plugins") / "profile"
@@ -87,15 +87,6 @@ class Trace:
         if self.known_stats is None:
             self.known_stats = event_stats(self.location.xplane, EVENT_STAT_COLUMNS)
         return self.known_stats
-
-
-def __getattr__(name: str):
-    # Protobuf-message helpers for tools that edit traces; reading never loads them.
-    if name in ("load_xspace", "_xplane_module"):
-        from analysis import xplane_message
-
-        return getattr(xplane_message, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _sessions_under(profile_dir: Path) -> list[Path]:

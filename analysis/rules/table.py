@@ -20,8 +20,8 @@ from typing import Callable
 
 import pandas as pd
 
-from analysis import program_facts
-from analysis.device_facts import facts_for
+from analysis.rules import programs as program_facts
+from analysis.rules.devices import facts_for
 
 HIGH_INPUT_PCT = 20.0
 MODERATE_INPUT_PCT = 5.0

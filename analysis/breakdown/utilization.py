@@ -23,7 +23,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from analysis.run_files import (
+from analysis.read.run_files import (
     DEVICE_UTILIZATION_COLUMNS,
     TIME_COLUMN,
     RunFileError,

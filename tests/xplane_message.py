@@ -11,7 +11,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from analysis.trace import TraceError, TraceUnreadable
+from analysis.read.trace import TraceError, TraceUnreadable
 
 
 def _xplane_module():

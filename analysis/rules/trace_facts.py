@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 
 from analysis import producers
-from analysis.device_facts import facts_for
-from analysis.input_stages import prefetches
-from analysis.events import device_events, host_events, matches
+from analysis.rules.devices import facts_for
+from analysis.breakdown.input_stages import prefetches
+from analysis.read.view import device_events, host_events, matches
 
 # Host work that makes the host wait for the device, or for its output, inside a step.
 HOST_SYNC_RE = producers.pattern("host_sync")

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import producers, run_files
-from analysis.steps import analyze_steps
-from analysis.trace import Trace, TraceError, TraceNotFound, TraceUnreadable, read_trace
+from analysis import producers
+from analysis.read import run_files
+from analysis.steps.host import analyze_steps
+from analysis.read.trace import Trace, TraceError, TraceNotFound, TraceUnreadable, read_trace
 
 STEPS_CSV_COMPUTE_NOTE = ("no profiler trace: breakdown from steps.csv, where compute is the time in the step call "
                           "(the math plus tf.function dispatch); run with the profiler window for the trace's split")

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import intervals as iv
-from analysis.events import NS_PER_MS, matches
+from analysis.read.view import NS_PER_MS, matches
 from analysis.producers import tensorflow as tf_producer
 
 STAGE_RE = re.compile(tf_producer.INPUT_STAGE)

@@ -28,9 +28,9 @@ import pandas as pd
 from analysis import intervals as iv
 from analysis import producers
 from analysis.producers import tensorflow as tf_producer
-from analysis.events import NS_PER_MS, device_events, device_kind, host_events, intervals, matches, on_lines, present
-from analysis.step_detection import detect_steps
-from analysis.trace import Trace
+from analysis.read.view import NS_PER_MS, device_events, device_kind, host_events, intervals, matches, on_lines, present
+from analysis.steps.detection import detect_steps
+from analysis.read.trace import Trace
 
 TF_OP_RE = re.compile(tf_producer.TF_OP)
 PARTS = ("input", "compute", "collective", "host")

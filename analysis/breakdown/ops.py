@@ -17,8 +17,8 @@ import pandas as pd
 
 from analysis import producers
 from analysis.producers import tensorflow as tf_producer
-from analysis.events import NS_PER_MS, device_events, host_events, matches
-from analysis.steps import TF_OP_RE
+from analysis.read.view import NS_PER_MS, device_events, host_events, matches
+from analysis.steps.host import TF_OP_RE
 
 OP_COLUMNS = ["op", "type", "device", "count_per_step", "ms_per_step", "compute_pct"]
 XLA_MODULE = "XlaModule"

@@ -47,7 +47,7 @@ def epoch_breakdown(steps: pd.DataFrame, epochs: pd.DataFrame, source: str = "ru
     # whole run recorded by profile()) may read a few microseconds short: not worth a warning.
     short = frame["seconds"] < frame["step_s"] - 1e-6 * (frame["calls"] + 1)
     if short.any():
-        from analysis.run_files import warn
+        from analysis.read.run_files import warn
 
         first = frame.index[short][0]
         warn(f"{source}: epoch {first} lasts {frame.at[first, 'seconds']:.3g} s, less than its steps in steps.csv "

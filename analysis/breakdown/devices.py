@@ -18,9 +18,9 @@ import pandas as pd
 
 from analysis import intervals as iv
 from analysis import producers
-from analysis.device_steps import assign_steps, per_step_parts
-from analysis.events import NS_PER_MS, device_events, host_events, is_device_plane, matches
-from analysis.steps import device_parts, input_intervals
+from analysis.steps.device import assign_steps, per_step_parts
+from analysis.read.view import NS_PER_MS, device_events, host_events, is_device_plane, matches
+from analysis.steps.host import device_parts, input_intervals
 
 DEVICE_PARTS = ("compute", "input", "copy", "collective", "idle")
 MEAN_KEYS = ("step_ms", "compute_ms", "input_ms", "copy_ms", "collective_ms", "idle_ms", "idle_input_ms",

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.run_files import UTILIZATION_COLUMNS
+from analysis.read.run_files import UTILIZATION_COLUMNS
 
 PART_COLORS = {"input": "#d62728", "compute": "#2ca02c", "host": "#1f77b4", "collective": "#9467bd"}
 EPOCH_LEVEL_COLOR = "#7f7f7f"
