@@ -142,17 +142,26 @@ class Run(Session):
         size = batch[0].shape[0]
         if size:
             self.config.train = dataclasses.replace(cfg.train, batch_size=int(size))
+        limit = max(1, -(-cfg.limit_images // cfg.train.batch_size)) if cfg.limit_images else None
         cardinality = int(dataset.cardinality())
         if cardinality == tf.data.INFINITE_CARDINALITY:
-            if not cfg.limit_images:
+            if not limit:
                 raise um.ModelError(f"--dataset {spec} never ends: give --limit-images N, the examples of one epoch")
-            steps = max(1, -(-cfg.limit_images // cfg.train.batch_size))
+            steps = limit
         elif cardinality == tf.data.UNKNOWN_CARDINALITY:
-            steps = sum(1 for _ in dataset)
+            # Its length is known only by reading it (a generator may never end): no further than
+            # the limit needs.
+            if not limit:
+                self.console.notice(f"notice: --dataset {spec} does not say how many batches it has; reading it "
+                                    "once to count them (--limit-images N reads only what N needs)")
+            try:
+                steps = sum(1 for _ in (dataset.take(limit) if limit else dataset))
+            except Exception as exc:  # noqa: BLE001 - the user's pipeline
+                raise um.ModelError(f"--dataset {spec}: reading its batches failed: {um._one_line(exc)}") from None
         else:
             steps = cardinality
-        if cfg.limit_images:
-            steps = min(steps, max(1, -(-cfg.limit_images // cfg.train.batch_size)))
+        if limit:
+            steps = min(steps, limit)
         return dataset.take(steps), steps, batch
 
     def execute(self) -> Path:
