@@ -21,6 +21,11 @@ PY_TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]
 PY_TEST_FILE = "test_batch"
 BIN_TRAIN_FILES = [f"data_batch_{i}.bin" for i in range(1, 6)]
 BIN_TEST_FILE = "test_batch.bin"
+# CIFAR-10's batch files have known sizes: the python version's pickles 31,035,704 bytes
+# (test_batch 31,035,526), the binary version's 30,730,000 (10,000 records of 3,073 bytes). A
+# file or archive member that declares more is refused before it is read: a few MB of gzip can
+# declare gigabytes.
+MAX_BATCH_BYTES = 32 << 20
 DATA_HELP = (
     "put CIFAR-10's python version (cifar-10-python.tar.gz or its cifar-10-batches-py folder) "
     "or binary version (cifar-10-batches-bin) in a folder and pass --data-dir, "
@@ -92,11 +97,18 @@ def _check_labels(labels: np.ndarray, name: str) -> np.ndarray:
     return labels.astype(np.int32)
 
 
+def _check_batch_size(size: int, name: str) -> None:
+    if size > MAX_BATCH_BYTES:
+        raise DataError(f"{name}: declares {size:,} bytes, more than a CIFAR-10 batch file has "
+                        f"(at most {MAX_BATCH_BYTES:,}); not read")
+
+
 def _read_py_folder(folder: Path):
     def read(name):
         path = folder / name
         if not path.is_file():
             raise DataError(f"{path}: missing CIFAR-10 batch file")
+        _check_batch_size(path.stat().st_size, str(path))
         return _load_py_batch(path.read_bytes(), str(path))
 
     return [read(n) for n in PY_TRAIN_FILES], read(PY_TEST_FILE)
@@ -105,7 +117,13 @@ def _read_py_folder(folder: Path):
 def _read_py_tar(path: Path):
     try:
         with tarfile.open(path, "r:*") as tar:
-            members = {Path(m.name).name: m for m in tar.getmembers() if m.isfile()}
+            wanted = {*PY_TRAIN_FILES, PY_TEST_FILE}
+            members = {}
+            for member in tar:  # header by header: a member's size is checked before anything skips or reads it
+                name = Path(member.name).name
+                if member.isfile() and name in wanted:
+                    _check_batch_size(member.size, f"{path}:{name}")
+                    members[name] = member
 
             def read(name):
                 if name not in members:
@@ -122,6 +140,7 @@ def _read_py_tar(path: Path):
 def _read_bin_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
     if not path.is_file():
         raise DataError(f"{path}: missing CIFAR-10 batch file")
+    _check_batch_size(path.stat().st_size, str(path))
     raw = np.fromfile(path, dtype=np.uint8)
     record = 1 + IMAGE_BYTES
     if raw.size == 0 or raw.size % record:

@@ -103,3 +103,77 @@ def test_a_session_not_entered_records_nothing_and_says_so(tmp_path):
                                                "profile\\(\\) session's with block"):
             use()
     assert not (tmp_path / "runs").exists()
+
+
+# ---------------------------------------------------------------- 4. CIFAR-10 files larger than CIFAR-10's
+
+DECLARED = 96 << 20  # three times the largest CIFAR-10 batch file; a few hundred kB of gzip
+
+
+class _Zeros:
+    """A file object of `size` zero bytes, made as it is read."""
+
+    def __init__(self, size: int):
+        self.left = size
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n is None or n < 0 else min(n, self.left)
+        self.left -= n
+        return bytes(n)
+
+
+def _peak_bytes_while(function) -> tuple[BaseException | None, int]:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        function()
+    except Exception as exc:  # noqa: BLE001 - returned for the test to check
+        raised = exc
+    else:
+        raised = None
+    finally:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    return raised, peak
+
+
+def _assert_refused_unread(raised, peak, name):
+    from models.data import DataError
+
+    assert peak < 8 << 20, f"{peak:,} bytes allocated reading a file that was refused"
+    assert isinstance(raised, DataError), raised
+    assert f"{name}: declares {DECLARED:,} bytes, more than a CIFAR-10 batch file has" in str(raised), raised
+
+
+def test_a_cifar10_archive_member_declaring_more_than_a_batch_is_refused_unread(tmp_path):
+    import tarfile
+
+    from models import data
+
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    with tarfile.open(archive, "w:gz", compresslevel=1) as tar:
+        member = tarfile.TarInfo("cifar-10-batches-py/data_batch_1")
+        member.size = DECLARED
+        tar.addfile(member, _Zeros(DECLARED))
+        for name in ("data_batch_2", "test_batch"):
+            tar.addfile(tarfile.TarInfo(f"cifar-10-batches-py/{name}"))  # empty: never reached
+    assert archive.stat().st_size < 1 << 20
+    raised, peak = _peak_bytes_while(lambda: data.load_cifar10(tmp_path))
+    _assert_refused_unread(raised, peak, f"{archive}:data_batch_1")
+
+
+@pytest.mark.parametrize("folder, name, test_name", [
+    ("cifar-10-batches-py", "data_batch_1", "test_batch"),
+    ("cifar-10-batches-bin", "data_batch_1.bin", "test_batch.bin"),
+])
+def test_a_cifar10_batch_file_larger_than_a_batch_is_refused_unread(tmp_path, folder, name, test_name):
+    from models import data
+
+    root = tmp_path / folder
+    root.mkdir()
+    (root / test_name).write_bytes(b"")
+    with open(root / name, "wb") as sparse:  # no disk used: a hole of DECLARED bytes
+        sparse.truncate(DECLARED)
+    raised, peak = _peak_bytes_while(lambda: data.load_cifar10(tmp_path))
+    _assert_refused_unread(raised, peak, str(root / name))
