@@ -3,10 +3,12 @@ the loss, synthetic data shaped from the model, and training FLOPs from its laye
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -15,6 +17,18 @@ import numpy as np
 
 class ModelError(Exception):
     """A model or dataset function that cannot be used (a usage error)."""
+
+
+@contextlib.contextmanager
+def _as_its_own_program(name: str):
+    """While the user's code runs, `sys.argv` is what it would be were the file run on its own
+    with no arguments: a module that parses arguments at import must not read devprof's."""
+    saved = sys.argv
+    sys.argv = [name]
+    try:
+        yield
+    finally:
+        sys.argv = saved
 
 
 def load_function(spec: str, option: str):
@@ -31,8 +45,9 @@ def load_function(spec: str, option: str):
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[module_name] = module
         try:
-            module_spec.loader.exec_module(module)
-        except Exception as exc:  # noqa: BLE001 - the user's code: one line says what failed
+            with _as_its_own_program(str(path)):
+                module_spec.loader.exec_module(module)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code: one line says what failed
             sys.modules.pop(module_name, None)
             raise ModelError(f"{option} {spec}: importing {path} failed: {_one_line(exc)}") from None
     else:
@@ -40,13 +55,14 @@ def load_function(spec: str, option: str):
         if added:
             sys.path.insert(0, os.getcwd())
         try:
-            module = importlib.import_module(target)
+            with _as_its_own_program(target):
+                module = importlib.import_module(target)
         except ModuleNotFoundError as exc:
             if exc.name and target.split(".")[0] == exc.name.split(".")[0]:
                 raise ModelError(f"{option} {spec}: no module named {exc.name!r} here ({os.getcwd()}); run from "
                                  "the folder that holds it, or give FILE.py:FUNCTION") from None
             raise ModelError(f"{option} {spec}: importing {target} failed: {_one_line(exc)}") from None
-        except Exception as exc:  # noqa: BLE001
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
             raise ModelError(f"{option} {spec}: importing {target} failed: {_one_line(exc)}") from None
         finally:
             if added:
@@ -68,14 +84,39 @@ def build_model(function, spec: str, precision: str = "float32"):
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(precision)
     try:
-        model = function()
-    except Exception as exc:  # noqa: BLE001
-        raise ModelError(f"--model {spec}: calling it failed: {_one_line(exc)}") from None
+        model = call_user(function, "--model", spec)
     finally:
         keras.mixed_precision.set_global_policy(previous)
     if not isinstance(model, keras.Model):
         raise ModelError(f"--model {spec} returned {type(model).__name__}, not a Keras model")
     return model
+
+
+def call_user(function, option: str, spec: str):
+    """`function()`, the user's: a failure, or an exit (`sys.exit`), is a ModelError in one line."""
+    try:
+        with _as_its_own_program(spec.rpartition(":")[0] or spec):
+            return function()
+    except SystemExit as exc:
+        raise ModelError(f"{option} {spec}: calling it exited ({_one_line(exc)}) instead of returning") from None
+    except Exception as exc:  # noqa: BLE001
+        raise ModelError(f"{option} {spec}: calling it failed: {_one_line(exc)}") from None
+
+
+def one_class_warning(model, loss_name: str | None) -> str | None:
+    """Why the default loss cannot train this model, or None: sparse categorical cross-entropy
+    over a single output unit is one class, whose probability is always 1 (loss 0)."""
+    if loss_name not in (None, "sparse_categorical_crossentropy"):
+        return None
+    outputs = getattr(model, "outputs", None)
+    if not outputs or len(outputs) != 1:
+        return None
+    shape = tuple(outputs[0].shape[1:])
+    if shape and shape[-1] != 1:
+        return None
+    return (f"model {model.name!r} has one output unit: the default loss, sparse categorical cross-entropy, "
+            "sees one class and is always 0, so nothing is learned; give --loss binary_crossentropy for a "
+            "yes/no label (a sigmoid last layer), --loss mean_squared_error for a number, or one unit per class")
 
 
 def ends_in_softmax(model) -> bool:
@@ -192,6 +233,13 @@ def _leaf_layers(model):
             yield layer
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# Keras wraps a layer's error between these lines; the line that says what is wrong is inside.
+_KERAS_WRAPPING = ("Exception encountered when calling", "Arguments received by", "•")
+
+
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    lines = [line.strip() for line in _ANSI.sub("", str(exc)).splitlines() if line.strip()]
+    said = [line for line in lines if not line.startswith(_KERAS_WRAPPING)]
+    text = (said or lines or [""])[0]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -92,6 +92,9 @@ class Run(Session):
             function = um.load_function(cfg.model, "--model")
             model = um.build_model(function, cfg.model, cfg.train.precision)
             loss, classification = um.make_loss(cfg.loss, model)
+            cannot_learn = um.one_class_warning(model, cfg.loss)
+            if cannot_learn:
+                self.console.warn(f"warning: {cannot_learn}")
             dataset, steps, arrays = None, None, None
             if cfg.dataset is not None:
                 dataset, steps, batch = self._user_dataset(um.load_function(cfg.dataset, "--dataset"))
@@ -108,8 +111,8 @@ class Run(Session):
             try:
                 loss(y, model(x, training=False))
             except Exception as exc:  # noqa: BLE001 - the user's shapes: one line says which
-                raise um.ModelError(f"--model {cfg.model}: a batch does not fit the model and loss "
-                                    f"({um._one_line(exc)})") from None
+                raise um.ModelError(f"--model {cfg.model}: a batch (x {_shape(x)}, y {_shape(y)}) does not fit "
+                                    f"the model{_model_shapes(model)} and loss ({um._one_line(exc)})") from None
         except um.ModelError as exc:
             raise UsageError(str(exc)) from None
         self.user_model = {"function": function, "loss": loss, "classification": classification,
@@ -125,10 +128,7 @@ class Run(Session):
 
         cfg = self.config
         spec = cfg.dataset
-        try:
-            dataset = function()
-        except Exception as exc:  # noqa: BLE001
-            raise um.ModelError(f"--dataset {spec}: calling it failed: {um._one_line(exc)}") from None
+        dataset = um.call_user(function, "--dataset", spec)
         if not isinstance(dataset, tf.data.Dataset):
             raise um.ModelError(f"--dataset {spec} returned {type(dataset).__name__}, not a tf.data.Dataset")
         try:
@@ -278,6 +278,18 @@ class Run(Session):
             meta["injected"] = {"input_delay_ms": train.inject_input_delay_ms,
                                 "host_delay_ms": train.inject_host_delay_ms}
         return meta
+
+
+def _shape(value) -> tuple:
+    return tuple(getattr(value, "shape", ()))
+
+
+def _model_shapes(model) -> str:
+    """ (input (None, 8), output (None, 3)) where the model knows them."""
+    try:
+        return f" (input {tuple(model.inputs[0].shape)}, output {tuple(model.outputs[0].shape)})"
+    except Exception:  # noqa: BLE001 - a subclassed model not built yet
+        return ""
 
 
 def evaluation_message(test_images: int, limit_test_images: int | None) -> str:

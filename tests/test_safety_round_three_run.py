@@ -52,3 +52,63 @@ def test_a_dataset_that_never_ends_is_read_only_as_far_as_limit_images_needs(tmp
     assert json.loads((path / "run.json").read_text())["status"] == "complete"
     steps = pd.read_csv(path / "steps.csv")
     assert len(steps) == 20 and steps["images"].sum() == 200
+
+
+USER_CODE = """
+    import argparse
+
+    import numpy as np
+    import tensorflow as tf
+
+    # A training script's own options, parsed at import (it is also run on its own).
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--units", type=int, default=3)
+    ARGS = parser.parse_args()
+
+    def build():
+        return tf.keras.Sequential([tf.keras.Input(shape=(8,)), tf.keras.layers.Dense(ARGS.units, name="dense")])
+
+    def one_unit():
+        return tf.keras.Sequential([tf.keras.Input(shape=(8,)), tf.keras.layers.Dense(1)], name="one_unit")
+
+    def exits():
+        raise SystemExit(0)
+
+    def five_features():
+        x, y = np.zeros((40, 5), "float32"), np.zeros((40,), "int32")
+        return tf.data.Dataset.from_tensor_slices((x, y)).batch(10)
+    """
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, dataset, expected", [
+    ("exits", None, "error: --model {module}:exits: calling it exited (SystemExit: 0) instead of returning"),
+    ("build", "five_features", "error: --model {module}:build: a batch (x (10, 5), y (10,)) does not fit the model "
+                               "(input (None, 8), output (None, 3)) and loss (ValueError: Input 0 with name 'None' of "
+                               "layer 'dense' is incompatible with the layer: expected axis -1 of input shape to have "
+                               "value 8, but received input with shape (10, 5))"),
+])
+def test_a_model_function_that_exits_or_does_not_fit_is_one_usage_error(tmp_path, capsys, model, dataset, expected):
+    module = write_module(tmp_path, USER_CODE)
+    data = ["--dataset", f"{module}:{dataset}"] if dataset else []
+    code = cli.main(["run", "--model", f"{module}:{model}", *data, "--limit-images", "40",
+                     "--out", str(tmp_path / "runs"), *QUICK])
+    assert one_usage_error(code, capsys) == expected.format(module=module)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_a_module_that_parses_arguments_at_import_and_a_one_unit_output(tmp_path, capsys):
+    """The module's parser sees no arguments (not devprof's); the one-unit output that the default
+    loss cannot train is warned about once, before training."""
+    module = write_module(tmp_path, USER_CODE)
+    code = cli.main(["run", "--model", f"{module}:one_unit", "--limit-images", "40", "--batch-size", "10",
+                     "--out", str(tmp_path / "runs"), "--run-name", "one-unit", *QUICK])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert warnings == ["warning: model 'one_unit' has one output unit: the default loss, sparse categorical "
+                        "cross-entropy, sees one class and is always 0, so nothing is learned; give --loss "
+                        "binary_crossentropy for a yes/no label (a sigmoid last layer), --loss mean_squared_error "
+                        "for a number, or one unit per class"], err
+    assert json.loads((tmp_path / "runs" / "one-unit" / "run.json").read_text())["status"] == "complete"
