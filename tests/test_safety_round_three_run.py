@@ -55,21 +55,11 @@ def test_a_dataset_that_never_ends_is_read_only_as_far_as_limit_images_needs(tmp
 
 
 USER_CODE = """
-    import argparse
-
     import numpy as np
     import tensorflow as tf
 
-    # A training script's own options, parsed at import (it is also run on its own).
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--units", type=int, default=3)
-    ARGS = parser.parse_args()
-
     def build():
-        return tf.keras.Sequential([tf.keras.Input(shape=(8,)), tf.keras.layers.Dense(ARGS.units, name="dense")])
-
-    def one_unit():
-        return tf.keras.Sequential([tf.keras.Input(shape=(8,)), tf.keras.layers.Dense(1)], name="one_unit")
+        return tf.keras.Sequential([tf.keras.Input(shape=(8,)), tf.keras.layers.Dense(3, name="dense")])
 
     def exits():
         raise SystemExit(0)
@@ -101,7 +91,20 @@ def test_a_model_function_that_exits_or_does_not_fit_is_one_usage_error(tmp_path
 def test_a_module_that_parses_arguments_at_import_and_a_one_unit_output(tmp_path, capsys):
     """The module's parser sees no arguments (not devprof's); the one-unit output that the default
     loss cannot train is warned about once, before training."""
-    module = write_module(tmp_path, USER_CODE)
+    module = write_module(tmp_path, """
+        import argparse
+
+        import tensorflow as tf
+
+        # A training script's own options, parsed at import (it is also run on its own).
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--units", type=int, default=1)
+        ARGS = parser.parse_args()
+
+        def one_unit():
+            return tf.keras.Sequential([tf.keras.Input(shape=(8,)), tf.keras.layers.Dense(ARGS.units)],
+                                       name="one_unit")
+        """)
     code = cli.main(["run", "--model", f"{module}:one_unit", "--limit-images", "40", "--batch-size", "10",
                      "--out", str(tmp_path / "runs"), "--run-name", "one-unit", *QUICK])
     err = capsys.readouterr().err
