@@ -17,6 +17,7 @@ from profiler.samplers.base import is_nan
 
 DEVICE_KINDS = ("auto", "cpu", "gpu", "tpu")
 TPU_ENV_VARS = ("TPU_NAME", "COLAB_TPU_ADDR", "TPU_WORKER_HOSTNAMES")
+TPU_DEVICE_FILES = ("/dev/accel0", "/dev/vfio/0")  # a TPU VM's chips (older generations, v5e and later)
 # Connecting to a TPU that is not there does not fail: TensorFlow waits for it forever.
 TPU_TIMEOUT_ENV = "DEVPROF_TPU_TIMEOUT_S"
 DEFAULT_TPU_TIMEOUT_S = 30.0
@@ -147,7 +148,7 @@ def tpu_hint_present(address: str | None) -> bool:
         return True
     if any(os.environ.get(v) for v in TPU_ENV_VARS):
         return True
-    return Path("/dev/accel0").exists() or Path("/dev/vfio/0").exists()
+    return any(Path(name).exists() for name in TPU_DEVICE_FILES)
 
 
 def resolve(device: str = "auto", gpus: int | None = None, tpu: str | None = None,
@@ -160,6 +161,11 @@ def resolve(device: str = "auto", gpus: int | None = None, tpu: str | None = Non
         # TF_CONFIG before TensorFlow starts: the strategy reads it when it is created.
         os.environ["TF_CONFIG"] = cluster.tf_config
         return _resolve_multi_worker(backend or TFBackend(), device, gpus, cluster, collective_timeout_s)
+    if device == "tpu" and not tpu_hint_present(tpu):
+        # Nothing says a TPU is there: say so now, before TensorFlow starts and the resolver waits.
+        raise DeviceError(f"no TPU reachable: this machine has no TPU device ({', '.join(TPU_DEVICE_FILES)}) and "
+                          f"none of {', '.join(TPU_ENV_VARS)} is set; give --tpu NAME_OR_ADDRESS for a TPU "
+                          "elsewhere, or use --device cpu or gpu")
     backend = backend or TFBackend()
     if device == "tpu" or (device == "auto" and tpu_hint_present(tpu)):
         try:

@@ -177,3 +177,64 @@ def test_a_cifar10_batch_file_larger_than_a_batch_is_refused_unread(tmp_path, fo
         sparse.truncate(DECLARED)
     raised, peak = _peak_bytes_while(lambda: data.load_cifar10(tmp_path))
     _assert_refused_unread(raised, peak, str(root / name))
+
+
+# ---------------------------------------------------------------- 19. --device tpu where there is none
+
+
+class _TPUBackend:
+    """A backend whose TPU lookup is recorded: it stands for TensorFlow's resolver, which waits."""
+
+    def __init__(self):
+        self.looked_up = []
+
+    def tpu_strategy(self, address):
+        self.looked_up.append(address)
+        raise RuntimeError("no answer")
+
+    def physical_devices(self, kind):
+        return []
+
+
+@pytest.fixture
+def no_tpu_here(monkeypatch, tmp_path):
+    from profiler import devices
+
+    for name in devices.TPU_ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(devices, "TPU_DEVICE_FILES", (str(tmp_path / "accel0"), str(tmp_path / "vfio0")),
+                        raising=False)
+    monkeypatch.setenv(devices.TPU_TIMEOUT_ENV, "1")  # an old lookup gives up soon, and the test says why
+    return devices
+
+
+def test_device_tpu_without_any_tpu_says_so_without_looking_it_up(no_tpu_here):
+    devices = no_tpu_here
+    backend = _TPUBackend()
+    with pytest.raises(devices.DeviceError, match=r"no TPU reachable: this machine has no TPU device \(.*accel0"):
+        devices.resolve("tpu", backend=backend)
+    assert backend.looked_up == []  # TensorFlow's resolver, which waits for an absent TPU, was never asked
+
+
+@pytest.mark.parametrize("hint", ["address", "TPU_NAME", "device file"])
+def test_device_tpu_with_a_hint_still_looks_it_up(no_tpu_here, monkeypatch, tmp_path, hint):
+    devices = no_tpu_here
+    if hint == "TPU_NAME":
+        monkeypatch.setenv("TPU_NAME", "my-tpu")
+    if hint == "device file":
+        (tmp_path / "vfio0").write_text("")
+    backend = _TPUBackend()
+    with pytest.raises(devices.DeviceError, match="no TPU reachable"):
+        devices.resolve("tpu", tpu="grpc://10.0.0.9:8470" if hint == "address" else None, backend=backend)
+    assert len(backend.looked_up) == 1
+
+
+def test_devprof_run_device_tpu_without_a_tpu_is_a_usage_error_before_tensorflow_starts(no_tpu_here, tmp_path,
+                                                                                       capsys):
+    """Unmarked on purpose: the test suite fails a fast test that loads TensorFlow."""
+    from cli_checks import one_usage_error
+    from profiler import cli
+
+    code = cli.main(["run", "--device", "tpu", "--out", str(tmp_path / "runs")])
+    assert "no TPU reachable: this machine has no TPU device" in one_usage_error(code, capsys)
+    assert not (tmp_path / "runs").exists()
