@@ -111,8 +111,9 @@ class Run(Session):
             try:
                 loss(y, model(x, training=False))
             except Exception as exc:  # noqa: BLE001 - the user's shapes: one line says which
-                raise um.ModelError(f"--model {cfg.model}: a batch (x {_shape(x)}, y {_shape(y)}) does not fit "
-                                    f"the model{_model_shapes(model)} and loss ({um._one_line(exc)})") from None
+                raise um.ModelError(f"--model {cfg.model}: a batch does not fit the model and loss "
+                                    f"({um._one_line(exc)}; batch x {_shape(x)}, y {_shape(y)}"
+                                    f"{_model_shapes(model)})") from None
         except um.ModelError as exc:
             raise UsageError(str(exc)) from None
         self.user_model = {"function": function, "loss": loss, "classification": classification,
@@ -285,9 +286,9 @@ def _shape(value) -> tuple:
 
 
 def _model_shapes(model) -> str:
-    """ (input (None, 8), output (None, 3)) where the model knows them."""
+    """`; model input (None, 8), output (None, 3)` where the model knows them."""
     try:
-        return f" (input {tuple(model.inputs[0].shape)}, output {tuple(model.outputs[0].shape)})"
+        return f"; model input {tuple(model.inputs[0].shape)}, output {tuple(model.outputs[0].shape)}"
     except Exception:  # noqa: BLE001 - a subclassed model not built yet
         return ""
 

@@ -73,10 +73,10 @@ USER_CODE = """
 @pytest.mark.slow
 @pytest.mark.parametrize("model, dataset, expected", [
     ("exits", None, "error: --model {module}:exits: calling it exited (SystemExit: 0) instead of returning"),
-    ("build", "five_features", "error: --model {module}:build: a batch (x (10, 5), y (10,)) does not fit the model "
-                               "(input (None, 8), output (None, 3)) and loss (ValueError: Input 0 with name 'None' of "
-                               "layer 'dense' is incompatible with the layer: expected axis -1 of input shape to have "
-                               "value 8, but received input with shape (10, 5))"),
+    ("build", "five_features", "error: --model {module}:build: a batch does not fit the model and loss (ValueError: "
+                               "Input 0 with name 'None' of layer 'dense' is incompatible with the layer: expected axis "
+                               "-1 of input shape to have value 8, but received input with shape (10, 5); batch x "
+                               "(10, 5), y (10,); model input (None, 8), output (None, 3))"),
 ])
 def test_a_model_function_that_exits_or_does_not_fit_is_one_usage_error(tmp_path, capsys, model, dataset, expected):
     module = write_module(tmp_path, USER_CODE)
