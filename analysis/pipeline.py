@@ -20,21 +20,23 @@ from typing import ClassVar
 
 import pandas as pd
 
-from analysis.breakdown import epochs as epochs_mod
-from analysis.rules import table as rules
-from analysis.read import run_files
-from analysis.rules import trace_facts
 from analysis.breakdown import utilization
 from analysis.breakdown.devices import ROW_KEYS as DEVICE_COLUMNS
-from analysis.breakdown.devices import device_rows, kernel_launch
-from analysis.breakdown.input_stages import input_stage_table, prefetches, runs_python, slowest_in_table
-from analysis.breakdown.ops import OP_COLUMNS, eigen_dense_pct, op_table
+from analysis.breakdown.devices import device_table
+from analysis.breakdown.epochs import epoch_tables
+from analysis.breakdown.input_stages import STAGE_COLUMNS, InputStages, input_stages
+from analysis.breakdown.ops import OP_COLUMNS, op_table
+from analysis.breakdown.workers import WORKER_KEYS, worker_row
+from analysis.read import run_files
+from analysis.read.inputs import RunInputs, read_inputs
+from analysis.read.run_files import RunRecord
 from analysis.render import Rendered
-from analysis.steps.sources import StepSource, open_step_source
-from analysis.steps.host import complete_steps, mean_breakdown, steady_steps
-from analysis.breakdown.workers import WORKER_KEYS, find_straggler, worker_row
+from analysis.rules import straggler as straggler_rule
+from analysis.rules import table as rules
+from analysis.rules.facts import Facts, trace_facts, worker_facts
+from analysis.steps.host import choose_steps, steady_steps
+from analysis.steps.sources import find_steps
 
-INPUT_STAGE_COLUMNS = ["stage", "ms_per_batch", "calls"]
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ class Analysis(Rendered):
     steps_used: int
     verdict: dict
     findings: list[dict]
-    facts: rules.Facts
+    facts: Facts
     devices: pd.DataFrame  # one row per GPU/TPU plane
     kernel_launch: dict | None
     workers: pd.DataFrame  # one row per worker (empty for one)
@@ -75,8 +77,13 @@ class Analysis(Rendered):
     epoch_starts_s: tuple[float, ...] = ()
     run_dir: Path | None = None
     job_dir: Path | None = None  # a multi-worker run: the job's folder (the breakdown is worker 0's)
-    run: dict = field(default_factory=dict)  # run.json, where there is one
+    record: RunRecord | None = None  # run.json, where there is one
     straggler_reason: str | None = None  # why no straggler is named, with several workers
+
+    @property
+    def run(self) -> dict:
+        """run.json as read (empty without one)."""
+        return self.record.raw if self.record is not None else {}
 
     @property
     def input_bottleneck(self) -> dict | None:
@@ -166,136 +173,55 @@ def _analyze_each(paths: list[Path], step_name: str | None, processes: int | Non
 
 def analyze_worker(path: str | Path, step_name: str | None = None) -> Analysis:
     """One trace file or run directory, on its own (pure: reads files, returns the result)."""
-    source = open_step_source(path, step_name)
-    return analyze_source(source)
+    return analyze_inputs(read_inputs(path), step_name)
 
 
-def analyze_source(source: StepSource) -> Analysis:
-    """The analysis of one step source (a trace or a steps.csv), with its run directory's files."""
-    steady = steady_steps(source.steps)
-    complete = complete_steps(source.steps)
-    compile_steps = complete[~complete.index.isin(steady.index)]
-    mean = mean_breakdown(steady if not steady.empty else source.steps)
-    used = source.steps.loc[steady.index] if not steady.empty else source.steps
-    run_dir = source.run_dir
-    meta: dict = {}
-    samplers: dict[str, pd.DataFrame] = {}
-    epochs = reconciliation = steps_table = None
-    epoch_starts: list[float] = []
-    notes_before: list[str] = []
-    run_notes: list[str] = []
-    if run_dir is not None:
-        meta = run_files.read_run_json(run_dir / run_files.RUN_JSON)
-        if meta.get("status") == "running":
-            run_notes.append("the run is still running (run.json status 'running'): the figures cover the steps "
-                             "written so far")
-        samplers = run_files.read_utilization(run_dir)
-        steps_csv = run_dir / run_files.STEPS_CSV
-        if steps_csv.is_file():
-            steps_table = run_files.read_steps_csv(steps_csv)
-            try:
-                epochs = epochs_mod.epoch_breakdown(steps_table, run_files.run_epochs(meta, run_dir / run_files.RUN_JSON),
-                                                   str(run_dir / run_files.RUN_JSON))
-            except run_files.RunFileError as exc:
-                run_files.warn(f"{exc}; no epoch breakdown")  # the steps still have their breakdown
-            if source.kind != "steps_csv":
-                reconciliation = epochs_mod.reconcile_with_trace(source.steps, steps_table)
-            epoch_starts = steps_table.groupby("epoch")["start_time_s"].min().tolist()
-    steps = source.steps
-    if samplers and steps_table is not None:
-        steps, resolution_ms = _with_utilization(steps, steps_table, samplers, source.kind == "steps_csv")
-        if steps is not source.steps and len(steps) and resolution_ms == resolution_ms:
-            shorter = float(steps["step_ms"].median()) < resolution_ms
-            notes_before.append(f"utilization per step from samples every {resolution_ms:.0f} ms"
-                                + (": steps are shorter, so each takes the sample around it" if shorter else ""))
-    summaries = utilization.run_summaries(run_dir, meta) if run_dir is not None else {}
-    machine = utilization.headline(summaries)
-    config = run_files.section(meta, "config")
-
-    trace = source.trace
-    events = trace.events if trace is not None else None
-    notes = list(source.notes) + notes_before + run_notes
-    devices: list[dict] = []
-    launch = None
-    ops = pd.DataFrame(columns=OP_COLUMNS)
-    stages = pd.DataFrame(columns=INPUT_STAGE_COLUMNS)
-    host = source.path.name.removesuffix(".xplane.pb")
-    if trace is not None:
-        host = trace.hostnames[0] if trace.hostnames else host
-        devices, device_notes = device_rows(events, trace.planes, source.steps, used,
-                                            trace.hostnames[0] if trace.hostnames else "", source.step_name)
-        notes += device_notes
-        launch = kernel_launch(events, used) if devices else None
-        ops = op_table(events, used, source.device)
-        stages = input_stage_table(events)
-    stage = slowest_in_table(stages, len(source.steps)) if events is not None else None
-
-    record = {
-        **mean, **machine, **trace_facts.collect(events, source.steps, devices, run_files.section(meta, "device")),
-        "kind": source.device, "producer": source.producer,
-        "precision": config.get("precision"), "jit_compile": config.get("jit_compile"),
-        "bfloat16_units": run_files.section(meta, "device").get("bfloat16_units"),
-        "steps_per_call": source.steps_per_call, "steps_per_epoch": meta.get("steps_per_epoch"),
-        "slowest_input_stage": stage,
-        "input_py_function": runs_python(events, stage) if events is not None else False,
-        "device_recorded": any(row["recorded"] for row in devices) if devices else None,
-        "eigen_dense_pct": eigen_dense_pct(ops) if source.device == "cpu" else math.nan,
-    }
-    recorded = [row for row in devices if row["recorded"] and row["step_count"]]
-    mean["device_step_ms"] = max(recorded, key=lambda row: row["compute_ms"])["step_ms"] if recorded else math.nan
-    facts = rules.facts_from(record)
-    evidence = utilization_evidence(summaries)
-    verdict = rules.make_verdict(mean, facts, steps_used=len(steady), compile_steps=compile_steps,
+def analyze_inputs(inputs: RunInputs, step_name: str | None = None) -> Analysis:
+    """The analysis of one worker's files, read once: each stage a function of typed values."""
+    view, run = inputs.trace, inputs.run
+    source = find_steps(inputs, step_name)
+    chosen = choose_steps(source.steps)
+    epochs = epoch_tables(run, inputs.steps_table, source.steps if source.kind != "steps_csv" else None)
+    steps, utilization_note = utilization.steps_with_utilization(source.steps, inputs.steps_table, inputs.samplers,
+                                                                 source.kind == "steps_csv")
+    devices = device_table(view, source.steps, chosen.used, source.step_name)
+    ops = op_table(view, chosen.used, source.device) if view is not None else pd.DataFrame(columns=OP_COLUMNS)
+    stages = input_stages(view, len(source.steps)) if view is not None \
+        else InputStages(pd.DataFrame(columns=STAGE_COLUMNS), None, None)
+    machine = utilization.headline(inputs.summaries)
+    evidence = utilization.evidence(inputs.summaries)
+    facts = worker_facts(chosen.mean, source, run, machine,
+                         trace_facts(view, source.steps, devices.rows, stages.prefetches), devices, stages.slowest, ops)
+    mean = {**chosen.mean, "device_step_ms": devices.busiest_step_ms}
+    verdict = rules.make_verdict(mean, facts, steps_used=len(chosen.steady), compile_steps=chosen.compile_steps,
                                  utilization=evidence,
                                  min_steps=1 if source.kind == "window" else rules.MIN_STEADY_STEPS)
-    verdict["step_basis"] = _step_basis(source)
+    verdict["step_basis"] = source.basis
+    notes = (*source.notes, *([utilization_note] if utilization_note else []), *_run_notes(run), *devices.notes)
+    host = view.hostnames[0] if view is not None and view.hostnames else source.path.name.removesuffix(".xplane.pb")
+    location = view.trace.location if view is not None else None
     return Analysis(
         path=source.path, step_source=source.kind, step_name=source.step_name, device=source.device,
-        producer=source.producer, host=host,
-        host_files=trace.location.host_files if trace is not None and trace.location else (), notes=tuple(notes), steps=steps,
-        steps_per_call=source.steps_per_call, mean=mean, steps_used=len(steady), verdict=verdict,
-        findings=rules.findings(facts), facts=facts, devices=pd.DataFrame(devices, columns=DEVICE_COLUMNS),
-        kernel_launch=launch, workers=pd.DataFrame(columns=WORKER_KEYS), straggler=None, ops=ops,
-        input_stages=stages, utilization=machine, utilization_evidence=evidence, epochs=epochs,
-        reconciliation=reconciliation, samplers=samplers, epoch_starts_s=tuple(epoch_starts), run_dir=run_dir,
-        run=meta,
-    )
+        producer=source.producer, host=host, host_files=location.host_files if location is not None else (),
+        notes=notes, steps=steps, steps_per_call=source.steps_per_call, mean=mean, steps_used=len(chosen.steady),
+        verdict=verdict, findings=rules.findings(facts), facts=facts, devices=devices.rows,
+        kernel_launch=devices.kernel_launch, workers=pd.DataFrame(columns=WORKER_KEYS), straggler=None, ops=ops,
+        input_stages=stages.table, utilization=machine, utilization_evidence=evidence, epochs=epochs.epochs,
+        reconciliation=epochs.reconciliation, samplers=inputs.samplers, epoch_starts_s=epochs.starts_s,
+        run_dir=inputs.run_dir, record=run)
 
 
-def _with_utilization(steps: pd.DataFrame, steps_table: pd.DataFrame, samplers: dict, from_csv: bool):
-    """The steps with the samplers' time-weighted means over each step. A trace's clock is put on
-    the samplers' wall clock by the steps both it and steps.csv hold."""
-    table = steps_table.drop_duplicates("step").set_index("step")
-    if from_csv:
-        starts_s = steps_table["start_time_s"].to_numpy(dtype=float)
-    else:
-        common = steps["step"].isin(table.index)
-        if not common.any():
-            return steps, math.nan
-        offset = float((table.loc[steps.loc[common, "step"], "start_time_s"].to_numpy()
-                        - steps.loc[common, "start_ns"].to_numpy() / 1e9).mean())
-        starts_s = steps["start_ns"].to_numpy(dtype=float) / 1e9 + offset
-    if len(starts_s) != len(steps):
-        return steps, math.nan
-    ends_s = starts_s + steps["step_ms"].to_numpy(dtype=float) / 1000.0
-    columns, resolution_ms = utilization.per_window(samplers, starts_s, ends_s)
-    if columns.empty or not len(columns.columns):
-        return steps, math.nan
-    return pd.concat([steps.reset_index(drop=True), columns.reset_index(drop=True)], axis=1), resolution_ms
-
-
-def _step_basis(source: StepSource) -> str:
-    """"device" when the steps are the device's own (its Steps line, its programs), else "host"."""
-    detected = getattr(source.analysis, "detected", None)
-    from_device = detected is not None and detected.spans.empty and source.kind in ("trace_groups", "program_executions")
-    return "device" if from_device else "host"
+def _run_notes(run: RunRecord | None) -> tuple[str, ...]:
+    if run is not None and run.status == "running":
+        return ("the run is still running (run.json status 'running'): the figures cover the steps written so far",)
+    return ()
 
 
 def assemble_session(chief: Analysis, others: list[Analysis]) -> Analysis:
     """Several hosts in one profile session: the chief's breakdown with one row per host trace."""
     rows = [worker_row(a.path.name.removesuffix(".xplane.pb"), a.host, a.mean, steady_steps(a.steps))
             for a in (chief, *others)]
-    straggler, reason = find_straggler(rows)
+    straggler, reason = straggler_rule.find_straggler(pd.DataFrame(rows))
     return dataclasses.replace(chief, workers=pd.DataFrame(rows, columns=WORKER_KEYS), straggler=straggler,
                                straggler_reason=reason)
 
@@ -306,7 +232,7 @@ def assemble_job(job_dir: Path, workers: list[Path], per_worker: list[Analysis])
     chief = per_worker[0]
     rows = []
     for index, (worker, analysis) in enumerate(zip(workers, per_worker)):
-        device = run_files.section(analysis.run, "device")
+        device = analysis.record.device if analysis.record is not None else {}
         rows.append(worker_row(index, str(device.get("host") or worker.name), analysis.mean,
                                steady_steps(analysis.steps), analysis.utilization.get("proc_cpu_mean_pct", math.nan)))
     machine = dict(chief.utilization)
@@ -325,27 +251,9 @@ def assemble_job(job_dir: Path, workers: list[Path], per_worker: list[Analysis])
     if len(workers) > 1:
         notes = (*notes, f"{len(workers)} workers: the breakdown is worker 0's ({workers[0].name}); one row per "
                          "worker below")
-    straggler, reason = find_straggler(rows, machine.get("other_cpu_mean_pct", math.nan))
+    straggler, reason = straggler_rule.find_straggler(pd.DataFrame(rows), machine.get("other_cpu_mean_pct", math.nan))
     if len(workers) > 1 and all(a.step_source == "steps_csv" for a in per_worker):
-        straggler, reason = None, ("no worker has a profiler trace, and steps.csv does not time the collective wait: "
-                                   "the straggler cannot be told (profile the run)")
+        straggler, reason = None, straggler_rule.NO_TRACE
     return dataclasses.replace(chief, job_dir=job_dir, workers=pd.DataFrame(rows, columns=WORKER_KEYS),
                                straggler=straggler, straggler_reason=reason, utilization=machine, facts=facts,
                                findings=findings, notes=notes)
-
-
-def utilization_evidence(summaries: dict) -> dict[str, float]:
-    """`{"mean host cpu": 42.0, ...}`: each sampler's main utilization, time-weighted as in compare,
-    and the training process's own share of the machine beside the machine's."""
-    evidence = {}
-    machine = utilization.headline(summaries)
-    if machine["cpu_cores"] == machine["cpu_cores"] and machine["proc_cpu_mean_pct"] == machine["proc_cpu_mean_pct"]:
-        evidence["training process cpu (of all cores)"] = machine["proc_cpu_mean_pct"] / machine["cpu_cores"]
-    for name, summary in summaries.items():
-        metrics = summary.get("metrics") or {}
-        for column in run_files.UTILIZATION_COLUMNS:
-            mean = (metrics.get(column) or {}).get("mean")
-            if mean is not None and not math.isnan(mean):
-                evidence[f"mean {name} {column.removesuffix('_pct').replace('_', ' ')}"] = float(mean)
-                break
-    return evidence

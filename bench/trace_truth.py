@@ -51,15 +51,13 @@ def xprof(path: Path, timeout: int = 600) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def own_grouping(events: pd.DataFrame) -> int | None:
+def own_grouping(view) -> int | None:
     """Steps by the trace's own grouping: events on the busiest device `Steps` line, else host group ids."""
-    from analysis.read.view import host_events, on_device_planes
-
-    steps_line = on_device_planes(events)
+    steps_line = view.on_device
     steps_line = steps_line[steps_line["line_name"] == "Steps"]
     if not steps_line.empty:
         return int(steps_line["plane"].value_counts().iloc[0])
-    groups = host_events(events)["group_id"].dropna()
+    groups = view.host["group_id"].dropna()
     return int(groups.nunique()) if len(groups) else None
 
 
@@ -76,14 +74,15 @@ def devprof_row(path: Path) -> dict:
             "all_steps": len(result.steps), "step_ms": result.mean["step_ms"],
             "device_step_ms": result.mean.get("device_step_ms", math.nan), "device_busy_ms": busy,
             "device_step_of_busiest": float(busiest["step_ms"]) if busiest is not None else math.nan,
-            "input_pct": result.mean["input_pct"], "own": own_grouping(result_events(path)),
+            "input_pct": result.mean["input_pct"], "own": own_grouping(trace_view(path)),
             "not_recorded": int((~result.devices["recorded"].astype(bool)).sum()) if not result.devices.empty else 0}
 
 
-def result_events(path: Path) -> pd.DataFrame:
+def trace_view(path: Path):
     from analysis.read.trace import read_trace
+    from analysis.read.view import TraceView
 
-    return read_trace(path).events
+    return TraceView(read_trace(path))
 
 
 def xprof_summary(ours: dict, theirs: dict) -> dict:

@@ -22,6 +22,7 @@ import trace_fixtures as fx
 from analysis import comparison as compare
 from analysis import pipeline
 from analysis.breakdown import workers
+from analysis.rules import straggler as straggler_rule
 from analysis.render import markdown
 from profiler import cli
 from test_compare import make_run as make_compare_run
@@ -221,33 +222,33 @@ def row(worker, own_ms, collective_ms=2.0, part="compute", noise=1.0, steps=10, 
 
 def test_a_straggler_must_stand_out_of_the_step_to_step_noise():
     quiet = [row(0, 100.0, 20.0), row(1, 115.0)]
-    straggler, reason = workers.find_straggler(quiet)
+    straggler, reason = straggler_rule.find_straggler(pd.DataFrame(quiet))
     assert straggler["worker"] == 1 and reason is None
     noisy = [row(0, 100.0, 20.0, noise=30.0), row(1, 115.0, noise=30.0)]  # 15 % above, noise 30 ms
-    straggler, reason = workers.find_straggler(noisy)
+    straggler, reason = straggler_rule.find_straggler(pd.DataFrame(noisy))
     assert straggler is None
     assert "no worker stands out" in reason and "noise (30.0 ms)" in reason and "15 %" in reason
     injected = [row(0, 100.0, 42.0, noise=30.0), row(1, 140.0, part="host", noise=30.0)]  # 40 ms of host work
-    straggler, _ = workers.find_straggler(injected)
+    straggler, _ = straggler_rule.find_straggler(pd.DataFrame(injected))
     assert straggler["worker"] == 1 and straggler["cause"] == "host"
 
 
 def test_a_worker_slowed_by_other_processes_is_a_contention_straggler():
     busy = [row(0, 100.0, 40.0, cpu=160.0), row(1, 140.0, cpu=110.0)]
-    straggler, _ = workers.find_straggler(busy, other_cpu_pct=45.0)
+    straggler, _ = straggler_rule.find_straggler(pd.DataFrame(busy), other_cpu_pct=45.0)
     assert straggler["worker"] == 1 and straggler["cause"] == "contention"
     assert "45 %" in straggler["evidence"] and "110 % CPU" in straggler["evidence"]
     # Host work that keeps its process busy is its own cause, also on a busy machine.
     host_work = [row(0, 100.0, 40.0, cpu=110.0), row(1, 140.0, part="host", cpu=160.0)]
-    straggler, _ = workers.find_straggler(host_work, other_cpu_pct=45.0)
+    straggler, _ = straggler_rule.find_straggler(pd.DataFrame(host_work), other_cpu_pct=45.0)
     assert straggler["cause"] == "host"
     # A quiet machine: less CPU is not contention.
-    straggler, _ = workers.find_straggler(busy, other_cpu_pct=2.0)
+    straggler, _ = straggler_rule.find_straggler(pd.DataFrame(busy), other_cpu_pct=2.0)
     assert straggler["cause"] == "compute"
 
 
 def test_too_few_steps_to_tell_is_said_plainly():
-    straggler, reason = workers.find_straggler([row(0, 100.0, 40.0, steps=2), row(1, 140.0, steps=2)])
+    straggler, reason = straggler_rule.find_straggler(pd.DataFrame([row(0, 100.0, 40.0, steps=2), row(1, 140.0, steps=2)]))
     assert straggler is None and "too few steps to tell" in reason and "--profile-steps" in reason
 
 

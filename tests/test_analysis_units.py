@@ -9,7 +9,8 @@ import trace_fixtures as fx
 from analysis import intervals as iv
 from analysis.breakdown.epochs import epoch_breakdown
 from analysis import analyze
-from analysis.rules.table import classify, facts_from, make_verdict
+from analysis.rules.table import classify, make_verdict
+from views import facts_from_mean
 
 
 def test_union_subtract_overlap():
@@ -27,13 +28,13 @@ def test_union_subtract_overlap():
      (4.9, 15.0, ("host", "moderate")), (0.0, 60.0, ("host", "high")), (4.9, 14.9, ("compute", None))],
 )
 def test_verdict_cutoffs(input_pct, host_pct, expected):
-    assert classify(facts_from({"input_pct": input_pct, "host_pct": host_pct})) == expected
+    assert classify(facts_from_mean({"input_pct": input_pct, "host_pct": host_pct})) == expected
 
 
 def test_verdict_evidence_has_numbers():
     mean = {"step_ms": 10.0, "input_ms": 1.0, "compute_ms": 2.0, "host_ms": 7.0, "input_pct": 10.0,
             "compute_pct": 20.0, "host_pct": 70.0}
-    verdict = make_verdict(mean, steps_used=5, utilization={"mean host cpu": 42.0})
+    verdict = make_verdict(mean, facts_from_mean(mean), steps_used=5, utilization={"mean host cpu": 42.0})
     assert verdict["bound"] == "input" and verdict["level"] == "moderate"
     assert "10.0 %" in verdict["evidence"] and "5 steps" in verdict["evidence"] and "42 %" in verdict["evidence"]
     assert any("prefetch" in a for a in verdict["advice"])

@@ -434,6 +434,7 @@ def test_staggered_executions_partition_the_time_without_overlap():
     import pandas as pd
 
     from analysis.steps.detection import detect_steps
+    from views import view_of
 
     ms = 1_000_000
     rows = []
@@ -448,7 +449,7 @@ def test_staggered_executions_partition_the_time_without_overlap():
     events["name"] = events["name"].astype("category")
     for column in ("step_num", "_r", "steps", "group_id", "tf_function_call"):
         events[column] = pd.Series([None] * len(events), dtype=object)
-    found = detect_steps(events)
+    found = detect_steps(view_of(events))
     assert found.method == "program_executions" and len(found.steps) == 3
     starts, ends = found.steps["start_ns"].tolist(), found.steps["end_ns"].tolist()
     assert ends[:-1] == starts[1:]  # no overlap, no gap

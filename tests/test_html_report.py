@@ -8,6 +8,7 @@ size bounded on long runs, the CLI's -o). Slow tests open it in a real headless 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 import io
 import math
 import re
@@ -17,6 +18,7 @@ import pandas as pd
 import pytest
 
 import analysis
+from analysis.read.run_files import RunRecord
 import trace_fixtures as fx
 from analysis.render import format_for_path, formats_for, html
 from profiler import cli
@@ -65,9 +67,9 @@ def test_registry_lists_html_for_both_and_by_extension():
 
 def test_gpu_trace_page_is_self_contained_and_escapes_run_text(gpu_trace):
     result = analysis.analyze(gpu_trace.path)
-    hostile = dataclasses.replace(result, run={"config": {"run_name": EVIL, "batch_size": 32},
-                                               "device": {"kind": "gpu", "name": f"GPU {EVIL}"}},
-                                  notes=(*result.notes, f"note {EVIL}"))
+    record = RunRecord(Path("run.json"), {"config": {"run_name": EVIL, "batch_size": 32},
+                                          "device": {"kind": "gpu", "name": f"GPU {EVIL}"}})
+    hostile = dataclasses.replace(result, record=record, notes=(*result.notes, f"note {EVIL}"))
     page = html.render_analysis(hostile)
     assert_self_contained(page)
     assert EVIL not in page and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page

@@ -85,21 +85,92 @@ def test_a_session_is_assembled_from_one_analysis_per_host_file(session, monkeyp
     assert result.straggler["cause"] == "input"
 
 
-def _calls_in_package(name: str) -> list[str]:
+def _calls_in_package(name: str, folder: Path = ANALYSIS_DIR) -> list[str]:
+    """`path:line` of every call of a function or method named `name` under `folder`."""
     found = []
-    for path in ANALYSIS_DIR.rglob("*.py"):
+    for path in folder.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == name:
                 found.append(f"{path.relative_to(ANALYSIS_DIR)}:{node.lineno}")
     return found
 
 
-def test_facts_are_built_in_one_place():
-    assert [site.split(":")[0] for site in _calls_in_package("Facts")] == ["rules/table.py"]
+def _files(sites: list[str]) -> set[str]:
+    return {site.split(":")[0] for site in sites}
+
+
+def test_facts_are_built_in_one_place_from_typed_arguments():
+    assert _files(_calls_in_package("Facts")) == {"rules/facts.py"}
+    # No rule takes a record dict: every function of rules/ names its inputs.
+    for path in (ANALYSIS_DIR / "rules").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef):
+                names = [a.arg for a in (*node.args.args, *node.args.kwonlyargs)]
+                assert "record" not in names and node.args.kwarg is None or node.name == "make_facts", \
+                    f"{path.name}:{node.lineno} {node.name}({', '.join(names)})"
+    assert not _calls_in_package("facts_from")
     job_assembly = [site for site in _calls_in_package("analyze") if site.startswith("pipeline.py")]
     assert job_assembly == [], "a job is assembled from its workers' results, never analysed again"
 
 
+def test_each_run_file_is_read_only_by_the_reader():
+    for reader in ("read_run_json", "read_steps_csv", "read_utilization", "read_sampler_csv", "read_trace",
+                   "locate_trace"):
+        outside = {site for site in _files(_calls_in_package(reader)) if not site.startswith("read/")}
+        assert outside <= {"pipeline.py"} if reader == "locate_trace" else not outside, (reader, outside)
+    assert _files(_calls_in_package("section")) == {"read/run_files.py"}
+    # compare reads each run once, through the reader and the pipeline, never a file of its own
+    comparison = ANALYSIS_DIR / "comparison"
+    calls = {name: _calls_in_package(name, comparison) for name in
+             ("read_inputs", "read_run_files", "analyze_inputs", "analyze", "analyze_worker", "RunRecord")}
+    assert calls["read_inputs"] and calls["analyze_inputs"] and not calls["analyze"] and not calls["analyze_worker"]
+
+
+def test_events_are_selected_by_plane_only_in_the_trace_view():
+    selectors = ("HOST_PLANE", "DEVICE_PLANE", "host_events", "device_events", "on_device_planes")
+    for path in [*ANALYSIS_DIR.rglob("*.py"), *(ANALYSIS_DIR.parent / "bench").glob("*.py")]:
+        if path.name in ("view.py", "planes.py"):
+            continue
+        text = path.read_text()
+        assert not any(name in text for name in selectors), f"{path} selects events by plane"
+
+
+def test_one_worker_is_a_straight_line():
+    source = (ANALYSIS_DIR / "pipeline.py").read_text()
+    tree = ast.parse(source)
+    lengths = {node.name: node.end_lineno - node.lineno + 1 for node in ast.walk(tree)
+               if isinstance(node, ast.FunctionDef)}
+    assert lengths["analyze_worker"] + lengths["analyze_inputs"] <= 40, lengths
+
+
+def test_no_import_circle_in_analysis():
+    """Module-level imports between analysis modules form no cycle."""
+    graph: dict[str, set[str]] = {}
+    for path in ANALYSIS_DIR.rglob("*.py"):
+        parts = path.relative_to(ANALYSIS_DIR.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        edges = graph.setdefault(module, set())
+        for node in ast.parse(path.read_text()).body:  # module level only: lazy imports inside functions are not circles
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("analysis"):
+                edges.add(node.module)
+                edges.update(f"{node.module}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.Import):
+                edges.update(alias.name for alias in node.names if alias.name.startswith("analysis"))
+    graph = {module: {edge for edge in edges if edge in graph and edge != module} for module, edges in graph.items()}
+    state: dict[str, int] = {}
+
+    def visit(module: str, trail: list[str]) -> None:
+        state[module] = 1
+        for edge in graph[module]:
+            if state.get(edge) == 1:
+                raise AssertionError("import circle: " + " -> ".join([*trail, module, edge]))
+            if edge not in state:
+                visit(edge, [*trail, module])
+        state[module] = 2
+
+    for module in graph:
+        if module not in state:
+            visit(module, [])
 def test_render_modules_import_no_analysis_module():
     allowed = {"analysis.render", "analysis.read.run_files", "analysis.render.plots", "analysis.render.csv_safety"}
     for path in (ANALYSIS_DIR / "render").glob("*.py"):

@@ -9,11 +9,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.rules import table as rules
-from analysis.rules import trace_facts
 import dataclasses
 
-from analysis.rules.table import Facts, facts_from
+from analysis.rules import facts as trace_facts
+from analysis.rules import table as rules
+from analysis.rules.facts import Facts
+from views import facts_from_mean, view_of
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "rules.md"
 MS = 1_000_000
@@ -26,7 +27,7 @@ def clean(**changes) -> Facts:
                 kernels_per_step=40.0, mean_kernel_us=900.0, idle_host_pct=5.0,
                 device_mem_peak_bytes=4e9, device_mem_total_bytes=16e9)
     base.update(changes)
-    return dataclasses.replace(facts_from({}), **base)
+    return dataclasses.replace(facts_from_mean({}), **base)
 
 
 TRIGGERS = {
@@ -67,7 +68,7 @@ def test_rules_read_the_numbers_they_are_given():
 
 
 def test_unknown_facts_keep_rules_silent():
-    unknown = facts_from({"input_pct": 30.0, "compute_pct": 50.0, "host_pct": 20.0})  # only the breakdown: nothing measured, nothing known
+    unknown = facts_from_mean({"input_pct": 30.0, "compute_pct": 50.0, "host_pct": 20.0})  # only the breakdown: nothing measured, nothing known
     assert rules.findings(unknown) == []
 
 
@@ -102,12 +103,12 @@ def test_retracing_counts_compiles_after_the_first_step_only():
 def test_a_sync_in_every_step_is_found_and_one_in_some_steps_is_not():
     gpu = ("/device:GPU:0", "Stream #7(MemcpyDtoH)", 1, 3)
     every = events([("MemcpyDtoH", *gpu, k * 10 * MS + 8 * MS, k * 10 * MS + 9 * MS) for k in range(3)])
-    assert trace_facts.syncs_in_every_step(every, STEPS) == "MemcpyDtoH"
+    assert trace_facts.syncs_in_every_step(view_of(every), STEPS) == "MemcpyDtoH"
     some = events([("MemcpyDtoH", *gpu, 8 * MS, 9 * MS)])
-    assert trace_facts.syncs_in_every_step(some, STEPS) is None
+    assert trace_facts.syncs_in_every_step(view_of(some), STEPS) is None
     prints = events([("train/PrintV2:PrintV2", "/host:CPU", "python", 0, 0, k * 10 * MS + MS, k * 10 * MS + 2 * MS)
                      for k in range(3)])
-    assert trace_facts.syncs_in_every_step(prints, STEPS) == "train/PrintV2:PrintV2"
+    assert trace_facts.syncs_in_every_step(view_of(prints), STEPS) == "train/PrintV2:PrintV2"
 
 
 def test_kernel_counts_and_lengths_leave_out_copies():
@@ -115,9 +116,9 @@ def test_kernel_counts_and_lengths_leave_out_copies():
     rows = [("fusion", *gpu, k * 10 * MS + i * 100_000, k * 10 * MS + i * 100_000 + 5_000) for k in range(3)
             for i in range(50)]
     rows += [("MemcpyH2D", *gpu, k * 10 * MS, k * 10 * MS + 2 * MS) for k in range(3)]
-    per_step, mean_us = trace_facts.kernels(events(rows), STEPS)
+    per_step, mean_us = trace_facts.kernels(view_of(events(rows)), STEPS)
     assert per_step == 50 and mean_us == pytest.approx(5.0)
-    assert all(math.isnan(v) for v in trace_facts.kernels(events([("x", "/host:CPU", "python", 0, 0, 0, 1)]), STEPS))
+    assert all(math.isnan(v) for v in trace_facts.kernels(view_of(events([("x", "/host:CPU", "python", 0, 0, 0, 1)])), STEPS))
 
 
 @pytest.mark.parametrize("device, expected", [
@@ -135,14 +136,15 @@ def test_matrix_units_from_the_device_facts(device, expected):
 def test_collective_wait_gives_its_own_verdict():
     mean = {"step_ms": 100.0, "input_ms": 1.0, "compute_ms": 70.0, "collective_ms": 25.0, "host_ms": 4.0,
             "input_pct": 1.0, "compute_pct": 70.0, "collective_pct": 25.0, "host_pct": 4.0}
-    verdict = rules.make_verdict(mean, steps_used=5)
+    verdict = rules.make_verdict(mean, facts_from_mean(mean), steps_used=5)
     assert verdict["bound"] == "collective" and verdict["rule"] == "collective_bound"
     assert "collective wait 25.0 %" in verdict["evidence"] and "straggler" in verdict["advice"][0]
-    assert rules.make_verdict({**mean, "collective_pct": 10.0}, steps_used=5)["bound"] == "compute"
+    assert rules.make_verdict({**mean, "collective_pct": 10.0}, facts_from_mean({**mean, "collective_pct": 10.0}),
+                              steps_used=5)["bound"] == "compute"
 
 
 def test_a_cpu_without_bfloat16_units_is_not_told_to_use_bfloat16():
-    emulated = rules.facts_from({"input_pct": 1.0, "compute_pct": 97.0, "host_pct": 2.0, "kind": "cpu",
+    emulated = facts_from_mean({"input_pct": 1.0, "compute_pct": 97.0, "host_pct": 2.0, "kind": "cpu",
                                  "precision": "float32", "bfloat16_units": []})
     verdict = rules.make_verdict({"step_ms": 100.0, "input_ms": 1.0, "compute_ms": 97.0, "host_ms": 2.0,
                                   "input_pct": 1.0, "compute_pct": 97.0, "host_pct": 2.0}, emulated, steps_used=5)

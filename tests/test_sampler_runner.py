@@ -27,7 +27,7 @@ from profiler.samplers import (
     validate_interval,
 )
 from analysis.read.run_files import read_sampler_csv
-from analysis.breakdown.utilization import summarize, weighted_stats
+from analysis.read.samples import summarize, weighted_stats
 
 REPO = Path(__file__).resolve().parents[1]
 

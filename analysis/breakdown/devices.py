@@ -12,15 +12,14 @@ recorded: `recorded` false, its parts null, never "idle".
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from analysis import intervals as iv
-from analysis import producers
+from analysis.read.view import NS_PER_MS, TraceView, device_parts, is_device_plane
 from analysis.steps.device import assign_steps, per_step_parts
-from analysis.read.view import NS_PER_MS, device_events, host_events, is_device_plane, matches
-from analysis.steps.host import device_parts, input_intervals
 
 DEVICE_PARTS = ("compute", "input", "copy", "collective", "idle")
 MEAN_KEYS = ("step_ms", "compute_ms", "input_ms", "copy_ms", "collective_ms", "idle_ms", "idle_input_ms",
@@ -30,23 +29,23 @@ ROW_KEYS = ["device", "host", "recorded", "grouping", "step_count", "step_ms", "
             "idle"]
 
 
-def device_rows(events: pd.DataFrame, planes: pd.DataFrame, steps: pd.DataFrame, used: pd.DataFrame,
-                host: str = "", step_name: str = "") -> tuple[list[dict], list[str]]:
+def device_rows(view: TraceView, steps: pd.DataFrame, used: pd.DataFrame, host: str = "",
+                step_name: str = "") -> tuple[list[dict], list[str]]:
     """(one dict per GPU/TPU plane, notes on devices whose activity was not recorded).
 
     `steps` are all the analysis' steps (device work is assigned among them), `used` the
     steady complete ones its means are over; the rest of the device's busy time is
     `outside_steps_ms` (in ms over the whole window)."""
-    activity = device_events(events)
-    host_input = input_intervals(events)
+    activity = view.device
+    host_input = view.input_intervals
     steps = steps.reset_index(drop=True).assign(name=step_name)
     used_positions = np.flatnonzero(steps["start_ns"].isin(used["start_ns"]).to_numpy()
                                     & steps["step"].isin(used["step"]).to_numpy())
     complete = np.flatnonzero(~steps["partial"].astype(bool).to_numpy()) if "partial" in steps \
         else np.arange(len(steps))
-    launches = _launch_times(events)
+    launches = view.launches["start_ns"].to_numpy(dtype=np.int64)
     rows, notes, empty = [], [], []
-    for plane_id, plane_name in _device_planes(planes):
+    for plane_id, plane_name in _device_planes(view.planes):
         own = activity[activity["plane"] == plane_id].reset_index(drop=True)
         row = {"device": plane_name, "host": host, "recorded": False, "grouping": None, "step_count": 0, "idle": None}
         row.update({key: math.nan for key in (*MEAN_KEYS, "outside_steps_ms")})
@@ -61,7 +60,7 @@ def device_rows(events: pd.DataFrame, planes: pd.DataFrame, steps: pd.DataFrame,
                          "its parts are left out; " + NOT_RECORDED_FIX)
             rows.append({key: row[key] for key in ROW_KEYS})
             continue
-        grouping = assign_steps(own, events, steps)
+        grouping = assign_steps(own, view, steps)
         per_step = per_step_parts(own, grouping.labels, device_parts, host_input, grouping.spans)
         # Several device steps may belong to one host step (a device Steps line finer than the markers).
         host_position = grouping.position_of.reindex(per_step["label"].to_numpy()).fillna(-1).to_numpy()
@@ -95,11 +94,6 @@ NOT_RECORDED_FIX = ("the GPU tracer needs CUPTI access (run as root, or allow pr
                     "--device-tracer-level is 1 and the trace window holds the training steps")
 
 
-def _launch_times(events: pd.DataFrame) -> np.ndarray:
-    host = host_events(events)
-    return host.loc[matches(host["name"], producers.pattern("launch")), "start_ns"].to_numpy(dtype=np.int64)
-
-
 def _device_planes(planes: pd.DataFrame) -> list[tuple[int, str]]:
     """(plane index, name) of every GPU/TPU plane in the trace, with or without events, in device order."""
     names = planes["plane_name"].astype(str)
@@ -113,10 +107,9 @@ def _device_order(name: str):
     return (name.rstrip("0123456789"), int(digits[-1]) if digits else 0)
 
 
-def kernel_launch(events: pd.DataFrame, steps: pd.DataFrame) -> dict:
+def kernel_launch(view: TraceView, steps: pd.DataFrame) -> dict:
     """Host launch API calls (CUDA/HIP) in the steps: how many, and their time per step."""
-    host = host_events(events)
-    launches = host[matches(host["name"], producers.pattern("launch"))]
+    launches = view.launches
     if launches.empty or not len(steps):
         return {"calls": 0, "calls_per_step": 0.0, "ms_per_step": 0.0}
     starts = steps["start_ns"].to_numpy(dtype=np.int64)
@@ -126,3 +119,30 @@ def kernel_launch(events: pd.DataFrame, steps: pd.DataFrame) -> dict:
     per_step_ns = iv.overlap(busy, starts, ends)
     return {"calls": int(len(inside)), "calls_per_step": len(inside) / len(steps),
             "ms_per_step": float(per_step_ns.mean()) / NS_PER_MS}
+
+
+@dataclass(frozen=True)
+class DeviceTable:
+    """The device rows of one trace (`ROW_KEYS`), notes on devices not recorded, the host's launch
+    cost, and the busiest recorded device's mean step (the device step beside the host's)."""
+
+    rows: pd.DataFrame
+    notes: tuple[str, ...] = ()
+    kernel_launch: dict | None = None
+    busiest_step_ms: float = math.nan
+
+    @property
+    def recorded(self) -> bool | None:
+        """Whether any device plane recorded activity (None: the trace has no device plane)."""
+        return bool(self.rows["recorded"].any()) if len(self.rows) else None
+
+
+def device_table(view: TraceView | None, steps: pd.DataFrame, used: pd.DataFrame, step_name: str) -> DeviceTable:
+    """`device_rows` and the launch cost over the `used` steps (empty without a trace)."""
+    if view is None:
+        return DeviceTable(pd.DataFrame([], columns=ROW_KEYS))
+    rows, notes = device_rows(view, steps, used, view.hostnames[0] if view.hostnames else "", step_name)
+    recorded = [row for row in rows if row["recorded"] and row["step_count"]]
+    busiest = max(recorded, key=lambda row: row["compute_ms"])["step_ms"] if recorded else math.nan
+    return DeviceTable(pd.DataFrame(rows, columns=ROW_KEYS), tuple(notes), kernel_launch(view, used) if rows else None,
+                       busiest)

@@ -9,8 +9,12 @@ measurements are reconciled step by step.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
+
+from analysis.read.run_files import RunFileError, RunRecord, warn
 
 
 def epoch_breakdown(steps: pd.DataFrame, epochs: pd.DataFrame, source: str = "run.json") -> pd.DataFrame:
@@ -47,8 +51,6 @@ def epoch_breakdown(steps: pd.DataFrame, epochs: pd.DataFrame, source: str = "ru
     # whole run recorded by profile()) may read a few microseconds short: not worth a warning.
     short = frame["seconds"] < frame["step_s"] - 1e-6 * (frame["calls"] + 1)
     if short.any():
-        from analysis.read.run_files import warn
-
         first = frame.index[short][0]
         warn(f"{source}: epoch {first} lasts {frame.at[first, 'seconds']:.3g} s, less than its steps in steps.csv "
              f"({frame.at[first, 'step_s']:.3g} s){f' (and {int(short.sum()) - 1} more epochs)' if short.sum() > 1 else ''}"
@@ -79,3 +81,27 @@ def reconcile_with_trace(trace_steps: pd.DataFrame, steps: pd.DataFrame) -> pd.D
     merged["step_diff_pct"] = 100.0 * (merged["step_ms_trace"] - merged["step_ms_csv"]) / merged["step_ms_csv"]
     merged["input_diff_pct"] = 100.0 * (merged["input_ms_trace"] - merged["input_ms_csv"]) / merged["step_ms_csv"]
     return merged
+
+
+@dataclass(frozen=True)
+class EpochTables:
+    """A run's epochs (None without steps.csv, or when run.json's epochs cannot be used), the trace
+    beside steps.csv step by step (None for steps.csv's own steps), and each epoch's first step's
+    start on the samplers' clock."""
+
+    epochs: pd.DataFrame | None = None
+    reconciliation: pd.DataFrame | None = None
+    starts_s: tuple[float, ...] = ()
+
+
+def epoch_tables(run: RunRecord | None, steps_table: pd.DataFrame | None, trace_steps: pd.DataFrame | None) -> EpochTables:
+    """The epoch tables of a run directory; `trace_steps` are the trace's steps where they come from one."""
+    if run is None or steps_table is None:
+        return EpochTables()
+    epochs = None
+    try:
+        epochs = epoch_breakdown(steps_table, run.epochs(), str(run.path))
+    except RunFileError as exc:
+        warn(f"{exc}; no epoch breakdown")  # the steps still have their breakdown
+    reconciliation = reconcile_with_trace(trace_steps, steps_table) if trace_steps is not None else None
+    return EpochTables(epochs, reconciliation, tuple(steps_table.groupby("epoch")["start_time_s"].min().tolist()))

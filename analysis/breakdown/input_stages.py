@@ -15,33 +15,17 @@ extend the stage's name) are not subtracted: they run beside the stage, not insi
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from analysis import intervals as iv
-from analysis.read.view import NS_PER_MS, matches
 from analysis.producers import tensorflow as tf_producer
+from analysis.read.view import NS_PER_MS, TraceView
 
-STAGE_RE = re.compile(tf_producer.INPUT_STAGE)
-ROOT = tf_producer.INPUT_ROOT
 SHARD_RE = re.compile(tf_producer.INPUT_SHARD)
 PREFETCH_RE = re.compile(tf_producer.INPUT_PREFETCH)
-
-
-def stage_events(events: pd.DataFrame) -> pd.DataFrame:
-    """`Iterator::` events other than the bare root, with a `depth` column."""
-    stages = events.loc[matches(events["name"], STAGE_RE), ["name", "plane", "line", "start_ns", "end_ns",
-                                                            "duration_ns"]]
-    names = stages["name"].astype(str).astype("category") if not isinstance(stages["name"].dtype, pd.CategoricalDtype) \
-        else stages["name"].cat.remove_unused_categories()
-    stages = stages[(names != ROOT).to_numpy()]
-    names = names[(names != ROOT).to_numpy()].cat.remove_unused_categories()
-    # Per distinct stage name, not per event: a stage repeats once per batch.
-    categories = names.cat.categories.astype(str)
-    codes = names.cat.codes.to_numpy()
-    depth = np.array([name.count("::") for name in categories], dtype=np.int64)[codes]
-    return stages.assign(name=np.asarray(categories, dtype=object)[codes], depth=depth)
 
 
 def _inside(starts, ends, span_starts, span_ends) -> np.ndarray:
@@ -55,10 +39,9 @@ def _inside(starts, ends, span_starts, span_ends) -> np.ndarray:
     return result
 
 
-def stage_self_ns(events: pd.DataFrame, stages: pd.DataFrame | None = None) -> pd.Series:
-    """Total self time of each stage name, in ns (see the module docstring); `stages` is
-    `stage_events(events)` when the caller has it already."""
-    stages = stage_events(events) if stages is None else stages
+def stage_self_ns(view: TraceView) -> pd.Series:
+    """Total self time of each stage name, in ns (see the module docstring)."""
+    stages = view.stages
     if stages.empty:
         return pd.Series(dtype="int64")
     self_ns = np.zeros(len(stages), dtype=np.int64)
@@ -81,16 +64,17 @@ def stage_self_ns(events: pd.DataFrame, stages: pd.DataFrame | None = None) -> p
             covered = iv.union(np.concatenate([starts[nested], starts[waited]]),
                                np.concatenate([ends[nested], ends[waited]]))
             self_ns[group] = (ends[group] - starts[group]) - iv.overlap(covered, starts[group], ends[group])
-    forwarding = _forwarding(events, stages)
+    forwarding = _forwarding(view)
     self_ns[forwarding] = 0
     return pd.Series(self_ns, index=stages.index).groupby(stages["name"].to_numpy()).sum()
 
 
-def _forwarding(events: pd.DataFrame, stages: pd.DataFrame) -> np.ndarray:
+def _forwarding(view: TraceView) -> np.ndarray:
     """`Generator` stages that only forward a multi-device iterator's shard (tf.distribute): while
     its buffer is full they wait for the training loop, so all their time is waiting."""
+    stages = view.stages
     is_generator = stages["name"].str.endswith("::Generator").to_numpy()
-    shards = events[matches(events["name"], SHARD_RE)]
+    shards = view.named(SHARD_RE)
     if not is_generator.any() or shards.empty:
         return np.zeros(len(stages), dtype=bool)
     order = np.sort(shards["start_ns"].to_numpy(dtype=np.int64))
@@ -101,34 +85,63 @@ def _forwarding(events: pd.DataFrame, stages: pd.DataFrame) -> np.ndarray:
     return is_generator & holds_shard
 
 
-def prefetches(events: pd.DataFrame) -> bool | None:
+@dataclass(frozen=True)
+class SlowestStage:
+    """The tf.data stage with the most self time in all, and whether it runs Python."""
+
+    name: str
+    ms_per_step: float
+    runs_python: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.ms_per_step:.2f} ms self time per step)"
+
+
+@dataclass(frozen=True)
+class InputStages:
+    """A trace's tf.data stages: the table (`stage`, `ms_per_batch`, `calls`, slowest first), the
+    slowest in all, and whether the pipeline prefetches (None: no stages traced)."""
+
+    table: pd.DataFrame
+    slowest: SlowestStage | None
+    prefetches: bool | None
+
+
+STAGE_COLUMNS = ["stage", "ms_per_batch", "calls"]
+
+
+def input_stages(view: TraceView, steps: int) -> InputStages:
+    """The stages of `view` over `steps` steps."""
+    table = input_stage_table(view)
+    slowest = slowest_in_table(table, steps)
+    if slowest is not None:
+        slowest = SlowestStage(slowest.name, slowest.ms_per_step, runs_python(view, slowest.name))
+    return InputStages(table, slowest, prefetches(view))
+
+
+def prefetches(view: TraceView) -> bool | None:
     """Whether the traced pipeline prefetches (None when the trace has no tf.data stages)."""
-    stages = stage_events(events)
+    stages = view.stages
     if stages.empty:
         return None
     return bool(stages["name"].str.contains(PREFETCH_RE).any())
 
 
-def slowest_input_stage(events: pd.DataFrame, steps: int) -> str | None:
-    return slowest_in_table(input_stage_table(events), steps)
-
-
-def slowest_in_table(table: pd.DataFrame, steps: int) -> str | None:
+def slowest_in_table(table: pd.DataFrame, steps: int) -> SlowestStage | None:
     """The stage of `input_stage_table` with the most self time in all, with its self time per step."""
     if table.empty:
         return None
     total_ms = table["ms_per_batch"] * table["calls"]
     slowest = int(total_ms.to_numpy().argmax())
-    per_step_ms = float(total_ms.iloc[slowest]) / max(steps, 1)
-    return f"{table['stage'].iloc[slowest]} ({per_step_ms:.2f} ms self time per step)"
+    return SlowestStage(str(table["stage"].iloc[slowest]), float(total_ms.iloc[slowest]) / max(steps, 1))
 
 
-def input_stage_table(events: pd.DataFrame) -> pd.DataFrame:
+def input_stage_table(view: TraceView) -> pd.DataFrame:
     """`stage`, `ms_per_batch` (self time per call of the stage), `calls`: slowest first."""
-    stages = stage_events(events)
+    stages = view.stages
     if stages.empty:
-        return pd.DataFrame(columns=["stage", "ms_per_batch", "calls"])
-    self_ns = stage_self_ns(events, stages)
+        return pd.DataFrame(columns=STAGE_COLUMNS)
+    self_ns = stage_self_ns(view)
     calls = stages.groupby("name").size().reindex(self_ns.index)
     table = pd.DataFrame({"stage": self_ns.index, "ms_per_batch": self_ns.to_numpy() / NS_PER_MS / calls.to_numpy(),
                           "calls": calls.to_numpy()})
@@ -138,19 +151,18 @@ def input_stage_table(events: pd.DataFrame) -> pd.DataFrame:
 PY_FUNCTION_RE = re.compile(tf_producer.PY_FUNCTION)
 
 
-def runs_python(events: pd.DataFrame, stage: str | None) -> bool:
+def runs_python(view: TraceView, stage: str) -> bool:
     """Whether Python functions (py_function, numpy_function) run for the stage: a call that the
     stage's span is the tightest of all stage spans around (tf.data runs the call on a pool thread)."""
-    name = (stage or "").split(" (")[0]
-    calls = events[matches(events["name"], PY_FUNCTION_RE, search=True)]
-    stages = stage_events(events)
-    if not name or calls.empty or stages.empty:
+    calls = view.named(PY_FUNCTION_RE, search=True)
+    stages = view.stages
+    if not stage or calls.empty or stages.empty:
         return False
     starts = stages["start_ns"].to_numpy(dtype=np.int64)
     ends = stages["end_ns"].to_numpy(dtype=np.int64)
     names = stages["name"].to_numpy()
     for call_start, call_end in zip(calls["start_ns"].to_numpy(), calls["end_ns"].to_numpy()):
         around = np.flatnonzero((starts <= call_start) & (ends >= call_end))
-        if around.size and names[around[np.argmin(ends[around] - starts[around])]] == name:
+        if around.size and names[around[np.argmin(ends[around] - starts[around])]] == stage:
             return True
     return False

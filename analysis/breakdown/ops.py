@@ -17,7 +17,7 @@ import pandas as pd
 
 from analysis import producers
 from analysis.producers import tensorflow as tf_producer
-from analysis.read.view import NS_PER_MS, device_events, host_events, matches
+from analysis.read.view import NS_PER_MS, TraceView, matches
 from analysis.steps.host import TF_OP_RE
 
 OP_COLUMNS = ["op", "type", "device", "count_per_step", "ms_per_step", "compute_pct"]
@@ -37,9 +37,9 @@ def _split_tf_op(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return heads[codes], tails[codes]
 
 
-def device_ops(events: pd.DataFrame) -> pd.DataFrame:
+def device_ops(view: TraceView) -> pd.DataFrame:
     """Device kernels with the op that launched them: `op`, `type`, `device`, `start_ns`, `self_ns`."""
-    kernels = device_events(events)
+    kernels = view.device
     if kernels.empty:
         return pd.DataFrame(columns=["op", "type", "device", "start_ns", "self_ns"])
     name, kind = _split_tf_op(kernels["tf_op"])
@@ -52,9 +52,9 @@ def device_ops(events: pd.DataFrame) -> pd.DataFrame:
                          "start_ns": kernels["start_ns"].to_numpy(), "self_ns": kernels["duration_ns"].to_numpy()})
 
 
-def host_ops(events: pd.DataFrame) -> pd.DataFrame:
+def host_ops(view: TraceView) -> pd.DataFrame:
     """TensorFlow op events on host threads, each with its self time (nested ops on its thread left out)."""
-    host = host_events(events)
+    host = view.host
     input_pipeline = re.compile(tf_producer.INPUT_PIPELINE_FUNCTION, re.IGNORECASE)
     # tf.data runs its functions' ops on its own threads: input, not the step's compute.
     ops = host[matches(host["name"], TF_OP_RE) & ~matches(host["line_name"], input_pipeline, search=True)
@@ -84,9 +84,9 @@ def _self_ns(ops: pd.DataFrame) -> np.ndarray:
     return np.maximum(self_ns, 0)
 
 
-def op_table(events: pd.DataFrame, steps: pd.DataFrame, device: str) -> pd.DataFrame:
+def op_table(view: TraceView, steps: pd.DataFrame, device: str) -> pd.DataFrame:
     """Ops inside `steps` (their `start_ns`/`end_ns`), per training step, biggest first."""
-    ops = host_ops(events) if device == "cpu" else device_ops(events)
+    ops = host_ops(view) if device == "cpu" else device_ops(view)
     if ops.empty or steps.empty:
         return pd.DataFrame(columns=OP_COLUMNS)
     starts = steps["start_ns"].to_numpy(dtype=np.int64)

@@ -26,7 +26,7 @@ from analysis.comparison.errors import CompareError, UnusableRun
 from analysis.comparison.explain import LABELS, advice, explain, per_image_gaps
 from analysis.comparison.gate import slower_than_baseline
 from analysis.comparison.op_diff import op_diff_runs
-from analysis.comparison.reading import read_external, read_run, validate_external
+from analysis.comparison.reading import RunRead, read_external, read_run, validate_external
 from analysis.comparison.rows import COMPONENTS, external_rows, run_row, steady_components, steady_epochs
 from analysis.comparison.table import compare, flags_for, pick_baseline, speedups, warnings
 from analysis.rules.table import suggest_steps_per_execution
@@ -55,12 +55,17 @@ class Comparison(Rendered):
 
 
 
-def compare_runs(runs, externals=(), baseline: str | None = None):
+def compare_runs(runs, externals=(), baseline: str | None = None) -> pd.DataFrame:
     """The comparison table of run directories `runs` and external timing CSVs `externals`.
 
     Folders among `runs` that are not run directories (a captures folder beside the runs,
     as `runs/*` gives) are skipped with one warning naming them.
     """
+    return compare(_rows(_read_runs(runs, externals), externals), baseline)
+
+
+def _read_runs(runs, externals=()) -> dict[Path, RunRead]:
+    """Each usable run directory read once (its files and its trace's analysis), in order."""
     runs = [Path(path) for path in runs]
     skipped = [path for path in runs if path.is_dir() and not (path / run_files.RUN_JSON).is_file()]
     if skipped and len(skipped) < len(runs) + len(externals):
@@ -68,18 +73,21 @@ def compare_runs(runs, externals=(), baseline: str | None = None):
                        f"{'are' if len(skipped) > 1 else 'is'} not a run directory (no run.json): "
                        f"{', '.join(map(str, skipped))}")
         runs = [path for path in runs if path not in skipped]
-    runs = _each_once(runs)
+    return {path: read_run(path) for path in _each_once(runs)}
+
+
+def _rows(reads: dict[Path, RunRead], externals=()) -> list[dict]:
     rows = []
-    for path in runs:
+    for path, run in reads.items():
         try:
-            rows.append(run_row(read_run(path)))
+            rows.append(run_row(run))
         except UnusableRun as exc:
-            if len(runs) + len(externals) < 2:
+            if len(reads) + len(externals) < 2:
                 raise
             run_files.warn(f"skipped {path}: {exc}")
     for csv in externals:
         rows += external_rows(read_external(csv))
-    return compare(rows, baseline)
+    return rows
 
 
 def _each_once(runs: list[Path]) -> list[Path]:
@@ -96,12 +104,14 @@ def _each_once(runs: list[Path]) -> list[Path]:
 
 def compare_paths(runs, externals=(), baseline: str | None = None, ops: bool = False) -> Comparison:
     """Compare run directories `runs` (and timing CSVs `externals`); with `ops`, the op diff of two runs."""
-    table = compare_runs(runs, externals, baseline)
+    reads = _read_runs(runs, externals)
+    table = compare(_rows(reads, externals), baseline)
     op_diff = None
     if ops:
         if len(runs) != 2:
             raise CompareError(f"the op diff compares two runs, A and B; got {len(runs)}")
-        rows, unit, gap = op_diff_runs(runs[0], runs[1])
+        a, b = (reads.get(Path(path)) or read_run(path) for path in runs)
+        rows, unit, gap = op_diff_runs(a, b)
         op_diff = {"rows": rows, "unit": unit, "gap": gap, "a": Path(runs[0]).name, "b": Path(runs[1]).name}
     return Comparison(table, op_diff)
 

@@ -11,7 +11,8 @@ import math
 import pandas as pd
 
 from analysis.comparison.rows import COMPONENTS
-from analysis.rules.table import Facts, classify, facts_from, fix_for
+from analysis.rules.facts import Facts, make_facts
+from analysis.rules.table import classify, fix_for
 
 NO_GAP_SHARE = 0.01  # a per-image gap under 1 % of the fastest row's time is noise, not a finding
 LABELS = {"input": "input", "compute": "compute", "host": "host overhead",
@@ -20,7 +21,14 @@ LABELS = {"input": "input", "compute": "compute", "host": "host overhead",
 
 def facts_of(row) -> Facts:
     """The rules' view of a row: shares of its epoch, its device and settings."""
-    return facts_from({**row, "device": row.get("kind") or ""})
+    return make_facts(
+        input_pct=row.get("input_pct"), compute_pct=row.get("compute_pct"), host_pct=row.get("host_pct"),
+        device=row.get("kind"), precision=row.get("precision"), jit_compile=row.get("jit_compile"),
+        steps_per_call=row.get("steps_per_call"), steps_per_epoch=row.get("steps_per_epoch"),
+        prefetches=row.get("prefetches"), mfu_pct=row.get("mfu_pct"), peak_dtype=row.get("peak_dtype"),
+        other_cpu_pct=row.get("other_cpu_mean_pct"), proc_cpu_pct=row.get("proc_cpu_mean_pct"),
+        cpu_cores=row.get("cpu_cores"), bfloat16_units=row.get("bfloat16_units"),
+        device_mem_peak_bytes=row.get("device_mem_peak_bytes"), device_mem_total_bytes=row.get("device_mem_total_bytes"))
 
 
 def with_findings(why: str, found: list[dict]) -> str:

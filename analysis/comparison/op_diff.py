@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis.read import run_files
 from analysis.comparison.errors import CompareError
+from analysis.comparison.reading import RunRead
 
 OP_DIFF_KEYS = ["op", "type", "a_ms", "b_ms", "delta_ms", "share_pct", "only_in"]
 OUTSIDE_OPS = "(outside ops: input, host, idle)"
@@ -60,19 +60,15 @@ def _types(a, b) -> str:
     return a if a == b or not b else b if not a else f"{a} / {b}"
 
 
-def op_diff_runs(a_path, b_path) -> tuple[pd.DataFrame, str, float]:
-    """The op diff of two run directories (or traces), B against A."""
-    from analysis.pipeline import analyze
-
+def op_diff_runs(a: RunRead, b: RunRead) -> tuple[pd.DataFrame, str, float]:
+    """The op diff of two runs as compare read them (their traces' analyses), B against A."""
     analyses, batches = [], []
-    for path in (a_path, b_path):
-        analysis = analyze(path)
-        if analysis.ops.empty:
-            raise CompareError(f"{path}: no ops in its trace (run it with the profiler window, not --no-profile)")
-        analyses.append(analysis)
-        config = run_files.section(analysis.run, "config")
+    for run in (a, b):
+        if run.analysis is None or run.analysis.ops.empty:
+            raise CompareError(f"{run.path}: no ops in its trace (run it with the profiler window, not --no-profile)")
+        analyses.append(run.analysis)
         try:
-            batches.append(float(config.get("batch_size")))
+            batches.append(float(run.files.run.config.get("batch_size")))
         except (TypeError, ValueError):
             batches.append(math.nan)
     return op_diff(analyses[0], analyses[1], batches[0], batches[1])

@@ -2,26 +2,49 @@
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from analysis.read import run_files
-from analysis.breakdown import utilization
 from analysis.comparison.errors import CompareError
+from analysis.pipeline import Analysis, analyze_inputs
+from analysis.read import run_files
+from analysis.read.inputs import RunInputs, read_inputs, read_run_files
+from analysis.read.trace import TraceError, TraceNotFound
 
 EXTERNAL_REQUIRED = ("device", "seconds_per_epoch")
 EXTERNAL_OPTIONAL = ("batch_size", "images", "notes")
 
 
-def read_run(path: str | Path) -> dict:
-    """The files of one run directory: `{"path", "name", "meta", "steps", "trace_mean", "utilization"}`.
+@dataclass(frozen=True)
+class RunRead:
+    """One run as compare sees it, read once: its files (`files`, the trace let go) and the analysis
+    of its trace (None without a trace, or where it could not be analysed: `trace_note` says why).
+    A multi-worker job reads as its chief, with every worker's read in `workers`."""
 
-    `steps` is the steps.csv frame (None when absent); `trace_mean` the trace's mean steady
-    step breakdown where the run has a readable trace (else None, with `trace_note`);
-    `utilization` the sampler summaries (`analysis.utilization.run_summaries`, as `analyze` uses).
-    """
+    path: str
+    name: str
+    files: RunInputs
+    analysis: Analysis | None = None
+    trace_note: str | None = None
+    workers: tuple[RunRead, ...] = ()
+
+    @property
+    def trace_mean(self) -> dict | None:
+        """The trace's mean steady step breakdown (None: no trace analysed)."""
+        return self.analysis.mean if self.analysis is not None else None
+
+    @property
+    def prefetches(self) -> bool | None:
+        return self.analysis.facts.prefetches if self.analysis is not None else None
+
+
+def read_run(path: str | Path) -> RunRead:
+    """One run directory (or a job of `worker-<i>/` run directories): its files and its trace's
+    analysis, through the one pipeline (`analysis.pipeline.analyze_inputs`)."""
     path = Path(path)
     run_json = path / run_files.RUN_JSON
     if not path.is_dir() or not run_json.is_file():
@@ -30,40 +53,33 @@ def read_run(path: str | Path) -> dict:
     if workers and not (path / run_files.STEPS_CSV).is_file():
         # A multi-worker job: its row is the chief's (every worker's step lasts as long in a
         # synchronous job), with each worker beside it.
-        job = read_run(workers[0])
-        job.update(path=str(path), name=path.name, workers=[read_run(worker) for worker in workers])
-        return job
+        reads = tuple(read_run(worker) for worker in workers)
+        return dataclasses.replace(reads[0], path=str(path), name=path.name, workers=reads)
+    note = None
     try:
-        meta = run_files.read_run_json(run_json)
+        try:
+            inputs = read_inputs(path)
+        except TraceNotFound:
+            inputs = read_run_files(path)
+        except TraceError as exc:  # a trace that is there but holds nothing to analyse
+            inputs, note = read_run_files(path), _not_used(exc)
     except run_files.RunFileError as exc:
         raise CompareError(str(exc)) from None
-    if not meta.get("epochs"):
+    if not inputs.run.raw.get("epochs"):
         raise CompareError(f"{run_json} has no finished epochs yet; nothing to compare")
-    steps = None
-    if (path / run_files.STEPS_CSV).is_file():
+    analysis = None
+    if inputs.trace_error is not None:
+        note = _not_used(inputs.trace_error)
+    elif inputs.trace is not None:
         try:
-            steps = run_files.read_steps_csv(path / run_files.STEPS_CSV)
-        except run_files.RunFileError as exc:
-            raise CompareError(str(exc)) from None
-    trace_mean, trace_note, prefetching = _read_trace_mean(path)
-    return {"path": str(path), "name": path.name, "meta": meta, "steps": steps, "trace_mean": trace_mean,
-            "trace_note": trace_note, "prefetches": prefetching, "utilization": utilization.run_summaries(path, meta)}
+            analysis = analyze_inputs(inputs)
+        except Exception as exc:  # noqa: BLE001 - a bad trace falls back to steps.csv, with a note
+            note = _not_used(exc)
+    return RunRead(str(path), path.name, inputs.without_trace(), analysis, note)
 
 
-def _read_trace_mean(path: Path) -> tuple[dict | None, str | None, bool | None]:
-    """Mean steady-step breakdown of the run's trace and whether its input pipeline prefetches,
-    or (None, why not, None)."""
-    if not any((path / "plugins" / "profile").glob("*/*.xplane.pb")):
-        return None, None, None
-    try:
-        from analysis.pipeline import analyze_source
-        from analysis.steps.sources import from_trace
-        from analysis.read.trace import read_trace
-
-        analysis = analyze_source(from_trace(read_trace(path)))
-        return analysis.mean, None, analysis.facts.prefetches
-    except Exception as exc:  # noqa: BLE001 - a bad trace falls back to steps.csv, with a note
-        return None, f"trace not used ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})", None
+def _not_used(exc: Exception) -> str:
+    return f"trace not used ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
 
 
 def read_external(path: str | Path) -> pd.DataFrame:

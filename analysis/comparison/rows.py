@@ -9,6 +9,7 @@ import pandas as pd
 from analysis.breakdown import epochs as epochs_mod
 from analysis.read import run_files
 from analysis.comparison.errors import CompareError, UnusableRun
+from analysis.comparison.reading import RunRead
 from analysis.rules.devices import peak_dtype
 from analysis.breakdown.utilization import headline
 
@@ -63,29 +64,29 @@ def peak_flops(peak: dict | None, precision: str | None) -> tuple[float, str | N
     return (float(value), dtype) if value else (float("nan"), dtype)
 
 
-def run_row(run: dict) -> dict:
-    """One comparison row from `read_run`'s dict (pure: no file access)."""
-    meta = run["meta"]
-    config = meta.get("config") or {}
-    device = meta.get("device") or {}
+def run_row(run: RunRead) -> dict:
+    """One comparison row from a run's read (pure: no file access)."""
+    record = run.files.run
+    config = record.config
+    device = record.device
     try:
-        epochs = run_files.run_epochs(meta, f"{run['path']}/{run_files.RUN_JSON}")
+        epochs = record.epochs()
     except run_files.RunFileError as exc:
         raise UnusableRun(str(exc)) from None
     if epochs.empty:
-        raise UnusableRun(f"{run['path']}/{run_files.RUN_JSON} has no finished epochs yet; nothing to compare")
+        raise UnusableRun(f"{run.path}/{run_files.RUN_JSON} has no finished epochs yet; nothing to compare")
     steady = steady_epochs(epochs)
     seconds = float(steady["seconds"].median())
     images = float(steady["images"].median()) if "images" in steady else float("nan")
     train_seconds = float(steady["train_seconds"].median()) if "train_seconds" in steady else float("nan")
     row = {
-        "run": run["name"], "path": run["path"], "device": str(device.get("name") or device.get("kind") or "?"),
-        "kind": device.get("kind"), "external": False, "status": meta.get("status"),
+        "run": run.name, "path": run.path, "device": str(device.get("name") or device.get("kind") or "?"),
+        "kind": device.get("kind"), "external": False, "status": record.status,
         "precision": config.get("precision", "float32"), "jit_compile": bool(config.get("jit_compile")),
         "bfloat16_units": device.get("bfloat16_units") if isinstance(device.get("bfloat16_units"), list) else None,
         "batch_size": _num(config.get("batch_size")),
         "steps_per_call": int(config.get("steps_per_execution") or 1),
-        "steps_per_epoch": _num(meta.get("steps_per_epoch")),
+        "steps_per_epoch": _num(record.steps_per_epoch),
         "epochs": int(len(epochs)), "epochs_used": [int(e) for e in steady["epoch"]],
         "seconds_per_epoch": seconds, "images_per_epoch": images,
         "train_seconds_per_epoch": train_seconds,
@@ -93,26 +94,27 @@ def run_row(run: dict) -> dict:
         "images_per_second": images / train_seconds if train_seconds > 0 else float("nan"),
         # the whole epoch, validation included, like seconds_per_epoch (speed-ups use this)
         "epoch_images_per_second": images / seconds if seconds > 0 else float("nan"),
-        "compute_source": "none", "notes": run.get("trace_note") or "",
-        "prefetches": run.get("prefetches"),
+        "compute_source": "none", "notes": run.trace_note or "",
+        "prefetches": run.prefetches,
     }
     for part in COMPONENTS:
         row[f"{part}_s"] = row[f"{part}_pct"] = float("nan")
     row["median_step_ms"] = row["median_ms_per_image"] = float("nan")
-    if run.get("steps") is not None and not run["steps"].empty:
-        steady_calls = run["steps"][run["steps"]["epoch"].isin(row["epochs_used"])]
+    steps = run.files.steps_table
+    if steps is not None and not steps.empty:
+        steady_calls = steps[steps["epoch"].isin(row["epochs_used"])]
         if steady_calls.empty:
-            steady_calls = run["steps"]
+            steady_calls = steps
         per_step = steady_calls["step_ms"] / steady_calls["steps"]
         row["median_step_ms"] = float(per_step.median())
         row["median_ms_per_image"] = float((steady_calls["step_ms"] / steady_calls["images"]).median())
-        breakdown = epochs_mod.epoch_breakdown(run["steps"], epochs, f"{run['path']}/{run_files.RUN_JSON}")
-        row.update(steady_components(breakdown, row["epochs_used"], seconds, run.get("trace_mean")))
-        row["compute_source"] = "trace" if run.get("trace_mean") else "steps.csv"
-    row.update(headline(run.get("utilization") or {}))
-    row["workers"] = [_worker_subrow(worker) for worker in run.get("workers") or []]
-    flops_per_image = _num((meta.get("model") or {}).get("train_flops_per_image"))
-    peak, dtype = peak_flops(meta.get("peak"), row["precision"])
+        breakdown = epochs_mod.epoch_breakdown(steps, epochs, str(record.path))
+        row.update(steady_components(breakdown, row["epochs_used"], seconds, run.trace_mean))
+        row["compute_source"] = "trace" if run.trace_mean else "steps.csv"
+    row.update(headline(run.files.summaries))
+    row["workers"] = [_worker_subrow(worker) for worker in run.workers]
+    flops_per_image = _num(record.model.get("train_flops_per_image"))
+    peak, dtype = peak_flops(record.peak, row["precision"])
     row["train_flops_per_image"] = flops_per_image
     row["achieved_flops_per_second"] = flops_per_image * row["images_per_second"]
     row["peak_flops_per_second"] = peak
@@ -125,7 +127,7 @@ WORKER_SUBROW_KEYS = ("run", "seconds_per_epoch", "images_per_second", "input_pc
                       "epoch_level_pct", "cpu_util_mean_pct")
 
 
-def _worker_subrow(worker: dict) -> dict:
+def _worker_subrow(worker: RunRead) -> dict:
     row = run_row(worker)
     return {key: row[key] for key in WORKER_SUBROW_KEYS}
 

@@ -14,6 +14,9 @@ import functools
 import re
 from dataclasses import dataclass, fields
 
+import numpy as np
+import pandas as pd
+
 MEANINGS = (
     "host_input",  # host events: the training loop blocked waiting for its batch
     "device_input",  # device events: host-to-device input copies (and infeed)
@@ -58,6 +61,22 @@ def producers() -> tuple[Producer, ...]:
     return tuple(importlib.import_module(f"analysis.producers.{name}").PRODUCER for name in MODULES)
 
 
+def matches(names: pd.Series, pattern: re.Pattern, *, search: bool = False) -> pd.Series:
+    """Whether each name matches `pattern` (`re.match`; `re.search` with `search=True`).
+
+    The pattern (with its flags) is tried once per distinct name, not once per row:
+    the trace's name columns are categorical, and a trace repeats a few hundred names
+    over hundreds of thousands of events.
+    """
+    names = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
+    test = pattern.search if search else pattern.match
+    categories = names.cat.categories
+    hit = np.fromiter((test(name) is not None for name in categories), dtype=bool, count=len(categories))
+    codes = names.cat.codes.to_numpy()
+    return pd.Series(hit[codes] & (codes >= 0), index=names.index)
+
+
+
 @functools.cache
 def pattern(meaning: str) -> re.Pattern:
     """One case-insensitive pattern for a meaning, across all producers (matches nothing if none has it)."""
@@ -91,13 +110,10 @@ PROGRAMS = ("devprof", "keras", "tensorflow", "jax", "unknown")
 KERAS_FUNCTION = re.compile(r"train_function|(?:one|multi)_step_on_(?:iterator|data)")
 
 
-def program_of(events) -> str:
-    """Which kind of program wrote a trace: `keras` (fit), `tensorflow` (a custom loop), `jax`
-    (XLA programs run by PjRt with no TensorFlow on the host) or `unknown`. devprof's own runs are
-    told by their run directory, not by the trace."""
-    from analysis.read.view import host_events, matches
-
-    host = host_events(events)
+def program_of(host) -> str:
+    """Which kind of program wrote a trace, from its host events: `keras` (fit), `tensorflow` (a
+    custom loop), `jax` (XLA programs run by PjRt with no TensorFlow on the host) or `unknown`.
+    devprof's own runs are told by their run directory, not by the trace."""
     if host.empty:
         return "unknown"
     names = host["name"]

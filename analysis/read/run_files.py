@@ -15,6 +15,7 @@ import json
 import math
 import re
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -149,6 +150,52 @@ def section(meta: dict, key: str) -> dict:
     """A run.json object such as `config` or `device`; a missing or mistyped one reads as empty."""
     value = meta.get(key)
     return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """run.json, read and checked once (`read_run_json`); its objects read as empty where missing
+    or mistyped. `raw` is the checked document (`Analysis.run`, the HTML report's run table)."""
+
+    path: Path
+    raw: dict
+
+    @classmethod
+    def read(cls, path: str | Path) -> RunRecord:
+        return cls(Path(path), read_run_json(path))
+
+    @property
+    def status(self) -> str | None:
+        return self.raw.get("status")
+
+    @property
+    def config(self) -> dict:
+        return section(self.raw, "config")
+
+    @property
+    def device(self) -> dict:
+        return section(self.raw, "device")
+
+    @property
+    def model(self) -> dict:
+        return section(self.raw, "model")
+
+    @property
+    def peak(self) -> dict | None:
+        return self.raw.get("peak")
+
+    @property
+    def steps_per_epoch(self):
+        return self.raw.get("steps_per_epoch")
+
+    @property
+    def sampler_summaries(self) -> dict:
+        """`samplers.summaries`: what the samplers wrote when the run ended."""
+        return section(section(self.raw, "samplers"), "summaries")
+
+    def epochs(self) -> pd.DataFrame:
+        """`epochs` as a frame (`run_epochs`); a RunFileError when they cannot be used."""
+        return run_epochs(self.raw, self.path)
 
 
 def run_epochs(meta: dict, source: str | Path = RUN_JSON) -> pd.DataFrame:

@@ -1,87 +1,35 @@
-"""Selecting trace events by what they are: host or device, a producer's meaning, a thread.
+"""A trace's events split once into host and device tables, and the selections every stage uses.
 
-Every module that reads the events table selects through these functions, so a plane or
-line name is known in one place (`analysis.producers`) and name patterns are tried once
-per distinct name, not once per event.
+`TraceView` is the only place that selects events by plane or by what a producer's name
+means: the steps, the device rows, the ops, the tf.data stages and the rule facts all query
+its tables, each made once on first use and kept (HTA's and Perfetto's shape: parse once, then
+query). A plane or line name is known in one place (`analysis.producers`), and name patterns
+are tried once per distinct name, not once per event.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
 import pandas as pd
 
 from analysis import intervals as iv
+from analysis import producers
+from analysis.producers import matches
 from analysis.producers import planes
+from analysis.producers import tensorflow as tf_producer
 from analysis.producers import tpu as tpu_producer
+from analysis.read.trace import Trace
 
 NS_PER_MS = 1e6
-
-
-def matches(names: pd.Series, pattern: re.Pattern, *, search: bool = False) -> pd.Series:
-    """Whether each name matches `pattern` (`re.match`; `re.search` with `search=True`).
-
-    The pattern (with its flags) is tried once per distinct name, not once per row:
-    the trace's name columns are categorical, and a trace repeats a few hundred names
-    over hundreds of thousands of events.
-    """
-    names = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
-    test = pattern.search if search else pattern.match
-    categories = names.cat.categories
-    hit = np.fromiter((test(name) is not None for name in categories), dtype=bool, count=len(categories))
-    codes = names.cat.codes.to_numpy()
-    return pd.Series(hit[codes] & (codes >= 0), index=names.index)
+STAGE_RE = re.compile(tf_producer.INPUT_STAGE)
 
 
 def intervals(frame: pd.DataFrame) -> iv.Intervals:
     """The union of the events' [start, end) spans."""
     return iv.union(frame["start_ns"].to_numpy(), frame["end_ns"].to_numpy())
-
-
-def host_events(events: pd.DataFrame) -> pd.DataFrame:
-    return events[matches(events["plane_name"], planes.HOST_PLANE)]
-
-
-def on_device_planes(events: pd.DataFrame) -> pd.DataFrame:
-    """Every event on a GPU or TPU plane, derived lines included."""
-    return events[matches(events["plane_name"], planes.DEVICE_PLANE)]
-
-
-def device_events(events: pd.DataFrame) -> pd.DataFrame:
-    """The devices' own activity: on GPU planes the stream lines (else every line not derived
-    from them), on TPU planes (no streams) the `XLA Ops` line."""
-    on_device = on_device_planes(events)
-    if on_device.empty:
-        return on_device
-    is_tpu = on_device["plane_name"].astype(str).str.contains("TPU", case=False).to_numpy()
-    stream = matches(on_device["line_name"], planes.STREAM_LINE).to_numpy()
-    derived = ((on_device["line_id"].astype("int64") >= planes.DERIVED_LINE_MIN_ID)
-               | on_device["line_name"].isin(planes.DERIVED_LINE_NAMES)).to_numpy()
-    planes_with_streams = set(on_device.loc[stream, "plane"])
-    has_streams = on_device["plane"].isin(planes_with_streams).to_numpy()
-    tpu_activity = is_tpu & (on_device["line_name"] == tpu_producer.ACTIVITY_LINE).to_numpy()
-    keep = np.where(is_tpu, tpu_activity, np.where(has_streams, stream, ~derived))
-    return on_device[keep]
-
-
-def device_kind(events: pd.DataFrame, plane_table: pd.DataFrame | None = None) -> str:
-    """`cpu`, or `gpu`/`tpu` (with a count) when device planes hold events; from `plane_table`
-    (the trace's planes) when they hold none: a GPU whose activity was not recorded is still a GPU."""
-    on_device = device_events(events)
-    if on_device.empty:
-        names = [] if plane_table is None else [n for n in plane_table["plane_name"].astype(str) if is_device_plane(n)]
-        if not names:
-            return "cpu"
-        kind = planes.DEVICE_PLANE.match(names[0]).group(1).lower()
-        return kind if len(names) == 1 else f"{kind} x{len(names)}"
-    names = on_device["plane_name"].unique()
-    kind = planes.DEVICE_PLANE.match(names[0]).group(1).lower()
-    return kind if len(names) == 1 else f"{kind} x{len(names)}"
-
-
-def is_device_plane(name: str) -> bool:
-    return bool(planes.DEVICE_PLANE.match(name))
 
 
 def on_lines(events: pd.DataFrame, lines: pd.DataFrame) -> pd.Series:
@@ -96,3 +44,154 @@ def present(column: pd.Series) -> np.ndarray:
     """Which rows have a value, as a plain boolean array: the trace's rarely set stats are sparse
     columns, and combining a sparse mask with a dense one costs a hundred times more."""
     return column.notna().to_numpy(dtype=bool)
+
+
+def is_device_plane(name: str) -> bool:
+    return bool(planes.DEVICE_PLANE.match(name))
+
+
+def _rows(events: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
+    """`events[mask]`; a slice (sharing the table's memory) when the rows are one run, as a plane's
+    events are: the host table of a CPU trace is most of the trace and is not copied."""
+    where = np.flatnonzero(mask)
+    if where.size and where[-1] - where[0] + 1 == where.size:
+        return events.iloc[int(where[0]):int(where[-1]) + 1]
+    return events[mask]
+
+
+def device_parts(device: pd.DataFrame) -> dict[str, iv.Intervals]:
+    """A set of device events cut into `input` (host-to-device copies), `copy` (other copies),
+    `collective` and `compute` (all other kernels), each a union of intervals (they may overlap)."""
+    is_input = matches(device["name"], producers.pattern("device_input"), search=True)
+    is_copy = matches(device["name"], producers.pattern("device_copy"), search=True) & ~is_input
+    is_collective = matches(device["name"], producers.pattern("collective"), search=True) & ~is_input & ~is_copy
+    is_compute = ~(is_input | is_copy | is_collective)
+    return {"input": intervals(device[is_input]), "copy": intervals(device[is_copy]),
+            "collective": intervals(device[is_collective]), "compute": intervals(device[is_compute])}
+
+
+class TraceView:
+    """One trace's events as the tables the analysis asks for, each selected once."""
+
+    def __init__(self, trace: Trace):
+        self.trace = trace
+
+    @property
+    def events(self) -> pd.DataFrame:
+        """Every event of the trace (host, devices and the planes that are neither)."""
+        return self.trace.events
+
+    @property
+    def planes(self) -> pd.DataFrame:
+        return self.trace.planes
+
+    @property
+    def hostnames(self) -> list[str]:
+        return self.trace.hostnames
+
+    @functools.cached_property
+    def host(self) -> pd.DataFrame:
+        """Events on host planes (`/host:CPU`): threads, Python, TensorFlow's executor."""
+        return _rows(self.events, matches(self.events["plane_name"], planes.HOST_PLANE).to_numpy())
+
+    @functools.cached_property
+    def on_device(self) -> pd.DataFrame:
+        """Every event on a GPU or TPU plane, derived lines included."""
+        return _rows(self.events, matches(self.events["plane_name"], planes.DEVICE_PLANE).to_numpy())
+
+    @functools.cached_property
+    def device(self) -> pd.DataFrame:
+        """The devices' own activity: on GPU planes the stream lines (else every line not derived
+        from them), on TPU planes (no streams) the `XLA Ops` line."""
+        on_device = self.on_device
+        if on_device.empty:
+            return on_device
+        is_tpu = on_device["plane_name"].astype(str).str.contains("TPU", case=False).to_numpy()
+        stream = matches(on_device["line_name"], planes.STREAM_LINE).to_numpy()
+        derived = ((on_device["line_id"].astype("int64") >= planes.DERIVED_LINE_MIN_ID)
+                   | on_device["line_name"].isin(planes.DERIVED_LINE_NAMES)).to_numpy()
+        planes_with_streams = set(on_device.loc[stream, "plane"])
+        has_streams = on_device["plane"].isin(planes_with_streams).to_numpy()
+        tpu_activity = is_tpu & (on_device["line_name"] == tpu_producer.ACTIVITY_LINE).to_numpy()
+        keep = np.where(is_tpu, tpu_activity, np.where(has_streams, stream, ~derived))
+        return on_device[keep]
+
+    @functools.cached_property
+    def kind(self) -> str:
+        """`cpu`, or `gpu`/`tpu` (with a count) when device planes hold events; from the trace's planes
+        when they hold none: a GPU whose activity was not recorded is still a GPU."""
+        if self.device.empty:
+            names = [n for n in self.planes["plane_name"].astype(str) if is_device_plane(n)]
+            if not names:
+                return "cpu"
+        else:
+            names = list(self.device["plane_name"].unique())
+        kind = planes.DEVICE_PLANE.match(str(names[0])).group(1).lower()
+        return kind if len(names) == 1 else f"{kind} x{len(names)}"
+
+    @functools.cached_property
+    def producer(self) -> str:
+        """Which kind of program wrote the trace (`producers.program_of`)."""
+        return producers.program_of(self.host)
+
+    def host_named(self, meaning: str, *, search: bool = False) -> pd.DataFrame:
+        """Host events whose name has a producer `meaning` (`producers.pattern`)."""
+        return self.host[matches(self.host["name"], producers.pattern(meaning), search=search)]
+
+    @functools.cached_property
+    def input_waits(self) -> pd.DataFrame:
+        """Host events of the loop blocked on its iterator (`IteratorGetNext*`, infeed)."""
+        return self.host_named("host_input", search=True)
+
+    @functools.cached_property
+    def input_copies(self) -> pd.DataFrame:
+        """Host-to-device input copies on the devices."""
+        return self.device[matches(self.device["name"], producers.pattern("device_input"), search=True)]
+
+    @functools.cached_property
+    def input_intervals(self) -> iv.Intervals:
+        """Host time blocked on the iterator, plus host-to-device input copies on devices."""
+        return iv.union_of(intervals(self.input_waits), intervals(self.input_copies))
+
+    @functools.cached_property
+    def device_parts(self) -> dict[str, iv.Intervals]:
+        """The devices' activity cut into input copies, other copies, collectives and compute."""
+        return device_parts(self.device)
+
+    @functools.cached_property
+    def launches(self) -> pd.DataFrame:
+        """Host API calls that launch device work (CUDA, HIP)."""
+        return self.host_named("launch")
+
+    @functools.cached_property
+    def stages(self) -> pd.DataFrame:
+        """tf.data's `Iterator::` events other than the bare root, with a `depth` column."""
+        events = self.events
+        stages = events.loc[matches(events["name"], STAGE_RE), ["name", "plane", "line", "start_ns", "end_ns",
+                                                                "duration_ns"]]
+        names = stages["name"].astype(str).astype("category") if not isinstance(stages["name"].dtype,
+                                                                              pd.CategoricalDtype) \
+            else stages["name"].cat.remove_unused_categories()
+        root = (names != tf_producer.INPUT_ROOT).to_numpy()
+        stages = stages[root]
+        names = names[root].cat.remove_unused_categories()
+        # Per distinct stage name, not per event: a stage repeats once per batch.
+        categories = names.cat.categories.astype(str)
+        codes = names.cat.codes.to_numpy()
+        depth = np.array([name.count("::") for name in categories], dtype=np.int64)[codes]
+        return stages.assign(name=np.asarray(categories, dtype=object)[codes], depth=depth)
+
+    def named(self, pattern: re.Pattern, *, search: bool = False) -> pd.DataFrame:
+        """Events of any plane whose name matches `pattern`."""
+        return self.events[matches(self.events["name"], pattern, search=search)]
+
+    def device_line(self, plane: int, line_name: str) -> pd.DataFrame:
+        """One device plane's line of that name (its `Steps`, its `XLA Modules`), in time order."""
+        on_device = self.on_device
+        own = on_device[(on_device["plane"] == plane) & (on_device["line_name"] == line_name)]
+        return own.sort_values("start_ns", kind="stable")
+
+    @functools.cached_property
+    def window(self) -> tuple[int, int]:
+        """The traced window: the first event's start and the last event's end, in ns."""
+        return int(self.events["start_ns"].min()), int(self.events["end_ns"].max())

@@ -22,6 +22,8 @@ import pandas as pd
 
 from analysis.rules import programs as program_facts
 from analysis.rules.devices import facts_for
+from analysis.breakdown.input_stages import SlowestStage
+from analysis.rules.facts import Facts
 
 HIGH_INPUT_PCT = 20.0
 MODERATE_INPUT_PCT = 5.0
@@ -51,45 +53,6 @@ LARGER_BATCH_ADVICE = (
     "A larger batch (`--batch-size`) uses the device better if memory allows; otherwise a faster device "
     "or a smaller model is what helps."
 )
-
-
-@dataclass(frozen=True)
-class Facts:
-    """What the rules look at. Shares are of step time (`analyze`) or epoch time (`compare`).
-
-    Built only by `facts_from`, from one flat record whose keys are the names `analyze`'s
-    JSON and `compare`'s rows already use, so a rule sees the same field in both."""
-
-    input_pct: float
-    compute_pct: float
-    host_pct: float
-    device: str = ""
-    producer: str = "unknown"  # who wrote the trace: devprof, tensorflow, keras, jax (see analysis.producers)
-    device_recorded: bool | None = None  # False: the trace has device planes but none recorded activity
-    collective_pct: float = 0.0
-    precision: str | None = None
-    jit_compile: bool | None = None
-    steps_per_call: int = 1
-    steps_per_epoch: float = math.nan
-    slowest_input_stage: str | None = None
-    prefetches: bool | None = None  # whether the input pipeline already prefetches (None: unknown)
-    input_py_function: bool = False  # the slowest stage runs Python (py_function, numpy_function)
-    mfu_pct: float = math.nan
-    peak_dtype: str | None = None
-    other_cpu_pct: float = math.nan  # other processes' CPU, % of the whole machine
-    proc_cpu_pct: float = math.nan  # the training process tree's CPU, 100 = one core
-    cpu_cores: float = math.nan
-    retrace_steps: int = 0  # steps after the first that built or compiled graphs
-    retrace_ms: float = 0.0
-    sync_name: str | None = None  # a host-device synchronisation found in every step
-    kernels_per_step: float = math.nan
-    mean_kernel_us: float = math.nan
-    idle_host_pct: float = math.nan  # the busiest device's step idle for the host (launch, Python, sync)
-    matrix_units: tuple[str, ...] | None = None  # reduced-precision dtypes the device has matrix units for
-    bfloat16_units: tuple[str, ...] | None = None  # CPU features that run bfloat16 in hardware (): emulated
-    device_mem_peak_bytes: float = math.nan
-    device_mem_total_bytes: float = math.nan
-    eigen_dense_pct: float = math.nan  # CPU: op time in TensorFlow's Eigen conv/matmul kernels (oneDNN's off)
 
 
 @dataclass(frozen=True)
@@ -171,11 +134,11 @@ def _input_fix(facts: Facts) -> str:
             "tf.data.AUTOTUNE) and .cache() to the input pipeline")
 
 
-def stage_advice(stage: str, py_function: bool = False) -> str:
+def stage_advice(stage: SlowestStage) -> str:
     """One change for the slowest tf.data stage, by what kind of stage it is."""
-    kind = stage.split(" (")[0].rsplit("::", 1)[-1]
+    kind = stage.name.rsplit("::", 1)[-1]
     kind = kind.split("[")[0]
-    if py_function:
+    if stage.runs_python:
         return ("it runs Python (`tf.py_function`/`tf.numpy_function`), which holds the GIL and runs one batch at a "
                 "time: rewrite it with TensorFlow ops, or move it out of the pipeline (precompute, then `.cache()`)")
     if kind in ("Map", "MapAndBatch", "FlatMap", "Interleave"):
@@ -202,7 +165,7 @@ def _input_more(facts: Facts) -> list[str]:
                 "Make the host side of each batch cheaper: decode and augment once and cache the result, or do the "
                 "augmentation on the device inside the step."]
     stage = [f"The slowest tf.data stage is `{facts.slowest_input_stage}`: "
-             f"{stage_advice(facts.slowest_input_stage, facts.input_py_function)}."] if facts.slowest_input_stage else []
+             f"{stage_advice(facts.slowest_input_stage)}."] if facts.slowest_input_stage else []
     general = [line for line in INPUT_ADVICE if not (facts.prefetches and ".prefetch(" in line)]
     return stage + general
 
@@ -371,61 +334,6 @@ RULES: list[Rule] = [
 RULES_BY_ID = {rule.id: rule for rule in RULES}
 
 
-def _float(value, default: float = math.nan) -> float:
-    try:
-        return float(value) if value is not None else default
-    except (TypeError, ValueError):
-        return default
-
-
-def facts_from(record) -> Facts:
-    """The rules' view of one breakdown: a mapping with `input_pct`, `compute_pct`, `host_pct` (and
-    `collective_pct`), the device `kind`, the run's settings (`precision`, `jit_compile`,
-    `steps_per_call`, `steps_per_epoch`), the utilization headline (`other_cpu_mean_pct`,
-    `proc_cpu_mean_pct`, `cpu_cores`, `device_mem_peak_bytes`, `device_mem_total_bytes`), `mfu_pct`
-    and `peak_dtype`, and what a trace shows (`producer`, `prefetches`, `slowest_input_stage`,
-    `input_py_function`, `retrace_steps`, `retrace_ms`, `sync_name`, `kernels_per_step`,
-    `mean_kernel_us`, `idle_host_pct`, `matrix_units`) and run.json's `bfloat16_units`. Missing keys are unknown."""
-    get = record.get
-    input_pct = _float(get("input_pct"))
-    host_pct = _float(get("host_pct"))
-    compute_pct = _float(get("compute_pct"), 100.0 - input_pct - host_pct)
-    steps_per_call = get("steps_per_call")
-    prefetching = get("prefetches")
-    matrix_units = get("matrix_units")
-    bfloat16_units = get("bfloat16_units")
-    return Facts(
-        input_pct, compute_pct, host_pct,
-        device=str(get("kind") or get("device") or ""),
-        producer=str(get("producer") or "devprof"),
-        device_recorded=get("device_recorded") if isinstance(get("device_recorded"), bool) else None,
-        collective_pct=_float(get("collective_pct"), 0.0),
-        precision=get("precision"),
-        jit_compile=get("jit_compile"),
-        steps_per_call=int(steps_per_call) if _float(steps_per_call) == _float(steps_per_call) else 1,
-        steps_per_epoch=_float(get("steps_per_epoch")),
-        slowest_input_stage=get("slowest_input_stage"),
-        prefetches=prefetching if isinstance(prefetching, bool) else None,
-        input_py_function=bool(get("input_py_function", False)),
-        mfu_pct=_float(get("mfu_pct")),
-        peak_dtype=get("peak_dtype"),
-        other_cpu_pct=_float(get("other_cpu_mean_pct")),
-        proc_cpu_pct=_float(get("proc_cpu_mean_pct")),
-        cpu_cores=_float(get("cpu_cores")),
-        retrace_steps=int(get("retrace_steps") or 0),
-        retrace_ms=_float(get("retrace_ms"), 0.0),
-        sync_name=get("sync_name"),
-        kernels_per_step=_float(get("kernels_per_step")),
-        mean_kernel_us=_float(get("mean_kernel_us")),
-        idle_host_pct=_float(get("idle_host_pct")),
-        matrix_units=tuple(matrix_units) if matrix_units is not None else None,
-        bfloat16_units=tuple(map(str, bfloat16_units)) if isinstance(bfloat16_units, (list, tuple)) else None,
-        device_mem_peak_bytes=_float(get("device_mem_peak_bytes")),
-        device_mem_total_bytes=_float(get("device_mem_total_bytes")),
-        eigen_dense_pct=_float(get("eigen_dense_pct")),
-    )
-
-
 def findings(facts: Facts) -> list[dict]:
     """`[{rule, severity, evidence, advice}]` for every finding rule that applies."""
     return [{"rule": rule.id, "severity": rule.severity, "evidence": rule.headline(facts), "advice": rule.fix(facts)}
@@ -466,7 +374,7 @@ def advice(facts: Facts, rule: Rule) -> list[str]:
 
 def make_verdict(
     mean: dict[str, float],
-    facts: Facts | None = None,
+    facts: Facts,
     *,
     steps_used: int,
     compile_steps: pd.DataFrame | None = None,
@@ -478,7 +386,6 @@ def make_verdict(
     With fewer than MIN_STEADY_STEPS steady steps there is no verdict: `bound` and `level`
     are None and `reason` says why (compilation and warm-up are never its basis).
     """
-    facts = facts if facts is not None else facts_from(mean)
     steps_per_call = facts.steps_per_call
     unit = "call" if steps_per_call > 1 else "step"
     evidence = (

@@ -31,7 +31,7 @@ import pandas as pd
 from analysis import producers
 from analysis.producers import tensorflow as tf_producer
 from analysis.producers import tpu as tpu_producer
-from analysis.read.view import device_events, host_events, matches, on_device_planes, present
+from analysis.read.view import TraceView, matches, present
 from analysis.producers import planes
 from analysis.read.trace import TraceError
 
@@ -49,25 +49,25 @@ class DetectedSteps:
     note: str = ""
 
 
-def detect_steps(events: pd.DataFrame, step_name: str | None = None) -> DetectedSteps:
+def detect_steps(view: TraceView, step_name: str | None = None) -> DetectedSteps:
     """The steps of a trace by the first method that finds some; `step_name` (a regex) picks
     among markers and program executions by name."""
     wanted = re.compile(step_name) if step_name else None
     finders = (find_markers, find_trace_groups, find_program_executions) if wanted is None \
         else (find_markers, find_program_executions)
     for finder in finders:
-        found = finder(events, wanted) if finder is not find_trace_groups else finder(events)
+        found = finder(view, wanted) if finder is not find_trace_groups else finder(view)
         if found is not None:
             return found
     if wanted is not None:
         raise TraceError(f"--step-name {step_name!r} matches no step marker and no repeated program execution; "
-                         f"candidates: {', '.join(candidate_names(events)[:8]) or 'none'}")
-    return whole_window(events)
+                         f"candidates: {', '.join(candidate_names(view)[:8]) or 'none'}")
+    return whole_window(view)
 
 
-def candidate_names(events: pd.DataFrame) -> list[str]:
+def candidate_names(view: TraceView) -> list[str]:
     """Names `--step-name` can pick: markers, tf.function calls and program executions, most frequent first."""
-    host = host_events(events)
+    host = view.host
     picked = host[present(host["step_num"]) | present(host["tf_function_call"])
                   | matches(host["name"], producers.pattern("program"), search=True)]
     return [str(name) for name in picked["name"].astype(str).value_counts().index]
@@ -105,9 +105,9 @@ def _frame(step, steps, name, plane, line, start, marker_end, partition: bool = 
 # ---------------------------------------------------------------- 1. markers
 
 
-def find_markers(events: pd.DataFrame, wanted: re.Pattern | None = None) -> DetectedSteps | None:
+def find_markers(view: TraceView, wanted: re.Pattern | None = None) -> DetectedSteps | None:
     """Host events with a `step_num` stat; one name is chosen by `producers.marker_rank`."""
-    host = host_events(events)
+    host = view.host
     candidates = host[host["step_num"].notna()]
     if wanted is not None:
         candidates = candidates[matches(candidates["name"], wanted, search=True)]
@@ -153,13 +153,13 @@ def _marker_ends(markers: pd.DataFrame) -> np.ndarray:
 # ---------------------------------------------------------------- 2. grouping stored in the trace
 
 
-def find_trace_groups(events: pd.DataFrame) -> DetectedSteps | None:
+def find_trace_groups(view: TraceView) -> DetectedSteps | None:
     """The trace's own step grouping: a device `Steps` line (XProf's steps, even one), else
     `group_id` stats on host events. A group cut by the window's edge is partial."""
-    found = _device_steps_line(events)
+    found = _device_steps_line(view)
     if found is not None:
         return found
-    host = host_events(events)
+    host = view.host
     grouped = host[host["group_id"].notna()]
     # Each group's longest host event is its root, on the thread that ran the step.
     roots = grouped.sort_values("duration_ns", ascending=False, kind="stable").drop_duplicates("group_id")
@@ -171,16 +171,16 @@ def find_trace_groups(events: pd.DataFrame) -> DetectedSteps | None:
         return None
     spans = grouped.groupby("group_id").agg(start_ns=("start_ns", "min"), marker_end_ns=("end_ns", "max"))
     roots = roots.set_index("group_id").loc[spans.index]
-    partial = _cut_by_window(events, spans["start_ns"].to_numpy(), spans["marker_end_ns"].to_numpy())
+    partial = _cut_by_window(view, spans["start_ns"].to_numpy(), spans["marker_end_ns"].to_numpy())
     steps = _frame(spans.index.to_numpy(), 1, "group_id", roots["plane"], roots["line"], spans["start_ns"],
                    spans["marker_end_ns"], partial=partial)
     return DetectedSteps("trace_groups", "group_id", steps, steps[SPAN_COLUMNS].copy(),
                          "steps are the trace's own step groups (group_id stats)")
 
 
-def _device_steps_line(events: pd.DataFrame) -> DetectedSteps | None:
+def _device_steps_line(view: TraceView) -> DetectedSteps | None:
     """Steps from the device plane with the most events on its `Steps` line."""
-    on_device = on_device_planes(events)[lambda e: e["line_name"] == planes.STEPS_LINE]
+    on_device = view.on_device[lambda e: e["line_name"] == planes.STEPS_LINE]
     if on_device.empty:
         return None
     plane = on_device["plane"].value_counts().index[0]
@@ -192,21 +192,21 @@ def _device_steps_line(events: pd.DataFrame) -> DetectedSteps | None:
                          steps[SPAN_COLUMNS].iloc[0:0].copy(), "steps are the device's own Steps line")
 
 
-def _cut_by_window(events: pd.DataFrame, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def _cut_by_window(view: TraceView, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Whether each span touches the traced window's first or last nanosecond: the profiler
     started or stopped inside it, so part of it is missing."""
     if len(starts) < 2:
         return np.zeros(len(starts), dtype=bool)
-    first, last = int(events["start_ns"].min()), int(events["end_ns"].max())
+    first, last = view.window
     return (np.asarray(starts) <= first) | (np.asarray(ends) >= last)
 
 
 # ---------------------------------------------------------------- 3. program executions
 
 
-def find_program_executions(events: pd.DataFrame, wanted: re.Pattern | None = None) -> DetectedSteps | None:
+def find_program_executions(view: TraceView, wanted: re.Pattern | None = None) -> DetectedSteps | None:
     for finder in (_function_calls, _host_programs, _device_programs):
-        found = finder(events, wanted)
+        found = finder(view, wanted)
         if found is not None:
             return found
     return None
@@ -244,9 +244,9 @@ def _most_frequent(executions: pd.DataFrame, key: str) -> str | None:
     return str(best[key]) if best["count"] >= 2 else None
 
 
-def _function_calls(events: pd.DataFrame, wanted: re.Pattern | None) -> DetectedSteps | None:
+def _function_calls(view: TraceView, wanted: re.Pattern | None) -> DetectedSteps | None:
     """Python-level tf.function calls (events with a `tf_function_call` stat) off tf.data threads."""
-    host = host_events(events)
+    host = view.host
     calls = host[host[tf_producer.FUNCTION_CALL_STAT].notna()]
     input_pipeline = re.compile(tf_producer.INPUT_PIPELINE_FUNCTION, re.IGNORECASE)
     calls = calls[~(matches(calls["name"], input_pipeline, search=True)
@@ -283,11 +283,11 @@ def _concrete_functions(host: pd.DataFrame, calls: pd.DataFrame) -> pd.Series:
     return pd.Series(names.to_numpy(), index=found["index"].to_numpy()).reindex(calls.index).fillna("")
 
 
-def _host_programs(events: pd.DataFrame, wanted: re.Pattern | None) -> DetectedSteps | None:
+def _host_programs(view: TraceView, wanted: re.Pattern | None) -> DetectedSteps | None:
     """XLA/PjRt program executions on host threads (`...Executable::Execute` on py_xla_execute threads),
     one program by its identity: the module it ran (`module_name` inside the call), not the generic
     launch name that every program's execution shares."""
-    host = host_events(events)
+    host = view.host
     executions = host[matches(host["name"], producers.pattern("program"))]
     executions = executions.assign(key=_program_names(host, executions))
     if wanted is not None:  # asked for by name, any repeated host event (or program) can stand for a step
@@ -321,9 +321,9 @@ def _program_names(host: pd.DataFrame, executions: pd.DataFrame) -> pd.Series:
     return modules.reindex(executions.index).astype(object).where(lambda m: m.notna(), own)
 
 
-def _device_programs(events: pd.DataFrame, wanted: re.Pattern | None) -> DetectedSteps | None:
+def _device_programs(view: TraceView, wanted: re.Pattern | None) -> DetectedSteps | None:
     """Programs on the devices' `XLA Modules` lines (TPU planes)."""
-    modules = on_device_planes(events)[lambda e: e["line_name"] == tpu_producer.PROGRAM_LINE]
+    modules = view.on_device[lambda e: e["line_name"] == tpu_producer.PROGRAM_LINE]
     if wanted is not None:
         modules = modules[matches(modules["name"], wanted, search=True)]
     modules = modules.assign(key=modules["name"].astype(str))
@@ -339,14 +339,14 @@ def _device_programs(events: pd.DataFrame, wanted: re.Pattern | None) -> Detecte
 # ---------------------------------------------------------------- 4. the whole window
 
 
-def whole_window(events: pd.DataFrame) -> DetectedSteps:
-    active = pd.concat([host_events(events), device_events(events)])
+def whole_window(view: TraceView) -> DetectedSteps:
+    active = pd.concat([view.host, view.device])
     if active.empty:
-        active = events
+        active = view.events
     start, end = int(active["start_ns"].min()), int(active["end_ns"].max())
-    busiest = host_events(events)["line"].value_counts()
+    busiest = view.host["line"].value_counts()
     line = int(busiest.index[0]) if len(busiest) else 0
-    plane = int(host_events(events)["plane"].iloc[0]) if len(busiest) else 0
+    plane = int(view.host["plane"].iloc[0]) if len(busiest) else 0
     steps = _frame([0], 1, "the traced window", [plane], [line], [start], [end])
     return DetectedSteps("window", "the traced window", steps, steps[SPAN_COLUMNS].iloc[0:0].copy(),
                          "nothing repeats in this trace (no step markers, step groups or repeated program "

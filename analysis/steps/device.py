@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import intervals as iv
-from analysis.read.view import host_events
+from analysis.read.view import TraceView
 from analysis.producers import planes as plane_names
 from analysis.producers import tpu as tpu_producer
 
@@ -48,13 +48,13 @@ class Grouping:
     spans: pd.DataFrame | None = None
 
 
-def assign_steps(device: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame) -> Grouping:
+def assign_steps(device: pd.DataFrame, view: TraceView, steps: pd.DataFrame) -> Grouping:
     """How one device plane's events fall into its own steps. `steps` has `step`, `start_ns`,
     `end_ns`, `marker_end_ns` and `name`."""
     if device.empty or steps.empty:
         return Grouping("none", np.full(len(device), -1, dtype=np.int64), pd.Series(dtype="int64"))
     for assign in (_by_group_id, _by_steps_line, _by_programs, _by_launches):
-        found = assign(device, events, steps)
+        found = assign(device, view, steps)
         if found is not None:
             return found
     positions = _containing_step(steps, device["start_ns"].to_numpy(dtype=np.int64))
@@ -87,7 +87,7 @@ def _by_number(steps: pd.DataFrame, numbers: np.ndarray) -> np.ndarray:
     return lookup.reindex(numbers).fillna(-1).to_numpy(dtype=np.int64)
 
 
-def _by_group_id(device, events, steps):
+def _by_group_id(device, view, steps):
     groups = pd.to_numeric(device["group_id"], errors="coerce")
     if groups.notna().mean() < 0.5:
         return None
@@ -96,7 +96,7 @@ def _by_group_id(device, events, steps):
     if str(steps["name"].iloc[0]) == "group_id":  # the steps are the groups themselves
         position_of = pd.Series(_by_number(steps, known), index=known)
     else:
-        host = host_events(events)
+        host = view.host
         host = host[host["group_id"].notna()]
         if host.empty:
             return None
@@ -107,10 +107,8 @@ def _by_group_id(device, events, steps):
     return Grouping("group_id", labels, position_of) if (position_of >= 0).any() else None
 
 
-def _own_line(device, events, line_name):
-    plane = device["plane"].iloc[0]
-    own = events[(events["plane"] == plane) & (events["line_name"] == line_name)]
-    return own.sort_values("start_ns", kind="stable")
+def _own_line(device, view, line_name):
+    return view.device_line(device["plane"].iloc[0], line_name)
 
 
 def _inside(spans: pd.DataFrame, at: np.ndarray) -> np.ndarray:
@@ -123,8 +121,8 @@ def _inside(spans: pd.DataFrame, at: np.ndarray) -> np.ndarray:
     return np.where(valid, index, -1)
 
 
-def _by_steps_line(device, events, steps):
-    line = _own_line(device, events, plane_names.STEPS_LINE)
+def _by_steps_line(device, view, steps):
+    line = _own_line(device, view, plane_names.STEPS_LINE)
     if line.empty:
         return None
     which = _inside(line, device["start_ns"].to_numpy(dtype=np.int64))
@@ -138,12 +136,12 @@ def _by_steps_line(device, events, steps):
         else None
 
 
-def _by_programs(device, events, steps):
+def _by_programs(device, view, steps):
     """The device's `XLA Modules` line: the k-th execution of the step's program (by its name, with
     or without XProf's "(program id)" suffix; else the program the device ran most often) is the
     k-th step, in order on the device's own clock. Executions that ended before the first step
     began belong to none; with one step (the window), every execution is in it."""
-    modules = _own_line(device, events, tpu_producer.PROGRAM_LINE)
+    modules = _own_line(device, view, tpu_producer.PROGRAM_LINE)
     if modules.empty:
         return None
     names = modules["name"].astype(str)
@@ -166,10 +164,10 @@ def _by_programs(device, events, steps):
     return Grouping("programs", which, position_of, _spans(program)) if (which >= 0).any() else None
 
 
-def _by_launches(device, events, steps):
+def _by_launches(device, view, steps):
     if "correlation_id" not in device or device["correlation_id"].isna().all():
         return None
-    host = host_events(events)
+    host = view.host
     calls = host[host["correlation_id"].notna()]  # the runtime and driver API calls that enqueued device work
     if calls.empty:
         return None

@@ -28,9 +28,8 @@ import pandas as pd
 from analysis import intervals as iv
 from analysis import producers
 from analysis.producers import tensorflow as tf_producer
-from analysis.read.view import NS_PER_MS, device_events, device_kind, host_events, intervals, matches, on_lines, present
-from analysis.steps.detection import detect_steps
-from analysis.read.trace import Trace
+from analysis.read.view import NS_PER_MS, TraceView, intervals, matches, on_lines, present
+from analysis.steps.detection import DetectedSteps, detect_steps
 
 TF_OP_RE = re.compile(tf_producer.TF_OP)
 PARTS = ("input", "compute", "collective", "host")
@@ -48,28 +47,19 @@ class StepAnalysis:
     notes: list[str] = field(default_factory=list)
 
 
-def input_intervals(events: pd.DataFrame) -> iv.Intervals:
-    """Host time blocked on the iterator, plus host-to-device input copies on devices."""
-    host = host_events(events)
-    waiting = host[matches(host["name"], producers.pattern("host_input"), search=True)]
-    device = device_events(events)
-    copies = device[matches(device["name"], producers.pattern("device_input"), search=True)]
-    return iv.union_of(intervals(waiting), intervals(copies))
-
-
-def compile_intervals(events: pd.DataFrame) -> iv.Intervals:
+def compile_intervals(view: TraceView) -> iv.Intervals:
     """Tracing and compilation: named compile events, and the head of each traced call.
 
     A `tf.function` call whose `tf_function_call` stat starts with "traced" spends
     the time before its first execution event building, instantiating and (for XLA)
     compiling the graph; that head is compile time.
     """
-    host = host_events(events)
-    named = host[matches(host["name"], producers.pattern("compile"))]
+    host = view.host
+    named = view.host_named("compile")
     parts = [intervals(named)]
     traced = host[_traced_calls(host["tf_function_call"])]
     if not traced.empty:
-        execution = host[matches(host["name"], producers.pattern("host_execution"))]
+        execution = view.host_named("host_execution")
         execution = execution.sort_values("start_ns")
         exec_starts = execution["start_ns"].to_numpy()
         heads_start, heads_end = [], []
@@ -94,7 +84,7 @@ def _traced_calls(tf_function_call: pd.Series) -> pd.Series:
     return traced.reindex(tf_function_call.index, fill_value=False)
 
 
-def host_compute_intervals(events: pd.DataFrame, markers: pd.DataFrame) -> iv.Intervals:
+def host_compute_intervals(view: TraceView, markers: pd.DataFrame) -> iv.Intervals:
     """The steps' TensorFlow work on host threads: CPU-only compute, as XProf counts it.
 
     On the marker threads, everything TensorFlow records inside a marker counts (the
@@ -112,7 +102,7 @@ def host_compute_intervals(events: pd.DataFrame, markers: pd.DataFrame) -> iv.In
     time. Traces without context stats fall back to all execution events on every thread.
     """
     # Only the columns used here: a full-width copy of a multi-million-event table costs memory and time.
-    host = host_events(events[["plane", "line", "name", "plane_name", "start_ns", "end_ns", "step_num", "_p", "_c"]])
+    host = view.host[["plane", "line", "name", "plane_name", "start_ns", "end_ns", "step_num", "_p", "_c"]]
     on_marker_line = on_lines(host, markers)
     wrappers = matches(host["name"], producers.pattern("eager_wrapper")) | present(host["step_num"])
     inside_markers = iv.union(markers["start_ns"].to_numpy(), markers["marker_end_ns"].to_numpy())
@@ -156,25 +146,6 @@ def _linked_to_own_step(other: pd.DataFrame, producers: pd.DataFrame) -> iv.Inte
     starts = np.maximum(linked["start_ns"].to_numpy(dtype=np.int64), linked["marker_start_ns"].to_numpy())
     ends = np.minimum(linked["end_ns"].to_numpy(dtype=np.int64), linked["marker_end_ns"].to_numpy())
     return iv.union(starts, ends)
-
-
-def device_parts(device: pd.DataFrame) -> dict[str, iv.Intervals]:
-    """A set of device events cut into `input` (host-to-device copies), `copy` (other copies),
-    `collective` and `compute` (all other kernels), each a union of intervals (they may overlap)."""
-    is_input = matches(device["name"], producers.pattern("device_input"), search=True)
-    is_copy = matches(device["name"], producers.pattern("device_copy"), search=True) & ~is_input
-    is_collective = matches(device["name"], producers.pattern("collective"), search=True) & ~is_input & ~is_copy
-    is_compute = ~(is_input | is_copy | is_collective)
-    return {"input": intervals(device[is_input]), "copy": intervals(device[is_copy]),
-            "collective": intervals(device[is_collective]), "compute": intervals(device[is_compute])}
-
-
-def device_compute_intervals(events: pd.DataFrame) -> iv.Intervals:
-    return device_parts(device_events(events))["compute"]
-
-
-def device_collective_intervals(events: pd.DataFrame) -> iv.Intervals:
-    return device_parts(device_events(events))["collective"]
 
 
 def step_breakdown(markers: pd.DataFrame, input_: iv.Intervals, compute: iv.Intervals, compile_: iv.Intervals,
@@ -226,34 +197,28 @@ def step_breakdown(markers: pd.DataFrame, input_: iv.Intervals, compute: iv.Inte
     return frame
 
 
-def analyze_steps(trace: Trace, step_name: str | None = None) -> StepAnalysis:
-    """Steps (found by `step_detection`), categories and the per-step breakdown of a parsed trace."""
-    events = trace.events
-    detected = detect_steps(events, step_name)
-    device = device_kind(events, trace.planes)
-    input_ = input_intervals(events)
+def analyze_steps(view: TraceView, detected: DetectedSteps) -> StepAnalysis:
+    """The per-step breakdown of the steps `detected` in a trace."""
+    input_ = view.input_intervals
     overlapped = iv.empty()
-    if device_events(events).empty:  # a CPU run, or devices whose activity was not recorded
-        host = host_events(events)
-        collective = intervals(host[matches(host["name"], producers.pattern("collective"), search=True)])
-        compute = iv.subtract(host_compute_intervals(events, detected.spans), collective)
+    if view.device.empty:  # a CPU run, or devices whose activity was not recorded
+        collective = intervals(view.host_named("collective", search=True))
+        compute = iv.subtract(host_compute_intervals(view, detected.spans), collective)
     else:
-        parts = device_parts(device_events(events))
+        parts = view.device_parts
         compute, collective = parts["compute"], parts["collective"]
         # Input the devices computed through (a copy stream beside the kernels, the next batch
         # fetched while the last step runs) is not waited for.
         overlapped = iv.intersect(input_, compute)
         input_ = iv.subtract(input_, compute)
-    steps = step_breakdown(detected.steps, input_, compute, compile_intervals(events), collective, overlapped)
+    steps = step_breakdown(detected.steps, input_, compute, compile_intervals(view), collective, overlapped)
     notes = [detected.note] if detected.note else []
-    host = host_events(events)
-    if host.empty:
+    if view.host.empty:
         notes.append("no host threads recorded: input waits and host overhead are unknown; what is not device work "
                      "is counted as host overhead")
-    elif producers.program_of(events) in ("tensorflow", "keras") and \
-            not matches(host["name"], producers.pattern("host_input"), search=True).any():
+    elif view.producer in ("tensorflow", "keras") and view.input_waits.empty:
         notes.append("no input-pipeline events recorded (IteratorGetNext): input counts only host-to-device copies")
-    return StepAnalysis(device, detected.method, detected.name, steps, detected, notes)
+    return StepAnalysis(view.kind, detected.method, detected.name, steps, detected, notes)
 
 
 def complete_steps(steps: pd.DataFrame) -> pd.DataFrame:
@@ -284,3 +249,22 @@ def mean_breakdown(steps: pd.DataFrame) -> dict[str, float]:
             mean[f"{part}_pct"] = 100.0 * float(steps[f"{part}_ms"].sum()) / total_ms if total_ms > 0 else 0.0
     mean["input_overlapped_ms"] = float(steps["input_overlapped_ms"].mean()) if "input_overlapped_ms" in steps else 0.0
     return mean
+
+
+@dataclass(frozen=True)
+class ChosenSteps:
+    """Which steps the means and the verdict use: the steady complete ones (`used`), and the
+    complete ones left out for compiling."""
+
+    used: pd.DataFrame
+    steady: pd.DataFrame
+    compile_steps: pd.DataFrame
+    mean: dict[str, float]
+
+
+def choose_steps(steps: pd.DataFrame) -> ChosenSteps:
+    steady = steady_steps(steps)
+    complete = complete_steps(steps)
+    used = steps.loc[steady.index] if not steady.empty else steps
+    return ChosenSteps(used, steady, complete[~complete.index.isin(steady.index)],
+                       mean_breakdown(steady if not steady.empty else steps))

@@ -13,40 +13,61 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import producers
-from analysis.read import run_files
+from analysis.read.inputs import RunInputs
+from analysis.read.trace import TraceError
+from analysis.read.view import TraceView
+from analysis.steps.detection import DetectedSteps, detect_steps
 from analysis.steps.host import analyze_steps
-from analysis.read.trace import Trace, TraceError, TraceNotFound, TraceUnreadable, read_trace
 
 STEPS_CSV_COMPUTE_NOTE = ("no profiler trace: breakdown from steps.csv, where compute is the time in the step call "
                           "(the math plus tf.function dispatch); run with the profiler window for the trace's split")
 
 
-@dataclass
+@dataclass(frozen=True)
 class StepSource:
     kind: str  # how the steps were found: markers, trace_groups, program_executions, window, steps_csv
     step_name: str  # the marker or program taken as the step, or "steps.csv"
     device: str  # "cpu", "gpu", "tpu", "gpu x8", ... (from run.json for steps.csv)
     steps: pd.DataFrame
     path: Path  # the file the steps were read from
-    run_dir: Path | None  # the devprof run directory it belongs to, if any
-    notes: list[str] = field(default_factory=list)
-    trace: Trace | None = None  # the parsed trace (None for steps.csv)
-    analysis: object = None  # analysis.steps.StepAnalysis of a trace (its detected steps and spans)
-    producer: str = "devprof"  # who wrote the trace (producers.program_of); steps.csv: devprof's recorder
+    notes: tuple[str, ...] = ()
+    detected: DetectedSteps | None = None  # how a trace's steps were found (None for steps.csv)
+    producer: str = "devprof"  # who wrote the trace (TraceView.producer); steps.csv: devprof's recorder
 
     @property
     def steps_per_call(self) -> int:
         return int(self.steps["steps"].max()) if len(self.steps) else 1
 
+    @property
+    def basis(self) -> str:
+        """"device" when the steps are the device's own (its Steps line, its programs), else "host"."""
+        from_device = self.detected is not None and self.detected.spans.empty \
+            and self.kind in ("trace_groups", "program_executions")
+        return "device" if from_device else "host"
 
-def from_trace(trace: Trace, step_name: str | None = None) -> StepSource:
-    analysis = analyze_steps(trace, step_name)
-    location = trace.location
-    notes = ([location.note] if location.note else []) + analysis.notes
-    producer = "devprof" if location.run_dir is not None else producers.program_of(trace.events)
-    return StepSource(analysis.method, analysis.step_name, analysis.device, analysis.steps, location.xplane,
-                      location.run_dir, notes, trace, analysis, producer)
+
+def find_steps(inputs: RunInputs, step_name: str | None = None) -> StepSource:
+    """The steps of one worker: from its trace, else from its run's steps.csv."""
+    if inputs.trace is not None:
+        return from_trace(inputs.trace, inputs.run_dir is not None, step_name)
+    note = STEPS_CSV_COMPUTE_NOTE
+    if inputs.trace_error is not None:
+        note = (f"the profiler trace is truncated or corrupt ({inputs.trace_error}); breakdown from steps.csv, "
+                "where compute is the time in the step call")
+    if inputs.steps_table is None or inputs.steps_table.empty:
+        raise TraceError(f"{inputs.run_dir} has no profiler trace and steps.csv has no steps yet")
+    device = str((inputs.run.device if inputs.run is not None else {}).get("kind") or "unknown")
+    return StepSource("steps_csv", "steps.csv", device, steps_from_csv(inputs.steps_table), inputs.source, (note,))
+
+
+def from_trace(view: TraceView, in_run_dir: bool, step_name: str | None = None) -> StepSource:
+    detected = detect_steps(view, step_name)
+    analysis = analyze_steps(view, detected)
+    location = view.trace.location
+    notes = ([location.note] if location is not None and location.note else []) + analysis.notes
+    producer = "devprof" if in_run_dir else view.producer
+    return StepSource(analysis.method, analysis.step_name, analysis.device, analysis.steps,
+                      location.xplane if location is not None else Path("<memory>"), tuple(notes), detected, producer)
 
 
 def steps_from_csv(steps_table: pd.DataFrame) -> pd.DataFrame:
@@ -76,35 +97,3 @@ def steps_from_csv(steps_table: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def from_steps_csv(run_dir: Path, note: str = STEPS_CSV_COMPUTE_NOTE) -> StepSource:
-    steps_csv = run_dir / run_files.STEPS_CSV
-    steps_table = run_files.read_steps_csv(steps_csv)
-    if steps_table.empty:
-        raise TraceError(f"{run_dir} has no profiler trace and steps.csv has no steps yet")
-    meta = run_files.read_run_json(run_dir / run_files.RUN_JSON)
-    device = str(run_files.section(meta, "device").get("kind") or "unknown")
-    return StepSource("steps_csv", "steps.csv", device, steps_from_csv(steps_table), steps_csv, run_dir, [note])
-
-
-def _is_run_dir(path: Path) -> bool:
-    return path.is_dir() and (path / run_files.STEPS_CSV).is_file() and (path / run_files.RUN_JSON).is_file()
-
-
-def open_step_source(path: str | Path, step_name: str | None = None) -> StepSource:
-    """The trace at `path`; for a run directory without a readable trace, its steps.csv.
-
-    A trace that is there but cannot be parsed (a full disk cuts it short) is named in the
-    note, never passed off as "no trace".
-    """
-    path = Path(path)
-    try:
-        return from_trace(read_trace(path), step_name)
-    except TraceNotFound:
-        if not _is_run_dir(path):
-            raise
-        return from_steps_csv(path)
-    except TraceUnreadable as exc:
-        if not _is_run_dir(path):
-            raise
-        return from_steps_csv(path, f"the profiler trace is truncated or corrupt ({exc}); breakdown from steps.csv, "
-                                    "where compute is the time in the step call")

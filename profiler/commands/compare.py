@@ -1,6 +1,6 @@
 """`devprof compare RUN...`: seconds per epoch of runs side by side, with the reason for every gap.
 
-Calls one analysis entry point (`analysis.comparison.compare_runs`) and renders its `Comparison`. Bad
+Calls one analysis entry point (`analysis.comparison.compare_paths`) and renders its `Comparison`. Bad
 input (not a run directory, a run without epochs, a malformed external CSV, an unknown
 baseline) prints one `error: ...` line and exits 2, never a traceback.
 """
@@ -8,6 +8,7 @@ baseline) prints one `error: ...` line and exits 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -63,14 +64,10 @@ def handle(args: argparse.Namespace) -> int:
         return error(f"--ops compares two runs, A and B; got {len(args.runs)}", hint="devprof compare A B --ops")
     if args.fail_if_slower is not None and not (args.fail_if_slower >= 0 and args.fail_if_slower < float("inf")):
         return error(f"--fail-if-slower must be a finite percentage >= 0, got {args.fail_if_slower:g}")
-    op_diff = None
     try:
         with file_warnings():
-            table = compare.compare_runs(args.runs, args.external, args.baseline)
-            if args.ops:
-                rows, unit, gap = compare.op_diff_runs(args.runs[0], args.runs[1])
-                op_diff = {"rows": rows, "unit": unit, "gap": gap, "a": Path(args.runs[0]).name,
-                           "b": Path(args.runs[1]).name}
+            result = compare.compare_paths(args.runs, args.external, args.baseline, ops=args.ops)
+            table = result.table
             regressions = []
             if args.fail_if_slower is not None:
                 first = 0 if args.baseline is None else int(table.index[table["baseline"]][0])
@@ -88,7 +85,7 @@ def handle(args: argparse.Namespace) -> int:
             compare.plot_compare(table, plot)
         except OSError as exc:
             return error(f"cannot write the chart to {plot}: {exc}")
-    text = compare.Comparison(table, op_diff, plot.name if plot is not None else None).render(args.format)
+    text = dataclasses.replace(result, plot_name=plot.name if plot is not None else None).render(args.format)
     if output is not None:
         try:
             from analysis.render.outputs import write_text_atomically

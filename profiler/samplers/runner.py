@@ -265,9 +265,9 @@ class SamplerGroup:
         return status
 
     def summaries(self, epochs: list[tuple] | None = None) -> dict[str, dict]:
-        """`analysis.utilization.summarize` of every CSV written (read back from disk, so call after `stop`)."""
+        """`analysis.read.samples.summarize` of every CSV written (read back from disk, so call after `stop`)."""
         from analysis.read.run_files import read_sampler_csv
-        from analysis.breakdown.utilization import summarize
+        from analysis.read.samples import summarize
 
         result = {}
         for thread in self.threads:

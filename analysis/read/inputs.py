@@ -1,0 +1,98 @@
+"""Everything one worker's analysis reads, read once: `read_inputs(path) -> RunInputs`.
+
+A path is a trace (a file, a profile session, a log folder) or a devprof run directory. The
+trace is decoded once into a `TraceView`; the run directory's files (run.json, steps.csv, the
+sampler CSVs) are read once, each by its one reader in `run_files`, and the samplers'
+summaries made once. No later stage opens a file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.read import run_files
+from analysis.read.run_files import RunFileError, RunRecord
+from analysis.read.samples import summarize
+from analysis.read.trace import TraceNotFound, TraceUnreadable, read_trace
+from analysis.read.view import TraceView
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """One worker's files: its trace as a view (None: no readable trace) and, for a run directory,
+    its run record, steps table, sampler frames and their summaries."""
+
+    path: Path  # what was asked for
+    trace: TraceView | None
+    trace_error: TraceUnreadable | None = None  # a trace that is there but cannot be parsed
+    run_dir: Path | None = None
+    run: RunRecord | None = None
+    steps_table: pd.DataFrame | None = None  # steps.csv, where the run has one
+    samplers: dict[str, pd.DataFrame] = field(default_factory=dict)
+    summaries: dict = field(default_factory=dict)  # {sampler: time-weighted stats}, from the CSVs or run.json
+
+    @property
+    def source(self) -> Path:
+        """The file the steps are read from: the trace, else steps.csv."""
+        if self.trace is not None and self.trace.trace.location is not None:
+            return self.trace.trace.location.xplane
+        return (self.run_dir or self.path) / run_files.STEPS_CSV
+
+    def without_trace(self) -> RunInputs:
+        """The same files with the trace let go (what is kept once the trace has been analysed)."""
+        return RunInputs(self.path, None, self.trace_error, self.run_dir, self.run, self.steps_table, self.samplers,
+                         self.summaries)
+
+
+def is_run_dir(path: Path) -> bool:
+    return path.is_dir() and (path / run_files.STEPS_CSV).is_file() and (path / run_files.RUN_JSON).is_file()
+
+
+def read_inputs(path: str | Path, *, trace: bool = True) -> RunInputs:
+    """The trace at `path` and, where it lies in a devprof run directory (or `path` is one), that
+    run's files. A run directory without a readable trace is analysed from its steps.csv: a
+    trace that is there but cannot be parsed (a full disk cuts it short) is kept as
+    `trace_error`, never passed off as no trace. `trace=False` reads only the run's files."""
+    path = Path(path)
+    view, error = None, None
+    if trace:
+        try:
+            view = TraceView(read_trace(path))
+        except TraceNotFound:
+            if not is_run_dir(path):
+                raise
+        except TraceUnreadable as exc:
+            if not is_run_dir(path):
+                raise
+            error = exc
+    location = view.trace.location if view is not None else None
+    run_dir = location.run_dir if location is not None else path
+    if run_dir is None:
+        return RunInputs(path, view)
+    # steps.csv first where it is the steps' source: its problems are the ones to hear first
+    steps_csv = run_dir / run_files.STEPS_CSV
+    steps_table = run_files.read_steps_csv(steps_csv) if view is None and steps_csv.is_file() else None
+    record = RunRecord.read(run_dir / run_files.RUN_JSON)
+    samplers = run_files.read_utilization(run_dir)
+    if steps_table is None and steps_csv.is_file():
+        steps_table = run_files.read_steps_csv(steps_csv)
+    return RunInputs(path, view, error, run_dir, record, steps_table, samplers, _summaries(samplers, record))
+
+
+def read_run_files(path: str | Path) -> RunInputs:
+    """A run directory's files without its trace (`read_inputs(path, trace=False)`)."""
+    return read_inputs(path, trace=False)
+
+
+def _summaries(samplers: dict[str, pd.DataFrame], record: RunRecord) -> dict:
+    """`{sampler: summarize(...)}`: from the CSVs, else from run.json's `samplers.summaries` (a run
+    copied without its utilization folder)."""
+    if samplers:
+        return {name: summarize(frame) for name, frame in samplers.items()}
+    return {name: value for name, value in record.sampler_summaries.items() if isinstance(value, dict)}
+
+
+__all__ = ["RunFileError", "RunInputs", "read_inputs", "read_run_files", "is_run_dir"]

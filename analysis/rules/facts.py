@@ -1,0 +1,242 @@
+"""The facts the rules read: one typed `Facts` per breakdown, and what a trace shows beyond it.
+
+`make_facts` is the one constructor: `analyze` calls it with a worker's mean step, its run's
+settings, its utilization and `trace_facts` of its trace; `compare` with each row's shares of
+the epoch. Both name each fact the same, so a rule reads the same field in both.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analysis import producers
+from analysis.breakdown.devices import DeviceTable
+from analysis.breakdown.input_stages import SlowestStage
+from analysis.breakdown.ops import eigen_dense_pct
+from analysis.read.run_files import RunRecord
+from analysis.read.view import TraceView, matches
+from analysis.rules.devices import facts_for
+from analysis.steps.sources import StepSource
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the rules look at. Shares are of step time (`analyze`) or epoch time (`compare`).
+
+    Built only by `make_facts`, from typed arguments named as `analyze`'s JSON and `compare`'s
+    rows name them, so a rule sees the same field in both."""
+
+    input_pct: float
+    compute_pct: float
+    host_pct: float
+    device: str = ""
+    producer: str = "unknown"  # who wrote the trace: devprof, tensorflow, keras, jax (see analysis.producers)
+    device_recorded: bool | None = None  # False: the trace has device planes but none recorded activity
+    collective_pct: float = 0.0
+    precision: str | None = None
+    jit_compile: bool | None = None
+    steps_per_call: int = 1
+    steps_per_epoch: float = math.nan
+    slowest_input_stage: SlowestStage | None = None
+    prefetches: bool | None = None  # whether the input pipeline already prefetches (None: unknown)
+    mfu_pct: float = math.nan
+    peak_dtype: str | None = None
+    other_cpu_pct: float = math.nan  # other processes' CPU, % of the whole machine
+    proc_cpu_pct: float = math.nan  # the training process tree's CPU, 100 = one core
+    cpu_cores: float = math.nan
+    retrace_steps: int = 0  # steps after the first that built or compiled graphs
+    retrace_ms: float = 0.0
+    sync_name: str | None = None  # a host-device synchronisation found in every step
+    kernels_per_step: float = math.nan
+    mean_kernel_us: float = math.nan
+    idle_host_pct: float = math.nan  # the busiest device's step idle for the host (launch, Python, sync)
+    matrix_units: tuple[str, ...] | None = None  # reduced-precision dtypes the device has matrix units for
+    bfloat16_units: tuple[str, ...] | None = None  # CPU features that run bfloat16 in hardware (): emulated
+    device_mem_peak_bytes: float = math.nan
+    device_mem_total_bytes: float = math.nan
+    eigen_dense_pct: float = math.nan  # CPU: op time in TensorFlow's Eigen conv/matmul kernels (oneDNN's off)
+
+
+@dataclass(frozen=True)
+class TraceFacts:
+    """What the finding rules need from a trace that the breakdown itself does not carry."""
+
+    retrace_steps: int = 0  # steps after the first that built or compiled graphs
+    retrace_ms: float = 0.0
+    sync_name: str | None = None  # a host-device synchronisation found in every step
+    kernels_per_step: float = math.nan
+    mean_kernel_us: float = math.nan
+    idle_host_pct: float = math.nan  # the busiest device's step idle for the host
+    prefetches: bool | None = None  # whether the traced tf.data pipeline prefetches (None: no stages)
+
+
+# Host work that makes the host wait for the device, or for its output, inside a step.
+HOST_SYNC_RE = producers.pattern("host_sync")
+DEVICE_TO_HOST_RE = producers.pattern("device_to_host")
+RETRACE_SHARE = 0.01  # compile time above 1 % of a later step counts as graph building in that step
+
+
+def retracing(steps: pd.DataFrame) -> tuple[int, float]:
+    """(steps after the first that built or compiled graphs, their compile ms)."""
+    later = steps.iloc[1:]
+    building = later[later["compile_ms"] > RETRACE_SHARE * later["step_ms"]]
+    return int(len(building)), float(building["compile_ms"].sum())
+
+
+def syncs_in_every_step(view: TraceView, steps: pd.DataFrame) -> str | None:
+    """The name of a host-device synchronisation found in every step (None if some step has none)."""
+    if len(steps) < 2:
+        return None
+    host = view.host
+    device = view.device
+    candidates = pd.concat([host[matches(host["name"], HOST_SYNC_RE, search=True)],
+                            device[matches(device["name"], DEVICE_TO_HOST_RE, search=True)]])
+    if candidates.empty:
+        return None
+    starts = steps["start_ns"].to_numpy(dtype=np.int64)
+    ends = steps["end_ns"].to_numpy(dtype=np.int64)
+    for name, group in candidates.groupby(candidates["name"].astype(str)):
+        at = group["start_ns"].to_numpy(dtype=np.int64)
+        index = np.searchsorted(starts, at, side="right") - 1
+        valid = (index >= 0) & (at < ends[np.clip(index, 0, None)])
+        if np.unique(index[valid]).size == len(steps):
+            return str(name)
+    return None
+
+
+def kernels(view: TraceView, steps: pd.DataFrame) -> tuple[float, float]:
+    """(compute kernels per step, their mean duration in µs) on all devices, NaN without devices."""
+    device = view.device
+    if device.empty or not len(steps):
+        return math.nan, math.nan
+    is_copy = matches(device["name"], producers.pattern("device_copy"), search=True) | matches(
+        device["name"], producers.pattern("device_input"), search=True)
+    compute = device[~is_copy]
+    inside = compute[(compute["start_ns"] >= steps["start_ns"].min()) & (compute["start_ns"] < steps["end_ns"].max())]
+    if inside.empty:
+        return 0.0, math.nan
+    return len(inside) / len(steps), float(inside["duration_ns"].mean()) / 1000.0
+
+
+def idle_waiting_for_host_pct(devices: pd.DataFrame) -> float:
+    """Share of the busiest device's step spent idle for reasons other than input (launch, Python, sync)."""
+    active = devices[(devices["step_count"] > 0) & (devices["step_ms"] > 0)] if len(devices) else devices
+    if active.empty:
+        return math.nan
+    busiest = active.loc[active["compute_ms"].astype(float).idxmax()]
+    return 100.0 * float(busiest["idle_host_ms"]) / float(busiest["step_ms"])
+
+
+def matrix_unit_dtypes(device: dict) -> tuple[str, ...] | None:
+    """The reduced-precision dtypes with matrix units on the run's device (None: not known).
+
+    From run.json's `device`: `matrix_units` when recorded; GPUs from their compute
+    capability (tensor cores: float16 from 7.0, bfloat16 from 8.0); TPUs always bfloat16.
+    """
+    recorded = device.get("matrix_units")
+    if isinstance(recorded, list):
+        return tuple(str(d) for d in recorded)
+    kind = facts_for(device.get("kind")).kind
+    if kind == "tpu":
+        return ("bfloat16",)
+    if kind == "gpu":
+        capabilities = [g.get("compute_capability") for g in device.get("gpus") or [] if isinstance(g, dict)]
+        numbers = [float(c) for c in capabilities if _is_number(c)]
+        if numbers:
+            lowest = min(numbers)
+            return tuple(d for d, needed in (("float16", 7.0), ("bfloat16", 8.0)) if lowest >= needed)
+    return None
+
+
+def _is_number(value) -> bool:
+    try:
+        float(value)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def trace_facts(view: TraceView | None, steps: pd.DataFrame, devices: pd.DataFrame,
+                prefetching: bool | None) -> TraceFacts:
+    """The facts of one trace's steps and device rows (all unknown without a trace)."""
+    if view is None:
+        return TraceFacts()
+    retrace_steps, retrace_ms = retracing(steps)
+    per_step, mean_us = kernels(view, steps)
+    return TraceFacts(retrace_steps, retrace_ms, syncs_in_every_step(view, steps), per_step, mean_us,
+                      idle_waiting_for_host_pct(devices), prefetching)
+
+
+def _float(value, default: float = math.nan) -> float:
+    try:
+        return float(value) if value is not None else default
+    except (TypeError, ValueError):
+        return default
+
+
+def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, device: str | None = "",
+               producer: str | None = "devprof", device_recorded: bool | None = None, precision: str | None = None,
+               jit_compile: bool | None = None, steps_per_call=1, steps_per_epoch=None,
+               slowest_input_stage: SlowestStage | None = None, trace: TraceFacts = TraceFacts(),
+               prefetches: bool | None = None, mfu_pct=None, peak_dtype: str | None = None, other_cpu_pct=None,
+               proc_cpu_pct=None, cpu_cores=None, matrix_units=None, bfloat16_units=None,
+               device_mem_peak_bytes=None, device_mem_total_bytes=None, eigen_dense_pct=None) -> Facts:
+    """The rules' view of one breakdown. Numbers may be missing (None, NaN: unknown); compute
+    defaults to what input and host leave; `trace` holds what a trace shows (its `prefetches`
+    wins over `prefetches`)."""
+    input_ = _float(input_pct)
+    host = _float(host_pct)
+    prefetching = trace.prefetches if trace.prefetches is not None else prefetches
+    return Facts(
+        input_, _float(compute_pct, 100.0 - input_ - host), host,
+        device=str(device or ""),
+        producer=str(producer or "devprof"),
+        device_recorded=device_recorded if isinstance(device_recorded, bool) else None,
+        collective_pct=_float(collective_pct, 0.0),
+        precision=precision,
+        jit_compile=jit_compile,
+        steps_per_call=int(steps_per_call) if _float(steps_per_call) == _float(steps_per_call) else 1,
+        steps_per_epoch=_float(steps_per_epoch),
+        slowest_input_stage=slowest_input_stage,
+        prefetches=prefetching if isinstance(prefetching, bool) else None,
+        mfu_pct=_float(mfu_pct),
+        peak_dtype=peak_dtype,
+        other_cpu_pct=_float(other_cpu_pct),
+        proc_cpu_pct=_float(proc_cpu_pct),
+        cpu_cores=_float(cpu_cores),
+        retrace_steps=int(trace.retrace_steps or 0),
+        retrace_ms=_float(trace.retrace_ms, 0.0),
+        sync_name=trace.sync_name,
+        kernels_per_step=_float(trace.kernels_per_step),
+        mean_kernel_us=_float(trace.mean_kernel_us),
+        idle_host_pct=_float(trace.idle_host_pct),
+        matrix_units=tuple(matrix_units) if matrix_units is not None else None,
+        bfloat16_units=tuple(map(str, bfloat16_units)) if isinstance(bfloat16_units, (list, tuple)) else None,
+        device_mem_peak_bytes=_float(device_mem_peak_bytes),
+        device_mem_total_bytes=_float(device_mem_total_bytes),
+        eigen_dense_pct=_float(eigen_dense_pct),
+    )
+
+
+def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | None, machine: dict[str, float],
+                 trace: TraceFacts, devices: DeviceTable, stage: SlowestStage | None, ops: pd.DataFrame) -> Facts:
+    """The facts of one worker's analysis: its steady mean, its run's settings, its utilization
+    headline and what its trace shows."""
+    config = run.config if run is not None else {}
+    device = run.device if run is not None else {}
+    return make_facts(
+        input_pct=mean.get("input_pct"), host_pct=mean.get("host_pct"), compute_pct=mean.get("compute_pct"),
+        collective_pct=mean.get("collective_pct"), device=source.device, producer=source.producer,
+        device_recorded=devices.recorded, precision=config.get("precision"), jit_compile=config.get("jit_compile"),
+        steps_per_call=source.steps_per_call, steps_per_epoch=run.steps_per_epoch if run is not None else None,
+        slowest_input_stage=stage, trace=trace, other_cpu_pct=machine.get("other_cpu_mean_pct"),
+        proc_cpu_pct=machine.get("proc_cpu_mean_pct"), cpu_cores=machine.get("cpu_cores"),
+        matrix_units=matrix_unit_dtypes(device), bfloat16_units=device.get("bfloat16_units"),
+        device_mem_peak_bytes=machine.get("device_mem_peak_bytes"),
+        device_mem_total_bytes=machine.get("device_mem_total_bytes"),
+        eigen_dense_pct=eigen_dense_pct(ops) if source.device == "cpu" else math.nan)
