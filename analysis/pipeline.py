@@ -21,7 +21,6 @@ from typing import ClassVar
 import pandas as pd
 
 from analysis.breakdown import utilization
-from analysis.breakdown.devices import ROW_KEYS as DEVICE_COLUMNS
 from analysis.breakdown.devices import device_table
 from analysis.breakdown.epochs import epoch_tables
 from analysis.breakdown.input_stages import STAGE_COLUMNS, InputStages, input_stages
@@ -36,7 +35,6 @@ from analysis.rules import table as rules
 from analysis.rules.facts import Facts, trace_facts, worker_facts
 from analysis.steps.host import choose_steps, steady_steps
 from analysis.steps.sources import find_steps
-
 
 
 @dataclass(frozen=True)

@@ -179,3 +179,15 @@ def test_render_modules_import_no_analysis_module():
                 modules = {node.module} if node.module != "analysis" else {f"analysis.{a.name}" for a in node.names}
                 assert modules <= allowed | {f"analysis.render.{p.stem}" for p in path.parent.glob("*.py")}, \
                     f"{path.name} imports {modules}"
+
+
+def test_ruff_and_mypy_keep_the_layers():
+    """ruff (lint, import order, the banned imports: no TensorFlow or profiler in analysis/, no stage in
+    render/) and mypy over analysis/, as configured in pyproject.toml."""
+    import subprocess
+    import sys
+
+    root = ANALYSIS_DIR.parent
+    for tool in (["ruff", "check", "analysis"], ["mypy"]):
+        done = subprocess.run([sys.executable, "-m", *tool], cwd=root, capture_output=True, text=True)
+        assert done.returncode == 0, f"{' '.join(tool)}:\n{done.stdout}{done.stderr}"

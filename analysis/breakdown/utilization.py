@@ -11,6 +11,7 @@ import pandas as pd
 
 from analysis.read.run_files import DEVICE_UTILIZATION_COLUMNS, TIME_COLUMN, UTILIZATION_COLUMNS
 
+
 def _stat(summary: dict | None, column: str, key: str) -> float:
     metrics = (summary or {}).get("metrics") if isinstance(summary, dict) else None
     value = ((metrics or {}).get(column) or {}).get(key) if isinstance(metrics, dict) else None

@@ -4,6 +4,7 @@ of each part over its steady steps (what the straggler rule, `analysis.rules.str
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pandas as pd
 
@@ -16,7 +17,7 @@ def worker_row(worker: str | int, host: str, mean: dict, steps: pd.DataFrame | N
                proc_cpu_pct: float = math.nan) -> dict:
     """One worker: its mean step and parts, how many steady steps they average, the standard
     deviation of its step without collective wait over those steps, and its process's CPU."""
-    row = {"worker": worker, "host": host}
+    row: dict[str, Any] = {"worker": worker, "host": host}
     row.update({key: float(mean.get(key, 0.0)) for key in WORKER_KEYS[2:7]})
     own = None if steps is None else steps["step_ms"] - steps.get("collective_ms", 0.0)
     row["steps_used"] = int(len(own)) if own is not None else 0

@@ -19,8 +19,6 @@ from typing import ClassVar
 
 import pandas as pd
 
-from analysis.read import run_files
-from analysis.render import Rendered
 from analysis.comparison.chart import plot_compare
 from analysis.comparison.errors import CompareError, UnusableRun
 from analysis.comparison.explain import LABELS, advice, explain, per_image_gaps
@@ -29,6 +27,8 @@ from analysis.comparison.op_diff import op_diff_runs
 from analysis.comparison.reading import RunRead, read_external, read_run, validate_external
 from analysis.comparison.rows import COMPONENTS, external_rows, run_row, steady_components, steady_epochs
 from analysis.comparison.table import compare, flags_for, pick_baseline, speedups, warnings
+from analysis.read import run_files
+from analysis.render import Rendered
 from analysis.rules.table import suggest_steps_per_execution
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.render import plots
 from analysis.comparison.explain import LABELS
+from analysis.render import plots
 
 STACKED = ("input", "compute", "host")  # epoch-level work is drawn on top in grey
 

@@ -6,8 +6,6 @@ the rules table (`analysis.rules`), the same that gives `analyze` its advice.
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from analysis.comparison.rows import COMPONENTS
@@ -51,6 +49,7 @@ def explain(row: dict | pd.Series, fastest: dict | pd.Series) -> str:
         if not has_parts:
             return f"{device}: fastest ({row['seconds_per_epoch']:.3g} s/epoch); measured elsewhere, no breakdown"
         bound, _ = classify(facts_of(row))
+        assert bound is not None  # compute-bound applies to every row
         part = {"input": "input", "host": "host", "compute": "compute"}[bound]
         return (f"{device}: fastest ({row['seconds_per_epoch']:.3g} s/epoch), {bound}-bound: "
                 f"{_parts_text(row)}; {advice(row, part)}")
@@ -89,7 +88,7 @@ def explain(row: dict | pd.Series, fastest: dict | pd.Series) -> str:
     # Shares are of the parts that got slower, so each lies in 0-100 %; parts that got
     # faster are named as such instead of pushing another part's share past 100 %.
     slower = {p: g for p, g in gaps.items() if g > 0}
-    part = max(slower, key=slower.get)
+    part = max(slower, key=lambda name: slower[name])
     share = 100.0 * slower[part] / sum(slower.values())
     mine, theirs = cost(row, part), cost(fastest, part)
     faster = [f"{_short(p)} {-g:.3g} {unit} faster" for p, g in gaps.items() if g < 0 and -g > NO_GAP_SHARE * fastest_cost]

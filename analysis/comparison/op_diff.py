@@ -17,6 +17,7 @@ from analysis.comparison.reading import RunRead
 
 OP_DIFF_KEYS = ["op", "type", "a_ms", "b_ms", "delta_ms", "share_pct", "only_in"]
 OUTSIDE_OPS = "(outside ops: input, host, idle)"
+NEITHER = np.array(None, dtype=object)  # an op in both runs
 
 
 def _per_op(ops: pd.DataFrame, scale: float) -> pd.DataFrame:
@@ -41,7 +42,7 @@ def op_diff(a, b, a_batch: float = math.nan, b_batch: float = math.nan) -> tuple
         "type": [_types(ta, tb) for ta, tb in zip(merged["type_a"], merged["type_b"])],
         "a_ms": merged["ms_a"].fillna(0.0).to_numpy(),
         "b_ms": merged["ms_b"].fillna(0.0).to_numpy(),
-        "only_in": np.where(merged["ms_a"].isna(), "b", np.where(merged["ms_b"].isna(), "a", None)),
+        "only_in": np.where(merged["ms_a"].isna(), "b", np.where(merged["ms_b"].isna(), "a", NEITHER)),
     })
     outside = {"op": OUTSIDE_OPS, "type": "", "a_ms": a_step - rows["a_ms"].sum(), "b_ms": b_step - rows["b_ms"].sum(),
                "only_in": None}
@@ -68,7 +69,7 @@ def op_diff_runs(a: RunRead, b: RunRead) -> tuple[pd.DataFrame, str, float]:
             raise CompareError(f"{run.path}: no ops in its trace (run it with the profiler window, not --no-profile)")
         analyses.append(run.analysis)
         try:
-            batches.append(float(run.files.run.config.get("batch_size")))
+            batches.append(float(str(run.record.config.get("batch_size"))))
         except (TypeError, ValueError):
             batches.append(math.nan)
     return op_diff(analyses[0], analyses[1], batches[0], batches[1])

@@ -13,6 +13,7 @@ from analysis.comparison.errors import CompareError
 from analysis.pipeline import Analysis, analyze_inputs
 from analysis.read import run_files
 from analysis.read.inputs import RunInputs, read_inputs, read_run_files
+from analysis.read.run_files import RunRecord
 from analysis.read.trace import TraceError, TraceNotFound
 
 EXTERNAL_REQUIRED = ("device", "seconds_per_epoch")
@@ -31,6 +32,12 @@ class RunRead:
     analysis: Analysis | None = None
     trace_note: str | None = None
     workers: tuple[RunRead, ...] = ()
+
+    @property
+    def record(self) -> RunRecord:
+        """The run's run.json (compare reads only run directories: there is always one)."""
+        assert self.files.run is not None
+        return self.files.run
 
     @property
     def trace_mean(self) -> dict | None:
@@ -65,7 +72,7 @@ def read_run(path: str | Path) -> RunRead:
             inputs, note = read_run_files(path), _not_used(exc)
     except run_files.RunFileError as exc:
         raise CompareError(str(exc)) from None
-    if not inputs.run.raw.get("epochs"):
+    if inputs.run is None or not inputs.run.raw.get("epochs"):
         raise CompareError(f"{run_json} has no finished epochs yet; nothing to compare")
     analysis = None
     if inputs.trace_error is not None:

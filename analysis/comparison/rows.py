@@ -7,11 +7,11 @@ import math
 import pandas as pd
 
 from analysis.breakdown import epochs as epochs_mod
-from analysis.read import run_files
-from analysis.comparison.errors import CompareError, UnusableRun
-from analysis.comparison.reading import RunRead
-from analysis.rules.devices import peak_dtype
 from analysis.breakdown.utilization import headline
+from analysis.comparison.errors import UnusableRun
+from analysis.comparison.reading import RunRead
+from analysis.read import run_files
+from analysis.rules.devices import peak_dtype
 
 COMPONENTS = ("input", "compute", "host", "epoch_level")
 
@@ -66,7 +66,7 @@ def peak_flops(peak: dict | None, precision: str | None) -> tuple[float, str | N
 
 def run_row(run: RunRead) -> dict:
     """One comparison row from a run's read (pure: no file access)."""
-    record = run.files.run
+    record = run.record
     config = record.config
     device = record.device
     try:

@@ -85,6 +85,8 @@ class Trace:
         """The long table of the events' `EVENT_STAT_COLUMNS` stats (`event`, `stat`, `value`),
         read again from the file when asked for: the analysis needs only the events' columns."""
         if self.known_stats is None:
+            if self.location is None:
+                raise TraceError("a trace made in memory has no file to read its stats from")
             self.known_stats = event_stats(self.location.xplane, EVENT_STAT_COLUMNS)
         return self.known_stats
 
@@ -278,7 +280,7 @@ def _events_table(space: wire.DecodedSpace, planes: pd.DataFrame, lines: pd.Data
     start_ns += decoded.offset_ps // 1000
     duration_ns = decoded.duration_ps // 1000
     if consume:
-        decoded.metadata_id = decoded.offset_ps = decoded.duration_ps = None
+        decoded.release("metadata_id", "offset_ps", "duration_ps")
     end_ns = start_ns + duration_ns
     line_ids = lines["line_id"].to_numpy(dtype=np.int64)
     events = pd.DataFrame(
@@ -297,7 +299,7 @@ def _events_table(space: wire.DecodedSpace, planes: pd.DataFrame, lines: pd.Data
         copy=False,
     )
     if consume:
-        decoded.line_row = None
+        decoded.release("line_row")
         wire.release_freed_memory()
     return events
 

@@ -17,8 +17,7 @@ import pandas as pd
 
 from analysis import intervals as iv
 from analysis import producers
-from analysis.producers import matches
-from analysis.producers import planes
+from analysis.producers import matches, planes
 from analysis.producers import tensorflow as tf_producer
 from analysis.producers import tpu as tpu_producer
 from analysis.read.trace import Trace
@@ -126,7 +125,9 @@ class TraceView:
                 return "cpu"
         else:
             names = list(self.device["plane_name"].unique())
-        kind = planes.DEVICE_PLANE.match(str(names[0])).group(1).lower()
+        found = planes.DEVICE_PLANE.match(str(names[0]))
+        assert found is not None  # every name here matched DEVICE_PLANE
+        kind = found.group(1).lower()
         return kind if len(names) == 1 else f"{kind} x{len(names)}"
 
     @functools.cached_property

@@ -77,6 +77,11 @@ class EventColumns:
     stat_start: np.ndarray  # int64: str/bytes value start in the file
     stat_stop: np.ndarray  # int64
 
+    def release(self, *names: str) -> None:
+        """Let go of columns the events table has taken, so both are not held whole."""
+        for name in names:
+            setattr(self, name, None)
+
 
 @dataclass
 class DecodedSpace:
@@ -181,7 +186,7 @@ def _event_tags_serial(buf, pos: int, end: int, limit: int | None = None) -> tup
 
     Stops at another field, at `end`, or (with `limit`) at the first event at or past `limit`.
     """
-    tags = []
+    tags: list[int] = []
     append = tags.append
     limit = end if limit is None else limit
     try:
@@ -217,8 +222,8 @@ def _event_tags(buf, data: np.ndarray, pos: int, end: int) -> tuple[np.ndarray, 
     in step is walked again one event at a time).
     """
     if end - pos <= SERIAL_BYTES:
-        tags, after = _event_tags_serial(buf, pos, end)
-        return np.array(tags, dtype=np.int64), after
+        serial, after = _event_tags_serial(buf, pos, end)
+        return np.array(serial, dtype=np.int64), after
     parts = []
     while True:
         window_end = min(pos + WINDOW_BYTES, end)
@@ -651,7 +656,7 @@ def _stat_values(buf, events: EventColumns, stat_plane: np.ndarray, planes: list
         values[rows] = np.array([names.get(key, "") for key in distinct.tolist()], dtype=object)[inverse]
     texts = np.flatnonzero(((kind == STAT_STR) | (kind == STAT_BYTES)) & chosen)
     if texts.size:
-        decoded: dict[bytes, object] = {}  # one object per distinct value
+        decoded: dict[tuple[bool, bytes], object] = {}  # one object per distinct value
         is_str = (kind[texts] == STAT_STR).tolist()
         for row, start, stop, text in zip(texts.tolist(), events.stat_start[texts].tolist(),
                                           events.stat_stop[texts].tolist(), is_str):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class Rendered:
     """What an `Analysis` and a `Comparison` both offer: any registered format, their JSON
     document, and the HTML report as a file. `KIND` names which renderer of a format applies."""
 
-    KIND = "analysis"
+    KIND: ClassVar[str] = "analysis"
 
     def render(self, fmt: str = "text") -> str:
         return render(self, fmt)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -421,7 +422,7 @@ def _utilization_over_run(analysis, nested: bool = False) -> str:
 
 
 def _utilization_section(cpu: list[Series], memory: list[Series], x_range, ticks, x_title: str, found: dict,
-                         note: str, bands: list[Band] = (), nested: bool = False) -> str:
+                         note: str, bands: Sequence[Band] = (), nested: bool = False) -> str:
     parts = [legend([(s.name, s.color if not s.dash else f"repeating-linear-gradient(90deg,{s.color} 0 4px,#fff 4px 7px)")
                      for s in cpu])]
     if cpu:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -187,7 +188,7 @@ class Band:
 
 def lines(series: list[Series], unit: str, label: str, *, x_range: tuple[float, float], y_max: float | None = None,
           height: int = 200, x_title: str = "", x_ticks: list[tuple[float, str]] | None = None,
-          bands: list[Band] = (), y_format=num) -> str:
+          bands: Sequence[Band] = (), y_format=num) -> str:
     """Lines over a shared x range (the step chart's or seconds), with optional shaded bands."""
     top_pad, bottom_pad = 14, 40 if x_title else 24
     plot_h = height - top_pad - bottom_pad
@@ -214,7 +215,7 @@ def lines(series: list[Series], unit: str, label: str, *, x_range: tuple[float, 
         if b - a > 40:
             out.append(f'<text x="{a + 4:.1f}" y="{top_pad + 12}" fill="#666" font-size="11">{esc(band.label)}</text>')
         out.append("</g>")
-    out.append(f'<g fill="none" stroke-width="1.6" stroke-linejoin="round">')
+    out.append('<g fill="none" stroke-width="1.6" stroke-linejoin="round">')
     for s in series:
         x, y = min_max_points(np.asarray(s.x, dtype=float), np.asarray(s.y, dtype=float), MAX_LINE_POINTS)
         if s.hold and len(x) > 1:  # a sample measures the interval since the previous one
@@ -235,8 +236,8 @@ def lines(series: list[Series], unit: str, label: str, *, x_range: tuple[float, 
     base = top_pad + plot_h
     out.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{base}" y2="{base}" stroke="#888"/>')
     for value, text in x_ticks or []:
-        x = float(x_of(value))
-        out.append(f'<text x="{x:.1f}" y="{base + 15}" text-anchor="middle" fill="#444">{esc(text)}</text>')
+        tick_x = float(x_of(value))
+        out.append(f'<text x="{tick_x:.1f}" y="{base + 15}" text-anchor="middle" fill="#444">{esc(text)}</text>')
     if x_title:
         out.append(f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{height - 6}" text-anchor="middle" fill="#444">'
                    f'{esc(x_title)}</text>')

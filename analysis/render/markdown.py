@@ -7,7 +7,6 @@ import pandas as pd
 from analysis.render import tables
 
 
-
 def cell(value) -> str:
     """A table cell: `|` escaped and line breaks as `<br>`, so a name cannot end the row or the table."""
     text = str(value).replace("\\", "\\\\").replace("|", "\\|")

@@ -13,11 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.render import plots
-from analysis.render.csv_safety import neutralize_frame
-from analysis.render import html
+from analysis.render import html, markdown, plots
 from analysis.render import json as json_format
-from analysis.render import markdown
+from analysis.render.csv_safety import neutralize_frame
 
 
 def temporary_path(path: Path) -> Path:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import os
 import re
-
 from pathlib import Path
 
 import numpy as np
@@ -204,10 +203,10 @@ def min_max_points(x: np.ndarray, y: np.ndarray, max_points: int = MAX_LINE_POIN
     bins = math.ceil(n / per_bin)
     padded = np.full(bins * per_bin, np.nan)
     padded[:n] = y
-    padded = padded.reshape(bins, per_bin)
-    missing = np.isnan(padded)
-    low = np.where(missing, np.inf, padded).argmin(axis=1)
-    high = np.where(missing, -np.inf, padded).argmax(axis=1)
+    grid = padded.reshape(bins, per_bin)
+    missing = np.isnan(grid)
+    low = np.where(missing, np.inf, grid).argmin(axis=1)
+    high = np.where(missing, -np.inf, grid).argmax(axis=1)
     offsets = np.arange(bins) * per_bin
     index = np.minimum(np.stack([np.minimum(low, high), np.maximum(low, high)], axis=1) + offsets[:, None], n - 1)
     index = index.ravel()

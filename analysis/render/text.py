@@ -9,7 +9,6 @@ import pandas as pd
 from analysis.render import tables
 
 
-
 def render_analysis(analysis) -> str:
     tables.check_figures(analysis)
     mean, verdict = analysis.mean, analysis.verdict

@@ -8,7 +8,6 @@ the epoch. Both name each fact the same, so a rule reads the same field in both.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -146,7 +145,7 @@ def matrix_unit_dtypes(device: dict) -> tuple[str, ...] | None:
         return ("bfloat16",)
     if kind == "gpu":
         capabilities = [g.get("compute_capability") for g in device.get("gpus") or [] if isinstance(g, dict)]
-        numbers = [float(c) for c in capabilities if _is_number(c)]
+        numbers = [float(str(c)) for c in capabilities if _is_number(c)]
         if numbers:
             lowest = min(numbers)
             return tuple(d for d, needed in (("float16", 7.0), ("bfloat16", 8.0)) if lowest >= needed)

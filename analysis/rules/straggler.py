@@ -78,6 +78,7 @@ def find_straggler(frame: pd.DataFrame, other_cpu_pct: float = math.nan) -> tupl
         return None, (f"the hosts are independent: {frame.at[slow, 'worker']} is slower, but the others do not wait "
                       "for it in a collective")
     if not candidates:
+        assert closest is not None  # every worker and part was weighed: one came closest
         part_excess, best, part, noise, median = closest
         share = 100.0 * max(part_excess, 0.0) / median if median > 0 else 0.0
         return None, (f"no worker stands out: the largest excess, {frame.at[best, 'worker']}'s {part}, is "

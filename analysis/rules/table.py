@@ -20,9 +20,9 @@ from typing import Callable
 
 import pandas as pd
 
+from analysis.breakdown.input_stages import SlowestStage
 from analysis.rules import programs as program_facts
 from analysis.rules.devices import facts_for
-from analysis.breakdown.input_stages import SlowestStage
 from analysis.rules.facts import Facts
 
 HIGH_INPUT_PCT = 20.0
@@ -298,10 +298,10 @@ RULES: list[Rule] = [
                                    f"host >= {LAUNCH_BOUND_IDLE_PCT:g} % of the step"),
     Rule("fp32_on_matrix_units", "compute",
          lambda f: f.precision in (None, "float32") and bool(f.matrix_units),
-         lambda f: (f"The run computes in float32 on a device with {' and '.join(f.matrix_units)} matrix units, "
+         lambda f: (f"The run computes in float32 on a device with {' and '.join(f.matrix_units or ())} matrix units, "
                     "which float32 does not use."),
-         lambda f: (f"train with --precision {MIXED_FOR_DTYPE[f.matrix_units[-1]]}" if f.producer == "devprof" else
-                    f"train with {program_facts.precision(f.producer, MIXED_FOR_DTYPE[f.matrix_units[-1]])}"),
+         lambda f: (f"train with --precision {MIXED_FOR_DTYPE[(f.matrix_units or ('',))[-1]]}" if f.producer == "devprof" else
+                    f"train with {program_facts.precision(f.producer, MIXED_FOR_DTYPE[(f.matrix_units or ('',))[-1]])}"),
          severity="info", finding=True, description="float32 training on a device with bfloat16/float16 matrix units"),
     Rule("bf16_without_matrix_units", "compute",
          lambda f: f.precision == "mixed_bfloat16" and f.bfloat16_units == (),
@@ -351,7 +351,7 @@ def _level(rule: Rule, facts: Facts) -> str | None:
     return rule.level
 
 
-def classify(facts: Facts) -> tuple[str, str | None]:
+def classify(facts: Facts) -> tuple[str | None, str | None]:
     """(bound, level) of a breakdown."""
     rule = verdict_rule(facts)
     return rule.bound, _level(rule, facts)

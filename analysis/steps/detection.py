@@ -29,11 +29,11 @@ import numpy as np
 import pandas as pd
 
 from analysis import producers
+from analysis.producers import planes
 from analysis.producers import tensorflow as tf_producer
 from analysis.producers import tpu as tpu_producer
-from analysis.read.view import TraceView, matches, present
-from analysis.producers import planes
 from analysis.read.trace import TraceError
+from analysis.read.view import TraceView, matches, present
 
 METHODS = ("markers", "trace_groups", "program_executions", "window")
 STEP_COLUMNS = ["step", "steps", "name", "plane", "line", "start_ns", "marker_end_ns", "end_ns", "partial"]
@@ -53,10 +53,11 @@ def detect_steps(view: TraceView, step_name: str | None = None) -> DetectedSteps
     """The steps of a trace by the first method that finds some; `step_name` (a regex) picks
     among markers and program executions by name."""
     wanted = re.compile(step_name) if step_name else None
-    finders = (find_markers, find_trace_groups, find_program_executions) if wanted is None \
-        else (find_markers, find_program_executions)
+    finders = [lambda: find_markers(view, wanted), lambda: find_program_executions(view, wanted)]
+    if wanted is None:  # a name picks among markers and programs; the trace's own groups have none
+        finders.insert(1, lambda: find_trace_groups(view))
     for finder in finders:
-        found = finder(view, wanted) if finder is not find_trace_groups else finder(view)
+        found = finder()
         if found is not None:
             return found
     if wanted is not None:
@@ -278,8 +279,11 @@ def _concrete_functions(host: pd.DataFrame, calls: pd.DataFrame) -> pd.Series:
         named.rename(columns={"start_ns": "named_ns"}).sort_values("named_ns", kind="stable"),
         left_on="start_ns", right_on="named_ns", by=["plane", "line"], direction="forward")
     inside = found["named_ns"].notna() & (found["named_ns"] < found["end_ns"])
-    names = found["name"].where(inside).astype(object).map(
-        lambda n: concrete.search(str(n)).group(1) if isinstance(n, str) else "")
+    def function_of(name) -> str:
+        match = concrete.search(name) if isinstance(name, str) else None
+        return match.group(1) if match else ""
+
+    names = found["name"].where(inside).astype(object).map(function_of)
     return pd.Series(names.to_numpy(), index=found["index"].to_numpy()).reindex(calls.index).fillna("")
 
 

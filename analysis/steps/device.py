@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 
 from analysis import intervals as iv
-from analysis.read.view import TraceView
 from analysis.producers import planes as plane_names
 from analysis.producers import tpu as tpu_producer
+from analysis.read.view import TraceView
 
 GROUPINGS = ("group_id", "steps_line", "programs", "launches", "host_intervals")
 PART_ORDER = ("compute", "collective", "copy", "input")

@@ -29,7 +29,7 @@ from analysis import intervals as iv
 from analysis import producers
 from analysis.producers import tensorflow as tf_producer
 from analysis.read.view import NS_PER_MS, TraceView, intervals, matches, on_lines, present
-from analysis.steps.detection import DetectedSteps, detect_steps
+from analysis.steps.detection import DetectedSteps
 
 TF_OP_RE = re.compile(tf_producer.TF_OP)
 PARTS = ("input", "compute", "collective", "host")

@@ -8,7 +8,7 @@ steps came from. `kind` says how they were found, for users and scripts alike.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
