@@ -184,7 +184,7 @@ def test_usage_error_exit_code(capsys):
 @pytest.mark.slow
 def test_cli_subprocess_has_no_traceback_and_no_tensorflow(tmp_path):
     code = (
-        "import sys; from profiler import cli; from analysis import pipeline, steps, trace, rules, epochs, plots; "
+        "import sys; from profiler import cli; from analysis import pipeline; from analysis.read import inputs, trace, view; from analysis.rules import table; from analysis.breakdown import epochs; from analysis.render import plots; from analysis import comparison; "
         "rc = cli.main(['analyze', *sys.argv[1:]]); "
         "assert 'tensorflow' not in sys.modules, 'analysis imported TensorFlow'; sys.exit(rc)"
     )
