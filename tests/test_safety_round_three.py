@@ -4,7 +4,6 @@ declare, and `--device tpu` where there is none."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,7 +14,6 @@ import profiler
 from profiler import tracing
 from profiler.console import Console
 from profiler.session import Session
-
 
 # ---------------------------------------------------------------- 12. images are a whole count
 
@@ -234,6 +232,7 @@ def test_devprof_run_device_tpu_without_a_tpu_is_a_usage_error_before_tensorflow
                                                                                        capsys):
     """Unmarked on purpose: the test suite fails a fast test that loads TensorFlow."""
     from cli_checks import one_usage_error
+
     from profiler import cli
 
     code = cli.main(["run", "--device", "tpu", "--out", str(tmp_path / "runs")])
