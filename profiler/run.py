@@ -227,9 +227,9 @@ class Run(Session):
                               "train_flops_per_image": flops}
         self.meta["steps_per_epoch"] = trainer.steps_per_epoch
         if cfg.profile:
-            start, stop = (tracing.parse_window(cfg.profile_steps) if cfg.profile_steps
-                           else tracing.default_window(trainer.steps_per_epoch))
             total = trainer.steps_per_epoch * cfg.train.epochs
+            start, stop = (tracing.parse_window(cfg.profile_steps) if cfg.profile_steps
+                           else tracing.default_window(trainer.steps_per_epoch, cfg.train.steps_per_execution, total))
             if start >= total:
                 self._profiler_warning(f"profile window {start}:{stop} is never reached: the run has "
                                        f"{total} steps; no trace will be written")

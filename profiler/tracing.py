@@ -41,8 +41,12 @@ def parse_window(text: str) -> tuple[int, int]:
     return start, stop
 
 
-def default_window(steps_per_epoch: int) -> tuple[int, int]:
-    """Ten steps after warm-up in the first epoch, clipped for short epochs."""
+def default_window(steps_per_epoch: int, steps_per_call: int = 1, total_steps: int | None = None) -> tuple[int, int]:
+    """Ten steps after warm-up in the first epoch, clipped for short epochs. When one call runs
+    several steps, the window starts at the second call: the first one compiles, and a window
+    inside it would trace nothing else."""
+    if steps_per_call > 1 and steps_per_call < (total_steps or steps_per_epoch):
+        return steps_per_call, min(steps_per_call + DEFAULT_WINDOW_STEPS, total_steps or steps_per_epoch)
     warmup = min(DEFAULT_WARMUP_STEPS, max(steps_per_epoch // 4, 1 if steps_per_epoch > 1 else 0))
     return warmup, min(warmup + DEFAULT_WINDOW_STEPS, steps_per_epoch)
 

@@ -349,13 +349,27 @@ def test_capture_wants_a_grpc_address(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_call_reaching_into_the_window_is_traced(tmp_path):
-    # Calls of 20 steps jump from step 0 to 20, over the default window 5:15: the window
-    # widens to the call that covers it instead of being skipped.
-    rc = cli.main(["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "3000", "--epochs", "1",
+    # Calls of 20 steps jump from step 20 to 40, over the end of the default window 20:30 (which
+    # skips the compiling first call): the window widens to the call that covers it.
+    rc = cli.main(["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "6000", "--epochs", "1",
                    "--steps-per-execution", "20", "--no-sample", "--quiet", "--out", str(tmp_path), "--run-name", "r"])
     assert rc == 0
     prof = json.loads((tmp_path / "r" / "run.json").read_text())["profiler"]
-    assert prof["window"] == [5, 15]
-    assert prof["first_step"] == 0 and prof["last_step"] == 19
+    assert prof["window"] == [20, 30]
+    assert prof["first_step"] == 20 and prof["last_step"] == 39
     assert (tmp_path / "r" / prof["trace"]).is_file()
     assert not prof.get("warnings")
+
+
+@pytest.mark.parametrize("steps_per_epoch, steps_per_call, total, window", [
+    (100, 1, 100, (5, 15)),
+    (8, 1, 8, (2, 8)),
+    (100, 20, 100, (20, 30)),
+    (10, 20, 40, (20, 30)),     # calls cross epochs: the second call is in epoch 2
+    (100, 4, 100, (4, 14)),
+    (20, 20, 20, (5, 15)),      # one call in the whole run: nothing after it to trace
+])
+def test_the_default_window_skips_the_compiling_call(steps_per_epoch, steps_per_call, total, window):
+    start, stop = tracing.default_window(steps_per_epoch, steps_per_call, total)
+    assert (start, stop) == window
+    assert (tracing.compile_only_window(start, stop, steps_per_call) is None) == (steps_per_call < total)

@@ -75,7 +75,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     g = run.add_argument_group("profiler")
     g.add_argument("--no-profile", dest="profile", action="store_false", help="no profiler window")
     g.add_argument("--profile-steps", default=None, metavar="START:STOP",
-                   help="global steps to trace, STOP exclusive (default: 10 steps after warm-up in epoch 1)")
+                   help="global steps to trace, STOP exclusive (default: 10 steps after warm-up in epoch 1; with --steps-per-execution N > 1, from the second call, step N)")
     add_tracer_options(g)
     g.add_argument("--profiler-port", type=int, default=None,
                    help="start a profiler server on this port for on-demand capture (off by default; it "
