@@ -21,14 +21,19 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from analysis.read import run_files
 from profiler import cluster as cluster_mod
 from profiler import job, rundir
 from profiler.commands.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, error
 from profiler.console import Console
+
+if TYPE_CHECKING:
+    from profiler.config import RunConfig
 
 GRACE_S = 10.0  # a worker asked to stop (SIGTERM) is killed (SIGKILL) after this long
 # A worker without its run.json yet (importing TensorFlow, waiting for the others in the
@@ -56,10 +61,13 @@ class Worker:
         return cluster_mod.worker_name(self.index)
 
 
-def launch(args: argparse.Namespace) -> int:
-    """Check the options, start the workers, watch them; the exit code of the job."""
-    from profiler.commands.run import PARSER, build_config
+def launch(args: argparse.Namespace, build_config: Callable[[argparse.Namespace, cluster_mod.Cluster], RunConfig],
+           run_parser: argparse.ArgumentParser) -> int:
+    """Check the options, start the workers, watch them; the exit code of the job. `build_config`
+    and `run_parser` are `devprof run`'s: the launcher checks what a worker would, and passes on
+    the options it was given."""
     from profiler.config import UsageError
+
 
     n = args.workers
     problem = _launcher_problem(args)
@@ -96,7 +104,7 @@ def launch(args: argparse.Namespace) -> int:
     console.print(f"job {job_dir}: {workers} on this machine ({', '.join(meta['addresses'])}), "
                   f"{threads[0] if threads else cores} of {cores} cores each; global batch {args.batch_size} = "
                   f"{n} x {args.batch_size // n}; worker output in {job_dir}/worker-<i>.log")
-    common = child_options(args, PARSER)
+    common = child_options(args, run_parser)
     return _Job(args, job_dir, job_id, ports, profiler_ports, common, console).run()
 
 

@@ -136,7 +136,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.workers is not None:
         from profiler import launcher
 
-        return launcher.launch(args)
+        return launcher.launch(args, build_config, PARSER)
     try:
         cluster = cluster_mod.resolve(args.cluster, args.task_index)
     except cluster_mod.ClusterError as exc:
