@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
+import trace_fixtures as fx
+from job_fixtures import write_job
 
+import analysis
 from analysis.read import run_files
 from profiler import cli
 from profiler import cluster as cluster_mod
@@ -402,3 +407,74 @@ def test_capture_addresses():
     for bad in ("h1:1", "grpc://h1:1,h2:2", "grpc://h1", "grpc://h1:1,grpc://h1:1", "grpc://h1:1,"):
         with pytest.raises(ValueError):
             tracing.parse_service_addresses(bad)
+
+
+# ---------------------------------------------------------------- every format states the same step sum
+
+
+PARTS = ("input", "compute", "collective", "host")
+
+
+def _parts_of(split: str) -> dict[str, float]:
+    """{"input": 1.5, ...} from a sentence such as "input 1.50 (8.3 %) + compute 6.00 ms (33.3 %) + ..."."""
+    return {part: float(value) for part, value in re.findall(r"\b(input|compute|collective|host) ([0-9.]+)", split)}
+
+
+def _text_sum(text: str) -> dict[str, float]:
+    line = next(line for line in text.splitlines() if line.startswith("mean over "))
+    step, split = re.search(r": step ([0-9.]+) ms = (.*)$", line).groups()
+    return {"step": float(step), **_parts_of(split)}
+
+
+def _html_sum(page: str) -> dict[str, float]:
+    step, split = re.search(r"steady steps: ([0-9.]+) ms = ([^<]*)\.", page).groups()
+    return {"step": float(step), **_parts_of(split)}
+
+
+def _markdown_sum(page: str) -> dict[str, float]:
+    lines = page.split("## Mean step", 1)[1].strip().splitlines()
+    header, row = ([cell.strip() for cell in line.strip("|").split("|")] for line in (lines[0], lines[2]))
+    values = dict(zip(header, map(float, row)))
+    return {"step": values["step_ms"], **{part: values[f"{part}_ms"] for part in PARTS if f"{part}_ms" in values}}
+
+
+def _json_sum(document: str) -> dict[str, float]:
+    mean = json.loads(document)["mean"]
+    return {"step": mean["step_ms"], **{part: mean[f"{part}_ms"] for part in PARTS}}
+
+
+def _steps_rows(text: str) -> pd.DataFrame:
+    """The steps table printed by text or Markdown (columns step, steps, step_ms, ...), as numbers."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.replace("|", " ").split()[:3] == ["step", "steps", "step_ms"])
+    block = lines[start:lines.index("", start)]
+    if block[0].startswith("|"):
+        rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in block]
+        return pd.DataFrame(rows[2:], columns=rows[0]).astype(float)
+    rows = [line.split() for line in block]
+    return pd.DataFrame(rows[1:], columns=rows[0]).astype(float)
+
+
+@pytest.mark.parametrize("kind", ["job", "session"])
+def test_every_format_states_the_same_step_sum_with_the_collective_wait(tmp_path, kind):
+    """Worker 0 waits 8 ms per step in the all-reduce for worker 1's 6 ms of extra host work:
+    every format says 18 = input 1.5 + compute 6 + collective 8 + host 2.5, which adds up."""
+    if kind == "job":
+        job = write_job(tmp_path)
+        path, collective, host = job.path, job.collective_ms[0], job.host_ms[0]
+    else:
+        session = fx.write_synthetic_session(tmp_path, workers=2, slow_worker=1, slow_part="host", extra_ms=6.0)
+        path, collective, host = session.logdir, session.collective_ms[0], 18.0 - 1.5 - 6.0 - session.collective_ms[0]
+    assert collective == 8.0 and host == 2.5
+    expected = {"step": 18.0, "input": 1.5, "compute": 6.0, "collective": collective, "host": host}
+    result = analysis.analyze(path)
+    sums = {"text": _text_sum(result.render("text")), "markdown": _markdown_sum(result.render("markdown")),
+            "json": _json_sum(result.render("json")), "html": _html_sum(result.render("html"))}
+    for fmt, parts in sums.items():
+        assert parts == pytest.approx(expected, abs=0.006), (fmt, parts)
+        assert sum(parts[p] for p in PARTS) == pytest.approx(parts["step"], abs=0.02), fmt
+    # and each step row of the text and Markdown tables adds up to its step
+    for fmt in ("text", "markdown"):
+        rows = _steps_rows(result.render(fmt))
+        assert (rows["collective_ms"] == collective).all(), fmt
+        assert (rows[[f"{p}_ms" for p in PARTS]].sum(axis=1) - rows["step_ms"]).abs().max() < 1e-6, fmt

@@ -41,8 +41,28 @@ def check_figures(analysis) -> None:
                                  "please report it with the run directory")
 
 
+def has_collective(analysis) -> bool:
+    """Whether the steps wait in collectives (several workers or devices): then every format shows
+    that part beside input, compute and host, so that the parts add up to the step."""
+    steps, mean = analysis.steps, analysis.mean
+    in_steps = "collective_ms" in steps and bool((steps["collective_ms"].fillna(0) > 0).any())
+    return in_steps or float(mean.get("collective_ms", 0.0) or 0.0) > 0
+
+
+def step_parts(analysis) -> tuple[str, ...]:
+    """The parts a step is cut into, as the renderers name them."""
+    return ("input", "compute", "collective", "host") if has_collective(analysis) else ("input", "compute", "host")
+
+
 def steps_table(analysis) -> pd.DataFrame:
-    return analysis.steps[STEP_COLUMNS].round(3)
+    columns = STEP_COLUMNS
+    if has_collective(analysis):
+        columns = [c for c in STEP_COLUMNS if c != "host_pct"] + ["collective_pct", "host_pct"]
+        columns.insert(columns.index("host_ms"), "collective_ms")
+    steps = analysis.steps
+    if "collective_pct" in columns and "collective_pct" not in steps:
+        steps = steps.assign(collective_pct=100.0 * steps["collective_ms"] / steps["step_ms"].where(steps["step_ms"] > 0))
+    return steps[columns].round(3)
 
 
 MAX_TEXT_STEPS = 20  # step rows a terminal shows; JSON and the CSVs have every one

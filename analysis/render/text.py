@@ -23,11 +23,9 @@ def render_analysis(analysis) -> str:
     out.append("")
     per_call = analysis.steps_per_call
     unit = f"calls of {per_call} steps: call" if per_call > 1 else "steps: step"
-    out.append(
-        f"mean over {analysis.steps_used} {unit} {mean['step_ms']:.2f} ms = input {mean['input_ms']:.2f} "
-        f"({mean['input_pct']:.1f} %) + compute {mean['compute_ms']:.2f} ({mean['compute_pct']:.1f} %) "
-        f"+ host {mean['host_ms']:.2f} ({mean['host_pct']:.1f} %)"
-    )
+    split = " + ".join(f"{part} {mean[f'{part}_ms']:.2f} ({mean[f'{part}_pct']:.1f} %)"
+                       for part in tables.step_parts(analysis))
+    out.append(f"mean over {analysis.steps_used} {unit} {mean['step_ms']:.2f} ms = {split}")
     out += _device_lines(analysis)
     if not analysis.ops.empty:
         out += ["", f"top ops (of {len(analysis.ops)}; all in ops.csv; ms per training step, share of op time):",
