@@ -33,6 +33,7 @@ from analysis.render import Rendered
 from analysis.rules import straggler as straggler_rule
 from analysis.rules import table as rules
 from analysis.rules.facts import Facts, trace_facts, worker_facts
+from analysis.rules.second_opinion import SecondOpinion, second_opinion
 from analysis.steps.host import choose_steps, steady_steps
 from analysis.steps.sources import find_steps
 
@@ -77,6 +78,7 @@ class Analysis(Rendered):
     job_dir: Path | None = None  # a multi-worker run: the job's folder (the breakdown is worker 0's)
     record: RunRecord | None = None  # run.json, where there is one
     straggler_reason: str | None = None  # why no straggler is named, with several workers
+    tensorflow: SecondOpinion | None = None  # TensorFlow's own analysis beside the trace, beside devprof's figures
 
     @property
     def run(self) -> dict:
@@ -195,7 +197,9 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None) -> Analysis:
                                  utilization=evidence,
                                  min_steps=1 if source.kind == "window" else rules.MIN_STEADY_STEPS)
     verdict["step_basis"] = source.basis
-    notes = (*source.notes, *([utilization_note] if utilization_note else []), *_run_notes(run), *devices.notes)
+    tf = second_opinion(inputs.tensorflow, mean, source.kind, source.step_name, len(chosen.steady), devices.rows)
+    notes = (*source.notes, *([utilization_note] if utilization_note else []), *_run_notes(run), *devices.notes,
+             *([tf.note] if tf is not None and tf.note else []))
     host = view.hostnames[0] if view is not None and view.hostnames else source.path.name.removesuffix(".xplane.pb")
     location = view.trace.location if view is not None else None
     return Analysis(
@@ -206,7 +210,7 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None) -> Analysis:
         kernel_launch=devices.kernel_launch, workers=pd.DataFrame(columns=WORKER_KEYS), straggler=None, ops=ops,
         input_stages=stages.table, utilization=machine, utilization_evidence=evidence, epochs=epochs.epochs,
         reconciliation=epochs.reconciliation, samplers=inputs.samplers, epoch_starts_s=epochs.starts_s,
-        run_dir=inputs.run_dir, record=run)
+        run_dir=inputs.run_dir, record=run, tensorflow=tf)
 
 
 def _run_notes(run: RunRecord | None) -> tuple[str, ...]:

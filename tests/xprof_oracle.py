@@ -58,3 +58,39 @@ def xprof_steps(xplane: str | Path) -> tuple[pd.DataFrame, dict]:
             if source in frame:
                 result[target] = frame[source].astype(float)
     return result, dict(step_table.get("p", {}))
+
+
+def tensorflow_own_analysis(xplane: str | Path) -> dict | None:
+    """What TensorFlow itself wrote beside `xplane` at capture (older versions did:
+    `<host>.input_pipeline.pb`, else the input analysis inside `<host>.overview_page.pb`), read
+    here straight from the messages: `steps`, `step_ms` (mean), `input_pct`. None where neither
+    file holds steps."""
+    from xprof.protobuf import input_pipeline_pb2, overview_page_pb2
+
+    xplane = Path(xplane)
+    stem = xplane.name.removesuffix(".xplane.pb")
+    result = None
+    pipeline = xplane.parent / f"{stem}.input_pipeline.pb"
+    overview = xplane.parent / f"{stem}.overview_page.pb"
+    if pipeline.is_file() and pipeline.stat().st_size:
+        result = input_pipeline_pb2.InputPipelineAnalysisResult.FromString(pipeline.read_bytes())
+    if (result is None or not result.step_details) and overview.is_file() and overview.stat().st_size:
+        result = overview_page_pb2.OverviewPage.FromString(overview.read_bytes()).input_analysis
+    if result is None or not result.step_details:
+        return None
+    return {"steps": len(result.step_details), "step_ms": result.step_time_summary.average,
+            "input_pct": result.input_percent or result.input_percent_summary.average}
+
+
+def beside_devprof(path: str | Path, xplane: str | Path) -> pd.DataFrame:
+    """devprof's mean step and input share beside TensorFlow's own analysis of the same capture
+    (one row each; TensorFlow's row only where it wrote one): `source`, `steps`, `step_ms`, `input_pct`."""
+    from analysis import analyze
+
+    ours = analyze(path)
+    rows = [{"source": "devprof", "steps": ours.steps_used, "step_ms": ours.mean["step_ms"],
+             "input_pct": ours.mean["input_pct"]}]
+    theirs = tensorflow_own_analysis(xplane)
+    if theirs is not None:
+        rows.append({"source": "tensorflow", **theirs})
+    return pd.DataFrame(rows, columns=["source", "steps", "step_ms", "input_pct"])

@@ -16,6 +16,7 @@ import pandas as pd
 from analysis.read import run_files
 from analysis.read.run_files import RunFileError, RunRecord
 from analysis.read.samples import summarize
+from analysis.read.tf_analysis import TensorFlowAnalysis, read_tf_analysis
 from analysis.read.trace import TraceNotFound, TraceUnreadable, read_trace
 from analysis.read.view import TraceView
 
@@ -33,6 +34,7 @@ class RunInputs:
     steps_table: pd.DataFrame | None = None  # steps.csv, where the run has one
     samplers: dict[str, pd.DataFrame] = field(default_factory=dict)
     summaries: dict = field(default_factory=dict)  # {sampler: time-weighted stats}, from the CSVs or run.json
+    tensorflow: TensorFlowAnalysis | None = None  # TensorFlow's own analysis written beside the trace
 
     @property
     def source(self) -> Path:
@@ -44,7 +46,7 @@ class RunInputs:
     def without_trace(self) -> RunInputs:
         """The same files with the trace let go (what is kept once the trace has been analysed)."""
         return RunInputs(self.path, None, self.trace_error, self.run_dir, self.run, self.steps_table, self.samplers,
-                         self.summaries)
+                         self.summaries, self.tensorflow)
 
 
 def is_run_dir(path: Path) -> bool:
@@ -69,9 +71,10 @@ def read_inputs(path: str | Path, *, trace: bool = True) -> RunInputs:
                 raise
             error = exc
     location = view.trace.location if view is not None else None
+    tensorflow = read_tf_analysis(location.xplane) if location is not None else None
     run_dir = location.run_dir if location is not None else path
     if run_dir is None:
-        return RunInputs(path, view)
+        return RunInputs(path, view, tensorflow=tensorflow)
     # steps.csv first where it is the steps' source: its problems are the ones to hear first
     steps_csv = run_dir / run_files.STEPS_CSV
     steps_table = run_files.read_steps_csv(steps_csv) if view is None and steps_csv.is_file() else None
@@ -79,7 +82,8 @@ def read_inputs(path: str | Path, *, trace: bool = True) -> RunInputs:
     samplers = run_files.read_utilization(run_dir)
     if steps_table is None and steps_csv.is_file():
         steps_table = run_files.read_steps_csv(steps_csv)
-    return RunInputs(path, view, error, run_dir, record, steps_table, samplers, _summaries(samplers, record))
+    return RunInputs(path, view, error, run_dir, record, steps_table, samplers, _summaries(samplers, record),
+                     tensorflow)
 
 
 def read_run_files(path: str | Path) -> RunInputs:

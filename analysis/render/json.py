@@ -73,6 +73,8 @@ def analysis_document(analysis) -> dict:
     }
     if analysis.epochs is not None:
         result["epochs"] = records(analysis.epochs, ("epoch", "calls", "steps", "images"))
+    if analysis.tensorflow is not None:
+        result["tensorflow_analysis"] = jsonable(analysis.tensorflow.as_dict())
     return result
 
 
