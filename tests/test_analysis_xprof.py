@@ -1,11 +1,13 @@
 """Agreement with XProf's input_pipeline_analyzer on traces where XProf finds steps."""
 
+from pathlib import Path
+
 import pytest
 
 import trace_fixtures as fx
 
 from analysis import analyze
-from xprof_oracle import xprof_steps
+from xprof_oracle import beside_devprof, tensorflow_own_analysis, xprof_steps
 
 TOLERANCE_PCT_OF_STEP = 3.0
 
@@ -49,3 +51,23 @@ def test_previous_steps_late_executor_span_is_not_compute_of_the_next_step(tmp_p
     assert len(both) >= 3
     diff_pct = (both["compute_ms"] - both["host_compute_ms"]).abs() / (both["step_ms_xprof"] / 100.0)
     assert (diff_pct <= TOLERANCE_PCT_OF_STEP).all(), diff_pct.round(2).tolist()
+
+
+CENSUS = Path(__file__).resolve().parents[2] / "shared/traces/tf-cpu-keras-census"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CENSUS.is_dir(), reason="the real traces folder beside the repository is not here")
+def test_tensorflows_analysis_at_capture_agrees_with_xprofs_converter_and_devprof_says_why_it_differs():
+    xplane = fx.find_xplane(CENSUS)
+    at_capture = tensorflow_own_analysis(xplane)
+    converter, _ = xprof_steps(xplane)
+    assert at_capture["steps"] == len(converter) == 1
+    assert converter["step_ms"].iloc[0] == pytest.approx(at_capture["step_ms"], abs=1e-6)
+    assert 100 * converter["input_ms"].iloc[0] / converter["step_ms"].iloc[0] == pytest.approx(
+        at_capture["input_pct"], abs=0.01)
+    table = beside_devprof(CENSUS, xplane).set_index("source")
+    assert abs(table.loc["devprof", "input_pct"] - table.loc["tensorflow", "input_pct"]) <= 5
+    ours, theirs = table.loc["devprof", "step_ms"], table.loc["tensorflow", "step_ms"]
+    note = analyze(CENSUS).tensorflow.note
+    assert (note is not None) == (abs(ours - theirs) > 0.05 * theirs)  # a step of its own is explained

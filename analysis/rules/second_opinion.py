@@ -80,10 +80,10 @@ def _count(steps: int) -> str:
 def _steps_reason(tf: TensorFlowAnalysis, step_ms: float, step_source: str, step_name: str, steps_used: int) -> str:
     if step_source == "window":
         return (f"devprof found nothing that repeats and took the whole traced window as one step, where TensorFlow "
-                f"grouped the work into its own {_count(tf.steps)} ({step_ms - tf.step_ms:+.2f} ms per step is "
+                f"grouped the work into {_count(tf.steps)} of its own ({step_ms - tf.step_ms:+.2f} ms per step is "
                 "what lies outside its grouping)")
     how = STEP_SOURCES.get(step_source, step_source)
-    return (f"the steps are not the same: devprof's are {how} '{step_name}' ({_count(steps_used)} steady), "
+    return (f"the steps are not the same: devprof's are {how} '{step_name}' ({steps_used} steady), "
             f"TensorFlow's its own grouping ({_count(tf.steps)})")
 
 
