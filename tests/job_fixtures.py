@@ -41,7 +41,7 @@ def host_summary(cpu_pct: float, proc_cpu_pct: float, cores: int = 2) -> dict:
 
 
 def write_job(root: Path, name: str = "job", *, slow_worker: int = 1, host: str = "vm", steps: int = 10,
-              epoch_seconds=(2.0, 0.2, 0.2), cpu_pct: float = 100.0, proc_cpu_pct: float = 100.0) -> Job:
+              epoch_seconds=(2.0, 0.4, 0.4), cpu_pct: float = 100.0, proc_cpu_pct: float = 100.0) -> Job:
     """`root/name/` of two workers on one host: worker `slow_worker` does EXTRA_MS of host work per
     step, the other waits for it in the all-reduce. Both workers' samplers saw the machine's CPU at
     `cpu_pct` and their own process at `proc_cpu_pct` (100 = one of the 2 cores)."""

@@ -10,7 +10,7 @@ import pandas as pd
 from analysis.comparison.explain import LABELS
 from analysis.render import plots
 
-STACKED = ("input", "compute", "host")  # epoch-level work is drawn on top in grey
+STACKED = ("input", "compute", "collective", "host")  # epoch-level work is drawn on top in grey
 
 
 def chart_data(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
@@ -35,7 +35,7 @@ def chart_data(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 
 
 def plot_compare(table: pd.DataFrame, path: str | Path) -> Path:
-    """Horizontal bars per run, stacked input / compute / host overhead (+ epoch-level), in the unit of
+    """Horizontal bars per run, stacked input / compute / collective / host overhead (+ epoch-level), in the unit of
     `chart_data`. External rows have no breakdown and are drawn as one hatched bar."""
     data, unit = chart_data(table)
     fig, ax = plots._subplots((8, 1.0 + 0.55 * len(table)))

@@ -13,7 +13,7 @@ from analysis.rules.facts import Facts, make_facts
 from analysis.rules.table import classify, fix_for
 
 NO_GAP_SHARE = 0.01  # a per-image gap under 1 % of the fastest row's time is noise, not a finding
-LABELS = {"input": "input", "compute": "compute", "host": "host overhead",
+LABELS = {"input": "input", "compute": "compute", "collective": "collective wait", "host": "host overhead",
           "epoch_level": "epoch-level work (validation, iterator set-up)"}
 
 
@@ -21,6 +21,7 @@ def facts_of(row) -> Facts:
     """The rules' view of a row: shares of its epoch, its device and settings."""
     return make_facts(
         input_pct=row.get("input_pct"), compute_pct=row.get("compute_pct"), host_pct=row.get("host_pct"),
+        collective_pct=row.get("collective_pct"),
         device=row.get("kind"), precision=row.get("precision"), jit_compile=row.get("jit_compile"),
         steps_per_call=row.get("steps_per_call"), steps_per_epoch=row.get("steps_per_epoch"),
         prefetches=row.get("prefetches"), mfu_pct=row.get("mfu_pct"), peak_dtype=row.get("peak_dtype"),
@@ -50,7 +51,7 @@ def explain(row: dict | pd.Series, fastest: dict | pd.Series) -> str:
             return f"{device}: fastest ({row['seconds_per_epoch']:.3g} s/epoch); measured elsewhere, no breakdown"
         bound, _ = classify(facts_of(row))
         assert bound is not None  # compute-bound applies to every row
-        part = {"input": "input", "host": "host", "compute": "compute"}[bound]
+        part = bound
         return (f"{device}: fastest ({row['seconds_per_epoch']:.3g} s/epoch), {bound}-bound: "
                 f"{_parts_text(row)}; {advice(row, part)}")
     ratio = _slower_ratio(row, fastest)
@@ -99,7 +100,7 @@ def explain(row: dict | pd.Series, fastest: dict | pd.Series) -> str:
             f"{level}; {advice(row, part)}")
 
 
-TRAINING_PARTS = ("input", "compute", "host")
+TRAINING_PARTS = ("input", "compute", "collective", "host")
 
 
 def times(ratio: float) -> str:
@@ -144,4 +145,6 @@ def per_image_gaps(row, fastest) -> dict[str, float]:
 
 
 def _parts_text(row) -> str:
-    return ", ".join(f"{_short(p)} {row[f'{p}_pct']:.0f} %" for p in COMPONENTS)
+    """Each part's share of the epoch; the collective wait only where there is one (several workers or devices)."""
+    return ", ".join(f"{_short(p)} {row[f'{p}_pct']:.0f} %" for p in COMPONENTS
+                     if p != "collective" or row.get(f"{p}_pct", 0.0) > 0)

@@ -13,7 +13,7 @@ from analysis.comparison.reading import RunRead
 from analysis.read import run_files
 from analysis.rules.devices import peak_dtype
 
-COMPONENTS = ("input", "compute", "host", "epoch_level")
+COMPONENTS = ("input", "compute", "collective", "host", "epoch_level")
 
 
 def steady_epochs(epochs: pd.DataFrame) -> pd.DataFrame:
@@ -24,13 +24,15 @@ def steady_epochs(epochs: pd.DataFrame) -> pd.DataFrame:
 
 def steady_components(breakdown: pd.DataFrame, epochs_used: list[int], seconds_per_epoch: float,
                       trace_mean: dict | None = None) -> dict[str, float]:
-    """Seconds per epoch of input / compute / host / epoch-level work in steady state.
+    """Seconds per epoch of input / compute / collective / host / epoch-level work in steady state.
 
     Shares are summed over the steady epochs of `epochs_mod.epoch_breakdown` and applied to
-    `seconds_per_epoch`, so the four parts add up to it. Compute is the step call
-    (`call_ms`); where a trace gives the step's compute share, compute is that share of
-    step time (at most the call) and the rest of the call counts as host overhead
-    (dispatch, launch, synchronization).
+    `seconds_per_epoch`, so the five parts add up to it. Compute is the step call
+    (`call_ms`); where a trace gives the step's compute and collective shares, each is that
+    share of step time (together at most the call) and the rest of the call counts as host
+    overhead (dispatch, launch, synchronization). The collective wait (a worker waiting in the
+    all-reduce for the others) is inside the call, and steps.csv cannot tell it apart: without
+    a trace it stays in compute, and it is 0 on one device.
     """
     used = breakdown[breakdown["epoch"].isin(epochs_used)]
     if used.empty:
@@ -38,12 +40,15 @@ def steady_components(breakdown: pd.DataFrame, epochs_used: list[int], seconds_p
     total = float(used["seconds"].sum())
     input_s, call_s, other_s = (float(used[c].sum()) for c in ("input_s", "call_s", "other_host_s"))
     level_s = total - input_s - call_s - other_s  # epoch_level_s, without step_ms's rounding in steps.csv
-    compute_s = call_s
+    compute_s, collective_s = call_s, 0.0
     if trace_mean and trace_mean.get("step_ms", 0) > 0:
         step_s = input_s + call_s + other_s
-        compute_s = min(call_s, step_s * float(trace_mean["compute_ms"]) / float(trace_mean["step_ms"]))
-    host_s = call_s - compute_s + other_s
-    parts = {"input": input_s, "compute": compute_s, "host": host_s, "epoch_level": level_s}
+        share = step_s / float(trace_mean["step_ms"])
+        compute_s = min(call_s, share * float(trace_mean["compute_ms"]))
+        collective_s = min(call_s - compute_s, share * float(trace_mean.get("collective_ms") or 0.0))
+    host_s = call_s - compute_s - collective_s + other_s
+    parts = {"input": input_s, "compute": compute_s, "collective": collective_s, "host": host_s,
+             "epoch_level": level_s}
     scale = seconds_per_epoch / total if total > 0 else float("nan")
     out = {}
     for part, seconds in parts.items():
@@ -112,6 +117,7 @@ def run_row(run: RunRead) -> dict:
         row.update(steady_components(breakdown, row["epochs_used"], seconds, run.trace_mean))
         row["compute_source"] = "trace" if run.trace_mean else "steps.csv"
     row.update(headline(run.files.summaries))
+    row.update(_job_cpu(run, row))
     row["workers"] = [_worker_subrow(worker) for worker in run.workers]
     flops_per_image = _num(record.model.get("train_flops_per_image"))
     peak, dtype = peak_flops(record.peak, row["precision"])
@@ -123,8 +129,21 @@ def run_row(run: RunRead) -> dict:
     return row
 
 
-WORKER_SUBROW_KEYS = ("run", "seconds_per_epoch", "images_per_second", "input_pct", "compute_pct", "host_pct",
-                      "epoch_level_pct", "cpu_util_mean_pct")
+WORKER_SUBROW_KEYS = ("run", "seconds_per_epoch", "images_per_second", "input_pct", "compute_pct", "collective_pct",
+                      "host_pct", "epoch_level_pct", "cpu_util_mean_pct")
+
+
+def _job_cpu(run: RunRead, row: dict) -> dict:
+    """A job's workers on the chief's machine are the job, not other processes taking its CPU (as
+    `analyze` counts them): their process CPU is the job's, and only the rest is contention."""
+    host = run.record.device.get("host")
+    local = [worker for worker in run.workers if host and worker.record.device.get("host") == host]
+    cpu = [headline(worker.files.summaries)["proc_cpu_mean_pct"] for worker in local]
+    cores = row["cpu_cores"]
+    if len(cpu) < 2 or not all(value == value for value in cpu) or not cores == cores:
+        return {}
+    job_cpu = float(sum(cpu))
+    return {"proc_cpu_mean_pct": job_cpu, "other_cpu_mean_pct": max(0.0, row["cpu_util_mean_pct"] - job_cpu / cores)}
 
 
 def _worker_subrow(worker: RunRead) -> dict:

@@ -576,9 +576,11 @@ def _run_info(analysis) -> str:
 
 def render_comparison(comparison) -> str:
     table = comparison.table
-    names = ("input", "compute", "host", "epoch_level")
+    collective = bool((table["collective_pct"].fillna(0) > 0).any())
+    names = ("input", "compute", "collective", "host", "epoch_level") if collective else (
+        "input", "compute", "host", "epoch_level")
     colors = [(n, PART_COLORS.get(n, EPOCH_LEVEL_COLOR)) for n in names]
-    labels = {"input": "input", "compute": "compute", "host": "host overhead",
+    labels = {"input": "input", "compute": "compute", "collective": "collective wait", "host": "host overhead",
               "epoch_level": "outside steps (validation, setup)"}
     # Runs that train different numbers of images per epoch are drawn per image, as compare's chart does.
     per_image = table["images_per_epoch"].nunique(dropna=True) > 1
@@ -601,15 +603,15 @@ def render_comparison(comparison) -> str:
     for _, row in table.iterrows():
         for worker in row.get("workers") or []:
             workers.append(f"<li>{esc(row['run'])} / {esc(worker['run'])}: {worker['seconds_per_epoch']:.3g} s/epoch, "
-                           f"input {worker['input_pct']:.0f} %, compute {worker['compute_pct']:.0f} %, "
-                           f"host {worker['host_pct']:.0f} %</li>")
+                           f"{esc(tables.worker_parts(worker))}</li>")
     notes = tables.external_notes(table)
     body = [
         f"<header><h1>devprof compare: {len(table)} runs</h1><ul class=\"meta\"><li>baseline (*): "
         f"{esc(comparison.baseline)}</li><li>fastest: {esc(comparison.fastest)}</li></ul></header>",
         _section(f"Time per epoch ({unit}, steady epochs)", legend([(labels[n], c) for n, c in colors]), svg,
                  '<p class="caption">Each run\'s steady epoch (the median of the epochs after the first) split into '
-                 "input, compute, host overhead and work outside steps.</p>", anchor="chart"),
+                 f"input, compute,{' collective wait,' if collective else ''} host overhead and work outside steps.</p>",
+                 anchor="chart"),
         _section("Runs", _table(tables.compare_display_frame(table), name_columns=("run", "device")),
                  '<p class="caption">* baseline; % columns are shares of the epoch (epoch% = validation and other '
                  "work outside training steps).</p>", anchor="runs"),

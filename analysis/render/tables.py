@@ -171,6 +171,12 @@ def straggler_line(analysis) -> str | None:
     return f"straggler: none ({analysis.straggler_reason or 'no worker stands out'})"
 
 
+def worker_parts(worker: dict) -> str:
+    """A worker sub-row of compare: its epoch's shares, the collective wait among them."""
+    parts = [("input", "input"), ("compute", "compute"), ("collective", "collective"), ("host", "host")]
+    return ", ".join(f"{label} {worker[f'{part}_pct']:.0f} %" for part, label in parts if f"{part}_pct" in worker)
+
+
 def external_notes(table: pd.DataFrame) -> list[str]:
     return list(table.loc[table["external"] & (table["notes"] != ""), "notes"].unique())
 
@@ -204,7 +210,11 @@ def compare_display_frame(table: pd.DataFrame) -> pd.DataFrame:
     out["s/epoch"] = table["seconds_per_epoch"].map(lambda v: f"{v:.3g}")
     out["images/s"] = table["images_per_second"].map(_fmt(1))
     out["speedup"] = table["speedup"].map(lambda v: f"{v:.2f}x" if v < 10 else f"{v:.1f}x")
-    for part, title in (("input", "input%"), ("compute", "compute%"), ("host", "host%"), ("epoch_level", "epoch%")):
+    parts = [("input", "input%"), ("compute", "compute%"), ("collective", "collective%"), ("host", "host%"),
+             ("epoch_level", "epoch%")]
+    for part, title in parts:
+        if part == "collective" and not (table[f"{part}_pct"].fillna(0) > 0).any():
+            continue  # no run waits in collectives (one device each): no column of zeros
         out[title] = table[f"{part}_pct"].map(_fmt(1))
     out["cpu% mean/p95"] = [_pair(a, b) for a, b in zip(table["cpu_util_mean_pct"], table["cpu_util_p95_pct"])]
     out["dev% mean/p95"] = [_pair(a, b) for a, b in zip(table["device_util_mean_pct"], table["device_util_p95_pct"])]

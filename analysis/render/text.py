@@ -101,6 +101,6 @@ def _worker_lines(table: pd.DataFrame) -> list[str]:
     out = []
     for _, row in table.iterrows():
         for worker in row.get("workers") or []:
-            out.append(f"  {row['run']} / {worker['run']}: {worker['seconds_per_epoch']:.3g} s/epoch, input "
-                       f"{worker['input_pct']:.0f} %, compute {worker['compute_pct']:.0f} %, host {worker['host_pct']:.0f} %")
+            out.append(f"  {row['run']} / {worker['run']}: {worker['seconds_per_epoch']:.3g} s/epoch, "
+                       f"{tables.worker_parts(worker)}")
     return ["", "workers:", *out] if out else []
