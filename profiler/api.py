@@ -306,16 +306,16 @@ class ProfileSession(Session):
 
     def _abandon_step(self) -> None:
         """A step that did not run (the data ended, the loop broke out, the call raised): its
-        marker closes and its time goes to no step."""
-        self._close_marker()
+        marker closes as no step's (`steps=0`) and its time goes to no step."""
+        self._close_marker(completed=False)
         self._boundary = None
         self._fetch_start = self._fetched = 0.0
 
-    def _close_marker(self) -> None:
+    def _close_marker(self, completed: bool = True, steps: int | None = None) -> None:
         marker, self._marker = self._marker, None
         if marker is not None:
             try:
-                marker.__exit__(None, None, None)
+                marker.close(completed, steps)
             except Exception:  # noqa: BLE001 - a marker never stops training
                 pass
 
@@ -330,7 +330,7 @@ class ProfileSession(Session):
                             call_ms=(done - call_start) * 1e3,
                             other_host_ms=((fetch_start - boundary) + (call_start - fetched)) * 1e3,
                             images=int(images))
-        self._close_marker()
+        self._close_marker(steps=steps)
         self._boundary = self._batch = None
         self._fetch_start = self._fetched = 0.0
         self._pending, self._pending_end = record, done

@@ -3,7 +3,6 @@ on-demand profiler server and capture. A profiler failure is a warning, never fa
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import time
 from dataclasses import dataclass, field
@@ -206,14 +205,68 @@ def _reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-_NO_MARKER = contextlib.nullcontext()
+class StepMarker:
+    """A step's `train` marker, opened when the step begins (before its batch is fetched).
+
+    Only a step that completes is marked as one: on `close(completed=True)` (or leaving the
+    `with` block normally) the marker gets `_r=1` (XProf's root of a step) and, for a call of
+    several steps, `steps=N`. A step that did not run (the data ran out, the loop broke out,
+    the call raised) cannot take its marker back, since TensorFlow records it when it ends: it
+    ends with `steps=0` and no `_r`, so XProf groups no step by it and `devprof analyze`
+    leaves it out, while its start still ends the step before it.
+    """
+
+    __slots__ = ("_trace", "_steps")
+
+    def __init__(self, trace, steps: int):
+        self._trace, self._steps = trace, steps
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.close(exc_type is None)
+        return False
+
+    def close(self, completed: bool = True, steps: int | None = None) -> None:
+        """End the marker; `steps`: the training steps the call ran, when known only now."""
+        trace, self._trace = self._trace, None
+        if trace is None:
+            return
+        steps = steps or self._steps
+        try:
+            if completed:
+                trace.set_metadata(**({"_r": 1, "steps": steps} if steps > 1 else {"_r": 1}))
+            else:
+                trace.set_metadata(steps=0)
+            trace.__exit__(None, None, None)
+        except Exception:  # noqa: BLE001 - markers are a nicety, never a reason to stop training
+            pass
+
+
+class _NoMarker:
+    """The shared marker while no trace is recorded."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        return False
+
+    def close(self, completed: bool = True, steps: int | None = None) -> None:
+        pass
+
+
+_NO_MARKER = _NoMarker()
 _tracing_enabled = None  # TensorFlow's "is a trace being recorded" check, loaded on first use
 
 
 def step_marker(step: int, steps: int = 1):
-    """The marker XProf groups steps by: a `train` TraceMe with the global step number.
+    """The marker XProf groups steps by: a `train` TraceMe with the global step number
+    (`StepMarker`: `_r=1` and `steps` are added when the step completes).
 
-    A call that runs several steps also carries `steps`, so the analysis can say how many.
     While no trace is recorded this is a shared no-op (a marker is made every step).
     """
     global _tracing_enabled
@@ -226,9 +279,7 @@ def step_marker(step: int, steps: int = 1):
             return _NO_MARKER
         import tensorflow as tf
 
-        if steps > 1:
-            return tf.profiler.experimental.Trace("train", step_num=step, _r=1, steps=steps)
-        return tf.profiler.experimental.Trace("train", step_num=step, _r=1)
+        return StepMarker(tf.profiler.experimental.Trace("train", step_num=step), steps)
     except Exception:  # noqa: BLE001 - markers are a nicety, never a reason to stop training
         return _NO_MARKER
 

@@ -71,3 +71,134 @@ def test_profile_with_epochs_of_no_op_steps_is_analysed(tmp_path):
         assert result.epochs["calls"].tolist() == [200, 200]
         parts = result.epochs[["input_s", "call_s", "other_host_s", "epoch_level_s"]].sum(axis=1)
         assert np.allclose(parts, result.epochs["seconds"], rtol=0, atol=2e-4)
+
+
+# ---------------------------------------------------------------- 6. steps that never ran
+
+STEP_MS, MARKER_MS, ABORTED_MS, VALIDATION_MS = 2.0, 1.5, 0.18, 50.0
+
+
+def _write_marker_trace(path: Path, markers: list[tuple[int, float, float, dict]]) -> Path:
+    """A CPU trace of `train` markers on one thread: (step_num, start ms, end ms, other stats)."""
+    import trace_fixtures as fx
+
+    space = fx._xspace_class()()
+    space.hostnames.append("vm")
+    host = fx._Plane(space, 0, "/host:CPU")
+    python = host.line(100, "python", fx.ABSOLUTE_BASE_NS)
+    for step, start, end, stats in markers:
+        host.event(python, "train", fx.ABSOLUTE_BASE_NS + fx._ns(start), fx.ABSOLUTE_BASE_NS + fx._ns(end),
+                   step_num=step, **stats)
+    host.finish()
+    return fx._write_space(space, path)
+
+
+def _two_epochs_with_the_data_running_out(first: int = 15, per_epoch: int = 20) -> list:
+    """Steps 15-19 of epoch 1, the step that found no batch (20, `steps=0`), validation, steps 20-24."""
+    markers, t = [], 1.0
+    for step in range(first, per_epoch):
+        markers.append((step, t, t + MARKER_MS, {"_r": 1}))
+        t += STEP_MS
+    markers.append((per_epoch, t, t + ABORTED_MS, {"steps": 0}))
+    t += ABORTED_MS + VALIDATION_MS
+    for step in range(per_epoch, per_epoch + 5):
+        markers.append((step, t, t + MARKER_MS, {"_r": 1}))
+        t += STEP_MS
+    return markers
+
+
+def test_a_step_that_found_no_batch_is_no_step_and_ends_the_one_before(tmp_path):
+    import analysis
+
+    path = _write_marker_trace(tmp_path / "vm.xplane.pb", _two_epochs_with_the_data_running_out())
+    result = analysis.analyze(path)
+    assert result.step_source == "markers"
+    assert result.steps["step"].tolist() == list(range(15, 25))  # 10 steps, step 20 once
+    assert result.steps_used == 10
+    step_ms = dict(zip(result.steps["step"], result.steps["step_ms"]))
+    assert step_ms[19] == pytest.approx(STEP_MS)  # ends where the step that found no batch began
+    assert step_ms[24] == pytest.approx(MARKER_MS)  # the last one ends with its marker
+    assert result.mean["step_ms"] == pytest.approx((9 * STEP_MS + MARKER_MS) / 10)
+
+
+def test_a_step_that_raised_between_steps_leaves_them_consecutive(tmp_path):
+    import analysis
+
+    markers = [(0, 1.0, 2.5, {"_r": 1}), (1, 3.0, 4.5, {"_r": 1}), (2, 5.0, 5.4, {"steps": 0}),
+               (2, 9.0, 10.5, {"_r": 1}), (3, 11.0, 12.5, {"_r": 1})]  # step 2 raised, then ran again
+    result = analysis.analyze(_write_marker_trace(tmp_path / "vm.xplane.pb", markers))
+    assert result.steps["step"].tolist() == [0, 1, 2, 3]
+    assert result.steps["step_ms"].tolist() == pytest.approx([2.0, 2.0, 2.0, 1.5])
+
+
+def _markers_in(run: Path) -> pd.DataFrame:
+    """Every `train` marker of the run's trace with its stats: step_num, _r, steps."""
+    from analysis.read.trace import locate_trace, read_trace
+
+    events = read_trace(locate_trace(run).xplane).events
+    return events[events["name"].astype(str) == "train"].sort_values("start_ns")[["step_num", "_r", "steps"]]
+
+
+@pytest.mark.slow
+def test_the_step_that_finds_the_data_ended_is_no_step(tmp_path):
+    import time
+
+    import analysis
+
+    with _session(tmp_path, "ran-out", profile=True, profile_steps="15:25") as session:
+        for _ in range(2):
+            with session.epoch():
+                for _ in session.iterate(range(20)):
+                    with session.step(images=8):
+                        time.sleep(STEP_MS / 1e3)
+                time.sleep(VALIDATION_MS / 1e3)  # validation, inside the epoch, outside every step
+    markers = _markers_in(tmp_path / "ran-out")
+    aborted = markers[markers["steps"] == 0]
+    assert aborted["step_num"].tolist() == [20] and aborted["_r"].isna().all()  # no step for XProf either
+    assert (markers.loc[markers["steps"] != 0, "_r"] == 1).all()
+    result = analysis.analyze(tmp_path / "ran-out")
+    assert result.steps["step"].tolist() == list(range(15, 25)) and result.steps_used == 10
+    step_ms = dict(zip(result.steps["step"], result.steps["step_ms"]))
+    assert STEP_MS <= step_ms[19] < VALIDATION_MS  # ends where the step without a batch began
+
+
+@pytest.mark.slow
+def test_a_step_that_raised_or_was_broken_off_is_no_step(tmp_path):
+    import analysis
+
+    with _session(tmp_path, "raised", profile=True, profile_steps="0:12") as session:
+        for _ in session.iterate(range(8)):
+            try:
+                with session.step(images=8):
+                    if session.global_step == 6 and not getattr(session, "_raised", False):
+                        session._raised = True
+                        raise RuntimeError("a step that fails once")
+            except RuntimeError:
+                pass
+        for _ in session.iterate(range(8)):
+            break  # the loop leaves with a batch fetched and its step not run
+    markers = _markers_in(tmp_path / "raised")
+    # 8 batches, one of them spent on the step that raised: steps 0-6 ran
+    assert markers.loc[markers["steps"] == 0, "step_num"].tolist() == [6, 7, 7]  # raised, data ended, broke off
+    result = analysis.analyze(tmp_path / "raised")
+    assert result.steps["step"].tolist() == list(range(7))
+    assert pd.read_csv(tmp_path / "raised" / "steps.csv")["step"].tolist() == list(range(7))
+
+
+@pytest.mark.slow
+def test_devprof_runs_step_scope_marks_a_call_that_raised_as_no_step(tmp_path):
+    import tensorflow as tf
+
+    from profiler import tracing
+
+    tf.profiler.experimental.start(str(tmp_path))
+    try:
+        with tracing.step_marker(0, 4):
+            pass
+        with pytest.raises(KeyboardInterrupt), tracing.step_marker(4, 4):
+            raise KeyboardInterrupt
+    finally:
+        tf.profiler.experimental.stop()
+    markers = _markers_in(tmp_path)
+    assert markers["step_num"].tolist() == [0, 4]
+    assert markers["steps"].tolist() == [4, 0] and markers["_r"].tolist()[0] == 1 and pd.isna(markers["_r"].iloc[1])

@@ -123,20 +123,27 @@ def find_markers(view: TraceView, wanted: re.Pattern | None = None) -> DetectedS
     markers["steps"] = _steps_per_call(markers)
     markers["end_ns"] = _marker_ends(markers)
     markers["partial"] = False
+    # A step that did not run (the data ran out, the loop broke out, the call raised): devprof's
+    # recorder ends its marker with `steps=0`. Its start ends the step before it; it is no step.
+    markers = markers[markers["steps"] > 0]
+    if markers.empty:
+        return None
     steps = markers[STEP_COLUMNS].assign(name=marker_name).reset_index(drop=True)
     return DetectedSteps("markers", marker_name, steps, steps[SPAN_COLUMNS].copy())
 
 
 def _steps_per_call(markers: pd.DataFrame) -> pd.Series:
-    """From a `steps` stat when present, else from a constant step-number stride."""
-    if markers["steps"].notna().any():
+    """From a `steps` stat when present, else from a constant step-number stride; 0 for a step
+    that did not run (`steps=0`)."""
+    aborted = (markers["steps"] == 0).fillna(False).to_numpy(dtype=bool)
+    if markers["steps"][~aborted].notna().any():
         return markers["steps"].fillna(1).astype("int64")
-    strides = np.diff(markers["step"].to_numpy())
+    strides = np.diff(markers["step"].to_numpy()[~aborted])
     positive = strides[strides > 0]
     stride = 1
     if positive.size and (positive == positive[0]).all() and positive[0] > 1:
         stride = int(positive[0])
-    return pd.Series(stride, index=markers.index, dtype="int64")
+    return pd.Series(np.where(aborted, 0, stride), index=markers.index, dtype="int64")
 
 
 def _marker_ends(markers: pd.DataFrame) -> np.ndarray:
