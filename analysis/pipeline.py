@@ -34,7 +34,7 @@ from analysis.rules import straggler as straggler_rule
 from analysis.rules import table as rules
 from analysis.rules.facts import Facts, trace_facts, worker_facts
 from analysis.rules.second_opinion import SecondOpinion, second_opinion
-from analysis.steps.host import choose_steps, steady_steps
+from analysis.steps.host import choose_steps, one_step_capture, steady_steps
 from analysis.steps.sources import find_steps
 
 
@@ -195,7 +195,8 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None) -> Analysis:
     mean = {**chosen.mean, "device_step_ms": devices.busiest_step_ms}
     verdict = rules.make_verdict(mean, facts, steps_used=len(chosen.steady), compile_steps=chosen.compile_steps,
                                  utilization=evidence,
-                                 min_steps=1 if source.kind == "window" else rules.MIN_STEADY_STEPS)
+                                 min_steps=1 if source.kind == "window" or one_step_capture(source.steps)
+                                 else rules.MIN_STEADY_STEPS)
     verdict["step_basis"] = source.basis
     tf = second_opinion(inputs.tensorflow, mean, source.kind, source.step_name, len(chosen.steady), devices.rows)
     notes = (*source.notes, *([utilization_note] if utilization_note else []), *_run_notes(run), *devices.notes,

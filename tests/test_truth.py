@@ -191,3 +191,71 @@ def test_device_groups_finer_than_the_markers_are_the_devices_own_steps(tmp_path
         assert row["step_ms"] == pytest.approx(19.0, abs=EXACT_MS), row
         assert row["compute_ms"] == pytest.approx(15.0, abs=EXACT_MS), row
         assert row["step_count"] == 2 * data["steps_used"], row
+
+
+# ------------------------------------------------------------------ Keras' own step, one-step captures
+
+
+def test_keras_train_function_group_is_the_step_on_a_cpu(tmp_path):
+    # One profiled step, no step marker: the step is the group TensorFlow recorded inside
+    # train_function (6.4 ms), not the 8.2 ms window whose summary flush would be host overhead.
+    made = tf_fx.write_keras_cpu_capture(tmp_path / "h.xplane.pb")
+    data = _json(made.path)
+    assert data["step_source"] == "trace_groups" and len(data["steps"]) == 1, data["notes"]
+    (step,) = data["steps"]
+    assert step["step_ms"] == pytest.approx(made.step_ms, abs=EXACT_MS)
+    assert step["input_ms"] == pytest.approx(made.input_ms, abs=EXACT_MS)
+    assert step["compute_ms"] == pytest.approx(made.compute_ms, abs=EXACT_MS)  # train_function's own time is dispatch
+    assert step["host_ms"] == pytest.approx(made.step_ms - made.input_ms - made.compute_ms, abs=EXACT_MS)
+    assert data["verdict"]["bound"] == "compute", data["verdict"]
+    assert any("train_function" in note for note in data["notes"]), data["notes"]
+
+
+def test_keras_evaluation_groups_are_not_training_steps(tmp_path):
+    made = tf_fx.write_keras_cpu_capture(tmp_path / "h.xplane.pb", evaluation=True)
+    data = _json(made.path)
+    assert data["step_source"] == "trace_groups" and len(data["steps"]) == 1, data["steps"]
+    assert data["steps"][0]["step_ms"] == pytest.approx(made.step_ms, abs=EXACT_MS)
+
+
+def test_keras_groups_span_their_root_not_the_eager_ops_after_it(tmp_path):
+    # Four steps 10 ms apart: step k runs from its group's root to the next root; the summary ops
+    # TensorFlow puts in the group after train_function returns do not stretch the last step.
+    made = tf_fx.write_keras_cpu_capture(tmp_path / "h.xplane.pb", steps=4)
+    data = _json(made.path)
+    assert [round(s["step_ms"], 6) for s in data["steps"]] == [10.0, 10.0, 10.0, made.step_ms]
+    assert all(s["compute_ms"] == pytest.approx(made.compute_ms, abs=EXACT_MS) for s in data["steps"])
+
+
+def test_one_keras_train_function_call_without_groups_is_the_step(tmp_path):
+    made = tf_fx.write_keras_cpu_capture(tmp_path / "h.xplane.pb", groups=False)
+    data = _json(made.path)
+    assert data["step_source"] == "program_executions" and len(data["steps"]) == 1, data["notes"]
+    assert data["steps"][0]["step_ms"] == pytest.approx(made.call_ms, abs=EXACT_MS)
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_a_one_step_capture_gets_a_verdict_marked_single_step_in_every_format(tmp_path, device):
+    if device == "cpu":
+        path = tf_fx.write_keras_cpu_capture(tmp_path / "h.xplane.pb").path
+    else:
+        path = tf_fx.write_one_step_capture(tmp_path / "h.xplane.pb", step_ms=63.0)
+    result = analyze(path)
+    verdict = result.to_json()["verdict"]
+    assert verdict["bound"] is not None and verdict["single_step"] is True, verdict
+    assert "single step" in verdict["evidence"]
+    for fmt in ("text", "markdown", "html"):
+        assert "Based on a single step" in " ".join(result.render(fmt).split()), fmt
+
+
+def test_a_one_step_capture_that_compiles_gets_no_verdict(tmp_path):
+    made = tf_fx.write_tf_gpu_loop(tmp_path / "h.xplane.pb", steps=1, compile_ms=2.0)
+    data = _json(made.path)
+    assert len(data["steps"]) == 1 and data["verdict"]["bound"] is None
+    assert "single_step" not in data["verdict"]
+
+
+def test_several_steps_are_not_marked_single_step(tmp_path):
+    made = tf_fx.write_tf_gpu_loop(tmp_path / "h.xplane.pb", steps=6)
+    verdict = _json(made.path)["verdict"]
+    assert verdict["bound"] is not None and "single_step" not in verdict

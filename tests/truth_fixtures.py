@@ -31,7 +31,7 @@ class TfGpuTrace:
 def write_tf_gpu_loop(path: str | Path, *, steps: int = 6, host_step_ms: float = 5.0, input_wait_ms: float = 0.2,
                       kernels_ms: tuple[float, ...] = (4.0, 3.0), kernel_gap_ms: float = 1.0,
                       device_period_ms: float = 8.0, device_lag_ms: float = 3.0, overlapped_copy_ms: float = 0.0,
-                      record_gpu: bool = True, gpu_stops_after: int | None = None,
+                      record_gpu: bool = True, gpu_stops_after: int | None = None, compile_ms: float = 0.0,
                       base_ns: int = ABSOLUTE_BASE_NS) -> TfGpuTrace:
     """A custom TensorFlow loop (`Trace("train", step_num=k, _r=1)` markers) on one CUDA GPU.
 
@@ -43,7 +43,8 @@ def write_tf_gpu_loop(path: str | Path, *, steps: int = 6, host_step_ms: float =
     `overlapped_copy_ms`, a `MemcpyH2D` on a copy stream runs under the first kernel
     (the next batch, prefetched). Without `record_gpu` the GPU plane is there but empty,
     as when CUPTI could not start; with `gpu_stops_after` k it holds only the kernels of the
-    first k steps while the host goes on launching (the tracer dropped the rest).
+    first k steps while the host goes on launching (the tracer dropped the rest). With
+    `compile_ms`, the first step spends that long in `tf.function-graph_building` (on a thread of its own).
     """
     space = _xspace_class()()
     space.hostnames.append("tf-gpu-host")
@@ -59,6 +60,9 @@ def write_tf_gpu_loop(path: str | Path, *, steps: int = 6, host_step_ms: float =
         t = start + k * _ns(host_step_ms)
         host.event(python, "train", t, t + _ns(host_step_ms) - 50_000, step_num=k, _r=1)
         host.event(python, "IteratorGetNext", t, t + _ns(input_wait_ms))
+        if compile_ms and k == 0:
+            builder = host.line(2, "tf_graph_building", base_ns)
+            host.event(builder, "tf.function-graph_building", t + _ns(input_wait_ms), t + _ns(input_wait_ms + compile_ms))
         at = t + _ns(input_wait_ms) + 10_000
         device_at = start + _ns(device_lag_ms) + k * _ns(device_period_ms)
         for j, length in enumerate(kernels_ms):
@@ -205,3 +209,55 @@ def write_groups_finer_than_markers(path: str | Path, *, steps: int = 5, groups_
     for plane in planes:
         plane.finish()
     return _write_space(space, path)
+
+
+@dataclass(frozen=True)
+class KerasCpuTrace:
+    path: Path
+    step_ms: float  # Keras' step: the executed function's span (its group's root)
+    input_ms: float
+    compute_ms: float  # executor spans of the step's function, less its input
+    call_ms: float  # the Python-level train_function call, dispatch included
+    window_ms: float  # the whole traced window
+
+
+def write_keras_cpu_capture(path: str | Path, *, steps: int = 1, groups: bool = True, evaluation: bool = False,
+                            base_ns: int = ABSOLUTE_BASE_NS) -> KerasCpuTrace:
+    """A Keras 2 `fit` on a CPU, as TensorFlow 2.4 wrote it for the TensorBoard callback: no step
+    marker; per step a `train_function` call (`tf_function_call` stat) whose first 0.7 ms is
+    Python-level dispatch, then `EagerKernelExecute` of the function for 6.4 ms (the group's root,
+    `group_id` k), holding `FunctionRun` (`_r=1`, `_p`); on an executor thread two
+    `ExecutorState::Process` spans linked by `_c` (6.0 ms, of which a 0.1 ms `IteratorGetNext`),
+    and after the call the eager summary ops TensorFlow puts in the same group. The window goes on
+    with a summary flush. Without `groups`, no `group_id` or `_r` stats (a newer TensorFlow writes
+    none). With `evaluation`, a `test_function` call with its own group follows the last step."""
+    space = _xspace_class()()
+    space.hostnames.append("keras-cpu")
+    host = _Plane(space, 0, "/host:CPU")
+    python = host.line(0, "python", base_ns)
+    executor = host.line(1, "tf_Compute/1", base_ns)
+    dispatch, root, tail, period = _ns(0.7), _ns(6.4), _ns(0.2), _ns(10.0)
+    t0 = base_ns + MS
+    for k in range(steps + (1 if evaluation else 0)):
+        t = t0 + k * period
+        is_eval = k == steps
+        group = {"group_id": 100 + k if is_eval else k} if groups else {}
+        name = "test_function" if is_eval else "train_function"
+        host.event(python, name, t, t + dispatch + root + tail, tf_function_call="notTraced-nonXla")
+        at = t + dispatch
+        host.event(python, "EagerKernelExecute", at, at + root, **group)
+        producer = 7_000 + k
+        host.event(python, "FunctionRun", at + _ns(0.01), at + _ns(0.08), _p=producer,
+                   **({"_r": 1} if groups else {}), **group)
+        host.event(executor, "ExecutorState::Process", at + _ns(0.1), at + _ns(3.1), _c=producer, **group)
+        host.event(executor, "IteratorGetNext:IteratorGetNext", at + _ns(0.1), at + _ns(0.2), **group)
+        host.event(executor, "dense/MatMul:_MklMatMul", at + _ns(0.3), at + _ns(3.0), **group)
+        host.event(executor, "ExecutorState::Process", at + _ns(3.2), at + _ns(6.2), _c=producer, **group)
+        host.event(executor, "dense/MatMul_1:_MklMatMul", at + _ns(3.3), at + _ns(6.1), **group)
+        after = t + dispatch + root + tail + _ns(0.3)
+        host.event(python, "EagerKernelExecute", after, after + _ns(0.05), **group)
+        host.event(python, "WriteSummary:WriteSummary", after + _ns(0.01), after + _ns(0.04), **group)
+    end = t0 + (steps - 1) * period + dispatch + root + tail + _ns(0.9)
+    host.event(python, "FlushSummaryWriter:FlushSummaryWriter", end - _ns(0.4), end)
+    host.finish()
+    return KerasCpuTrace(_write_space(space, path), 6.4, 0.1, 5.9, 7.3, (end - t0) / MS)

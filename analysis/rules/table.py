@@ -383,8 +383,9 @@ def make_verdict(
 ) -> dict:
     """The verdict: `bound`, `level`, `rule`, `evidence` (a sentence with numbers), `advice` (list).
 
-    With fewer than MIN_STEADY_STEPS steady steps there is no verdict: `bound` and `level`
-    are None and `reason` says why (compilation and warm-up are never its basis).
+    With fewer than `min_steps` steady steps there is no verdict: `bound` and `level` are None
+    and `reason` says why (compilation and warm-up are never its basis). A verdict over one step
+    (a one-step capture, which `min_steps=1` allows) is marked `single_step`: it has no spread.
     """
     steps_per_call = facts.steps_per_call
     unit = "call" if steps_per_call > 1 else "step"
@@ -417,5 +418,10 @@ def make_verdict(
         return {"bound": None, "level": None, "rule": None, "evidence": f"{evidence}.", "advice": [],
                 "reason": ("the device's activity was not recorded (its trace planes are empty), so compute and "
                            "host overhead cannot be told apart; only input could be judged, and it is small")}
-    return {"bound": rule.bound, "level": _level(rule, facts), "rule": rule.id,
-            "evidence": f"{rule.headline(facts)} {evidence}.", "advice": advice(facts, rule)}
+    verdict: dict = {"bound": rule.bound, "level": _level(rule, facts), "rule": rule.id,
+                     "evidence": f"{rule.headline(facts)} {evidence}.", "advice": advice(facts, rule)}
+    if steps_used == 1:
+        verdict["single_step"] = True
+        verdict["evidence"] += (f" Based on a single {unit}: there is no {unit}-to-{unit} spread to tell a typical "
+                                f"{unit} from an unusual one; trace a few more to confirm.")
+    return verdict

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import producers
+from analysis.producers import keras as keras_producer
 from analysis.producers import planes
 from analysis.producers import tensorflow as tf_producer
 from analysis.producers import tpu as tpu_producer
@@ -163,27 +164,80 @@ def _marker_ends(markers: pd.DataFrame) -> np.ndarray:
 
 def find_trace_groups(view: TraceView) -> DetectedSteps | None:
     """The trace's own step grouping: a device `Steps` line (XProf's steps, even one), else
-    `group_id` stats on host events. A group cut by the window's edge is partial."""
+    `group_id` stats on host events. A group cut by the window's edge is partial.
+
+    Groups inside Keras' training function (`train_function`) are Keras' own steps, and one
+    is enough (Keras profiles one step by default); when the trace has such groups, only they
+    are steps. Groups of evaluation and prediction (`test_function`, `predict_function`),
+    summary writing or a callback are never training steps."""
     found = _device_steps_line(view)
     if found is not None:
         return found
     host = view.host
     grouped = host[host["group_id"].notna()]
+    if grouped.empty:
+        return None
     # Each group's longest host event is its root, on the thread that ran the step.
     roots = grouped.sort_values("duration_ns", ascending=False, kind="stable").drop_duplicates("group_id")
-    # Groups of evaluation, summary writing or a callback are not training steps.
-    other = roots[matches(roots["name"], re.compile(tf_producer.NOT_A_TRAINING_STEP, re.IGNORECASE), search=True)]
-    grouped = grouped[~grouped["group_id"].isin(other["group_id"])]
-    roots = roots[~roots["group_id"].isin(other["group_id"])]
-    if grouped["group_id"].nunique() < 2:
+    enclosing = _keras_function_of(host, roots)
+    other = matches(roots["name"], re.compile(tf_producer.NOT_A_TRAINING_STEP, re.IGNORECASE), search=True) \
+        | matches(enclosing, keras_producer.OTHER_FUNCTION, search=True)
+    in_training = (matches(enclosing, keras_producer.TRAIN_FUNCTION, search=True)
+                   | matches(roots["name"], keras_producer.TRAIN_FUNCTION, search=True)) & ~other
+    keep = roots["group_id"][in_training] if in_training.any() else roots["group_id"][~other]
+    grouped = grouped[grouped["group_id"].isin(keep)]
+    roots = roots[roots["group_id"].isin(keep)]
+    if grouped["group_id"].nunique() < (1 if in_training.any() else 2):
         return None
     spans = grouped.groupby("group_id").agg(start_ns=("start_ns", "min"), marker_end_ns=("end_ns", "max"))
+    # A group with a root marker (`_r`, the function TensorFlow ran) spans the event around it, as
+    # XProf's step does: the eager ops TensorFlow adds to the group after the function (a summary
+    # write, a metric's reduction) are the host's work between steps.
+    marked = _marked_roots(grouped)
+    spans.loc[marked.index, ["start_ns", "marker_end_ns"]] = marked[["start_ns", "end_ns"]].to_numpy()
     roots = roots.set_index("group_id").loc[spans.index]
     partial = _cut_by_window(view, spans["start_ns"].to_numpy(), spans["marker_end_ns"].to_numpy())
     steps = _frame(spans.index.to_numpy(), 1, "group_id", roots["plane"], roots["line"], spans["start_ns"],
                    spans["marker_end_ns"], partial=partial)
-    return DetectedSteps("trace_groups", "group_id", steps, steps[SPAN_COLUMNS].copy(),
-                         "steps are the trace's own step groups (group_id stats)")
+    note = "steps are the trace's own step groups (group_id stats)"
+    if in_training.any():
+        note = ("steps are Keras' own: the step groups TensorFlow recorded inside its train_function (group_id "
+                "stats; the function's Python-level dispatch before the group is host overhead between steps)")
+    return DetectedSteps("trace_groups", "group_id", steps, steps[SPAN_COLUMNS].copy(), note)
+
+
+def _marked_roots(grouped: pd.DataFrame) -> pd.DataFrame:
+    """Per group holding a root marker (`_r` = 1): the longest event of the group on the marker's
+    thread that holds it (`start_ns`, `end_ns`, indexed by group)."""
+    marker = grouped[grouped["_r"].notna() & (grouped["_r"] == 1)].drop_duplicates("group_id")
+    if marker.empty:
+        return pd.DataFrame(columns=["start_ns", "end_ns"])
+    candidates = grouped[["group_id", "plane", "line", "start_ns", "end_ns", "duration_ns"]].merge(
+        marker[["group_id", "plane", "line", "start_ns", "end_ns"]].rename(
+            columns={"start_ns": "marker_ns", "end_ns": "marker_end_ns"}), on=["group_id", "plane", "line"])
+    holds = candidates[(candidates["start_ns"] <= candidates["marker_ns"])
+                       & (candidates["end_ns"] >= candidates["marker_end_ns"])]
+    holds = holds.sort_values("duration_ns", ascending=False, kind="stable").drop_duplicates("group_id")
+    return holds.set_index("group_id")[["start_ns", "end_ns"]]
+
+
+def _keras_function_of(host: pd.DataFrame, events: pd.DataFrame) -> pd.Series:
+    """The name of the Keras step function call (`train_function`, `test_function`, ...) that holds
+    each event's start on its thread ('' where none does)."""
+    pattern = re.compile(f"{keras_producer.TRAIN_FUNCTION.pattern}|{keras_producer.OTHER_FUNCTION.pattern}")
+    calls = host[matches(host["name"], pattern, search=True)]
+    if calls.empty or events.empty:
+        return pd.Series("", index=events.index, dtype=object)
+    threads = {"plane": "int64", "line": "int64"}
+    found = pd.merge_asof(
+        events[["plane", "line", "start_ns"]].astype(threads).reset_index().sort_values("start_ns", kind="stable"),
+        calls[["plane", "line", "start_ns", "end_ns", "name"]].astype(threads)
+        .rename(columns={"start_ns": "call_ns", "end_ns": "call_end_ns", "name": "call"})
+        .sort_values("call_ns", kind="stable"),
+        left_on="start_ns", right_on="call_ns", by=["plane", "line"], direction="backward")
+    inside = found["call_ns"].notna() & (found["start_ns"] < found["call_end_ns"])
+    names = found["call"].astype(object).where(inside, "")
+    return pd.Series(names.to_numpy(), index=found["index"].to_numpy()).reindex(events.index).fillna("")
 
 
 def _device_steps_line(view: TraceView) -> DetectedSteps | None:
@@ -220,11 +274,13 @@ def find_program_executions(view: TraceView, wanted: re.Pattern | None = None) -
     return None
 
 
-def _kth_on_each_thread(executions: pd.DataFrame, name: str, method_note: str) -> DetectedSteps | None:
-    """Step k = the k-th execution on every thread (or device) that runs the program."""
+def _kth_on_each_thread(executions: pd.DataFrame, name: str, method_note: str, *, rounds: int = 2,
+                        view: TraceView | None = None) -> DetectedSteps | None:
+    """Step k = the k-th execution on every thread (or device) that runs the program; at least
+    `rounds` of them. With `view`, an execution cut by the traced window's edge makes its round partial."""
     executions = executions.sort_values("start_ns", kind="stable").copy()
     executions["step"] = executions.groupby(["plane", "line"], sort=False).cumcount()
-    if executions["step"].max() < 1:
+    if executions.empty or executions["step"].max() < rounds - 1:
         return None
     per_step = executions.groupby("step").agg(start_ns=("start_ns", "min"), marker_end_ns=("end_ns", "max"))
     first = executions.sort_values("start_ns", kind="stable").drop_duplicates("step").set_index("step")
@@ -232,6 +288,10 @@ def _kth_on_each_thread(executions: pd.DataFrame, name: str, method_note: str) -
     thread = executions["plane"].astype("int64") * 1_000_003 + executions["line"].astype("int64")
     threads_per_step = thread.groupby(executions["step"]).nunique()
     partial = (threads_per_step.loc[per_step.index] < thread.nunique()).to_numpy()  # a round some thread did not run
+    if view is not None and len(executions) > 1:
+        cut = pd.Series(_cut_by_window(view, executions["start_ns"].to_numpy(), executions["end_ns"].to_numpy()),
+                        index=executions.index).groupby(executions["step"]).any()
+        partial |= cut.loc[per_step.index].to_numpy()
     steps = _frame(per_step.index.to_numpy(), 1, name, first["plane"], first["line"], per_step["start_ns"],
                    per_step["marker_end_ns"], partition=True, partial=partial)
     spans = executions.rename(columns={"end_ns": "marker_end_ns"})[SPAN_COLUMNS].reset_index(drop=True)
@@ -266,13 +326,17 @@ def _function_calls(view: TraceView, wanted: re.Pattern | None) -> DetectedSteps
         calls = calls[matches(calls["name"], wanted, search=True).to_numpy() | concrete_named]
     calls = calls.assign(key=calls["name"].astype(str))
     name = _most_frequent(calls, "key")
+    if name is None:  # one call: a step only when it is Keras' training function, Keras' own step
+        keras = calls[matches(calls["key"], keras_producer.TRAIN_FUNCTION, search=True)]
+        name = str(keras["key"].iloc[0]) if len(keras) == 1 else None
     if name is None:
         return None
     chosen = calls[calls["key"] == name]
     top = chosen.groupby(["plane", "line"]).size().idxmax()
     chosen = chosen[(chosen["plane"] == top[0]) & (chosen["line"] == top[1])]
     concrete = next((c for c in chosen["concrete"] if c), "")
-    return _kth_on_each_thread(chosen, concrete or name, f"tf.function '{name}' called from the training thread")
+    return _kth_on_each_thread(chosen, concrete or name, f"tf.function '{name}' called from the training thread",
+                               rounds=1 if len(chosen) == 1 else 2)
 
 
 def _concrete_functions(host: pd.DataFrame, calls: pd.DataFrame) -> pd.Series:

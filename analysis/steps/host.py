@@ -104,7 +104,8 @@ def host_compute_intervals(view: TraceView, markers: pd.DataFrame) -> iv.Interva
     # Only the columns used here: a full-width copy of a multi-million-event table costs memory and time.
     host = view.host[["plane", "line", "name", "plane_name", "start_ns", "end_ns", "step_num", "_p", "_c"]]
     on_marker_line = on_lines(host, markers)
-    wrappers = matches(host["name"], producers.pattern("eager_wrapper")) | present(host["step_num"])
+    wrappers = matches(host["name"], producers.pattern("eager_wrapper")) | present(host["step_num"]) \
+        | _callers(host[on_marker_line], markers).reindex(host.index, fill_value=False)
     inside_markers = iv.union(markers["start_ns"].to_numpy(), markers["marker_end_ns"].to_numpy())
     marker_thread_work = iv.intersect(intervals(host[on_marker_line & ~wrappers]), inside_markers)
 
@@ -114,6 +115,21 @@ def host_compute_intervals(view: TraceView, markers: pd.DataFrame) -> iv.Interva
         return iv.union_of(marker_thread_work, _linked_to_own_step(other, linked_producers))
     is_execution = matches(other["name"], producers.pattern("host_execution")) | matches(other["name"], TF_OP_RE)
     return iv.union_of(marker_thread_work, intervals(other[is_execution]))
+
+
+def _callers(events: pd.DataFrame, markers: pd.DataFrame) -> pd.Series:
+    """Events that start before a step on its thread and reach into it: the step's caller (Keras'
+    `train_function` call around the step group TensorFlow recorded in it), whose own time is dispatch."""
+    threads = {"plane": "int64", "line": "int64"}
+    if events.empty or markers.empty:
+        return pd.Series(False, index=events.index)
+    found = pd.merge_asof(
+        events[["plane", "line", "start_ns", "end_ns"]].astype(threads).reset_index().sort_values("start_ns", kind="stable"),
+        markers[["plane", "line", "start_ns"]].astype(threads).rename(columns={"start_ns": "step_ns"})
+        .sort_values("step_ns", kind="stable"),
+        left_on="start_ns", right_on="step_ns", by=["plane", "line"], direction="forward", allow_exact_matches=False)
+    caller = found["step_ns"].notna() & (found["step_ns"] < found["end_ns"])
+    return pd.Series(caller.to_numpy(), index=found["index"].to_numpy()).reindex(events.index, fill_value=False)
 
 
 def _producer_markers(producing: pd.DataFrame, markers: pd.DataFrame) -> pd.DataFrame:
@@ -249,6 +265,17 @@ def mean_breakdown(steps: pd.DataFrame) -> dict[str, float]:
             mean[f"{part}_pct"] = 100.0 * float(steps[f"{part}_ms"].sum()) / total_ms if total_ms > 0 else 0.0
     mean["input_overlapped_ms"] = float(steps["input_overlapped_ms"].mean()) if "input_overlapped_ms" in steps else 0.0
     return mean
+
+
+def one_step_capture(steps: pd.DataFrame, compile_share: float = 0.05) -> bool:
+    """Whether the trace holds exactly one complete step, and it does not trace or compile: a
+    one-step capture (Keras' default profiles one batch). Its figures are all the trace has, so
+    it gets a verdict, marked as based on a single step, on every device."""
+    complete = complete_steps(steps)
+    if len(complete) != 1 or ("partial" in steps and bool(complete["partial"].astype(bool).all())):
+        return False
+    step = complete.iloc[0]
+    return bool(step["compile_ms"] <= compile_share * step["step_ms"])
 
 
 @dataclass(frozen=True)
