@@ -13,7 +13,9 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import re
+import stat
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +80,70 @@ def warn(message: str) -> None:
     warnings.warn(message, RunFileWarning, stacklevel=3)
 
 
+# ---------------------------------------------------------------- reading a file safely
+
+# The most each reader takes (docs/run-directory.md): far above what a run writes (run.json is
+# kilobytes; a million steps are about 80 MB of steps.csv; a day of samples at 0.5 s about 40 MB)
+# and far below what would exhaust memory. A file above its bound is refused before it is read.
+RUN_JSON_MAX_BYTES = 64 * 2**20
+CSV_MAX_BYTES = 512 * 2**20
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def outside(path: Path, folder: Path) -> bool:
+    """Whether `path`, its links followed, lies outside `folder` (its links followed too)."""
+    try:
+        return not path.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):  # a loop of links
+        return True
+
+
+def read_regular(path: str | Path, limit: int, within: Path | None = None) -> bytes:
+    """The bytes of `path` when it is a regular file of at most `limit` bytes (inside `within`, its
+    links followed, when given); anything else is a RunFileError, decided before a byte is read:
+    a FIFO is opened without waiting for a writer, a device such as /dev/zero is never read."""
+    path = Path(path)
+    if within is not None and outside(path, within):
+        raise RunFileError(f"{path}: a link to {_resolved(path)}, outside {within}: not read")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise RunFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RunFileError(f"{path}: {_kind(info.st_mode)}, not a regular file: not read")
+        if info.st_size > limit:
+            raise RunFileError(f"{path}: {info.st_size:,} bytes, above the {limit // 2**20} MiB devprof reads "
+                               "from such a file")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(limit + 1 - size, 2**24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:  # grew while being read
+            raise RunFileError(f"{path}: more than the {limit // 2**20} MiB devprof reads from such a file")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise RunFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+
+
+def _resolved(path: Path) -> str:
+    try:
+        return str(path.resolve())
+    except (OSError, RuntimeError):
+        return "a loop of links"
+
+
 # ---------------------------------------------------------------- run.json
 
 
@@ -101,10 +167,12 @@ def read_run_json(path: str | Path) -> dict:
     naming the field. A file that is unreadable, not JSON or not an object is a RunFileError."""
     path = Path(path)
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise RunFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+        meta = json.loads(read_regular(path, RUN_JSON_MAX_BYTES, path.parent).decode("utf-8"))
+    except RecursionError:
+        raise RunFileError(f"{path}: not valid JSON (nested too deeply)") from None
     except (ValueError, UnicodeDecodeError) as exc:
+        if isinstance(exc, RunFileError):
+            raise
         raise RunFileError(f"{path}: not valid JSON ({str(exc).splitlines()[0]})") from None
     if not isinstance(meta, dict):
         raise RunFileError(f"{path}: expected a JSON object, got a {type(meta).__name__}")
@@ -250,10 +318,7 @@ def run_epochs(meta: dict, source: str | Path = RUN_JSON) -> pd.DataFrame:
 
 def _complete_lines(path: Path) -> list[str]:
     """Lines of a CSV written row by row; a last line without its newline was cut off and is dropped."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise RunFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    text = read_regular(path, CSV_MAX_BYTES, path.parent.parent).decode("utf-8", errors="replace")
     return [line for line in text.split("\n")[:-1] if line.strip()]
 
 
@@ -278,10 +343,7 @@ def read_steps_csv(path: str | Path) -> pd.DataFrame:
     million rows take seconds.
     """
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise RunFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    raw = read_regular(path, CSV_MAX_BYTES, path.parent)
     raw = raw[: raw.rfind(b"\n") + 1]  # a last line without its newline was cut off mid-row
     if not raw.strip():
         raise RunFileError(f"{path}: empty file (no header)")
@@ -327,7 +389,9 @@ def _one_row_per_step(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
 
 
 def read_sampler_csv(path: str | Path) -> pd.DataFrame:
-    """A sampler CSV as numbers; empty cells (metrics turned off) are NaN, rows without a time dropped."""
+    """A sampler CSV as numbers; empty cells (metrics turned off) are NaN, rows without a time dropped,
+    rows in time order (rows out of order are sorted, with one warning: each sample covers the time
+    since the one before it, and per-step utilization looks samples up by time)."""
     path = Path(path)
     lines = _complete_lines(path)
     if not lines:
@@ -335,14 +399,22 @@ def read_sampler_csv(path: str | Path) -> pd.DataFrame:
     frame, _ = _numeric_rows(path, lines)
     if TIME_COLUMN in frame:
         frame = frame.dropna(subset=[TIME_COLUMN]).reset_index(drop=True)
+        if not frame[TIME_COLUMN].is_monotonic_increasing:
+            warn(f"{path}: rows are not in time order: sorted by {TIME_COLUMN}")
+            frame = frame.sort_values(TIME_COLUMN, kind="stable").reset_index(drop=True)
     return frame
 
 
 def read_utilization(run_dir: str | Path) -> dict[str, pd.DataFrame]:
-    """`{sampler name: samples}` for every readable, non-empty `utilization/*.csv`."""
+    """`{sampler name: samples}` for every readable, non-empty `utilization/*.csv`; one that cannot
+    be read (not a regular file, too big, a link out of the run) is skipped with a warning."""
     found = {}
     for csv in sorted((Path(run_dir) / UTILIZATION_DIR).glob("*.csv")):
-        frame = read_sampler_csv(csv)
+        try:
+            frame = read_sampler_csv(csv)
+        except RunFileError as exc:
+            warn(f"{exc}: sampler skipped")
+            continue
         if TIME_COLUMN in frame and not frame.empty:
             found[csv.stem] = frame
     return found

@@ -9,6 +9,9 @@ trace needs neither TensorFlow nor a protobuf library.
 
 from __future__ import annotations
 
+import mmap
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +19,19 @@ import numpy as np
 import pandas as pd
 
 from analysis.read import xplane_wire as wire
+from analysis.read.run_files import warn
+
+# The largest trace devprof reads (docs/run-directory.md): reading takes about 8 bytes of memory per
+# byte of trace, so a bigger one would not fit in a large machine's memory anyway.
+TRACE_MAX_BYTES = 16 * 2**30
+# Event times no profiler writes: a negative duration, a start more than a second before its
+# line's start, or a start or end more than a day from the middle of its plane (a profile
+# session lasts seconds to minutes). Such events are dropped with one warning naming the trace.
+EARLIEST_OFFSET_PS = -10**12
+FARTHEST_FROM_TRACE_NS = 24 * 3600 * 10**9
+# More of the events than this with impossible times: the trace is refused rather than analysed without them.
+MOST_IMPOSSIBLE_SHARE = 0.1
+GZIP_SUFFIX = ".gz"
 
 TRACE_SUFFIX = ".xplane.pb"
 PROFILE_SUBDIR = Path("plugins") / "profile"
@@ -75,6 +91,7 @@ class Trace:
     events: pd.DataFrame
     known_stats: pd.DataFrame | None = None
     hostnames: list[str] = field(default_factory=list)
+    kept_events: np.ndarray | None = None  # the file's event numbers of `events`' rows, where some were dropped
 
     @property
     def source(self) -> str:
@@ -87,7 +104,13 @@ class Trace:
         if self.known_stats is None:
             if self.location is None:
                 raise TraceError("a trace made in memory has no file to read its stats from")
-            self.known_stats = event_stats(self.location.xplane, EVENT_STAT_COLUMNS)
+            stats = event_stats(self.location.xplane, EVENT_STAT_COLUMNS)
+            if self.kept_events is not None:  # events with impossible times were dropped: renumber
+                number = stats["event"].to_numpy()
+                keep = np.isin(number, self.kept_events)
+                stats = stats[keep].reset_index(drop=True)
+                stats["event"] = np.searchsorted(self.kept_events, number[keep])
+            self.known_stats = stats
         return self.known_stats
 
 
@@ -109,7 +132,12 @@ def locate_trace(path: str | Path) -> TraceLocation:
     requested = Path(path)
     if not requested.exists():
         raise TraceNotFound(f"no such file or directory: {requested}")
+    if not requested.is_dir() and not requested.is_file():
+        raise TraceError(f"{requested} is {_kind_of(requested)}, not a profiler trace file")
     if requested.is_file():
+        if requested.name.endswith(TRACE_SUFFIX + GZIP_SUFFIX):
+            raise TraceError(f"{requested} is gzipped: unzip it first (gunzip -k '{requested}') and analyse the "
+                             f"{TRACE_SUFFIX} file")
         if not requested.name.endswith(TRACE_SUFFIX):
             raise TraceError(f"{requested} is not a profiler trace: expected a file named *{TRACE_SUFFIX}")
         return TraceLocation(requested, requested, requested.parent.name, _run_dir_of(requested), "", (requested,))
@@ -128,7 +156,7 @@ def locate_trace(path: str | Path) -> TraceLocation:
     if not sessions:
         raise TraceNotFound(
             f"no profiler trace in {requested}: looked for */{PROFILE_SUBDIR}/<session>/*{TRACE_SUFFIX}"
-            f" and *{TRACE_SUFFIX}; found {_describe_contents(requested)}"
+            f" and *{TRACE_SUFFIX}; found {_describe_contents(requested)}{_gzipped_note(requested, profile_dirs)}"
         )
     sessions.sort(key=lambda d: (d.name, d.stat().st_mtime))
     newest = sessions[-1]
@@ -162,7 +190,52 @@ def _describe_contents(folder: Path) -> str:
     if not entries:
         return "an empty folder"
     shown = ", ".join(entries[:8]) + (", ..." if len(entries) > 8 else "")
-    return f"{len(entries)} entries ({shown})"
+    return f"{len(entries)} {'entry' if len(entries) == 1 else 'entries'} ({shown})"
+
+
+def _gzipped_note(folder: Path, profile_dirs: list[Path]) -> str:
+    """A hint when the only traces there are gzipped (`*.xplane.pb.gz`): devprof reads them unzipped."""
+    pattern = "*" + TRACE_SUFFIX + GZIP_SUFFIX
+    found = sorted(folder.glob(pattern)) + sorted(f for d in profile_dirs for f in d.glob("*/" + pattern))
+    if not found:
+        return ""
+    return (f"; {found[0]}{f' and {len(found) - 1} more' if len(found) > 1 else ''} is gzipped: unzip it first "
+            f"(gunzip -k FILE) so that it is a {TRACE_SUFFIX} file")
+
+
+def _kind_of(path: Path) -> str:
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return "unreadable"
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _open_trace(xplane: Path):
+    """The trace's bytes as a read-only memory map, after checking it is a regular file within
+    `TRACE_MAX_BYTES` (a FIFO is opened without waiting for a writer, a device is never read)."""
+    try:
+        fd = os.open(xplane, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise TraceUnreadable(f"{xplane}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise TraceUnreadable(f"{xplane} is {_kind_of(xplane)}, not a trace file: not read")
+        if not info.st_size:
+            raise TraceUnreadable(f"{xplane} is empty (0 bytes): the profiler did not finish writing it")
+        if info.st_size > TRACE_MAX_BYTES:
+            raise TraceUnreadable(f"{xplane}: {info.st_size:,} bytes, above the {TRACE_MAX_BYTES // 2**30} GiB "
+                                  "devprof reads from a trace")
+        return info.st_size, mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    except OSError as exc:
+        raise TraceUnreadable(f"{xplane}: cannot read it ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
 
 
 def _unreadable(xplane: Path, size: int, why: str) -> TraceUnreadable:
@@ -171,11 +244,9 @@ def _unreadable(xplane: Path, size: int, why: str) -> TraceUnreadable:
 
 def _decode_file(xplane: Path, names, number_names=()) -> wire.DecodedSpace:
     """Decode one `.xplane.pb`; a truncated or foreign file raises `TraceUnreadable`."""
-    size = xplane.stat().st_size
-    if not size:
-        raise TraceUnreadable(f"{xplane} is empty (0 bytes): the profiler did not finish writing it")
     # A memory map, not a copy: the file's pages are read as the decoder reaches them.
-    with wire.open_trace_bytes(xplane) as buf:
+    size, buffer = _open_trace(xplane)
+    with buffer as buf:
         space = _decode(buf, names, lambda why: _unreadable(xplane, size, why), number_names)
     if not space.planes:
         raise TraceUnreadable(f"{xplane} holds no profiler planes ({size} bytes): truncated or not an XSpace trace")
@@ -269,9 +340,11 @@ def _event_name_codes(space: wire.DecodedSpace, plane_of: np.ndarray) -> pd.Cate
     return pd.Categorical.from_codes(codes, categories=categories)
 
 
-def _events_table(space: wire.DecodedSpace, planes: pd.DataFrame, lines: pd.DataFrame, consume: bool = False) -> pd.DataFrame:
+def _events_table(space: wire.DecodedSpace, planes: pd.DataFrame, lines: pd.DataFrame,
+                  consume: bool = False) -> tuple[pd.DataFrame, np.ndarray]:
     """Events with their names, times, plane and line; times are the line's `timestamp_ns` +
-    `offset_ps`/1000 (+ `duration_ps`/1000). `consume`: drop each decoded column once used."""
+    `offset_ps`/1000 (+ `duration_ps`/1000). `consume`: drop each decoded column once used.
+    Also returns which events have impossible times (`_impossible_times`)."""
     decoded = space.events
     row = decoded.line_row
     plane_of = lines["plane"].to_numpy(dtype=np.int32)[row]
@@ -279,9 +352,11 @@ def _events_table(space: wire.DecodedSpace, planes: pd.DataFrame, lines: pd.Data
     start_ns = lines["timestamp_ns"].to_numpy(dtype=np.int64)[row]
     start_ns += decoded.offset_ps // 1000
     duration_ns = decoded.duration_ps // 1000
+    impossible = (decoded.duration_ps < 0) | (decoded.offset_ps < EARLIEST_OFFSET_PS)
     if consume:
         decoded.release("metadata_id", "offset_ps", "duration_ps")
     end_ns = start_ns + duration_ns
+    impossible |= _far_from_their_plane(start_ns, end_ns, plane_of, len(planes))
     line_ids = lines["line_id"].to_numpy(dtype=np.int64)
     events = pd.DataFrame(
         {
@@ -301,7 +376,37 @@ def _events_table(space: wire.DecodedSpace, planes: pd.DataFrame, lines: pd.Data
     if consume:
         decoded.release("line_row")
         wire.release_freed_memory()
-    return events
+    return events, impossible
+
+
+def _far_from_their_plane(start_ns: np.ndarray, end_ns: np.ndarray, plane_of: np.ndarray, planes: int) -> np.ndarray:
+    """Events starting or ending more than `FARTHEST_FROM_TRACE_NS` from the median event start of
+    their plane (each plane on its own: a device may keep its own clock)."""
+    far = np.zeros(start_ns.size, dtype=bool)
+    bounds = np.searchsorted(plane_of, np.arange(planes + 1))  # events are in plane order
+    for first, last in zip(bounds[:-1], bounds[1:]):
+        if first == last:
+            continue
+        middle = int(np.median(start_ns[first:last]))
+        far[first:last] = (start_ns[first:last] < middle - FARTHEST_FROM_TRACE_NS) \
+            | (end_ns[first:last] > middle + FARTHEST_FROM_TRACE_NS)
+    return far
+
+
+def _drop_impossible(events: pd.DataFrame, impossible: np.ndarray, source: str) -> tuple[pd.DataFrame, np.ndarray | None]:
+    """`events` without those with impossible times, and the file's numbers of the rows kept (None:
+    none dropped); one warning names the trace, how many and which names."""
+    if not impossible.any():
+        return events, None
+    names = [str(name) for name in pd.unique(events["name"].to_numpy()[impossible])]
+    shown = ", ".join(repr(n) for n in names[:3]) + (", ..." if len(names) > 3 else "")
+    what = (f"{int(impossible.sum())} of {len(events)} events with impossible times (a negative duration, a start "
+            f"before its timeline's, or more than a day from the rest of its plane: {shown})")
+    if impossible.sum() > len(events) * MOST_IMPOSSIBLE_SHARE:
+        raise TraceUnreadable(f"{source} is corrupt: {what}")
+    warn(f"{source}: dropped {what}; the trace is corrupt there")
+    kept = np.flatnonzero(~impossible)
+    return events.iloc[kept].reset_index(drop=True), kept
 
 
 def _smallest_int(*values: int) -> type:
@@ -400,18 +505,27 @@ def _numeric_column(space: wire.DecodedSpace, rows: np.ndarray, of_event: np.nda
 
 def _tables(space: wire.DecodedSpace) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     planes, lines = _plane_and_line_tables(space)
-    events = _events_table(space, planes, lines)
+    events, impossible = _events_table(space, planes, lines)
     _add_stat_columns(events, space)
-    return planes, lines, events, _stats_table(space)
+    stats = _stats_table(space)
+    events, kept = _drop_impossible(events, impossible, "the trace")
+    if kept is not None:
+        keep = np.isin(stats["event"].to_numpy(), kept)
+        stats = stats[keep].reset_index(drop=True)
+        stats["event"] = np.searchsorted(kept, stats["event"].to_numpy())
+    return planes, lines, events, stats
 
 
-def _event_tables(space: wire.DecodedSpace) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Planes, lines and events; the decoded columns are let go as the table takes them, so that
-    the decoder's arrays and the table are not both held whole."""
+def _event_tables(space: wire.DecodedSpace, source: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame,
+                                                                  np.ndarray | None]:
+    """Planes, lines, events (without those with impossible times) and the file's numbers of the
+    events kept (None: all); the decoded columns are let go as the table takes them, so that the
+    decoder's arrays and the table are not both held whole."""
     planes, lines = _plane_and_line_tables(space)
-    events = _events_table(space, planes, lines, consume=True)
+    events, impossible = _events_table(space, planes, lines, consume=True)
     _add_stat_columns(events, space)
-    return planes, lines, events
+    events, kept = _drop_impossible(events, impossible, source)
+    return planes, lines, events, kept
 
 
 def xspace_to_tables(source) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -430,10 +544,10 @@ def read_trace(path: str | Path) -> Trace:
     """Locate and parse a trace; see `locate_trace` for the accepted paths."""
     location = locate_trace(path)
     space = _decode_file(location.xplane, EVENT_STAT_COLUMNS, NUMERIC_STAT_COLUMNS + ID_STAT_COLUMNS)
-    planes, lines, events = _event_tables(space)
+    planes, lines, events, kept = _event_tables(space, str(location.xplane))
     hostnames = space.hostnames
     del space
     wire.release_freed_memory()
     if events.empty:
         raise TraceError(f"{location.xplane} has {len(planes)} planes but no events: nothing was profiled")
-    return Trace(location, planes, lines, events, hostnames=hostnames)
+    return Trace(location, planes, lines, events, hostnames=hostnames, kept_events=kept)

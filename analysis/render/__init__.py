@@ -43,6 +43,19 @@ def format_for_path(path: str | Path, kind: str, default: str = "text") -> str:
     return next((entry.name for entry in REGISTRY if kind in entry.renders and suffix in entry.suffixes), default)
 
 
+def format_of_output(path: str | Path, kind: str, fmt: str | None = None) -> str:
+    """The format to write `path` in: `fmt` when given, else the one its extension asks for (text
+    without one). An extension no format writes (`report.pdf`) is a ValueError: text in a file
+    named .pdf opens as a broken file."""
+    if fmt is not None:
+        return fmt
+    suffix = Path(path).suffix.lower()
+    if suffix and not any(kind in entry.renders and suffix in entry.suffixes for entry in REGISTRY):
+        known = ", ".join(s for entry in REGISTRY if kind in entry.renders for s in entry.suffixes)
+        raise ValueError(f"-o {path}: no format writes {suffix} files; name it {known}, or pass --format")
+    return format_for_path(path, kind)
+
+
 def renderer(fmt: str, kind: str):
     if fmt not in formats_for(kind):
         raise ValueError(f"unknown format {fmt!r} for {kind}; one of {', '.join(formats_for(kind))}")

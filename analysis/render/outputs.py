@@ -1,14 +1,9 @@
 """The files `devprof analyze` writes beside a run: breakdown CSVs, PNG plots, report.md, report.html,
-analysis.json.
-
-Each file is written under a temporary name in the same folder and renamed into place, so a
-full disk or a crash never leaves a cut or empty file where a complete one is expected.
-"""
+analysis.json; each written as `files.write_text_atomically` does, never through a link."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pandas as pd
@@ -16,21 +11,9 @@ import pandas as pd
 from analysis.render import html, markdown, plots
 from analysis.render import json as json_format
 from analysis.render.csv_safety import neutralize_frame
+from analysis.render.files import OutsideRunError, check_inside, temporary_path, write_text_atomically
 
-
-def temporary_path(path: Path) -> Path:
-    """A name beside `path` that no other writer uses, with the same suffix (plots pick their format by it)."""
-    return path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
-
-
-def write_text_atomically(path: Path, text: str) -> Path:
-    tmp = temporary_path(path)
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+__all__ = ["OutsideRunError", "check_inside", "csv_text", "temporary_path", "write_outputs", "write_text_atomically"]
 
 
 def csv_text(frame: pd.DataFrame) -> str:
@@ -41,6 +24,7 @@ def csv_text(frame: pd.DataFrame) -> str:
 def write_outputs(analysis, out_dir: str | Path) -> list[Path]:
     """Every file under `out_dir`; returns their paths."""
     out_dir = Path(out_dir)
+    check_inside(out_dir, analysis.job_dir or analysis.run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     written.append(write_text_atomically(out_dir / "step_breakdown.csv", csv_text(analysis.steps)))
@@ -50,6 +34,8 @@ def write_outputs(analysis, out_dir: str | Path) -> list[Path]:
     if analysis.epochs is not None:
         written.append(write_text_atomically(out_dir / "epoch_breakdown.csv", csv_text(analysis.epochs)))
         plot_names.append(plots.plot_epoch_breakdown(analysis.epochs, out_dir / "epoch_breakdown.png").name)
+    if not analysis.workers.empty:  # every worker, however many; the reports show the slowest
+        written.append(write_text_atomically(out_dir / "workers.csv", csv_text(analysis.workers)))
     if analysis.reconciliation is not None:
         written.append(write_text_atomically(out_dir / "trace_vs_steps.csv", csv_text(analysis.reconciliation)))
     if analysis.samplers:

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.read.run_files import UTILIZATION_COLUMNS
+from analysis.render.files import temporary_path
 
 PART_COLORS = {"input": "#d62728", "compute": "#2ca02c", "host": "#1f77b4", "collective": "#9467bd"}
 EPOCH_LEVEL_COLOR = "#7f7f7f"
@@ -43,7 +44,7 @@ def save(fig, path: str | Path) -> Path:
     fig.tight_layout()
     path = Path(path)
     # A temporary name, then a rename: a full disk leaves no cut PNG behind.
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.png")
+    tmp = temporary_path(path.with_suffix(".png"))
     try:
         fig.savefig(tmp, dpi=100, format="png")
         os.replace(tmp, path)

@@ -55,7 +55,12 @@ def find_steps(inputs: RunInputs, step_name: str | None = None) -> StepSource:
         note = (f"the profiler trace is truncated or corrupt ({inputs.trace_error}); breakdown from steps.csv, "
                 "where compute is the time in the step call")
     if inputs.steps_table is None or inputs.steps_table.empty:
-        raise TraceError(f"{inputs.run_dir} has no profiler trace and steps.csv has no steps yet")
+        status = inputs.run.status if inputs.run is not None else None
+        what = "no steps yet (the run is still running)" if status == "running" else \
+            f"no usable step rows (run.json status {status!r})" if status else "no usable step rows"
+        if inputs.steps_table is None:
+            raise TraceError(f"{inputs.run_dir} has no profiler trace and no steps.csv")
+        raise TraceError(f"{inputs.run_dir} has no profiler trace and steps.csv has {what}")
     device = str((inputs.run.device if inputs.run is not None else {}).get("kind") or "unknown")
     return StepSource("steps_csv", "steps.csv", device, steps_from_csv(inputs.steps_table), inputs.source, (note,))
 

@@ -12,7 +12,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from analysis.render import format_for_path, formats_for
+from analysis.render import format_for_path, format_of_output, formats_for
 from profiler.commands.common import (
     EXIT_OK,
     EXIT_REGRESSION,
@@ -64,6 +64,11 @@ def handle(args: argparse.Namespace) -> int:
         return error(f"--ops compares two runs, A and B; got {len(args.runs)}", hint="devprof compare A B --ops")
     if args.fail_if_slower is not None and not (args.fail_if_slower >= 0 and args.fail_if_slower < float("inf")):
         return error(f"--fail-if-slower must be a finite percentage >= 0, got {args.fail_if_slower:g}")
+    if args.output:
+        try:
+            args.format = format_of_output(args.output, "comparison", args.format)
+        except ValueError as exc:
+            return error(str(exc))
     try:
         with file_warnings():
             result = compare.compare_paths(args.runs, args.external, args.baseline, ops=args.ops)

@@ -1,0 +1,52 @@
+"""Writing a file safely: under a temporary name in the same folder, then renamed into place.
+
+A full disk or a crash never leaves a cut or empty file where a complete one is expected; the
+rename replaces a link at that name instead of writing through it, and the temporary file is
+made new (never an existing name, so never through a link). A run's own folder for the
+outputs (`<run>/analysis`) that is a link out of the run is refused: writing there would
+overwrite another folder's files.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from pathlib import Path
+
+
+def temporary_path(path: Path) -> Path:
+    """A new, empty file beside `path` that no other writer uses, with the same suffix (plots pick
+    their format by it); created exclusively, so an existing name or link is never written through."""
+    fd, name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent)
+    os.close(fd)
+    return Path(name)
+
+
+def write_text_atomically(path: Path, text: str) -> Path:
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, f"{path} is a folder", str(path))
+    tmp = temporary_path(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+class OutsideRunError(OSError):
+    """The folder to write into lies inside a run directory but leads (by a link) out of it."""
+
+
+def check_inside(out_dir: Path, run_folder: Path | None) -> None:
+    """Refuse `out_dir` when it is named inside `run_folder` but a link takes it outside."""
+    if run_folder is None:
+        return
+    absolute, folder = Path(os.path.abspath(out_dir)), Path(os.path.abspath(run_folder))
+    if not absolute.is_relative_to(folder):
+        return  # a folder the user chose elsewhere
+    resolved_folder = folder.resolve()
+    if not absolute.resolve().is_relative_to(resolved_folder):
+        message = f"{out_dir} is a link to {absolute.resolve()}, outside the run folder {folder}: not written"
+        raise OutsideRunError(errno.EPERM, message)
