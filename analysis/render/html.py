@@ -35,6 +35,7 @@ from analysis.render.html_charts import (
     num,
     stacked_bars,
 )
+from analysis.render.names import distinct_names
 
 NUMBER_TEXT = re.compile(r"[-+]?[\d.,]+\s*(x|%|[\d.,/ ()-]*)")  # "1.00x", "99/100", "22 (-)": right-aligned
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -78,6 +79,7 @@ th,td{padding:3px 8px;border-bottom:1px solid #eee;text-align:left;vertical-alig
 th{background:#f3f3f3;font-weight:600;white-space:nowrap}
 td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 td.name{overflow-wrap:anywhere;max-width:520px}
+td.path{overflow-wrap:normal}
 tr.straggler td{background:#fdecec;font-weight:600}
 tr:nth-child(even) td{background:#fbfbfb}
 .kv{display:grid;grid-template-columns:repeat(auto-fill,minmax(330px,1fr));gap:0 24px}
@@ -140,14 +142,31 @@ def _cell(value) -> tuple[str, bool]:
     return text, bool(NUMBER_TEXT.fullmatch(text)) and any(ch.isdigit() for ch in text)
 
 
+HTML_NAME = 90  # characters of a name in a table cell; the whole name is its tooltip
+_BREAK_AFTER = re.compile(r"(?<=.)(/|::)")
+
+
+def _name_cell(name, shown) -> str:
+    """A name that wraps only after its `/` and `::` separators (never inside a word such as
+    `/host:CPU`), its whole text as the tooltip where it is shortened."""
+    text = _cell(shown)[0]
+    title = f' title="{esc(str(name))}"' if shown != name else ""
+    return f'<td class="name path"{title}>' + _BREAK_AFTER.sub(r"\1<wbr>", esc(text)) + "</td>"
+
+
 def _table(frame: pd.DataFrame, highlight=None, name_columns=()) -> str:
-    """A DataFrame as an HTML table; `highlight(row) -> bool` marks rows (the straggler)."""
+    """A DataFrame as an HTML table; `highlight(row) -> bool` marks rows (the straggler). Names in
+    `name_columns` are shortened so that the rows stay told apart (`render.names`)."""
     head = "".join(f"<th>{esc(c)}</th>" for c in frame.columns)
+    shortened = {c: distinct_names(frame[c].tolist(), HTML_NAME) for c in name_columns if c in frame}
     rows = []
-    for _, row in frame.iterrows():
+    for index, (_, row) in enumerate(frame.iterrows()):
         cells = []
         for column, value in row.items():
             text, numeric = _cell(value)
+            if column in shortened and not numeric:
+                cells.append(_name_cell(value, shortened[column][index]))
+                continue
             cls = ' class="n"' if numeric else ' class="name"' if column in name_columns else ""
             cells.append(f"<td{cls}>{esc(text)}</td>")
         mark = ' class="straggler"' if highlight is not None and highlight(row) else ""

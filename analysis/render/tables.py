@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from analysis.render.names import distinct_names
+
 STEP_COLUMNS = ["step", "steps", "step_ms", "input_ms", "compute_ms", "host_ms", "compile_ms", "input_pct",
                 "compute_pct", "host_pct"]
 EPOCH_COLUMNS = ["epoch", "calls", "seconds", "input_s", "call_s", "other_host_s", "epoch_level_s", "input_pct",
@@ -78,41 +80,18 @@ def slowest_steps(frame: pd.DataFrame, limit: int = MAX_TEXT_STEPS) -> tuple[pd.
     return frame.loc[kept], len(frame) - limit
 
 
-def _elide(text: str, opening: str, closing: str) -> str:
-    """`text` with what stands between the outermost `opening` and `closing` replaced by `…`."""
-    out, depth = [], 0
-    for char in text:
-        if char == opening:
-            if depth == 0:
-                out.append(opening + "…")
-            depth += 1
-        elif char == closing and depth > 0:
-            depth -= 1
-            if depth == 0:
-                out.append(closing)
-        elif depth == 0:
-            out.append(char)
-    return "".join(out) if depth == 0 else text
-
-
 def short_name(name, limit: int = MAX_NAME):
-    """An op or kernel name for a terminal: template arguments `<…>` and parameter lists `(…)`
-    elided (CUDA and Eigen kernel names run to thousands of characters), then cut in the middle."""
-    if not isinstance(name, str) or len(name) <= limit:
-        return name
-    name = _elide(_elide(name, "<", ">"), "(", ")")
-    if len(name) <= limit:
-        return name
-    half = (limit - 1) // 2
-    return name[:half] + "…" + name[-(limit - 1 - half):]
+    """One op or kernel name for a terminal, on its own (`short_names` tells a column's rows apart)."""
+    return distinct_names([name], limit)[0]
 
 
-def short_names(frame: pd.DataFrame) -> pd.DataFrame:
-    """`frame` with its text cells shortened by `short_name` (JSON and CSV keep them whole)."""
+def short_names(frame: pd.DataFrame, limit: int = MAX_NAME) -> pd.DataFrame:
+    """`frame` with its text cells shortened column by column, each name told apart from the
+    column's other rows (`render.names`; JSON and CSV keep them whole)."""
     out = frame.copy()
     for column in out.columns:
         if not pd.api.types.is_numeric_dtype(out[column]):
-            out[column] = out[column].map(short_name)
+            out[column] = distinct_names(out[column].tolist(), limit)
     return out
 
 
@@ -191,11 +170,12 @@ def describe(rows: pd.DataFrame, unit: str, gap: float, a_name: str, b_name: str
     short = "ms/image" if unit == "ms_per_image" else "ms/step"
     lines = [f"op diff, {b_name} against {a_name} ({abs(gap):.3g} {short} "
              f"{'slower' if gap > 0 else 'faster'}; rows add up to the gap):"]
-    for row in rows.head(top).itertuples():
+    shown = rows.head(top)
+    for row, name in zip(shown.itertuples(), distinct_names(shown["op"].tolist(), MAX_NAME)):
         only = {"a": f" (only in {a_name})", "b": f" (only in {b_name})"}.get(row.only_in, "")
         share = f"explains {row.share_pct:.0f} % of the {abs(gap):.3g} {short} gap" if row.share_pct == row.share_pct \
             else "no gap to explain"
-        lines.append(f"  - {row.op}{only}: {row.a_ms:.3g} -> {row.b_ms:.3g} {short}, {share}")
+        lines.append(f"  - {name}{only}: {row.a_ms:.3g} -> {row.b_ms:.3g} {short}, {share}")
     if len(rows) > top:
         lines.append(f"  ... {len(rows) - top} more rows in the JSON or CSV output")
     return lines

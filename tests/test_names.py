@@ -1,0 +1,101 @@
+"""Shortened names keep what tells rows apart, in every format that shortens (text, Markdown, HTML)."""
+
+import dataclasses
+import re
+
+import pandas as pd
+import pytest
+
+import trace_fixtures as fx
+from analysis import analyze
+from analysis.render import tables
+
+LAYERS = ("conv2d_1", "conv2d_3", "conv2d_5")
+BACKPROP = [f"gradient_tape/seed_cifar10_cnn/{layer}/Conv2D/Conv2DBackpropFilter" for layer in LAYERS]
+STAGES = ["Iterator::Model::Prefetch::Rebatch::BatchV2::ShuffleAndRepeat::TensorSlice",
+          "Iterator::Model::Prefetch::Rebatch::BatchV2::ShuffleAndRepeat::ParallelMapV2",
+          "Iterator::Model::Prefetch::Rebatch::BatchV2::ShuffleAndRepeat"]
+
+
+def _ops() -> pd.DataFrame:
+    names = [*BACKPROP, "gradient_tape/seed_cifar10_cnn/conv2d_1/Conv2D/Conv2DBackpropInput", "AddN"]
+    return pd.DataFrame({"op": names, "type": ["Conv2DBackpropFilter"] * 3 + ["Conv2DBackpropInput", "AddN"],
+                         "device": "/host:CPU", "count_per_step": 1.0, "ms_per_step": [5.0, 4.0, 3.0, 2.0, 1.0],
+                         "compute_pct": [33.3, 26.7, 20.0, 13.3, 6.7]})
+
+
+@pytest.fixture(scope="module")
+def with_ops(tmp_path_factory):
+    """An analysis whose op table has rows that share long prefixes and the op suffix."""
+    trace = fx.write_unrepeated_trace(tmp_path_factory.mktemp("names") / "plugins/profile/s/h.xplane.pb")
+    return dataclasses.replace(analyze(trace), ops=_ops())
+
+
+def test_rows_sharing_long_prefixes_come_out_distinct_and_keep_their_distinguishing_part():
+    assert all(len(name) > tables.MAX_NAME for name in BACKPROP)
+    shown = tables.short_names(pd.DataFrame({"op": BACKPROP}))["op"].tolist()
+    assert len(set(shown)) == 3 and all(len(name) <= tables.MAX_NAME for name in shown), shown
+    assert [layer in name for layer, name in zip(LAYERS, shown)] == [True] * 3, shown
+    assert all(name.endswith("/Conv2DBackpropFilter") for name in shown), shown
+
+
+def test_each_shortened_name_matches_only_its_own_row():
+    names = [*BACKPROP, "gradient_tape/seed_cifar10_cnn/conv2d_1/Conv2D/Conv2DBackpropInput",
+             "seed_cifar10_cnn/conv2d_1/Conv2D", *STAGES]
+    shown = tables.short_names(pd.DataFrame({"n": names}))["n"].tolist()
+    for name, short in zip(names, shown):
+        pattern = re.compile(".+".join(re.escape(p) for p in short.split("…")))
+        assert [n for n in names if pattern.fullmatch(n)] == [name], (short, name)
+    assert len(set(shown)) == len(names)
+
+
+def test_names_that_fit_and_cells_that_are_not_text_are_kept_whole():
+    shown = tables.short_names(pd.DataFrame({"op": ["AddN", None, "sequential/dense/Relu"]}))["op"]
+    assert shown[0] == "AddN" and pd.isna(shown[1]) and shown[2] == "sequential/dense/Relu"
+
+
+def test_a_kernel_name_loses_its_template_arguments_first():
+    kernel = "void tensorflow::functor::ShuffleInTensor3Simple<float, 2, 1, 0, false>(int, float const*, float*)"
+    assert tables.short_name(kernel, 60) == "void tensorflow::functor::ShuffleInTensor3Simple<…>(…)"
+    assert len(tables.short_name("x" * 300, 60)) == 60
+
+
+def test_the_text_op_and_stage_tables_tell_rows_apart(with_ops):
+    analysis = dataclasses.replace(with_ops, input_stages=pd.DataFrame(
+        {"stage": STAGES, "ms_per_batch": [0.3, 0.2, 0.1], "calls": [128, 128, 1]}))
+    text = analysis.render("text")
+    ops_block = text.split("top ops")[1].split("\n\n")[0]
+    for layer in LAYERS:
+        assert re.search(rf"…/{layer}/\S*Conv2DBackpropFilter", ops_block), ops_block
+    stages_block = text.split("tf.data stages")[1].split("\n\n")[0]
+    assert "TensorSlice" in stages_block and "ParallelMapV2" in stages_block, stages_block
+
+
+def test_the_html_ops_table_wraps_only_at_slashes_and_keeps_the_distinguishing_part(with_ops):
+    html = with_ops.render("html")
+    section = html[html.index('id="ops"'):]
+    section = section[:section.index("</table>")]
+    cells = re.findall(r"<td class=\"name path\"[^>]*>(.*?)</td>", section)
+    devices = [c for c in cells if "host:CPU" in c]
+    assert devices and all(c == "/host:CPU" for c in devices)  # no break inside "/host:CPU"
+    for layer in LAYERS:
+        assert any(f"/<wbr>{layer}/<wbr>" in c for c in cells), cells
+    assert re.search(r"td\.path\{overflow-wrap:normal\}", html)
+
+
+def test_the_html_name_shortened_for_a_cell_keeps_the_whole_name_as_its_tooltip(with_ops):
+    long = [f"model/{'block_' * 20}{layer}/Conv2D/Conv2DBackpropFilter" for layer in LAYERS]
+    html = dataclasses.replace(with_ops, ops=_ops().assign(op=[*long, "a", "b"])).render("html")
+    for name, layer in zip(long, LAYERS):
+        tooltip = re.search(rf'<td class="name path" title="{re.escape(name)}">(.*?)</td>', html)
+        assert tooltip and layer in tooltip.group(1) and "…" in tooltip.group(1)
+
+
+def test_op_diff_lines_tell_rows_apart():
+    rows = pd.DataFrame({"op": BACKPROP + ["AddN"], "only_in": "", "a_ms": [3.0, 2.0, 1.0, 0.5],
+                         "b_ms": [1.0, 1.0, 0.5, 0.5], "share_pct": [50.0, 25.0, 12.5, 12.5]})
+    rows["op"] = [name.replace("seed_cifar10_cnn", "seed_cifar10_cnn_with_a_long_scope_name") for name in rows["op"]]
+    lines = tables.describe(rows, "ms_per_step", -4.0, "gpu", "cpu")[1:]
+    names = [line.split("  - ")[1].split(":")[0] for line in lines]
+    assert len(set(names)) == 4 and all(len(name) <= tables.MAX_NAME for name in names), names
+    assert [layer in name for layer, name in zip(LAYERS, names)] == [True] * 3
