@@ -11,6 +11,7 @@ import pytest
 
 import dataclasses
 
+from analysis.breakdown.eager import EagerOps
 from analysis.rules import facts as trace_facts
 from analysis.rules import table as rules
 from analysis.rules.facts import Facts
@@ -36,7 +37,9 @@ TRIGGERS = {
     "host_sync": dict(sync_name="MemcpyDtoH"),
     "launch_bound": dict(kernels_per_step=900.0, mean_kernel_us=6.0, idle_host_pct=55.0),
     "fp32_on_matrix_units": dict(matrix_units=("float16", "bfloat16")),
-    "no_prefetch": dict(prefetches=False),
+    "no_prefetch": dict(prefetches=False, input_wait_pct=6.0),  # said only where the host waits for the pipeline
+    "eager_execution": dict(eager=EagerOps(op_time_pct=93.0, ms_per_step=40.0, step_pct=54.0,
+                                           ops=(("LogicalAnd", 40.0),))),
     "bf16_without_matrix_units": dict(precision="mixed_bfloat16", bfloat16_units=()),
     "memory_near_limit": dict(device_mem_peak_bytes=15.2e9, device_mem_total_bytes=16e9),
     "cpu_without_onednn": dict(device="cpu", eigen_dense_pct=77.0),

@@ -22,11 +22,11 @@ from analysis.read.view import NS_PER_MS, TraceView, device_parts, is_device_pla
 from analysis.steps.device import assign_steps, per_step_parts
 
 DEVICE_PARTS = ("compute", "input", "copy", "collective", "idle")
-MEAN_KEYS = ("step_ms", "compute_ms", "input_ms", "copy_ms", "collective_ms", "idle_ms", "idle_input_ms",
-             "idle_host_ms", "input_overlapped_ms")
+MEAN_KEYS = ("step_ms", "compute_ms", "input_ms", "input_wait_ms", "input_copy_ms", "copy_ms", "collective_ms",
+             "idle_ms", "idle_input_ms", "idle_host_ms", "input_overlapped_ms")
 ROW_KEYS = ["device", "host", "recorded", "grouping", "step_count", "step_ms", "compute_ms", "input_ms", "idle_ms",
             "copy_ms", "collective_ms", "idle_input_ms", "idle_host_ms", "input_overlapped_ms", "outside_steps_ms",
-            "idle"]
+            "idle", "input_wait_ms", "input_copy_ms"]
 
 
 def device_rows(view: TraceView, steps: pd.DataFrame, used: pd.DataFrame, host: str = "",
@@ -68,7 +68,9 @@ def device_rows(view: TraceView, steps: pd.DataFrame, used: pd.DataFrame, host: 
         row.update(recorded=True, grouping=grouping.name, step_count=int(len(mine)), idle=False)
         if len(mine):
             ms = lambda column: float(mine[column].mean()) / NS_PER_MS  # noqa: E731
+            # A device's input is its host-to-device copies (and infeed) that compute does not hide: all copy.
             row.update(step_ms=ms("span_ns"), compute_ms=ms("compute_ns"), input_ms=ms("input_ns"),
+                       input_wait_ms=0.0, input_copy_ms=ms("input_ns"),
                        copy_ms=ms("copy_ns"), collective_ms=ms("collective_ns"), idle_ms=ms("idle_ns"),
                        idle_input_ms=ms("idle_input_ns"), idle_host_ms=ms("idle_ns") - ms("idle_input_ns"),
                        input_overlapped_ms=ms("input_overlapped_ns"))

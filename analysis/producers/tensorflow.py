@@ -40,3 +40,9 @@ INPUT_PREFETCH = r"(?:^|::)Prefetch(?:\[\d+\])?(?:::|$)"
 INPUT_SHARD = r"^GetNextFromShard"
 # Python inside the pipeline (tf.py_function, tf.numpy_function): holds the GIL.
 PY_FUNCTION = r"(?:^|:)(?:EagerPyFunc|PyFunc|PyFuncStateless|NumpyFunction)$"
+
+# One op or tf.function executed from Python, one call at a time ("EagerLocalExecute: MatMul"); a
+# tf.function call names its concrete function ("EagerLocalExecute: __inference_step_233").
+EAGER_EXECUTION = r"^EagerLocalExecute: (\S+)$"
+# The iterator's own ops, which every loop that calls next() runs eagerly: input, not eager work.
+ITERATOR_OP = r"Iterator|^Optional(?:FromValue|HasValue|GetValue|None)$|^DatasetCardinality$"

@@ -12,12 +12,12 @@ from analysis.read.run_files import SCHEMA_VERSION
 from analysis.render import tables
 
 STEP_KEYS = ["step", "steps", "step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "compile_ms",
-             "partial"]
+             "partial", "input_wait_ms", "input_copy_ms"]
 # Per-step utilization, where the run has samplers (analysis.utilization.per_window).
 UTILIZATION_KEYS = ["cpu_pct", "proc_cpu_pct", "proc_rss_bytes", "mem_used_bytes", "gpu_util_pct",
                     "gpu_mem_used_bytes", "mxu_util_pct"]
 MEAN_KEYS = ["step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "input_pct", "compute_pct",
-             "collective_pct", "host_pct", "input_overlapped_ms", "device_step_ms"]
+             "collective_pct", "host_pct", "input_overlapped_ms", "device_step_ms", "input_wait_ms", "input_copy_ms"]
 
 
 def jsonable(value):
@@ -69,6 +69,7 @@ def analysis_document(analysis) -> dict:
         "ops": records(analysis.ops),
         "input_stages": records(analysis.input_stages),
         "input_bottleneck": analysis.input_bottleneck,
+        "eager": jsonable(analysis.eager.as_dict()) if analysis.eager is not None else None,
         "utilization": jsonable(dict(analysis.utilization)),
     }
     if analysis.epochs is not None:

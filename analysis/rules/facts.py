@@ -15,6 +15,7 @@ import pandas as pd
 
 from analysis import producers
 from analysis.breakdown.devices import DeviceTable
+from analysis.breakdown.eager import EagerOps
 from analysis.breakdown.input_stages import SlowestStage
 from analysis.breakdown.ops import eigen_dense_pct
 from analysis.read.run_files import RunRecord
@@ -33,6 +34,11 @@ class Facts:
     input_pct: float
     compute_pct: float
     host_pct: float
+    # input split by cause (NaN: unknown, e.g. compare's rows): the host's wait for the iterator, and
+    # host-to-device copies no kernel hides; they add up to input_pct
+    input_wait_pct: float = math.nan
+    input_copy_pct: float = math.nan
+    input_wait_ms: float = math.nan  # per step
     device: str = ""
     producer: str = "unknown"  # who wrote the trace: devprof, tensorflow, keras, jax (see analysis.producers)
     device_recorded: bool | None = None  # False: the trace has device planes but none recorded activity
@@ -59,6 +65,7 @@ class Facts:
     device_mem_peak_bytes: float = math.nan
     device_mem_total_bytes: float = math.nan
     eigen_dense_pct: float = math.nan  # CPU: op time in TensorFlow's Eigen conv/matmul kernels (oneDNN's off)
+    eager: EagerOps | None = None  # ops executed eagerly in the steady steps (None: none, or no trace)
 
 
 @dataclass(frozen=True)
@@ -184,7 +191,8 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, de
                slowest_input_stage: SlowestStage | None = None, trace: TraceFacts = TraceFacts(),
                prefetches: bool | None = None, mfu_pct=None, peak_dtype: str | None = None, other_cpu_pct=None,
                proc_cpu_pct=None, cpu_cores=None, matrix_units=None, bfloat16_units=None,
-               device_mem_peak_bytes=None, device_mem_total_bytes=None, eigen_dense_pct=None) -> Facts:
+               device_mem_peak_bytes=None, device_mem_total_bytes=None, eigen_dense_pct=None, input_wait_pct=None,
+               input_copy_pct=None, input_wait_ms=None, eager: EagerOps | None = None) -> Facts:
     """The rules' view of one breakdown. Numbers may be missing (None, NaN: unknown); compute
     defaults to what input and host leave; `trace` holds what a trace shows (its `prefetches`
     wins over `prefetches`)."""
@@ -193,6 +201,9 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, de
     prefetching = trace.prefetches if trace.prefetches is not None else prefetches
     return Facts(
         input_, _float(compute_pct, 100.0 - input_ - host), host,
+        input_wait_pct=_float(input_wait_pct),
+        input_copy_pct=_float(input_copy_pct),
+        input_wait_ms=_float(input_wait_ms),
         device=str(device or ""),
         producer=str(producer or "devprof"),
         device_recorded=device_recorded if isinstance(device_recorded, bool) else None,
@@ -219,17 +230,23 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, de
         device_mem_peak_bytes=_float(device_mem_peak_bytes),
         device_mem_total_bytes=_float(device_mem_total_bytes),
         eigen_dense_pct=_float(eigen_dense_pct),
+        eager=eager,
     )
 
 
 def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | None, machine: dict[str, float],
-                 trace: TraceFacts, devices: DeviceTable, stage: SlowestStage | None, ops: pd.DataFrame) -> Facts:
+                 trace: TraceFacts, devices: DeviceTable, stage: SlowestStage | None, ops: pd.DataFrame,
+                 eager: EagerOps | None = None) -> Facts:
     """The facts of one worker's analysis: its steady mean, its run's settings, its utilization
     headline and what its trace shows."""
     config = run.config if run is not None else {}
     device = run.device if run is not None else {}
+    step_ms = _float(mean.get("step_ms"))
+    share = (lambda key: 100.0 * _float(mean.get(key)) / step_ms) if step_ms > 0 else (lambda key: math.nan)
     return make_facts(
         input_pct=mean.get("input_pct"), host_pct=mean.get("host_pct"), compute_pct=mean.get("compute_pct"),
+        input_wait_pct=share("input_wait_ms"), input_copy_pct=share("input_copy_ms"),
+        input_wait_ms=mean.get("input_wait_ms"), eager=eager,
         collective_pct=mean.get("collective_pct"), device=source.device, producer=source.producer,
         device_recorded=devices.recorded, precision=config.get("precision"), jit_compile=config.get("jit_compile"),
         steps_per_call=source.steps_per_call, steps_per_epoch=run.steps_per_epoch if run is not None else None,

@@ -122,10 +122,70 @@ def _bfloat16_emulated(policy: str, bfloat16_units: tuple[str, ...] | None) -> b
     return policy == "mixed_bfloat16" and bfloat16_units == ()
 
 
+STAGE_EXPLAINS_SHARE = 0.5  # a tf.data stage whose own time per step is at least half the wait explains it
+
+
+def _wait_pct(facts: Facts) -> float:
+    """The host's wait for the iterator, % of step time; all of input where the split is unknown."""
+    return facts.input_wait_pct if facts.input_wait_pct == facts.input_wait_pct else facts.input_pct
+
+
+def _copy_dominates(facts: Facts) -> bool:
+    """Whether the batch's exposed host-to-device copy is more of the input than the host's wait."""
+    return facts.input_copy_pct == facts.input_copy_pct and facts.input_copy_pct > _wait_pct(facts)
+
+
+def _wait_material(facts: Facts) -> bool:
+    """Whether the host's wait alone reaches the input-bound cut-off (the tf.data advice's condition)."""
+    return _wait_pct(facts) >= MODERATE_INPUT_PCT
+
+
+def _stage_explains(facts: Facts) -> bool:
+    """Whether the slowest tf.data stage's own time explains the wait (unknown times: assumed so)."""
+    stage = facts.slowest_input_stage
+    if stage is None:
+        return False
+    if not (stage.ms_per_step == stage.ms_per_step and facts.input_wait_ms == facts.input_wait_ms):
+        return True
+    return stage.ms_per_step >= STAGE_EXPLAINS_SHARE * facts.input_wait_ms
+
+
+def _copy_split(facts: Facts) -> str:
+    return (f"the copy is {facts.input_copy_pct:.1f} % of the step, the host's wait for the iterator "
+            f"{_wait_pct(facts):.1f} %")
+
+
+def _copy_fix(facts: Facts) -> str:
+    if facts.producer == "jax":
+        ahead = "put the next batches on the device ahead of the step (`jax.device_put`, a prefetch-to-device iterator)"
+    else:
+        ahead = "prefetch batches to the device (`tf.data.experimental.prefetch_to_device`)"
+    return (f"the step waits for its batch's host-to-device copy, not for the input pipeline ({_copy_split(facts)}): "
+            f"{ahead} so the copy runs under the previous step, and copy fewer bytes (uint8 images, cast on the "
+            "device)")
+
+
+def _copy_advice(facts: Facts) -> list[str]:
+    if facts.producer == "jax":
+        ahead = ("Put the next batches on the device while the current step runs: `jax.device_put` them ahead of the "
+                 "step (a prefetch-to-device iterator of two or more batches).")
+    else:
+        ahead = ("Prefetch batches to the device so the next batch's copy runs under the current step: end the "
+                 "pipeline with `.apply(tf.data.experimental.prefetch_to_device(\"/gpu:0\"))`, or, with tf.distribute, "
+                 "`strategy.experimental_distribute_dataset(ds, tf.distribute.InputOptions("
+                 "experimental_fetch_to_device=True, experimental_per_replica_buffer_size=2))`.")
+    return [ahead,
+            "Copy fewer bytes: keep images uint8 on the host and cast and normalise them on the device inside the "
+            "step (a quarter of float32's bytes).",
+            "Copy from pinned (page-locked) host memory: a copy from pageable memory is staged through a bounce "
+            "buffer first, and is slower."]
+
+
 def _input_fix(facts: Facts) -> str:
+    if _copy_dominates(facts):
+        return _copy_fix(facts)
     if not _uses_tf_data(facts):
-        return ("the loop waits for batches: prepare the next batch while the step runs (a background thread or "
-                "prefetching to the device) and move preprocessing out of the training loop")
+        return _wait_fix(facts)
     if facts.prefetches:
         return ("the loop waits for batches although the pipeline prefetches: the pipeline itself is too slow; "
                 "parallelise its slowest stage (.map(num_parallel_calls=tf.data.AUTOTUNE)) and .cache() what "
@@ -160,14 +220,30 @@ def _uses_tf_data(facts: Facts) -> bool:
 
 
 def _input_more(facts: Facts) -> list[str]:
+    """Advice for the part of input that dominates, the exposed copy or the host's wait; the wait's
+    (tf.data) advice also where the wait alone is material, and a stage's only where it explains it."""
+    copy = _copy_advice(facts) if _copy_dominates(facts) else []
+    if copy and not _wait_material(facts):
+        return copy
+    return copy + _wait_advice(facts)
+
+
+def _wait_advice(facts: Facts) -> list[str]:
     if not _uses_tf_data(facts):
-        return [f"{_input_fix(facts)[0].upper()}{_input_fix(facts)[1:]}.",
+        fix = _wait_fix(facts)
+        return [f"{fix[0].upper()}{fix[1:]}.",
                 "Make the host side of each batch cheaper: decode and augment once and cache the result, or do the "
                 "augmentation on the device inside the step."]
     stage = [f"The slowest tf.data stage is `{facts.slowest_input_stage}`: "
-             f"{stage_advice(facts.slowest_input_stage)}."] if facts.slowest_input_stage else []
+             f"{stage_advice(facts.slowest_input_stage)}."] \
+        if facts.slowest_input_stage and _wait_material(facts) and _stage_explains(facts) else []
     general = [line for line in INPUT_ADVICE if not (facts.prefetches and ".prefetch(" in line)]
     return stage + general
+
+
+def _wait_fix(facts: Facts) -> str:
+    return ("the loop waits for batches: prepare the next batch while the step runs (a background thread or "
+            "prefetching to the device) and move preprocessing out of the training loop")
 
 
 def _steps_per_call(facts: Facts) -> tuple[int, int]:
@@ -229,7 +305,43 @@ def _host_advice(facts: Facts) -> list[str]:
 
 
 def _input_headline(level: str) -> Callable[[Facts], str]:
-    return lambda facts: f"{'Highly' if level == 'high' else 'Moderately'} input-bound: the loop waits for the next batch."
+    def headline(facts: Facts) -> str:
+        how = "Highly" if level == "high" else "Moderately"
+        if _copy_dominates(facts):
+            return f"{how} input-bound: each step waits for its batch's copy to the device ({_copy_split(facts)})."
+        return f"{how} input-bound: the loop waits for the next batch."
+    return headline
+
+
+EAGER_MIN_STEP_PCT = 5.0  # eager ops' share of step time that makes running them eagerly worth changing
+ALL_EAGER_PCT = 99.0  # of host op time: no compiled step at all (Keras' run_eagerly=True, a loop without tf.function)
+
+
+def _eager_headline(facts: Facts) -> str:
+    eager = facts.eager
+    assert eager is not None
+    heaviest = ", ".join(f"`{op}` {ms:.2f} ms" for op, ms in eager.ops)
+    return (f"{eager.op_time_pct:.0f} % of the host's op time runs eagerly, one op at a time from Python: "
+            f"{eager.ms_per_step:.2f} ms per step ({eager.step_pct:.0f} % of the step); heaviest per step: {heaviest}.")
+
+
+def _eager_fix(facts: Facts) -> str:
+    eager = facts.eager
+    every_op = eager is not None and eager.op_time_pct >= ALL_EAGER_PCT
+    if facts.producer == "keras":
+        if every_op:
+            return ("compile the model without `run_eagerly=True` (`model.compile(..., run_eagerly=False)`, the "
+                    "default) so `fit` runs each step as one tf.function")
+        return ("move this work into the model's compiled step (metrics and conditions in `train_step`, not in "
+                "callbacks), and run several steps per call (`model.compile(..., steps_per_execution=8)`) so what "
+                "stays eager between calls is paid once per call")
+    if facts.producer == "jax":
+        return "move these operations inside the jitted step (`jax.jit`), so they run as one compiled program"
+    if every_op:
+        return ("wrap the training step in `tf.function` (and leave `tf.config.run_functions_eagerly` off) so its ops "
+                "run as one graph instead of one Python call each")
+    return ("move these ops into the compiled step: compute them inside the `tf.function` (return what the loop "
+            "needs) instead of on its results in Python, or do them every N steps")
 
 
 RULES: list[Rule] = [
@@ -318,10 +430,15 @@ RULES: list[Rule] = [
                     "on a 2-core AVX2 CPU the seed CNN trained 1.4 to 2.4 times faster)"),
          severity="warning", finding=True,
          description=f"on a CPU, >= {EIGEN_DENSE_MIN_PCT:g} % of op time in Eigen conv/matmul kernels and no oneDNN kernel"),
-    Rule("no_prefetch", "input", lambda f: f.prefetches is False,
+    Rule("eager_execution", "host",
+         lambda f: f.eager is not None and f.eager.step_pct >= EAGER_MIN_STEP_PCT, _eager_headline, _eager_fix,
+         finding=True, description=f"ops executed eagerly (one at a time from Python) take >= {EAGER_MIN_STEP_PCT:g} % "
+                                   "of step time"),
+    Rule("no_prefetch", "input", lambda f: f.prefetches is False and _wait_material(f),
          lambda f: "The input pipeline has no prefetch: the device waits while each batch is prepared.",
          lambda f: "end the tf.data pipeline with .prefetch(tf.data.AUTOTUNE)",
-         finding=True, description="a traced tf.data pipeline without a Prefetch stage"),
+         finding=True, description=f"a traced tf.data pipeline without a Prefetch stage, and the host waits for "
+                                   f"it >= {MODERATE_INPUT_PCT:g} % of step time"),
     Rule("memory_near_limit", "compute",
          lambda f: f.device_mem_total_bytes > 0 and f.device_mem_peak_bytes >= MEMORY_NEAR_LIMIT * f.device_mem_total_bytes,
          lambda f: (f"Device memory peaked at {f.device_mem_peak_bytes / 2**30:.2f} of {f.device_mem_total_bytes / 2**30:.2f}"
@@ -389,9 +506,13 @@ def make_verdict(
     """
     steps_per_call = facts.steps_per_call
     unit = "call" if steps_per_call > 1 else "step"
+    split = ""
+    if mean.get("input_copy_ms", 0.0) > 0:
+        split = (f": {mean['input_wait_ms']:.2f} ms waiting for the iterator, {mean['input_copy_ms']:.2f} ms copying "
+                 "to the device")
     evidence = (
         f"Over {steps_used} {unit}{'s' if steps_used != 1 else ''} of {mean['step_ms']:.2f} ms: "
-        f"input {mean['input_pct']:.1f} % ({mean['input_ms']:.2f} ms), "
+        f"input {mean['input_pct']:.1f} % ({mean['input_ms']:.2f} ms{split}), "
         f"compute {mean['compute_pct']:.1f} % ({mean['compute_ms']:.2f} ms), "
         f"host overhead {mean['host_pct']:.1f} % ({mean['host_ms']:.2f} ms)"
     )

@@ -1,0 +1,217 @@
+"""Input split by its cause, and eager execution named, on traces of known nanoseconds.
+
+A GPU step that opens with its batch's host-to-device copy, with no kernel beside it, waits for
+the copy: that is input, but its cure is prefetching to the device and fewer bytes, not the
+tf.data pipeline. Ops run eagerly from Python (`EagerLocalExecute: <op>`) cost the step their
+whole dispatch, one op at a time. Each fixture below puts known times there and checks that
+every figure, and the advice that follows from it, says so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from trace_fixtures import ABSOLUTE_BASE_NS, _ns, _Plane, _write_space, _xspace_class
+
+from analysis import analyze
+from analysis.breakdown.eager import EagerOps
+from analysis.breakdown.input_parts import with_input_parts
+from analysis.render import render
+from analysis.rules import table as rules
+from views import facts_from_mean
+
+MS = 1_000_000
+EXACT_MS = 1e-6
+
+
+def write_copy_loop(path: str | Path, *, steps: int = 6, step_ms: float = 13.5, wait_ms: float = 0.05,
+                    copy_ms: float = 1.29, kernels_ms: tuple[float, ...] = (6.0, 5.0),
+                    stage: tuple[str, float] = ("Iterator::Root::BatchV2::TensorSlice", 0.06)) -> Path:
+    """A custom TensorFlow loop on one CUDA GPU whose step k, [T + k * step, +step), opens with
+    `IteratorGetNext` for `wait_ms`; right as it returns, the batch's `MemcpyH2D` runs for `copy_ms`
+    on the copy stream with no kernel beside it; then the step's kernels run one after another.
+    The tf.data `stage` (name, ms of own time) runs on a tf.data thread inside the wait."""
+    space = _xspace_class()()
+    space.hostnames.append("copy-host")
+    host = _Plane(space, 0, "/host:CPU")
+    python = host.line(1, "python", ABSOLUTE_BASE_NS)
+    tf_data = host.line(2, "tf_data_iterator_get_next", ABSOLUTE_BASE_NS)
+    gpu = _Plane(space, 1, "/device:GPU:0")
+    compute = gpu.line(7, "Stream #7(Compute)", ABSOLUTE_BASE_NS)
+    copies = gpu.line(8, "Stream #8(MemcpyH2D)", ABSOLUTE_BASE_NS)
+    correlation = 100
+    for k in range(steps):
+        t = ABSOLUTE_BASE_NS + 2 * MS + k * _ns(step_ms)
+        host.event(python, "train", t, t + _ns(step_ms) - 50_000, step_num=k, _r=1)
+        host.event(python, "IteratorGetNext", t, t + _ns(wait_ms))
+        host.event(tf_data, stage[0], t, t + _ns(stage[1]))
+        copy_at = t + _ns(wait_ms)
+        host.event(python, "cuMemcpyHtoDAsync_v2", copy_at, copy_at + 5_000, correlation_id=correlation)
+        gpu.event(copies, "MemcpyH2D", copy_at, copy_at + _ns(copy_ms), correlation_id=correlation)
+        correlation += 1
+        at = copy_at + _ns(copy_ms)
+        for j, length in enumerate(kernels_ms):
+            host.event(python, "cuLaunchKernel", copy_at + 10_000 * (j + 1), copy_at + 10_000 * (j + 1) + 5_000,
+                       correlation_id=correlation)
+            gpu.event(compute, f"volta_sgemm_{j}", at, at + _ns(length), correlation_id=correlation)
+            at += _ns(length)
+            correlation += 1
+    host.finish()
+    gpu.finish()
+    return _write_space(space, path)
+
+
+def _advice(data: dict) -> str:
+    return " ".join([*data["verdict"]["advice"], *(f["advice"] for f in data["findings"])])
+
+
+# ------------------------------------------------------------------ the copy that is the input
+
+def test_an_exposed_copy_is_input_copy_and_the_wait_is_apart(tmp_path):
+    """The step of a real GPU trace: 1.29 ms of copy no kernel overlaps in a 13.5 ms step, the host
+    waiting 0.05 ms for the iterator. Both are input; each is named with its own time."""
+    data = analyze(write_copy_loop(tmp_path / "h.xplane.pb")).to_json()
+    for step in data["steps"]:
+        assert step["input_copy_ms"] == pytest.approx(1.29, abs=EXACT_MS), step
+        assert step["input_wait_ms"] == pytest.approx(0.05, abs=EXACT_MS), step
+        assert step["input_wait_ms"] + step["input_copy_ms"] == pytest.approx(step["input_ms"], abs=EXACT_MS)
+    mean = data["mean"]
+    assert mean["input_copy_ms"] == pytest.approx(1.29, abs=EXACT_MS)
+    assert mean["input_wait_ms"] == pytest.approx(0.05, abs=EXACT_MS)
+    assert mean["input_ms"] == pytest.approx(1.34, abs=EXACT_MS)
+    (device,) = data["devices"]
+    assert device["input_copy_ms"] == pytest.approx(1.29, abs=EXACT_MS)
+    assert device["input_wait_ms"] == 0.0
+    assert device["input_wait_ms"] + device["input_copy_ms"] == pytest.approx(device["input_ms"], abs=EXACT_MS)
+
+
+def test_advice_for_an_exposed_copy_is_the_copys_not_the_pipelines(tmp_path):
+    data = analyze(write_copy_loop(tmp_path / "h.xplane.pb")).to_json()
+    verdict = data["verdict"]
+    assert verdict["bound"] == "input" and verdict["level"] == "moderate"
+    assert "copy to the device" in verdict["evidence"], verdict["evidence"]
+    assert "prefetch_to_device" in verdict["advice"][0], verdict["advice"]
+    advice = _advice(data)
+    assert "uint8" in advice and "pinned" in advice and "experimental_fetch_to_device" in advice
+    # The pipeline is not the cause: no stage advice, no tf.data advice, no prefetch finding.
+    assert "TensorSlice" not in advice, advice
+    assert ".cache()" not in advice and "num_parallel_calls" not in advice, advice
+    assert "no_prefetch" not in [f["rule"] for f in data["findings"]]
+
+
+def test_a_material_wait_keeps_the_pipeline_advice_and_the_stage_that_explains_it(tmp_path):
+    """4 ms waiting for a pipeline whose Map stage takes 3.5 ms of its own per batch, 0.3 ms of
+    exposed copy: the wait dominates, and the stage explains it."""
+    path = write_copy_loop(tmp_path / "h.xplane.pb", wait_ms=4.0, copy_ms=0.3, kernels_ms=(5.0, 4.0),
+                           stage=("Iterator::Root::Map", 3.5))
+    data = analyze(path).to_json()
+    assert data["mean"]["input_wait_ms"] == pytest.approx(4.0, abs=EXACT_MS)
+    assert data["mean"]["input_copy_ms"] == pytest.approx(0.3, abs=EXACT_MS)
+    verdict = data["verdict"]
+    assert verdict["bound"] == "input" and "waits for the next batch" in verdict["evidence"]
+    assert "Iterator::Root::Map" in verdict["advice"][0] and "num_parallel_calls" in verdict["advice"][0]
+    assert not any("prefetch_to_device" in line for line in verdict["advice"])
+    assert "no_prefetch" in [f["rule"] for f in data["findings"]]
+
+
+def test_a_stage_whose_own_time_does_not_explain_the_wait_is_not_blamed(tmp_path):
+    """4 ms of wait, and the only stage takes 0.06 ms: the general pipeline advice, not the stage's."""
+    data = analyze(write_copy_loop(tmp_path / "h.xplane.pb", wait_ms=4.0, copy_ms=0.3,
+                                    kernels_ms=(5.0, 4.0))).to_json()
+    advice = data["verdict"]["advice"]
+    assert not any("TensorSlice" in line for line in advice), advice
+    assert any("num_parallel_calls" in line for line in advice)
+    assert "no_prefetch" in [f["rule"] for f in data["findings"]]
+
+
+def test_every_format_states_the_split(tmp_path):
+    result = analyze(write_copy_loop(tmp_path / "h.xplane.pb"))
+    for fmt in ("text", "markdown", "html", "json"):
+        rendered = " ".join(render(result, fmt).split())  # the terminal's text is wrapped
+        assert "0.05 ms waiting for the iterator" in rendered and "1.29 ms copying to the device" in rendered, fmt
+    header = render(result, "csv").splitlines()[0].split(",")
+    assert {"input_wait_ms", "input_copy_ms"} <= set(header)
+
+
+def test_without_a_trace_all_input_is_the_wait():
+    """steps.csv times the loop's call of its iterator: no copy is in it."""
+    steps = pd.DataFrame({"step": [0, 1], "start_ns": [0, 10], "end_ns": [10, 20], "input_ms": [1.5, 0.25]})
+    split = with_input_parts(None, steps)
+    assert split["input_wait_ms"].tolist() == [1.5, 0.25] and split["input_copy_ms"].tolist() == [0.0, 0.0]
+
+
+def test_no_prefetch_is_said_only_where_the_wait_is_material():
+    mean = {"input_pct": 9.9, "compute_pct": 80.0, "host_pct": 10.1, "prefetches": False}
+    assert "no_prefetch" not in [f["rule"] for f in rules.findings(facts_from_mean(
+        {**mean, "input_wait_pct": 0.4, "input_copy_pct": 9.5}))]
+    assert "no_prefetch" in [f["rule"] for f in rules.findings(facts_from_mean(
+        {**mean, "input_wait_pct": 9.9, "input_copy_pct": 0.0}))]
+    # Unknown split (a compare row): all input is taken for the wait.
+    assert "no_prefetch" in [f["rule"] for f in rules.findings(facts_from_mean(mean))]
+    assert "no_prefetch" not in [f["rule"] for f in rules.findings(facts_from_mean({**mean, "input_pct": 2.0}))]
+
+
+# ------------------------------------------------------------------ eager execution
+
+def write_eager_loop(path: str | Path, *, steps: int = 6, step_ms: float = 20.0, function: str | None =
+                     "__inference_train_step_42", eager: tuple[tuple[str, float, float], ...] = (
+                         ("LogicalAnd", 8.0, 4.0), ("Mul", 12.5, 1.0))) -> Path:
+    """A CPU loop with markers `train` back to back, `step_ms` each. In each step: the iterator's
+    `EagerLocalExecute: IteratorGetNext` (1 ms, input), the compiled step's call (6 ms, from 1 ms),
+    and the eager ops `eager` as (op, start ms, duration ms)."""
+    space = _xspace_class()()
+    space.hostnames.append("eager-host")
+    host = _Plane(space, 0, "/host:CPU")
+    python = host.line(1, "python", ABSOLUTE_BASE_NS)
+    for k in range(steps):
+        t = ABSOLUTE_BASE_NS + MS + k * _ns(step_ms)
+        host.event(python, "train", t, t + _ns(step_ms), step_num=k, _r=1)
+        host.event(python, "EagerLocalExecute: IteratorGetNext", t, t + MS)
+        host.event(python, "IteratorGetNext", t + 100_000, t + MS - 100_000)
+        if function:
+            host.event(python, f"EagerLocalExecute: {function}", t + MS, t + 7 * MS)
+        for op, start, length in eager:
+            host.event(python, f"EagerLocalExecute: {op}", t + _ns(start), t + _ns(start + length))
+    host.finish()
+    return _write_space(space, path)
+
+
+def test_eager_ops_are_named_with_their_share_and_time(tmp_path):
+    data = analyze(write_eager_loop(tmp_path / "h.xplane.pb")).to_json()
+    eager = data["eager"]
+    assert eager["op_time_pct"] == pytest.approx(100 * 5 / 11, abs=1e-9)  # 5 ms eager of 5 + 6 ms op time
+    assert eager["ms_per_step"] == pytest.approx(5.0, abs=EXACT_MS)
+    assert eager["step_pct"] == pytest.approx(25.0, abs=1e-9)
+    assert eager["ops"] == [{"op": "LogicalAnd", "ms_per_step": pytest.approx(4.0, abs=EXACT_MS)},
+                            {"op": "Mul", "ms_per_step": pytest.approx(1.0, abs=EXACT_MS)}]
+    (finding,) = [f for f in data["findings"] if f["rule"] == "eager_execution"]
+    assert "45 % of the host's op time" in finding["evidence"] and "`LogicalAnd` 4.00 ms" in finding["evidence"]
+    assert "tf.function" in finding["advice"]
+
+
+def test_eager_advice_fits_the_program(tmp_path):
+    keras = analyze(write_eager_loop(tmp_path / "k.xplane.pb", function="__inference_train_function_9")).to_json()
+    (finding,) = [f for f in keras["findings"] if f["rule"] == "eager_execution"]
+    assert "steps_per_execution" in finding["advice"]
+    only_eager = analyze(write_eager_loop(tmp_path / "e.xplane.pb", function=None)).to_json()
+    assert only_eager["eager"]["op_time_pct"] == 100.0
+    (finding,) = [f for f in only_eager["findings"] if f["rule"] == "eager_execution"]
+    assert "wrap the training step in `tf.function`" in finding["advice"]
+    # Keras with every op eager: the model was compiled with run_eagerly=True.
+    all_eager = facts_from_mean({"producer": "keras", "eager": EagerOps(100.0, 50.0, 60.0, (("MatMul", 20.0),))})
+    assert "run_eagerly=False" in rules.RULES_BY_ID["eager_execution"].fix(all_eager)
+
+
+def test_a_little_eager_work_is_not_a_finding(tmp_path):
+    """0.2 ms of eager ops in a 20 ms step (1 %): reported in the JSON, not a finding."""
+    data = analyze(write_eager_loop(tmp_path / "h.xplane.pb", eager=(("LogicalAnd", 8.0, 0.2),))).to_json()
+    assert data["eager"]["step_pct"] == pytest.approx(1.0, abs=1e-9)
+    assert "eager_execution" not in [f["rule"] for f in data["findings"]]
+
+
+def test_a_compiled_loop_has_no_eager_ops(tmp_path):
+    data = analyze(write_eager_loop(tmp_path / "h.xplane.pb", eager=())).to_json()
+    assert data["eager"] is None
