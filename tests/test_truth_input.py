@@ -215,3 +215,92 @@ def test_a_little_eager_work_is_not_a_finding(tmp_path):
 def test_a_compiled_loop_has_no_eager_ops(tmp_path):
     data = analyze(write_eager_loop(tmp_path / "h.xplane.pb", eager=())).to_json()
     assert data["eager"] is None
+
+
+# ------------------------------------------------------------------ eager execution, recorded with TensorFlow
+
+def _record(logdir: Path, run) -> Path:
+    import tensorflow as tf
+
+    from trace_fixtures import find_xplane
+
+    run(warm=True)
+    tf.profiler.experimental.start(str(logdir))
+    try:
+        run(warm=False)
+    finally:
+        tf.profiler.experimental.stop()
+    return find_xplane(logdir)
+
+
+def _dataset():
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    x = rng.random((256, 32), dtype=np.float32)
+    y = (rng.random(256) > 0.5).astype("int32")
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat().prefetch(2)
+
+
+@pytest.mark.slow
+def test_keras_run_eagerly_is_named(tmp_path):
+    """Keras `fit` with `run_eagerly=True`: every op of the step runs eagerly, none in a tf.function."""
+    import keras
+
+    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(2)])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), run_eagerly=True)
+    data = _dataset()
+    trace = _record(tmp_path, lambda warm: model.fit(data, steps_per_epoch=3 if warm else 6, epochs=1, verbose=0))
+    result = analyze(trace).to_json()
+    eager = result["eager"]
+    assert eager["op_time_pct"] == 100.0, eager
+    assert {op["op"] for op in eager["ops"]} & {"MatMul", "Sub", "Pow", "Mul", "ReadVariableOp", "AddV2"}, eager
+    assert "eager_execution" in [f["rule"] for f in result["findings"]]
+
+
+@pytest.mark.slow
+def test_an_eager_loop_around_one_tf_function_is_named(tmp_path):
+    """A loop with markers whose gradient is a tf.function and whose other work (a 300x300 matmul
+    chain, a check, the update) runs eagerly: most of its op time is eager, the function is not."""
+    import keras
+    import tensorflow as tf
+
+    w = tf.Variable(tf.random.normal((32, 2), seed=1))
+    optimizer = keras.optimizers.SGD(0.01)
+
+    @tf.function
+    def gradients(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, x @ w))
+        return loss, tape.gradient(loss, [w])
+
+    batches = iter(_dataset())
+    counter = iter(range(100))
+
+    def loop(warm):
+        for _ in range(2 if warm else 6):
+            with tf.profiler.experimental.Trace("train", step_num=next(counter), _r=1):
+                x, y = next(batches)
+                loss, grads = gradients(x, y)
+                big = tf.random.normal((300, 300))
+                for _ in range(3):
+                    big = tf.matmul(big, big) / 300.0
+                tf.logical_and(tf.reduce_all(tf.math.is_finite(big)), loss > -1.0)
+                optimizer.apply_gradients(zip(grads, [w]))
+
+    result = analyze(_record(tmp_path, loop)).to_json()
+    eager = result["eager"]
+    assert 50.0 < eager["op_time_pct"] < 100.0, eager  # the tf.function's calls are op time too
+    names = [op["op"] for op in eager["ops"]]
+    assert "MatMul" in names and not any(n.startswith("__inference") or "Iterator" in n for n in names), names
+    (finding,) = [f for f in result["findings"] if f["rule"] == "eager_execution"]
+    assert "MatMul" in finding["evidence"]
+
+
+@pytest.mark.slow
+def test_a_compiled_loop_is_not_called_eager():
+    from trace_fixtures import find_xplane, trace_logdir
+
+    result = analyze(find_xplane(trace_logdir("clean"))).to_json()
+    assert "eager_execution" not in [f["rule"] for f in result["findings"]], result["eager"]
