@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -22,9 +23,7 @@ import pandas as pd
 
 from analysis.breakdown import utilization
 from analysis.breakdown.devices import device_table
-from analysis.breakdown.eager import EagerOps, eager_ops
 from analysis.breakdown.epochs import epoch_tables
-from analysis.breakdown.input_parts import mean_input_parts, split_input
 from analysis.breakdown.input_stages import STAGE_COLUMNS, InputStages, input_stages
 from analysis.breakdown.ops import OP_COLUMNS, op_table
 from analysis.breakdown.workers import WORKER_KEYS, worker_row
@@ -83,11 +82,6 @@ class Analysis(Rendered):
     tensorflow: SecondOpinion | None = None  # TensorFlow's own analysis beside the trace, beside devprof's figures
 
     @property
-    def eager(self) -> EagerOps | None:
-        """Ops executed eagerly in the steady steps (None: none, or no trace)."""
-        return self.facts.eager
-
-    @property
     def run(self) -> dict:
         """run.json as read (empty without one)."""
         return self.record.raw if self.record is not None else {}
@@ -118,6 +112,7 @@ def analyze(path: str | Path, step_name: str | None = None, processes: int | Non
     program that stands for a step. A multi-worker job or session is worker 0's breakdown
     with one row per worker and the straggler; its worker files are analysed in parallel
     processes when they are big enough to pay for it (`processes` sets how many; 1: in this one)."""
+    check_step_name(step_name)
     path = Path(path)
     workers = run_files.worker_dirs(path) if path.is_dir() else []
     if workers and not (path / run_files.STEPS_CSV).is_file():
@@ -178,15 +173,26 @@ def _analyze_each(paths: list[Path], step_name: str | None, processes: int | Non
         return list(pool.map(analyze_worker, paths, [step_name] * len(paths)))
 
 
+def check_step_name(step_name: str | None) -> None:
+    """A ValueError naming `step_name` when it is not a regular expression (re.error is not one)."""
+    if step_name is None:
+        return
+    try:
+        re.compile(step_name)
+    except (re.error, TypeError) as exc:
+        raise ValueError(f"step_name {step_name!r} is not a regular expression: {exc}") from None
+
+
 def analyze_worker(path: str | Path, step_name: str | None = None) -> Analysis:
     """One trace file or run directory, on its own (pure: reads files, returns the result)."""
+    check_step_name(step_name)
     return analyze_inputs(read_inputs(path), step_name)
 
 
 def analyze_inputs(inputs: RunInputs, step_name: str | None = None) -> Analysis:
     """The analysis of one worker's files, read once: each stage a function of typed values."""
     view, run = inputs.trace, inputs.run
-    source = split_input(view, find_steps(inputs, step_name))
+    source = find_steps(inputs, step_name)
     chosen = choose_steps(source.steps)
     epochs = epoch_tables(run, inputs.steps_table, source.steps if source.kind != "steps_csv" else None)
     steps, utilization_note = utilization.steps_with_utilization(source.steps, inputs.steps_table, inputs.samplers,
@@ -197,9 +203,9 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None) -> Analysis:
         else InputStages(pd.DataFrame(columns=STAGE_COLUMNS), None, None)
     machine = utilization.headline(inputs.summaries)
     evidence = utilization.evidence(inputs.summaries)
-    mean = {**chosen.mean, **mean_input_parts(chosen.steady), "device_step_ms": devices.busiest_step_ms}
-    facts = worker_facts(mean, source, run, machine, trace_facts(view, source.steps, devices.rows, stages.prefetches),
-                         devices, stages.slowest, ops, eager_ops(view, chosen.used))
+    facts = worker_facts(chosen.mean, source, run, machine,
+                         trace_facts(view, source.steps, devices.rows, stages.prefetches), devices, stages.slowest, ops)
+    mean = {**chosen.mean, "device_step_ms": devices.busiest_step_ms}
     verdict = rules.make_verdict(mean, facts, steps_used=len(chosen.steady), compile_steps=chosen.compile_steps,
                                  utilization=evidence,
                                  min_steps=1 if source.kind == "window" or one_step_capture(source.steps)

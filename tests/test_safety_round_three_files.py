@@ -385,3 +385,17 @@ def test_a_trace_path_with_odd_characters_is_read(tmp_path, capsys):
     code, out, err = devprof(capsys, "analyze", tmp_path / "odd name; $(x) \u00e9\u6f22 'q\"")
     assert code == 0, err
     assert "10 steps" not in out and "6 steps found by markers" in out, out
+
+
+# ---------------------------------------------------------------- 17. a step name that is not a regular expression
+
+
+@pytest.mark.parametrize("call", [analysis.analyze, analysis.analyze_worker])
+def test_a_bad_step_name_is_a_value_error_naming_it_before_anything_is_read(tmp_path, call):
+    with pytest.raises(ValueError, match=r"step_name '\(' is not a regular expression: missing \)"):
+        call(tmp_path / "not-there", step_name="(")
+
+
+def test_a_bad_step_name_is_one_usage_error(tmp_path, capsys):
+    line = one_usage_error(cli.main(["analyze", str(small_run(tmp_path / "run")), "--step-name", "(["]), capsys)
+    assert "--step-name '([' is not a regular expression" in line, line

@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-from analysis.render import format_for_path, formats_for
+from analysis.render import format_for_path, format_of_output, formats_for
 from profiler.commands.common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -67,6 +67,11 @@ def handle(args: argparse.Namespace) -> int:
             limits = parse_limits(args.fail_on)
         except ValueError as exc:
             return error(f"--fail-on: {exc}")
+    if args.output:
+        try:
+            args.format = format_of_output(args.output, "analysis", args.format)
+        except ValueError as exc:
+            return error(str(exc))
     if not path.exists():
         return error(f"no such file or directory: {path}", hint="pass a run directory, log folder or .xplane.pb file")
     try:
