@@ -23,7 +23,9 @@ import pandas as pd
 
 from analysis.breakdown import utilization
 from analysis.breakdown.devices import device_table
+from analysis.breakdown.eager import EagerOps, eager_ops
 from analysis.breakdown.epochs import epoch_tables
+from analysis.breakdown.input_parts import mean_input_parts, split_input
 from analysis.breakdown.input_stages import STAGE_COLUMNS, InputStages, input_stages
 from analysis.breakdown.ops import OP_COLUMNS, op_table
 from analysis.breakdown.workers import WORKER_KEYS, worker_row
@@ -80,6 +82,11 @@ class Analysis(Rendered):
     record: RunRecord | None = None  # run.json, where there is one
     straggler_reason: str | None = None  # why no straggler is named, with several workers
     tensorflow: SecondOpinion | None = None  # TensorFlow's own analysis beside the trace, beside devprof's figures
+
+    @property
+    def eager(self) -> EagerOps | None:
+        """Ops executed eagerly in the steady steps (None: none, or no trace)."""
+        return self.facts.eager
 
     @property
     def run(self) -> dict:
@@ -192,7 +199,7 @@ def analyze_worker(path: str | Path, step_name: str | None = None) -> Analysis:
 def analyze_inputs(inputs: RunInputs, step_name: str | None = None) -> Analysis:
     """The analysis of one worker's files, read once: each stage a function of typed values."""
     view, run = inputs.trace, inputs.run
-    source = find_steps(inputs, step_name)
+    source = split_input(view, find_steps(inputs, step_name))
     chosen = choose_steps(source.steps)
     epochs = epoch_tables(run, inputs.steps_table, source.steps if source.kind != "steps_csv" else None)
     steps, utilization_note = utilization.steps_with_utilization(source.steps, inputs.steps_table, inputs.samplers,
@@ -203,9 +210,9 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None) -> Analysis:
         else InputStages(pd.DataFrame(columns=STAGE_COLUMNS), None, None)
     machine = utilization.headline(inputs.summaries)
     evidence = utilization.evidence(inputs.summaries)
-    facts = worker_facts(chosen.mean, source, run, machine,
-                         trace_facts(view, source.steps, devices.rows, stages.prefetches), devices, stages.slowest, ops)
-    mean = {**chosen.mean, "device_step_ms": devices.busiest_step_ms}
+    mean = {**chosen.mean, **mean_input_parts(chosen.steady), "device_step_ms": devices.busiest_step_ms}
+    facts = worker_facts(mean, source, run, machine, trace_facts(view, source.steps, devices.rows, stages.prefetches),
+                         devices, stages.slowest, ops, eager_ops(view, chosen.used))
     verdict = rules.make_verdict(mean, facts, steps_used=len(chosen.steady), compile_steps=chosen.compile_steps,
                                  utilization=evidence,
                                  min_steps=1 if source.kind == "window" or one_step_capture(source.steps)
