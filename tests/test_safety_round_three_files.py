@@ -296,7 +296,7 @@ def test_an_empty_steps_csv_of_a_complete_run_is_not_said_to_be_in_progress(tmp_
     (run / "steps.csv").write_text((run / "steps.csv").read_text().splitlines()[0] + "\n")
     code, _, err = devprof(capsys, "analyze", run)
     line = error_line(err)
-    assert code == 1 and "yet" not in line and "no usable step rows (run.json status 'complete')" in line, line
+    assert code == 1 and "yet" not in line and "no steps (no usable rows; run.json status 'complete')" in line, line
     meta = json.loads((run / "run.json").read_text())
     (run / "run.json").write_text(json.dumps({**meta, "status": "running"}))
     code, _, err = devprof(capsys, "analyze", run)

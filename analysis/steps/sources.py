@@ -57,7 +57,7 @@ def find_steps(inputs: RunInputs, step_name: str | None = None) -> StepSource:
     if inputs.steps_table is None or inputs.steps_table.empty:
         status = inputs.run.status if inputs.run is not None else None
         what = "no steps yet (the run is still running)" if status == "running" else \
-            f"no usable step rows (run.json status {status!r})" if status else "no usable step rows"
+            f"no steps (no usable rows; run.json status {status!r})" if status else "no steps (no usable rows)"
         if inputs.steps_table is None:
             raise TraceError(f"{inputs.run_dir} has no profiler trace and no steps.csv")
         raise TraceError(f"{inputs.run_dir} has no profiler trace and steps.csv has {what}")
