@@ -202,3 +202,50 @@ def test_devprof_runs_step_scope_marks_a_call_that_raised_as_no_step(tmp_path):
     markers = _markers_in(tmp_path)
     assert markers["step_num"].tolist() == [0, 4]
     assert markers["steps"].tolist() == [4, 0] and markers["_r"].tolist()[0] == 1 and pd.isna(markers["_r"].iloc[1])
+
+
+# ---------------------------------------------------------------- 13. the first call is never a steady step
+
+COMPILE_MS = 300.0
+
+
+def _steps_from(tmp_path, first: int, count: int, first_ms: float = COMPILE_MS) -> Path:
+    """Marked steps `first`..`first+count-1`, back to back: step 0 lasts `first_ms`, the others STEP_MS."""
+    markers, t = [], 1.0
+    for step in range(first, first + count):
+        ms = first_ms if step == 0 else STEP_MS
+        markers.append((step, t, t + ms - 0.5, {"_r": 1}))
+        t += ms
+    return _write_marker_trace(tmp_path / "vm.xplane.pb", markers)
+
+
+def test_the_first_call_is_left_out_of_the_mean(tmp_path):
+    import analysis
+
+    result = analysis.analyze(_steps_from(tmp_path, 0, 6))
+    assert result.steps_used == 5
+    assert result.mean["step_ms"] == pytest.approx((4 * STEP_MS + STEP_MS - 0.5) / 5)  # not the 300 ms step 0
+    assert not any("compile step" in note for note in result.notes)
+
+
+def test_a_trace_of_only_the_first_call_says_it_is_the_compile_step_in_every_format(tmp_path):
+    import analysis
+
+    result = analysis.analyze(_steps_from(tmp_path, 0, 1))
+    assert result.steps_used == 0 and result.verdict["bound"] is None
+    said = "the only traced step is the compile step: step 0, the first call"
+    assert any(note.startswith(said) for note in result.notes), result.notes
+    document = json.loads(result.render("json"))
+    assert any(note.startswith(said) for note in document["notes"]) and document["steps_used"] == 0
+    for fmt in ("text", "markdown", "html"):
+        assert said in result.render(fmt).replace("\n", " "), fmt
+    assert "1 steady step" not in result.render("text")
+
+
+def test_one_step_and_one_call_are_singular(tmp_path):
+    import analysis
+
+    text = analysis.analyze(_steps_from(tmp_path, 3, 1)).render("text")
+    assert "; 1 step found by markers" in text and "mean over 1 step: step" in text, text
+    two = analysis.analyze(_steps_from(tmp_path, 0, 2)).render("text")
+    assert "; 2 steps found by markers" in two and "mean over 1 step: step" in two, two

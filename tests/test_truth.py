@@ -38,7 +38,8 @@ def test_a_gpu_plane_without_events_is_not_recorded_and_not_judged(tmp_path):
 def test_input_bound_still_judged_when_the_device_is_not_recorded(tmp_path):
     made = tf_fx.write_tf_gpu_loop(tmp_path / "h.xplane.pb", record_gpu=False, input_wait_ms=2.5)
     data = _json(made.path)
-    assert data["mean"]["input_pct"] == pytest.approx(100 * 2.5 / 5.0, abs=0.1)
+    # step 0, the first call, is no steady step: the mean is of the later ones, the last ending with its marker
+    assert data["mean"]["input_pct"] == pytest.approx(100 * 2.5 / 5.0, abs=0.2)
     assert data["verdict"]["bound"] == "input"
 
 

@@ -285,7 +285,10 @@ def _step_chart(analysis) -> str:
         notes.append("a triangle marks a bar taller than the axis, with its value")
     mean = analysis.mean
     split = " + ".join(f"{p} {mean.get(f'{p}_ms', 0.0):.2f} ms ({mean.get(f'{p}_pct', 0.0):.1f} %)" for p in parts)
-    caption = (f'<p class="caption">{len(steps):,} {noun}; mean over {analysis.steps_used:,} steady {noun}: '
+    def counted(count: int, what: str = "") -> str:
+        return f"{count:,} {what}{noun if count != 1 else noun[:-1]}"
+
+    caption = (f'<p class="caption">{counted(len(steps))}; mean over {counted(analysis.steps_used, "steady ")}: '
                f"{mean.get('step_ms', 0.0):.2f} ms = {esc(split)}." + ("<br>" + esc("; ".join(notes)) if notes else "")
                + "</p>")
     return _section("Step time", legend(keys), svg, caption, anchor="steps")

@@ -113,7 +113,7 @@ def workers_table(analysis) -> pd.DataFrame:
 
 
 def header_lines(analysis) -> list[str]:
-    unit = "calls" if analysis.steps_per_call > 1 else "steps"
+    unit = ("call" if analysis.steps_per_call > 1 else "step") + ("s" if len(analysis.steps) != 1 else "")
     if analysis.step_source == "steps_csv":
         lines = [f"source: {analysis.path} (no profiler trace)",
                  f"device: {analysis.device}; {len(analysis.steps)} {unit}"]

@@ -22,7 +22,8 @@ def render_analysis(analysis) -> str:
         out.append(f"… {left_out} more steps in --format json / step_breakdown.csv")
     out.append("")
     per_call = analysis.steps_per_call
-    unit = f"calls of {per_call} steps: call" if per_call > 1 else "steps: step"
+    calls = "s" if analysis.steps_used != 1 else ""
+    unit = f"call{calls} of {per_call} steps: call" if per_call > 1 else f"step{calls}: step"
     split = " + ".join(f"{part} {mean[f'{part}_ms']:.2f} ({mean[f'{part}_pct']:.1f} %)"
                        for part in tables.step_parts(analysis))
     out.append(f"mean over {analysis.steps_used} {unit} {mean['step_ms']:.2f} ms = {split}")

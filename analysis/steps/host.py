@@ -228,7 +228,12 @@ def analyze_steps(view: TraceView, detected: DetectedSteps) -> StepAnalysis:
         overlapped = iv.intersect(input_, compute)
         input_ = iv.subtract(input_, compute)
     steps = step_breakdown(detected.steps, input_, compute, compile_intervals(view), collective, overlapped)
+    # Markers number steps from the program's first call (step 0), which traces and compiles the
+    # training function, however little of that the trace shows: never a steady step.
+    steps["first_call"] = (steps["step"] == 0).to_numpy() if detected.method == "markers" else False
     notes = [detected.note] if detected.note else []
+    if only_first_call(steps):
+        notes.append(first_call_note(int(steps["steps"].max())))
     if view.host.empty:
         notes.append("no host threads recorded: input waits and host overhead are unknown; what is not device work "
                      "is counted as host overhead")
@@ -246,9 +251,26 @@ def complete_steps(steps: pd.DataFrame) -> pd.DataFrame:
     return whole if not whole.empty else steps
 
 
+def only_first_call(steps: pd.DataFrame) -> bool:
+    """Whether the first call (step 0, `first_call`) is the only complete step."""
+    whole = complete_steps(steps)
+    return "first_call" in whole and len(whole) > 0 and bool(whole["first_call"].astype(bool).all())
+
+
+def first_call_note(steps_per_call: int = 1) -> str:
+    first = "step 0" if steps_per_call <= 1 else f"the first call (steps 0-{steps_per_call - 1})"
+    later = f"{steps_per_call}:{steps_per_call * 11}" if steps_per_call > 1 else "5:15"
+    return (f"the only traced step is the compile step: {first}, the first call, which traces and compiles the "
+            f"training function, so no steady step was traced and its time is no mean step's; trace later steps "
+            f"(--profile-steps {later}, profile_steps=\"{later}\")")
+
+
 def steady_steps(steps: pd.DataFrame, compile_share: float = 0.05) -> pd.DataFrame:
-    """Complete steps without significant compile time (all complete steps if every one compiles)."""
+    """Complete steps without significant compile time (all complete steps if every one compiles),
+    never the first call (`first_call`): none when it is the only complete step."""
     steps = complete_steps(steps)
+    if "first_call" in steps:
+        steps = steps[~steps["first_call"].astype(bool)]
     steady = steps[steps["compile_ms"] <= compile_share * steps["step_ms"]]
     return steady if not steady.empty else steps
 
@@ -275,6 +297,8 @@ def one_step_capture(steps: pd.DataFrame, compile_share: float = 0.05) -> bool:
     if len(complete) != 1 or ("partial" in steps and bool(complete["partial"].astype(bool).all())):
         return False
     step = complete.iloc[0]
+    if bool(step.get("first_call", False)):
+        return False  # the compile step: no steady step at all
     return bool(step["compile_ms"] <= compile_share * step["step_ms"])
 
 
