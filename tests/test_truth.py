@@ -101,7 +101,9 @@ def test_copies_under_the_kernels_are_not_input(tmp_path):
 def test_program_executions_are_one_program_by_its_module(tmp_path):
     programs = ["jit_init", *(["jit_train_step", "jit_eval_step"] * 2), "jit_train_step", "jit_eval_step",
                 "jit_train_step", "jit_train_step", "jit_log"]
-    path = tf_fx.write_jax_programs(tmp_path / "h.xplane.pb", programs)
+    # The training step is most of the device's work (5 x 3.0 ms of 17.2 ms: 87 %), evaluation a forward pass.
+    kernels = {"jit_train_step": 3.0, "jit_eval_step": 0.5, "jit_init": 0.2, "jit_log": 0.2}
+    path = tf_fx.write_jax_programs(tmp_path / "h.xplane.pb", programs, kernel_ms=kernels)
     data = _json(path)
     assert data["step_source"] == "program_executions"
     assert data["step_name"] == "jit_train_step"
@@ -260,3 +262,64 @@ def test_several_steps_are_not_marked_single_step(tmp_path):
     made = tf_fx.write_tf_gpu_loop(tmp_path / "h.xplane.pb", steps=6)
     verdict = _json(made.path)["verdict"]
     assert verdict["bound"] is not None and "single_step" not in verdict
+
+
+# ------------------------------------------------------------------ every execution counts; the work decides the unit
+
+
+def test_a_program_that_is_not_most_of_the_device_work_is_not_the_step(tmp_path):
+    # jit_matmul runs most often (12 times, 0.3 ms each: 3.6 ms) but jit_softmax (6 x 0.8 ms) and
+    # jit_add (6 x 0.2 ms) hold the rest: 3.6 of 9.6 ms is 37.5 %. Steps of jit_matmul would leave
+    # 62.5 % of the GPU's work outside every step; the window is one step and holds all 9.6 ms.
+    programs = ["jit_matmul", "jit_matmul", "jit_softmax", "jit_add"] * 6
+    kernels = {"jit_matmul": 0.3, "jit_softmax": 0.8, "jit_add": 0.2}
+    path = tf_fx.write_jax_programs(tmp_path / "h.xplane.pb", programs, kernel_ms=kernels)
+    data = _json(path)
+    assert data["step_source"] == "window" and len(data["steps"]) == 1, data["notes"]
+    note = next(n for n in data["notes"] if "jit_matmul" in n)
+    for listed in ("jit_matmul 12 executions, 37.5 %", "jit_softmax 6 executions, 50.0 %",
+                   "jit_add 6 executions, 12.5 %", "75 %"):
+        assert listed in note, (listed, note)
+    (row,) = data["devices"]
+    assert row["outside_steps_ms"] == pytest.approx(0.0, abs=EXACT_MS)
+    assert row["compute_ms"] == pytest.approx(9.6, abs=EXACT_MS)
+
+
+def test_tpu_steps_are_one_programs_executions_each_counted_on_every_core(tmp_path):
+    # Four cores each run jit_f(5) six times (7.84 ms, 7.0 of XLA Ops) with two quick helper programs
+    # after each; every launch is a TfrtTpuLoadedExecutable::Execute carrying only a program_id. The
+    # profiler started during the first execution: that round is partial, not lost.
+    made = tf_fx.write_tpu_programs(tmp_path / "h.xplane.pb", cores=4, executions=6)
+    data = _json(made.path)
+    assert data["step_source"] == "program_executions" and data["step_name"] == "jit_f(5)", data["notes"]
+    assert len(data["steps"]) == made.executions
+    assert [s["partial"] for s in data["steps"]] == [True] + [False] * (made.executions - 1)
+    assert data["device"] == "tpu x4" and len(data["devices"]) == made.cores
+    for row in data["devices"]:
+        assert row["grouping"] == "programs" and row["step_count"] == made.executions - 1, row
+        assert row["step_ms"] == pytest.approx(made.program_ms, abs=EXACT_MS)
+        assert row["compute_ms"] == pytest.approx(made.busy_ms, abs=EXACT_MS)
+        # outside the complete steps: the cut first execution's 3.92 ms and the helpers' 12 x 0.05 ms
+        assert row["outside_steps_ms"] == pytest.approx(made.program_ms / 2 + 0.6, abs=EXACT_MS)
+
+
+def test_every_execution_of_a_tpu_program_is_a_device_step_whatever_the_host_clock(tmp_path):
+    # Three executions of one 75.8 us program; the host's launches are recorded 0.1 ms after each
+    # execution starts on the TPU (the two clocks differ). All three are device steps: 0.2274 ms busy.
+    made = tf_fx.write_tpu_programs(tmp_path / "h.xplane.pb", cores=1, executions=3, program_ms=0.0758,
+                                    op_ms=0.0758, helpers=(), cut_first=False, launch_lead_ms=-0.1, period_ms=0.3)
+    data = _json(made.path)
+    (row,) = data["devices"]
+    assert row["step_count"] == 3 and row["outside_steps_ms"] == pytest.approx(0.0, abs=EXACT_MS), row
+    assert row["step_count"] * row["compute_ms"] == pytest.approx(3 * 0.0758, abs=EXACT_MS)
+    assert not any(step["partial"] for step in data["steps"])
+
+
+def test_a_launch_names_its_program_by_its_own_stats(tmp_path):
+    # Host launches alone (no XLA Modules line): the program_id they carry tells jit_f's launches
+    # from the helpers', so the steps are jit_f's six rounds, not every launch.
+    made = tf_fx.write_tpu_programs(tmp_path / "h.xplane.pb", cores=2, executions=6, cut_first=False,
+                                    device_programs=False)
+    data = _json(made.path)
+    assert data["step_source"] == "program_executions" and data["step_name"] == "program(5)", data["notes"]
+    assert len(data["steps"]) == made.executions

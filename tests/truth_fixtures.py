@@ -129,10 +129,11 @@ EXECUTE = "PjRtStreamExecutorLoadedExecutable::Execute"
 
 
 def write_jax_programs(path: str | Path, programs: list[str], *, execute_ms: float = 1.0, gap_ms: float = 4.0,
-                       base_ns: int = ABSOLUTE_BASE_NS) -> Path:
+                       kernel_ms: dict[str, float] | None = None, base_ns: int = ABSOLUTE_BASE_NS) -> Path:
     """A JAX loop on one GPU: one PjRt execution per entry of `programs` (its module name, as
     XLA's `GpuExecutable::ExecuteThunks` stat `module_name` says), `gap_ms` of Python between
-    executions, and one kernel per execution filling it."""
+    executions, and one kernel per execution from 0.2 ms into it: to the execution's end, or
+    `kernel_ms[module]` long (which may run past it)."""
     space = _xspace_class()()
     space.hostnames.append("jax-host")
     host = _Plane(space, 0, "/host:CPU")
@@ -145,8 +146,8 @@ def write_jax_programs(path: str | Path, programs: list[str], *, execute_ms: flo
         host.event(python, "GpuExecutable::ExecuteThunks", t + 50_000, t + _ns(execute_ms) - 50_000,
                    module_name=module)
         host.event(python, "hipModuleLaunchKernel", t + 100_000, t + 120_000, correlation_id=10 + i)
-        gpu.event(stream, f"{module}_fusion", t + 200_000, t + _ns(execute_ms), correlation_id=10 + i,
-                  hlo_module=module)
+        kernel_end = t + 200_000 + _ns(kernel_ms[module]) if kernel_ms and module in kernel_ms else t + _ns(execute_ms)
+        gpu.event(stream, f"{module}_fusion", t + 200_000, kernel_end, correlation_id=10 + i, hlo_module=module)
         t += _ns(execute_ms + gap_ms)
     host.finish()
     gpu.finish()
@@ -261,3 +262,61 @@ def write_keras_cpu_capture(path: str | Path, *, steps: int = 1, groups: bool = 
     host.event(python, "FlushSummaryWriter:FlushSummaryWriter", end - _ns(0.4), end)
     host.finish()
     return KerasCpuTrace(_write_space(space, path), 6.4, 0.1, 5.9, 7.3, (end - t0) / MS)
+
+
+TFRT_TPU_EXECUTE = "TfrtTpuLoadedExecutable::Execute"
+
+
+@dataclass(frozen=True)
+class TpuProgramsTrace:
+    path: Path
+    cores: int
+    executions: int  # executions of the main program on each core, the one cut by the window included
+    program_ms: float  # one execution of the main program on a core
+    busy_ms: float  # its XLA Ops time per execution
+
+
+def write_tpu_programs(path: str | Path, *, cores: int = 4, executions: int = 6, program_ms: float = 7.84,
+                       op_ms: float = 7.0, helpers: tuple[str, ...] = ("jit_convert", "jit_copy"),
+                       cut_first: bool = True, launch_lead_ms: float = 0.5, period_ms: float | None = None,
+                       device_programs: bool = True, base_ns: int = ABSOLUTE_BASE_NS) -> TpuProgramsTrace:
+    """JAX on a TPU through TFRT: one host thread per core launches `TfrtTpuLoadedExecutable::Execute`
+    (the launch carries only its `program_id` stat) for `jit_f` (id 5), each followed by one quick
+    launch of every program of `helpers` (ids 6, 7, ...). Each core's `XLA Modules` line runs
+    `jit_f(5)` for `program_ms` back to back (an `XLA Ops` fusion of `op_ms` in each), with each
+    helper's 0.05 ms module in between. With `cut_first`, the profiler started during the first
+    execution: its module is clipped to the window's first nanosecond and has no launch in the trace.
+    Each launch is recorded `launch_lead_ms` before its execution starts on the device (negative: after
+    it, as where the host's and the TPU's clocks differ); `period_ms` spaces the executions. Without
+    `device_programs` the cores have no `XLA Modules` line (only their ops)."""
+    space = _xspace_class()()
+    space.hostnames.append("tpu-vm")
+    host = _Plane(space, 0, "/host:CPU")
+    threads = [host.line(10 + c, f"tpu_launch/{c}", base_ns) for c in range(cores)]
+    gap = _ns(0.05)
+    period = _ns(period_ms) if period_ms else _ns(program_ms) + len(helpers) * (gap + _ns(0.05)) + gap
+    t0 = base_ns + MS
+    for core in range(cores):
+        tpu = _Plane(space, 1 + core, f"/device:TPU:{core}")
+        modules = tpu.line(2, "XLA Modules" if device_programs else "XLA TraceMe", base_ns)
+        ops = tpu.line(3, "XLA Ops", base_ns)
+        early = _ns(program_ms / 2) if cut_first else 0  # how much of the first execution ran before the window
+        for k in range(executions):
+            start = t0 + k * period - early
+            launched = not (cut_first and k == 0)
+            tpu.event(modules, "jit_f(5)", max(start, t0), start + _ns(program_ms), program_id=5)
+            tpu.event(ops, "fusion.1", max(start + _ns(program_ms) - _ns(op_ms), t0), start + _ns(program_ms))
+            at = start + _ns(program_ms) + gap
+            for h, helper in enumerate(helpers):
+                tpu.event(modules, f"{helper}({6 + h})", at, at + _ns(0.05), program_id=6 + h)
+                tpu.event(ops, "copy.1", at, at + _ns(0.05))
+                at += _ns(0.05) + gap
+            if launched:
+                launch = start - _ns(launch_lead_ms)
+                host.event(threads[core], TFRT_TPU_EXECUTE, launch, launch + _ns(0.02), program_id=5)
+                for h in range(len(helpers)):
+                    host.event(threads[core], TFRT_TPU_EXECUTE, launch + _ns(0.03 * (h + 1)),
+                               launch + _ns(0.03 * (h + 1) + 0.02), program_id=6 + h)
+        tpu.finish()
+    host.finish()
+    return TpuProgramsTrace(_write_space(space, path), cores, executions, program_ms, op_ms)

@@ -1,15 +1,19 @@
 """Find the training steps of any trace, and say how they were found.
 
-In order, the first method that finds at least two steps wins:
+In order, the first method that finds steps wins (two at least, but for the trace's own
+one-step records: a device `Steps` line, Keras' train_function):
 
 1. `markers`: step markers (`Trace("train", step_num=N, _r=1)`, Keras' "Profiled batch").
 2. `trace_groups`: step grouping stored in the trace: `group_id` stats on host events,
    or a `Steps` line on a device plane (TPUs carry one natively).
 3. `program_executions`: repeated executions of the training program: the most frequent
-   Python-level `tf.function` call on one thread (never a tf.data function), else the
-   most frequent XLA/PjRt program execution on the host, else the most frequent program
-   on the devices' `XLA Modules` lines. Executions run on several threads or devices at
-   once: the k-th execution on each forms step k.
+   Python-level `tf.function` call on one thread (never a tf.data function; one call of
+   Keras' `train_function` is enough), else the most frequent XLA/PjRt program execution on
+   the host (known by what its launch carries, or the module it runs), else the most frequent
+   program on the devices' `XLA Modules` lines (on TPUs these come before the host's
+   launches). Executions run on several threads or devices at once: the k-th execution on
+   each forms step k. Only a program holding PROGRAM_SHARE_MIN of the devices' busy time is
+   the step; otherwise the window is, with a note on every program's share.
 4. `window`: nothing repeats; the whole traced window is one step.
 
 Every method gives the same two frames. `steps`: one row per step with `step`, `steps`
@@ -28,13 +32,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from analysis import intervals as iv
 from analysis import producers
 from analysis.producers import keras as keras_producer
 from analysis.producers import planes
 from analysis.producers import tensorflow as tf_producer
 from analysis.producers import tpu as tpu_producer
 from analysis.read.trace import TraceError
-from analysis.read.view import TraceView, matches, present
+from analysis.read.view import TraceView, intervals, matches, present
 
 METHODS = ("markers", "trace_groups", "program_executions", "window")
 STEP_COLUMNS = ["step", "steps", "name", "plane", "line", "start_ns", "marker_end_ns", "end_ns", "partial"]
@@ -48,6 +53,7 @@ class DetectedSteps:
     steps: pd.DataFrame
     spans: pd.DataFrame
     note: str = ""
+    candidates: pd.DataFrame | None = None  # program executions: every program's, with its `key`
 
 
 def detect_steps(view: TraceView, step_name: str | None = None) -> DetectedSteps:
@@ -266,12 +272,99 @@ def _cut_by_window(view: TraceView, starts: np.ndarray, ends: np.ndarray) -> np.
 # ---------------------------------------------------------------- 3. program executions
 
 
+# Executions of one program are the steps only when that program is most of the devices' work:
+# at least this share of their busy time. Below it (a microbenchmark of many programs, an eval
+# program run as often as the training one) the steps' means would leave much of the device's
+# work outside every step, so the window is one step.
+PROGRAM_SHARE_MIN = 0.75
+
+
 def find_program_executions(view: TraceView, wanted: re.Pattern | None = None) -> DetectedSteps | None:
-    for finder in (_function_calls, _host_programs, _device_programs):
+    """On TPUs the device's own record of its programs (`XLA Modules`: every execution, on the device's
+    clock) comes before the host's launches, which say less (a launch may carry no program at all, or
+    be recorded on a clock of its own); a GPU's `XLA Modules` line is derived from those launches."""
+    on_device = view.on_device
+    tpu = (on_device["line_name"] == tpu_producer.PROGRAM_LINE).any() \
+        and matches(on_device["plane_name"], tpu_producer.PLANE, search=True).any()
+    finders = (_function_calls, _device_programs, _host_programs) if tpu else \
+        (_function_calls, _host_programs, _device_programs)
+    for finder in finders:
         found = finder(view, wanted)
         if found is not None:
-            return found
+            return found if wanted is not None else _unless_a_minor_program(view, found)
     return None
+
+
+def _unless_a_minor_program(view: TraceView, found: DetectedSteps) -> DetectedSteps:
+    """`found`, or the window when its program holds less than PROGRAM_SHARE_MIN of the devices' busy
+    time; the window's note lists the programs with their executions and share of device time."""
+    shares = program_shares(view, found.candidates)
+    if shares is None or found.name not in shares.index or shares.at[found.name, "share"] >= PROGRAM_SHARE_MIN:
+        return found
+    listed = "; ".join(f"{name} {int(row.executions)} execution{'s' if row.executions != 1 else ''}, "
+                       f"{100 * row.share:.1f} %" for name, row in shares.head(8).iterrows())
+    more = f"; {len(shares) - 8} more" if len(shares) > 8 else ""
+    window = whole_window(view)
+    window.note = (f"{found.name} repeats most but holds only {100 * shares.at[found.name, 'share']:.1f} % of the "
+                   f"devices' busy time (its executions are the steps from {100 * PROGRAM_SHARE_MIN:.0f} %): the "
+                   f"whole traced window is analysed as one step. Programs (executions, share of device busy "
+                   f"time): {listed}{more}")
+    return window
+
+
+def program_shares(view: TraceView, candidates: pd.DataFrame | None) -> pd.DataFrame | None:
+    """Per program (`key` of `candidates`, its executions): `executions` and `share` of the devices'
+    busy time (summed over devices), most first; None when no device work can be given to a program.
+
+    A device event belongs to the program whose execution launched it (its `correlation_id`'s host
+    call inside the execution, on the same thread), or whose `XLA Modules` event on the device holds it."""
+    device = view.device
+    if candidates is None or candidates.empty or device.empty:
+        return None
+    owner = pd.Series(None, index=device.index, dtype=object)
+    if "correlation_id" in device and device["correlation_id"].notna().any():
+        calls = view.host[view.host["correlation_id"].notna()]
+        launched = calls.groupby(calls["correlation_id"].astype(str)).first()[["plane", "line", "start_ns"]]
+        at = launched.reindex(device["correlation_id"].astype(str).to_numpy()).set_axis(device.index)
+        threads = {"plane": "int64", "line": "int64"}
+        runs = candidates[["plane", "line", "start_ns", "end_ns", "key"]].astype(threads) \
+            .rename(columns={"start_ns": "run_ns"}).sort_values("run_ns", kind="stable")
+        # The execution on the launch's own thread; else (the runtime records its API calls on a line
+        # of their own) the execution running when the launch was made.
+        for by in (["plane", "line"], None):
+            known = at[at["start_ns"].notna() & owner.isna()]
+            if known.empty:
+                break
+            found = pd.merge_asof(
+                known.astype({**threads, "start_ns": "int64"}).reset_index().sort_values("start_ns", kind="stable"),
+                runs if by else runs.drop(columns=["plane", "line"]),
+                left_on="start_ns", right_on="run_ns", by=by, direction="backward")
+            inside = found["run_ns"].notna() & (found["start_ns"] < found["end_ns"])
+            owner.loc[found.loc[inside, "index"].to_numpy()] = found.loc[inside, "key"].to_numpy()
+    on_modules = candidates[candidates["line_name"] == tpu_producer.PROGRAM_LINE] if "line_name" in candidates \
+        else candidates.iloc[0:0]
+    for plane, modules in on_modules.groupby("plane"):
+        mine = (device["plane"] == plane).to_numpy() & owner.isna().to_numpy()
+        spans = modules.sort_values("start_ns", kind="stable")
+        starts = spans["start_ns"].to_numpy(dtype=np.int64)
+        at = device["start_ns"].to_numpy(dtype=np.int64)[mine]
+        index = np.searchsorted(starts, at, side="right") - 1
+        valid = (index >= 0) & (at < spans["end_ns"].to_numpy(dtype=np.int64)[np.clip(index, 0, None)])
+        keys = np.where(valid, spans["key"].to_numpy()[np.clip(index, 0, None)], None)
+        owner.loc[device.index[mine]] = keys
+    if owner.isna().all():
+        return None
+
+    def busy(events: pd.DataFrame) -> int:
+        return int(sum(iv.total(intervals(group)) for _, group in events.groupby("plane")))
+
+    total = busy(device)
+    owned = device.assign(owner=owner.to_numpy())
+    rows = {str(key): busy(events) for key, events in owned[owned["owner"].notna()].groupby("owner")}
+    counts = candidates.groupby(["key", "plane", "line"]).size().groupby(level=0).max()
+    shares = pd.DataFrame({"executions": counts.reindex(list(rows)).fillna(0).astype(int),
+                           "share": pd.Series(rows, dtype=float) / total if total else 0.0})
+    return shares.sort_values("share", ascending=False, kind="stable")
 
 
 def _kth_on_each_thread(executions: pd.DataFrame, name: str, method_note: str, *, rounds: int = 2,
@@ -287,10 +380,9 @@ def _kth_on_each_thread(executions: pd.DataFrame, name: str, method_note: str, *
     first = first.loc[per_step.index]
     thread = executions["plane"].astype("int64") * 1_000_003 + executions["line"].astype("int64")
     threads_per_step = thread.groupby(executions["step"]).nunique()
-    partial = (threads_per_step.loc[per_step.index] < thread.nunique()).to_numpy()  # a round some thread did not run
+    partial = (threads_per_step.loc[per_step.index] < thread.nunique()).to_numpy().copy()  # a round some thread did not run
     if view is not None and len(executions) > 1:
-        cut = pd.Series(_cut_by_window(view, executions["start_ns"].to_numpy(), executions["end_ns"].to_numpy()),
-                        index=executions.index).groupby(executions["step"]).any()
+        cut = pd.Series(_cut_executions(view, executions), index=executions.index).groupby(executions["step"]).any()
         partial |= cut.loc[per_step.index].to_numpy()
     steps = _frame(per_step.index.to_numpy(), 1, name, first["plane"], first["line"], per_step["start_ns"],
                    per_step["marker_end_ns"], partition=True, partial=partial)
@@ -299,6 +391,16 @@ def _kth_on_each_thread(executions: pd.DataFrame, name: str, method_note: str, *
     note = (f"no step markers: each step is one execution of {name} ({method_note}"
             + (f", on {len(threads)} threads or devices at once" if len(threads) > 1 else "") + ")")
     return DetectedSteps("program_executions", name, steps, spans, note)
+
+
+def _cut_executions(view: TraceView, executions: pd.DataFrame) -> np.ndarray:
+    """Executions of one program that the traced window cut: they touch its first or last nanosecond
+    and are shorter than the program's usual execution (a program runs in about the same time each
+    time; the last event of a trace touches its end without being cut)."""
+    starts, ends = executions["start_ns"].to_numpy(), executions["end_ns"].to_numpy()
+    touches = _cut_by_window(view, starts, ends)
+    usual = float(np.median(ends - starts))
+    return touches & ((ends - starts) < 0.95 * usual)
 
 
 def _most_frequent(executions: pd.DataFrame, key: str) -> str | None:
@@ -335,8 +437,11 @@ def _function_calls(view: TraceView, wanted: re.Pattern | None) -> DetectedSteps
     top = chosen.groupby(["plane", "line"]).size().idxmax()
     chosen = chosen[(chosen["plane"] == top[0]) & (chosen["line"] == top[1])]
     concrete = next((c for c in chosen["concrete"] if c), "")
-    return _kth_on_each_thread(chosen, concrete or name, f"tf.function '{name}' called from the training thread",
-                               rounds=1 if len(chosen) == 1 else 2)
+    found = _kth_on_each_thread(chosen, concrete or name, f"tf.function '{name}' called from the training thread",
+                                rounds=1 if len(chosen) == 1 else 2)
+    if found is not None:
+        found.candidates = calls.assign(key=calls["key"].where(calls["key"] != name, found.name))
+    return found
 
 
 def _concrete_functions(host: pd.DataFrame, calls: pd.DataFrame) -> pd.Series:
@@ -373,13 +478,23 @@ def _host_programs(view: TraceView, wanted: re.Pattern | None) -> DetectedSteps 
     name = _most_frequent(executions, "key")
     if name is None:
         return None
-    return _kth_on_each_thread(executions[executions["key"] == name], name, "an XLA program run from the host")
+    found = _kth_on_each_thread(executions[executions["key"] == name], name, "an XLA program run from the host",
+                                view=view)
+    if found is not None:
+        found.candidates = executions
+    return found
 
 
 def _program_names(host: pd.DataFrame, executions: pd.DataFrame) -> pd.Series:
     """Each execution's program: the `module_name` of the first event inside it on its thread that
     names one, else the execution's own name."""
     own = executions["name"].astype(str)
+    if "program_id" in executions and executions["program_id"].notna().any():
+        # The launch names its program by id (TFRT on TPUs): the device's module of that id names it.
+        ids = executions["program_id"]
+        named = _module_names_by_id(host, ids)
+        by_id = ids.map(lambda i: named.get(int(i), f"program({int(i)})") if pd.notna(i) else None)
+        own = by_id.where(by_id.notna(), own).astype(str)
     if "module_name" not in host or executions.empty:
         return own
     named = host.loc[host["module_name"].notna(), ["plane", "line", "start_ns", "module_name"]]
@@ -396,6 +511,14 @@ def _program_names(host: pd.DataFrame, executions: pd.DataFrame) -> pd.Series:
     return modules.reindex(executions.index).astype(object).where(lambda m: m.notna(), own)
 
 
+def _module_names_by_id(host: pd.DataFrame, ids: pd.Series) -> dict[int, str]:
+    """Program ids named by the host's own `module_name` stats on events with that id ({} if none)."""
+    if "module_name" not in host:
+        return {}
+    named = host[host["module_name"].notna() & host["program_id"].notna() & host["program_id"].isin(ids.dropna())]
+    return {int(i): str(m) for i, m in zip(named["program_id"], named["module_name"])}
+
+
 def _device_programs(view: TraceView, wanted: re.Pattern | None) -> DetectedSteps | None:
     """Programs on the devices' `XLA Modules` lines (TPU planes)."""
     modules = view.on_device[lambda e: e["line_name"] == tpu_producer.PROGRAM_LINE]
@@ -405,9 +528,11 @@ def _device_programs(view: TraceView, wanted: re.Pattern | None) -> DetectedStep
     name = _most_frequent(modules, "key")
     if name is None:
         return None
-    found = _kth_on_each_thread(modules[modules["key"] == name], name, "a program on the devices' XLA Modules line")
+    found = _kth_on_each_thread(modules[modules["key"] == name], name, "a program on the devices' XLA Modules line",
+                                view=view)
     if found is not None:
         found.spans = found.spans.iloc[0:0]  # device lines: no host thread ran it
+        found.candidates = modules
     return found
 
 
