@@ -338,8 +338,9 @@ def _eager_fix(facts: Facts) -> str:
     if facts.producer == "jax":
         return "move these operations inside the jitted step (`jax.jit`), so they run as one compiled program"
     if every_op:
-        return ("wrap the training step in `tf.function` (and leave `tf.config.run_functions_eagerly` off) so its ops "
-                "run as one graph instead of one Python call each")
+        # Keras 3's fit with run_eagerly=True leaves no Keras name in the trace: say it here too.
+        return ("wrap the training step in `tf.function` (and leave `tf.config.run_functions_eagerly` off; Keras: "
+                "`model.compile(..., run_eagerly=False)`) so its ops run as one graph instead of one Python call each")
     return ("move these ops into the compiled step: compute them inside the `tf.function` (return what the loop "
             "needs) instead of on its results in Python, or do them every N steps")
 
