@@ -201,7 +201,7 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None) -> Analysis:
     view, run = inputs.trace, inputs.run
     source = split_input(view, find_steps(inputs, step_name))
     chosen = choose_steps(source.steps)
-    epochs = epoch_tables(run, inputs.steps_table, source.steps if source.kind != "steps_csv" else None)
+    epochs = epoch_tables(inputs, source.steps if source.kind != "steps_csv" else None)
     steps, utilization_note = utilization.steps_with_utilization(source.steps, inputs.steps_table, inputs.samplers,
                                                                  source.kind == "steps_csv")
     devices = device_table(view, source.steps, chosen.used, source.step_name)
@@ -212,7 +212,7 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None) -> Analysis:
     evidence = utilization.evidence(inputs.summaries)
     mean = {**chosen.mean, **mean_input_parts(chosen.steady), "device_step_ms": devices.busiest_step_ms}
     facts = worker_facts(mean, source, run, machine, trace_facts(view, source.steps, devices.rows, stages.prefetches),
-                         devices, stages.slowest, ops, eager_ops(view, chosen.used))
+                         devices, stages.slowest, ops, eager_ops(view, chosen.used), epochs.idle_stretch)
     verdict = rules.make_verdict(mean, facts, steps_used=len(chosen.steady), compile_steps=chosen.compile_steps,
                                  utilization=evidence,
                                  min_steps=1 if source.kind == "window" or one_step_capture(source.steps)

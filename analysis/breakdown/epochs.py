@@ -14,7 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.read.run_files import RunFileError, RunRecord, warn
+from analysis.breakdown.idle import IdleStretch, longest_idle_stretch
+from analysis.read.inputs import RunInputs
+from analysis.read.run_files import RunFileError, warn
 
 # How far one steps.csv row may be off by rounding: four fields at 0.1 us (0.05 us each at most),
 # with room to spare.
@@ -96,16 +98,18 @@ def reconcile_with_trace(trace_steps: pd.DataFrame, steps: pd.DataFrame) -> pd.D
 @dataclass(frozen=True)
 class EpochTables:
     """A run's epochs (None without steps.csv, or when run.json's epochs cannot be used), the trace
-    beside steps.csv step by step (None for steps.csv's own steps), and each epoch's first step's
-    start on the samplers' clock."""
+    beside steps.csv step by step (None for steps.csv's own steps), each epoch's first step's
+    start on the samplers' clock, and the longest stretch outside steps where the process sat idle."""
 
     epochs: pd.DataFrame | None = None
     reconciliation: pd.DataFrame | None = None
     starts_s: tuple[float, ...] = ()
+    idle_stretch: IdleStretch | None = None
 
 
-def epoch_tables(run: RunRecord | None, steps_table: pd.DataFrame | None, trace_steps: pd.DataFrame | None) -> EpochTables:
+def epoch_tables(inputs: RunInputs, trace_steps: pd.DataFrame | None) -> EpochTables:
     """The epoch tables of a run directory; `trace_steps` are the trace's steps where they come from one."""
+    run, steps_table = inputs.run, inputs.steps_table
     if run is None or steps_table is None:
         return EpochTables()
     epochs = None
@@ -114,4 +118,5 @@ def epoch_tables(run: RunRecord | None, steps_table: pd.DataFrame | None, trace_
     except RunFileError as exc:
         warn(f"{exc}; no epoch breakdown")  # the steps still have their breakdown
     reconciliation = reconcile_with_trace(trace_steps, steps_table) if trace_steps is not None else None
-    return EpochTables(epochs, reconciliation, tuple(steps_table.groupby("epoch")["start_time_s"].min().tolist()))
+    return EpochTables(epochs, reconciliation, tuple(steps_table.groupby("epoch")["start_time_s"].min().tolist()),
+                       longest_idle_stretch(inputs.samplers, steps_table, run))

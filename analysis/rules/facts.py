@@ -16,6 +16,7 @@ import pandas as pd
 from analysis import producers
 from analysis.breakdown.devices import DeviceTable
 from analysis.breakdown.eager import EagerOps
+from analysis.breakdown.idle import IdleStretch
 from analysis.breakdown.input_stages import SlowestStage
 from analysis.breakdown.ops import eigen_dense_pct
 from analysis.read.run_files import RunRecord
@@ -66,6 +67,7 @@ class Facts:
     device_mem_total_bytes: float = math.nan
     eigen_dense_pct: float = math.nan  # CPU: op time in TensorFlow's Eigen conv/matmul kernels (oneDNN's off)
     eager: EagerOps | None = None  # ops executed eagerly in the steady steps (None: none, or no trace)
+    idle_stretch: IdleStretch | None = None  # the longest stretch outside steps where the process sat idle
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,8 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, de
                prefetches: bool | None = None, mfu_pct=None, peak_dtype: str | None = None, other_cpu_pct=None,
                proc_cpu_pct=None, cpu_cores=None, matrix_units=None, bfloat16_units=None,
                device_mem_peak_bytes=None, device_mem_total_bytes=None, eigen_dense_pct=None, input_wait_pct=None,
-               input_copy_pct=None, input_wait_ms=None, eager: EagerOps | None = None) -> Facts:
+               input_copy_pct=None, input_wait_ms=None, eager: EagerOps | None = None,
+               idle_stretch: IdleStretch | None = None) -> Facts:
     """The rules' view of one breakdown. Numbers may be missing (None, NaN: unknown); compute
     defaults to what input and host leave; `trace` holds what a trace shows (its `prefetches`
     wins over `prefetches`)."""
@@ -231,14 +234,15 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, de
         device_mem_total_bytes=_float(device_mem_total_bytes),
         eigen_dense_pct=_float(eigen_dense_pct),
         eager=eager,
+        idle_stretch=idle_stretch,
     )
 
 
 def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | None, machine: dict[str, float],
                  trace: TraceFacts, devices: DeviceTable, stage: SlowestStage | None, ops: pd.DataFrame,
-                 eager: EagerOps | None = None) -> Facts:
+                 eager: EagerOps | None = None, idle_stretch: IdleStretch | None = None) -> Facts:
     """The facts of one worker's analysis: its steady mean, its run's settings, its utilization
-    headline and what its trace shows."""
+    headline, what its trace shows and where its process sat idle."""
     config = run.config if run is not None else {}
     device = run.device if run is not None else {}
     step_ms = _float(mean.get("step_ms"))
@@ -246,7 +250,7 @@ def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | No
     return make_facts(
         input_pct=mean.get("input_pct"), host_pct=mean.get("host_pct"), compute_pct=mean.get("compute_pct"),
         input_wait_pct=share("input_wait_ms"), input_copy_pct=share("input_copy_ms"),
-        input_wait_ms=mean.get("input_wait_ms"), eager=eager,
+        input_wait_ms=mean.get("input_wait_ms"), eager=eager, idle_stretch=idle_stretch,
         collective_pct=mean.get("collective_pct"), device=source.device, producer=source.producer,
         device_recorded=devices.recorded, precision=config.get("precision"), jit_compile=config.get("jit_compile"),
         steps_per_call=source.steps_per_call, steps_per_epoch=run.steps_per_epoch if run is not None else None,

@@ -20,6 +20,7 @@ from typing import Callable
 
 import pandas as pd
 
+from analysis.breakdown.idle import IDLE_CPU_PCT, MIN_IDLE_S
 from analysis.breakdown.input_stages import SlowestStage
 from analysis.rules import programs as program_facts
 from analysis.rules.devices import facts_for
@@ -345,6 +346,15 @@ def _eager_fix(facts: Facts) -> str:
             "needs) instead of on its results in Python, or do them every N steps")
 
 
+def _idle_headline(facts: Facts) -> str:
+    stretch = facts.idle_stretch
+    if stretch is None:
+        return ""
+    return (f"The process sat idle for {stretch.seconds:.1f} s {stretch.place}: its CPU stayed under "
+            f"{IDLE_CPU_PCT:g} % ({stretch.cpu_column}), outside every training step, where no step or epoch "
+            "figure shows the wait.")
+
+
 RULES: list[Rule] = [
     Rule("input_bound_high", "input", lambda f: f.input_pct >= HIGH_INPUT_PCT, _input_headline("high"),
          _input_fix, _input_more, bound="input", level="high", severity="critical",
@@ -440,6 +450,11 @@ RULES: list[Rule] = [
          lambda f: "end the tf.data pipeline with .prefetch(tf.data.AUTOTUNE)",
          finding=True, description=f"a traced tf.data pipeline without a Prefetch stage, and the host waits for "
                                    f"it >= {MODERATE_INPUT_PCT:g} % of step time"),
+    Rule("idle_stretch", "epoch_level", lambda f: f.idle_stretch is not None, _idle_headline,
+         lambda f: ("find what the program waits for there (a thread or iterator winding down, a file, another "
+                    "process): `py-spy dump --pid PID` during the stretch shows it"),
+         finding=True, description=f"the process's CPU under {IDLE_CPU_PCT:g} % for more than {MIN_IDLE_S:g} s outside "
+                                   "every step (host sampler)"),
     Rule("memory_near_limit", "compute",
          lambda f: f.device_mem_total_bytes > 0 and f.device_mem_peak_bytes >= MEMORY_NEAR_LIMIT * f.device_mem_total_bytes,
          lambda f: (f"Device memory peaked at {f.device_mem_peak_bytes / 2**30:.2f} of {f.device_mem_total_bytes / 2**30:.2f}"
