@@ -142,8 +142,16 @@ def make_traces(folder: Path) -> None:
     tx.write_tf_gpu_loop(folder / "copy-under-compute" / "h.xplane.pb", host_step_ms=10.0, device_period_ms=10.0,
                          device_lag_ms=0.5, kernels_ms=(6.0, 2.5), kernel_gap_ms=0.5, overlapped_copy_ms=2.0)
     tx.write_one_step_capture(folder / "one-step-capture" / "h.xplane.pb")
+    # The training step is most of the device's work; evaluation a shorter forward pass.
     tx.write_jax_programs(folder / "jax-several-programs" / "h.xplane.pb",
-                          ["jit_init", *(["jit_train_step", "jit_eval_step"] * 4), "jit_log"])
+                          ["jit_init", *(["jit_train_step", "jit_eval_step"] * 4), "jit_log"],
+                          kernel_ms={"jit_train_step": 3.0, "jit_eval_step": 0.5, "jit_init": 0.2, "jit_log": 0.2})
+    # A microbenchmark of several programs where the one that repeats most is not most of the work.
+    tx.write_jax_programs(folder / "jax-minor-program" / "h.xplane.pb",
+                          ["jit_matmul", "jit_matmul", "jit_softmax", "jit_add"] * 6,
+                          kernel_ms={"jit_matmul": 0.3, "jit_softmax": 0.8, "jit_add": 0.2})
+    tx.write_keras_cpu_capture(folder / "keras-cpu-one-step" / "h.xplane.pb")
+    tx.write_tpu_programs(folder / "tpu-programs-cut" / "h.xplane.pb")
 
 
 def main(argv=None) -> int:

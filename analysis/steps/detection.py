@@ -291,16 +291,22 @@ def find_program_executions(view: TraceView, wanted: re.Pattern | None = None) -
     for finder in finders:
         found = finder(view, wanted)
         if found is not None:
-            return found if wanted is not None else _unless_a_minor_program(view, found)
+            return found if wanted is not None else _the_program_that_is_the_work(view, found, finder)
     return None
 
 
-def _unless_a_minor_program(view: TraceView, found: DetectedSteps) -> DetectedSteps:
-    """`found`, or the window when its program holds less than PROGRAM_SHARE_MIN of the devices' busy
-    time; the window's note lists the programs with their executions and share of device time."""
+def _the_program_that_is_the_work(view: TraceView, found: DetectedSteps, finder) -> DetectedSteps:
+    """`found` when its program holds PROGRAM_SHARE_MIN of the devices' busy time (or that cannot be
+    told); else the repeated program that does (as often run as an evaluation program, say); else
+    the window, whose note lists the programs with their executions and share of device time."""
     shares = program_shares(view, found.candidates)
     if shares is None or found.name not in shares.index or shares.at[found.name, "share"] >= PROGRAM_SHARE_MIN:
         return found
+    top = shares.iloc[0]
+    if top["share"] >= PROGRAM_SHARE_MIN and top["executions"] >= 2:
+        work = finder(view, re.compile(f"^{re.escape(str(shares.index[0]))}$"))
+        if work is not None:
+            return work
     listed = "; ".join(f"{name} {int(row.executions)} execution{'s' if row.executions != 1 else ''}, "
                        f"{100 * row.share:.1f} %" for name, row in shares.head(8).iterrows())
     more = f"; {len(shares) - 8} more" if len(shares) > 8 else ""
