@@ -239,7 +239,9 @@ def test_a_trace_of_only_the_first_call_says_it_is_the_compile_step_in_every_for
     assert any(note.startswith(said) for note in document["notes"]) and document["steps_used"] == 0
     for fmt in ("text", "markdown", "html"):
         assert said in result.render(fmt).replace("\n", " "), fmt
-    assert "1 steady step" not in result.render("text")
+    text = result.render("text")
+    assert "1 steady step" not in text and "mean over" not in text
+    assert f"no steady step (see the notes); the traced steps: step {COMPILE_MS - 0.5:.2f} ms" in text, text
 
 
 def test_one_step_and_one_call_are_singular(tmp_path):

@@ -26,7 +26,11 @@ def render_analysis(analysis) -> str:
     unit = f"call{calls} of {per_call} steps: call" if per_call > 1 else f"step{calls}: step"
     split = " + ".join(f"{part} {mean[f'{part}_ms']:.2f} ({mean[f'{part}_pct']:.1f} %)"
                        for part in tables.step_parts(analysis))
-    out.append(f"mean over {analysis.steps_used} {unit} {mean['step_ms']:.2f} ms = {split}")
+    lead = f"mean over {analysis.steps_used} {unit}"
+    if not analysis.steps_used:  # only the compile step was traced: the notes say so
+        one = "call" if per_call > 1 else "step"
+        lead = f"no steady {one} (see the notes); the traced {one}s: {one}"
+    out.append(f"{lead} {mean['step_ms']:.2f} ms = {split}")
     out += _device_lines(analysis)
     if not analysis.ops.empty:
         out += ["", f"top ops (of {len(analysis.ops)}; all in ops.csv; ms per training step, share of op time):",
