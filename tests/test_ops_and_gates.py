@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from profiler import cli
@@ -18,13 +19,21 @@ INPUT_DELAY_MS = 40.0
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    """`input40` waits INPUT_DELAY_MS a batch, or the f32 run's step if a loaded machine made that
+    longer, so input stays a large share; `slowed` sleeps at least that step more, so it stays
+    far slower when load stretches the steps between two runs."""
     out = tmp_path_factory.mktemp("runs")
-    made = {}
-    for name, extra in (("f32", []), ("bf16", ["--precision", "mixed_bfloat16"]),
-                        ("slowed", ["--inject-host-delay-ms", "150"]),
-                        ("input40", ["--inject-input-delay-ms", str(INPUT_DELAY_MS)])):
+
+    def record(name, *extra):
         assert cli.main([*RUN, "--out", str(out), "--run-name", name, *extra]) == 0
-        made[name] = out / name
+        return out / name
+
+    made = {"f32": record("f32")}
+    step = float(round(pd.read_csv(made["f32"] / "steps.csv")["step_ms"].iloc[2:].median()))
+    made["input_delay_ms"] = max(INPUT_DELAY_MS, step)
+    made["bf16"] = record("bf16", "--precision", "mixed_bfloat16")
+    made["slowed"] = record("slowed", "--inject-host-delay-ms", f"{max(150.0, step):g}")
+    made["input40"] = record("input40", "--inject-input-delay-ms", f"{made['input_delay_ms']:g}")
     return made
 
 
@@ -82,7 +91,8 @@ def test_the_slow_input_stage_is_named_with_its_cost(runs, capsys):
     delayed = analyze_json(runs["input40"], capsys)
     stage = delayed["input_bottleneck"]
     assert stage is not None and stage["stage"].endswith("::Map"), delayed["input_stages"][:3]
-    assert INPUT_DELAY_MS <= stage["ms_per_batch"] <= 1.25 * INPUT_DELAY_MS
+    delay = runs["input_delay_ms"]
+    assert delay <= stage["ms_per_batch"] <= 1.25 * delay
     assert delayed["input_stages"][0]["stage"] == stage["stage"]
     assert analyze_json(runs["f32"], capsys)["input_bottleneck"] is None
 
