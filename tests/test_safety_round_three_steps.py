@@ -241,6 +241,8 @@ def test_a_trace_of_only_the_first_call_says_it_is_the_compile_step_in_every_for
         assert said in result.render(fmt).replace("\n", " "), fmt
     text = result.render("text")
     assert "1 steady step" not in text and "mean over" not in text
+    assert "0 step" not in text and "0 steady" not in text, text
+    assert result.verdict["reason"].startswith("no steady step: every traced step traces or compiles")
     assert f"no steady step (see the notes); the traced steps: step {COMPILE_MS - 0.5:.2f} ms" in text, text
 
 

@@ -526,8 +526,10 @@ def make_verdict(
     if mean.get("input_copy_ms", 0.0) > 0:
         split = (f": {mean['input_wait_ms']:.2f} ms waiting for the iterator, {mean['input_copy_ms']:.2f} ms copying "
                  "to the device")
+    over = (f"Over {steps_used} {unit}{'s' if steps_used != 1 else ''} of {mean['step_ms']:.2f} ms" if steps_used
+            else f"No steady {unit} traced; the traced {unit}s, which trace or compile, take {mean['step_ms']:.2f} ms")
     evidence = (
-        f"Over {steps_used} {unit}{'s' if steps_used != 1 else ''} of {mean['step_ms']:.2f} ms: "
+        f"{over}: "
         f"input {mean['input_pct']:.1f} % ({mean['input_ms']:.2f} ms{split}), "
         f"compute {mean['compute_pct']:.1f} % ({mean['compute_ms']:.2f} ms), "
         f"host overhead {mean['host_pct']:.1f} % ({mean['host_ms']:.2f} ms)"
@@ -544,6 +546,11 @@ def make_verdict(
         )
     if utilization:
         evidence += "; " + ", ".join(f"{name} {value:.0f} %" for name, value in utilization.items())
+    if steps_used == 0:
+        reason = (f"no steady {unit}: every traced {unit} traces or compiles the training function; trace the "
+                  f"{unit}s after the first call (profile steps from its end)")
+        return {"bound": None, "level": None, "rule": None, "reason": reason, "evidence": f"{evidence}.",
+                "advice": []}
     if steps_used < min_steps:
         reason = (f"only {steps_used} steady {unit}{'s' if steps_used != 1 else ''} (at least {min_steps} "
                   f"needed; {unit}s that trace or compile are left out): trace more steps, e.g. a longer run "
