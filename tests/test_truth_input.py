@@ -100,6 +100,7 @@ def test_advice_for_an_exposed_copy_is_the_copys_not_the_pipelines(tmp_path):
     assert "TensorSlice" not in advice, advice
     assert ".cache()" not in advice and "num_parallel_calls" not in advice, advice
     assert "no_prefetch" not in [f["rule"] for f in data["findings"]]
+    assert data["input_bottleneck"] is None
 
 
 def test_a_material_wait_keeps_the_pipeline_advice_and_the_stage_that_explains_it(tmp_path):
@@ -115,6 +116,7 @@ def test_a_material_wait_keeps_the_pipeline_advice_and_the_stage_that_explains_i
     assert "Iterator::Root::Map" in verdict["advice"][0] and "num_parallel_calls" in verdict["advice"][0]
     assert not any("prefetch_to_device" in line for line in verdict["advice"])
     assert "no_prefetch" in [f["rule"] for f in data["findings"]]
+    assert data["input_bottleneck"]["stage"] == "Iterator::Root::Map"
 
 
 def test_a_stage_whose_own_time_does_not_explain_the_wait_is_not_blamed(tmp_path):
@@ -123,6 +125,7 @@ def test_a_stage_whose_own_time_does_not_explain_the_wait_is_not_blamed(tmp_path
                                     kernels_ms=(5.0, 4.0))).to_json()
     advice = data["verdict"]["advice"]
     assert not any("TensorSlice" in line for line in advice), advice
+    assert data["input_bottleneck"] is None
     assert any("num_parallel_calls" in line for line in advice)
     assert "no_prefetch" in [f["rule"] for f in data["findings"]]
 

@@ -151,6 +151,12 @@ def _stage_explains(facts: Facts) -> bool:
     return stage.ms_per_step >= STAGE_EXPLAINS_SHARE * facts.input_wait_ms
 
 
+def pipeline_is_the_cause(facts: Facts) -> bool:
+    """Whether the slowest tf.data stage is what the steps wait for: the host's wait is material
+    and that stage's own time explains it (an exposed copy is not the pipeline's doing)."""
+    return _wait_material(facts) and _stage_explains(facts)
+
+
 def _copy_split(facts: Facts) -> str:
     return (f"the copy is {facts.input_copy_pct:.1f} % of the step, the host's wait for the iterator "
             f"{_wait_pct(facts):.1f} %")
@@ -237,7 +243,7 @@ def _wait_advice(facts: Facts) -> list[str]:
                 "augmentation on the device inside the step."]
     stage = [f"The slowest tf.data stage is `{facts.slowest_input_stage}`: "
              f"{stage_advice(facts.slowest_input_stage)}."] \
-        if facts.slowest_input_stage and _wait_material(facts) and _stage_explains(facts) else []
+        if facts.slowest_input_stage and pipeline_is_the_cause(facts) else []
     general = [line for line in INPUT_ADVICE if not (facts.prefetches and ".prefetch(" in line)]
     return stage + general
 
