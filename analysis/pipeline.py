@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import re
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
 import pandas as pd
 
-from analysis.breakdown import utilization
+from analysis import executors
+from analysis.breakdown import cluster, utilization
 from analysis.breakdown.devices import device_table
 from analysis.breakdown.eager import EagerOps, eager_ops
 from analysis.breakdown.epochs import epoch_tables
@@ -29,9 +32,11 @@ from analysis.breakdown.input_parts import mean_input_parts, split_input
 from analysis.breakdown.input_stages import STAGE_COLUMNS, InputStages, input_stages
 from analysis.breakdown.ops import OP_COLUMNS, op_table
 from analysis.breakdown.workers import WORKER_KEYS, worker_row
+from analysis.executors import WorkerFailure
 from analysis.read import run_files
 from analysis.read.inputs import RunInputs, read_inputs
 from analysis.read.run_files import RunRecord
+from analysis.read.trace import TraceError
 from analysis.render import Rendered
 from analysis.rules import straggler as straggler_rule
 from analysis.rules import table as rules
@@ -81,6 +86,9 @@ class Analysis(Rendered):
     job_dir: Path | None = None  # a multi-worker run: the job's folder (the breakdown is worker 0's)
     record: RunRecord | None = None  # run.json, where there is one
     straggler_reason: str | None = None  # why no straggler is named, with several workers
+    worker_steps: pd.DataFrame | None = None  # several workers: each one's steady steps (breakdown/cluster.py)
+    slowest_workers: list[dict] = field(default_factory=list)  # several workers: the highest straggler scores
+    worker_distribution: dict | None = None  # several workers: p50, p90, max of step time across them
     tensorflow: SecondOpinion | None = None  # TensorFlow's own analysis beside the trace, beside devprof's figures
 
     @property
@@ -115,21 +123,26 @@ class Analysis(Rendered):
         return outputs.write_outputs(self, out_dir)
 
 
-def analyze(path: str | Path, step_name: str | None = None, processes: int | None = None) -> Analysis:
+def analyze(path: str | Path, step_name: str | None = None, processes: int | None = None,
+            executor: Executor | None = None) -> Analysis:
     """Find the steps at `path` and break them down; `step_name` (a regex) picks the marker or
     program that stands for a step. A multi-worker job or session is worker 0's breakdown
     with one row per worker and the straggler; its worker files are analysed in parallel
-    processes when they are big enough to pay for it (`processes` sets how many; 1: in this one)."""
+    processes when they are big enough to pay for it (`processes` sets how many; 1: in this one),
+    or by `executor` (any `concurrent.futures.Executor`, e.g. a Dask client's `get_executor()`),
+    one task per worker that sends back that worker's summary, never its events."""
     check_step_name(step_name)
     path = Path(path)
     workers = run_files.worker_dirs(path) if path.is_dir() else []
     if workers and not (path / run_files.STEPS_CSV).is_file():
-        return assemble_job(path, workers, _analyze_each(workers, step_name, processes))
+        return _analyze_job(path, workers, step_name, processes, executor)
     host_files = _session_files(path)
     if len(host_files) < 2:
         return analyze_worker(path, step_name)
-    chief, *others = _analyze_each([path, *host_files[1:]], step_name, processes)
-    return assemble_session(chief, others)
+    results = _analyze_each([path, *host_files[1:]], step_name, processes, executor)
+    if isinstance(results[0], WorkerFailure):
+        raise results[0].error or TraceError(results[0].message)
+    return assemble_session(results[0], results[1:])
 
 
 # A process pool pays for itself once a worker's trace takes a second or more to analyse (about 4 MB).
@@ -168,17 +181,26 @@ def pool_size(paths: list[Path], processes: int | None = None) -> int:
     return max(1, min(len(paths), os.cpu_count() or 1, by_memory))
 
 
-def _analyze_each(paths: list[Path], step_name: str | None, processes: int | None) -> list[Analysis]:
+def _analyze_each(paths: list[Path], step_name: str | None, processes: int | None,
+                  executor: Executor | None = None) -> list[Analysis | WorkerFailure]:
+    calls = [(p, step_name, i == 0) for i, p in enumerate(paths)]
+    if executor is not None:
+        return executors.run_all(worker_summary, calls, executor)
     count = pool_size(paths, processes)
     if count <= 1:
-        return [analyze_worker(p, step_name) for p in paths]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+        return executors.run_all(worker_summary, calls, None)
+    with executors.local_pool(count) as pool:
+        return executors.run_all(worker_summary, calls, pool)
 
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else methods[0])
-    with ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
-        return list(pool.map(analyze_worker, paths, [step_name] * len(paths)))
+
+def worker_summary(path: Path, step_name: str | None = None, chief: bool = False) -> Analysis | WorkerFailure:
+    """One task of a job: one worker's analysis, without its sampler frames unless it is the chief
+    (the job reports only the chief's), or why its files could not be analysed."""
+    try:
+        result = analyze_worker(path, step_name)
+    except (TraceError, ValueError, OSError) as exc:
+        return WorkerFailure(Path(path), str(exc).splitlines()[0] if str(exc) else type(exc).__name__, exc)
+    return result if chief else dataclasses.replace(result, samplers={})
 
 
 def check_step_name(step_name: str | None) -> None:
@@ -241,29 +263,148 @@ def _run_notes(run: RunRecord | None) -> tuple[str, ...]:
     return ()
 
 
-def assemble_session(chief: Analysis, others: list[Analysis]) -> Analysis:
+def assemble_session(chief: Analysis, others: list[Analysis | WorkerFailure]) -> Analysis:
     """Several hosts in one profile session: the chief's breakdown with one row per host trace."""
-    rows = [worker_row(a.path.name.removesuffix(".xplane.pb"), a.host, a.mean, steady_steps(a.steps))
-            for a in (chief, *others)]
-    straggler, reason = straggler_rule.find_straggler(pd.DataFrame(rows))
-    return dataclasses.replace(chief, workers=pd.DataFrame(rows, columns=WORKER_KEYS), straggler=straggler,
-                               straggler_reason=reason)
+    rows, steps = [], []
+    for a in (chief, *others):
+        name = a.path.name.removesuffix(".xplane.pb")
+        if isinstance(a, WorkerFailure):
+            rows.append(_failed_row(name, name, f"unreadable: {a.message}"))
+            continue
+        steady = steady_steps(a.steps)
+        rows.append({**worker_row(name, a.host, a.mean, steady), "status": cluster.OK})
+        steps.append(cluster.worker_steps(name, steady))
+    frame, worker_steps, missing_note = _job_frame(rows, steps, (), len(rows))
+    ok = frame[frame["status"] == cluster.OK]
+    straggler, reason = straggler_rule.find_straggler(ok)
+    return dataclasses.replace(chief, workers=frame, straggler=straggler, straggler_reason=reason,
+                               notes=(*chief.notes, *missing_note), worker_steps=worker_steps,
+                               slowest_workers=straggler_rule.slowest_workers(ok),
+                               worker_distribution=cluster.distribution(frame))
 
 
-def assemble_job(job_dir: Path, workers: list[Path], per_worker: list[Analysis]) -> Analysis:
-    """A job of `worker-<i>/` run directories: worker 0's breakdown, one row per worker, the
-    straggler, and the job's own processes not counted as CPU contention."""
-    chief = per_worker[0]
-    rows = []
-    for index, (worker, analysis) in enumerate(zip(workers, per_worker)):
+def _analyze_job(job_dir: Path, workers: list[Path], step_name: str | None, processes: int | None,
+                 executor: Executor | None) -> Analysis:
+    """Every worker with a trace analysed once (on `executor` or the local pool); when some have a
+    trace, those without one are listed, not analysed from steps.csv alone (their collective wait is
+    not timed). Workers the job's run.json names that have no folder are listed as missing."""
+    traced = [w for w in workers if _has_trace(w)]
+    analysed = traced if traced else workers
+    skipped = {w.name: "no trace" for w in workers if w not in analysed}
+    skipped.update({name: "missing" for name in _listed_workers(job_dir) if name not in {w.name for w in workers}})
+    results = _analyze_each(analysed, step_name, processes, executor)
+    if traced:  # a worker whose trace could not be read fell back to its steps.csv: not comparable with the others
+        results = [_unreadable(w, r) if isinstance(r, Analysis) and r.step_source == "steps_csv" else r
+                   for w, r in zip(analysed, results)]
+    return assemble_job(job_dir, analysed, results, skipped)
+
+
+def _unreadable(worker: Path, result: Analysis) -> WorkerFailure:
+    why = next((note for note in result.notes if "trace" in note), "its trace could not be read")
+    return WorkerFailure(worker, why.split("; breakdown from")[0])
+
+
+def _has_trace(worker: Path) -> bool:
+    return next(worker.rglob("*.xplane.pb"), None) is not None
+
+
+def _listed_workers(job_dir: Path) -> list[str]:
+    """The `worker-<i>` folders the job's own run.json names (`workers`, else `num_workers`)."""
+    path = job_dir / run_files.RUN_JSON
+    if not path.is_file():
+        return []
+    try:
+        raw = RunRecord.read(path).raw
+    except (ValueError, OSError):
+        return []
+    names = raw.get("workers")
+    if isinstance(names, list) and all(isinstance(n, str) for n in names):
+        return names
+    count = raw.get("num_workers")
+    return [f"{run_files.WORKER_DIR_PREFIX}{i}" for i in range(count)] if isinstance(count, int) else []
+
+
+def _worker_index(name: str) -> int | str:
+    index = name[len(run_files.WORKER_DIR_PREFIX):]
+    return int(index) if name.startswith(run_files.WORKER_DIR_PREFIX) and index.isdigit() else name
+
+
+def _failed_row(worker: int | str, host: str, status: str) -> dict:
+    row = worker_row(worker, host, {})
+    row.update({key: math.nan for key in WORKER_KEYS[2:7]}, status=status)
+    return row
+
+
+def _job_frame(rows: list[dict], steps: list[pd.DataFrame], skipped: tuple[tuple[int | str, str], ...],
+               total: int) -> tuple[pd.DataFrame, pd.DataFrame, tuple[str, ...]]:
+    """The workers table with each one's straggler score and clock offset, the job's steps table, and
+    one note naming the workers that were not analysed."""
+    rows = rows + [_failed_row(worker, str(worker), status) for worker, status in skipped]
+    frame = pd.DataFrame(rows)
+    frame = frame.iloc[sorted(range(len(frame)), key=lambda i: _order(frame["worker"].iat[i]))].reset_index(drop=True)
+    worker_steps = pd.concat(steps, ignore_index=True) if steps else pd.DataFrame(columns=cluster.STEP_COLUMNS)
+    ok = frame.loc[frame["status"] == cluster.OK, "worker"].tolist()
+    scores = cluster.straggler_scores(worker_steps)
+    offsets = cluster.clock_offsets(worker_steps, ok[0]) if ok else pd.Series(dtype=float)
+    frame["straggler_score"] = [float(scores.get(w, math.nan)) for w in frame["worker"]]
+    frame["clock_offset_ms"] = [float(offsets.get(w, math.nan)) for w in frame["worker"]]
+    notes = []
+    failed = frame[frame["status"] != cluster.OK]
+    if not failed.empty:
+        by_status: dict[str, list] = {}
+        for worker, status in zip(failed["worker"], failed["status"]):
+            by_status.setdefault(status if status in ("missing", "no trace") else "unreadable", []).append(worker)
+        parts = [f"{status}: {_ranges(workers)}" for status, workers in by_status.items()]
+        notes.append(f"{len(failed)} of {total} workers not analysed ({'; '.join(parts)}); their rows say why")
+    return frame[[*WORKER_KEYS, *cluster.CLUSTER_KEYS]], worker_steps, tuple(notes)
+
+
+def _order(worker: int | str) -> tuple:
+    return (0, int(worker), "") if isinstance(worker, numbers.Integral) else (1, 0, str(worker))
+
+
+def _ranges(workers: list) -> str:
+    """`0-3, 7, 9-12` for worker indices (names as they are)."""
+    indices = sorted(int(w) for w in workers if isinstance(w, numbers.Integral))
+    out, start = [], None
+    for i, n in enumerate(indices):
+        start = n if start is None else start
+        if i + 1 == len(indices) or indices[i + 1] != n + 1:
+            out.append(f"{start}" if start == n else f"{start}-{n}")
+            start = None
+    return ", ".join([*out, *(str(w) for w in workers if not isinstance(w, numbers.Integral))])
+
+
+def assemble_job(job_dir: Path, workers: list[Path], per_worker: list[Analysis | WorkerFailure],
+                 skipped: dict[str, str] | None = None) -> Analysis:
+    """A job of `worker-<i>/` run directories: the first analysed worker's breakdown (worker 0's),
+    one row per worker, the straggler, and the job's own processes not counted as CPU contention.
+    `skipped` names the workers that were not analysed, and why (`no trace`, `missing`)."""
+    done = [(w, a) for w, a in zip(workers, per_worker) if isinstance(a, Analysis)]
+    if not done:
+        failure = next(a for a in per_worker if isinstance(a, WorkerFailure))
+        raise failure.error or TraceError(failure.message)
+    chief_dir, chief = done[0]
+    rows, steps = [], []
+    for worker, analysis in zip(workers, per_worker):
+        index = _worker_index(worker.name)
+        if isinstance(analysis, WorkerFailure):
+            rows.append(_failed_row(index, worker.name, f"unreadable: {analysis.message}"))
+            continue
         device = analysis.record.device if analysis.record is not None else {}
-        rows.append(worker_row(index, str(device.get("host") or worker.name), analysis.mean,
-                               steady_steps(analysis.steps), analysis.utilization.get("proc_cpu_mean_pct", math.nan)))
+        steady = steady_steps(analysis.steps)
+        rows.append({**worker_row(index, str(device.get("host") or worker.name), analysis.mean, steady,
+                                  analysis.utilization.get("proc_cpu_mean_pct", math.nan)), "status": cluster.OK})
+        steps.append(cluster.worker_steps(index, steady))
+    skipped_rows = tuple((_worker_index(name), status) for name, status in (skipped or {}).items())
+    total = len(workers) + len(skipped_rows)
+    frame, worker_steps, missing_note = _job_frame(rows, steps, skipped_rows, total)
+    ok = frame[frame["status"] == cluster.OK].reset_index(drop=True)
     machine = dict(chief.utilization)
     facts, findings = chief.facts, chief.findings
     # Workers on the chief's machine are the job, not "other processes" competing with it.
-    local = [a.utilization.get("proc_cpu_mean_pct", math.nan) for a, row in zip(per_worker, rows)
-             if row["host"] == rows[0]["host"]]
+    local = [a.utilization.get("proc_cpu_mean_pct", math.nan) for w, a in done
+             if _host_of(w, a) == _host_of(chief_dir, chief)]
     cores = machine.get("cpu_cores", math.nan)
     if len(local) > 1 and cores == cores and all(v == v for v in local):
         job_cpu = sum(local)
@@ -272,12 +413,22 @@ def assemble_job(job_dir: Path, workers: list[Path], per_worker: list[Analysis])
         facts = dataclasses.replace(facts, proc_cpu_pct=job_cpu, other_cpu_pct=machine["other_cpu_mean_pct"])
         findings = rules.findings(facts)
     notes = chief.notes
-    if len(workers) > 1:
-        notes = (*notes, f"{len(workers)} workers: the breakdown is worker 0's ({workers[0].name}); one row per "
-                         "worker below")
-    straggler, reason = straggler_rule.find_straggler(pd.DataFrame(rows), machine.get("other_cpu_mean_pct", math.nan))
-    if len(workers) > 1 and all(a.step_source == "steps_csv" for a in per_worker):
+    if total > 1:
+        shown = ("one row per worker below" if total <= straggler_rule.SLOWEST_SHOWN else
+                 f"the {straggler_rule.SLOWEST_SHOWN} slowest below, every worker in workers.csv and the JSON")
+        notes = (*notes, f"{total} workers: the breakdown is worker {_worker_index(chief_dir.name)}'s "
+                         f"({chief_dir.name}); {shown}")
+    notes = (*notes, *missing_note)
+    other_cpu = machine.get("other_cpu_mean_pct", math.nan)
+    straggler, reason = straggler_rule.find_straggler(ok, other_cpu)
+    if len(done) > 1 and all(a.step_source == "steps_csv" for _, a in done):
         straggler, reason = None, straggler_rule.NO_TRACE
-    return dataclasses.replace(chief, job_dir=job_dir, workers=pd.DataFrame(rows, columns=WORKER_KEYS),
-                               straggler=straggler, straggler_reason=reason, utilization=machine, facts=facts,
-                               findings=findings, notes=notes)
+    return dataclasses.replace(chief, job_dir=job_dir, workers=frame, straggler=straggler, straggler_reason=reason,
+                               utilization=machine, facts=facts, findings=findings, notes=notes,
+                               worker_steps=worker_steps, slowest_workers=straggler_rule.slowest_workers(ok, other_cpu_pct=other_cpu),
+                               worker_distribution=cluster.distribution(frame))
+
+
+def _host_of(worker: Path, analysis: Analysis) -> str:
+    device = analysis.record.device if analysis.record is not None else {}
+    return str(device.get("host") or worker.name)

@@ -29,6 +29,7 @@ from analysis.render.html_charts import (
     Series,
     esc,
     hbars,
+    heat_map,
     legend,
     lines,
     nice_ticks,
@@ -540,9 +541,34 @@ def _workers(analysis) -> str:
     straggler = analysis.straggler
     worker = str(straggler["worker"]) if straggler else None
     line = tables.straggler_line(analysis)
+    summary = "".join(f'<p class="caption">{esc(text)}</p>' for text in tables.worker_summary_lines(analysis))
     return _section("Workers", '<p class="caption">Mean ms per steady step of each worker.</p>',
                     _table(tables.workers_table(analysis), highlight=lambda row: str(row["worker"]) == worker),
-                    f"<p><b>{esc(line)}</b></p>" if line else "", anchor="workers")
+                    f"<p><b>{esc(line)}</b></p>" if line else "", summary, _worker_heat_map(analysis),
+                    anchor="workers")
+
+
+MARK_SCORE = 0.1  # the heat map outlines workers whose straggler score is at least this (10 % slower, or spikier)
+
+
+def _worker_heat_map(analysis) -> str:
+    steps = analysis.worker_steps
+    if steps is None or steps.empty or len(analysis.workers) < 2:
+        return ""
+    grid = steps.pivot_table(index="worker", columns="step", values="own_ms", aggfunc="mean", sort=True)
+    names = [str(w) for w in grid.index]
+    marked = {}
+    straggler = str(analysis.straggler["worker"]) if analysis.straggler else None
+    for item in analysis.slowest_workers:
+        name = str(item["worker"])
+        score = item["straggler_score"]
+        if name in names and (name == straggler or (score is not None and score >= MARK_SCORE)):
+            marked[names.index(name)] = (f"{'straggler ' if name == straggler else ''}{name}: "
+                                         f"{item['cause'] or '-'}, score {score:.2f}")
+    chart = heat_map(grid.to_numpy(dtype=float), names, [str(c) for c in grid.columns], marked, "ms",
+                            "step time without collective wait, per worker and step")
+    return ('<p class="caption">Step time without collective wait, per worker (rows) and step (columns); '
+            f"outlined: the straggler and workers scoring {MARK_SCORE:g} or more.</p>" + chart)
 
 
 def _ops(analysis) -> str:

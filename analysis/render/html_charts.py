@@ -294,11 +294,64 @@ def hbars(rows: list[tuple[str, tuple[float, ...], str, float]], parts: list[tup
     return "".join(out)
 
 
+def heat_map(values: np.ndarray, rows: list[str], columns: list[str], marked: dict[int, str], unit: str,
+             label: str, *, max_height: int = 640) -> str:
+    """A rows x columns grid of cells shaded from the smallest value (light) to the largest (dark red);
+    rows in `marked` (row index -> note) get a red outline and their note at the right. Columns past
+    `MAX_BARS` are averaged in consecutive groups, rows are at most `max_height` units tall in all."""
+    values = np.asarray(values, dtype=float)
+    if values.size == 0:
+        return ""
+    if values.shape[1] > MAX_BARS:
+        group = math.ceil(values.shape[1] / MAX_BARS)
+        pad = group * math.ceil(values.shape[1] / group) - values.shape[1]
+        padded = np.pad(values, ((0, 0), (0, pad)), constant_values=np.nan)
+        with np.errstate(all="ignore"):
+            values = np.nanmean(padded.reshape(values.shape[0], -1, group), axis=2)
+        columns = [f"{columns[k * group]}-{columns[min((k + 1) * group, len(columns)) - 1]}" for k in range(values.shape[1])]
+    count, steps = values.shape
+    cell_h = max(1.0, min(14.0, max_height / count))
+    top, left, right = 8, 80, 200
+    cell_w = (WIDTH - left - right) / steps
+    height = int(top + cell_h * count + 40)
+    finite = values[np.isfinite(values)]
+    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    span = high - low or 1.0
+    out = [_svg_open(height, label)]
+    label_every = max(1, math.ceil(12 / cell_h))
+    for r in range(count):
+        y = top + r * cell_h
+        if r % label_every == 0 or r in marked:
+            out.append(f'<text x="{left - 4}" y="{y + cell_h / 2 + 4:.1f}" text-anchor="end">{esc(rows[r])}</text>')
+        for c in range(steps):
+            value = values[r, c]
+            if not math.isfinite(value):
+                continue
+            shade = (value - low) / span
+            color = f"rgb(255,{int(245 - 200 * shade)},{int(235 - 215 * shade)})"
+            out.append(f'<rect x="{left + c * cell_w:.1f}" y="{y:.1f}" width="{cell_w:.2f}" height="{cell_h:.2f}" '
+                       f'fill="{color}"><title>{esc(rows[r])}, step {esc(columns[c])}: {num(value)} {esc(unit)}'
+                       '</title></rect>')
+    for r, note in marked.items():
+        y = top + r * cell_h
+        out.append(f'<rect class="marked" x="{left}" y="{y:.1f}" width="{cell_w * steps:.1f}" height="{cell_h:.2f}" '
+                   'fill="none" stroke="#d62728" stroke-width="2"/>')
+        out.append(f'<text x="{WIDTH - right + 6}" y="{y + cell_h / 2 + 4:.1f}" fill="#d62728">{esc(note)}</text>')
+    bottom = top + cell_h * count
+    out.append(f'<text x="{left}" y="{bottom + 16:.1f}">step {esc(columns[0])}</text>')
+    out.append(f'<text x="{WIDTH - right}" y="{bottom + 16:.1f}" text-anchor="end">step {esc(columns[-1])}</text>')
+    out.append(f'<text x="{left}" y="{bottom + 32:.1f}">light {num(low)} {esc(unit)}, dark {num(high)} {esc(unit)}'
+               '</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
 def legend(items: list[tuple[str, str]], extra: str = "") -> str:
     """An HTML legend: (name, CSS background: a color or a pattern)."""
     spans = "".join(f'<span class="key"><i style="background:{color}"></i>{esc(name)}</span>' for name, color in items)
     return f'<div class="legend">{spans}{extra}</div>'
 
 
-__all__ = ["Band", "Bar", "EPOCH_LEVEL_COLOR", "PART_COLORS", "SERIES_COLORS", "Series", "esc", "hbars", "legend",
+__all__ = ["Band", "Bar", "EPOCH_LEVEL_COLOR", "PART_COLORS", "SERIES_COLORS", "Series", "esc", "hbars", "heat_map",
+           "legend",
            "lines", "nice_ticks", "num", "stacked_bars"]

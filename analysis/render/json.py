@@ -66,6 +66,8 @@ def analysis_document(analysis) -> dict:
         "workers": jsonable(analysis.workers.to_dict(orient="records")),
         "straggler": analysis.straggler,
         "straggler_reason": analysis.straggler_reason,
+        "slowest_workers": jsonable(list(analysis.slowest_workers)),
+        "worker_distribution": jsonable(analysis.worker_distribution),
         "ops": records(analysis.ops),
         "input_stages": records(analysis.input_stages),
         "input_bottleneck": analysis.input_bottleneck,

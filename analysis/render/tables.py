@@ -108,8 +108,30 @@ def devices_table(analysis, recorded_only: bool = False) -> pd.DataFrame:
     return devices[columns].round(3)
 
 
+SHOWN_WORKERS = 10  # rows a report shows: the highest straggler scores; workers.csv and the JSON hold every worker
+
+
 def workers_table(analysis) -> pd.DataFrame:
-    return analysis.workers.round(3)
+    frame = analysis.workers
+    if len(frame) > SHOWN_WORKERS and "straggler_score" in frame:
+        frame = frame.sort_values("straggler_score", ascending=False, kind="stable").head(SHOWN_WORKERS)
+    return frame.round(3)
+
+
+def worker_summary_lines(analysis) -> list[str]:
+    """How many workers the table leaves out, and the spread of step time across workers."""
+    out = []
+    hidden = len(analysis.workers) - SHOWN_WORKERS
+    if hidden > 0:
+        out.append(f"the {SHOWN_WORKERS} highest straggler scores of {len(analysis.workers)} workers; {hidden} more in "
+                   "workers.csv and the JSON")
+    spread = analysis.worker_distribution
+    if spread:
+        own, step = spread["own_step_ms"], spread["step_ms"]
+        out.append(f"step time across {spread['workers']} workers (ms): without collective wait p50 {own['p50']:.1f}, "
+                   f"p90 {own['p90']:.1f}, max {own['max']:.1f}; whole step p50 {step['p50']:.1f}, "
+                   f"p90 {step['p90']:.1f}, max {step['max']:.1f}")
+    return out
 
 
 def header_lines(analysis) -> list[str]:

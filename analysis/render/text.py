@@ -82,6 +82,7 @@ def _device_lines(analysis) -> list[str]:
     if not analysis.workers.empty:
         out += ["", "workers (mean ms per steady step of each host's trace):",
                 tables.workers_table(analysis).to_string(index=False)]
+        out += tables.worker_summary_lines(analysis)
         line = tables.straggler_line(analysis)
         out += [line] if line else []
     return out

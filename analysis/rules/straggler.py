@@ -106,3 +106,30 @@ def find_straggler(frame: pd.DataFrame, other_cpu_pct: float = math.nan) -> tupl
     evidence = (f"{name}'s step without collective wait is {own[best]:.1f} ms, {against}; {detail} (step-to-step noise of its {part} {noise:.1f} ms). "
                 f"The others wait for it in the collective: {waiting}")
     return {"worker": frame["worker"].tolist()[best], "cause": cause, "evidence": evidence}, None
+
+
+SLOWEST_SHOWN = 10  # workers a report names by score; JSON and workers.csv hold every worker
+
+
+def slowest_workers(frame: pd.DataFrame, k: int = SLOWEST_SHOWN, other_cpu_pct: float = math.nan) -> list[dict]:
+    """The `k` workers with the highest `straggler_score`, each with the part (input, compute, host)
+    that exceeds the other workers' median by the most (`contention` as in `find_straggler`) and by
+    how much per step; `cause` is null for a worker no part of which exceeds the others'."""
+    if len(frame) < 2 or "straggler_score" not in frame:
+        return []
+    frame = frame.reset_index(drop=True)
+    cpu = frame["proc_cpu_mean_pct"] if "proc_cpu_mean_pct" in frame else pd.Series(math.nan, index=frame.index)
+    out = []
+    for i in frame["straggler_score"].sort_values(ascending=False, kind="stable").index[:k]:
+        others = frame.drop(i)
+        excess = {part: float(frame.at[i, f"{part}_ms"] - others[f"{part}_ms"].median()) for part in CAUSES}
+        part = max(excess, key=lambda p: excess[p])
+        cause: str | None = part if excess[part] > 0 else None
+        if cause and other_cpu_pct >= CONTENTION_OTHER_CPU_PCT and \
+                cpu[i] < (1 - CONTENTION_CPU_SHORTFALL) * float(cpu.drop(i).median()):
+            cause = CONTENTION
+        score = frame.at[i, "straggler_score"]
+        out.append({"worker": frame["worker"].tolist()[i], "straggler_score": None if score != score else float(score),
+                    "own_step_ms": float(frame.at[i, "step_ms"] - frame.at[i, "collective_ms"]),
+                    "cause": cause, "excess_ms": max(excess[part], 0.0)})
+    return out

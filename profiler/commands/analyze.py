@@ -44,6 +44,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     analyze.add_argument("--fail-on", metavar="PART>PCT,...", default=None,
                          help=f"exit {EXIT_REGRESSION} when a part's share of step time is above its limit, e.g. "
                               "'input>20,host>15' (parts: input, compute, host, collective)")
+    analyze.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                         help="analyse a job's workers on the Dask cluster whose scheduler is at ADDRESS "
+                              "(tcp://host:8786), each where its trace lies (a path the cluster's workers can read); "
+                              "default: processes on this machine. Needs pip install -e '.[cluster]'")
     analyze.set_defaults(handler=handle)
     return analyze
 
@@ -76,7 +80,16 @@ def handle(args: argparse.Namespace) -> int:
         return error(f"no such file or directory: {path}", hint="pass a run directory, log folder or .xplane.pb file")
     try:
         with file_warnings():
-            result = analysis.analyze(path, args.step_name)
+            if args.scheduler:
+                from analysis.executors import SchedulerError, dask_executor
+
+                try:
+                    with dask_executor(args.scheduler) as executor:
+                        result = analysis.analyze(path, args.step_name, executor=executor)
+                except SchedulerError as exc:
+                    return error(str(exc))
+            else:
+                result = analysis.analyze(path, args.step_name)
     except TraceError as exc:
         return error(str(exc), code=EXIT_FAILURE)
     except (OSError, ValueError) as exc:

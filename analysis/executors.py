@@ -1,0 +1,106 @@
+"""Where a job's per-worker analyses run: any `concurrent.futures.Executor`.
+
+The pipeline hands each worker's trace to one task and gets back that worker's summary (its
+steps, devices, ops and input stages as small frames), never its events, so the client's memory
+does not grow with the traces. Without an executor, a local process pool (or this process, for
+small traces) runs them; `dask_executor(address)` runs them on a Dask cluster, each task reading
+its trace where it lies (the path must be readable by the cluster's workers). Dask reschedules
+the tasks of a worker process that dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DASK_INSTALL = 'pip install -e ".[cluster]" (or pip install distributed)'
+SCHEDULER_TIMEOUT_S = 10.0  # connecting to the scheduler, and waiting for its first worker
+
+
+class SchedulerError(RuntimeError):
+    """No Dask cluster to run on: not installed, no answer, or no worker. The message is one line."""
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """A worker whose files could not be analysed (cut or unreadable trace, broken run.json)."""
+
+    path: Path
+    message: str  # one line
+    error: BaseException | None = field(default=None, compare=False)  # raised again when no worker can be analysed
+
+
+def run_all(task: Callable[..., Any], calls: Sequence[tuple], executor: Executor | None) -> list:
+    """`task(*call)` for every call, in order; on `executor` when given (submitted all at once, so
+    the cluster can spread them), else one after another here."""
+    if executor is None:
+        return [task(*call) for call in calls]
+    futures = [executor.submit(task, *call) for call in calls]
+    return [future.result() for future in futures]
+
+
+@contextlib.contextmanager
+def local_pool(count: int) -> Iterator[Executor]:
+    """A pool of `count` processes, forked where the platform can (no re-import per process)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else methods[0])
+    with ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
+        yield pool
+
+
+@contextlib.contextmanager
+def dask_executor(address: str, timeout_s: float | None = None) -> Iterator[Executor]:
+    """An executor on the Dask scheduler at `address` (`tcp://host:8786`); `SchedulerError` when
+    Dask is not installed, the scheduler does not answer within `timeout_s`, or it has no worker."""
+    try:
+        import distributed
+    except ImportError:
+        raise SchedulerError(f"--scheduler needs Dask's distributed package: {DASK_INSTALL}") from None
+    timeout_s = SCHEDULER_TIMEOUT_S if timeout_s is None else timeout_s
+    logger = logging.getLogger("distributed")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)  # its connection retries and shutdown chatter are not the user's
+    try:
+        client = _connect(distributed, address, timeout_s)
+        try:
+            try:
+                client.wait_for_workers(1, timeout=timeout_s)
+            except Exception:
+                raise SchedulerError(f"the Dask scheduler at {address} has no worker (waited {timeout_s:g} s): "
+                                     "start some with 'dask worker " + address + "'") from None
+            yield client.get_executor(pure=False)
+        finally:
+            client.close()
+    finally:
+        logger.setLevel(level)
+
+
+def _connect(distributed: Any, address: str, timeout_s: float) -> Any:
+    """A client of the scheduler at `address`, or SchedulerError after `timeout_s`. The client is made in
+    a thread of its own: one that accepts the connection and never answers holds `Client()` past its
+    own timeout."""
+    made: dict[str, Any] = {}
+
+    def connect() -> None:
+        try:
+            made["client"] = distributed.Client(address, timeout=timeout_s, set_as_default=False)
+        except Exception as exc:  # OSError, TimeoutError, ValueError for a bad address, ...
+            made["error"] = exc
+
+    thread = threading.Thread(target=connect, name="devprof-dask-connect", daemon=True)
+    thread.start()
+    thread.join(timeout_s + 1.0)
+    if "client" in made:
+        return made["client"]
+    error = made.get("error")
+    reason = (str(error).splitlines()[0] or type(error).__name__) if error is not None else "it does not answer"
+    raise SchedulerError(f"no Dask scheduler answers at {address} within {timeout_s:g} s: {reason}")

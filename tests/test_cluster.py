@@ -1,0 +1,329 @@
+"""A job of many workers: a straggler score and clock offset for every worker, the slowest few
+with their cause, the spread of step time across workers, per-worker faults, and the per-worker
+analysis run on any executor (a Dask cluster on loopback in the slow tests)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import trace_fixtures as fx
+from test_compare import make_run
+
+from analysis import executors, pipeline
+from profiler.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+SESSION = "2030_01_01_00_00_00"
+# Every worker's step (write_synthetic_device_trace): gap 2 + input copy 1.5 + kernels 6 + copy 0.5 = 10 ms
+# of its own, then the all-reduce, which ends at the same moment for all: the slowest worker's extra
+# time is the others' extra wait.
+OWN_MS = 10.0
+SLOW = {5: ("host", 6.0), 11: ("input", 3.0)}  # worker -> (part, extra ms per step)
+OFFSET_MS = 1.5  # worker i's clock reads i * OFFSET_MS later than worker 0's
+
+
+@dataclass(frozen=True)
+class Job:
+    path: Path
+    workers: int
+    trace_events: int  # events in one worker's trace
+
+
+def write_job(root: Path, workers: int = 16, slow: dict | None = None, *, steps: int = 5, listed: int | None = None,
+              traced: range | None = None, name: str = "job") -> Job:
+    """`root/name/` with `worker-<i>/` run directories (run.json, steps.csv and, for `traced`, a
+    synthetic one-GPU trace); `listed` workers in the job's run.json (default: `workers`)."""
+    slow = SLOW if slow is None else slow
+    job = Path(root) / name
+    job.mkdir(parents=True)
+    worst = max((extra for _, extra in slow.values()), default=0.0)
+    events = 0
+    for i in range(workers):
+        worker = make_run(job, f"worker-{i}", steps=10, images=50, batch_size=50)
+        meta = json.loads((worker / "run.json").read_text())
+        meta["device"]["host"] = f"node-{i}"
+        meta["worker"] = {"index": i, "num_workers": workers}
+        (worker / "run.json").write_text(json.dumps(meta))
+        if traced is not None and i not in traced:
+            continue
+        part, extra = slow.get(i, (None, 0.0))
+        params = dict(gpus=1, steps=steps, kernel_ms=6.0, h2d_ms=1.5, d2d_ms=0.5, collective_ms=2.0 + worst - extra,
+                      gap_ms=2.0, skew_ms=0.0, empty_gpus=0, custom_plane=False, hostname=f"node-{i}",
+                      base_ns=fx.ABSOLUTE_BASE_NS + round(i * OFFSET_MS * 1e6))
+        if part == "host":
+            params["lead_ms"] = extra
+        elif part == "input":
+            params["h2d_ms"] = 1.5 + extra
+        made = fx.write_synthetic_device_trace(worker / "plugins" / "profile" / SESSION / f"node-{i}.xplane.pb",
+                                               **params)
+        events = made.launch_calls * 3
+    count = workers if listed is None else listed
+    (job / "run.json").write_text(json.dumps({"status": "complete", "num_workers": count,
+                                              "workers": [f"worker-{i}" for i in range(count)]}))
+    return Job(job, workers, events)
+
+
+@pytest.fixture(scope="module")
+def job16(tmp_path_factory):
+    return write_job(tmp_path_factory.mktemp("cluster"))
+
+
+@pytest.fixture(scope="module")
+def local16(job16):
+    return pipeline.analyze(job16.path, processes=1)
+
+
+def test_every_worker_gets_a_straggler_score_and_clock_offset(local16):
+    workers = local16.workers.set_index("worker")
+    assert len(workers) == 16 and (workers["status"] == "ok").all()
+    expected = {i: 0.0 for i in range(16)}
+    expected.update({5: 1 - OWN_MS / 16.0, 11: 1 - OWN_MS / 13.0})  # steady workers: pace alone
+    assert workers["straggler_score"].to_dict() == pytest.approx(expected, abs=1e-9)
+    assert workers["clock_offset_ms"].to_dict() == pytest.approx({i: i * OFFSET_MS for i in range(16)}, abs=1e-6)
+    assert local16.straggler["worker"] == 5 and local16.straggler["cause"] == "host"
+
+
+def test_the_slowest_workers_come_with_their_cause_and_the_spread_across_workers(local16):
+    slowest = local16.slowest_workers
+    assert len(slowest) == 10
+    assert [(s["worker"], s["cause"]) for s in slowest[:2]] == [(5, "host"), (11, "input")]
+    assert slowest[0]["excess_ms"] == pytest.approx(6.0) and slowest[1]["excess_ms"] == pytest.approx(3.0)
+    assert slowest[1]["own_step_ms"] == pytest.approx(13.0)
+    assert all(s["cause"] is None for s in slowest[2:])
+    spread = local16.worker_distribution
+    # 14 workers at 10 ms, one at 13, one at 16: the 90th percentile falls between 10 and 13
+    assert spread["own_step_ms"] == pytest.approx({"p50": 10.0, "p90": 11.5, "max": 16.0})
+    assert spread["step_ms"] == pytest.approx({"p50": 18.0, "p90": 18.0, "max": 18.0})
+
+
+def test_a_steadier_worker_scores_lower_than_one_with_slow_steps():
+    from analysis.breakdown import cluster
+
+    steps = pd.DataFrame({"worker": ["a"] * 4 + ["b"] * 4, "step": [0, 1, 2, 3] * 2,
+                          "own_ms": [10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 20.0],
+                          "step_ms": 20.0, "end_ns": 0})
+    scores = cluster.straggler_scores(steps)
+    # b: mean 12.5 against a's 10 (pace 0.8); best 10 against its 90th percentile 17 (steadiness 10/17)
+    assert scores["a"] == 0.0 and scores["b"] == pytest.approx(1 - 0.8 * 10 / 17)
+
+
+def test_text_shows_the_ten_slowest_and_json_and_workers_csv_every_worker(local16, tmp_path):
+    text = local16.render("text")
+    table = text.split("workers (mean ms per steady step")[1].split("straggler:")[0]
+    rows = [line for line in table.splitlines()[2:] if line.strip() and line.split()[0].isdigit()]
+    assert len(rows) == 10 and rows[0].split()[0] == "5" and rows[1].split()[0] == "11"
+    assert "6 more in workers.csv and the JSON" in text
+    assert "without collective wait p50 10.0, p90 11.5, max 16.0" in text
+    document = json.loads(local16.render("json"))
+    assert len(document["workers"]) == 16 and document["workers"][5]["straggler_score"] == pytest.approx(0.375)
+    assert document["worker_distribution"]["own_step_ms"]["max"] == 16.0
+    assert [s["worker"] for s in document["slowest_workers"][:2]] == [5, 11]
+    local16.write(tmp_path)
+    csv = pd.read_csv(tmp_path / "workers.csv")
+    assert len(csv) == 16 and csv.loc[csv["worker"] == 11, "straggler_score"].item() == pytest.approx(3 / 13)
+
+
+def test_the_html_report_draws_a_workers_by_steps_heat_map_with_the_stragglers_marked(local16):
+    page = local16.render("html")
+    svg = page.split('aria-label="step time without collective wait, per worker and step"')[1].split("</svg>")[0]
+    assert svg.count("<rect x=") == 16 * 5  # a cell per worker and step
+    assert svg.count('class="marked"') == 2
+    assert "straggler 5: host, score 0.38" in svg and "11: input, score 0.23" in svg
+
+
+class RecordingExecutor(Executor):
+    """Runs each task in a thread and keeps what it sent back, pickled as a cluster would send it."""
+
+    def __init__(self):
+        self.pool = ThreadPoolExecutor(2)
+        self.sent: list[bytes] = []
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        future = self.pool.submit(fn, *args, **kwargs)
+        future.add_done_callback(lambda f: self.sent.append(pickle.dumps(f.result())))
+        return future
+
+
+def test_any_executor_runs_one_task_per_worker_and_gets_its_summary_only(job16, local16):
+    recording = RecordingExecutor()
+    result = pipeline.analyze(job16.path, executor=recording)
+    assert result.to_json() == local16.to_json()
+    assert len(recording.sent) == 16
+    summaries = [pickle.loads(blob) for blob in recording.sent]
+    assert sum(bool(s.samplers) for s in summaries) <= 1  # only the chief's sampler frames come back
+    trace_bytes = max(p.stat().st_size for p in job16.path.rglob("*.xplane.pb"))
+    # a summary is its tables (steps, devices, ops, stages), never the trace's events
+    for summary in summaries:
+        assert not any(isinstance(v, pd.DataFrame) and len(v) > 50 for v in vars(summary).values())
+    assert max(len(b) for b in recording.sent[1:]) < 40 * trace_bytes
+
+
+def test_a_cut_or_unreadable_trace_is_named_in_its_row_and_the_rest_analysed(tmp_path):
+    job = write_job(tmp_path)
+    cut = next((job.path / "worker-3").rglob("*.xplane.pb"))
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    garbage = next((job.path / "worker-0").rglob("*.xplane.pb"))
+    garbage.write_bytes(b"\xff" * 100)
+    result = pipeline.analyze(job.path, processes=1)
+    status = result.workers.set_index("worker")["status"]
+    assert status[3].startswith("unreadable: ") and status[0].startswith("unreadable: ")
+    assert (status.drop([0, 3]) == "ok").all()
+    assert result.straggler["worker"] == 5 and result.straggler["cause"] == "host"
+    assert "2 of 16 workers not analysed (unreadable: 0, 3)" in " ".join(result.notes)
+    assert result.path.parent.parent.parent.parent.name == "worker-1"  # the first worker analysed gives the breakdown
+
+
+def test_a_job_of_1000_workers_with_990_missing_traces(tmp_path):
+    job = write_job(tmp_path, workers=30, slow={}, listed=1000, traced=range(10))
+    result = pipeline.analyze(job.path, processes=1)
+    assert len(result.workers) == 1000
+    assert (result.workers["status"] == "ok").sum() == 10
+    lines = [n for n in result.notes if "not analysed" in n]
+    assert lines == ["990 of 1000 workers not analysed (no trace: 10-29; missing: 30-999); their rows say why"]
+    text = result.render("text")
+    assert "990 of 1000 workers not analysed (no trace: 10-29; missing: 30-999)" in text
+    assert len(text.splitlines()) < 80
+
+
+def test_scheduler_without_dask_installed_is_one_error_line(job16, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed raises ImportError
+    assert main(["analyze", str(job16.path), "--scheduler", "tcp://127.0.0.1:8786"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --scheduler needs Dask") and '".[cluster]"' in err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_scheduler_that_does_not_answer_is_one_error_line(job16, capsys, monkeypatch):
+    monkeypatch.setattr(executors, "SCHEDULER_TIMEOUT_S", 1.0)
+    silent = socket.socket()  # accepts connections, never speaks
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    try:
+        address = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+        assert main(["analyze", str(job16.path), "--scheduler", address]) == 2
+    finally:
+        silent.close()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: no Dask scheduler answers at {address} within 1 s")
+
+
+# ---------------------------------------------------------------- a real Dask cluster on loopback
+
+
+class DaskCluster:
+    """`dask scheduler` and two `dask worker` processes (no nanny: a killed one stays dead) on 127.0.0.1."""
+
+    def __init__(self, folder: Path):
+        self.port = _free_port()
+        self.address = f"tcp://127.0.0.1:{self.port}"
+        env = dict(os.environ, PYTHONPATH=str(REPO), DASK_DISTRIBUTED__WORKER__DAEMON="False")
+        dask = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
+        self.logs = [open(folder / name, "w") for name in ("scheduler.log", "worker0.log", "worker1.log")]
+        self.scheduler = subprocess.Popen([*dask, "--host", "127.0.0.1", "--port", str(self.port),
+                                           "--dashboard-address", ":0", "--no-show"], stdout=self.logs[0],
+                                          stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        self.workers = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", self.address,
+                                          "--nthreads", "1", "--no-nanny", "--host", "127.0.0.1",
+                                          "--dashboard-address", ":0", "--name", f"w{i}"],
+                                         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+                        for i, log in enumerate(self.logs[1:])]
+        import distributed
+
+        with distributed.Client(self.address, timeout=60) as client:
+            client.wait_for_workers(2, timeout=120)
+
+    def close(self) -> None:
+        for process in (*self.workers, self.scheduler):
+            if process.poll() is None:
+                process.terminate()
+        for process in (*self.workers, self.scheduler):
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        for log in self.logs:
+            log.close()
+
+
+@pytest.fixture
+def dask_cluster(tmp_path):
+    cluster = DaskCluster(tmp_path)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.mark.slow  # starts a Dask scheduler and two worker processes
+def test_dask_cluster_gives_the_local_pools_output(job16, local16, dask_cluster, capsys):
+    assert main(["analyze", str(job16.path), "--scheduler", dask_cluster.address, "--format", "json",
+                 "--out", str(job16.path.parent / "dask-out")]) == 0
+    remote = json.loads(capsys.readouterr().out)
+    assert main(["analyze", str(job16.path), "--format", "json", "--out", str(job16.path.parent / "local-out")]) == 0
+    local = json.loads(capsys.readouterr().out)
+    assert remote == local
+    assert remote["straggler"]["worker"] == 5 and remote["straggler"]["cause"] == "host"
+    assert len(remote["workers"]) == 16
+
+
+class KillAfterFirst(Executor):
+    """Passes tasks to `inner`; once the first result is in, kills one Dask worker process."""
+
+    def __init__(self, inner: Executor, victim: subprocess.Popen):
+        self.inner, self.victim, self.killed_with_pending = inner, victim, None
+        self.futures: list[Future] = []
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        future = self.inner.submit(fn, *args, **kwargs)
+        self.futures.append(future)
+        if len(self.futures) == 1:
+            future.add_done_callback(self._kill)
+        return future
+
+    def _kill(self, _future) -> None:
+        self.killed_with_pending = sum(not f.done() for f in self.futures)
+        os.kill(self.victim.pid, signal.SIGKILL)
+
+
+@pytest.mark.slow  # starts a Dask scheduler and two worker processes, and kills one mid-job
+def test_a_dask_worker_killed_mid_job_still_gives_every_workers_result(tmp_path, dask_cluster):
+    job = write_job(tmp_path, steps=400)  # tasks long enough that the kill lands mid-job
+    local = pipeline.analyze(job.path, processes=1)
+    with executors.dask_executor(dask_cluster.address) as inner:
+        killing = KillAfterFirst(inner, dask_cluster.workers[1])
+        remote = pipeline.analyze(job.path, executor=killing)
+    dask_cluster.workers[1].wait(timeout=30)
+    assert dask_cluster.workers[1].returncode == -signal.SIGKILL
+    assert killing.killed_with_pending and killing.killed_with_pending > 1
+    assert remote.to_json() == local.to_json()
+    assert (remote.workers["status"] == "ok").all() and len(remote.workers) == 16
+    assert remote.straggler["worker"] == 5
+
+
+@pytest.mark.slow  # opens the report in headless Chromium
+def test_the_heat_map_opens_in_chromium_without_errors(local16, tmp_path):
+    import browser
+
+    page = tmp_path / "report.html"
+    page.write_text(local16.render("html"))
+    loaded = browser.load(page, boxes=("#workers svg",))
+    assert loaded.errors == [] and loaded.requests == []
+    assert loaded.boxes["#workers svg"] is not None and loaded.boxes["#workers svg"]["height"] > 100
+
