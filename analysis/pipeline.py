@@ -277,7 +277,7 @@ def assemble_session(chief: Analysis, others: list[Analysis | WorkerFailure]) ->
     frame, worker_steps, missing_note = _job_frame(rows, steps, (), len(rows))
     ok = frame[frame["status"] == cluster.OK]
     straggler, reason = straggler_rule.find_straggler(ok)
-    return dataclasses.replace(chief, workers=frame, straggler=straggler, straggler_reason=reason,
+    return dataclasses.replace(chief, workers=_shown(frame), straggler=straggler, straggler_reason=reason,
                                notes=(*chief.notes, *missing_note), worker_steps=worker_steps,
                                slowest_workers=straggler_rule.slowest_workers(ok),
                                worker_distribution=cluster.distribution(frame))
@@ -337,8 +337,9 @@ def _failed_row(worker: int | str, host: str, status: str) -> dict:
 
 def _job_frame(rows: list[dict], steps: list[pd.DataFrame], skipped: tuple[tuple[int | str, str], ...],
                total: int) -> tuple[pd.DataFrame, pd.DataFrame, tuple[str, ...]]:
-    """The workers table with each one's straggler score and clock offset, the job's steps table, and
-    one note naming the workers that were not analysed."""
+    """The workers table with each one's straggler score and clock offset (and the per-part noise the
+    straggler rule reads: `_shown` keeps the reported columns), the job's steps table, and one note
+    naming the workers that were not analysed."""
     rows = rows + [_failed_row(worker, str(worker), status) for worker, status in skipped]
     frame = pd.DataFrame(rows)
     frame = frame.iloc[sorted(range(len(frame)), key=lambda i: _order(frame["worker"].iat[i]))].reset_index(drop=True)
@@ -356,7 +357,11 @@ def _job_frame(rows: list[dict], steps: list[pd.DataFrame], skipped: tuple[tuple
             by_status.setdefault(status if status in ("missing", "no trace") else "unreadable", []).append(worker)
         parts = [f"{status}: {_ranges(workers)}" for status, workers in by_status.items()]
         notes.append(f"{len(failed)} of {total} workers not analysed ({'; '.join(parts)}); their rows say why")
-    return frame[[*WORKER_KEYS, *cluster.CLUSTER_KEYS]], worker_steps, tuple(notes)
+    return frame, worker_steps, tuple(notes)
+
+
+def _shown(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[[*WORKER_KEYS, *cluster.CLUSTER_KEYS]]
 
 
 def _order(worker: int | str) -> tuple:
@@ -423,7 +428,8 @@ def assemble_job(job_dir: Path, workers: list[Path], per_worker: list[Analysis |
     straggler, reason = straggler_rule.find_straggler(ok, other_cpu)
     if len(done) > 1 and all(a.step_source == "steps_csv" for _, a in done):
         straggler, reason = None, straggler_rule.NO_TRACE
-    return dataclasses.replace(chief, job_dir=job_dir, workers=frame, straggler=straggler, straggler_reason=reason,
+    return dataclasses.replace(chief, job_dir=job_dir, workers=_shown(frame), straggler=straggler,
+                               straggler_reason=reason,
                                utilization=machine, facts=facts, findings=findings, notes=notes,
                                worker_steps=worker_steps, slowest_workers=straggler_rule.slowest_workers(ok, other_cpu_pct=other_cpu),
                                worker_distribution=cluster.distribution(frame))

@@ -327,3 +327,13 @@ def test_the_heat_map_opens_in_chromium_without_errors(local16, tmp_path):
     assert loaded.errors == [] and loaded.requests == []
     assert loaded.boxes["#workers svg"] is not None and loaded.boxes["#workers svg"]["height"] > 100
 
+
+
+def test_the_straggler_rule_still_weighs_each_parts_step_to_step_noise(job16, monkeypatch):
+    from analysis.rules import straggler
+
+    seen = []
+    real = straggler.find_straggler
+    monkeypatch.setattr(straggler, "find_straggler", lambda frame, *a: seen.append(frame) or real(frame, *a))
+    pipeline.analyze(job16.path, processes=1)
+    assert {"input_noise_ms", "compute_noise_ms", "host_noise_ms"} <= set(seen[0].columns)

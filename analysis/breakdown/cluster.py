@@ -4,8 +4,9 @@ time across workers. Pure functions of each worker's steady steps (`steps/host.s
 
 Straggler score (0 to 1): `1 - pace * steadiness`, where `pace` is the fastest worker's mean step
 without collective wait over this worker's (1 for the fastest) and `steadiness` is this worker's
-best step over its 90th-percentile step (1 when every step is alike). A worker that is as fast as
-the fastest and never slows scores 0; one twice as slow scores at least 0.5. The step *without
+10th-percentile step over its 90th-percentile step (1 when every step is alike). A worker that is as fast as
+the fastest and never slows scores 0; one twice as slow scores at least 0.5. Its best and slowest
+steps are its 10th and 90th percentiles, so one lucky or unlucky step does not set them. The step *without
 collective wait* is used because in a synchronous job every worker's whole step is the same.
 
 Clock offset: a synchronous step ends for every worker when its all-reduce ends, at one moment.
@@ -43,7 +44,7 @@ def straggler_scores(steps: pd.DataFrame) -> pd.Series:
     if steps.empty:
         return pd.Series(dtype=float)
     by = steps.groupby("worker", sort=False)["own_ms"]
-    mean, best, slow = by.mean(), by.min(), by.quantile(0.9)
+    mean, best, slow = by.mean(), by.quantile(0.1), by.quantile(0.9)
     fastest = float(mean[mean > 0].min()) if (mean > 0).any() else math.nan
     pace = (fastest / mean).where(mean > 0)
     steadiness = (best / slow).where(slow > 0, 1.0)
