@@ -345,7 +345,7 @@ def _job_frame(rows: list[dict], steps: list[pd.DataFrame], skipped: tuple[tuple
     frame = frame.iloc[sorted(range(len(frame)), key=lambda i: _order(frame["worker"].iat[i]))].reset_index(drop=True)
     worker_steps = pd.concat(steps, ignore_index=True) if steps else pd.DataFrame(columns=cluster.STEP_COLUMNS)
     ok = frame.loc[frame["status"] == cluster.OK, "worker"].tolist()
-    scores = cluster.straggler_scores(worker_steps)
+    scores = cluster.straggler_scores(worker_steps) if len(ok) > 1 else pd.Series(dtype=float)  # none to lag behind
     offsets = cluster.clock_offsets(worker_steps, ok[0]) if ok else pd.Series(dtype=float)
     frame["straggler_score"] = [float(scores.get(w, math.nan)) for w in frame["worker"]]
     frame["clock_offset_ms"] = [float(offsets.get(w, math.nan)) for w in frame["worker"]]

@@ -113,6 +113,8 @@ SHOWN_WORKERS = 10  # rows a report shows: the highest straggler scores; workers
 
 def workers_table(analysis) -> pd.DataFrame:
     frame = analysis.workers
+    if len(frame) < 2:  # one worker holds nobody back
+        frame = frame.drop(columns=["straggler_score"], errors="ignore")
     if len(frame) > SHOWN_WORKERS and "straggler_score" in frame:
         frame = frame.sort_values("straggler_score", ascending=False, kind="stable").head(SHOWN_WORKERS)
     return frame.round(3)
