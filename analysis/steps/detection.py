@@ -493,10 +493,10 @@ def _host_programs(view: TraceView, wanted: re.Pattern | None) -> DetectedSteps 
 
 def _program_names(host: pd.DataFrame, executions: pd.DataFrame) -> pd.Series:
     """Each execution's program: the `module_name` of the first event inside it on its thread that
-    names one, else the execution's own name."""
+    names one (the execution's own included), else the `program_id` it carries, else its own name."""
     own = executions["name"].astype(str)
     if "program_id" in executions and executions["program_id"].notna().any():
-        # The launch names its program by id (TFRT on TPUs): the device's module of that id names it.
+        # The launch names its program by id (TFRT on TPUs): by name where a host event carries both.
         ids = executions["program_id"]
         named = _module_names_by_id(host, ids)
         by_id = ids.map(lambda i: named.get(int(i), f"program({int(i)})") if pd.notna(i) else None)
