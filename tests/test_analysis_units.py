@@ -77,3 +77,20 @@ def test_compute_advice_leaves_out_what_the_run_already_does():
     assert any("--precision mixed_float16" in a for a in gpu) and any("--jit-compile" in a for a in gpu)
     assert compute_advice("gpu", "mixed_float16", True) == [LARGER_BATCH_ADVICE]
     assert compute_advice("cpu", "mixed_bfloat16", False) == [LARGER_BATCH_ADVICE]
+
+
+def test_json_documents_keep_each_table_row_on_one_line():
+    import json
+
+    from analysis.render.json import dumps
+
+    document = {"schema_version": 1, "notes": ["a", "b"], "mean": {"step_ms": 1.5, "input_ms": None},
+                "steps": [{"step": i, "step_ms": 10.0 + i, "partial": False} for i in range(3)],
+                "devices": [], "verdict": {"advice": ["x"], "evidence": "e"}, "nested": [{"rows": [1]}]}
+    text = dumps(document)
+    assert json.loads(text) == document
+    lines = text.splitlines()
+    assert '    {"step": 1, "step_ms": 11.0, "partial": false},' in lines
+    # Everything but the rows of a table is laid out as json.dumps(indent=2) lays it out.
+    without_rows = {key: value for key, value in document.items() if key != "steps"}
+    assert dumps(without_rows) == json.dumps(without_rows, indent=2)

@@ -91,6 +91,19 @@ def test_an_analysis_folder_linked_inside_the_run_is_written(tmp_path, capsys):
     assert (run / "reports" / "report.md").is_file()
 
 
+def test_outputs_get_the_permissions_any_new_file_gets(tmp_path, capsys):
+    """Written under a private temporary name, then given the mode open() would have given them."""
+    run = small_run(tmp_path / "run")
+    mask = os.umask(0o022)
+    try:
+        code, _, err = devprof(capsys, "analyze", run)
+    finally:
+        os.umask(mask)
+    assert code == 0, err
+    written = list((run / "analysis").iterdir())
+    assert written and {path.stat().st_mode & 0o777 for path in written} == {0o644}, written
+
+
 def test_output_is_never_written_through_a_link_at_its_temporary_name(tmp_path, capsys):
     """The temporary file is made new: a link planted where the old fixed name would be is left alone."""
     run = small_run(tmp_path / "run")

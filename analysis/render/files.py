@@ -19,8 +19,17 @@ def temporary_path(path: Path) -> Path:
     """A new, empty file beside `path` that no other writer uses, with the same suffix (plots pick
     their format by it); created exclusively, so an existing name or link is never written through."""
     fd, name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent)
-    os.close(fd)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would make the outputs private to their writer
+    finally:
+        os.close(fd)
     return Path(name)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_text_atomically(path: Path, text: str) -> Path:

@@ -35,6 +35,23 @@ def jsonable(value):
     return value
 
 
+def dumps(value, level: int = 0) -> str:
+    """`json.dumps(value, indent=2)`, except that a table's rows (a list of flat objects) are one
+    line each: Python's indenting encoder is pure Python (11 s for 200,000 steps), the compact
+    one is C, and a row a line is also what a reader scans."""
+    pad = "  " * (level + 1)
+    if isinstance(value, dict) and value:
+        items = [f"{pad}{json.dumps(str(key))}: {dumps(item, level + 1)}" for key, item in value.items()]
+    elif isinstance(value, list) and value:
+        flat_rows = all(isinstance(item, dict) and not any(isinstance(v, (dict, list)) for v in item.values())
+                        for item in value)
+        items = [pad + (json.dumps(item) if flat_rows else dumps(item, level + 1)) for item in value]
+    else:
+        return json.dumps(value)
+    opening, closing = ("{", "}") if isinstance(value, dict) else ("[", "]")
+    return opening + "\n" + ",\n".join(items) + "\n" + "  " * level + closing
+
+
 def records(frame: pd.DataFrame, integer_keys=()) -> list[dict]:
     """Rows as dicts: every number a float (NaN: null), except the keys in `integer_keys`, which count things."""
     def value_of(key, value):
@@ -82,7 +99,7 @@ def analysis_document(analysis) -> dict:
 
 
 def render_analysis(analysis) -> str:
-    return json.dumps(analysis_document(analysis), indent=2) + "\n"
+    return dumps(analysis_document(analysis)) + "\n"
 
 
 def comparison_document(comparison) -> dict:
@@ -99,4 +116,4 @@ def comparison_document(comparison) -> dict:
 
 
 def render_comparison(comparison) -> str:
-    return json.dumps(comparison_document(comparison), indent=2) + "\n"
+    return dumps(comparison_document(comparison)) + "\n"

@@ -3,7 +3,6 @@ analysis.json; each written as `files.write_text_atomically` does, never through
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -45,6 +44,6 @@ def write_outputs(analysis, out_dir: str | Path) -> list[Path]:
     written += [out_dir / name for name in plot_names]
     written.append(write_text_atomically(out_dir / "report.md", markdown.render_analysis(analysis, plot_names)))
     written.append(write_text_atomically(out_dir / "report.html", html.render_analysis(analysis)))
-    document = json.dumps(json_format.analysis_document(analysis), indent=2)
+    document = json_format.dumps(json_format.analysis_document(analysis))
     written.append(write_text_atomically(out_dir / "analysis.json", document))
     return written
