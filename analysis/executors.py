@@ -10,6 +10,7 @@ the tasks of a worker process that dies.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import threading
@@ -36,13 +37,19 @@ class WorkerFailure:
     error: BaseException | None = field(default=None, compare=False)  # raised again when no worker can be analysed
 
 
-def run_all(task: Callable[..., Any], calls: Sequence[tuple], executor: Executor | None) -> list:
+def run_all(task: Callable[..., Any], calls: Sequence[tuple], executor: Executor | None,
+            keep: Callable[[int, Any], Any] | None = None) -> list:
     """`task(*call)` for every call, in order; on `executor` when given (submitted all at once, so
-    the cluster can spread them), else one after another here."""
+    the cluster can spread them), else one after another here. `keep(index, result)` is what is kept
+    of each result as it arrives, and each future is let go once read, so the client holds only that."""
+    keep = keep or (lambda _index, result: result)
     if executor is None:
-        return [task(*call) for call in calls]
-    futures = [executor.submit(task, *call) for call in calls]
-    return [future.result() for future in futures]
+        return [keep(i, task(*call)) for i, call in enumerate(calls)]
+    pending = collections.deque(executor.submit(task, *call) for call in calls)
+    results: list = []
+    while pending:
+        results.append(keep(len(results), pending.popleft().result()))
+    return results
 
 
 @contextlib.contextmanager

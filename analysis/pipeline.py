@@ -185,12 +185,21 @@ def _analyze_each(paths: list[Path], step_name: str | None, processes: int | Non
                   executor: Executor | None = None) -> list[Analysis | WorkerFailure]:
     calls = [(p, step_name, i == 0) for i, p in enumerate(paths)]
     if executor is not None:
-        return executors.run_all(worker_summary, calls, executor)
+        return executors.run_all(worker_summary, calls, executor, _for_assembly)
     count = pool_size(paths, processes)
     if count <= 1:
-        return executors.run_all(worker_summary, calls, None)
+        return executors.run_all(worker_summary, calls, None, _for_assembly)
     with executors.local_pool(count) as pool:
-        return executors.run_all(worker_summary, calls, pool)
+        return executors.run_all(worker_summary, calls, pool, _for_assembly)
+
+
+def _for_assembly(index: int, result: Analysis | WorkerFailure) -> Analysis | WorkerFailure:
+    """What the job keeps of a worker other than the first: its steps and means, not its tables (the
+    breakdown is the first worker's), so the client's memory grows only by each worker's steps."""
+    if index == 0 or not isinstance(result, Analysis):
+        return result
+    return dataclasses.replace(result, ops=result.ops.iloc[:0], devices=result.devices.iloc[:0],
+                               input_stages=result.input_stages.iloc[:0], epochs=None, reconciliation=None)
 
 
 def worker_summary(path: Path, step_name: str | None = None, chief: bool = False) -> Analysis | WorkerFailure:
