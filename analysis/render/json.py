@@ -43,9 +43,11 @@ def dumps(value, level: int = 0) -> str:
     if isinstance(value, dict) and value:
         items = [f"{pad}{json.dumps(str(key))}: {dumps(item, level + 1)}" for key, item in value.items()]
     elif isinstance(value, list) and value:
-        flat_rows = all(isinstance(item, dict) and not any(isinstance(v, (dict, list)) for v in item.values())
-                        for item in value)
-        items = [pad + (json.dumps(item) if flat_rows else dumps(item, level + 1)) for item in value]
+        # A table's rows share their shape: the first one tells whether they nest.
+        flat_rows = (all(isinstance(item, dict) for item in value)
+                     and not any(isinstance(v, (dict, list)) for v in value[0].values()))
+        items = [pad + row for row in map(json.dumps, value)] if flat_rows else [
+            pad + dumps(item, level + 1) for item in value]
     else:
         return json.dumps(value)
     opening, closing = ("{", "}") if isinstance(value, dict) else ("[", "]")
@@ -53,14 +55,26 @@ def dumps(value, level: int = 0) -> str:
 
 
 def records(frame: pd.DataFrame, integer_keys=()) -> list[dict]:
-    """Rows as dicts: every number a float (NaN: null), except the keys in `integer_keys`, which count things."""
-    def value_of(key, value):
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
-            return value
-        return int(value) if key in integer_keys else float(value)
+    """Rows as dicts: every number a float (NaN: null), except the keys in `integer_keys`, which count things.
+    Converted a column at a time: a million steps' rows in seconds, not a minute."""
+    columns = [_column_values(frame[key], key in integer_keys) for key in frame.columns]
+    keys = [str(key) for key in frame.columns]
+    return [dict(zip(keys, row)) for row in zip(*columns)] if keys else [{} for _ in range(len(frame))]
 
-    return jsonable([{key: value_of(key, value) for key, value in row.items()}
-                     for row in frame.to_dict(orient="records")])
+
+def _column_values(column: pd.Series, integer: bool) -> list:
+    if pd.api.types.is_bool_dtype(column.dtype) and not column.isna().any():
+        return [bool(value) for value in column.tolist()]
+    if pd.api.types.is_numeric_dtype(column.dtype) and not pd.api.types.is_bool_dtype(column.dtype):
+        values = column.to_numpy(dtype=float, na_value=np.nan).tolist()
+        return [None if value != value else int(value) if integer else value for value in values]
+
+    def value_of(value):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+            return jsonable(value)
+        return jsonable(int(value) if integer else float(value))
+
+    return [value_of(value) for value in column.tolist()]
 
 
 def analysis_document(analysis) -> dict:
