@@ -89,7 +89,9 @@ def test_json_contract(capsys):
     result = json.loads(capsys.readouterr().out)
     assert set(result) == {"schema_version", "source", "step_source", "step_name", "device", "notes", "steps", "mean",
                            "steps_used", "verdict", "utilization", "findings", "devices", "kernel_launch", "workers",
-                           "straggler", "straggler_reason", "ops", "input_stages", "input_bottleneck"}
+                           "straggler", "straggler_reason", "ops", "input_stages", "input_bottleneck", "eager",
+                           "slowest_workers", "worker_distribution"}
+    assert result["eager"] is None and result["slowest_workers"] == [] and result["worker_distribution"] is None
     assert {"op", "type", "device", "count_per_step", "ms_per_step", "compute_pct"} == set(result["ops"][0])
     assert sum(op["compute_pct"] for op in result["ops"]) == pytest.approx(100)
     assert result["devices"] == [] and result["workers"] == [] and result["straggler"] is None
@@ -101,13 +103,17 @@ def test_json_contract(capsys):
         # The contract's keys, plus how many steps the call ran (1 here: one step per call).
         per_step_utilization = {"cpu_pct", "proc_cpu_pct", "proc_rss_bytes", "mem_used_bytes"}
         assert set(step) - per_step_utilization == {"step", "steps", "step_ms", "input_ms", "compute_ms",
-                                                    "collective_ms", "host_ms", "compile_ms", "partial"}
+                                                    "collective_ms", "host_ms", "compile_ms", "partial",
+                                                    "input_wait_ms", "input_copy_ms"}
         assert step["partial"] is False
+        assert step["input_wait_ms"] + step["input_copy_ms"] == pytest.approx(step["input_ms"])
+        assert step["input_copy_ms"] == 0.0  # a CPU run: no copy to a device
         assert isinstance(step["step"], int) and step["steps"] == 1
         assert step["input_ms"] + step["compute_ms"] + step["collective_ms"] + step["host_ms"] == pytest.approx(
             step["step_ms"])
     assert set(result["mean"]) == {"step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "input_pct",
-                                   "compute_pct", "collective_pct", "host_pct", "input_overlapped_ms", "device_step_ms"}
+                                   "compute_pct", "collective_pct", "host_pct", "input_overlapped_ms", "device_step_ms",
+                                   "input_wait_ms", "input_copy_ms"}
     assert result["mean"]["device_step_ms"] is None and result["mean"]["input_overlapped_ms"] == 0.0  # a CPU run
     assert result["mean"]["input_pct"] + result["mean"]["compute_pct"] + result["mean"]["host_pct"] == pytest.approx(100)
     assert {"bound", "evidence", "advice"} <= set(result["verdict"])
