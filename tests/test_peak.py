@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import time
 
 import pytest
@@ -257,15 +258,20 @@ def test_real_float32_peak_is_at_least_one_big_matmul_or_convolution():
                                 peak.conv_flops(convolution["channels"], convolution["iters"]))}
     for run in timed.values():
         run()  # warm-up: trace, allocate
-    best = dict.fromkeys(timed, 0.0)
-    for _ in range(4):  # in turns, so that a busy moment falls on both sides alike
+    rates: dict[str, list[float]] = {name: [] for name in timed}
+    for _ in range(5):  # in turns, so that a busy moment falls on both sides alike
         for name, run in timed.items():
             began = time.perf_counter()
             flops = run()
-            best[name] = max(best[name], flops / (time.perf_counter() - began))
+            rates[name].append(flops / (time.perf_counter() - began))
+    best = {name: max(values) for name, values in rates.items()}
+    # The tolerance is the noise these very timings show (best against median): a few % on a quiet
+    # machine, more beside a CPU hog; a search that stopped too early loses by 3x, beyond either.
+    noise = max(max(values) / statistics.median(values) for values in rates.values())
+    tie = max(TIE, min(noise, 2.0))
     peak_rate = max(best["peak matmul"], best["peak conv"])
-    assert best["peak matmul"] * TIE >= best["program matmul"], (best, measured["n"])
-    assert peak_rate * TIE >= best["program conv"], (best, convolution["channels"])
+    assert best["peak matmul"] * tie >= best["program matmul"], (rates, measured["n"], tie)
+    assert peak_rate * tie >= best["program conv"], (rates, convolution["channels"], tie)
 
 
 @pytest.mark.slow
