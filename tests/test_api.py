@@ -319,7 +319,8 @@ def test_profile_in_a_multi_worker_job_writes_the_job_and_analyze_names_the_stra
     result = analyze(job, capsys)
     rows = {row["worker"]: row for row in result["workers"]}
     straggler = result["straggler"] or {}
-    assert straggler.get("worker") == 1 and straggler.get("cause") == "host", (result["straggler"], rows)
+    assert straggler.get("worker") == 1 and straggler.get("cause") == "host", (
+        result["straggler"], result.get("straggler_reason"), json.dumps(rows))
     # Ground truth: the injected spin is worker 1's host time; worker 0, the control beside it on
     # the same machine, spends it in the all-reduce instead.
     assert rows[1]["host_ms"] >= 0.9 * HOST_SPIN_MS, rows  # the spin, less what a hog beside it shifts
