@@ -236,3 +236,32 @@ def test_the_events_table_is_narrow_where_stats_are_rare_or_repeated(tmp_path):
     assert events["group_id"].isna().all() and events["tf_function_call"].isna().all()
     per_event = events.memory_usage(deep=True).sum() / len(events)
     assert per_event < 75, events.memory_usage(deep=True) / len(events)  # the wide table took 154 bytes
+
+
+@pytest.mark.parametrize("how", ["cycle", "kept"])
+def test_a_view_of_the_map_left_behind_does_not_fail_the_read(tmp_path, monkeypatch, how):
+    """A numpy view of the mapped file that outlives the decoder (in a reference cycle the garbage
+    collector has not reached, or kept) made closing the map raise BufferError: 'analyze failed'."""
+    import gc
+
+    path = tmp_path / "odd.xplane.pb"
+    path.write_bytes(_odd_space().SerializeToString())
+    expected = trace.read_trace(path).events
+    real_decode, maps, kept = wire.decode_xspace, [], []
+
+    def decode_leaving_a_view(buf, *args, **kwargs):
+        maps.append(buf)
+        holder: dict = {"view": np.frombuffer(buf, dtype=np.uint8)}
+        holder["self"] = holder  # only the cycle collector frees it
+        if how == "kept":
+            kept.append(holder)
+        return real_decode(buf, *args, **kwargs)
+
+    monkeypatch.setattr(wire, "decode_xspace", decode_leaving_a_view)
+    gc.disable()  # as a busy Dask worker's tuned collector would be, late
+    try:
+        read = trace.read_trace(path)
+    finally:
+        gc.enable()
+    pd.testing.assert_frame_equal(read.events, expected)
+    assert maps[0].closed == (how == "cycle")  # collected and unmapped at once, or left to close with its view

@@ -9,6 +9,7 @@ trace needs neither TensorFlow nor a protobuf library.
 
 from __future__ import annotations
 
+import gc
 import mmap
 import os
 import stat
@@ -246,11 +247,27 @@ def _decode_file(xplane: Path, names, number_names=()) -> wire.DecodedSpace:
     """Decode one `.xplane.pb`; a truncated or foreign file raises `TraceUnreadable`."""
     # A memory map, not a copy: the file's pages are read as the decoder reaches them.
     size, buffer = _open_trace(xplane)
-    with buffer as buf:
-        space = _decode(buf, names, lambda why: _unreadable(xplane, size, why), number_names)
+    try:
+        space = _decode(buffer, names, lambda why: _unreadable(xplane, size, why), number_names)
+    finally:
+        _close_map(buffer)
     if not space.planes:
         raise TraceUnreadable(f"{xplane} holds no profiler planes ({size} bytes): truncated or not an XSpace trace")
     return space
+
+
+def _close_map(buffer: mmap.mmap) -> None:
+    """Unmap the trace now if nothing views it any more. A numpy view the decoder made can outlive
+    it in a reference cycle until the garbage collector runs (later than usual where a library,
+    Dask's worker for one, tunes the collector): collected once, and if a view is still there the
+    map is left to close with it."""
+    for attempt in range(2):
+        try:
+            buffer.close()
+            return
+        except BufferError:
+            if attempt == 0:
+                gc.collect()
 
 
 def _decode(buf, names, error, number_names=()) -> wire.DecodedSpace:
