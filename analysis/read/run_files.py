@@ -91,7 +91,8 @@ _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, 
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a path that is not a regular file is, for messages ('a FIFO', 'a character device', ...)."""
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
@@ -117,7 +118,7 @@ def read_regular(path: str | Path, limit: int, within: Path | None = None) -> by
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise RunFileError(f"{path}: {_kind(info.st_mode)}, not a regular file: not read")
+            raise RunFileError(f"{path}: {file_kind(info.st_mode)}, not a regular file: not read")
         if info.st_size > limit:
             raise RunFileError(f"{path}: {info.st_size:,} bytes, above the {limit // 2**20} MiB devprof reads "
                                "from such a file")

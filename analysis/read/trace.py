@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.read import run_files
 from analysis.read import xplane_wire as wire
 from analysis.read.run_files import warn
 
@@ -206,14 +207,9 @@ def _gzipped_note(folder: Path, profile_dirs: list[Path]) -> str:
 
 def _kind_of(path: Path) -> str:
     try:
-        mode = path.stat().st_mode
+        return run_files.file_kind(path.stat().st_mode)
     except OSError:
         return "unreadable"
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def _open_trace(xplane: Path):
@@ -226,7 +222,7 @@ def _open_trace(xplane: Path):
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise TraceUnreadable(f"{xplane} is {_kind_of(xplane)}, not a trace file: not read")
+            raise TraceUnreadable(f"{xplane} is {run_files.file_kind(info.st_mode)}, not a trace file: not read")
         if not info.st_size:
             raise TraceUnreadable(f"{xplane} is empty (0 bytes): the profiler did not finish writing it")
         if info.st_size > TRACE_MAX_BYTES:
