@@ -21,11 +21,16 @@ import pandas as pd
 from analysis.render import tables
 from analysis.render.html_charts import (
     EPOCH_LEVEL_COLOR,
+    KIND_COLORS,
     MAX_BARS,
+    MAX_ROOF_POINTS,
+    MEMORY_COLOR,
     PART_COLORS,
     SERIES_COLORS,
     Band,
     Bar,
+    Roof,
+    RoofPoint,
     Series,
     esc,
     hbars,
@@ -34,6 +39,8 @@ from analysis.render.html_charts import (
     lines,
     nice_ticks,
     num,
+    roofline,
+    si,
     stacked_bars,
 )
 from analysis.render.names import distinct_names
@@ -155,9 +162,10 @@ def _name_cell(name, shown) -> str:
     return f'<td class="name path"{title}>' + _BREAK_AFTER.sub(r"\1<wbr>", esc(text)) + "</td>"
 
 
-def _table(frame: pd.DataFrame, highlight=None, name_columns=()) -> str:
+def _table(frame: pd.DataFrame, highlight=None, name_columns=(), right=()) -> str:
     """A DataFrame as an HTML table; `highlight(row) -> bool` marks rows (the straggler). Names in
-    `name_columns` are shortened so that the rows stay told apart (`render.names`)."""
+    `name_columns` are shortened so that the rows stay told apart (`render.names`); columns in
+    `right` are figures already formatted as text (right-aligned)."""
     head = "".join(f"<th>{esc(c)}</th>" for c in frame.columns)
     shortened = {c: distinct_names(frame[c].tolist(), HTML_NAME) for c in name_columns if c in frame}
     rows = []
@@ -165,6 +173,7 @@ def _table(frame: pd.DataFrame, highlight=None, name_columns=()) -> str:
         cells = []
         for column, value in row.items():
             text, numeric = _cell(value)
+            numeric = numeric or column in right
             if column in shortened and not numeric:
                 cells.append(_name_cell(value, shortened[column][index]))
                 continue
@@ -205,6 +214,7 @@ def render_analysis(analysis) -> str:
         _epochs(analysis),
         _devices(analysis),
         _workers(analysis),
+        _roofline(analysis),
         _ops(analysis),
         _stages(analysis),
         _run_info(analysis),
@@ -571,13 +581,167 @@ def _worker_heat_map(analysis) -> str:
             f"outlined: the straggler and workers scoring {MARK_SCORE:g} or more.</p>" + chart)
 
 
+# The roofline columns of the op table (analysis/breakdown/roofline.py): four shown in the table, the rest in the
+# chart's tooltips.
+ROOF_TABLE = {"flops_per_second": "FLOP/s", "intensity": "FLOP/byte", "bound": "bound", "ceiling_pct": "% of ceiling"}
+ROOF_HIDDEN = ("dtype", "kind", "kernel", "flops_per_step", "bytes_per_step", "bytes_per_second")
+LABELLED_OPS = 5  # ops named on the chart: the most time at the lowest share of their ceiling
+CEILING_HOW = ("measure them with `devprof peak` before the run (or `devprof run --measure-peak`), or give them to "
+               "`devprof analyze --peak-tflops` or `--peak-file`")
+
+
 def _ops(analysis) -> str:
     if analysis.ops.empty:
         return ""
     shown = analysis.ops.head(TOP_OPS)
+    table = shown[[c for c in shown.columns if c not in ROOF_TABLE and c not in ROOF_HIDDEN]].copy()
+    known = [c for c in ROOF_TABLE if c in shown and _known(shown[c]).any()]
+    for column in known:  # blank where unknown
+        values = shown[column].tolist()
+        if column == "flops_per_second":
+            text = [si(float(v), "").strip() if _is_number(v) else "" for v in values]
+        elif column == "intensity":
+            text = [num(float(v)) if _is_number(v) else "" for v in values]
+        elif column == "ceiling_pct":
+            text = [f"{float(v):.1f}" if _is_number(v) else "" for v in values]
+        else:
+            text = [str(v) if isinstance(v, str) else "" for v in values]
+        table[ROOF_TABLE[column]] = text
     return _section("Top ops", f'<p class="caption">The {len(shown)} slowest of {len(analysis.ops):,} ops, ms per '
-                    "training step and share of op time (all of them in ops.csv).</p>",
-                    _table(shown, name_columns=("op", "type", "device")), anchor="ops")
+                    "training step and share of op time (all of them in ops.csv)"
+                    + ("; FLOP/s achieved, FLOPs per byte, what bounds the op and its share of that ceiling where "
+                       "its costs are known" if known else "") + ".</p>",
+                    _table(table, name_columns=("op", "type", "device"),
+                           right=[ROOF_TABLE[c] for c in known if c != "bound"]), anchor="ops")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and math.isfinite(float(value))
+
+
+def _number(value) -> float:
+    """A finite number as float, anything else (None, NaN, text) as NaN."""
+    return float(value) if _is_number(value) else math.nan
+
+
+def _known(column: pd.Series) -> pd.Series:
+    if pd.api.types.is_numeric_dtype(column):
+        return pd.Series(np.isfinite(column.to_numpy(dtype=float)), index=column.index)
+    return column.map(lambda v: isinstance(v, str) and v != "")
+
+
+def _roof_points(ops: pd.DataFrame) -> pd.DataFrame:
+    """The ops drawn on the roofline: known FLOP/s and intensity above zero, and time."""
+    if not all(c in ops for c in ("flops_per_second", "intensity", "ms_per_step")):
+        return ops.iloc[:0]
+    values = {c: ops[c].to_numpy(dtype=float) for c in ("flops_per_second", "intensity", "ms_per_step")}
+    keep = np.logical_and.reduce([np.isfinite(v) & (v > 0) for v in values.values()])
+    return ops[keep]
+
+
+def _text(row: pd.Series, column: str) -> str:
+    value = row.get(column, "")
+    return value if isinstance(value, str) else ""
+
+
+def _roofs(ceilings: dict, dtypes: list[str]) -> tuple[list[Roof], list[str]]:
+    """The ceilings of the dtypes the ops run in (all of them when the ops name none that has ceilings),
+    and what is unknown among them."""
+    chosen = [d for d in dtypes if d in ceilings] or list(ceilings)
+    roofs, unknown = [], []
+    for dtype in chosen:
+        given = ceilings.get(dtype)
+        values: dict = given if isinstance(given, dict) else {}
+
+        def value(key: str) -> float:
+            v = _number(values.get(key))
+            return v if v > 0 else math.nan
+
+        roof = Roof("any dtype" if dtype == "*" else str(dtype), value("matrix_flops_per_second"), value("vector_flops_per_second"),
+                    value("memory_bytes_per_second"))
+        roofs.append(roof)
+        for what, v in (("matrix", roof.matrix), ("vector", roof.vector), ("memory bandwidth", roof.bandwidth)):
+            if v != v:
+                unknown.append(f"{dtype} {what}")
+    unknown += [f"{d} (none given)" for d in dtypes if d and d not in ceilings]
+    return roofs, unknown
+
+
+def _roofline(analysis) -> str:
+    """Each op with known costs on a log-log roofline against the ceilings of its dtype."""
+    ops = analysis.ops
+    if ops.empty:
+        return ""
+    info = getattr(analysis, "roofline", None) or {}
+    notes = [info.get("note")] + list(info.get("notes") or [])
+    # The two notes this section says in its own words are left out.
+    notes = [n for n in notes if isinstance(n, str) and n and not n.startswith(("no op costs", "ceilings unknown"))]
+    note = "".join(f'<p class="caption">{esc(n[:1].upper() + n[1:])}.</p>' for n in notes)
+    drawn = _roof_points(ops)
+    if drawn.empty:
+        costed = [c for c in ("flops_per_step", "bytes_per_step") if c in ops]
+        known = len(costed) == 2 and bool((_known(ops["flops_per_step"]) & _known(ops["bytes_per_step"])).any())
+        why = ("the ops with known FLOPs and bytes do no arithmetic" if known else
+               "no op has known FLOPs and bytes (the run has no op_costs.csv and the trace no HLO shapes to count "
+               "them from)")
+        return _section("Roofline", _missing(f"No roofline: {why}."), note, anchor="roofline")
+    total = len(drawn)
+    drawn = drawn.sort_values("ms_per_step", ascending=False, kind="stable").head(MAX_ROOF_POINTS)
+    dtypes = list(dict.fromkeys(str(d) for d in drawn["dtype"])) if "dtype" in drawn else []
+    given = info.get("ceilings")
+    roofs, unknown = _roofs(given if isinstance(given, dict) else {}, [d for d in dtypes if d])
+    ms = drawn["ms_per_step"].to_numpy(dtype=float)
+    pct = drawn["ceiling_pct"].to_numpy(dtype=float) if "ceiling_pct" in drawn else np.full(len(drawn), np.nan)
+    # Most time at the lowest share of its ceiling (without ceilings: most time).
+    score = np.where(np.isfinite(pct), ms * (1 - np.clip(pct, 0, 100) / 100), ms)
+    order = [i for i in np.argsort(-score, kind="stable")[:LABELLED_OPS] if score[i] > 0]
+    names = distinct_names([str(drawn["op"].iloc[i]) for i in order], 30)
+    labels = dict(zip(order, names))
+    points = []
+    for i, (_, row) in enumerate(drawn.iterrows()):
+        kind = _text(row, "kind")
+        share = f"{pct[i]:.1f} % of its {_text(row, 'dtype')} {kind} ceiling".replace("  ", " ")             if math.isfinite(pct[i]) else "ceiling unknown"
+        bound = _text(row, "bound")
+        details = [f"{row['op']}" + (f" ({row['type']})" if _text(row, "type") else ""),
+                   f"{si(float(row['flops_per_second']), 'FLOP/s')} at {num(float(row['intensity']))} FLOP/byte",
+                   share + (f", {bound}-bound" if bound else ""), f"{num(float(row['ms_per_step']))} ms per step"]
+        if _text(row, "kernel"):
+            details.append(f"kernel {row['kernel']}")
+        points.append(RoofPoint(float(row["intensity"]), float(row["flops_per_second"]), float(row["ms_per_step"]),
+                                kind if kind in KIND_COLORS else "", "\n".join(details), labels.get(i, "")))
+    svg = roofline(points, roofs, "roofline: achieved FLOP/s against arithmetic intensity per op")
+    keys = [("matrix ops (convolutions, matmuls) and their roof", KIND_COLORS["matrix"]),
+            ("vector ops and their roof", KIND_COLORS["vector"]), ("other ops", KIND_COLORS[""]),
+            ("memory bandwidth", MEMORY_COLOR)]
+    styles = ["solid", "dashed", "dotted", "dash-dot"]
+    extra = (f'<span class="key">lines: {esc(", ".join(f"{r.dtype} {styles[k % 4]}" for k, r in enumerate(roofs)))}'
+             "</span>") if len(roofs) > 1 else ""
+    source = info.get("ceilings_source")
+    sentences = [f"Each circle is an op with known FLOPs and bytes, its area its time per step ({total:,} of "
+                 f"{len(ops):,} ops"
+                 + (f", {float(info['known_time_pct']):.1f} % of op time" if _is_number(info.get("known_time_pct"))
+                    else "") + ")" + (f"; the {MAX_ROOF_POINTS:,} slowest are drawn" if total > MAX_ROOF_POINTS
+                                      else "")
+                 + ". An op is bound by the lower of its roofs: the memory slope or its flat ceiling; named: the ops "
+                 "with the most time at the lowest share of their ceiling."]
+    if roofs and len(unknown) < 3 * len(roofs):
+        sentences.append(f"Ceilings from {source}." if isinstance(source, str) and source else "")
+    flops, model = _number(info.get("flops_per_step")), _number(info.get("model_flops_per_step"))
+    achieved, mfu = _number(info.get("achieved_flops_per_second")), _number(info.get("mfu_pct"))
+    if flops == flops:
+        sentences.append(f"FLOPs per step: {si(flops, 'FLOP')}" + (f" (model: {si(model, 'FLOP')})" if model == model
+                                                                     else "")
+                         + (f", {si(achieved, 'FLOP/s')} over the step" if achieved == achieved else "")
+                         + (f", MFU {mfu:.1f} % of the {info.get('dtype') or ''} matrix ceiling".replace("  ", " ")
+                            if mfu == mfu else "") + ".")
+    caption = f'<p class="caption">{esc(" ".join(s for s in sentences if s))}</p>'
+    if not roofs or len(unknown) >= 3 * len(roofs):
+        warning = _missing(f"The ceilings are unknown, so only the ops are drawn: {CEILING_HOW}.")
+    elif unknown:
+        warning = _missing(f"Unknown ceilings ({', '.join(unknown)}): {CEILING_HOW}.")
+    else:
+        warning = ""
+    return _section("Roofline", legend(keys, extra), svg, caption, warning, note, anchor="roofline")
 
 
 def _stages(analysis) -> str:
