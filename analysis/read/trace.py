@@ -307,6 +307,73 @@ def _stats_table(space: wire.DecodedSpace) -> pd.DataFrame:
     })
 
 
+def plane_metadata(source, wanted_plane=None, event_stat_names=()) -> list[wire.PlaneMetadata]:
+    """Each plane's own stats and its event metadata's stats named in `event_stat_names`, from a
+    trace (a `Trace` read from a file, a path, XSpace bytes or message). A scan of the metadata
+    alone, made only when asked: reading a trace's events never decodes them.
+    `wanted_plane(name) -> bool` picks planes (None: all)."""
+    if isinstance(source, Trace):
+        if source.location is None:
+            raise TraceError("a trace made in memory has no file to read its metadata from")
+        source = source.location.xplane
+    data = _space_bytes(source)
+    if data is not None:
+        try:
+            return wire.decode_metadata(data, wanted_plane, event_stat_names)
+        except wire.WireError as exc:
+            raise TraceUnreadable(f"not a readable XSpace ({len(data)} bytes): {exc}") from None
+    xplane = Path(source)
+    size, buffer = _open_trace(xplane)
+    try:
+        return wire.decode_metadata(buffer, wanted_plane, event_stat_names)
+    except wire.WireError as exc:
+        raise _unreadable(xplane, size, str(exc)) from None
+    finally:
+        _close_map(buffer)
+
+
+# A device plane's stated capabilities, as the profiler writes them (XProf's `kDevCap*` stats).
+DEVICE_SPEC_STATS = ("memory_bandwidth", "clock_rate", "core_count", "memory_size", "compute_cap_major",
+                     "compute_cap_minor", "device_vendor")
+
+
+@dataclass(frozen=True)
+class DeviceSpecs:
+    """What a device plane states about its device (not measured); NaN or "" where it does not say."""
+
+    plane: str
+    vendor: str = ""
+    memory_bandwidth_bytes_per_second: float = float("nan")
+    clock_rate_hz: float = float("nan")  # written in kHz
+    core_count: float = float("nan")  # SMs (NVIDIA) or compute units (AMD)
+    memory_bytes: float = float("nan")
+    compute_capability: str = ""  # "major.minor"
+
+
+def _stated(stats: dict, name: str, scale: float = 1.0) -> float:
+    value = stats.get(name)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value) * scale
+    return float("nan")
+
+
+def device_specs(source) -> dict[str, DeviceSpecs]:
+    """Per plane name, the specs a plane states (GPU planes carry them; planes stating none are
+    left out), from a `Trace` read from a file, a path, XSpace bytes or message."""
+    specs = {}
+    for plane in plane_metadata(source):
+        stats = plane.stats
+        if not any(name in stats for name in DEVICE_SPEC_STATS):
+            continue
+        major, minor = stats.get("compute_cap_major"), stats.get("compute_cap_minor")
+        capability = f"{major}.{minor}" if isinstance(major, int) and isinstance(minor, int) else ""
+        vendor = stats.get("device_vendor")
+        specs[plane.name] = DeviceSpecs(
+            plane.name, vendor if isinstance(vendor, str) else "", _stated(stats, "memory_bandwidth"),
+            _stated(stats, "clock_rate", 1e3), _stated(stats, "core_count"), _stated(stats, "memory_size"), capability)
+    return specs
+
+
 def _plane_and_line_tables(space: wire.DecodedSpace) -> tuple[pd.DataFrame, pd.DataFrame]:
     events_of_plane = np.zeros(len(space.planes), dtype=np.int64)
     lines_of_plane = np.zeros(len(space.planes), dtype=np.int64)

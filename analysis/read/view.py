@@ -20,7 +20,7 @@ from analysis import producers
 from analysis.producers import matches, planes
 from analysis.producers import tensorflow as tf_producer
 from analysis.producers import tpu as tpu_producer
-from analysis.read.trace import Trace
+from analysis.read.trace import DeviceSpecs, Trace, device_specs
 
 NS_PER_MS = 1e6
 STAGE_RE = re.compile(tf_producer.INPUT_STAGE)
@@ -87,6 +87,14 @@ class TraceView:
     @property
     def hostnames(self) -> list[str]:
         return self.trace.hostnames
+
+    @functools.cached_property
+    def device_specs(self) -> dict[str, DeviceSpecs]:
+        """What each device plane states about its device (memory bandwidth, clock, cores), by
+        plane name; read from the file's metadata when first asked, empty for a trace made in memory."""
+        if self.trace.location is None:
+            return {}
+        return device_specs(self.trace)
 
     @functools.cached_property
     def host(self) -> pd.DataFrame:

@@ -796,3 +796,106 @@ def open_trace_bytes(path: str | Path):
     """The file's bytes as a read-only memory map (pages are read as the decoder reaches them)."""
     with open(path, "rb") as handle:
         return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+# ---------------------------------------------------------------- plane and event metadata stats (on request)
+
+@dataclass
+class PlaneMetadata:
+    """One plane's own stats and the stats of its event metadata, read only when asked
+    (`decode_metadata`): a device's stated specs, XLA's `Hlo Proto` per program."""
+
+    plane_id: int
+    name: str
+    stats: dict[str, object]  # the plane's stats (XPlane.stats) by name
+    event_stats: dict[int, tuple[str, dict[str, object]]]  # event metadata id -> (name, its wanted stats by name)
+
+
+def _stat_value(buf, start: int, stop: int, stat_names: dict[int, str]) -> tuple[int, object]:
+    """An XStat's metadata id and value: a number, a str, bytes as they are, a reference as its name."""
+    key, value = 0, None  # type: tuple[int, object]
+    for number, wire, at, end in _fields(buf, start, stop):
+        if number == 1 and wire == WIRE_VARINT:
+            key = _signed(at)
+        elif number == STAT_DOUBLE and wire == WIRE_FIXED64:
+            value = float(np.frombuffer(bytes(buf[at:end]), dtype="<f8")[0])
+        elif number == STAT_UINT64 and wire == WIRE_VARINT:
+            value = at
+        elif number == STAT_INT64 and wire == WIRE_VARINT:
+            value = _signed(at)
+        elif number == STAT_STR and wire == WIRE_LEN:
+            value = _text(buf, at, end)
+        elif number == STAT_BYTES and wire == WIRE_LEN:
+            value = bytes(buf[at:end])
+        elif number == STAT_REF and wire == WIRE_VARINT:
+            value = stat_names.get(_signed(at), "")
+    return key, value
+
+
+def _event_metadata_stats(buf, start: int, stop: int) -> tuple[int, str, list[tuple[int, int]]]:
+    """A map<int64, XEventMetadata> entry: its key, its name and the spans of its stats (field 5)."""
+    key, name, stats = 0, "", []
+    for number, wire, value, end in _fields(buf, start, stop):
+        if number == 1 and wire == WIRE_VARINT:
+            key = _signed(value)
+        elif number == 2 and wire == WIRE_LEN:
+            for inner, inner_wire, at, inner_end in _fields(buf, value, end):
+                if inner == 2 and inner_wire == WIRE_LEN:
+                    name = _text(buf, at, inner_end)
+                elif inner == 5 and inner_wire == WIRE_LEN:
+                    stats.append((at, inner_end))
+    return key, name, stats
+
+
+def decode_metadata(buf, wanted_plane=None, event_stat_names=()) -> list[PlaneMetadata]:
+    """The stats of each plane and of its event metadata, from an XSpace in `buf`.
+
+    `wanted_plane(name) -> bool` picks the planes (None: all); `event_stat_names`: the event
+    metadata stats to keep, by name (only metadata holding one of them is listed). Events are
+    never decoded: a plane's lines are skipped whole, so this costs a scan of the metadata only.
+    Raises `WireError` for bytes that are not a well-formed XSpace.
+    """
+    wanted_stats = frozenset(event_stat_names)
+    found: list[PlaneMetadata] = []
+    for number, wire, start, stop in _fields(buf, 0, len(buf)):
+        if number != 1 or wire != WIRE_LEN:
+            continue
+        plane = PlaneMetadata(0, "", {}, {})
+        stat_names: dict[int, str] = {}
+        plane_stats: list[tuple[int, int]] = []
+        entries: list[tuple[int, int]] = []
+        skipped = False
+        for field, field_wire, value, end in _fields(buf, start, stop):
+            if field == 1 and field_wire == WIRE_VARINT:
+                plane.plane_id = _signed(value)
+            elif field_wire != WIRE_LEN:
+                continue
+            elif field == 2:
+                plane.name = _text(buf, value, end)
+                if wanted_plane is not None and not wanted_plane(plane.name):
+                    skipped = True
+                    break
+            elif field == 4 and wanted_stats:
+                entries.append((value, end))
+            elif field == 5:
+                key, name = _map_entry_names(buf, value, end)
+                stat_names[key] = name
+            elif field == 6:
+                plane_stats.append((value, end))
+        if skipped or (wanted_plane is not None and not wanted_plane(plane.name)):
+            continue
+        for span in plane_stats:
+            key, stat = _stat_value(buf, *span, stat_names)
+            plane.stats[stat_names.get(key, str(key))] = stat
+        wanted_ids = {key for key, name in stat_names.items() if name in wanted_stats}
+        for span in entries if wanted_ids else ():
+            key, name, stats = _event_metadata_stats(buf, *span)
+            kept = {}
+            for stat_span in stats:
+                stat_key, stat = _stat_value(buf, *stat_span, stat_names)
+                if stat_key in wanted_ids:
+                    kept[stat_names[stat_key]] = stat
+            if kept:
+                plane.event_stats[key] = (name, kept)
+        found.append(plane)
+    return found
