@@ -9,8 +9,11 @@ chained matmuls as take `min_time_s`, timed `repeats` times; the best rate over 
 size and repeat. The same search over 3x3 convolutions of growing channel counts, since
 a library's convolution kernels can outrun its matmul (oneDNN's on an AVX2 EPYC: 216
 against 186 GFLOP/s); the peak is the better of the two. The same for bfloat16 and
-float16 where the device runs them, and a large elementwise update (bytes read + written
-per second). docs/peak.md says how and why.
+float16 where the device runs them fast, and a large elementwise update (bytes read +
+written per second). Beside that matrix ceiling, a vector ceiling per dtype: chains of K
+multiply-adds per element over an array larger than the caches, fused by XLA into one
+kernel, K growing until the rate stops growing. `ceilings` gathers the three per dtype for
+the roofline. docs/peak.md says how and why.
 
 Results are cached per device in `~/.cache/devprof/peak-<device-id>.json`
 (`DEVPROF_CACHE_DIR` overrides the folder): the device id is the CPU model or GPU name.
@@ -50,7 +53,16 @@ SIZE_BUDGET_S = 4.0
 # 2: sizes grow until the rate stops growing (format 1 stopped at the first slow size and
 # could sit below what training reached), so older cached peaks are measured again.
 # 3: measured with oneDNN's kernels where devprof run trains with them (`cpu_kernels`).
-PEAK_FORMAT_VERSION = 4  # 4: convolutions too (`peak_flops_per_second`: the better of matmul and conv)
+# 4: convolutions too (`peak_flops_per_second`: the better of matmul and conv).
+PEAK_FORMAT_VERSION = 5  # 5: the vector ceiling and `ceilings`; bfloat16 only on CPUs with bfloat16 units
+# The vector probe: K multiply-adds per element and pass, K growing like a matmul's size. They run
+# as up to VECTOR_LANES independent chains per element, summed at the end: one dependent chain is
+# bound by the multiply-add's latency, not its throughput (a 2-core EPYC: 34 GFLOP/s at K = 64 in
+# one chain, 87 in 8).
+VECTOR_CHAINS = {"cpu": (1, 4, 16, 64, 256), "gpu": (1, 4, 16, 64, 256, 1024)}
+VECTOR_LANES = 8
+VECTOR_MAX_OP_S = 1.0  # a K whose one pass over the array would take longer is not tried
+ITEMSIZE = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
 
 Runner = Callable[[int], None]  # run(iters): do `iters` chained operations and wait for the result
 
@@ -63,6 +75,43 @@ def matmul_flops(n: int, iters: int = 1) -> int:
 def conv_flops(channels: int, iters: int = 1) -> int:
     """FLOPs of `iters` convolutions of the probe's shape: 2 per multiply-add of a direct 3x3 convolution."""
     return 2 * CONV_BATCH * CONV_HW * CONV_HW * 9 * channels * channels * iters
+
+
+def vector_lanes(k: int) -> int:
+    """The independent chains the probe's K multiply-adds per element run in (each K / lanes deep)."""
+    return math.gcd(int(k), VECTOR_LANES)
+
+
+def vector_flops(k: int, elements: int, iters: int = 1) -> int:
+    """FLOPs of `iters` passes of the vector probe over `elements`: 2 per multiply-add, plus, where the
+    chains are several, the sum of their results (lanes - 1 adds) and its scaling (1 multiply)."""
+    lanes = vector_lanes(k)
+    return (2 * int(k) + (lanes if lanes > 1 else 0)) * int(elements) * iters
+
+
+def vector_coefficients(lanes: int) -> list[tuple[float, float]]:
+    """(a, b) of each chain's `x * a + b`: a + b < 1 and both positive keep x in [0, 1] in every dtype,
+    and unequal pairs keep a compiler from merging the chains. Exact in bfloat16 and float16."""
+    return [(0.5 - j / 64, 0.25 + j / 128) for j in range(lanes)]
+
+
+def vector_chain(x, k: int, coefficients):
+    """One pass of the probe over `x` (a tensor or an array): K multiply-adds per element in
+    len(coefficients) chains, averaged. `coefficients` are scalars of x's dtype."""
+    lanes = len(coefficients)
+    depth = int(k) // lanes
+    results = []
+    for a, b in coefficients:
+        y = x
+        for _ in range(depth):
+            y = y * a + b
+        results.append(y)
+    if lanes == 1:
+        return results[0]
+    total = results[0]
+    for y in results[1:]:
+        total = total + y
+    return total * (1.0 / lanes)
 
 
 def copy_bytes(nbytes: int, iters: int = 1) -> int:
@@ -232,6 +281,62 @@ def tf_copy_runner(device: str) -> Callable[[int], Runner]:
     return make
 
 
+def tf_vector_runner(device: str, dtype: str, nbytes: int) -> Callable[[int], Runner]:
+    """`make(k)` -> `run(iters)`: `iters` passes of `vector_chain` over a `tf.Variable` of `nbytes`.
+
+    One XLA kernel (`jit_compile=True`) runs the passes in a while loop and writes the variable in
+    place: unfused, each multiply and add would be its own pass over memory and the probe would
+    measure bandwidth. Where XLA cannot compile it, the same chain runs unfused; `make.fused` is
+    False then and `make.fusion_error` says why."""
+    import tensorflow as tf
+
+    tf_dtype = tf.as_dtype(dtype)
+    with tf.device(_tf_device(device)):
+        # Any start in [0, 1] stays there; a fill takes a second where random numbers took five.
+        target = tf.Variable(tf.fill((nbytes // tf_dtype.size,), tf.constant(0.5, tf_dtype)))
+
+    def program(k: int, fused: bool, variable):
+        with tf.device(_tf_device(device)):
+            # Tensors, not Python numbers: the function takes them as inputs, so no compiler folds them.
+            chains = [(tf.constant(a, tf_dtype), tf.constant(b, tf_dtype))
+                      for a, b in vector_coefficients(vector_lanes(k))]
+
+        if fused:
+            @tf.function(jit_compile=True)
+            def passes(iters):
+                _, x = tf.while_loop(lambda i, x: i < iters, lambda i, x: (i + 1, vector_chain(x, k, chains)),
+                                     (tf.constant(0), variable.read_value()))
+                variable.assign(x)
+                return x[0]
+        else:
+            @tf.function
+            def passes(iters):
+                for _ in tf.range(iters):
+                    variable.assign(vector_chain(variable.read_value(), k, chains))
+                return variable[0]
+
+        def run(iters: int) -> None:
+            with tf.device(_tf_device(device)):
+                passes(tf.constant(iters)).numpy()
+
+        return run
+
+    fused, fusion_error = True, None
+    try:  # a small copy first: whether XLA compiles this chain here at all
+        with tf.device(_tf_device(device)):
+            small = tf.Variable(tf.zeros((1024,), tf_dtype))
+        program(VECTOR_LANES, True, small)(1)
+    except Exception as exc:  # noqa: BLE001 - the unfused chain still runs, and says so
+        fused, fusion_error = False, _failure(exc)
+
+    def make(k: int) -> Runner:
+        return program(k, fused, target)
+
+    make.fused = fused  # type: ignore[attr-defined]
+    make.fusion_error = fusion_error  # type: ignore[attr-defined]
+    return make
+
+
 def _cpu_kernels(device: str) -> dict | None:
     """Which TensorFlow CPU kernels the matmuls ran on (oneDNN's or Eigen's), as for a run."""
     if device != "cpu":
@@ -268,15 +373,21 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
                  matmul_runner: Callable[[str, str], Callable[[int], Runner]] | None = None,
                  copy_runner: Callable[[str], Callable[[int], Runner]] | None = None,
                  conv_runner: Callable[[str, str], Callable[[int], Runner]] | None = None, conv_channels=None,
+                 vector_runner: Callable[[str, str, int], Callable[[int], Runner]] | None = None,
+                 vector_chains=None, vector_max_op_s: float = VECTOR_MAX_OP_S,
+                 cpu_flags: Callable[[], set[str] | None] | None = None,
                  clock: Callable[[], float] = time.perf_counter, repeats: int = REPEATS,
                  min_time_s: float = MIN_TIME_S, max_op_s: float = MAX_OP_S, growth: float = GROWTH,
                  name: str | None = None) -> dict:
-    """Measure matmul and convolution FLOP/s per dtype, and memory bandwidth, on `device` (``cpu|gpu``).
+    """Measure matmul, convolution and vector FLOP/s per dtype, and memory bandwidth, on `device` (``cpu|gpu``).
 
-    A dtype the device cannot run is recorded under `unsupported` with the reason, not
-    raised; a convolution that fails leaves the peak to the matmul (`conv.<dtype>.error`).
-    `matmul_runner(device, dtype)`, `conv_runner(device, dtype)` and `copy_runner(device)`
-    default to the TensorFlow ones; with `clock` they let tests check the accounting without timing.
+    A dtype the device cannot run (or, on a CPU, runs without bfloat16 units: `cpu_flags()`,
+    /proc/cpuinfo's by default) is recorded under `unsupported` with the reason, not raised; a
+    convolution that fails leaves the peak to the matmul (`conv.<dtype>.error`), a vector probe
+    that fails leaves that dtype's vector ceiling None (`vector.<dtype>.error`).
+    `matmul_runner(device, dtype)`, `conv_runner(device, dtype)`, `vector_runner(device, dtype,
+    nbytes)` and `copy_runner(device)` default to the TensorFlow ones; with `clock` they let tests
+    check the accounting without timing.
     """
     if device not in DEFAULT_DTYPES:
         raise PeakError(f"peak measures cpu or gpu, not {device!r}")
@@ -285,11 +396,18 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
     matmul_runner = matmul_runner or tf_matmul_runner
     conv_runner = conv_runner or tf_conv_runner
     copy_runner = copy_runner or tf_copy_runner
+    vector_runner = vector_runner or tf_vector_runner
     conv_channels = tuple(conv_channels or CONV_CHANNELS[device])
+    vector_chains = tuple(vector_chains or VECTOR_CHAINS[device])
     began = time.perf_counter()
     timing = {"repeats": repeats, "min_time_s": min_time_s, "max_op_s": max_op_s, "clock": clock}
     flops, matmul, unsupported = {}, {}, {}
     for dtype in dtypes:
+        if device == "cpu" and dtype == "bfloat16":
+            reason = _no_bfloat16_units(cpu_flags)
+            if reason:
+                unsupported[dtype] = reason
+                continue
         dtype_began = time.perf_counter()
         try:
             result = measure_rate(matmul_runner(device, dtype), sizes, matmul_flops, growth=growth, **timing)
@@ -315,6 +433,23 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
     best = {dtype: max(rate, conv_rates.get(dtype, 0.0)) for dtype, rate in flops.items()}
     nbytes = int(bandwidth_bytes or BANDWIDTH_BYTES[device])
     bandwidth = measure_rate(copy_runner(device), (nbytes,), copy_bytes, **timing)
+    vector_rates: dict[str, float] = {}
+    vector: dict[str, dict] = {}
+    for dtype in flops:
+        dtype_began = time.perf_counter()
+        try:
+            elements = nbytes // ITEMSIZE[dtype]
+            make = vector_runner(device, dtype, nbytes)
+            result = measure_rate(make, vector_chains, lambda k, iters: vector_flops(k, elements, iters),
+                                  growth=growth, **{**timing, "max_op_s": vector_max_op_s})
+        except Exception as exc:  # noqa: BLE001 - an unknown vector ceiling is a fact, not a failure
+            vector[dtype] = {"error": _failure(exc)}
+            continue
+        vector_rates[dtype] = result["per_second"]
+        vector[dtype] = {**_search_record(result, "k", dtype_began), "lanes": vector_lanes(result["size"]),
+                         "elements": elements, "fused": getattr(make, "fused", None)}
+        if getattr(make, "fusion_error", None):
+            vector[dtype]["fusion_error"] = make.fusion_error  # type: ignore[attr-defined]
     return {
         "format": PEAK_FORMAT_VERSION,
         "device": device,
@@ -324,8 +459,13 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
         "matmul_flops_per_second": flops,
         "conv_flops_per_second": conv_rates,
         "memory_bytes_per_second": bandwidth["per_second"],
+        # Bandwidth does not depend on the dtype: the one measurement is every dtype's memory ceiling.
+        "ceilings": {dtype: {"matrix_flops_per_second": best[dtype],
+                             "vector_flops_per_second": vector_rates.get(dtype),
+                             "memory_bytes_per_second": bandwidth["per_second"]} for dtype in flops},
         "matmul": matmul,
         "conv": conv,
+        "vector": vector,
         "conv_shape": {"batch": CONV_BATCH, "height": CONV_HW, "width": CONV_HW, "kernel": [3, 3]},
         "memory": {"bytes": nbytes, "iters": bandwidth["iters"], "seconds": bandwidth["seconds"]},
         "unsupported": unsupported,
@@ -334,12 +474,26 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
         "method": f"chained square matmuls in one tf.function on all threads, FLOP = 2 n^3; sizes grow until the "
                   f"next adds < {growth:.0%}; per size a warm-up, then best of {repeats} calls of >= {min_time_s} s; "
                   f"the same for chained 3x3 convolutions of growing channel counts (FLOP = 2 per multiply-add); "
-                  f"the peak is the best over both, sizes and repeats; bandwidth = float32 v += ones in place, "
-                  f"bytes read + written",
+                  f"the peak is the best over both, sizes and repeats; vector = K multiply-adds per element "
+                  f"(x * a + b in up to {VECTOR_LANES} independent chains, averaged) over {nbytes} bytes, fused by "
+                  f"XLA, K growing the same way; bandwidth = float32 v += ones in place, bytes read + written, "
+                  f"the same for every dtype",
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "measure_seconds": time.perf_counter() - began,
         "tensorflow": _tf_version(),
     }
+
+
+def _no_bfloat16_units(cpu_flags: Callable[[], set[str] | None] | None) -> str | None:
+    """Why bfloat16 is not measured on this CPU (it has no bfloat16 units), or None (it has, or its flags are unknown)."""
+    from profiler import devices
+
+    flags = (cpu_flags or devices.cpu_flags)()
+    if flags is None or devices.bfloat16_units(flags):
+        return None
+    arm = "asimd" in flags  # every 64-bit Arm CPU lists it; no x86 CPU does
+    missing = f"the {devices.BF16_ARM_FEATURE} feature" if arm else " or ".join(devices.BF16_X86_FLAGS)
+    return f"no bfloat16 units on this CPU ({missing} not in its flags): TensorFlow emulates bfloat16 here"
 
 
 def _search_record(result: dict, size_key: str, began: float) -> dict:

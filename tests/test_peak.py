@@ -9,17 +9,26 @@ import time
 import pytest
 
 from profiler import cli, peak
+from profiler.commands import peak as peak_command
 
 
 class FakeDevice:
     """A clock and runners where one n x n matmul takes n^3 ns (2 GFLOP/s) and moving a byte 0.1 ns (20 GB/s)."""
 
-    def __init__(self, fail_dtypes=(), conv_rate=3e9, conv_fail_dtypes=()):
+    def __init__(self, fail_dtypes=(), conv_rate=3e9, conv_fail_dtypes=(), vector_rates=None, vector_fail_dtypes=(),
+                 fused=True):
         self.now = 0.0
         self.calls = []
         self.fail_dtypes = fail_dtypes
         self.conv_rate = conv_rate
         self.conv_fail_dtypes = conv_fail_dtypes
+        self.vector_rates = vector_rates or {}
+        self.vector_fail_dtypes = vector_fail_dtypes
+        self.fused = fused
+
+    def runners(self):
+        return {"matmul_runner": self.matmul_runner, "conv_runner": self.conv_runner,
+                "vector_runner": self.vector_runner, "copy_runner": self.copy_runner, "clock": self.clock}
 
     def clock(self):
         return self.now
@@ -49,6 +58,27 @@ class FakeDevice:
 
             return run
 
+        return make
+
+    def vector_runner(self, device, dtype, nbytes):
+        """A pass of K multiply-adds over `nbytes` takes vector_flops / vector_rate(K) seconds: the rate
+        grows with K (more arithmetic per byte) up to `vector_rates[dtype]` at K >= 64 and is flat above
+        (or `vector_rates[dtype]` is a table K -> rate)."""
+        if dtype in self.vector_fail_dtypes:
+            raise RuntimeError(f"out of memory allocating {nbytes} bytes of {dtype}")
+        ceiling = self.vector_rates.get(dtype, 8e9)
+        rate_of = ceiling.__getitem__ if isinstance(ceiling, dict) else lambda k: ceiling * min(1.0, k / 64)
+        elements = nbytes // peak.ITEMSIZE[dtype]
+
+        def make(k):
+            def run(iters):
+                self.calls.append(("vector", dtype, k, iters))
+                self.now += peak.vector_flops(k, elements, iters) / rate_of(k)
+
+            return run
+
+        make.fused = self.fused
+        make.fusion_error = None if self.fused else "InvalidArgumentError: XLA cannot compile it here"
         return make
 
     def copy_runner(self, device):
@@ -181,6 +211,113 @@ def test_measure_peak_with_stubbed_runners_records_rates_and_unsupported_dtypes(
     assert result["conv"]["float32"]["stopped"] == "growth" and "float16" not in result["conv"]  # 32 added nothing
     assert result["memory_bytes_per_second"] == pytest.approx(2e10)
     assert result["memory"]["bytes"] == 2**20
+
+
+NO_BF16_FLAGS = {"fpu", "sse2", "avx", "avx2", "fma", "avx512f"}  # an AVX-512 CPU without its bfloat16 extension
+
+
+def test_ceilings_per_dtype_from_fake_runners():
+    fake = FakeDevice(vector_rates={"float32": 8e9, "float16": 30e9})
+    result = peak.measure_peak("gpu", ("float32", "float16"), sizes=(128, 256), conv_channels=(16, 32),
+                               bandwidth_bytes=2**20, name="Fake GPU", **fake.runners())
+    # matrix: the convolutions' 3 GFLOP/s beat the matmul's 2; memory: one measurement, every dtype's
+    assert result["ceilings"] == {
+        "float32": {"matrix_flops_per_second": pytest.approx(3e9), "vector_flops_per_second": pytest.approx(8e9),
+                    "memory_bytes_per_second": pytest.approx(2e10)},
+        "float16": {"matrix_flops_per_second": pytest.approx(3e9), "vector_flops_per_second": pytest.approx(30e9),
+                    "memory_bytes_per_second": pytest.approx(2e10)}}
+    # bandwidth measured once, not per dtype: a warm-up, the call that finds the count, the timed repeats
+    assert sum(1 for call in fake.calls if call[0] == "copy") == 2 + peak.REPEATS
+    assert result["peak_flops_per_second"] == {"float32": pytest.approx(3e9), "float16": pytest.approx(3e9)}
+    record = result["vector"]["float32"]
+    assert (record["k"], record["lanes"], record["elements"], record["fused"]) == (64, 8, 2**20 // 4, True)
+    assert result["vector"]["float16"]["elements"] == 2**20 // 2  # the same bytes, twice the elements
+    assert result["format"] == 5
+    json.dumps(result, allow_nan=False)  # strict JSON for the cache and run.json
+
+
+def test_vector_flops_count_every_multiply_add_and_the_lanes_sum():
+    assert peak.vector_flops(1, 1000) == 2000  # one chain: x * a + b
+    assert peak.vector_flops(4, 1000, iters=3) == 3 * (2 * 4 + 4) * 1000  # 4 chains of 1, summed (3 adds) and scaled
+    assert peak.vector_flops(64, 10) == (2 * 64 + 8) * 10  # 8 chains of 8
+    assert [peak.vector_lanes(k) for k in (1, 4, 16, 64, 256, 6)] == [1, 4, 8, 8, 8, 2]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_vector_chain_stays_bounded_and_does_the_work_it_counts(dtype):
+    import numpy as np
+
+    x = np.linspace(0, 1, 1001).astype(dtype)
+    for k in (1, 4, 16, 64):
+        coefficients = [(np.dtype(dtype).type(a), np.dtype(dtype).type(b)) for a, b in
+                        peak.vector_coefficients(peak.vector_lanes(k))]
+        assert len({a for a, _ in coefficients}) == len(coefficients)  # no two chains alike
+        y = x
+        for _ in range(50):
+            y = peak.vector_chain(y, k, coefficients)
+        assert y.dtype == np.dtype(dtype) and np.all(np.isfinite(y)) and y.min() >= 0 and y.max() <= 1
+    ones = np.ones(3)
+    assert peak.vector_chain(ones * 0.0, 1, [(0.5, 0.5)]) == pytest.approx(0.5)
+    assert peak.vector_chain(ones * 0.0, 2, [(0.5, 0.25), (0.5, 0.5)]) == pytest.approx((0.25 + 0.5) / 2)
+
+
+def test_vector_search_stops_where_the_rate_stops_growing():
+    fake = FakeDevice(vector_rates={"float32": 8e9})  # grows with K up to 64, flat above
+    result = peak.measure_peak("cpu", ("float32",), sizes=(128, 256), conv_channels=(16, 32), bandwidth_bytes=2**20,
+                               name="x", vector_max_op_s=100.0, **fake.runners())
+    record = result["vector"]["float32"]
+    assert [row["size"] for row in record["sizes"]] == [1, 4, 16, 64, 256]
+    assert record["stopped"] == "growth" and record["k"] == 64
+    assert [row["per_second"] for row in record["sizes"]] == pytest.approx([8e9 / 64, 8e9 / 16, 8e9 / 4, 8e9, 8e9])
+    assert result["ceilings"]["float32"]["vector_flops_per_second"] == pytest.approx(8e9)
+    assert record["measure_seconds"] >= 0
+    # A slow pass bounds the search: over 1 MiB, K = 64 at 8 GFLOP/s takes 4.5 ms a pass (5.2 ms predicted for
+    # 16, 8.9 for 64); K = 256 is 3.8 times the work, 17 ms predicted, over the 10 ms allowed.
+    fake = FakeDevice(vector_rates={"float32": {1: 1e9, 4: 2e9, 16: 4e9, 64: 8e9, 256: 16e9}})
+    result = peak.measure_peak("cpu", ("float32",), sizes=(128, 256), conv_channels=(16, 32), bandwidth_bytes=2**20,
+                               name="x", vector_max_op_s=0.01, **fake.runners())
+    record = result["vector"]["float32"]
+    assert [row["size"] for row in record["sizes"]] == [1, 4, 16, 64] and record["stopped"] == "time"
+    assert not any(call[:3] == ("vector", "float32", 256) for call in fake.calls)
+
+
+def test_bfloat16_is_not_measured_on_a_cpu_without_bfloat16_units():
+    fake = FakeDevice()
+    result = peak.measure_peak("cpu", ("float32", "bfloat16"), sizes=(128, 256), conv_channels=(16, 32),
+                               bandwidth_bytes=2**20, name="x", cpu_flags=lambda: NO_BF16_FLAGS, **fake.runners())
+    assert "avx512_bf16 or amx_bf16" in result["unsupported"]["bfloat16"]
+    assert set(result["ceilings"]) == {"float32"} and set(result["peak_flops_per_second"]) == {"float32"}
+    assert not any(call[1] == "bfloat16" for call in fake.calls if call[0] != "copy")
+    fake = FakeDevice()  # with the units (AVX512-BF16), it is measured
+    result = peak.measure_peak("cpu", ("float32", "bfloat16"), sizes=(128, 256), conv_channels=(16, 32),
+                               bandwidth_bytes=2**20, name="x", cpu_flags=lambda: NO_BF16_FLAGS | {"avx512_bf16"},
+                               **fake.runners())
+    assert set(result["ceilings"]) == {"float32", "bfloat16"} and result["unsupported"] == {}
+
+
+def test_a_failed_vector_probe_leaves_its_ceiling_null_with_the_reason():
+    fake = FakeDevice(vector_fail_dtypes=("float16",), fused=False)
+    result = peak.measure_peak("gpu", ("float32", "float16"), sizes=(128, 256), conv_channels=(16, 32),
+                               bandwidth_bytes=2**20, name="x", **fake.runners())
+    assert result["ceilings"]["float16"]["vector_flops_per_second"] is None
+    assert result["ceilings"]["float16"]["matrix_flops_per_second"] == pytest.approx(3e9)
+    assert result["vector"]["float16"] == {"error": "RuntimeError: out of memory allocating 1048576 bytes of float16"}
+    # XLA could not fuse the float32 chain: its unfused rate is kept and says so
+    assert result["vector"]["float32"]["fused"] is False
+    assert result["vector"]["float32"]["fusion_error"].startswith("InvalidArgumentError")
+    text = peak_command.render_text(result)
+    assert "vector float16: not measured (RuntimeError: out of memory" in text
+    assert "float16: matrix 3.0 GFLOP/s (from the convolutions), vector n/a, memory 20.0 GB/s" in text
+    assert "unfused: InvalidArgumentError" in text
+
+
+def test_text_output_shows_the_three_ceilings_per_dtype():
+    fake = FakeDevice(vector_rates={"float32": 8e9})
+    result = peak.measure_peak("cpu", ("float32",), sizes=(128, 256), conv_channels=(16, 32), bandwidth_bytes=2**20,
+                               name="Fake CPU", vector_max_op_s=100.0, **fake.runners())
+    text = peak_command.render_text(result)
+    assert "  float32: matrix 3.0 GFLOP/s (from the convolutions), vector 8.0 GFLOP/s, memory 20.0 GB/s\n" in text
+    assert "    vector float32: 8.0 GFLOP/s (K=64 multiply-adds per element; K 1–256, stopped: " in text
 
 
 def test_measure_peak_rejects_other_devices_and_failing_float32():
@@ -319,6 +456,24 @@ def test_cache_measures_once_per_device(tmp_path, monkeypatch):
     assert len(calls) == 2
     refreshed = peak.cached_peak("Fake CPU", measure, refresh=True)
     assert len(calls) == 3 and refreshed["matmul_flops_per_second"]["float32"] == 3e11
+
+
+def test_a_peak_cached_before_the_vector_ceiling_is_measured_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEVPROF_CACHE_DIR", str(tmp_path))
+    old = {**_fake_result(), "format": 4}  # matrix and memory only
+    (tmp_path / "peak-fake-cpu.json").write_text(json.dumps(old))
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return {**_fake_result(), "ceilings": {"float32": {"matrix_flops_per_second": 1e11,
+                                                           "vector_flops_per_second": 2e10,
+                                                           "memory_bytes_per_second": 1e10}}}
+
+    result = peak.cached_peak("Fake CPU", measure)
+    assert calls == [1] and result["cached"] is False and result["format"] == 5
+    assert peak.cached_peak("Fake CPU", measure)["ceilings"]["float32"]["vector_flops_per_second"] == 2e10
+    assert calls == [1]
 
 
 def test_corrupt_cache_is_measured_over_and_unwritable_cache_is_not_fatal(tmp_path, monkeypatch):
