@@ -208,13 +208,13 @@ def test_no_chart_without_costs(base):
         section = page[page.index('id="roofline"'):]
         section = section[:section.index("</section>")]
         assert "<svg" not in section
-        assert "No roofline: no op has known FLOPs and bytes (the run has no op_costs.csv and the trace no HLO" \
-            in section
+        assert "No roofline: no traced op has known FLOPs and bytes (they come from the run&#x27;s op_costs.csv, " \
+               "recorded at capture, or from HLO shapes in the trace, and neither gave any)." in section
     unknown = cost_ops().assign(flops_per_step=NAN, bytes_per_step=NAN, flops_per_second=NAN, intensity=NAN,
                                 ceiling_pct=NAN, bound="")
     page = html.render_analysis(with_roofline(base, unknown, roofline_info()))
     section = page[page.index('id="roofline"'):]
-    assert "<svg" not in section[:section.index("</section>")] and "No roofline: no op has known" in section
+    assert "<svg" not in section[:section.index("</section>")] and "No roofline: no traced op has known" in section
 
 
 def test_hostile_op_names_are_escaped_in_the_chart_and_its_tooltips(base):
@@ -225,7 +225,7 @@ def test_hostile_op_names_are_escaped_in_the_chart_and_its_tooltips(base):
     escaped = html.esc(EVIL)
     hostile = [title for title, *_ in points(svg) if escaped in title]
     assert len(hostile) == 1 and f"Add{escaped}" in hostile[0]  # its name and its type, escaped
-    labels = re.findall(r'<text class="op-label"[^>]*>([^<]*)</text>', svg)
+    labels = re.findall(r'<tspan class="op-label"[^>]*>([^<]*)</tspan>', svg)
     assert "model/&lt;…&gt;alert(…)&lt;…&gt;/Add" in labels, labels  # labelled (shortened), escaped
     assert all(len(label.replace("&lt;", "<").replace("&gt;", ">").replace("&#x27;", "'")) <= 30 for label in labels)
 
@@ -239,7 +239,7 @@ def test_the_least_efficient_ops_are_labelled_first(base):
     extra.append({**relu, "op": "model/slow_lazy/Relu", "ms_per_step": 0.8, "ceiling_pct": 1.0})
     ops = pd.concat([ops, pd.DataFrame(extra)], ignore_index=True)
     svg = svg_of(html.render_analysis(with_roofline(base, ops, roofline_info())))
-    labels = re.findall(r'<text class="op-label"[^>]*>([^<]*)</text>', svg)
+    labels = re.findall(r'<tspan class="op-label"[^>]*>([^<]*)</tspan>', svg)
     assert len(labels) == html.LABELLED_OPS == 5
     assert "model/slow_lazy/Relu" in labels and not any("busy" in label for label in labels), labels
     assert len(points(svg)) == len(COSTED) + 7

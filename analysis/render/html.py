@@ -586,6 +586,7 @@ def _worker_heat_map(analysis) -> str:
 ROOF_TABLE = {"flops_per_second": "FLOP/s", "intensity": "FLOP/byte", "bound": "bound", "ceiling_pct": "% of ceiling"}
 ROOF_HIDDEN = ("dtype", "kind", "kernel", "flops_per_step", "bytes_per_step", "bytes_per_second")
 LABELLED_OPS = 5  # ops named on the chart: the most time at the lowest share of their ceiling
+LABEL_CHARS, LABEL_CONTEXT = 36, 200  # a label's length, and how many of the busiest ops it is told apart from
 CEILING_HOW = ("measure them with `devprof peak` before the run (or `devprof run --measure-peak`), or give them to "
                "`devprof analyze --peak-tflops` or `--peak-file`")
 
@@ -673,21 +674,21 @@ def _roofline(analysis) -> str:
     if ops.empty:
         return ""
     info = getattr(analysis, "roofline", None) or {}
-    notes = [info.get("note")] + list(info.get("notes") or [])
     # The two notes this section says in its own words are left out.
-    notes = [n for n in notes if isinstance(n, str) and n and not n.startswith(("no op costs", "ceilings unknown"))]
+    notes = [str(n) for n in [info.get("note"), *(info.get("notes") or [])]
+             if isinstance(n, str) and n and not n.startswith(("no op costs", "ceilings unknown"))]
     note = "".join(f'<p class="caption">{esc(n[:1].upper() + n[1:])}.</p>' for n in notes)
     drawn = _roof_points(ops)
     if drawn.empty:
         costed = [c for c in ("flops_per_step", "bytes_per_step") if c in ops]
         known = len(costed) == 2 and bool((_known(ops["flops_per_step"]) & _known(ops["bytes_per_step"])).any())
         why = ("the ops with known FLOPs and bytes do no arithmetic" if known else
-               "no op has known FLOPs and bytes (the run has no op_costs.csv and the trace no HLO shapes to count "
-               "them from)")
+               "no traced op has known FLOPs and bytes (they come from the run's op_costs.csv, recorded at capture, "
+               "or from HLO shapes in the trace, and neither gave any)")
         return _section("Roofline", _missing(f"No roofline: {why}."), note, anchor="roofline")
     total = len(drawn)
     drawn = drawn.sort_values("ms_per_step", ascending=False, kind="stable").head(MAX_ROOF_POINTS)
-    dtypes = list(dict.fromkeys(str(d) for d in drawn["dtype"])) if "dtype" in drawn else []
+    dtypes = list(dict.fromkeys(d for d in drawn["dtype"] if isinstance(d, str))) if "dtype" in drawn else []
     given = info.get("ceilings")
     roofs, unknown = _roofs(given if isinstance(given, dict) else {}, [d for d in dtypes if d])
     ms = drawn["ms_per_step"].to_numpy(dtype=float)
@@ -695,24 +696,35 @@ def _roofline(analysis) -> str:
     # Most time at the lowest share of its ceiling (without ceilings: most time).
     score = np.where(np.isfinite(pct), ms * (1 - np.clip(pct, 0, 100) / 100), ms)
     order = [i for i in np.argsort(-score, kind="stable")[:LABELLED_OPS] if score[i] > 0]
-    names = distinct_names([str(drawn["op"].iloc[i]) for i in order], 30)
+    # Shortened against the busiest ops around them, so that a label still tells its op from its neighbours'.
+    context = list(dict.fromkeys([*order, *range(min(len(drawn), LABEL_CONTEXT))]))
+    names = distinct_names([str(drawn["op"].iloc[i]) for i in context], LABEL_CHARS)
     labels = dict(zip(order, names))
     points = []
     for i, (_, row) in enumerate(drawn.iterrows()):
         kind = _text(row, "kind")
-        share = f"{pct[i]:.1f} % of its {_text(row, 'dtype')} {kind} ceiling".replace("  ", " ")             if math.isfinite(pct[i]) else "ceiling unknown"
+        ceiling = " ".join(w for w in ("of its", _text(row, "dtype"), kind, "ceiling") if w)
+        share = f"{pct[i]:.1f} % {ceiling}" if math.isfinite(pct[i]) else "ceiling unknown"
         bound = _text(row, "bound")
+        time = f"{num(float(row['ms_per_step']))} ms per step"
         details = [f"{row['op']}" + (f" ({row['type']})" if _text(row, "type") else ""),
                    f"{si(float(row['flops_per_second']), 'FLOP/s')} at {num(float(row['intensity']))} FLOP/byte",
-                   share + (f", {bound}-bound" if bound else ""), f"{num(float(row['ms_per_step']))} ms per step"]
+                   share + (f", {bound}-bound" if bound else ""), time]
         if _text(row, "kernel"):
             details.append(f"kernel {row['kernel']}")
         points.append(RoofPoint(float(row["intensity"]), float(row["flops_per_second"]), float(row["ms_per_step"]),
-                                kind if kind in KIND_COLORS else "", "\n".join(details), labels.get(i, "")))
+                                kind if kind in KIND_COLORS else "", "\n".join(details), labels.get(i, ""),
+                                f": {time}, {share}"))
+    # The labelled ops first, the least efficient first: the chart numbers them in this order.
+    points = [points[i] for i in order] + [p for i, p in enumerate(points) if i not in labels]
     svg = roofline(points, roofs, "roofline: achieved FLOP/s against arithmetic intensity per op")
-    keys = [("matrix ops (convolutions, matmuls) and their roof", KIND_COLORS["matrix"]),
-            ("vector ops and their roof", KIND_COLORS["vector"]), ("other ops", KIND_COLORS[""]),
-            ("memory bandwidth", MEMORY_COLOR)]
+    kinds = {p.kind for p in points}
+    roof = " and their roof" if roofs else ""
+    keys = [(name, KIND_COLORS[kind]) for kind, name in (
+        ("matrix", f"matrix ops (convolutions, matmuls){roof}"), ("vector", f"vector ops{roof}"),
+        ("", "ops of unknown kind")) if kind in kinds]
+    if any(r.bandwidth == r.bandwidth for r in roofs):
+        keys.append(("memory bandwidth", MEMORY_COLOR))
     styles = ["solid", "dashed", "dotted", "dash-dot"]
     extra = (f'<span class="key">lines: {esc(", ".join(f"{r.dtype} {styles[k % 4]}" for k, r in enumerate(roofs)))}'
              "</span>") if len(roofs) > 1 else ""
@@ -722,7 +734,7 @@ def _roofline(analysis) -> str:
                  + (f", {float(info['known_time_pct']):.1f} % of op time" if _is_number(info.get("known_time_pct"))
                     else "") + ")" + (f"; the {MAX_ROOF_POINTS:,} slowest are drawn" if total > MAX_ROOF_POINTS
                                       else "")
-                 + ". An op is bound by the lower of its roofs: the memory slope or its flat ceiling; named: the ops "
+                 + ". An op is bound by the lower of its roofs: the memory slope or its flat ceiling; numbered: the ops "
                  "with the most time at the lowest share of their ceiling."]
     if roofs and len(unknown) < 3 * len(roofs):
         sentences.append(f"Ceilings from {source}." if isinstance(source, str) and source else "")

@@ -358,6 +358,7 @@ KIND_COLORS = {"matrix": "#1f77b4", "vector": "#ff7f0e", "": "#7f7f7f"}  # an op
 MEMORY_COLOR = "#555"
 DTYPE_DASHES = ("", "7 4", "2 3", "10 3 2 3")  # one line style per dtype, in the order drawn
 MAX_ROOF_POINTS = 2000
+MIN_R = 1.5  # the smallest op's circle (viewBox units)
 _SI = {-3: "n", -2: "\u00b5", -1: "m", 0: "", 1: "k", 2: "M", 3: "G", 4: "T", 5: "P", 6: "E"}
 
 
@@ -383,7 +384,8 @@ class RoofPoint:
     ms_per_step: float
     kind: str  # matrix | vector | ""
     title: str
-    label: str = ""  # drawn beside the point where not empty
+    label: str = ""  # where not empty: the point is numbered and named under the plot, with `note` after its name
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -429,8 +431,12 @@ def roofline(points: list[RoofPoint], roofs: list[Roof], label: str, *, height: 
     """A log-log roofline: x arithmetic intensity (FLOP/byte), y FLOP/s. Each roof is the memory
     slope (bandwidth x intensity) up to its flat ceiling: the matrix roof and the vector roof of
     every dtype, in the colour of the ops they bound and the dash of their dtype. Points are
-    circles whose area is proportional to their time per step, largest drawn first."""
-    left, right, top_pad, bottom_pad = 84, 20, 16, 46
+    circles whose area is proportional to their time per step, largest drawn first. Labelled points
+    are numbered in the order given and named in a key under the plot (names beside the points would
+    cover the points around them)."""
+    flat_roofs = any(v > 0 and math.isfinite(v) for r in roofs for v in (r.matrix, r.vector))
+    # The ceilings are named in a margin right of the plot, where no op can hide them.
+    left, right, top_pad, bottom_pad = 104, 200 if flat_roofs else 20, 16, 46
     plot_w, plot_h = WIDTH - left - right, height - top_pad - bottom_pad
     points = [p for p in points if p.intensity > 0 and p.flops_per_second > 0 and p.ms_per_step > 0
               and math.isfinite(p.intensity) and math.isfinite(p.flops_per_second) and math.isfinite(p.ms_per_step)]
@@ -448,7 +454,9 @@ def roofline(points: list[RoofPoint], roofs: list[Roof], label: str, *, height: 
     def y_of(value: float) -> float:
         return top_pad + plot_h * (y_hi - math.log10(value)) / (y_hi - y_lo)
 
-    out = [_svg_open(height, label), f'<rect x="{left}" y="{top_pad}" width="{plot_w}" height="{plot_h}" '
+    labelled = [p for p in points if p.label]
+    total_height = height + (17 * len(labelled) + 8 if labelled else 0)
+    out = [_svg_open(total_height, label), f'<rect x="{left}" y="{top_pad}" width="{plot_w}" height="{plot_h}" '
            'fill="none" stroke="#888"/>']
     x_step = max(1, math.ceil((x_hi - x_lo) / 10))
     for power in range(x_lo, x_hi + 1):
@@ -500,10 +508,9 @@ def roofline(points: list[RoofPoint], roofs: list[Roof], label: str, *, height: 
     out.append("</g>")
     halo = 'stroke="#fff" stroke-width="3" paint-order="stroke"'
     if ceiling_labels:
-        placed = _spread([y - 5 for y, _, _ in ceiling_labels], 14, top_pad + 11, top_pad + plot_h - 4)
+        placed = _spread([y + 4 for y, _, _ in ceiling_labels], 14, top_pad + 4, top_pad + plot_h)
         for (_, text, color), y in zip(ceiling_labels, placed):
-            out.append(f'<text class="ceiling" x="{left + plot_w - 6}" y="{y:.2f}" text-anchor="end" fill="{color}" '
-                       f'{halo}>{esc(text)}</text>')
+            out.append(f'<text class="ceiling" x="{left + plot_w + 6}" y="{y:.2f}" fill="{color}">{esc(text)}</text>')
     angle = -math.degrees(math.atan2(plot_h / (y_hi - y_lo), plot_w / (x_hi - x_lo)))
     for number, (bandwidth, dtypes) in enumerate(slope_labels.items()):
         # Near the slope's lower end, where no ceiling label is; written along it.
@@ -518,24 +525,25 @@ def roofline(points: list[RoofPoint], roofs: list[Roof], label: str, *, height: 
         largest = max(p.ms_per_step for p in points)
         max_r = 18.0
         out.append('<g class="ops" stroke-width="1">')
-        drawn = []
+        ranks = {id(p): n for n, p in enumerate(labelled, 1)}
+        numbers = []
         for point in sorted(points, key=lambda p: -p.ms_per_step):
-            r = max_r * math.sqrt(point.ms_per_step / largest)  # area proportional to time
+            # Area proportional to time; at least MIN_R, so that every op can be seen and hovered.
+            r = max(MIN_R, max_r * math.sqrt(point.ms_per_step / largest))
             cx, cy = x_of(point.intensity), y_of(point.flops_per_second)
             color = KIND_COLORS.get(point.kind, KIND_COLORS[""])
             out.append(f'<g class="op"><title>{esc(point.title)}</title><circle cx="{cx:.2f}" cy="{cy:.2f}" '
-                       f'r="{max(r, 0.01):.3f}" fill="{color}" fill-opacity="0.55" stroke="{color}"/></g>')
-            if point.label:
-                drawn.append((cx, cy, max(r, 2.0), point.label))
+                       f'r="{r:.3f}" fill="{color}" fill-opacity="0.55" stroke="{color}"/></g>')
+            if id(point) in ranks:
+                numbers.append(f'<text class="op-rank" x="{cx + 0.7 * r + 1:.2f}" y="{cy - 0.7 * r - 1:.2f}" '
+                               f'font-weight="700" fill="#000" {halo}>{ranks[id(point)]}</text>')
         out.append("</g>")
-        if drawn:
-            placed = _spread([cy + 4 for _, cy, _, _ in drawn], 14, top_pad + 12, top_pad + plot_h - 4)
-            for (cx, _, r, text), y in zip(drawn, placed):
-                right_side = cx < left + plot_w - 8 * len(text) - 20
-                x = cx + r + 4 if right_side else cx - r - 4
-                anchor = "start" if right_side else "end"
-                out.append(f'<text class="op-label" x="{x:.2f}" y="{y:.2f}" text-anchor="{anchor}" fill="#222" '
-                           f'{halo}>{esc(text)}</text>')
+        out += numbers
+        for n, point in enumerate(labelled, 1):
+            y = height + 4 + 17 * n
+            note = f'<tspan fill="#555">{esc(point.note)}</tspan>' if point.note else ""
+            out.append(f'<text x="{left}" y="{y}"><tspan font-weight="700">{n}</tspan>'
+                       f'<tspan class="op-label" x="{left + 18}">{esc(point.label)}</tspan>{note}</text>')
     out.append("</svg>")
     return "".join(out)
 
