@@ -357,7 +357,7 @@ def legend(items: list[tuple[str, str]], extra: str = "") -> str:
 KIND_COLORS = {"matrix": "#1f77b4", "vector": "#ff7f0e", "": "#7f7f7f"}  # an op's colour is its roof's
 MEMORY_COLOR = "#555"
 DTYPE_DASHES = ("", "7 4", "2 3", "10 3 2 3")  # one line style per dtype, in the order drawn
-MAX_ROOF_POINTS = 2000
+MAX_ROOF_POINTS = 1000
 MIN_R = 1.5  # the smallest op's circle (viewBox units)
 _SI = {-3: "n", -2: "\u00b5", -1: "m", 0: "", 1: "k", 2: "M", 3: "G", 4: "T", 5: "P", 6: "E"}
 
