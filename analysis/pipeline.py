@@ -24,13 +24,13 @@ from typing import ClassVar
 import pandas as pd
 
 from analysis import executors
-from analysis.breakdown import cluster, utilization
+from analysis.breakdown import cluster, roofline, utilization
 from analysis.breakdown.devices import device_table
 from analysis.breakdown.eager import EagerOps, eager_ops
 from analysis.breakdown.epochs import epoch_tables
 from analysis.breakdown.input_parts import mean_input_parts, split_input
 from analysis.breakdown.input_stages import STAGE_COLUMNS, InputStages, input_stages
-from analysis.breakdown.ops import OP_COLUMNS, op_table
+from analysis.breakdown.ops import OP_COLUMNS, OP_KEYS, op_table
 from analysis.breakdown.workers import WORKER_KEYS, worker_row
 from analysis.executors import WorkerFailure
 from analysis.read import run_files
@@ -90,6 +90,7 @@ class Analysis(Rendered):
     slowest_workers: list[dict] = field(default_factory=list)  # several workers: the highest straggler scores
     worker_distribution: dict | None = None  # several workers: p50, p90, max of step time across them
     tensorflow: SecondOpinion | None = None  # TensorFlow's own analysis beside the trace, beside devprof's figures
+    roofline: dict | None = None  # ceilings, FLOPs per step and MFU from the ops' costs (docs/json.md `roofline`)
 
     @property
     def eager(self) -> EagerOps | None:
@@ -124,22 +125,23 @@ class Analysis(Rendered):
 
 
 def analyze(path: str | Path, step_name: str | None = None, processes: int | None = None,
-            executor: Executor | None = None) -> Analysis:
+            executor: Executor | None = None, peak: roofline.Ceilings | None = None) -> Analysis:
     """Find the steps at `path` and break them down; `step_name` (a regex) picks the marker or
     program that stands for a step. A multi-worker job or session is worker 0's breakdown
     with one row per worker and the straggler; its worker files are analysed in parallel
     processes when they are big enough to pay for it (`processes` sets how many; 1: in this one),
     or by `executor` (any `concurrent.futures.Executor`, e.g. a Dask client's `get_executor()`),
-    one task per worker that sends back that worker's summary, never its events."""
+    one task per worker that sends back that worker's summary, never its events. `peak` gives the
+    roofline's ceilings (`roofline.ceilings_from_peak`, `ceilings_from_tflops`) over the run's own."""
     check_step_name(step_name)
     path = Path(path)
     workers = run_files.worker_dirs(path) if path.is_dir() else []
     if workers and not (path / run_files.STEPS_CSV).is_file():
-        return _analyze_job(path, workers, step_name, processes, executor)
+        return _analyze_job(path, workers, step_name, processes, executor, peak)
     host_files = _session_files(path)
     if len(host_files) < 2:
-        return analyze_worker(path, step_name)
-    results = _analyze_each([path, *host_files[1:]], step_name, processes, executor)
+        return analyze_worker(path, step_name, peak)
+    results = _analyze_each([path, *host_files[1:]], step_name, processes, executor, peak)
     if isinstance(results[0], WorkerFailure):
         raise results[0].error or TraceError(results[0].message)
     return assemble_session(results[0], results[1:])
@@ -182,8 +184,8 @@ def pool_size(paths: list[Path], processes: int | None = None) -> int:
 
 
 def _analyze_each(paths: list[Path], step_name: str | None, processes: int | None,
-                  executor: Executor | None = None) -> list[Analysis | WorkerFailure]:
-    calls = [(p, step_name, i == 0) for i, p in enumerate(paths)]
+                  executor: Executor | None = None, peak: roofline.Ceilings | None = None) -> list[Analysis | WorkerFailure]:
+    calls = [(p, step_name, i == 0, peak) for i, p in enumerate(paths)]
     if executor is not None:
         return executors.run_all(worker_summary, calls, executor, _for_assembly)
     count = pool_size(paths, processes)
@@ -202,11 +204,12 @@ def _for_assembly(index: int, result: Analysis | WorkerFailure) -> Analysis | Wo
                                input_stages=result.input_stages.iloc[:0], epochs=None, reconciliation=None)
 
 
-def worker_summary(path: Path, step_name: str | None = None, chief: bool = False) -> Analysis | WorkerFailure:
+def worker_summary(path: Path, step_name: str | None = None, chief: bool = False,
+                   peak: roofline.Ceilings | None = None) -> Analysis | WorkerFailure:
     """One task of a job: one worker's analysis, without its sampler frames unless it is the chief
     (the job reports only the chief's), or why its files could not be analysed."""
     try:
-        result = analyze_worker(path, step_name)
+        result = analyze_worker(path, step_name, peak)
     except (TraceError, ValueError, OSError) as exc:
         return WorkerFailure(Path(path), str(exc).splitlines()[0] if str(exc) else type(exc).__name__, exc)
     return result if chief else dataclasses.replace(result, samplers={})
@@ -222,13 +225,13 @@ def check_step_name(step_name: str | None) -> None:
         raise ValueError(f"step_name {step_name!r} is not a regular expression: {exc}") from None
 
 
-def analyze_worker(path: str | Path, step_name: str | None = None) -> Analysis:
+def analyze_worker(path: str | Path, step_name: str | None = None, peak: roofline.Ceilings | None = None) -> Analysis:
     """One trace file or run directory, on its own (pure: reads files, returns the result)."""
     check_step_name(step_name)
-    return analyze_inputs(read_inputs(path), step_name)
+    return analyze_inputs(read_inputs(path), step_name, peak)
 
 
-def analyze_inputs(inputs: RunInputs, step_name: str | None = None) -> Analysis:
+def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofline.Ceilings | None = None) -> Analysis:
     """The analysis of one worker's files, read once: each stage a function of typed values."""
     view, run = inputs.trace, inputs.run
     source = split_input(view, find_steps(inputs, step_name))
@@ -237,14 +240,14 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None) -> Analysis:
     steps, utilization_note = utilization.steps_with_utilization(source.steps, inputs.steps_table, inputs.samplers,
                                                                  source.kind == "steps_csv")
     devices = device_table(view, source.steps, chosen.used, source.step_name)
-    ops = op_table(view, chosen.used, source.device) if view is not None else pd.DataFrame(columns=OP_COLUMNS)
+    ops, roof = _ops_on_the_roofline(inputs, chosen.used, source.device, chosen.mean, source.steps_per_call, peak)
     stages = input_stages(view, len(source.steps)) if view is not None \
         else InputStages(pd.DataFrame(columns=STAGE_COLUMNS), None, None)
     machine = utilization.headline(inputs.summaries)
     evidence = utilization.evidence(inputs.summaries)
     mean = {**chosen.mean, **mean_input_parts(chosen.steady), "device_step_ms": devices.busiest_step_ms}
     facts = worker_facts(mean, source, run, machine, trace_facts(view, source.steps, devices.rows, stages.prefetches),
-                         devices, stages.slowest, ops, eager_ops(view, chosen.used), epochs.idle_stretch)
+                         devices, stages.slowest, ops, eager_ops(view, chosen.used), epochs.idle_stretch, roof)
     verdict = rules.make_verdict(mean, facts, steps_used=len(chosen.steady), compile_steps=chosen.compile_steps,
                                  utilization=evidence,
                                  min_steps=1 if source.kind == "window" or one_step_capture(source.steps)
@@ -263,7 +266,38 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None) -> Analysis:
         kernel_launch=devices.kernel_launch, workers=pd.DataFrame(columns=WORKER_KEYS), straggler=None, ops=ops,
         input_stages=stages.table, utilization=machine, utilization_evidence=evidence, epochs=epochs.epochs,
         reconciliation=epochs.reconciliation, samplers=inputs.samplers, epoch_starts_s=epochs.starts_s,
-        run_dir=inputs.run_dir, record=run, tensorflow=tf)
+        run_dir=inputs.run_dir, record=run, tensorflow=tf, roofline=roof)
+
+
+def _ops_on_the_roofline(inputs: RunInputs, used: pd.DataFrame, device: str, mean: dict, steps_per_call: int,
+                         peak: roofline.Ceilings | None) -> tuple[pd.DataFrame, dict | None]:
+    """The op table of the `used` steps with each op's costs and share of its ceiling, and the
+    roofline summary. The ceilings: `peak` (the user's), else the run's measured peak; a bandwidth
+    the trace states fills in one neither gives."""
+    view = inputs.trace
+    ops = op_table(view, used, device) if view is not None else pd.DataFrame(columns=OP_COLUMNS + OP_KEYS)
+    ops = roofline.attach_costs(ops, inputs.op_costs, device)
+    dtypes = sorted(set(ops["dtype"]) - {""})
+    run = inputs.run
+    ceilings = peak if peak is not None else roofline.ceilings_from_peak(run.peak if run is not None else None,
+                                                                           "run.json peak")
+    ceilings = ceilings.for_dtypes(dtypes) if ceilings is not None else None
+    ceilings = roofline.with_bandwidth(ceilings, inputs.stated_bandwidth, dtypes, "trace (stated bandwidth)")
+    ops = roofline.apply_ceilings(ops, ceilings)
+    summary = roofline.summary(ops, ceilings, _model_flops_per_step(run), mean.get("step_ms", math.nan) / steps_per_call,
+                               inputs.op_costs is not None and not inputs.op_costs.empty)
+    return ops, summary
+
+
+def _model_flops_per_step(run: RunRecord | None) -> float:
+    """The model's training FLOPs per step from run.json (FLOPs per image x this worker's batch); NaN unknown."""
+    if run is None:
+        return math.nan
+    per_image = run.model.get("train_flops_per_image")
+    batch = run.raw.get("per_worker_batch_size") or run.config.get("batch_size")
+    if not isinstance(per_image, (int, float)) or not isinstance(batch, (int, float)) or per_image <= 0 or batch <= 0:
+        return math.nan
+    return float(per_image) * float(batch)
 
 
 def _run_notes(run: RunRecord | None) -> tuple[str, ...]:
@@ -293,7 +327,7 @@ def assemble_session(chief: Analysis, others: list[Analysis | WorkerFailure]) ->
 
 
 def _analyze_job(job_dir: Path, workers: list[Path], step_name: str | None, processes: int | None,
-                 executor: Executor | None) -> Analysis:
+                 executor: Executor | None, peak: roofline.Ceilings | None = None) -> Analysis:
     """Every worker with a trace analysed once (on `executor` or the local pool); when some have a
     trace, those without one are listed, not analysed from steps.csv alone (their collective wait is
     not timed). Workers the job's run.json names that have no folder are listed as missing."""
@@ -301,7 +335,7 @@ def _analyze_job(job_dir: Path, workers: list[Path], step_name: str | None, proc
     analysed = traced if traced else workers
     skipped = {w.name: "no trace" for w in workers if w not in analysed}
     skipped.update({name: "missing" for name in _listed_workers(job_dir) if name not in {w.name for w in workers}})
-    results = _analyze_each(analysed, step_name, processes, executor)
+    results = _analyze_each(analysed, step_name, processes, executor, peak)
     if traced:  # a worker whose trace could not be read fell back to its steps.csv: not comparable with the others
         results = [_unreadable(w, r) if isinstance(r, Analysis) and r.step_source == "steps_csv" else r
                    for w, r in zip(analysed, results)]

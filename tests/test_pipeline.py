@@ -72,9 +72,9 @@ def test_a_session_is_assembled_from_one_analysis_per_host_file(session, monkeyp
     calls = []
     real = pipeline.analyze_worker
 
-    def counting(path, step_name=None):
+    def counting(path, step_name=None, peak=None):
         calls.append(Path(path))
-        return real(path, step_name)
+        return real(path, step_name, peak)
 
     monkeypatch.setattr(pipeline, "analyze_worker", counting)
     result = pipeline.analyze(session.logdir)

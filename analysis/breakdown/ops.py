@@ -21,6 +21,11 @@ from analysis.read.view import NS_PER_MS, TraceView, matches
 from analysis.steps.host import TF_OP_RE
 
 OP_COLUMNS = ["op", "type", "device", "count_per_step", "ms_per_step", "compute_pct"]
+# Kept beside the reported columns for the roofline: which XLA program an HLO op belongs to (its
+# names repeat across programs), how often the op itself ran (an op may launch several kernels
+# each time) and the kernel that took most of its time.
+OP_KEYS = ["program_id", "executions_per_step", "kernel"]
+_FRAME_COLUMNS = ["op", "type", "device", "program_id", "kernel", "start_ns", "self_ns"]
 XLA_MODULE = "XlaModule"
 
 
@@ -38,17 +43,21 @@ def _split_tf_op(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 
 
 def device_ops(view: TraceView) -> pd.DataFrame:
-    """Device kernels with the op that launched them: `op`, `type`, `device`, `start_ns`, `self_ns`."""
+    """Device kernels with the op that launched them: `op`, `type`, `device`, `program_id` (NaN: not
+    XLA's), `kernel`, `start_ns`, `self_ns`."""
     kernels = view.device
     if kernels.empty:
-        return pd.DataFrame(columns=["op", "type", "device", "start_ns", "self_ns"])
+        return pd.DataFrame(columns=_FRAME_COLUMNS)
     name, kind = _split_tf_op(kernels["tf_op"])
     framework = (kind != "") & (kind != XLA_MODULE) & (name != "")
     hlo = kernels["hlo_op"].astype(object).fillna("").astype(str)
     kernel_name = kernels["name"].astype(str)
     op = np.where(framework, name, np.where(hlo != "", hlo, kernel_name))
     op_type = np.where(framework, kind, np.where(hlo != "", "XLA", "kernel"))
+    program = (kernels["program_id"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
+               if "program_id" in kernels else np.full(len(kernels), np.nan))
     return pd.DataFrame({"op": op, "type": op_type, "device": kernels["plane_name"].astype(str).to_numpy(),
+                         "program_id": np.where(op_type == "XLA", program, np.nan), "kernel": kernel_name.to_numpy(),
                          "start_ns": kernels["start_ns"].to_numpy(), "self_ns": kernels["duration_ns"].to_numpy()})
 
 
@@ -60,11 +69,11 @@ def host_ops(view: TraceView) -> pd.DataFrame:
     ops = host[matches(host["name"], TF_OP_RE) & ~matches(host["line_name"], input_pipeline, search=True)
                & ~matches(host["name"], producers.pattern("collective"), search=True)]  # waiting, not compute
     if ops.empty:
-        return pd.DataFrame(columns=["op", "type", "device", "start_ns", "self_ns"])
+        return pd.DataFrame(columns=_FRAME_COLUMNS)
     ops = ops.sort_values(["plane", "line", "start_ns", "end_ns"], ascending=[True, True, True, False], kind="stable")
     name, kind = _split_tf_op(ops["name"])
-    return pd.DataFrame({"op": name, "type": kind,
-                         "device": ops["plane_name"].astype(str).to_numpy(), "start_ns": ops["start_ns"].to_numpy(),
+    return pd.DataFrame({"op": name, "type": kind, "device": ops["plane_name"].astype(str).to_numpy(),
+                         "program_id": np.nan, "kernel": kind, "start_ns": ops["start_ns"].to_numpy(),
                          "self_ns": _self_ns(ops)})
 
 
@@ -85,10 +94,11 @@ def _self_ns(ops: pd.DataFrame) -> np.ndarray:
 
 
 def op_table(view: TraceView, steps: pd.DataFrame, device: str) -> pd.DataFrame:
-    """Ops inside `steps` (their `start_ns`/`end_ns`), per training step, biggest first."""
+    """Ops inside `steps` (their `start_ns`/`end_ns`), per training step, biggest first: `OP_COLUMNS`
+    and `OP_KEYS`."""
     ops = host_ops(view) if device == "cpu" else device_ops(view)
     if ops.empty or steps.empty:
-        return pd.DataFrame(columns=OP_COLUMNS)
+        return pd.DataFrame(columns=OP_COLUMNS + OP_KEYS)
     starts = steps["start_ns"].to_numpy(dtype=np.int64)
     ends = steps["end_ns"].to_numpy(dtype=np.int64)
     order = np.argsort(starts)
@@ -96,13 +106,21 @@ def op_table(view: TraceView, steps: pd.DataFrame, device: str) -> pd.DataFrame:
     inside = (index >= 0) & (ops["start_ns"].to_numpy() < ends[order][np.clip(index, 0, None)])
     ops = ops[inside]
     training_steps = float(steps["steps"].sum()) if "steps" in steps else float(len(steps))
-    table = ops.groupby(["op", "type", "device"], sort=False).agg(count=("self_ns", "size"), ns=("self_ns", "sum"))
-    table = table.reset_index()
+    keys = ["op", "type", "device", "program_id"]
+    per_kernel = (ops.groupby([*keys, "kernel"], sort=False, dropna=False)
+                  .agg(count=("self_ns", "size"), ns=("self_ns", "sum")).reset_index())
+    table = per_kernel.groupby(keys, sort=False, dropna=False).agg(count=("count", "sum"), ns=("ns", "sum"),
+                                                                    executions=("count", "max")).reset_index()
+    # Each execution of an op launches each of its kernels once: its executions are its most frequent kernel's.
+    biggest = per_kernel.sort_values("ns", ascending=False, kind="stable").drop_duplicates(keys)
+    table = table.merge(biggest[[*keys, "kernel"]], on=keys, how="left", sort=False)
     total = float(table["ns"].sum())
     table["count_per_step"] = table["count"] / training_steps
+    table["executions_per_step"] = table["executions"] / training_steps
     table["ms_per_step"] = table["ns"] / NS_PER_MS / training_steps
     table["compute_pct"] = 100.0 * table["ns"] / total if total > 0 else 0.0
-    return table.sort_values("ms_per_step", ascending=False, kind="stable")[OP_COLUMNS].reset_index(drop=True)
+    return (table.sort_values("ms_per_step", ascending=False, kind="stable")[OP_COLUMNS + OP_KEYS]
+            .reset_index(drop=True))
 
 
 # TensorFlow's own (Eigen) kernels for the dense math of a CPU step; with oneDNN's kernels on,

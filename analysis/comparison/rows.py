@@ -119,7 +119,7 @@ def run_row(run: RunRead) -> dict:
     row.update(headline(run.files.summaries))
     row.update(_job_cpu(run, row))
     row["workers"] = [_worker_subrow(worker) for worker in run.workers]
-    flops_per_image = _num(record.model.get("train_flops_per_image"))
+    flops_per_image, row["flops_source"] = _flops_per_image(run, row["batch_size"])
     peak, dtype = peak_flops(record.peak, row["precision"])
     row["train_flops_per_image"] = flops_per_image
     row["achieved_flops_per_second"] = flops_per_image * row["images_per_second"]
@@ -127,6 +127,23 @@ def run_row(run: RunRead) -> dict:
     row["peak_dtype"] = dtype
     row["mfu_pct"] = 100.0 * row["achieved_flops_per_second"] / peak if peak > 0 else float("nan")
     return row
+
+
+# The ops' own FLOPs stand for the step's when the ops with known costs hold at least this share of op time.
+OPS_FLOPS_MIN_KNOWN_PCT = 90.0
+
+
+def _flops_per_image(run: RunRead, batch_size: float) -> tuple[float, str]:
+    """Training FLOPs per image, and where they come from: the traced ops' costs ("ops") where they
+    cover the step, else the model's layers as run.json records them ("model")."""
+    roof = run.analysis.roofline if run.analysis is not None else None
+    record = run.record
+    batch = _num(record.raw.get("per_worker_batch_size")) if run.workers else batch_size
+    if roof and _num(roof.get("known_time_pct")) >= OPS_FLOPS_MIN_KNOWN_PCT and batch > 0:
+        per_step = _num(roof.get("flops_per_step"))
+        if per_step > 0:
+            return per_step / batch, "ops"
+    return _num(record.model.get("train_flops_per_image")), "model"
 
 
 WORKER_SUBROW_KEYS = ("run", "seconds_per_epoch", "images_per_second", "input_pct", "compute_pct", "collective_pct",
@@ -168,7 +185,7 @@ def external_rows(external: pd.DataFrame) -> list[dict]:
         for part in COMPONENTS:
             row[f"{part}_s"] = row[f"{part}_pct"] = float("nan")
         row.update(headline({}))
-        row.update({"train_flops_per_image": float("nan"), "achieved_flops_per_second": float("nan"),
+        row.update({"train_flops_per_image": float("nan"), "flops_source": None, "achieved_flops_per_second": float("nan"),
                     "peak_flops_per_second": float("nan"), "peak_dtype": None, "mfu_pct": float("nan")})
         rows.append(row)
     return rows

@@ -35,6 +35,8 @@ class RunInputs:
     samplers: dict[str, pd.DataFrame] = field(default_factory=dict)
     summaries: dict = field(default_factory=dict)  # {sampler: time-weighted stats}, from the CSVs or run.json
     tensorflow: TensorFlowAnalysis | None = None  # TensorFlow's own analysis written beside the trace
+    op_costs: pd.DataFrame | None = None  # FLOPs and bytes per op: op_costs.csv and the trace's HLO shapes
+    stated_bandwidth: float = float("nan")  # the device's memory bandwidth as the trace states it (bytes/s)
 
     @property
     def source(self) -> Path:
@@ -46,7 +48,7 @@ class RunInputs:
     def without_trace(self) -> RunInputs:
         """The same files with the trace let go (what is kept once the trace has been analysed)."""
         return RunInputs(self.path, None, self.trace_error, self.run_dir, self.run, self.steps_table, self.samplers,
-                         self.summaries, self.tensorflow)
+                         self.summaries, self.tensorflow, self.op_costs, self.stated_bandwidth)
 
 
 def is_run_dir(path: Path) -> bool:

@@ -145,6 +145,23 @@ def _resolved(path: Path) -> str:
         return "a loop of links"
 
 
+def read_peak_file(path: str | Path) -> dict:
+    """A `devprof peak --format json` result (or its cache file) as a dict; a RunFileError says why not."""
+    path = Path(path)
+    try:
+        peak = json.loads(read_regular(path, RUN_JSON_MAX_BYTES).decode("utf-8"))
+    except RecursionError:
+        raise RunFileError(f"{path}: not valid JSON (nested too deeply)") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        if isinstance(exc, RunFileError):
+            raise
+        raise RunFileError(f"{path}: not valid JSON ({str(exc).splitlines()[0]})") from None
+    if not isinstance(peak, dict) or not isinstance(peak.get("peak_flops_per_second"), dict):
+        raise RunFileError(f"{path}: not a devprof peak result (no peak_flops_per_second; write one with "
+                           "devprof peak --format json > FILE)")
+    return peak
+
+
 # ---------------------------------------------------------------- run.json
 
 

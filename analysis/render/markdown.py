@@ -64,6 +64,12 @@ def render_analysis(analysis, plot_names: list[str] | None = None) -> str:
         "JSON." if left_out else ""), "", markdown_table(shown), ""]
     if not analysis.devices.empty:
         out += ["## Devices", "", markdown_table(tables.devices_table(analysis)), ""]
+    if not analysis.ops.empty:
+        out += ["## Top ops", "", f"The {min(len(analysis.ops), tables.TOP_OPS)} slowest of {len(analysis.ops)} ops "
+                "(every one in ops.csv); ms per training step, share of op time, and where costs are known the "
+                "achieved rate, intensity and share of the op's roofline ceiling.", "",
+                markdown_table(tables.ops_table(analysis).fillna("")), ""]
+        out += [*tables.roofline_lines(analysis), ""] if tables.roofline_lines(analysis) else []
     if not analysis.workers.empty:
         out += ["## Workers", "", markdown_table(tables.workers_table(analysis)), ""]
         if analysis.straggler:

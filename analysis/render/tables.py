@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from analysis.render.names import distinct_names
@@ -95,6 +97,19 @@ def short_names(frame: pd.DataFrame, limit: int = MAX_NAME) -> pd.DataFrame:
     return out
 
 
+def ops_table(analysis, top: int = TOP_OPS) -> pd.DataFrame:
+    """The slowest ops for a terminal: time and share, then the roofline's columns where any op has them."""
+    ops = analysis.ops.head(top)
+    out = ops[["op", "type", "device", "count_per_step", "ms_per_step", "compute_pct"]].round(3)
+    if "flops_per_second" in ops and ops["flops_per_second"].notna().any():
+        out["GFLOP/s"] = (ops["flops_per_second"] / 1e9).round(1)
+        out["FLOP/B"] = ops["intensity"].round(1)
+    if "ceiling_pct" in ops and ops["ceiling_pct"].notna().any():
+        out["bound"] = ops["bound"]
+        out["ceiling%"] = ops["ceiling_pct"].round(0)
+    return short_names(out)
+
+
 def epochs_table(analysis) -> pd.DataFrame:
     return analysis.epochs[EPOCH_COLUMNS].round(3)
 
@@ -156,6 +171,38 @@ def verdict_title(verdict: dict) -> str:
     if verdict["bound"] is None:
         return f"none ({verdict['reason']})"
     return f"{verdict['bound']}-bound" + (f" ({verdict['level']})" if verdict["level"] else "")
+
+
+def _si(value: float, unit: str) -> str:
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def roofline_lines(analysis) -> list[str]:
+    """The roofline's totals in a sentence or two: FLOPs per step against the model's, MFU, what is unknown."""
+    roof = getattr(analysis, "roofline", None)
+    if not roof:
+        return []
+    out = []
+    flops = roof.get("flops_per_step", math.nan)
+    if flops == flops:
+        line = (f"roofline: {_si(flops, 'FLOP')} per training step from the ops' costs "
+                f"({roof['known_time_pct']:.0f} % of op time has known costs)")
+        model = roof.get("model_flops_per_step", math.nan)
+        if model == model:
+            line += f"; the model's {_si(model, 'FLOP')} per step ({roof['flops_gap_pct']:+.1f} %)"
+        achieved = roof.get("achieved_flops_per_second", math.nan)
+        if achieved == achieved:
+            line += f"; {_si(achieved, 'FLOP/s')} achieved"
+            if roof.get("mfu_pct", math.nan) == roof.get("mfu_pct", math.nan):
+                ceiling = roof["ceilings"].get(roof["dtype"], {}).get("matrix_flops_per_second", math.nan)
+                line += (f", {roof['mfu_pct']:.1f} % of the {roof['dtype']} matrix ceiling ({_si(ceiling, 'FLOP/s')}, "
+                         f"{roof['ceilings_source']})")
+        out.append(line)
+    out += [f"roofline: {note}" for note in roof.get("notes", [])]
+    return out
 
 
 def findings_lines(findings: list[dict], bullet: str) -> list[str]:

@@ -34,7 +34,8 @@ def render_analysis(analysis) -> str:
     out += _device_lines(analysis)
     if not analysis.ops.empty:
         out += ["", f"top ops (of {len(analysis.ops)}; all in ops.csv; ms per training step, share of op time):",
-                tables.short_names(analysis.ops.head(tables.TOP_OPS).round(3)).to_string(index=False)]
+                tables.ops_table(analysis).to_string(index=False, na_rep="")]
+        out += tables.roofline_lines(analysis)
     if not analysis.input_stages.empty:
         out += ["", "tf.data stages (self time per batch, slowest first):",
                 tables.short_names(analysis.input_stages.head(tables.TOP_OPS).round(3)).to_string(index=False)]

@@ -19,6 +19,7 @@ from analysis.breakdown.eager import EagerOps
 from analysis.breakdown.idle import IdleStretch
 from analysis.breakdown.input_stages import SlowestStage
 from analysis.breakdown.ops import eigen_dense_pct
+from analysis.breakdown.roofline import BelowRoofline, below_roofline
 from analysis.read.run_files import RunRecord
 from analysis.read.view import TraceView, matches
 from analysis.rules.devices import facts_for
@@ -68,6 +69,7 @@ class Facts:
     eigen_dense_pct: float = math.nan  # CPU: op time in TensorFlow's Eigen conv/matmul kernels (oneDNN's off)
     eager: EagerOps | None = None  # ops executed eagerly in the steady steps (None: none, or no trace)
     idle_stretch: IdleStretch | None = None  # the longest stretch outside steps where the process sat idle
+    below_roofline: tuple[BelowRoofline, ...] = ()  # ops holding much of the step far under their ceiling
 
 
 @dataclass(frozen=True)
@@ -195,7 +197,7 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, de
                proc_cpu_pct=None, cpu_cores=None, matrix_units=None, bfloat16_units=None,
                device_mem_peak_bytes=None, device_mem_total_bytes=None, eigen_dense_pct=None, input_wait_pct=None,
                input_copy_pct=None, input_wait_ms=None, eager: EagerOps | None = None,
-               idle_stretch: IdleStretch | None = None) -> Facts:
+               idle_stretch: IdleStretch | None = None, below_roofline: tuple[BelowRoofline, ...] = ()) -> Facts:
     """The rules' view of one breakdown. Numbers may be missing (None, NaN: unknown); compute
     defaults to what input and host leave; `trace` holds what a trace shows (its `prefetches`
     wins over `prefetches`)."""
@@ -235,12 +237,14 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, de
         eigen_dense_pct=_float(eigen_dense_pct),
         eager=eager,
         idle_stretch=idle_stretch,
+        below_roofline=tuple(below_roofline),
     )
 
 
 def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | None, machine: dict[str, float],
                  trace: TraceFacts, devices: DeviceTable, stage: SlowestStage | None, ops: pd.DataFrame,
-                 eager: EagerOps | None = None, idle_stretch: IdleStretch | None = None) -> Facts:
+                 eager: EagerOps | None = None, idle_stretch: IdleStretch | None = None,
+                 roofline: dict | None = None) -> Facts:
     """The facts of one worker's analysis: its steady mean, its run's settings, its utilization
     headline, what its trace shows and where its process sat idle."""
     config = run.config if run is not None else {}
@@ -259,4 +263,6 @@ def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | No
         matrix_units=matrix_unit_dtypes(device), bfloat16_units=device.get("bfloat16_units"),
         device_mem_peak_bytes=machine.get("device_mem_peak_bytes"),
         device_mem_total_bytes=machine.get("device_mem_total_bytes"),
-        eigen_dense_pct=eigen_dense_pct(ops) if source.device == "cpu" else math.nan)
+        eigen_dense_pct=eigen_dense_pct(ops) if source.device == "cpu" else math.nan,
+        mfu_pct=(roofline or {}).get("mfu_pct"), peak_dtype=(roofline or {}).get("dtype") or None,
+        below_roofline=below_roofline(ops))

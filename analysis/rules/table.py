@@ -22,6 +22,7 @@ import pandas as pd
 
 from analysis.breakdown.idle import IDLE_CPU_PCT, MIN_IDLE_S
 from analysis.breakdown.input_stages import SlowestStage
+from analysis.breakdown.roofline import BELOW_ROOFLINE_MIN_SHARE, BELOW_ROOFLINE_PCT, BelowRoofline
 from analysis.rules import programs as program_facts
 from analysis.rules.devices import facts_for
 from analysis.rules.facts import Facts
@@ -352,6 +353,47 @@ def _eager_fix(facts: Facts) -> str:
             "needs) instead of on its results in Python, or do them every N steps")
 
 
+def _si_rate(value: float) -> str:
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M")):
+        if value >= factor:
+            return f"{value / factor:.3g} {prefix}FLOP/s"
+    return f"{value:.3g} FLOP/s"
+
+
+def _roofline_headline(facts: Facts) -> str:
+    ops = facts.below_roofline
+    first = ops[0]
+    roof = "compute" if first.bound == "compute" else "memory-bandwidth"
+    kernel = f", {first.kernel}" if first.kernel else ""
+    lead = (f"{first.op} ({first.type}, {first.dtype}{kernel}) runs at {first.ceiling_pct:.0f} % of its {roof} "
+            f"ceiling ({_si_rate(first.flops_per_second)}) and holds {first.share_pct:.0f} % of op time "
+            f"({first.ms_per_step:.2f} ms per step)")
+    more = "; ".join(f"{op.op} {op.ceiling_pct:.0f} % of its ceiling, {op.share_pct:.0f} % of op time" for op in ops[1:])
+    return f"{lead}{'; also ' + more if more else ''}."
+
+
+def _roofline_fix(facts: Facts) -> str:
+    """The change that fits why the op is far under its ceiling."""
+    op: BelowRoofline = facts.below_roofline[0]
+    program = program_facts.program(facts.producer)
+    if op.kind == "vector" or op.bound == "memory":
+        xla = "--jit-compile" if facts.producer == "devprof" else (program.xla or "XLA")
+        return (f"fuse the memory-bound elementwise work with XLA ({xla}): one pass over memory instead of one "
+                "per op")
+    if facts.device == "cpu":
+        if op.kernel == "Eigen":
+            return "set TF_ENABLE_ONEDNN_OPTS=1 before TensorFlow is imported: oneDNN's kernels are faster"
+        faster = ("bfloat16 on its AMX/AVX512-BF16 units (mixed_bfloat16)" if facts.bfloat16_units else
+                  "a CPU with AVX-512 or AMX, where oneDNN has faster (brgemm) kernels for it")
+        return (f"oneDNN has no faster kernel for this {op.type} on this CPU (ONEDNN_VERBOSE=1 names the "
+                f"implementation: jit:avx2, brgemm, ...): try a larger batch, or {faster}")
+    if op.dtype == "float32" and facts.matrix_units:
+        return (f"{op.dtype} does not use the device's {'/'.join(facts.matrix_units)} matrix units: train with "
+                f"{MIXED_FOR_DTYPE.get(facts.matrix_units[-1], 'mixed precision')}")
+    return ("give the kernel more work (a larger batch, channel counts that are multiples of 8), or channels-last "
+            "layout so no transposes run around it")
+
+
 def _idle_headline(facts: Facts) -> str:
     stretch = facts.idle_stretch
     if stretch is None:
@@ -461,6 +503,10 @@ RULES: list[Rule] = [
                     "process): `py-spy dump --pid PID` during the stretch shows it"),
          finding=True, description=f"the process's CPU under {IDLE_CPU_PCT:g} % for more than {MIN_IDLE_S:g} s outside "
                                    "every step (host sampler)"),
+    Rule("below_roofline", "compute", lambda f: bool(f.below_roofline), _roofline_headline, _roofline_fix,
+         severity="info", finding=True,
+         description=f"ops holding >= {BELOW_ROOFLINE_MIN_SHARE:g} % of op time at under {BELOW_ROOFLINE_PCT:g} % of "
+                     "their roofline ceiling (their dtype's matrix or vector ceiling, or bandwidth x intensity)"),
     Rule("memory_near_limit", "compute",
          lambda f: f.device_mem_total_bytes > 0 and f.device_mem_peak_bytes >= MEMORY_NEAR_LIMIT * f.device_mem_total_bytes,
          lambda f: (f"Device memory peaked at {f.device_mem_peak_bytes / 2**30:.2f} of {f.device_mem_total_bytes / 2**30:.2f}"

@@ -48,8 +48,33 @@ def add_parser(sub) -> argparse.ArgumentParser:
                          help="analyse a job's workers on the Dask cluster whose scheduler is at ADDRESS "
                               "(tcp://host:8786), each where its trace lies (a path the cluster's workers can read); "
                               "default: processes on this machine. Needs pip install -e '.[cluster]'")
+    peak = analyze.add_mutually_exclusive_group()
+    peak.add_argument("--peak-tflops", metavar="TFLOPS", default=None,
+                      help="the device's peak for the roofline, in TFLOP/s: one number for every dtype (1307) or "
+                           "per dtype (bfloat16=1307,float32=163); default: the run's measured peak (run.json)")
+    peak.add_argument("--peak-file", metavar="FILE", default=None,
+                      help="the ceilings for the roofline from a 'devprof peak --format json' result measured on the "
+                           "device the trace comes from")
     analyze.set_defaults(handler=handle)
     return analyze
+
+
+def _ceilings(args: argparse.Namespace):
+    """The user's ceilings (None: the run's own); a ValueError says what is wrong with them."""
+    from analysis.breakdown import roofline
+    from analysis.read import run_files
+
+    if args.peak_tflops is not None:
+        return roofline.ceilings_from_tflops(roofline.parse_peak_tflops(args.peak_tflops))
+    if args.peak_file is not None:
+        try:
+            ceilings = roofline.ceilings_from_peak(run_files.read_peak_file(args.peak_file), "peak file")
+        except run_files.RunFileError as exc:
+            raise ValueError(f"--peak-file {exc}") from None
+        if ceilings is None:
+            raise ValueError(f"--peak-file {args.peak_file}: holds no measured ceiling")
+        return ceilings
+    return None
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -71,6 +96,10 @@ def handle(args: argparse.Namespace) -> int:
             limits = parse_limits(args.fail_on)
         except ValueError as exc:
             return error(f"--fail-on: {exc}")
+    try:
+        peak = _ceilings(args)
+    except ValueError as exc:
+        return error(str(exc))
     if args.output:
         try:
             args.format = format_of_output(args.output, "analysis", args.format)
@@ -85,11 +114,11 @@ def handle(args: argparse.Namespace) -> int:
 
                 try:
                     with dask_executor(args.scheduler) as executor:
-                        result = analysis.analyze(path, args.step_name, executor=executor)
+                        result = analysis.analyze(path, args.step_name, executor=executor, peak=peak)
                 except SchedulerError as exc:
                     return error(str(exc))
             else:
-                result = analysis.analyze(path, args.step_name)
+                result = analysis.analyze(path, args.step_name, peak=peak)
     except TraceError as exc:
         return error(str(exc), code=EXIT_FAILURE)
     except (OSError, ValueError) as exc:

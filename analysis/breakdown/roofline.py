@@ -1,0 +1,329 @@
+"""A roofline per op: each op's FLOPs and bytes per step, what it achieved, and the share of the
+ceiling its dtype and arithmetic intensity allow.
+
+Costs come from the cost table (`op_costs.csv` recorded at capture from the traced functions'
+graphs, or the HLO shapes a trace carries for XLA programs): one row per op, keyed by the name
+the trace gives the op. Ceilings come from a measured peak (`devprof peak`, run.json `peak`, a
+peak file) or from the user (`--peak-tflops`); a device's stated memory bandwidth in the trace
+stands in for a measured one. Nothing is guessed: an op without a cost row, or a dtype without
+a ceiling, is left unknown (NaN, "").
+
+The ceiling of an op is its roof at its intensity I (FLOP per byte):
+`min(compute ceiling, memory bandwidth x I)`, where the compute ceiling is the dtype's matrix
+ceiling for ops that can use matrix units (convolutions, matmuls, dots) and its vector ceiling
+for the rest. The op is compute-bound at or right of the ridge point (compute ceiling /
+bandwidth), memory-bound left of it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+ROOFLINE_COLUMNS = ["dtype", "kind", "kernel", "flops_per_step", "bytes_per_step", "flops_per_second",
+                    "bytes_per_second", "intensity", "bound", "ceiling_pct"]
+ANY_DTYPE = "*"
+CEILING_KEYS = ("matrix_flops_per_second", "vector_flops_per_second", "memory_bytes_per_second")
+# Grappler and oneDNN fuse a matrix op with the bias add and activation after it into one op named
+# after the chain's last node; the cost table carries that chain's costs on the last node.
+FUSED_TYPE_RE = re.compile(r"Fused")
+# oneDNN's kernels run TensorFlow's ops under their own type names: _MklConv2D is Conv2D.
+_LIBRARY_PREFIX_RE = re.compile(r"^_(Mkl)?(Native)?")
+BELOW_ROOFLINE_PCT = 50.0  # an op under this share of its ceiling runs far below what the device does
+BELOW_ROOFLINE_MIN_SHARE = 5.0  # ... and matters when it holds at least this share of op time
+BELOW_ROOFLINE_SHOWN = 3
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """Per dtype: matrix and vector FLOP/s and memory bytes/s (NaN: unknown), and where they came from."""
+
+    by_dtype: dict[str, dict[str, float]] = field(default_factory=dict)
+    source: str | None = None  # "run.json peak", "peak file", "--peak-tflops", "trace"
+    device_name: str = ""
+
+    def of(self, dtype: str) -> dict[str, float]:
+        return self.by_dtype.get(dtype) or self.by_dtype.get(ANY_DTYPE) or {key: math.nan for key in CEILING_KEYS}
+
+    def for_dtypes(self, dtypes: list[str]) -> Ceilings:
+        """The ceilings given for every dtype (`ANY_DTYPE`) spelled out for the dtypes the ops run in."""
+        if ANY_DTYPE not in self.by_dtype:
+            return self
+        by_dtype = {d: v for d, v in self.by_dtype.items() if d != ANY_DTYPE}
+        for dtype in dtypes:
+            by_dtype.setdefault(dtype, dict(self.by_dtype[ANY_DTYPE]))
+        return Ceilings(by_dtype, self.source, self.device_name)
+
+    def known(self) -> bool:
+        return any(_finite(v) for values in self.by_dtype.values() for v in values.values())
+
+    def as_dict(self) -> dict:
+        return {dtype: {key: _or_nan(values.get(key)) for key in CEILING_KEYS} for dtype, values in self.by_dtype.items()}
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+def _or_nan(value) -> float:
+    return float(value) if _finite(value) else math.nan
+
+
+def ceilings_from_peak(peak: dict | None, source: str) -> Ceilings | None:
+    """Ceilings from a `devprof peak` result (run.json `peak`, a peak file): its per-dtype `ceilings`,
+    else (an older peak) the matrix peaks and the one memory bandwidth, the vector ceiling unknown."""
+    if not isinstance(peak, dict) or peak.get("error"):
+        return None
+    by_dtype: dict[str, dict[str, float]] = {}
+    ceilings = peak.get("ceilings")
+    if isinstance(ceilings, dict):
+        for dtype, values in ceilings.items():
+            if isinstance(values, dict):
+                by_dtype[str(dtype)] = {key: _or_nan(values.get(key)) for key in CEILING_KEYS}
+    else:
+        bandwidth = _or_nan(peak.get("memory_bytes_per_second"))
+        for dtype, rate in (peak.get("peak_flops_per_second") or {}).items():
+            by_dtype[str(dtype)] = {"matrix_flops_per_second": _or_nan(rate), "vector_flops_per_second": math.nan,
+                                    "memory_bytes_per_second": bandwidth}
+    result = Ceilings(by_dtype, source, str(peak.get("device_name") or ""))
+    return result if result.known() else None
+
+
+def parse_peak_tflops(text: str) -> dict[str, float]:
+    """`--peak-tflops`: one number for every dtype ("1307") or per dtype ("bfloat16=1307,float32=163"),
+    in TFLOP/s. A ValueError names what is wrong."""
+    out: dict[str, float] = {}
+    for part in str(text).split(","):
+        part = part.strip()
+        dtype, _, value = part.rpartition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError(f"--peak-tflops {text!r}: {value!r} is not a number (give e.g. 1307 or "
+                             "bfloat16=1307,float32=163)") from None
+        if not math.isfinite(number) or number <= 0:
+            raise ValueError(f"--peak-tflops {text!r}: a peak must be a positive number of TFLOP/s")
+        out[dtype.strip() or ANY_DTYPE] = number * 1e12
+    return out
+
+
+def ceilings_from_tflops(peaks: dict[str, float]) -> Ceilings:
+    """The user's compute peaks (FLOP/s by dtype, `ANY_DTYPE` for every dtype) as matrix ceilings; the
+    vector ceiling and the bandwidth unknown."""
+    return Ceilings({dtype: {"matrix_flops_per_second": rate, "vector_flops_per_second": math.nan,
+                             "memory_bytes_per_second": math.nan} for dtype, rate in peaks.items()}, "--peak-tflops")
+
+
+def with_bandwidth(ceilings: Ceilings | None, bandwidth: float, dtypes: list[str], source: str) -> Ceilings | None:
+    """`ceilings` with `bandwidth` where their memory ceiling is unknown (a device's stated bandwidth)."""
+    if not _finite(bandwidth):
+        return ceilings
+    base = ceilings.by_dtype if ceilings is not None else {}
+    by_dtype = {}
+    for dtype in sorted({*base, *dtypes}):
+        values = dict(base.get(dtype) or {key: math.nan for key in CEILING_KEYS})
+        if not _finite(values.get("memory_bytes_per_second")):
+            values["memory_bytes_per_second"] = float(bandwidth)
+        by_dtype[dtype] = values
+    names = [s for s in ((ceilings.source if ceilings else None), source) if s]
+    return Ceilings(by_dtype, " + ".join(names), ceilings.device_name if ceilings else "")
+
+
+def _base_type(op_type: str) -> str:
+    return _LIBRARY_PREFIX_RE.sub("", str(op_type))
+
+
+def attach_costs(ops: pd.DataFrame, costs: pd.DataFrame | None, device: str) -> pd.DataFrame:
+    """`ops` with `ROOFLINE_COLUMNS`: each op's cost row (by name; XLA ops by program and name) times
+    its executions per step. Where several traced functions name the same op, the function that holds
+    the most of the step's ops is the one that ran. A fused op takes its chain's costs."""
+    ops = ops.reset_index(drop=True).copy()
+    n = len(ops)
+    flops, nbytes = np.full(n, np.nan), np.full(n, np.nan)
+    dtype, kind = np.full(n, "", dtype=object), np.full(n, "", dtype=object)
+    if costs is not None and not costs.empty and n:
+        rows = _chosen_rows(ops, costs)
+        at = rows["_op_index"].to_numpy(dtype=np.int64)
+        fused = rows["_fused"].to_numpy(dtype=bool)
+        flops[at] = np.where(fused, _numbers(rows["chain_flops"]), _numbers(rows["flops"]))
+        nbytes[at] = np.where(fused, _numbers(rows["chain_bytes"]), _numbers(rows["bytes"]))
+        dtype[at] = rows["dtype"].astype(object).fillna("").astype(str).to_numpy(dtype=object)
+        kind[at] = np.where(fused, "matrix", rows["kind"].astype(object).fillna("").astype(str)).astype(object)
+    executions = ops["executions_per_step"].to_numpy(dtype=float) if "executions_per_step" in ops \
+        else ops["count_per_step"].to_numpy(dtype=float)
+    seconds = ops["ms_per_step"].to_numpy(dtype=float) / 1e3
+    per_step_flops, per_step_bytes = flops * executions, nbytes * executions
+    ops["dtype"], ops["kind"] = dtype, kind
+    ops["kernel"] = _kernels(ops, device)
+    ops["flops_per_step"], ops["bytes_per_step"] = per_step_flops, per_step_bytes
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ops["flops_per_second"] = np.where(seconds > 0, per_step_flops / seconds, np.nan)
+        ops["bytes_per_second"] = np.where(seconds > 0, per_step_bytes / seconds, np.nan)
+        ops["intensity"] = np.where(per_step_bytes > 0, per_step_flops / per_step_bytes, np.nan)
+    ops["bound"] = ""
+    ops["ceiling_pct"] = np.nan
+    return ops
+
+
+def _numbers(column: pd.Series) -> np.ndarray:
+    """Finite non-negative numbers; anything else NaN (a cost is never made up from a bad cell)."""
+    values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float)
+    return np.where(np.isfinite(values) & (values >= 0), values, np.nan)
+
+
+def _kernels(ops: pd.DataFrame, device: str) -> np.ndarray:
+    """The kernel that ran each op: on a CPU the library (oneDNN's `_Mkl` kernels or TensorFlow's own
+    Eigen ones), else the device kernel that took most of the op's time."""
+    if device == "cpu" or "kernel" not in ops:
+        types = ops["type"].astype(str)
+        return np.where(types.str.startswith("_Mkl"), "oneDNN", "Eigen").astype(object)
+    return ops["kernel"].astype(object).fillna("").astype(str).to_numpy(dtype=object)
+
+
+def _program_keys(column: pd.Series) -> np.ndarray:
+    values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float)
+    return np.where(np.isfinite(values), values, -1.0)
+
+
+def _chosen_rows(ops: pd.DataFrame, costs: pd.DataFrame) -> pd.DataFrame:
+    """The cost row of each op that has one (`_op_index` its row in `ops`, `_fused` whether the chain's
+    costs apply): by program and name for XLA ops, by name for framework ops; where several functions
+    name the op, the one that covers most of the table's op names; none where the trace's type is
+    neither the graph's (under a kernel library's name) nor its fused form."""
+    costs = costs.copy()
+    costs["op"] = costs["op"].astype(str)
+    costs["function"] = costs["function"].astype(str) if "function" in costs else ""
+    costs["_program"] = _program_keys(costs["program_id"]) if "program_id" in costs else -1.0
+    for column in ("type", "dtype", "kind"):
+        costs[column] = costs[column].astype(object).fillna("").astype(str) if column in costs else ""
+    for column in ("flops", "bytes", "chain_flops", "chain_bytes"):
+        if column not in costs:
+            costs[column] = np.nan
+    names = ops["op"].astype(str)
+    present = costs[costs["op"].isin(set(names))]
+    coverage = present.groupby("function")["op"].nunique()
+    costs["_rank"] = -costs["function"].map(coverage).fillna(0).to_numpy(dtype=float)
+    wanted = pd.DataFrame({"_op_index": np.arange(len(ops)), "op": names.to_numpy(),
+                           "_trace_type": ops["type"].astype(str).to_numpy(),
+                           "_op_program": _program_keys(ops["program_id"]) if "program_id" in ops else -1.0})
+    matched = wanted.merge(costs, on="op", how="inner", sort=False)
+    # An op of a known program takes that program's row only; one of none, any row of its name.
+    matched = matched[(matched["_op_program"] < 0) | (matched["_program"] == matched["_op_program"])]
+    pairs = matched[["_trace_type", "type"]].drop_duplicates()
+    fits = {(a, b): _type_fits(a, b) for a, b in zip(pairs["_trace_type"], pairs["type"])}
+    keep = [a == "XLA" or fits[(a, b)] for a, b in zip(matched["_trace_type"], matched["type"])]
+    matched = matched[np.asarray(keep, dtype=bool)] if len(matched) else matched
+    matched = matched.sort_values(["_op_index", "_rank"], kind="stable").drop_duplicates("_op_index")
+    fused_op = np.asarray([bool(FUSED_TYPE_RE.search(a)) and not FUSED_TYPE_RE.search(b)
+                           for a, b in zip(matched["_trace_type"], matched["type"])], dtype=bool)
+    chain = pd.to_numeric(matched["chain_flops"], errors="coerce").notna().to_numpy()
+    matrix = (matched["kind"] == "matrix").to_numpy()
+    # A fused op takes its chain's costs; named after its matrix op, that op's own (the bias and
+    # activation after it are a rounding error); named after any other node without a chain, it
+    # stays unknown: that node's own cost is not the op's.
+    matched = matched.assign(_fused=fused_op & chain)
+    return matched[~fused_op | chain | matrix]
+
+
+def _type_fits(trace_type: str, graph_type: str) -> bool:
+    """The trace ran the graph's op (under a kernel library's name, or fused with what follows it)."""
+    trace_base, graph_base = _base_type(trace_type), _base_type(graph_type)
+    return bool(graph_base) and trace_base.startswith(graph_base) or bool(FUSED_TYPE_RE.search(trace_base))
+
+
+def apply_ceilings(ops: pd.DataFrame, ceilings: Ceilings | None) -> pd.DataFrame:
+    """`bound` and `ceiling_pct` of every op whose dtype has the ceilings its kind needs."""
+    ops = ops.copy()
+    if ceilings is None or ops.empty:
+        return ops
+    compute = np.full(len(ops), np.nan)
+    memory = np.full(len(ops), np.nan)
+    dtypes, kinds = ops["dtype"].astype(str).to_numpy(), ops["kind"].astype(str).to_numpy()
+    for dtype in set(dtypes) - {""}:
+        values = ceilings.of(dtype)
+        for kind in ("matrix", "vector"):
+            here = (dtypes == dtype) & (kinds == kind)
+            compute[here] = _or_nan(values.get(f"{kind}_flops_per_second"))
+            memory[here] = _or_nan(values.get("memory_bytes_per_second"))
+    rate, intensity = ops["flops_per_second"].to_numpy(dtype=float), ops["intensity"].to_numpy(dtype=float)
+    known = np.isfinite(compute) & np.isfinite(memory) & np.isfinite(rate) & np.isfinite(intensity)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        roof = np.minimum(compute, memory * intensity)
+        ops["ceiling_pct"] = np.where(known & (roof > 0), 100.0 * rate / roof, np.nan)
+        ops["bound"] = np.where(known, np.where(intensity >= compute / memory, "compute", "memory"), "").astype(object)
+    return ops
+
+
+@dataclass(frozen=True)
+class BelowRoofline:
+    """An op that holds much of the step at a low share of its ceiling."""
+
+    op: str
+    type: str
+    kind: str
+    dtype: str
+    bound: str
+    kernel: str
+    ceiling_pct: float
+    ms_per_step: float
+    share_pct: float  # of the step's op time
+    flops_per_second: float
+
+
+def below_roofline(ops: pd.DataFrame) -> tuple[BelowRoofline, ...]:
+    """The ops under `BELOW_ROOFLINE_PCT` % of their ceiling that hold at least `BELOW_ROOFLINE_MIN_SHARE` %
+    of op time, the most time lost first (time x the share of the ceiling not reached)."""
+    if ops.empty or "ceiling_pct" not in ops:
+        return ()
+    low = ops[(ops["ceiling_pct"] < BELOW_ROOFLINE_PCT) & (ops["compute_pct"] >= BELOW_ROOFLINE_MIN_SHARE)]
+    if low.empty:
+        return ()
+    lost = low["ms_per_step"] * (1 - low["ceiling_pct"] / 100.0)
+    low = low.assign(_lost=lost).sort_values("_lost", ascending=False, kind="stable").head(BELOW_ROOFLINE_SHOWN)
+    return tuple(BelowRoofline(str(r.op), str(r.type), str(r.kind), str(r.dtype), str(r.bound), str(r.kernel),
+                               float(r.ceiling_pct), float(r.ms_per_step), float(r.compute_pct),
+                               float(r.flops_per_second))
+                 for r in low.itertuples(index=False))
+
+
+def summary(ops: pd.DataFrame, ceilings: Ceilings | None, model_flops_per_step: float, step_ms_per_training_step: float,
+            costs_known: bool, notes: tuple[str, ...] = ()) -> dict | None:
+    """The roofline's JSON summary (`roofline`), or None when no op has a known cost and nothing is
+    said about it."""
+    if ops.empty:
+        return None
+    known = ops["flops_per_step"].notna()
+    op_ms = float(ops["ms_per_step"].sum())
+    flops = float(ops.loc[known, "flops_per_step"].sum()) if known.any() else math.nan
+    out: dict = {
+        "ceilings": ceilings.as_dict() if ceilings is not None else {},
+        "ceilings_source": ceilings.source if ceilings is not None else None,
+        "flops_per_step": flops,
+        "bytes_per_step": float(ops.loc[known, "bytes_per_step"].sum()) if known.any() else math.nan,
+        "known_time_pct": 100.0 * float(ops.loc[known, "ms_per_step"].sum()) / op_ms if op_ms > 0 else math.nan,
+        "model_flops_per_step": model_flops_per_step,
+        "flops_gap_pct": (100.0 * (flops - model_flops_per_step) / model_flops_per_step
+                          if model_flops_per_step > 0 and flops == flops else math.nan),
+        "dtype": "",
+        "achieved_flops_per_second": math.nan,
+        "mfu_pct": math.nan,
+        "notes": list(notes),
+    }
+    if known.any() and step_ms_per_training_step > 0:
+        by_dtype = ops[known & (ops["dtype"] != "")].groupby("dtype")["flops_per_step"].sum()
+        dtype = str(by_dtype.idxmax()) if not by_dtype.empty else ""
+        achieved = flops / (step_ms_per_training_step / 1e3)
+        out["dtype"], out["achieved_flops_per_second"] = dtype, achieved
+        peak = ceilings.of(dtype).get("matrix_flops_per_second", math.nan) if ceilings is not None and dtype else math.nan
+        out["mfu_pct"] = 100.0 * achieved / peak if _finite(peak) else math.nan
+    if not costs_known and not known.any():
+        out["notes"].append("no op costs: the run has no op_costs.csv and the trace carries no HLO shapes, so FLOPs "
+                            "and bytes per op are unknown (not guessed)")
+    elif ceilings is None or not ceilings.known():
+        out["notes"].append("ceilings unknown: no measured peak for this device (devprof peak, then devprof run "
+                            "--measure-peak; or devprof analyze --peak-file / --peak-tflops)")
+    return out

@@ -1,0 +1,214 @@
+"""The roofline per op: costs joined onto the op table, ceilings per dtype, the bound and the share
+of the ceiling, the `below_roofline` finding and MFU, on hand-made traces with known times."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pandas as pd
+import pytest
+from trace_fixtures import NS_PER_MS, _Plane, _write_space, _xspace_class
+
+from analysis.breakdown import roofline
+from analysis.pipeline import analyze_inputs
+from analysis.read.inputs import read_inputs
+
+BASE_NS = 1_700_000_000_000_000_000
+STEPS = 6
+# op name, trace type, ms per step: the times the trace holds in every step
+OPS = [("net/conv2/Conv2DBackpropFilter", "_MklConv2DBackpropFilter", 4.0),
+       ("net/conv2/BiasAdd", "_MklFusedConv2D", 2.0),
+       ("net/relu/Relu", "Relu", 1.0),
+       ("net/mystery/Op", "Mystery", 1.0)]
+
+
+def _costs(**overrides) -> pd.DataFrame:
+    rows = [
+        {"function": "train_step", "op": "net/conv2/Conv2DBackpropFilter", "type": "Conv2DBackpropFilter",
+         "dtype": "float32", "kind": "matrix", "flops": 4e8, "bytes": 4e6, "flops_source": "formula",
+         "chain_flops": math.nan, "chain_bytes": math.nan},
+        {"function": "train_step", "op": "net/conv2/Conv2D", "type": "Conv2D", "dtype": "float32", "kind": "matrix",
+         "flops": 3e8, "bytes": 3e6, "flops_source": "tensorflow", "chain_flops": math.nan, "chain_bytes": math.nan},
+        {"function": "train_step", "op": "net/conv2/BiasAdd", "type": "BiasAdd", "dtype": "float32", "kind": "vector",
+         "flops": 1e6, "bytes": 8e6, "flops_source": "tensorflow", "chain_flops": 3.01e8, "chain_bytes": 5e6},
+        {"function": "train_step", "op": "net/relu/Relu", "type": "Relu", "dtype": "float32", "kind": "vector",
+         "flops": 1e6, "bytes": 8e6, "flops_source": "formula", "chain_flops": math.nan, "chain_bytes": math.nan},
+        # the evaluation step names the same op with another batch: the train step covers more of the trace's ops
+        {"function": "eval_step", "op": "net/relu/Relu", "type": "Relu", "dtype": "float32", "kind": "vector",
+         "flops": 9e9, "bytes": 9e9, "flops_source": "formula", "chain_flops": math.nan, "chain_bytes": math.nan},
+    ]
+    frame = pd.DataFrame(rows)
+    for key, value in overrides.items():
+        frame[key] = value
+    return frame
+
+
+def write_op_trace(path) -> object:
+    """CPU trace: STEPS steps (XProf group ids) of 10 ms, each running OPS on a tf_Compute thread."""
+    space = _xspace_class()()
+    space.hostnames.append("roof-host")
+    host = _Plane(space, 0, "/host:CPU")
+    python = host.line(100, "python", BASE_NS)
+    worker = host.line(101, "tf_Compute/1", BASE_NS)
+    first = BASE_NS + 10 * NS_PER_MS
+    for k in range(STEPS):
+        t = first + k * 10 * NS_PER_MS
+        host.event(python, "IteratorGetNext", t, t + NS_PER_MS // 10, group_id=k)
+        host.event(python, "EagerExecute", t + NS_PER_MS // 10, t + 9 * NS_PER_MS, group_id=k)
+        at = t + NS_PER_MS // 5
+        for name, kind, ms in OPS:
+            end = at + int(ms * NS_PER_MS)
+            host.event(worker, f"{name}:{kind}", at, end, group_id=k)
+            at = end
+        host.event(python, "TFE_DeleteTensorHandle", t + 9 * NS_PER_MS, t + 10 * NS_PER_MS, group_id=k)
+    host.finish()
+    return _write_space(space, path)
+
+
+CEILINGS = roofline.Ceilings({"float32": {"matrix_flops_per_second": 4e11, "vector_flops_per_second": 5e10,
+                                          "memory_bytes_per_second": 1e10}}, "peak file")
+
+
+def _analysis(tmp_path, costs=None, peak=CEILINGS):
+    inputs = read_inputs(write_op_trace(tmp_path / "roof.xplane.pb"))
+    inputs = dataclasses.replace(inputs, op_costs=_costs() if costs is None else costs)
+    return analyze_inputs(inputs, peak=peak)
+
+
+def _row(analysis, op):
+    return analysis.ops.set_index("op").loc[op]
+
+
+def test_each_op_gets_its_costs_per_step_and_achieved_rate(tmp_path):
+    analysis = _analysis(tmp_path)
+    conv = _row(analysis, "net/conv2/Conv2DBackpropFilter")
+    # oneDNN's _MklConv2DBackpropFilter is the graph's Conv2DBackpropFilter: 4e8 FLOP in 4 ms
+    assert conv["flops_per_step"] == pytest.approx(4e8)
+    assert conv["bytes_per_step"] == pytest.approx(4e6)
+    assert conv["flops_per_second"] == pytest.approx(1e11, rel=1e-6)
+    assert conv["intensity"] == pytest.approx(100.0)
+    assert conv["kind"] == "matrix" and conv["dtype"] == "float32" and conv["kernel"] == "oneDNN"
+    fused = _row(analysis, "net/conv2/BiasAdd")  # named after the chain's last node: the chain's costs
+    assert fused["flops_per_step"] == pytest.approx(3.01e8) and fused["bytes_per_step"] == pytest.approx(5e6)
+    assert fused["kind"] == "matrix"
+    relu = _row(analysis, "net/relu/Relu")  # the train step's row, not the evaluation step's
+    assert relu["flops_per_step"] == pytest.approx(1e6)
+    mystery = _row(analysis, "net/mystery/Op")
+    assert math.isnan(mystery["flops_per_step"]) and mystery["bound"] == "" and math.isnan(mystery["ceiling_pct"])
+
+
+def test_bound_and_share_of_the_ceiling_follow_the_ridge_point(tmp_path):
+    analysis = _analysis(tmp_path)
+    # matrix ridge = 4e11 / 1e10 = 40 FLOP/byte. The backprop: intensity 100, compute-bound, 1e11 of 4e11.
+    conv = _row(analysis, "net/conv2/Conv2DBackpropFilter")
+    assert conv["bound"] == "compute" and conv["ceiling_pct"] == pytest.approx(25.0)
+    # fused conv: intensity 60.2 > 40, 3.01e8 FLOP in 2 ms = 1.505e11 of 4e11
+    fused = _row(analysis, "net/conv2/BiasAdd")
+    assert fused["bound"] == "compute" and fused["ceiling_pct"] == pytest.approx(37.625)
+    # relu: intensity 1e6/8e6 = 0.125 < vector ridge 5; roof = 1e10 * 0.125 = 1.25e9; achieved 1e6 FLOP in 1 ms = 1e9
+    relu = _row(analysis, "net/relu/Relu")
+    assert relu["bound"] == "memory" and relu["ceiling_pct"] == pytest.approx(80.0)
+
+
+def test_the_finding_names_the_ops_far_below_their_ceiling(tmp_path):
+    analysis = _analysis(tmp_path)
+    found = {f["rule"]: f for f in analysis.findings}
+    assert "below_roofline" in found
+    evidence = found["below_roofline"]["evidence"]
+    assert evidence.startswith("net/conv2/Conv2DBackpropFilter (_MklConv2DBackpropFilter, float32, oneDNN) runs at "
+                               "25 % of its compute ceiling")
+    assert "net/conv2/BiasAdd 38 % of its ceiling" in evidence and "Relu" not in evidence  # relu is at 80 %
+    assert "oneDNN has no faster kernel" in found["below_roofline"]["advice"]
+
+
+def test_no_finding_when_every_op_is_near_its_ceiling(tmp_path):
+    slow_peak = roofline.Ceilings({"float32": {"matrix_flops_per_second": 1.2e11, "vector_flops_per_second": 5e10,
+                                               "memory_bytes_per_second": 1e10}}, "peak file")
+    analysis = _analysis(tmp_path, peak=slow_peak)
+    assert _row(analysis, "net/conv2/Conv2DBackpropFilter")["ceiling_pct"] == pytest.approx(100 / 1.2)
+    assert "below_roofline" not in {f["rule"] for f in analysis.findings}
+
+
+def test_flops_per_step_and_mfu_from_the_ops(tmp_path):
+    analysis = _analysis(tmp_path)
+    roof = analysis.roofline
+    assert roof["flops_per_step"] == pytest.approx(4e8 + 3.01e8 + 1e6)
+    assert roof["known_time_pct"] == pytest.approx(100 * 7 / 8)
+    step_s = analysis.mean["step_ms"] / 1e3
+    assert roof["achieved_flops_per_second"] == pytest.approx(roof["flops_per_step"] / step_s)
+    assert roof["mfu_pct"] == pytest.approx(100 * roof["achieved_flops_per_second"] / 4e11)
+    assert roof["dtype"] == "float32" and roof["ceilings_source"] == "peak file"
+    assert analysis.facts.mfu_pct == pytest.approx(roof["mfu_pct"])
+
+
+def test_unknown_ceilings_leave_the_share_empty_and_say_so(tmp_path):
+    analysis = _analysis(tmp_path, peak=None)
+    assert analysis.ops["ceiling_pct"].isna().all() and set(analysis.ops["bound"]) == {""}
+    assert _row(analysis, "net/conv2/Conv2DBackpropFilter")["flops_per_second"] == pytest.approx(1e11, rel=1e-6)
+    assert any("ceilings unknown" in note for note in analysis.roofline["notes"])
+    assert math.isnan(analysis.roofline["mfu_pct"])
+    assert "below_roofline" not in {f["rule"] for f in analysis.findings}
+
+
+def test_no_costs_are_never_guessed(tmp_path):
+    analysis = _analysis(tmp_path, costs=_costs().iloc[:0])
+    assert analysis.ops["flops_per_step"].isna().all()
+    assert any("no op costs" in note for note in analysis.roofline["notes"])
+
+
+def test_a_type_the_graph_does_not_have_is_unknown(tmp_path):
+    costs = _costs()
+    costs.loc[costs["op"] == "net/relu/Relu", "type"] = "Sigmoid"  # the trace ran a Relu under that name
+    assert math.isnan(_row(_analysis(tmp_path, costs=costs), "net/relu/Relu")["flops_per_step"])
+
+
+def test_ceilings_from_a_peak_result_of_each_format():
+    new = {"device_name": "cpu x", "peak_flops_per_second": {"float32": 2e11},
+           "ceilings": {"float32": {"matrix_flops_per_second": 2e11, "vector_flops_per_second": 3e10,
+                                    "memory_bytes_per_second": 4e10}}}
+    got = roofline.ceilings_from_peak(new, "run.json peak")
+    assert got.of("float32") == {"matrix_flops_per_second": 2e11, "vector_flops_per_second": 3e10,
+                                 "memory_bytes_per_second": 4e10}
+    old = {"peak_flops_per_second": {"float32": 2e11, "bfloat16": 1e10}, "memory_bytes_per_second": 4e10}
+    got = roofline.ceilings_from_peak(old, "run.json peak")
+    assert got.of("bfloat16")["matrix_flops_per_second"] == 1e10
+    assert math.isnan(got.of("bfloat16")["vector_flops_per_second"])
+    assert got.of("bfloat16")["memory_bytes_per_second"] == 4e10
+    assert roofline.ceilings_from_peak({"device": "cpu", "error": "no"}, "run.json peak") is None
+    assert roofline.ceilings_from_peak(None, "run.json peak") is None
+
+
+@pytest.mark.parametrize("text, expected", [("1307", {"*": 1307e12}),
+                                            ("bfloat16=1307.4, float32=163.4", {"bfloat16": 1307.4e12,
+                                                                                "float32": 163.4e12})])
+def test_peak_tflops_parses(text, expected):
+    assert roofline.parse_peak_tflops(text) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("text", ["fast", "bfloat16=", "-3", "nan", "float32=0"])
+def test_peak_tflops_rejects_what_is_not_a_peak(text):
+    with pytest.raises(ValueError, match="--peak-tflops"):
+        roofline.parse_peak_tflops(text)
+
+
+def test_a_stated_bandwidth_fills_only_an_unknown_memory_ceiling():
+    user = roofline.ceilings_from_tflops({"*": 1e15}).for_dtypes(["bfloat16"])
+    got = roofline.with_bandwidth(user, 5.3e12, ["bfloat16"], "trace").of("bfloat16")
+    assert got["matrix_flops_per_second"] == 1e15 and got["memory_bytes_per_second"] == 5.3e12
+    assert math.isnan(got["vector_flops_per_second"])
+    measured = roofline.Ceilings({"float32": {"matrix_flops_per_second": 1e11, "vector_flops_per_second": 1e10,
+                                              "memory_bytes_per_second": 2e10}}, "run.json peak")
+    assert roofline.with_bandwidth(measured, 9e12, ["float32"], "trace").of("float32")["memory_bytes_per_second"] == 2e10
+
+
+def test_a_fused_op_named_after_its_matrix_op_takes_that_ops_costs(tmp_path):
+    costs = _costs()
+    # the fused op carries the BiasAdd's name; here its graph row is the convolution itself, without a chain
+    costs.loc[costs["op"] == "net/conv2/BiasAdd", ["type", "kind", "flops", "bytes", "chain_flops"]] = \
+        ["Conv2D", "matrix", 3e8, 3e6, math.nan]
+    fused = _row(_analysis(tmp_path, costs=costs), "net/conv2/BiasAdd")
+    assert fused["flops_per_step"] == pytest.approx(3e8) and fused["kind"] == "matrix"
+    # a non-matrix node without a chain is not the fused op's cost
+    costs.loc[costs["op"] == "net/conv2/BiasAdd", ["type", "kind", "flops"]] = ["BiasAdd", "vector", 1e6]
+    assert math.isnan(_row(_analysis(tmp_path, costs=costs), "net/conv2/BiasAdd")["flops_per_step"])
