@@ -231,6 +231,7 @@ class Session:
         if self._to_close is None:
             self._to_close = [lambda: self.window and self.window.maybe_stop(0, force=True),
                               lambda: self.window and self.window.describe(),
+                              self._record_op_costs,
                               self._stop_samplers,
                               lambda: self.steps and self.steps.close(),
                               lambda: self.scalars and self.scalars.close()]
@@ -246,6 +247,20 @@ class Session:
         failures += self._background_write_errors()
         if strict and failures:
             raise rundir.WriteError(failures[0])
+
+    def _record_op_costs(self) -> None:
+        """op_costs.csv: the FLOPs and bytes of the traced functions' ops, once the window's trace
+        is written (the time it takes is in no traced step). A failure is a warning, never the run's."""
+        if self.window is None or not self.window.written or self.path is None:
+            return
+        began = time.perf_counter()
+        try:
+            from profiler import op_costs
+
+            self.meta["profiler"].update(op_costs.write(self.path))
+        except Exception as exc:  # noqa: BLE001 - costs are a nicety; the run and its trace stand
+            self.meta["profiler"]["op_costs_seconds"] = time.perf_counter() - began
+            self._profiler_warning(f"op costs were not recorded ({rundir.reason(exc)})")
 
     def _finish(self) -> None:
         """Close what is still open and write the last run.json, whatever the outcome."""
