@@ -412,11 +412,61 @@ def test_real_float32_peak_is_at_least_one_big_matmul_or_convolution():
 
 
 @pytest.mark.slow
+def test_real_vector_ceiling_is_at_least_a_fused_polynomial():
+    """A real fused elementwise program, a degree-16 polynomial by Horner's rule (how XLA and libraries
+    evaluate activations), against the probe at the K its search settled on, timed in turns over the
+    same array past the caches: the probe's rate must not be beaten by more than the timings' own noise."""
+    import tensorflow as tf
+
+    nbytes = 64 * 2**20
+    result = peak.measure_peak("cpu", ("float32",), sizes=(256,), conv_channels=(16,), bandwidth_bytes=nbytes)
+    record = result["vector"]["float32"]
+    assert record["fused"] is True and len(record["sizes"]) >= 2
+    probe = peak.tf_vector_runner("cpu", "float32", nbytes)(record["k"])
+    elements = nbytes // 4
+    values = tf.Variable(tf.fill((elements,), 0.5))
+    coefficients = [tf.constant(1.0 / (i + 2)) for i in range(16)]
+    scale = tf.constant(1.0 / sum(1.0 / (i + 2) for i in range(16)))  # keeps the values in [0, 1]
+
+    def polynomial(y):
+        p = coefficients[0] * y + coefficients[1]
+        for c in coefficients[2:]:
+            p = p * y + c
+        return p * scale
+
+    @tf.function(jit_compile=True)
+    def passes(iters):
+        _, y = tf.while_loop(lambda i, y: i < iters, lambda i, y: (i + 1, polynomial(y)),
+                             (tf.constant(0), values.read_value()))
+        values.assign(y)
+        return y[0]
+
+    poly_iters = max(1, record["iters"] * peak.vector_flops(record["k"], 1) // 31)  # about the probe's work
+    timed = {"probe": (lambda: probe(record["iters"]), peak.vector_flops(record["k"], elements, record["iters"])),
+             "polynomial": (lambda: passes(tf.constant(poly_iters)).numpy(), 31 * elements * poly_iters)}
+    for run, _ in timed.values():
+        run()  # warm-up: compile, touch the pages
+    rates: dict[str, list[float]] = {name: [] for name in timed}
+    for _ in range(5):  # in turns, so that a busy moment falls on both sides alike
+        for name, (run, flops) in timed.items():
+            began = time.perf_counter()
+            run()
+            rates[name].append(flops / (time.perf_counter() - began))
+    best = {name: max(values) for name, values in rates.items()}
+    noise = max(max(values) / statistics.median(values) for values in rates.values())
+    tie = max(TIE, min(noise, 2.0))
+    assert best["probe"] * tie >= best["polynomial"], (rates, record["k"], tie)
+
+
+@pytest.mark.slow
 def test_real_cpu_measurement_is_positive():
     result = peak.measure_peak("cpu", ("float32",), sizes=(128, 256), conv_channels=(16, 32),
-                               bandwidth_bytes=8 * 2**20, repeats=2)
+                               bandwidth_bytes=8 * 2**20, vector_chains=(1, 4), repeats=2)
     assert result["matmul_flops_per_second"]["float32"] > 0 and result["conv_flops_per_second"]["float32"] > 0
     assert result["memory_bytes_per_second"] > 0
+    ceilings = result["ceilings"]["float32"]
+    assert ceilings["vector_flops_per_second"] > 0 and result["vector"]["float32"]["fused"] is True
+    assert ceilings["memory_bytes_per_second"] == result["memory_bytes_per_second"]
     assert result["device_name"]
     json.dumps(result)  # JSON-ready for run.json and the cache
 
