@@ -493,7 +493,7 @@ def _no_bfloat16_units(cpu_flags: Callable[[], set[str] | None] | None) -> str |
         return None
     arm = "asimd" in flags  # every 64-bit Arm CPU lists it; no x86 CPU does
     missing = f"the {devices.BF16_ARM_FEATURE} feature" if arm else " or ".join(devices.BF16_X86_FLAGS)
-    return f"no bfloat16 units on this CPU ({missing} not in its flags): TensorFlow emulates bfloat16 here"
+    return f"no bfloat16 units on this CPU: {missing} not in its flags, so TensorFlow emulates bfloat16"
 
 
 def _search_record(result: dict, size_key: str, began: float) -> dict:
