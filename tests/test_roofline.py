@@ -146,7 +146,7 @@ def test_unknown_ceilings_leave_the_share_empty_and_say_so(tmp_path):
     analysis = _analysis(tmp_path, peak=None)
     assert analysis.ops["ceiling_pct"].isna().all() and set(analysis.ops["bound"]) == {""}
     assert _row(analysis, "net/conv2/Conv2DBackpropFilter")["flops_per_second"] == pytest.approx(1e11, rel=1e-6)
-    assert any("ceilings unknown" in note for note in analysis.roofline["notes"])
+    assert any("compute ceilings unknown" in note for note in analysis.roofline["notes"])
     assert math.isnan(analysis.roofline["mfu_pct"])
     assert "below_roofline" not in {f["rule"] for f in analysis.findings}
 
@@ -212,3 +212,57 @@ def test_a_fused_op_named_after_its_matrix_op_takes_that_ops_costs(tmp_path):
     # a non-matrix node without a chain is not the fused op's cost
     costs.loc[costs["op"] == "net/conv2/BiasAdd", ["type", "kind", "flops"]] = ["BiasAdd", "vector", 1e6]
     assert math.isnan(_row(_analysis(tmp_path, costs=costs), "net/conv2/BiasAdd")["flops_per_step"])
+
+
+def _one_kernel_name_per_op(path) -> None:
+    """Every launch of an op runs the same kernel, as a compiled program's do (the fixture numbers them)."""
+    from xplane_message import load_xspace
+
+    space = load_xspace(path)
+    for plane in space.planes:
+        names = {key: meta.name for key, meta in plane.event_metadata.items()}
+        stat_names = {key: meta.name for key, meta in plane.stat_metadata.items()}
+        for line in plane.lines:
+            for event in line.events:
+                if names.get(event.metadata_id, "").startswith("kernel_"):
+                    program = next(s.int64_value for s in event.stats if stat_names[s.metadata_id] == "program_id")
+                    key = max(plane.event_metadata) + 1
+                    wanted = f"gemm_program_{program}"
+                    found = next((k for k, n in names.items() if n == wanted), None)
+                    if found is None:
+                        plane.event_metadata[key].id, plane.event_metadata[key].name = key, wanted
+                        names[key], found = wanted, key
+                    event.metadata_id = found
+    path.write_bytes(space.SerializeToString())
+
+
+def test_xla_ops_take_their_own_programs_hlo_costs_and_the_stated_bandwidth(tmp_path):
+    from test_hlo_costs import matmul_program, write_trace
+
+    from analysis import analyze
+
+    # two programs whose dots share a name; program 7 runs its dot three times, program 8 twice
+    shapes = {7: (512, 256, 1024), 8: (128, 128, 64)}
+    path = write_trace(tmp_path / "x.xplane.pb",
+                       {key: (f"jit_matmul({key})", matmul_program(*shape, program_id=key).bytes())
+                        for key, shape in shapes.items()},
+                       [("jit_matmul", "dot.1", 7)] * 3 + [("jit_matmul", "dot.1", 8)] * 2,
+                       device_stats={"memory_bandwidth": 2_000_000_000_000})
+    _one_kernel_name_per_op(path)
+    analysis = analyze(path, peak=roofline.ceilings_from_tflops(roofline.parse_peak_tflops("1000")))
+    ops = analysis.ops.set_index("program_id")
+    steps = float(analysis.steps["steps"].sum()) if "steps" in analysis.steps else float(len(analysis.steps))
+    for key, executions in ((7, 3), (8, 2)):
+        m, n, k = shapes[key]
+        row = ops.loc[float(key)]
+        assert row["flops_per_step"] == pytest.approx(2 * m * n * k * executions / steps)
+        assert row["bytes_per_step"] == pytest.approx(2 * (m * k + k * n + m * n) * executions / steps)
+        assert row["program"] == "jit_matmul" and row["dtype"] == "bfloat16" and row["kind"] == "matrix"
+        # each kernel lasts 0.5 ms: the rate is FLOPs per 0.5 ms; the roof is the smaller of 1 PFLOP/s and 2 TB/s x I
+        rate = 2 * m * n * k / 0.5e-3
+        roof = min(1e15, 2e12 * row["intensity"])
+        assert row["flops_per_second"] == pytest.approx(rate)
+        assert row["ceiling_pct"] == pytest.approx(100 * rate / roof)
+        assert row["bound"] == ("compute" if row["intensity"] >= 1e15 / 2e12 else "memory")
+    assert analysis.roofline["ceilings"]["bfloat16"]["memory_bytes_per_second"] == 2e12
+    assert analysis.roofline["ceilings_source"] == "--peak-tflops + trace (stated bandwidth)"

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-ROOFLINE_COLUMNS = ["dtype", "kind", "kernel", "flops_per_step", "bytes_per_step", "flops_per_second",
+ROOFLINE_COLUMNS = ["program", "dtype", "kind", "kernel", "flops_per_step", "bytes_per_step", "flops_per_second",
                     "bytes_per_second", "intensity", "bound", "ceiling_pct"]
 ANY_DTYPE = "*"
 CEILING_KEYS = ("matrix_flops_per_second", "vector_flops_per_second", "memory_bytes_per_second")
@@ -145,6 +145,7 @@ def attach_costs(ops: pd.DataFrame, costs: pd.DataFrame | None, device: str) -> 
     n = len(ops)
     flops, nbytes = np.full(n, np.nan), np.full(n, np.nan)
     dtype, kind = np.full(n, "", dtype=object), np.full(n, "", dtype=object)
+    program = np.full(n, "", dtype=object)
     if costs is not None and not costs.empty and n:
         rows = _chosen_rows(ops, costs)
         at = rows["_op_index"].to_numpy(dtype=np.int64)
@@ -153,11 +154,13 @@ def attach_costs(ops: pd.DataFrame, costs: pd.DataFrame | None, device: str) -> 
         nbytes[at] = np.where(fused, _numbers(rows["chain_bytes"]), _numbers(rows["bytes"]))
         dtype[at] = rows["dtype"].astype(object).fillna("").astype(str).to_numpy(dtype=object)
         kind[at] = np.where(fused, "matrix", rows["kind"].astype(object).fillna("").astype(str)).astype(object)
+        xla = rows["_program"].to_numpy(dtype=float) >= 0
+        program[at[xla]] = rows.loc[xla, "function"].astype(str).to_numpy(dtype=object)
     executions = ops["executions_per_step"].to_numpy(dtype=float) if "executions_per_step" in ops \
         else ops["count_per_step"].to_numpy(dtype=float)
     seconds = ops["ms_per_step"].to_numpy(dtype=float) / 1e3
     per_step_flops, per_step_bytes = flops * executions, nbytes * executions
-    ops["dtype"], ops["kind"] = dtype, kind
+    ops["program"], ops["dtype"], ops["kind"] = program, dtype, kind
     ops["kernel"] = _kernels(ops, device)
     ops["flops_per_step"], ops["bytes_per_step"] = per_step_flops, per_step_bytes
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -272,6 +275,11 @@ class BelowRoofline:
     ms_per_step: float
     share_pct: float  # of the step's op time
     flops_per_second: float
+    program: str = ""  # an XLA op's program (its names repeat across programs)
+
+    @property
+    def name(self) -> str:
+        return f"{self.program}/{self.op}" if self.program else self.op
 
 
 def below_roofline(ops: pd.DataFrame) -> tuple[BelowRoofline, ...]:
@@ -286,7 +294,7 @@ def below_roofline(ops: pd.DataFrame) -> tuple[BelowRoofline, ...]:
     low = low.assign(_lost=lost).sort_values("_lost", ascending=False, kind="stable").head(BELOW_ROOFLINE_SHOWN)
     return tuple(BelowRoofline(str(r.op), str(r.type), str(r.kind), str(r.dtype), str(r.bound), str(r.kernel),
                                float(r.ceiling_pct), float(r.ms_per_step), float(r.compute_pct),
-                               float(r.flops_per_second))
+                               float(r.flops_per_second), str(getattr(r, "program", "") or ""))
                  for r in low.itertuples(index=False))
 
 
@@ -323,7 +331,10 @@ def summary(ops: pd.DataFrame, ceilings: Ceilings | None, model_flops_per_step: 
     if not costs_known and not known.any():
         out["notes"].append("no op costs: the run has no op_costs.csv and the trace carries no HLO shapes, so FLOPs "
                             "and bytes per op are unknown (not guessed)")
-    elif ceilings is None or not ceilings.known():
-        out["notes"].append("ceilings unknown: no measured peak for this device (devprof peak, then devprof run "
-                            "--measure-peak; or devprof analyze --peak-file / --peak-tflops)")
+    elif ceilings is None or not any(_finite(values.get("matrix_flops_per_second"))
+                                     for values in ceilings.by_dtype.values()):
+        stated = " (the memory ceiling is the device's stated bandwidth)" if ceilings is not None and ceilings.known() else ""
+        out["notes"].append(f"compute ceilings unknown: no measured peak for this device{stated}, so no op's share "
+                            "of its ceiling is given; measure one (devprof peak, then devprof run --measure-peak) or "
+                            "give it (devprof analyze --peak-file FILE or --peak-tflops TFLOPS)")
     return out

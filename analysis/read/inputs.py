@@ -14,6 +14,8 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.read import run_files
+from analysis.read.hlo_costs import hlo_costs
+from analysis.read.op_costs import read_op_costs
 from analysis.read.run_files import RunFileError, RunRecord
 from analysis.read.samples import summarize
 from analysis.read.tf_analysis import TensorFlowAnalysis, read_tf_analysis
@@ -75,8 +77,9 @@ def read_inputs(path: str | Path, *, trace: bool = True) -> RunInputs:
     location = view.trace.location if view is not None else None
     tensorflow = read_tf_analysis(location.xplane) if location is not None else None
     run_dir = location.run_dir if location is not None else path
+    costs, bandwidth = _trace_costs(view)
     if run_dir is None:
-        return RunInputs(path, view, tensorflow=tensorflow)
+        return RunInputs(path, view, tensorflow=tensorflow, op_costs=costs, stated_bandwidth=bandwidth)
     # steps.csv first where it is the steps' source: its problems are the ones to hear first
     steps_csv = run_dir / run_files.STEPS_CSV
     steps_table = run_files.read_steps_csv(steps_csv) if view is None and steps_csv.is_file() else None
@@ -84,8 +87,23 @@ def read_inputs(path: str | Path, *, trace: bool = True) -> RunInputs:
     samplers = run_files.read_utilization(run_dir)
     if steps_table is None and steps_csv.is_file():
         steps_table = run_files.read_steps_csv(steps_csv)
+    recorded = read_op_costs(run_dir) if is_run_dir(run_dir) else None
+    if recorded is not None:
+        costs = recorded if costs is None else pd.concat([recorded, costs], ignore_index=True)
     return RunInputs(path, view, error, run_dir, record, steps_table, samplers, _summaries(samplers, record),
-                     tensorflow)
+                     tensorflow, costs, bandwidth)
+
+
+def _trace_costs(view: TraceView | None) -> tuple[pd.DataFrame | None, float]:
+    """The costs of the XLA programs the trace's kernels ran (from their HLO), and the memory
+    bandwidth its busiest device plane states; each read from the file's metadata only where the
+    trace has device kernels."""
+    if view is None or view.device.empty:
+        return None, float("nan")
+    costs = hlo_costs(view.trace) if "hlo_op" in view.device and view.device["hlo_op"].notna().any() else None
+    busiest = view.device.groupby(view.device["plane_name"].astype(str), observed=True)["duration_ns"].sum()
+    spec = view.device_specs.get(str(busiest.idxmax())) if not busiest.empty else None
+    return costs, spec.memory_bandwidth_bytes_per_second if spec is not None else float("nan")
 
 
 def read_run_files(path: str | Path) -> RunInputs:

@@ -101,8 +101,10 @@ def ops_table(analysis, top: int = TOP_OPS) -> pd.DataFrame:
     """The slowest ops for a terminal: time and share, then the roofline's columns where any op has them."""
     ops = analysis.ops.head(top)
     out = ops[["op", "type", "device", "count_per_step", "ms_per_step", "compute_pct"]].round(3)
+    if "program" in ops and (ops["program"] != "").any():  # XLA's op names repeat across programs
+        out["op"] = [f"{p}/{o}" if p else o for p, o in zip(ops["program"], ops["op"])]
     if "flops_per_second" in ops and ops["flops_per_second"].notna().any():
-        out["GFLOP/s"] = (ops["flops_per_second"] / 1e9).round(1)
+        out["FLOP/s"] = [_si(v, "") if v == v else "" for v in ops["flops_per_second"]]
         out["FLOP/B"] = ops["intensity"].round(1)
     if "ceiling_pct" in ops and ops["ceiling_pct"].notna().any():
         out["bound"] = ops["bound"]

@@ -360,15 +360,19 @@ def _si_rate(value: float) -> str:
     return f"{value:.3g} FLOP/s"
 
 
+KERNEL_NAME_SHOWN = 60  # generated kernel names run to hundreds of characters; the op table has them whole
+
+
 def _roofline_headline(facts: Facts) -> str:
     ops = facts.below_roofline
     first = ops[0]
     roof = "compute" if first.bound == "compute" else "memory-bandwidth"
-    kernel = f", {first.kernel}" if first.kernel else ""
-    lead = (f"{first.op} ({first.type}, {first.dtype}{kernel}) runs at {first.ceiling_pct:.0f} % of its {roof} "
+    kernel = first.kernel if len(first.kernel) <= KERNEL_NAME_SHOWN else f"{first.kernel[:KERNEL_NAME_SHOWN - 1]}…"
+    kernel = f", {kernel}" if kernel else ""
+    lead = (f"{first.name} ({first.type}, {first.dtype}{kernel}) runs at {first.ceiling_pct:.0f} % of its {roof} "
             f"ceiling ({_si_rate(first.flops_per_second)}) and holds {first.share_pct:.0f} % of op time "
             f"({first.ms_per_step:.2f} ms per step)")
-    more = "; ".join(f"{op.op} {op.ceiling_pct:.0f} % of its ceiling, {op.share_pct:.0f} % of op time" for op in ops[1:])
+    more = "; ".join(f"{op.name} {op.ceiling_pct:.0f} % of its ceiling, {op.share_pct:.0f} % of op time" for op in ops[1:])
     return f"{lead}{'; also ' + more if more else ''}."
 
 
@@ -390,8 +394,9 @@ def _roofline_fix(facts: Facts) -> str:
     if op.dtype == "float32" and facts.matrix_units:
         return (f"{op.dtype} does not use the device's {'/'.join(facts.matrix_units)} matrix units: train with "
                 f"{MIXED_FOR_DTYPE.get(facts.matrix_units[-1], 'mixed precision')}")
-    return ("give the kernel more work (a larger batch, channel counts that are multiples of 8), or channels-last "
-            "layout so no transposes run around it")
+    return ("give each kernel more work: a larger batch, and matrix dimensions (channels, features) that are "
+            "multiples of 64 so the matrix units' tiles are full; for convolutions, channels-last layout so no "
+            "transposes run around them")
 
 
 def _idle_headline(facts: Facts) -> str:
