@@ -76,7 +76,7 @@ def with_roofline(result, ops: pd.DataFrame, roofline: dict | None):
 
 def roofline_info(ceilings=CEILINGS, source="run.json peak") -> dict:
     return {"ceilings": ceilings, "ceilings_source": source, "flops_per_step": 4.275e9,
-            "model_flops_per_step": 4.2e9, "known_time_pct": 97.0, "note": ""}
+            "model_flops_per_step": 4.2e9, "known_time_pct": 97.0, "notes": []}
 
 
 def svg_of(page: str) -> str:
@@ -181,15 +181,19 @@ def test_ceiling_lines_per_dtype(base):
                                                             "memory_bytes_per_second": NAN}},
                                    "ceilings_source": None}], ids=["none", "empty", "nan"])
 def test_unknown_ceilings_draw_the_points_and_say_how_to_give_them(base, info):
+    if info is not None:  # the analysis' own note on it is not said twice
+        info = {**info, "notes": ["compute ceilings unknown: no measured peak", "costs from 1 program"]}
     page = html.render_analysis(with_roofline(base, cost_ops(), info))
     svg = svg_of(page)
     assert len(points(svg)) == len(COSTED)
+    assert "no measured peak" not in page and ("Costs from 1 program." in page) == (info is not None)
     assert '<line class="matrix"' not in svg and '<line class="memory"' not in svg
     section = page[page.index('id="roofline"'):]
     sentence = re.search(r'<p class="missing">([^<]*)</p>', section).group(1)
     assert sentence.startswith("The ceilings are unknown")
     for how in ("devprof peak", "--measure-peak", "devprof analyze --peak-tflops", "--peak-file"):
         assert how in sentence
+    assert "roofs" not in section[:section.index("</section>")]  # nothing said of roofs not drawn
 
 
 def test_a_partly_unknown_ceiling_is_named(base):

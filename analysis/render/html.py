@@ -676,7 +676,7 @@ def _roofline(analysis) -> str:
     info = getattr(analysis, "roofline", None) or {}
     # The two notes this section says in its own words are left out.
     notes = [str(n) for n in [info.get("note"), *(info.get("notes") or [])]
-             if isinstance(n, str) and n and not n.startswith(("no op costs", "ceilings unknown"))]
+             if isinstance(n, str) and n and not n.startswith("no op costs") and "ceilings unknown" not in n]
     note = "".join(f'<p class="caption">{esc(n[:1].upper() + n[1:])}.</p>' for n in notes)
     drawn = _roof_points(ops)
     if drawn.empty:
@@ -719,7 +719,8 @@ def _roofline(analysis) -> str:
     points = [points[i] for i in order] + [p for i, p in enumerate(points) if i not in labels]
     svg = roofline(points, roofs, "roofline: achieved FLOP/s against arithmetic intensity per op")
     kinds = {p.kind for p in points}
-    roof = " and their roof" if roofs else ""
+    known = any(v == v for r in roofs for v in (r.matrix, r.vector, r.bandwidth))  # any ceiling drawn
+    roof = " and their roof" if known else ""
     keys = [(name, KIND_COLORS[kind]) for kind, name in (
         ("matrix", f"matrix ops (convolutions, matmuls){roof}"), ("vector", f"vector ops{roof}"),
         ("", "ops of unknown kind")) if kind in kinds]
@@ -727,16 +728,16 @@ def _roofline(analysis) -> str:
         keys.append(("memory bandwidth", MEMORY_COLOR))
     styles = ["solid", "dashed", "dotted", "dash-dot"]
     extra = (f'<span class="key">lines: {esc(", ".join(f"{r.dtype} {styles[k % 4]}" for k, r in enumerate(roofs)))}'
-             "</span>") if len(roofs) > 1 else ""
+             "</span>") if len(roofs) > 1 and known else ""
     source = info.get("ceilings_source")
     sentences = [f"Each circle is an op with known FLOPs and bytes, its area its time per step ({total:,} of "
                  f"{len(ops):,} ops"
                  + (f", {float(info['known_time_pct']):.1f} % of op time" if _is_number(info.get("known_time_pct"))
                     else "") + ")" + (f"; the {MAX_ROOF_POINTS:,} slowest are drawn" if total > MAX_ROOF_POINTS
                                       else "")
-                 + ". An op is bound by the lower of its roofs: the memory slope or its flat ceiling; numbered: the ops "
-                 "with the most time at the lowest share of their ceiling."]
-    if roofs and len(unknown) < 3 * len(roofs):
+                 + "." + (" An op is bound by the lower of its roofs: the memory slope or its flat ceiling." if known
+                          else "") + " Numbered: the ops with the most time at the lowest share of their ceiling."]
+    if known:
         sentences.append(f"Ceilings from {source}." if isinstance(source, str) and source else "")
     flops, model = _number(info.get("flops_per_step")), _number(info.get("model_flops_per_step"))
     achieved, mfu = _number(info.get("achieved_flops_per_second")), _number(info.get("mfu_pct"))
@@ -747,7 +748,7 @@ def _roofline(analysis) -> str:
                          + (f", MFU {mfu:.1f} % of the {info.get('dtype') or ''} matrix ceiling".replace("  ", " ")
                             if mfu == mfu else "") + ".")
     caption = f'<p class="caption">{esc(" ".join(s for s in sentences if s))}</p>'
-    if not roofs or len(unknown) >= 3 * len(roofs):
+    if not known:
         warning = _missing(f"The ceilings are unknown, so only the ops are drawn: {CEILING_HOW}.")
     elif unknown:
         warning = _missing(f"Unknown ceilings ({', '.join(unknown)}): {CEILING_HOW}.")
