@@ -1,8 +1,8 @@
 """Where a job's per-worker analyses run: any `concurrent.futures.Executor`.
 
-The pipeline hands each worker's trace to one task and gets back that worker's summary (its
-steps, devices, ops and input stages as small frames), never its events, so the client's memory
-does not grow with the traces. Without an executor, a local process pool (or this process, for
+The pipeline hands each worker's trace to one task and gets back the first worker's analysis and
+a summary of each other one (`pipeline.WorkerSummary`: a few columns of its steady steps, its means),
+never their events, so the client's memory grows by little per worker. Without an executor, a local process pool (or this process, for
 small traces) runs them; `dask_executor(address)` runs them on a Dask cluster, each task reading
 its trace where it lies (the path must be readable by the cluster's workers). Dask reschedules
 the tasks of a worker process that dies.

@@ -142,9 +142,11 @@ def analyze(path: str | Path, step_name: str | None = None, processes: int | Non
     if len(host_files) < 2:
         return analyze_worker(path, step_name, peak)
     results = _analyze_each([path, *host_files[1:]], step_name, processes, executor, peak)
-    if isinstance(results[0], WorkerFailure):
-        raise results[0].error or TraceError(results[0].message)
-    return assemble_session(results[0], results[1:])
+    chief = results[0]
+    if isinstance(chief, WorkerFailure):
+        raise chief.error or TraceError(chief.message)
+    assert isinstance(chief, Analysis)  # the first task is the chief's: its whole analysis
+    return assemble_session(chief, results[1:])
 
 
 # A process pool pays for itself once a worker's trace takes a second or more to analyse (about 4 MB).
@@ -184,35 +186,81 @@ def pool_size(paths: list[Path], processes: int | None = None) -> int:
 
 
 def _analyze_each(paths: list[Path], step_name: str | None, processes: int | None,
-                  executor: Executor | None = None, peak: roofline.Ceilings | None = None) -> list[Analysis | WorkerFailure]:
+                  executor: Executor | None = None, peak: roofline.Ceilings | None = None) -> list[Summarised]:
+    """Each worker's task result, in order: the first worker's `Analysis` (its breakdown is the job's),
+    a `WorkerSummary` of each other one, or why it could not be analysed."""
     calls = [(p, step_name, i == 0, peak) for i, p in enumerate(paths)]
     if executor is not None:
-        return executors.run_all(worker_summary, calls, executor, _for_assembly)
+        return executors.run_all(worker_summary, calls, executor)
     count = pool_size(paths, processes)
     if count <= 1:
-        return executors.run_all(worker_summary, calls, None, _for_assembly)
+        return executors.run_all(worker_summary, calls, None)
     with executors.local_pool(count) as pool:
-        return executors.run_all(worker_summary, calls, pool, _for_assembly)
+        return executors.run_all(worker_summary, calls, pool)
 
 
-def _for_assembly(index: int, result: Analysis | WorkerFailure) -> Analysis | WorkerFailure:
-    """What the job keeps of a worker other than the first: its steps and means, not its tables (the
-    breakdown is the first worker's), so the client's memory grows only by each worker's steps."""
-    if index == 0 or not isinstance(result, Analysis):
-        return result
-    return dataclasses.replace(result, ops=result.ops.iloc[:0], devices=result.devices.iloc[:0],
-                               input_stages=result.input_stages.iloc[:0], epochs=None, reconciliation=None)
+# The steady steps' columns the job reads: the workers table and straggler rule (each part's mean and
+# spread), and the job's steps table (straggler scores, clock offsets, the heat map).
+SUMMARY_STEP_COLUMNS = ("step", "step_ms", "input_ms", "compute_ms", "host_ms", "collective_ms", "end_ns")
+
+
+@dataclass(frozen=True)
+class WorkerSummary:
+    """What a job keeps of a worker whose breakdown it does not show: a few columns of its steady
+    steps, its means, utilization and host, and its notes; a task sends back this instead of the
+    worker's `Analysis`, so the client's memory grows by little more than each worker's steps."""
+
+    path: Path
+    step_source: str
+    host: str  # the traced host's name
+    run_host: str | None  # run.json's device.host
+    mean: dict[str, float]
+    steady: pd.DataFrame  # SUMMARY_STEP_COLUMNS of its steady steps (those it has)
+    utilization: dict[str, float]
+    notes: tuple[str, ...]
+
+    @classmethod
+    def of(cls, analysis: Analysis) -> WorkerSummary:
+        steady = steady_steps(analysis.steps)
+        device = analysis.record.device if analysis.record is not None else {}
+        return cls(path=analysis.path, step_source=analysis.step_source, host=analysis.host,
+                   run_host=str(device["host"]) if device.get("host") else None, mean=analysis.mean,
+                   steady=steady[[c for c in SUMMARY_STEP_COLUMNS if c in steady]].reset_index(drop=True),
+                   utilization=analysis.utilization, notes=analysis.notes)
+
+
+Summarised = Analysis | WorkerSummary | WorkerFailure
+
+
+def _summary(result: Analysis | WorkerSummary) -> WorkerSummary:
+    return result if isinstance(result, WorkerSummary) else WorkerSummary.of(result)
 
 
 def worker_summary(path: Path, step_name: str | None = None, chief: bool = False,
-                   peak: roofline.Ceilings | None = None) -> Analysis | WorkerFailure:
-    """One task of a job: one worker's analysis, without its sampler frames unless it is the chief
-    (the job reports only the chief's), or why its files could not be analysed."""
+                   peak: roofline.Ceilings | None = None) -> Summarised:
+    """One task of a job: the chief's whole analysis, a `WorkerSummary` of any other worker, or why
+    its files could not be analysed."""
     try:
         result = analyze_worker(path, step_name, peak)
     except (TraceError, ValueError, OSError) as exc:
         return WorkerFailure(Path(path), str(exc).splitlines()[0] if str(exc) else type(exc).__name__, exc)
-    return result if chief else dataclasses.replace(result, samplers={})
+    return result if chief else WorkerSummary.of(result)
+
+
+def _with_chief(paths: list[Path], results: list[Summarised], step_name: str | None, executor: Executor | None,
+                peak: roofline.Ceilings | None) -> list[Summarised]:
+    """`results` with the first analysed worker's whole `Analysis`: when the first worker could not be
+    analysed, the next one that was is analysed again in full (once, on `executor` when given)."""
+    results = list(results)
+    for i, result in enumerate(results):
+        if isinstance(result, Analysis):
+            break
+        if isinstance(result, WorkerSummary):
+            call = (paths[i], step_name, True, peak)
+            results[i] = executors.run_all(worker_summary, [call], executor)[0]
+            if isinstance(results[i], Analysis):
+                break
+    return results
 
 
 def check_step_name(step_name: str | None) -> None:
@@ -306,7 +354,7 @@ def _run_notes(run: RunRecord | None) -> tuple[str, ...]:
     return ()
 
 
-def assemble_session(chief: Analysis, others: list[Analysis | WorkerFailure]) -> Analysis:
+def assemble_session(chief: Analysis, others: list[Summarised]) -> Analysis:
     """Several hosts in one profile session: the chief's breakdown with one row per host trace."""
     rows, steps = [], []
     for a in (chief, *others):
@@ -314,9 +362,9 @@ def assemble_session(chief: Analysis, others: list[Analysis | WorkerFailure]) ->
         if isinstance(a, WorkerFailure):
             rows.append(_failed_row(name, name, f"unreadable: {a.message}"))
             continue
-        steady = steady_steps(a.steps)
-        rows.append({**worker_row(name, a.host, a.mean, steady), "status": cluster.OK})
-        steps.append(cluster.worker_steps(name, steady))
+        summary = _summary(a)
+        rows.append({**worker_row(name, summary.host, summary.mean, summary.steady), "status": cluster.OK})
+        steps.append(cluster.worker_steps(name, summary.steady))
     frame, worker_steps, missing_note = _job_frame(rows, steps, (), len(rows))
     ok = frame[frame["status"] == cluster.OK]
     straggler, reason = straggler_rule.find_straggler(ok)
@@ -337,12 +385,12 @@ def _analyze_job(job_dir: Path, workers: list[Path], step_name: str | None, proc
     skipped.update({name: "missing" for name in _listed_workers(job_dir) if name not in {w.name for w in workers}})
     results = _analyze_each(analysed, step_name, processes, executor, peak)
     if traced:  # a worker whose trace could not be read fell back to its steps.csv: not comparable with the others
-        results = [_unreadable(w, r) if isinstance(r, Analysis) and r.step_source == "steps_csv" else r
+        results = [_unreadable(w, r) if not isinstance(r, WorkerFailure) and r.step_source == "steps_csv" else r
                    for w, r in zip(analysed, results)]
-    return assemble_job(job_dir, analysed, results, skipped)
+    return assemble_job(job_dir, analysed, _with_chief(analysed, results, step_name, executor, peak), skipped)
 
 
-def _unreadable(worker: Path, result: Analysis) -> WorkerFailure:
+def _unreadable(worker: Path, result: Analysis | WorkerSummary) -> WorkerFailure:
     why = next((note for note in result.notes if "trace" in note), "its trace could not be read")
     return WorkerFailure(worker, why.split("; breakdown from")[0])
 
@@ -423,27 +471,30 @@ def _ranges(workers: list) -> str:
     return ", ".join([*out, *(str(w) for w in workers if not isinstance(w, numbers.Integral))])
 
 
-def assemble_job(job_dir: Path, workers: list[Path], per_worker: list[Analysis | WorkerFailure],
+def assemble_job(job_dir: Path, workers: list[Path], per_worker: list[Summarised],
                  skipped: dict[str, str] | None = None) -> Analysis:
-    """A job of `worker-<i>/` run directories: the first analysed worker's breakdown (worker 0's),
-    one row per worker, the straggler, and the job's own processes not counted as CPU contention.
-    `skipped` names the workers that were not analysed, and why (`no trace`, `missing`)."""
-    done = [(w, a) for w, a in zip(workers, per_worker) if isinstance(a, Analysis)]
+    """A job of `worker-<i>/` run directories: the first analysed worker's breakdown (worker 0's; its
+    whole `Analysis`, the others' may be summaries), one row per worker, the straggler, and the job's
+    own processes not counted as CPU contention. `skipped` names the workers that were not analysed,
+    and why (`no trace`, `missing`)."""
+    done = [(w, a) for w, a in zip(workers, per_worker) if not isinstance(a, WorkerFailure)]
     if not done:
         failure = next(a for a in per_worker if isinstance(a, WorkerFailure))
         raise failure.error or TraceError(failure.message)
     chief_dir, chief = done[0]
+    if not isinstance(chief, Analysis):
+        raise ValueError(f"{chief_dir.name} gives the job's breakdown: it needs its whole Analysis, not a summary")
+    summaries = {w: _summary(a) for w, a in done}
     rows, steps = [], []
     for worker, analysis in zip(workers, per_worker):
         index = _worker_index(worker.name)
         if isinstance(analysis, WorkerFailure):
             rows.append(_failed_row(index, worker.name, f"unreadable: {analysis.message}"))
             continue
-        device = analysis.record.device if analysis.record is not None else {}
-        steady = steady_steps(analysis.steps)
-        rows.append({**worker_row(index, str(device.get("host") or worker.name), analysis.mean, steady,
-                                  analysis.utilization.get("proc_cpu_mean_pct", math.nan)), "status": cluster.OK})
-        steps.append(cluster.worker_steps(index, steady))
+        summary = summaries[worker]
+        rows.append({**worker_row(index, summary.run_host or worker.name, summary.mean, summary.steady,
+                                  summary.utilization.get("proc_cpu_mean_pct", math.nan)), "status": cluster.OK})
+        steps.append(cluster.worker_steps(index, summary.steady))
     skipped_rows = tuple((_worker_index(name), status) for name, status in (skipped or {}).items())
     total = len(workers) + len(skipped_rows)
     frame, worker_steps, missing_note = _job_frame(rows, steps, skipped_rows, total)
@@ -451,8 +502,9 @@ def assemble_job(job_dir: Path, workers: list[Path], per_worker: list[Analysis |
     machine = dict(chief.utilization)
     facts, findings = chief.facts, chief.findings
     # Workers on the chief's machine are the job, not "other processes" competing with it.
-    local = [a.utilization.get("proc_cpu_mean_pct", math.nan) for w, a in done
-             if _host_of(w, a) == _host_of(chief_dir, chief)]
+    chief_host = _host_of(chief_dir, summaries[chief_dir])
+    local = [a.utilization.get("proc_cpu_mean_pct", math.nan) for w, a in summaries.items()
+             if _host_of(w, a) == chief_host]
     cores = machine.get("cpu_cores", math.nan)
     if len(local) > 1 and cores == cores and all(v == v for v in local):
         job_cpu = sum(local)
@@ -478,6 +530,5 @@ def assemble_job(job_dir: Path, workers: list[Path], per_worker: list[Analysis |
                                worker_distribution=cluster.distribution(frame))
 
 
-def _host_of(worker: Path, analysis: Analysis) -> str:
-    device = analysis.record.device if analysis.record is not None else {}
-    return str(device.get("host") or worker.name)
+def _host_of(worker: Path, summary: WorkerSummary) -> str:
+    return summary.run_host or worker.name

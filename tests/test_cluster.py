@@ -144,15 +144,16 @@ def test_the_html_report_draws_a_workers_by_steps_heat_map_with_the_stragglers_m
 
 
 class RecordingExecutor(Executor):
-    """Runs each task in a thread and keeps what it sent back, pickled as a cluster would send it."""
+    """Runs each task in a thread and keeps what it sent back, pickled as a cluster would send it,
+    with the task's arguments."""
 
     def __init__(self):
         self.pool = ThreadPoolExecutor(2)
-        self.sent: list[bytes] = []
+        self.sent: list[tuple[tuple, bytes]] = []
 
     def submit(self, fn, /, *args, **kwargs) -> Future:
         future = self.pool.submit(fn, *args, **kwargs)
-        future.add_done_callback(lambda f: self.sent.append(pickle.dumps(f.result())))
+        future.add_done_callback(lambda f: self.sent.append((args, pickle.dumps(f.result()))))
         return future
 
 
@@ -161,13 +162,31 @@ def test_any_executor_runs_one_task_per_worker_and_gets_its_summary_only(job16, 
     result = pipeline.analyze(job16.path, executor=recording)
     assert result.to_json() == local16.to_json()
     assert len(recording.sent) == 16
-    summaries = [pickle.loads(blob) for blob in recording.sent]
-    assert sum(bool(s.samplers) for s in summaries) <= 1  # only the chief's sampler frames come back
+    summaries = {args[0].name: pickle.loads(blob) for args, blob in recording.sent}
+    assert isinstance(summaries.pop("worker-0"), pipeline.Analysis)  # the chief's breakdown is the job's
+    assert all(isinstance(s, pipeline.WorkerSummary) for s in summaries.values())
     trace_bytes = max(p.stat().st_size for p in job16.path.rglob("*.xplane.pb"))
     # a summary is its tables (steps, devices, ops, stages), never the trace's events
-    for summary in summaries:
-        assert not any(isinstance(v, pd.DataFrame) and len(v) > 50 for v in vars(summary).values())
-    assert max(len(b) for b in recording.sent[1:]) < 40 * trace_bytes
+    for _, blob in recording.sent:
+        assert not any(isinstance(v, pd.DataFrame) and len(v) > 50 for v in vars(pickle.loads(blob)).values())
+        assert len(blob) < 40 * trace_bytes
+
+
+def test_a_worker_other_than_the_first_sends_back_only_the_columns_of_its_steady_steps_the_job_reads(tmp_path):
+    steps = 200
+    job = write_job(tmp_path, workers=3, slow={}, steps=steps)
+    recording = RecordingExecutor()
+    result = pipeline.analyze(job.path, executor=recording)
+    assert result.to_json() == pipeline.analyze(job.path, processes=1).to_json()
+    sent = {args[0].name: blob for args, blob in recording.sent}
+    for name in ("worker-1", "worker-2"):
+        summary = pickle.loads(sent[name])
+        assert list(summary.steady.columns) == ["step", "step_ms", "input_ms", "compute_ms", "host_ms",
+                                                "collective_ms", "end_ns"]
+        assert len(summary.steady) == steps
+        # 7 eight-byte columns of 200 steps (11,200 bytes), its means and notes: not its whole steps table
+        # (21 columns), ops, devices and verdict
+        assert len(sent[name]) < 7 * 8 * steps + 8_000
 
 
 def test_a_cut_or_unreadable_trace_is_named_in_its_row_and_the_rest_analysed(tmp_path):
@@ -183,6 +202,9 @@ def test_a_cut_or_unreadable_trace_is_named_in_its_row_and_the_rest_analysed(tmp
     assert result.straggler["worker"] == 5 and result.straggler["cause"] == "host"
     assert "2 of 16 workers not analysed (unreadable: 0, 3)" in " ".join(result.notes)
     assert result.path.parent.parent.parent.parent.name == "worker-1"  # the first worker analysed gives the breakdown
+    recording = RecordingExecutor()  # worker 1's summary is not enough: it is analysed again, in full
+    assert pipeline.analyze(job.path, executor=recording).to_json() == result.to_json()
+    assert sorted(args[0].name for args, _ in recording.sent).count("worker-1") == 2
 
 
 def test_a_job_of_1000_workers_with_990_missing_traces(tmp_path):
