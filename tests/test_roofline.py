@@ -257,7 +257,7 @@ def test_xla_ops_take_their_own_programs_hlo_costs_and_the_stated_bandwidth(tmp_
         row = ops.loc[float(key)]
         assert row["flops_per_step"] == pytest.approx(2 * m * n * k * executions / steps)
         assert row["bytes_per_step"] == pytest.approx(2 * (m * k + k * n + m * n) * executions / steps)
-        assert row["program"] == "jit_matmul" and row["dtype"] == "bfloat16" and row["kind"] == "matrix"
+        assert row["program"] == f"jit_matmul({key})" and row["dtype"] == "bfloat16" and row["kind"] == "matrix"
         # each kernel lasts 0.5 ms: the rate is FLOPs per 0.5 ms; the roof is the smaller of 1 PFLOP/s and 2 TB/s x I
         rate = 2 * m * n * k / 0.5e-3
         roof = min(1e15, 2e12 * row["intensity"])

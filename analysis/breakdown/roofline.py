@@ -155,7 +155,9 @@ def attach_costs(ops: pd.DataFrame, costs: pd.DataFrame | None, device: str) -> 
         dtype[at] = rows["dtype"].astype(object).fillna("").astype(str).to_numpy(dtype=object)
         kind[at] = np.where(fused, "matrix", rows["kind"].astype(object).fillna("").astype(str)).astype(object)
         xla = rows["_program"].to_numpy(dtype=float) >= 0
-        program[at[xla]] = rows.loc[xla, "function"].astype(str).to_numpy(dtype=object)
+        # "jit_dot(49)", as XLA names its programs: one name often runs as several programs
+        program[at[xla]] = [f"{name}({int(key)})" for name, key in zip(rows.loc[xla, "function"].astype(str),
+                                                                       rows.loc[xla, "_program"])]
     executions = ops["executions_per_step"].to_numpy(dtype=float) if "executions_per_step" in ops \
         else ops["count_per_step"].to_numpy(dtype=float)
     seconds = ops["ms_per_step"].to_numpy(dtype=float) / 1e3

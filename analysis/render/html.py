@@ -698,7 +698,9 @@ def _roofline(analysis) -> str:
     order = [i for i in np.argsort(-score, kind="stable")[:LABELLED_OPS] if score[i] > 0]
     # Shortened against the busiest ops around them, so that a label still tells its op from its neighbours'.
     context = list(dict.fromkeys([*order, *range(min(len(drawn), LABEL_CONTEXT))]))
-    names = distinct_names([str(drawn["op"].iloc[i]) for i in context], LABEL_CHARS)
+    full = [f"{p}/{o}" if isinstance(p, str) and p else str(o)  # XLA's op names repeat across programs
+            for p, o in zip(drawn["program"] if "program" in drawn else [""] * len(drawn), drawn["op"])]
+    names = distinct_names([full[i] for i in context], LABEL_CHARS)
     labels = dict(zip(order, names))
     points = []
     for i, (_, row) in enumerate(drawn.iterrows()):
@@ -707,7 +709,7 @@ def _roofline(analysis) -> str:
         share = f"{pct[i]:.1f} % {ceiling}" if math.isfinite(pct[i]) else "ceiling unknown"
         bound = _text(row, "bound")
         time = f"{num(float(row['ms_per_step']))} ms per step"
-        details = [f"{row['op']}" + (f" ({row['type']})" if _text(row, "type") else ""),
+        details = [full[i] + (f" ({row['type']})" if _text(row, "type") else ""),
                    f"{si(float(row['flops_per_second']), 'FLOP/s')} at {num(float(row['intensity']))} FLOP/byte",
                    share + (f", {bound}-bound" if bound else ""), time]
         if _text(row, "kernel"):
