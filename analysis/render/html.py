@@ -595,7 +595,12 @@ def _ops(analysis) -> str:
     if analysis.ops.empty:
         return ""
     shown = analysis.ops.head(TOP_OPS)
-    table = shown[[c for c in shown.columns if c not in ROOF_TABLE and c not in ROOF_HIDDEN]].copy()
+    # The op's program (XLA's names repeat across programs) prefixes its name; the counts behind the
+    # FLOPs stay in ops.csv and the JSON.
+    hidden = {*ROOF_HIDDEN, "program", "program_id", "executions_per_step"}
+    table = shown[[c for c in shown.columns if c not in ROOF_TABLE and c not in hidden]].copy()
+    if "program" in shown:
+        table["op"] = [f"{p}/{o}" if isinstance(p, str) and p else o for p, o in zip(shown["program"], shown["op"])]
     known = [c for c in ROOF_TABLE if c in shown and _known(shown[c]).any()]
     for column in known:  # blank where unknown
         values = shown[column].tolist()

@@ -15,6 +15,7 @@ time blocked on the iterator (and input copies), so the two are told apart.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -389,7 +390,8 @@ def _roofline_fix(facts: Facts) -> str:
             return "set TF_ENABLE_ONEDNN_OPTS=1 before TensorFlow is imported: oneDNN's kernels are faster"
         faster = ("bfloat16 on its AMX/AVX512-BF16 units (mixed_bfloat16)" if facts.bfloat16_units else
                   "a CPU with AVX-512 or AMX, where oneDNN has faster (brgemm) kernels for it")
-        return (f"oneDNN has no faster kernel for this {op.type} on this CPU (ONEDNN_VERBOSE=1 names the "
+        op_type = re.sub(r"^_(Mkl)?(Native)?", "", op.type)
+        return (f"oneDNN has no faster kernel for this {op_type} on this CPU (ONEDNN_VERBOSE=1 names the "
                 f"implementation: jit:avx2, brgemm, ...): try a larger batch, or {faster}")
     if op.dtype == "float32" and facts.matrix_units:
         return (f"{op.dtype} does not use the device's {'/'.join(facts.matrix_units)} matrix units: train with "
