@@ -586,6 +586,22 @@ def peak_for(device: str = "cpu", refresh: bool = False) -> dict:
     return cached_peak(name, lambda: measure_peak(device, name=name), refresh=refresh)
 
 
+def cached_for_run(kind: str, name: str | None) -> dict | None:
+    """This device's cached peak, when `devprof peak` measured one (None otherwise; never measures or
+    raises): every run then carries the ceilings its roofline needs without `--measure-peak`."""
+    if kind not in DEFAULT_DTYPES or not name:
+        return None
+    path = cache_path(name)
+    try:
+        cached = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cached, dict) or cached.get("format") != PEAK_FORMAT_VERSION \
+            or not cached.get("peak_flops_per_second"):
+        return None
+    return {**cached, "cache": str(path), "cached": True}
+
+
 def record_for_run(kind: str, name: str | None = None) -> dict:
     """What `devprof run --measure-peak` stores in run.json `peak`; never raises (a failure is recorded)."""
     if kind not in DEFAULT_DTYPES:

@@ -386,8 +386,9 @@ def starting_meta(resolved, config: dict, profile: bool, **sections) -> dict:
     alike; `sections` add what only one of them knows (`data`, `recorded_by`)."""
     import sys
 
-    from profiler import devices
+    from profiler import devices, peak
 
+    cached_peak = peak.cached_for_run(resolved.kind, resolved.info.get("name"))
     return {
         "status": "running",
         "error": None,
@@ -399,6 +400,7 @@ def starting_meta(resolved, config: dict, profile: bool, **sections) -> dict:
         "config": config,
         "device": {"kind": resolved.kind, "host": devices.host_name(), **resolved.info},
         **sections,
+        **({"peak": cached_peak} if cached_peak is not None else {}),
         "versions": versions(),
         "model": {},
         "profiler": {"enabled": profile},

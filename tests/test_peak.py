@@ -554,3 +554,27 @@ def test_peak_cli_prints_the_cached_result(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "matmul float32: 250.0 GFLOP/s" in out and "(cached)" in out
     assert cli.main(["peak", "--device", "tpu"]) == 2
+
+
+def test_every_run_carries_the_devices_cached_peak(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from profiler import session
+    from profiler.session import starting_meta
+
+    monkeypatch.setattr(session, "versions", dict)  # the installed packages' versions: a subprocess
+    monkeypatch.setenv("DEVPROF_CACHE_DIR", str(tmp_path))
+    resolved = SimpleNamespace(kind="cpu", info={"name": "Test CPU 9000"})
+    assert "peak" not in starting_meta(resolved, {}, True)  # nothing measured yet: nothing claimed
+    measured = {"format": peak.PEAK_FORMAT_VERSION, "device_name": "Test CPU 9000",
+                "peak_flops_per_second": {"float32": 2e11},
+                "ceilings": {"float32": {"matrix_flops_per_second": 2e11, "vector_flops_per_second": 4e10,
+                                         "memory_bytes_per_second": 3e10}}}
+    peak.cache_path("Test CPU 9000").parent.mkdir(parents=True, exist_ok=True)
+    peak.cache_path("Test CPU 9000").write_text(json.dumps(measured))
+    meta = starting_meta(resolved, {}, True)
+    assert meta["peak"]["ceilings"] == measured["ceilings"] and meta["peak"]["cached"] is True
+    other = SimpleNamespace(kind="cpu", info={"name": "Another CPU"})
+    assert "peak" not in starting_meta(other, {}, True)  # another device's peak is not this one's
+    peak.cache_path("Test CPU 9000").write_text(json.dumps({**measured, "format": 1}))
+    assert "peak" not in starting_meta(resolved, {}, True)  # a peak of an older method is not used
