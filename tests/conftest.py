@@ -36,6 +36,12 @@ subprocess.Popen.__init__ = _guarded_popen_init
 
 
 def pytest_configure(config):
+    import os
+    import tempfile
+
+    # Runs carry the device's cached peak: the tests' runs see only peaks the tests measure, never the
+    # developer's own cache (a peak there would change what their analyses say).
+    os.environ.setdefault("DEVPROF_CACHE_DIR", tempfile.mkdtemp(prefix="devprof-test-cache-"))
     config.addinivalue_line("markers", "slow: trains, imports TensorFlow or starts a subprocess")
     config.addinivalue_line("markers", "tool: runs a linter as a subprocess (a fraction of a second: stays fast)")
 
