@@ -266,3 +266,40 @@ def test_xla_ops_take_their_own_programs_hlo_costs_and_the_stated_bandwidth(tmp_
         assert row["bound"] == ("compute" if row["intensity"] >= 1e15 / 2e12 else "memory")
     assert analysis.roofline["ceilings"]["bfloat16"]["memory_bytes_per_second"] == 2e12
     assert analysis.roofline["ceilings_source"] == "--peak-tflops + trace (stated bandwidth)"
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--peak-tflops", "fast"], "error: --peak-tflops 'fast': 'fast' is not a number"),
+    (["--peak-file", "{missing}"], "error: --peak-file {missing}: cannot read it"),
+    (["--peak-file", "{notpeak}"], "not a devprof peak result"),
+    (["--peak-tflops", "1", "--peak-file", "{notpeak}"], "not allowed with argument"),
+])
+def test_bad_ceilings_are_one_error_line_and_exit_2(tmp_path, capsys, flags, says):
+    from profiler import cli
+
+    trace = write_op_trace(tmp_path / "roof.xplane.pb")
+    (tmp_path / "notpeak.json").write_text('{"device": "cpu"}')
+    names = {"missing": str(tmp_path / "missing.json"), "notpeak": str(tmp_path / "notpeak.json")}
+    flags = [f.format(**names) for f in flags]
+    code = cli.main(["analyze", str(trace), *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and says.format(**names) in err, err
+    assert "Traceback" not in err
+
+
+def test_a_peak_file_gives_the_ceilings_on_the_command_line(tmp_path, capsys):
+    import json
+
+    from profiler import cli
+
+    trace = write_op_trace(tmp_path / "roof.xplane.pb")
+    peak = {"device_name": "cpu x", "peak_flops_per_second": {"float32": 4e11},
+            "ceilings": {"float32": {"matrix_flops_per_second": 4e11, "vector_flops_per_second": 5e10,
+                                     "memory_bytes_per_second": 1e10}}}
+    (tmp_path / "peak.json").write_text(json.dumps(peak))
+    # the trace alone has no costs: its ops are unknown, the ceilings are known
+    assert cli.main(["analyze", str(trace), "--peak-file", str(tmp_path / "peak.json"), "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["roofline"]["ceilings"]["float32"]["matrix_flops_per_second"] == 4e11
+    assert document["roofline"]["ceilings_source"] == "peak file"
+    assert any("no op costs" in note for note in document["roofline"]["notes"])
