@@ -24,7 +24,7 @@ from typing import ClassVar
 import pandas as pd
 
 from analysis import executors
-from analysis.breakdown import cluster, roofline, utilization
+from analysis.breakdown import cluster, onednn, roofline, utilization
 from analysis.breakdown.devices import device_table
 from analysis.breakdown.eager import EagerOps, eager_ops
 from analysis.breakdown.epochs import epoch_tables
@@ -324,7 +324,9 @@ def _ops_on_the_roofline(inputs: RunInputs, used: pd.DataFrame, device: str, mea
     the trace states fills in one neither gives."""
     view = inputs.trace
     ops = op_table(view, used, device) if view is not None else pd.DataFrame(columns=OP_COLUMNS + OP_KEYS)
-    ops = roofline.attach_costs(ops, inputs.op_costs, device)
+    implementations = (onednn.op_implementations(view, used, inputs.onednn)
+                       if view is not None and device == "cpu" and inputs.onednn is not None else None)
+    ops = roofline.attach_costs(ops, inputs.op_costs, device, implementations)
     dtypes = sorted(set(ops["dtype"]) - {""})
     run = inputs.run
     ceilings = peak if peak is not None else roofline.ceilings_from_peak(run.peak if run is not None else None,

@@ -36,6 +36,7 @@ _LIBRARY_PREFIX_RE = re.compile(r"^_(Mkl)?(Native)?")
 BELOW_ROOFLINE_PCT = 50.0  # an op under this share of its ceiling runs far below what the device does
 BELOW_ROOFLINE_MIN_SHARE = 5.0  # ... and matters when it holds at least this share of op time
 BELOW_ROOFLINE_SHOWN = 3
+ONEDNN_MIN_SHARE = 0.5  # of an Eigen op's time in oneDNN primitives for oneDNN to be named its kernel
 
 
 @dataclass(frozen=True)
@@ -137,10 +138,12 @@ def _base_type(op_type: str) -> str:
     return _LIBRARY_PREFIX_RE.sub("", str(op_type))
 
 
-def attach_costs(ops: pd.DataFrame, costs: pd.DataFrame | None, device: str) -> pd.DataFrame:
+def attach_costs(ops: pd.DataFrame, costs: pd.DataFrame | None, device: str,
+                 implementations: pd.DataFrame | None = None) -> pd.DataFrame:
     """`ops` with `ROOFLINE_COLUMNS`: each op's cost row (by name; XLA ops by program and name) times
     its executions per step. Where several traced functions name the same op, the function that holds
-    the most of the step's ops is the one that ran. A fused op takes its chain's costs."""
+    the most of the step's ops is the one that ran. A fused op takes its chain's costs.
+    `implementations` (`breakdown.onednn.op_implementations`) name the oneDNN kernel of CPU ops."""
     ops = ops.reset_index(drop=True).copy()
     n = len(ops)
     flops, nbytes = np.full(n, np.nan), np.full(n, np.nan)
@@ -163,7 +166,7 @@ def attach_costs(ops: pd.DataFrame, costs: pd.DataFrame | None, device: str) -> 
     seconds = ops["ms_per_step"].to_numpy(dtype=float) / 1e3
     per_step_flops, per_step_bytes = flops * executions, nbytes * executions
     ops["program"], ops["dtype"], ops["kind"] = program, dtype, kind
-    ops["kernel"] = _kernels(ops, device)
+    ops["kernel"] = _kernels(ops, device, implementations)
     ops["flops_per_step"], ops["bytes_per_step"] = per_step_flops, per_step_bytes
     with np.errstate(divide="ignore", invalid="ignore"):
         ops["flops_per_second"] = np.where(seconds > 0, per_step_flops / seconds, np.nan)
@@ -180,12 +183,24 @@ def _numbers(column: pd.Series) -> np.ndarray:
     return np.where(np.isfinite(values) & (values >= 0), values, np.nan)
 
 
-def _kernels(ops: pd.DataFrame, device: str) -> np.ndarray:
+def _kernels(ops: pd.DataFrame, device: str, implementations: pd.DataFrame | None = None) -> np.ndarray:
     """The kernel that ran each op: on a CPU the library (oneDNN's `_Mkl` kernels or TensorFlow's own
-    Eigen ones), else the device kernel that took most of the op's time."""
+    Eigen ones), with oneDNN's implementation of the op's main primitive where its log names it
+    ("oneDNN brg_conv_fwd:avx2"); else the device kernel that took most of the op's time."""
     if device == "cpu" or "kernel" not in ops:
         types = ops["type"].astype(str)
-        return np.where(types.str.startswith("_Mkl"), "oneDNN", "Eigen").astype(object)
+        library = np.where(types.str.startswith("_Mkl"), "oneDNN", "Eigen").astype(object)
+        if implementations is None or implementations.empty or ops.empty:
+            return library
+        named = ops[["op", "type", "ms_per_step"]].astype({"op": str, "type": str}).merge(
+            implementations, on=["op", "type"], how="left", sort=False)
+        implementation = named["implementation"].fillna("").astype(str).to_numpy(dtype=object)
+        # An op outside oneDNN's `_Mkl` types (Eigen's, calling oneDNN's gemm) is named by oneDNN only
+        # where oneDNN's time is at least half the op's: a stray execution names nothing.
+        mostly = (named["onednn_ms_per_step"].to_numpy(dtype=float)
+                  >= ONEDNN_MIN_SHARE * named["ms_per_step"].to_numpy(dtype=float))
+        use = (implementation != "") & ((library == "oneDNN") | mostly)
+        return np.where(use, "oneDNN " + implementation, library).astype(object)
     return ops["kernel"].astype(object).fillna("").astype(str).to_numpy(dtype=object)
 
 

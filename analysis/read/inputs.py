@@ -8,6 +8,7 @@ summaries made once. No later stage opens a file.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pandas as pd
 
 from analysis.read import run_files
 from analysis.read.hlo_costs import hlo_costs
+from analysis.read.onednn_log import ONEDNN_LOG, on_trace_clock, read_onednn_log, trace_origin_ns
 from analysis.read.op_costs import read_op_costs
 from analysis.read.run_files import RunFileError, RunRecord
 from analysis.read.samples import summarize
@@ -39,6 +41,8 @@ class RunInputs:
     tensorflow: TensorFlowAnalysis | None = None  # TensorFlow's own analysis written beside the trace
     op_costs: pd.DataFrame | None = None  # FLOPs and bytes per op: op_costs.csv and the trace's HLO shapes
     stated_bandwidth: float = float("nan")  # the device's memory bandwidth as the trace states it (bytes/s)
+    # oneDNN's primitive executions (onednn_verbose.log) on the trace's clock (`start_ns`, `end_ns`)
+    onednn: pd.DataFrame | None = None
 
     @property
     def source(self) -> Path:
@@ -50,7 +54,7 @@ class RunInputs:
     def without_trace(self) -> RunInputs:
         """The same files with the trace let go (what is kept once the trace has been analysed)."""
         return RunInputs(self.path, None, self.trace_error, self.run_dir, self.run, self.steps_table, self.samplers,
-                         self.summaries, self.tensorflow, self.op_costs, self.stated_bandwidth)
+                         self.summaries, self.tensorflow, self.op_costs, self.stated_bandwidth, self.onednn)
 
 
 def is_run_dir(path: Path) -> bool:
@@ -91,7 +95,17 @@ def read_inputs(path: str | Path, *, trace: bool = True) -> RunInputs:
     if recorded is not None:
         costs = recorded if costs is None else pd.concat([recorded, costs], ignore_index=True)
     return RunInputs(path, view, error, run_dir, record, steps_table, samplers, _summaries(samplers, record),
-                     tensorflow, costs, bandwidth)
+                     tensorflow, costs, bandwidth, _onednn_executions(run_dir, view))
+
+
+def _onednn_executions(run_dir: Path, view: TraceView | None) -> pd.DataFrame | None:
+    """The run's oneDNN log on its trace's clock; None without a log, a trace, or the trace's start
+    time (the trace's metadata is read only where a log lies beside it)."""
+    if view is None or not os.path.lexists(run_dir / ONEDNN_LOG):
+        return None
+    executions = read_onednn_log(run_dir)
+    origin = trace_origin_ns(view.trace) if executions is not None else None
+    return on_trace_clock(executions, origin) if executions is not None and origin is not None else None
 
 
 def _trace_costs(view: TraceView | None) -> tuple[pd.DataFrame | None, float]:

@@ -361,6 +361,9 @@ def _si_rate(value: float) -> str:
     return f"{value:.3g} FLOP/s"
 
 
+# oneDNN's brgemm-based implementations (brg_conv_fwd:avx2, brg_conv_bwd_w:avx512_core, brg:avx512_core_amx,
+# brgemm_matmul:...): its fastest convolution and matmul kernels.
+BRGEMM_RE = re.compile(r"^brg")
 KERNEL_NAME_SHOWN = 60  # generated kernel names run to hundreds of characters; the op table has them whole
 
 
@@ -391,8 +394,16 @@ def _roofline_fix(facts: Facts) -> str:
         faster = ("bfloat16 on its AMX/AVX512-BF16 units (mixed_bfloat16)" if facts.bfloat16_units else
                   "a CPU with AVX-512 or AMX, where oneDNN has faster (brgemm) kernels for it")
         op_type = re.sub(r"^_(Mkl)?(Native)?", "", op.type)
-        return (f"oneDNN has no faster kernel for this {op_type} on this CPU (ONEDNN_VERBOSE=1 names the "
-                f"implementation: jit:avx2, brgemm, ...): try a larger batch, or {faster}")
+        implementation = op.kernel.removeprefix("oneDNN").strip()  # "oneDNN jit:avx2": named by its log
+        if not implementation:
+            return (f"oneDNN has no faster kernel for this {op_type} on this CPU (devprof run --onednn-kernels "
+                    f"names the implementation that ran it: jit:avx2, brgemm, ...): try a larger batch, or {faster}")
+        if BRGEMM_RE.search(implementation):
+            return (f"oneDNN ran this {op_type} with {implementation}, a brgemm kernel, its fastest kind on this CPU: "
+                    f"try a larger batch, or {faster}")
+        return (f"oneDNN ran this {op_type} with {implementation}, not one of its brgemm kernels (brg_conv_*, "
+                f"brg:*), which are the fast ones: this CPU has none for it (an AVX2 CPU falls back to jit:avx2 for "
+                f"backward weights; AVX-512 and AMX CPUs have brgemm ones); try a larger batch, or {faster}")
     if op.dtype == "float32" and facts.matrix_units:
         return (f"{op.dtype} does not use the device's {'/'.join(facts.matrix_units)} matrix units: train with "
                 f"{MIXED_FOR_DTYPE.get(facts.matrix_units[-1], 'mixed precision')}")
