@@ -102,6 +102,7 @@ class RunConfig:
     model: str | None = None  # --model MODULE:FUNCTION: the user's Keras model instead of the CNN
     dataset: str | None = None  # --dataset MODULE:FUNCTION: the user's (x, y) batches
     loss: str | None = None  # --loss NAME: a Keras loss for --model
+    onednn_kernels: bool = False  # --onednn-kernels: keep oneDNN's execution lines in onednn_verbose.log
 
     @property
     def num_workers(self) -> int:
@@ -146,6 +147,12 @@ class RunConfig:
                              "MODULE:FUNCTION (the CNN trains on CIFAR-10 or synthetic data with its own loss)")
         if self.dataset is not None and self.data not in ("auto", "synthetic"):
             raise UsageError(f"--dataset replaces --data; leave --data {self.data} out")
+        if self.onednn_kernels and not self.profile:
+            raise UsageError("--onednn-kernels names the oneDNN kernel of each traced op: it needs the profile "
+                             "window (leave --no-profile out)")
+        if self.onednn_kernels and self.device in ("gpu", "tpu"):
+            raise UsageError(f"--onednn-kernels names oneDNN's CPU kernels; --device {self.device} runs the step's "
+                             "ops on the device (use it with --device cpu)")
         self._validate_workers()
         if self.run_name is not None:
             problem = check_run_name(self.run_name)

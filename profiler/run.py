@@ -3,6 +3,7 @@ the run directory complete and readable whatever happens."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import signal
 import time
@@ -25,6 +26,7 @@ class Run(Session):
         self.backend = backend
         self.trainer = None
         self.user_model = None  # --model: the user's model function, loss and data
+        self.onednn = None  # --onednn-kernels: oneDNN's lines taken off stdout (onednn_verbose.Diversion)
 
     def current_step(self) -> int:
         return self.trainer.global_step if self.trainer is not None else 0
@@ -168,7 +170,8 @@ class Run(Session):
     def execute(self) -> Path:
         with self._sigterm_stops_the_run():
             try:
-                return self._execute()
+                with self._onednn_lines():
+                    return self._execute()
             except BaseException as exc:
                 if self.stopped_by is not None and not isinstance(exc, KeyboardInterrupt):
                     # A signal cancelled the collective the loop was blocked in: the run was stopped.
@@ -181,6 +184,7 @@ class Run(Session):
             self._rearm_signals()
         self._open(self._initial_meta(resolved, arrays))
         try:
+            self._keep_onednn_lines()
             self._save()
             self._start_job_record()
             self._train(resolved, arrays)
@@ -190,8 +194,59 @@ class Run(Session):
             self._mark_ended(exc)
             raise
         finally:
-            self._finish()
+            try:
+                self._stop_onednn_lines()
+            finally:
+                self._finish()
         return self.path
+
+    # ------------------------------------------------------------ --onednn-kernels
+
+    @contextlib.contextmanager
+    def _onednn_lines(self):
+        """With --onednn-kernels, oneDNN's lines are taken off stdout for the whole run (before the run
+        directory exists they are dropped), and the log is closed however the run ends."""
+        if not self.config.onednn_kernels:
+            yield
+            return
+        from profiler import onednn_verbose
+
+        self.onednn = onednn_verbose.Diversion().__enter__()
+        try:
+            yield
+        finally:
+            self._stop_onednn_lines()
+
+    def _keep_onednn_lines(self) -> None:
+        if self.onednn is None:
+            return
+        from analysis.read.onednn_log import ONEDNN_LOG
+
+        try:
+            self.onednn.attach(self.path / ONEDNN_LOG)
+        except OSError as exc:
+            self._profiler_warning(f"oneDNN's lines are not kept: cannot write {self.path / ONEDNN_LOG} "
+                                   f"({rundir.reason(exc)})")
+
+    def _stop_onednn_lines(self) -> None:
+        """Stop taking oneDNN's lines (every one read, the log closed) and say what was kept."""
+        diversion, self.onednn = self.onednn, None
+        if diversion is None:
+            return
+        from profiler import onednn_verbose
+
+        diversion.__exit__(None, None, None)
+        if isinstance(self.meta, dict) and isinstance(self.meta.get("profiler"), dict):
+            summary = diversion.summary()
+            self.meta["profiler"]["onednn_verbose"] = summary
+            warning = onednn_verbose.cap_warning(summary)
+            if warning:
+                self._profiler_warning(warning)
+
+    def record_step(self, record) -> None:
+        super().record_step(record)
+        if self.onednn is not None and self.window is not None and self.window.done:
+            self.onednn.keep_until(time.time())  # the trace is written: later lines are in none
 
     # ------------------------------------------------------------ training
 

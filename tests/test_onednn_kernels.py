@@ -7,6 +7,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import select
+import sys
+import threading
 import warnings
 
 import pandas as pd
@@ -124,8 +128,6 @@ def test_the_reader_keeps_only_timestamped_execution_lines_exactly(tmp_path):
 
 
 def test_a_run_without_the_log_reads_none_and_a_fifo_is_not_read(tmp_path):
-    import os
-
     assert read_onednn_log(tmp_path) is None
     os.mkfifo(tmp_path / ONEDNN_LOG)
     with warnings.catch_warnings(record=True) as caught:
@@ -198,3 +200,117 @@ def test_below_roofline_names_the_implementation_and_says_what_it_means(tmp_path
     else:
         assert "_MklNativeConv2DBackpropFilter, float32, oneDNN) runs at 10 %" in finding["evidence"]
         assert "devprof run --onednn-kernels names the implementation" in finding["advice"]
+
+
+# ---------------------------------------------------------------- devprof run --onednn-kernels: the diversion
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _wait_for(fd: int, end: bytes) -> bytes:
+    """What `fd` gives until it ends with `end` (a minute at most: a bound on a hang, not a timing)."""
+    shown = b""
+    while not shown.endswith(end):
+        ready, _, _ = select.select([fd], [], [], 60)
+        assert ready, shown
+        shown += os.read(fd, 65536)
+    return shown
+
+
+def test_onednns_lines_go_to_the_log_and_everything_else_to_stdout_unchanged(tmp_path):
+    """A pipe stands for the real stdout: what the block writes to the descriptor at the C level."""
+    from profiler.onednn_verbose import Diversion
+
+    real_read, real_write = os.pipe()
+    try:
+        kept = _exec(NS_PER_MS, "convolution", "jit:avx2", "backward_weights", 2.0).encode() + b"\n"
+        with Diversion(fd=real_write) as diversion:
+            os.write(real_write, b"onednn_verbose,v1,info,before the log\nEpoch 1/2\n")  # before attach: dropped
+            assert _wait_for(real_read, b"Epoch 1/2\n") == b"Epoch 1/2\n"  # the pump has read both lines
+            diversion.attach(tmp_path / ONEDNN_LOG)
+            os.write(real_write, HEADER[0].encode() + b"\n" + kept[:40])
+            os.write(real_write, kept[40:] + b"onednn")  # a line split across writes, then an undecided start
+            os.write(real_write, b"_verbose_is_not_a_marker\n")
+            os.write(real_write, b"\r 3/10 [==>.....] - loss: 2.30")  # a progress bar: no newline
+            # ... reaches the real stdout while the block still runs, not at its end
+            shown = b"Epoch 1/2\n" + _wait_for(real_read, b"loss: 2.30")
+            rest: list[bytes] = []
+            reader = threading.Thread(target=lambda: rest.append(_read_all(real_read)))
+            reader.start()  # the real stdout is read while the run writes, as a terminal is
+            os.write(real_write, b"\n" + b"x" * 100_000 + b"\n")  # longer than a pipe's buffer
+            os.write(real_write, b"onednn_verbose,v1,cut sho")  # the run ends mid-line
+        os.close(real_write)
+        real_write = -1
+        reader.join()
+        shown += rest[0]
+    finally:
+        os.close(real_read)
+        if real_write >= 0:
+            os.close(real_write)
+    assert shown == (b"Epoch 1/2\nonednn_verbose_is_not_a_marker\n\r 3/10 [==>.....] - loss: 2.30\n"
+                     + b"x" * 100_000 + b"\n")
+    log = (tmp_path / ONEDNN_LOG).read_bytes()
+    assert log == HEADER[0].encode() + b"\n" + kept + b"onednn_verbose,v1,cut sho"
+    assert diversion.summary() == {"file": ONEDNN_LOG, "lines": 3, "bytes": len(log), "dropped_lines": 1,
+                                   "capped": False}
+    assert len(parse_onednn_log(log.decode())) == 1
+
+
+def test_the_log_stops_at_its_bound_and_after_the_trace(tmp_path):
+    from profiler.onednn_verbose import Diversion, cap_warning
+
+    real_read, real_write = os.pipe()
+    early = _exec(NS_PER_MS, "convolution", "jit:avx2", "backward_weights", 2.0).encode() + b"\n"
+    late = _exec(10_000 * NS_PER_MS, "convolution", "jit:avx2", "backward_weights", 2.0).encode() + b"\n"
+    try:
+        with Diversion(fd=real_write, max_bytes=3 * len(early)) as diversion:
+            diversion.attach(tmp_path / ONEDNN_LOG)
+            os.write(real_write, early * 2)
+            diversion.keep_until((ORIGIN_NS + 5_000 * NS_PER_MS) / 1e9)  # the trace ended between the two
+            os.write(real_write, late + HEADER[1].encode() + b"\n" + early * 2)
+        os.close(real_write)
+        real_write = -1
+        assert _read_all(real_read) == b""
+    finally:
+        os.close(real_read)
+        if real_write >= 0:
+            os.close(real_write)
+    # two early lines, the late one dropped, the header line kept, then the bound: one early line more fits no more
+    assert (tmp_path / ONEDNN_LOG).read_bytes() == early * 2 + HEADER[1].encode() + b"\n"
+    summary = diversion.summary()
+    assert summary["capped"] and summary["lines"] == 3 and summary["dropped_lines"] == 3
+    assert "onednn_verbose.log reached" in cap_warning(summary, 3 * len(early))
+
+
+@pytest.mark.parametrize("environ, modules, says", [
+    ({}, {"tensorflow": object()}, "before TensorFlow is loaded"),
+    ({"ONEDNN_VERBOSE": "all"}, {}, "it is set to 'all'"),
+    ({"ONEDNN_VERBOSE_TIMESTAMP": "0"}, {}, "ONEDNN_VERBOSE_TIMESTAMP=1"),
+    ({"TF_ENABLE_ONEDNN_OPTS": "0"}, {}, "turns them off"),
+])
+def test_onednn_kernels_is_refused_where_it_cannot_work(environ, modules, says):
+    from profiler.onednn_verbose import problem
+
+    assert says in problem(environ, modules)
+    assert problem({"ONEDNN_VERBOSE": "profile_exec", "TF_ENABLE_ONEDNN_OPTS": "1"}, {}) is None
+
+
+@pytest.mark.parametrize("extra, says", [(["--no-profile"], "needs the profile window"),
+                                         (["--device", "gpu"], "names oneDNN's CPU kernels")])
+def test_onednn_kernels_without_a_trace_or_on_a_device_is_exit_2(tmp_path, capsys, monkeypatch, extra, says):
+    from profiler.cli import main
+
+    monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
+    for name in ("ONEDNN_VERBOSE", "ONEDNN_VERBOSE_TIMESTAMP", "TF_ENABLE_ONEDNN_OPTS"):
+        monkeypatch.setenv(name, "")  # what the run sets is undone after the test
+        monkeypatch.delenv(name)
+    code = main(["run", "--onednn-kernels", "--out", str(tmp_path), "--data", "synthetic", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ") and says in err and len(err.strip().splitlines()) == 1

@@ -77,6 +77,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     g.add_argument("--profile-steps", default=None, metavar="START:STOP",
                    help="global steps to trace, STOP exclusive (default: 10 steps after warm-up in epoch 1; with --steps-per-execution N > 1, from the second call, step N)")
     add_tracer_options(g)
+    g.add_argument("--onednn-kernels", action="store_true",
+                   help="CPU: keep oneDNN's line for each primitive it runs (ONEDNN_VERBOSE=profile_exec) in "
+                        "<run>/onednn_verbose.log, so analyze names the implementation that ran each op "
+                        "(jit:avx2, brg_conv_fwd:avx2, ...)")
     g.add_argument("--profiler-port", type=int, default=None,
                    help="start a profiler server on this port for on-demand capture (off by default; it "
                         "listens on all network interfaces without authentication: use only on a trusted network); "
@@ -122,7 +126,7 @@ def build_config(args: argparse.Namespace, cluster=None):
         sample=args.sample, sample_interval=args.sample_interval, measure_peak=args.measure_peak,
         quiet=args.quiet, cluster=cluster, inject_input_worker=args.inject_input_delay_ms.worker,
         inject_host_worker=args.inject_host_delay_ms.worker, collective_timeout_s=args.collective_timeout_s,
-        model=args.model, dataset=args.dataset, loss=args.loss,
+        model=args.model, dataset=args.dataset, loss=args.loss, onednn_kernels=args.onednn_kernels,
     )
 
 
@@ -133,6 +137,14 @@ def handle(args: argparse.Namespace) -> int:
     from profiler.run import Run, Terminated
 
     devices.prefer_onednn()  # before TensorFlow is imported, here or in the workers
+    if args.onednn_kernels:
+        from profiler import onednn_verbose
+
+        problem = onednn_verbose.problem()
+        if problem:
+            return error(problem)
+        if args.workers is None:  # each worker turns oneDNN's lines on for itself
+            onednn_verbose.configure()
     if args.workers is not None:
         from profiler import launcher
 
