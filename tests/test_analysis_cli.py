@@ -90,9 +90,14 @@ def test_json_contract(capsys):
     assert set(result) == {"schema_version", "source", "step_source", "step_name", "device", "notes", "steps", "mean",
                            "steps_used", "verdict", "utilization", "findings", "devices", "kernel_launch", "workers",
                            "straggler", "straggler_reason", "ops", "input_stages", "input_bottleneck", "eager",
-                           "slowest_workers", "worker_distribution"}
+                           "slowest_workers", "worker_distribution", "roofline"}
     assert result["eager"] is None and result["slowest_workers"] == [] and result["worker_distribution"] is None
-    assert {"op", "type", "device", "count_per_step", "ms_per_step", "compute_pct"} == set(result["ops"][0])
+    assert {"op", "type", "device", "count_per_step", "ms_per_step", "compute_pct", "program_id", "executions_per_step",
+            "kernel", "program", "dtype", "kind", "flops_per_step", "bytes_per_step", "flops_per_second",
+            "bytes_per_second", "intensity", "bound", "ceiling_pct"} == set(result["ops"][0])
+    # a trace on its own, without the run's op_costs.csv: no op's cost is known, and it says so
+    assert all(op["flops_per_step"] is None for op in result["ops"])
+    assert any("no op costs" in note for note in result["roofline"]["notes"])
     assert sum(op["compute_pct"] for op in result["ops"]) == pytest.approx(100)
     assert result["devices"] == [] and result["workers"] == [] and result["straggler"] is None
     assert result["schema_version"] == 1 and result["step_source"] == "markers"
