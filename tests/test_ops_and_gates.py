@@ -46,7 +46,11 @@ def analyze_json(path, capsys, *extra) -> dict:
 def test_op_table_is_per_step_and_written_to_ops_csv(runs, capsys):
     result = analyze_json(runs["f32"], capsys)
     ops = result["ops"]
-    assert ops and set(ops[0]) == {"op", "type", "device", "count_per_step", "ms_per_step", "compute_pct"}
+    assert ops and {"op", "type", "device", "count_per_step", "ms_per_step", "compute_pct", "flops_per_step",
+                    "ceiling_pct"} <= set(ops[0])
+    # the run recorded its ops' costs: its convolutions' FLOPs are known, and they add up to the model's
+    assert ops[0]["kind"] == "matrix" and ops[0]["flops_per_step"] > 0, ops[0]
+    assert result["roofline"]["flops_gap_pct"] == pytest.approx(0, abs=2), result["roofline"]
     assert ops[0]["ms_per_step"] == max(op["ms_per_step"] for op in ops)
     assert "Conv2D" in ops[0]["type"] or "Conv2D" in ops[0]["op"], ops[:3]  # convolutions dominate the seed CNN
     assert sum(op["compute_pct"] for op in ops) == pytest.approx(100)
