@@ -198,8 +198,8 @@ def test_measure_peak_with_stubbed_runners_records_rates_and_unsupported_dtypes(
     fake = FakeDevice(fail_dtypes=("float16",), conv_fail_dtypes=("bfloat16",))
     result = peak.measure_peak("gpu", ("float32", "bfloat16", "float16"), sizes=(128, 256), bandwidth_bytes=2**20,
                                matmul_runner=fake.matmul_runner, copy_runner=fake.copy_runner,
-                               conv_runner=fake.conv_runner, conv_channels=(16, 32), clock=fake.clock,
-                               name="Fake GPU")
+                               conv_runner=fake.conv_runner, vector_runner=fake.vector_runner,
+                               conv_channels=(16, 32), clock=fake.clock, name="Fake GPU")
     assert result["device"] == "gpu" and result["device_name"] == "Fake GPU"
     assert result["matmul_flops_per_second"] == {"float32": pytest.approx(2e9), "bfloat16": pytest.approx(2e9)}
     assert result["unsupported"] == {"float16": "TypeError: no float16 MatMul kernel on gpu"}
@@ -333,7 +333,8 @@ def test_a_slower_convolution_leaves_the_peak_to_the_matmul():
     fake = FakeDevice(conv_rate=1e9)
     result = peak.measure_peak("cpu", ("float32",), sizes=(128, 256), bandwidth_bytes=2**20,
                                matmul_runner=fake.matmul_runner, copy_runner=fake.copy_runner,
-                               conv_runner=fake.conv_runner, conv_channels=(16, 32), clock=fake.clock, name="x")
+                               conv_runner=fake.conv_runner, vector_runner=fake.vector_runner,
+                               conv_channels=(16, 32), clock=fake.clock, name="x")
     assert result["peak_flops_per_second"]["float32"] == pytest.approx(2e9)
     assert result["conv_flops_per_second"]["float32"] == pytest.approx(1e9)
     assert result["peak_source"]["float32"] == "matmul"
