@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import math
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -349,9 +350,29 @@ def has_arithmetic(rows: list[dict]) -> bool:
 
 def live_graphs() -> list:
     """The program's traced function graphs (also while/cond bodies and tf.data functions)."""
+    if "tensorflow" not in sys.modules:  # nothing traced yet, and no reason to load TensorFlow
+        return []
     from tensorflow.python.framework.func_graph import FuncGraph
 
     return [obj for obj in gc.get_objects() if isinstance(obj, FuncGraph)]
+
+
+def graph_ids() -> frozenset[int]:
+    """The graphs alive now: what a recording started beside, to tell its own graphs from them."""
+    return frozenset(id(graph) for graph in live_graphs())
+
+
+def recorded_graphs(before: frozenset[int] | None) -> list:
+    """The graphs of this recording: those traced since `before` was taken, and of the older ones
+    those whose function was not traced again (a step function warmed up before the recording).
+    A long-lived process (a notebook, a test session) holds other runs' graphs of the same function
+    name, with other shapes; their costs are not this run's."""
+    graphs = live_graphs()
+    if before is None:
+        return graphs
+    new = [graph for graph in graphs if id(graph) not in before]
+    traced_again = {graph.name for graph in new}
+    return new + [graph for graph in graphs if id(graph) in before and graph.name not in traced_again]
 
 
 def collect(graphs=None):
@@ -381,11 +402,12 @@ def collect(graphs=None):
     return frame.sort_index().reset_index(drop=True)
 
 
-def write(run_dir: str | Path, graphs=None) -> dict:
-    """Collect the costs and write `<run_dir>/op_costs.csv` (temporary file + rename): returns
-    {"op_costs_seconds", "op_costs_functions", "op_costs_ops"}."""
+def write(run_dir: str | Path, graphs=None, before: frozenset[int] | None = None) -> dict:
+    """Collect the costs (of `graphs`, else of this recording's: `recorded_graphs(before)`) and write
+    `<run_dir>/op_costs.csv` (temporary file + rename): returns {"op_costs_seconds",
+    "op_costs_functions", "op_costs_ops"}."""
     began = time.perf_counter()
-    frame = collect(graphs)
+    frame = collect(recorded_graphs(before) if graphs is None else graphs)
     path = Path(run_dir) / OP_COSTS_CSV
     fd, temporary = tempfile.mkstemp(prefix=".op_costs.", suffix=".tmp", dir=run_dir)
     try:

@@ -60,6 +60,7 @@ class Session:
         self.stopped_by: int | None = None  # a signal that cancelled a blocked collective (workers only)
         self._rearm_signals = None
         self._scalar_step = 0  # the last step whose scalars were written
+        self._graphs_before: frozenset[int] | None = None  # the traced graphs alive as the window opened
 
     # ------------------------------------------------------------ what a client may override
 
@@ -118,6 +119,7 @@ class Session:
                 self._profiler_warning(f"profiler server did not start on port {cfg.profiler_port} ({exc})")
 
     def _open_window(self, start: int, stop: int, device_kind: str, steps_per_call: int = 1) -> None:
+        self._graphs_before = self._live_graph_ids()
         self.window = tracing.ProfileWindow(self.path, start, stop, self.config.tracer, warn=self.console.warn,
                                             steps_per_call=steps_per_call, notes=self.meta["profiler"])
         self.meta["profiler"]["window"] = [start, stop]
@@ -248,6 +250,16 @@ class Session:
         if strict and failures:
             raise rundir.WriteError(failures[0])
 
+    @staticmethod
+    def _live_graph_ids() -> frozenset[int] | None:
+        """The traced graphs alive as the window opens (None: unknown, every live graph is recorded)."""
+        try:
+            from profiler import op_costs
+
+            return op_costs.graph_ids()
+        except Exception:  # noqa: BLE001 - costs are a nicety; never the run's failure
+            return None
+
     def _record_op_costs(self) -> None:
         """op_costs.csv: the FLOPs and bytes of the traced functions' ops, once the window's trace
         is written (the time it takes is in no traced step). A failure is a warning, never the run's."""
@@ -257,7 +269,7 @@ class Session:
         try:
             from profiler import op_costs
 
-            self.meta["profiler"].update(op_costs.write(self.path))
+            self.meta["profiler"].update(op_costs.write(self.path, before=self._graphs_before))
         except Exception as exc:  # noqa: BLE001 - costs are a nicety; the run and its trace stand
             self.meta["profiler"]["op_costs_seconds"] = time.perf_counter() - began
             self._profiler_warning(f"op costs were not recorded ({rundir.reason(exc)})")

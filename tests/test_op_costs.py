@@ -341,3 +341,32 @@ def test_a_failing_collector_leaves_the_run_complete_with_a_warning(tmp_path, mo
     assert "op costs were not recorded (RuntimeError: graphs went away)" in meta["profiler"]["warnings"]
     assert not (path / OP_COSTS_CSV).exists() and read_op_costs(path) is None
     assert not [p for p in path.iterdir() if p.name.startswith(".op_costs.")]  # no temporary file left
+
+
+@pytest.mark.slow
+def test_a_recording_keeps_its_own_graphs_not_an_earlier_runs_of_the_same_name():
+    import tensorflow as tf
+
+    from profiler import op_costs
+
+    def make():
+        @tf.function
+        def train_one(x):
+            return tf.matmul(x, x)
+
+        return train_one
+
+    make()(tf.ones((8, 8)))  # an earlier run in the same process (a notebook, a test session)
+    before = op_costs.graph_ids()
+    make()(tf.ones((4, 4)))  # this run's step function: the same name, other shapes
+    frame = op_costs.collect(op_costs.recorded_graphs(before))
+    mine = frame[frame["function"] == "train_one"]
+    assert list(mine.loc[mine["type"] == "MatMul", "flops"]) == [2 * 4 * 4 * 4]
+
+    @tf.function
+    def warmed(x):
+        return x * 3.0
+
+    warmed(tf.ones((5,)))  # traced before the recording began, and not again: still the recording's
+    frame = op_costs.collect(op_costs.recorded_graphs(op_costs.graph_ids()))
+    assert "warmed" in set(frame["function"])
