@@ -124,12 +124,15 @@ def with_bandwidth(ceilings: Ceilings | None, bandwidth: float, dtypes: list[str
     if not _finite(bandwidth):
         return ceilings
     base = ceilings.by_dtype if ceilings is not None else {}
-    by_dtype = {}
+    by_dtype, filled = {}, False
     for dtype in sorted({*base, *dtypes}):
         values = dict(base.get(dtype) or {key: math.nan for key in CEILING_KEYS})
         if not _finite(values.get("memory_bytes_per_second")):
             values["memory_bytes_per_second"] = float(bandwidth)
+            filled = True
         by_dtype[dtype] = values
+    if not filled:  # every memory ceiling was measured: the stated one is not used, nor named
+        return ceilings
     names = [s for s in ((ceilings.source if ceilings else None), source) if s]
     return Ceilings(by_dtype, " + ".join(names), ceilings.device_name if ceilings else "")
 
