@@ -145,17 +145,23 @@ def _resolved(path: Path) -> str:
         return "a loop of links"
 
 
-def read_peak_file(path: str | Path) -> dict:
-    """A `devprof peak --format json` result (or its cache file) as a dict; a RunFileError says why not."""
-    path = Path(path)
+def read_json(path: Path, within: Path | None = None):
+    """The JSON document in `path` (a regular file of at most RUN_JSON_MAX_BYTES, inside `within` when
+    given); a RunFileError says why not."""
     try:
-        peak = json.loads(read_regular(path, RUN_JSON_MAX_BYTES).decode("utf-8"))
+        return json.loads(read_regular(path, RUN_JSON_MAX_BYTES, within).decode("utf-8"))
     except RecursionError:
         raise RunFileError(f"{path}: not valid JSON (nested too deeply)") from None
     except (ValueError, UnicodeDecodeError) as exc:
         if isinstance(exc, RunFileError):
             raise
         raise RunFileError(f"{path}: not valid JSON ({str(exc).splitlines()[0]})") from None
+
+
+def read_peak_file(path: str | Path) -> dict:
+    """A `devprof peak --format json` result (or its cache file) as a dict; a RunFileError says why not."""
+    path = Path(path)
+    peak = read_json(path)
     if not isinstance(peak, dict) or not isinstance(peak.get("peak_flops_per_second"), dict):
         raise RunFileError(f"{path}: not a devprof peak result (no peak_flops_per_second; write one with "
                            "devprof peak --format json > FILE)")
@@ -184,14 +190,7 @@ def read_run_json(path: str | Path) -> dict:
     positive number within reason (a string, NaN, negative, 1e30), is dropped with one warning
     naming the field. A file that is unreadable, not JSON or not an object is a RunFileError."""
     path = Path(path)
-    try:
-        meta = json.loads(read_regular(path, RUN_JSON_MAX_BYTES, path.parent).decode("utf-8"))
-    except RecursionError:
-        raise RunFileError(f"{path}: not valid JSON (nested too deeply)") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        if isinstance(exc, RunFileError):
-            raise
-        raise RunFileError(f"{path}: not valid JSON ({str(exc).splitlines()[0]})") from None
+    meta = read_json(path, path.parent)
     if not isinstance(meta, dict):
         raise RunFileError(f"{path}: expected a JSON object, got a {type(meta).__name__}")
     return _checked(meta, path)
