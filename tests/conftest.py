@@ -35,13 +35,25 @@ def _guarded_popen_init(self, *args, **kwargs):
 subprocess.Popen.__init__ = _guarded_popen_init
 
 
+_own_cache_dir: list = []  # the cache folder this session made, removed when it ends
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    for folder in _own_cache_dir:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def pytest_configure(config):
     import os
     import tempfile
 
     # Runs carry the device's cached peak: the tests' runs see only peaks the tests measure, never the
     # developer's own cache (a peak there would change what their analyses say).
-    os.environ.setdefault("DEVPROF_CACHE_DIR", tempfile.mkdtemp(prefix="devprof-test-cache-"))
+    if "DEVPROF_CACHE_DIR" not in os.environ:
+        _own_cache_dir.append(tempfile.mkdtemp(prefix="devprof-test-cache-"))
+        os.environ["DEVPROF_CACHE_DIR"] = _own_cache_dir[0]
     config.addinivalue_line("markers", "slow: trains, imports TensorFlow or starts a subprocess")
     config.addinivalue_line("markers", "tool: runs a linter as a subprocess (a fraction of a second: stays fast)")
 
