@@ -324,6 +324,14 @@ BAD_RUN_JSON = {
     "absurd_images": (lambda m: [e.update(images=1e30) for e in m["epochs"]], "'images'"),
     "nan_images": (lambda m: [e.update(images=float("nan")) for e in m["epochs"]], "'images'"),
     "text_batch": (lambda m: m["config"].update(batch_size="100"), "'config.batch_size'"),
+    "peak_string": (lambda m: m.update(peak="fast"), "'peak' must be an object"),
+    "peak_text_rate": (lambda m: m.update(peak={"peak_flops_per_second": {"float32": "4e11"}}),
+                       "peak_flops_per_second.float32 '4e11'"),
+    "peak_absurd_rate": (lambda m: m.update(peak={"peak_flops_per_second": {"float32": 1e300},
+                                                  "ceilings": {"float32": {"matrix_flops_per_second": 1e300}}}),
+                         "peak_flops_per_second.float32 1e+300"),
+    "peak_rates_not_an_object": (lambda m: m.update(peak={"peak_flops_per_second": [4e11], "ceilings": "x"}),
+                                 "peak_flops_per_second [400000000000.0], ceilings 'x'"),
 }
 
 
@@ -341,9 +349,13 @@ def test_compare_and_analyze_name_a_bad_run_json_field(tmp_path, capsys, name):
         for key in ("images_per_second", "epoch_images_per_second", "speedup"):
             assert row[key] is None or 0 < row[key] < 1e6, (key, row[key])
     assert 0.5 < rows["bad"]["speedup"] / rows["good"]["speedup"] < 3  # 1 s against 0.6 s per epoch
+    if name.startswith("peak"):  # nothing usable is left of the peak: no MFU, rather than 0 % of 1e300
+        assert rows["bad"]["mfu_pct"] is None and rows["bad"]["peak_flops_per_second"] is None, rows["bad"]
     code, out, err = run_cli(["analyze", bad, "--format", "json"], capsys)
     assert code == 0 and "Traceback" not in err
     assert len([line for line in lines_starting(err, "warning:") if field in line]) == 1, err
+    if name.startswith("peak"):
+        assert (json.loads(out)["roofline"] or {}).get("ceilings") is None
 
 
 def test_epochs_of_zero_seconds_are_named_not_an_internal_error(tmp_path, capsys):

@@ -273,6 +273,7 @@ def test_xla_ops_take_their_own_programs_hlo_costs_and_the_stated_bandwidth(tmp_
     (["--peak-tflops", "fast"], "error: --peak-tflops 'fast': 'fast' is not a number"),
     (["--peak-file", "{missing}"], "error: --peak-file {missing}: cannot read it"),
     (["--peak-file", "{notpeak}"], "not a devprof peak result"),
+    (["--peak-file", "{absurd}"], "error: --peak-file {absurd}: no usable peak"),
     (["--peak-tflops", "1", "--peak-file", "{notpeak}"], "not allowed with argument"),
 ])
 def test_bad_ceilings_are_one_error_line_and_exit_2(tmp_path, capsys, flags, says):
@@ -280,7 +281,9 @@ def test_bad_ceilings_are_one_error_line_and_exit_2(tmp_path, capsys, flags, say
 
     trace = write_op_trace(tmp_path / "roof.xplane.pb")
     (tmp_path / "notpeak.json").write_text('{"device": "cpu"}')
-    names = {"missing": str(tmp_path / "missing.json"), "notpeak": str(tmp_path / "notpeak.json")}
+    (tmp_path / "absurd.json").write_text('{"peak_flops_per_second": {"float32": 1e300, "bfloat16": "fast"}}')
+    names = {"missing": str(tmp_path / "missing.json"), "notpeak": str(tmp_path / "notpeak.json"),
+             "absurd": str(tmp_path / "absurd.json")}
     flags = [f.format(**names) for f in flags]
     code = cli.main(["analyze", str(trace), *flags])
     err = capsys.readouterr().err

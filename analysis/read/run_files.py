@@ -165,6 +165,66 @@ def read_peak_file(path: str | Path) -> dict:
     if not isinstance(peak, dict) or not isinstance(peak.get("peak_flops_per_second"), dict):
         raise RunFileError(f"{path}: not a devprof peak result (no peak_flops_per_second; write one with "
                            "devprof peak --format json > FILE)")
+    peak = checked_peak(peak, str(path))
+    if not peak or not peak["peak_flops_per_second"]:
+        raise RunFileError(f"{path}: no usable peak (every peak_flops_per_second must be a positive number of "
+                           f"FLOP/s up to {PEAK_FLOPS_LIMIT:g})")
+    return peak
+
+
+# A peak above these is a typing slip or a corrupt file: a thousand times the fastest devices made.
+PEAK_FLOPS_LIMIT = 1e18
+PEAK_BYTES_LIMIT = 1e16
+_PEAK_BY_DTYPE = ("peak_flops_per_second", "matmul_flops_per_second", "conv_flops_per_second")
+_CEILING_LIMITS = {"matrix_flops_per_second": PEAK_FLOPS_LIMIT, "vector_flops_per_second": PEAK_FLOPS_LIMIT,
+                   "memory_bytes_per_second": PEAK_BYTES_LIMIT}
+
+
+def checked_peak(peak, where: str) -> dict | None:
+    """A peak dict (run.json `peak`, a peak file) with every rate a finite positive number within
+    reason; a rate that is not (text, NaN, negative, 1e300) is dropped with one warning naming it,
+    and a `peak` that is not an object is None. A null rate stays null (a probe that failed)."""
+    if peak is None:
+        return None
+    if not isinstance(peak, dict):
+        warn(f"{where}: 'peak' must be an object, got {_shown(peak)}: ignored")
+        return None
+    peak, dropped = dict(peak), []
+
+    def kept(name: str, value, limit: float) -> bool:
+        if value is None or plausible_number(value, limit) is not None:
+            return True
+        dropped.append(f"{name} {_shown(value)}")
+        return False
+
+    def objects(name: str) -> dict:
+        value = peak.get(name)
+        if isinstance(value, dict):
+            return value
+        kept(name, value, 0)  # anything but null is dropped
+        return {}
+
+    for key in _PEAK_BY_DTYPE:
+        if key in peak:
+            peak[key] = {dtype: rate for dtype, rate in objects(key).items()
+                         if kept(f"{key}.{dtype}", rate, PEAK_FLOPS_LIMIT)}
+    if "memory_bytes_per_second" in peak and not kept("memory_bytes_per_second", peak["memory_bytes_per_second"],
+                                                      PEAK_BYTES_LIMIT):
+        peak["memory_bytes_per_second"] = None
+    if "ceilings" in peak:
+        ceilings = {}
+        for dtype, values in objects("ceilings").items():
+            if not isinstance(values, dict):
+                kept(f"ceilings.{dtype}", values, 0)
+                continue
+            ceilings[dtype] = {key: value for key, value in values.items()
+                               if key not in _CEILING_LIMITS or kept(f"ceilings.{dtype}.{key}", value,
+                                                                     _CEILING_LIMITS[key])}
+        peak["ceilings"] = ceilings
+    if dropped:
+        shown = ", ".join(dropped[:3]) + (f" and {len(dropped) - 3} more" if len(dropped) > 3 else "")
+        warn(f"{where}: peak rates must be positive numbers (FLOP/s up to {PEAK_FLOPS_LIMIT:g}, B/s up to "
+             f"{PEAK_BYTES_LIMIT:g}); ignored {shown}")
     return peak
 
 
@@ -228,6 +288,8 @@ def _checked(meta: dict, path: Path) -> dict:
                      f"{_shown(fields[key])}: ignored")
                 fields[key] = None
         meta[sec] = fields
+    if "peak" in meta:
+        meta["peak"] = checked_peak(meta["peak"], f"{path}")
     return meta
 
 
