@@ -70,6 +70,11 @@ class Run(Session):
                                        notice=self.console.notice, limit_test_images=cfg.limit_test_images)
         except data_mod.DataError as exc:
             raise UsageError(str(exc)) from None
+        if arrays is not None and cfg.train.batch_size > len(arrays.x_train):
+            raise UsageError(f"--batch-size {cfg.train.batch_size:,} is more than the {len(arrays.x_train):,} training "
+                             f"images: every step would be one short batch of all of them (use --batch-size "
+                             f"{len(arrays.x_train)} or fewer"
+                             f"{', or a larger --limit-images' if cfg.limit_images is not None else ''})")
         if cluster is not None:
             self.path = self.job_dir / cluster.name
         else:

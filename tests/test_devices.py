@@ -339,8 +339,13 @@ def _cifar_folder(root: Path) -> Path:
         (["--epochs", "0"], "--epochs must be at least 1"),
         (["--batch-size", "-5"], "--batch-size must be at least 1"),
         (["--device", "cpu", "--data-dir", "/nonexistent"], "/nonexistent does not exist"),
+        # a batch beyond the data (TensorFlow crashed on 99,999,999,999): one usage error, no run folder
+        (["--device", "cpu", "--batch-size", "99999999999"], "--batch-size 99,999,999,999 is more than the 100"),
+        (["--device", "cpu", "--batch-size", "101"],  # _run_cli limits the images to 100
+         "more than the 100 training images: every step would be one short batch of all of them (use --batch-size "
+         "100 or fewer, or a larger --limit-images)"),
     ],
-    ids=["gpu", "tpu", "quantum", "gpus-on-cpu", "epochs", "batch-size", "data-dir"],
+    ids=["gpu", "tpu", "quantum", "gpus-on-cpu", "epochs", "batch-size", "data-dir", "huge-batch", "batch-over-limit"],
 )
 def test_cli_usage_errors(tmp_path, capsys, args, expect):
     out = tmp_path / "runs"
