@@ -351,6 +351,9 @@ def _model_flops_per_step(run: RunRecord | None) -> float:
 
 
 def _run_notes(run: RunRecord | None) -> tuple[str, ...]:
+    if run is not None and run.ended_unrecorded:
+        return (f"the run ended without recording its end (run.json status 'running'): {run.ended_unrecorded}; "
+                "the figures cover the steps written before it",)
     if run is not None and run.status == "running":
         return ("the run is still running (run.json status 'running'): the figures cover the steps written so far",)
     return ()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import errno
 import json
@@ -12,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from analysis.read.run_files import STEPS_COLUMNS
+from analysis.read.run_files import CRASH_LOG, STEPS_COLUMNS
 
 
 class RunExistsError(Exception):
@@ -131,6 +132,38 @@ class Reserve:
         self.path.unlink(missing_ok=True)
         self.path = None
         return True
+
+
+class CrashLog:
+    """`crash.log`: where Python's fault handler writes every thread's stack when the process dies
+    of a fatal signal (a segfault or abort in native code), which no `finally` outlives; run.json
+    then still says `running`, and this file says what happened. Removed when the run ends and
+    nothing was written to it. A fault handler the program enabled itself is left alone."""
+
+    def __init__(self, folder: Path):
+        import faulthandler
+
+        self.file = None
+        if faulthandler.is_enabled():
+            return
+        try:
+            self.file = open(Path(folder) / CRASH_LOG, "w")
+            faulthandler.enable(self.file, all_threads=True)
+        except (OSError, ValueError):
+            self.close()
+
+    def close(self) -> None:
+        import faulthandler
+
+        file, self.file = self.file, None
+        if file is None:
+            return
+        faulthandler.disable()
+        path = Path(file.name)
+        file.close()
+        with contextlib.suppress(OSError):
+            if path.stat().st_size == 0:
+                path.unlink()
 
 
 def write_json_atomic(path: Path, data: dict) -> None:

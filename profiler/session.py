@@ -51,6 +51,7 @@ class Session:
         self.window: tracing.ProfileWindow | None = None
         self.samplers = None
         self.reserve: rundir.Reserve | None = None
+        self.crash_log: rundir.CrashLog | None = None
         self.write_errors: list[str] = []  # files that could not be written from other threads
         self._to_close: list | None = None
         self.recorded = False  # the last run.json, with how the run ended, was written
@@ -101,6 +102,7 @@ class Session:
         """Make the run directory (never an existing one), set space aside, write run.json."""
         rundir.create(self.path)
         self.reserve = rundir.Reserve(self.path)
+        self.crash_log = rundir.CrashLog(self.path)
         self.meta = meta
 
     def _start_recording(self, resolved) -> None:
@@ -285,6 +287,8 @@ class Session:
         finally:
             if self.reserve is not None:
                 self.reserve.release()
+            if self.crash_log is not None:
+                self.crash_log.close()
             self._finish_job_record()
 
     def _stop_samplers(self) -> None:
@@ -408,6 +412,7 @@ def starting_meta(resolved, config: dict, profile: bool, **sections) -> dict:
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "start_time_s": time.time(),
         "finished_at": None,
+        "pid": os.getpid(),
         "command": sys.argv,
         "config": config,
         "device": {"kind": resolved.kind, "host": devices.host_name(), **resolved.info},

@@ -486,3 +486,41 @@ def test_a_long_steps_csv_is_read_whole_and_printed_short(tmp_path, capsys):
     assert f"… {rows - 20} more steps" in out
     assert len(pd.read_csv(tmp_path / "out" / "step_breakdown.csv")) == rows
     assert len(pd.read_csv(tmp_path / "out" / "epoch_breakdown.csv")) == 100
+
+
+def test_a_run_left_at_running_by_a_dead_process_says_how_it_ended(tmp_path, capsys, monkeypatch):
+    """run.json `running` with a crash.log, or with its pid gone (or reused) on this host, is a run
+    that ended unrecorded; a live pid, or another host's, may still be running."""
+    import socket
+
+    import psutil
+
+    from analysis.read import run_files
+
+    host = socket.gethostname()
+    unused = max(psutil.pids()) + 1000
+    while psutil.pid_exists(unused):
+        unused += 1
+    me, my_start = os.getpid(), psutil.Process().create_time()
+    cases = {
+        "crashed": ({"pid": me, "start_time_s": my_start}, host, "Fatal Python error: Segmentation fault\n\nstack\n",
+                    "its process crashed (Fatal Python error: Segmentation fault; every thread's stack is in crash.log)"),
+        "gone": ({"pid": unused, "start_time_s": my_start}, host, None, f"its process (pid {unused} on this host) is gone"),
+        "reused": ({"pid": me, "start_time_s": my_start - 60}, host, None, f"its process (pid {me} on this host) is gone"),
+        "alive": ({"pid": me, "start_time_s": my_start + 1}, host, "", None),
+        "elsewhere": ({"pid": unused, "start_time_s": my_start}, host + "-other", None, None),
+        "no_pid": ({"start_time_s": my_start}, host, None, None),
+    }
+    for name, (fields, on_host, crash_log, says) in cases.items():
+        run = edit_run_json(make_compare_run(tmp_path, name),
+                            lambda m: (m.update(status="running", **fields), m.setdefault("device", {}).update(host=on_host)))
+        if crash_log is not None:
+            (run / "crash.log").write_text(crash_log)
+        lost = run_files.RunRecord.read(run / "run.json").ended_unrecorded
+        assert (lost is None) == (says is None) and (says is None or lost.startswith(says)), (name, lost)
+        code, out, err = run_cli(["analyze", run], capsys)
+        assert code == 0, err
+        assert ("still running" in out) == (says is None), (name, out)
+        assert (says is None) or f"the run ended without recording its end (run.json status 'running'): {says}" in out
+    finished = edit_run_json(make_compare_run(tmp_path, "complete"), lambda m: m.update(pid=unused))
+    assert run_files.RunRecord.read(finished / "run.json").ended_unrecorded is None

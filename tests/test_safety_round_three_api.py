@@ -226,3 +226,39 @@ def test_keras_callback_without_batch_size_says_so_once_at_fit_and_not_in_analyz
     assert "run.json" not in capsys.readouterr().err  # nothing to say about devprof's own file
     with pytest.raises(ValueError, match="batch_size must be a whole number >= 1"):
         profiler.KerasCallback(tmp_path, batch_size=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how, exit_code, says", [
+    ("ctypes.string_at(0)", -11, "its process crashed (Fatal Python error: Segmentation fault; every thread's stack "
+                                 "is in crash.log)"),
+    ("os.abort()", -6, "its process crashed (Fatal Python error: Aborted"),
+    ("os.kill(os.getpid(), signal.SIGKILL)", -9, "is gone without recording how it ended (killed with SIGKILL"),
+    ("pass", 0, None),
+])
+def test_a_process_killed_by_a_fatal_signal_is_not_called_still_running(tmp_path, capsys, how, exit_code, says):
+    """No `finally` outlives a segfault, an abort or SIGKILL: run.json stays `running`. analyze says
+    how the process ended (its crash.log, or its pid gone on this host), not that it still runs."""
+    from profiler import cli
+
+    script = f"""
+import ctypes, os, signal, profiler
+with profiler.profile({str(tmp_path)!r}, run_name="crash", profile=False, sample=False, quiet=True) as session:
+    for _ in range(4):
+        with session.step(images=8):
+            pass
+    {how}
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == exit_code, done.stderr[-2000:]
+    run = tmp_path / "crash"
+    assert read_meta(run)["status"] == ("complete" if says is None else "running")
+    crash_log = run / "crash.log"  # empty until a fatal signal; removed at a clean end, left by SIGKILL
+    assert crash_log.exists() == (exit_code != 0)
+    assert (exit_code != 0 and crash_log.stat().st_size > 0) == (exit_code in (-11, -6))
+    assert len(pd.read_csv(run / "steps.csv")) >= 3  # the last step's row waits for the next step's start
+    assert cli.main(["analyze", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "still running" not in out
+    if says is not None:
+        assert "the run ended without recording its end (run.json status 'running'): " in out and says in out, out

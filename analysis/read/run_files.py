@@ -30,6 +30,7 @@ RUN_JSON = "run.json"
 STEPS_CSV = "steps.csv"
 UTILIZATION_DIR = "utilization"
 
+CRASH_LOG = "crash.log"  # a fatal signal's Python stacks (profiler/rundir.py CrashLog)
 STEPS_COLUMNS = ["epoch", "step", "steps", "start_time_s", "input_ms", "call_ms", "other_host_ms", "step_ms", "images"]
 STEPS_INTEGER_COLUMNS = ("epoch", "step", "steps", "images")
 
@@ -299,6 +300,49 @@ def section(meta: dict, key: str) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+CRASH_LOG_MAX_BYTES = 16 << 20  # every thread's stack, a few kB each
+
+
+def ended_unrecorded(run_dir: Path, raw: dict) -> str | None:
+    """Why a run whose run.json says `running` is not running: a fatal signal (its `crash.log`), or
+    its process gone on this host (SIGKILL, the out-of-memory killer). None: it may be running,
+    or its host is another machine, or it ended as recorded."""
+    if raw.get("status") != "running":
+        return None
+    try:
+        lines = read_regular(run_dir / CRASH_LOG, CRASH_LOG_MAX_BYTES, run_dir).decode("utf-8", "replace").splitlines()
+    except RunFileError:
+        lines = []
+    if any(line.strip() for line in lines):
+        first = next(line.strip() for line in lines if line.strip())
+        return f"its process crashed ({first[:120]}; every thread's stack is in {CRASH_LOG})"
+    pid, host = raw.get("pid"), section(raw, "device").get("host")
+    if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 and host == _host_name() \
+            and not _alive(pid, raw.get("start_time_s")):
+        return (f"its process (pid {pid} on this host) is gone without recording how it ended "
+                "(killed with SIGKILL, or by the out-of-memory killer)")
+    return None
+
+
+def _host_name() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def _alive(pid: int, started) -> bool:
+    """Whether `pid` is the run's process: alive, and not a later process given the same number."""
+    import psutil
+
+    try:
+        created = psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:  # another user's process: it exists
+        return True
+    return not isinstance(started, (int, float)) or created <= started + 1.0
+
+
 @dataclass(frozen=True)
 class RunRecord:
     """run.json, read and checked once (`read_run_json`); its objects read as empty where missing
@@ -306,10 +350,12 @@ class RunRecord:
 
     path: Path
     raw: dict
+    ended_unrecorded: str | None = None  # status `running`, but the process is gone: how, where known
 
     @classmethod
     def read(cls, path: str | Path) -> RunRecord:
-        return cls(Path(path), read_run_json(path))
+        raw = read_run_json(path)
+        return cls(Path(path), raw, ended_unrecorded(Path(path).parent, raw))
 
     @property
     def status(self) -> str | None:

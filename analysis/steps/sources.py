@@ -56,7 +56,9 @@ def find_steps(inputs: RunInputs, step_name: str | None = None) -> StepSource:
                 "where compute is the time in the step call")
     if inputs.steps_table is None or inputs.steps_table.empty:
         status = inputs.run.status if inputs.run is not None else None
-        what = "no steps yet (the run is still running)" if status == "running" else \
+        lost = inputs.run.ended_unrecorded if inputs.run is not None else None
+        what = f"no steps (the run ended without recording its end: {lost})" if lost else \
+            "no steps yet (the run is still running)" if status == "running" else \
             f"no steps (no usable rows; run.json status {status!r})" if status else "no steps (no usable rows)"
         if inputs.steps_table is None:
             raise TraceError(f"{inputs.run_dir} has no profiler trace and no steps.csv")
