@@ -52,9 +52,12 @@ def test_reader_types_the_columns_and_blanks_what_is_not_a_cost(tmp_path):
                  + "step,m/conv,Conv2D,float32,matrix,8x32x32x3;3x3x3x32,8x32x32x32,14155776,1163264,tensorflow,,\n"
                  + "step,m/BiasAdd,BiasAdd,float32,vector,8x32x32x32;32,8x32x32x32,262144,2097280,tensorflow,"
                  + "14417920,1150464\n"
-                 + "step,m/x,Mystery,,weird,,,-3,inf,guessed,nan,\n"
+                 + "step,m/x,Mystery,,weird,,,-3,inf,guessed,nan,1e300\n"
                  + "step,m/cut,Conv2D,float32,matrix,,,1,2,tensorflow,,")  # no newline: cut mid-row
-    frame = read_op_costs(run)
+    with pytest.warns(RunFileWarning) as caught:
+        frame = read_op_costs(run)
+    assert [str(w.message) for w in caught] == [f"{run / OP_COSTS_CSV}: 4 FLOPs or bytes are not a number from 0 "
+                                                "to 1e+18: those ops' costs read as unknown"]
     assert list(frame.columns) == OP_COST_COLUMNS and len(frame) == 3
     assert frame.loc[0, "flops"] == 14155776.0 and frame.loc[0, "bytes"] == 1163264.0
     assert math.isnan(frame.loc[0, "chain_flops"])

@@ -39,6 +39,10 @@ SOURCE_NONE = "none"  # no arithmetic: 0 FLOPs
 SOURCE_UNKNOWN = ""  # a shape or the op's arithmetic is not known: NaN FLOPs
 FLOPS_SOURCES = (SOURCE_TENSORFLOW, SOURCE_FORMULA, SOURCE_HLO, SOURCE_NONE, SOURCE_UNKNOWN)
 
+# One op's FLOPs or bytes per execution above this is a corrupt file: a thousand seconds of today's
+# fastest device, for one op.
+OP_COST_LIMIT = 1e18
+
 SHAPE_SEPARATOR = ";"  # between the tensors of input_shapes / output_shapes
 DIMENSION_SEPARATOR = "x"  # between the dimensions of one tensor ("128x32x32x3"; "" for a scalar)
 UNKNOWN_DIMENSION = "?"
@@ -50,8 +54,8 @@ def read_op_costs(run_dir: str | Path) -> pd.DataFrame | None:
 
     A file that cannot be used (not a regular file, above the size bound, a link out of the run,
     not a CSV, a column missing) is one warning and None: the analysis goes on without costs. Text
-    columns are strings ("" when empty); number columns are floats, NaN where empty, not a number,
-    negative or infinite; a `kind` or `flops_source` devprof does not write reads as "".
+    columns are strings ("" when empty); number columns are floats, NaN where empty, and NaN with one
+    warning where not a number, negative, infinite or above `OP_COST_LIMIT`; a `kind` or `flops_source` devprof does not write reads as "".
     """
     run_dir = Path(run_dir)
     path = run_dir / OP_COSTS_CSV
@@ -78,10 +82,17 @@ def read_op_costs(run_dir: str | Path) -> pd.DataFrame | None:
         warn(f"{path}: missing columns {', '.join(missing)}: op costs skipped")
         return None
     frame = frame.loc[:, ~frame.columns.duplicated()][OP_COST_COLUMNS].copy()
+    unusable = 0
     for column in OP_COST_NUMBER_COLUMNS:
-        values = pd.to_numeric(frame[column].str.strip(), errors="coerce").to_numpy(dtype=float, copy=True)
-        values[~np.isfinite(values) | (values < 0)] = np.nan
+        text = frame[column].str.strip()
+        values = pd.to_numeric(text, errors="coerce").to_numpy(dtype=float, copy=True)
+        bad = ~np.isfinite(values) | (values < 0) | (values > OP_COST_LIMIT)
+        unusable += int((bad & (text != "").to_numpy()).sum())
+        values[bad] = np.nan
         frame[column] = values
+    if unusable:
+        warn(f"{path}: {unusable:,} FLOPs or bytes {'is' if unusable == 1 else 'are'} not a number from 0 to "
+             f"{OP_COST_LIMIT:g}: those ops' costs read as unknown")
     frame["kind"] = frame["kind"].where(frame["kind"].isin(KINDS), KIND_NONE)
     frame["flops_source"] = frame["flops_source"].where(frame["flops_source"].isin(FLOPS_SOURCES), SOURCE_UNKNOWN)
     return frame.reset_index(drop=True)
