@@ -348,6 +348,32 @@ def test_shuffled_sampler_rows_are_sorted_by_time_with_a_warning(tmp_path):
     pd.testing.assert_frame_equal(result.steps[per_step], expected.steps[per_step])
 
 
+@pytest.mark.parametrize("column, value", [("cpu_pct", 1e9), ("cpu_pct", -50.0), ("proc_cpu_pct", float("inf")),
+                                           ("proc_rss_bytes", -1.0)])
+def test_sampler_values_no_sampler_writes_read_as_empty_with_a_warning(tmp_path, capsys, column, value):
+    """A share over 100 % failed the report's own check ("internal error"); an infinite one printed
+    "inf %". Such cells read as empty, named once; the other cells and rows stand."""
+    start = 1_700_000_000.0
+    rows = [[start - 0.05 + i * 0.02, 10.0 + i, 50.0, 1e8] for i in range(8)]
+    good = small_run(tmp_path / "good", host_rows=rows)
+    bad = small_run(tmp_path / "bad", host_rows=rows)
+    host = bad / "utilization" / "host.csv"
+    frame = pd.read_csv(host)
+    frame.loc[2:4, column] = value
+    frame.to_csv(host, index=False)
+    with pytest.warns(RunFileWarning) as caught:
+        samples = run_files.read_sampler_csv(host)
+    assert [str(w.message) for w in caught] == [
+        f"{host}: values no sampler writes (a share outside 0-100 %, a negative or infinite amount) read as empty: "
+        f"{column} (3)"]
+    assert samples[column].isna().tolist() == [False, False, True, True, True, False, False, False]
+    assert samples.drop(columns=column).equals(pd.read_csv(good / "utilization" / "host.csv").drop(columns=column))
+    for command in (["analyze", bad], ["analyze", bad, "--format", "json"], ["compare", bad, good]):
+        code, out, err = devprof(capsys, *command)
+        assert code == 0 and "internal error" not in err and "inf %" not in out, err
+        assert err.count("values no sampler writes") == 1, err
+
+
 @pytest.mark.parametrize("command", ["analyze", "compare"])
 def test_an_output_extension_no_format_writes_is_refused(tmp_path, capsys, command):
     run = small_run(tmp_path / "run")

@@ -522,11 +522,42 @@ def read_sampler_csv(path: str | Path) -> pd.DataFrame:
     if not lines:
         return pd.DataFrame()
     frame, _ = _numeric_rows(path, lines)
+    frame = _plausible_samples(frame, path)
     if TIME_COLUMN in frame:
-        frame = frame.dropna(subset=[TIME_COLUMN]).reset_index(drop=True)
+        frame = frame[np.isfinite(frame[TIME_COLUMN].to_numpy(dtype=float))].reset_index(drop=True)
         if not frame[TIME_COLUMN].is_monotonic_increasing:
             warn(f"{path}: rows are not in time order: sorted by {TIME_COLUMN}")
             frame = frame.sort_values(TIME_COLUMN, kind="stable").reset_index(drop=True)
+    return frame
+
+
+_CORE_COLUMN = re.compile(r"cpu\d+_pct")
+
+
+def _plausible_samples(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """Cells no sampler writes read as empty, with one warning naming the columns: a share outside
+    0-100 % (the process tree's CPU: 100 per core), a negative or infinite amount. Left in, one
+    would be an impossible per-step figure or fail the report's own checks."""
+    cores = sum(1 for column in frame.columns if _CORE_COLUMN.fullmatch(str(column)))
+    named = []
+    for column in frame.columns:
+        if column == TIME_COLUMN or not pd.api.types.is_numeric_dtype(frame[column]):
+            continue
+        values = frame[column].to_numpy(dtype=float, copy=True)
+        if str(column).endswith("_pct"):
+            top = 100.0 * (cores or 4096) if column == "proc_cpu_pct" else 100.0
+            values[(values > top) & (values <= top * 1.005)] = top  # a rounding step over the top
+            bad = ~np.isfinite(values) | (values < 0) | (values > top)
+        else:
+            bad = ~np.isfinite(values) | ((values < 0) if column != "temp_c" else False)
+        bad &= ~np.isnan(values)
+        if bad.any():
+            named.append(f"{column} ({int(bad.sum())})")
+            values[bad] = np.nan
+        frame[column] = values
+    if named:
+        warn(f"{path}: values no sampler writes (a share outside 0-100 %, a negative or infinite amount) "
+             f"read as empty: {', '.join(named[:5])}{' and more' if len(named) > 5 else ''}")
     return frame
 
 
