@@ -22,6 +22,7 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -53,6 +54,8 @@ class ProfileOptions:
     def check(self) -> None:
         """Raise ValueError naming the first option that cannot work."""
         if self.run_name is not None:
+            if not isinstance(self.run_name, str):
+                raise TypeError(f"run_name must be a string (got {type(self.run_name).__name__} {self.run_name!r})")
             problem = check_run_name(self.run_name)
             if problem:
                 raise ValueError(in_api_terms(problem))
@@ -61,6 +64,8 @@ class ProfileOptions:
                 tracing.parse_window(self.profile_steps)
             except ValueError as exc:
                 raise ValueError(in_api_terms(str(exc))) from None
+        if self.profile and self.tracer.problem():
+            raise ValueError(self.tracer.problem())
         if self.sample:
             try:
                 samplers.validate_interval(self.sample_interval)
@@ -105,8 +110,16 @@ def profile(out: str | Path = "runs", run_name: str | None = None, *, profile_st
         tracer=tracing.TracerOptions(host_tracer_level=host_tracer_level, device_tracer_level=device_tracer_level,
                                      python_tracer_level=python_tracer_level),
         profiler_port=profiler_port, sample=sample, sample_interval=sample_interval, scalars_every=scalars_every,
-        quiet=quiet, user_config=dict(config or {}))
+        quiet=quiet, user_config=_user_config(config))
     return ProfileSession(options)
+
+
+def _user_config(config) -> dict:
+    if config is None:
+        return {}
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict of values to keep in run.json (got {type(config).__name__})")
+    return dict(config)
 
 
 class ProfileSession(Session):
@@ -174,7 +187,11 @@ class ProfileSession(Session):
         if self.path is None:
             from profiler import devices
 
-            self.path = Path(cfg.out) / (cfg.run_name or rundir.default_run_name(resolved.kind, devices.host_name()))
+            if cfg.run_name:
+                self.path = Path(cfg.out) / cfg.run_name
+            else:
+                self.default_name = rundir.default_run_name(resolved.kind, devices.host_name())
+                self.path = rundir.free_run_dir(Path(cfg.out), self.default_name)
         self._open(self._initial_meta(resolved))
         try:
             self._exits.enter_context(self._sigterm_stops_the_run(only_if_default=True))

@@ -75,7 +75,8 @@ def launch(args: argparse.Namespace, build_config: Callable[[argparse.Namespace,
         problem = capacity_problem(n, *machine_capacity())
     if problem:
         return error(problem)
-    run_name = args.run_name or rundir.default_run_name(f"cpu-{n}workers", _host())
+    run_name = args.run_name or rundir.free_run_dir(Path(args.out), rundir.default_run_name(f"cpu-{n}workers",
+                                                                                              _host())).name
     args.run_name = run_name
     job_dir = Path(args.out) / run_name
     # Every check a worker would make before training, made once here on a stand-in cluster.

@@ -78,8 +78,11 @@ class Run(Session):
         if cluster is not None:
             self.path = self.job_dir / cluster.name
         else:
-            name = cfg.run_name or rundir.default_run_name(resolved.kind, devices.host_name())
-            self.path = Path(cfg.out) / name
+            if cfg.run_name:
+                self.path = Path(cfg.out) / cfg.run_name
+            else:
+                self.default_name = rundir.default_run_name(resolved.kind, devices.host_name())
+                self.path = rundir.free_run_dir(Path(cfg.out), self.default_name)
         rundir.check_new(self.path)
         slow = devices.precision_warning(cfg.train.precision, resolved.kind,
                                          devices.cpu_flags() if resolved.kind == "cpu" else None)

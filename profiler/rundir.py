@@ -78,6 +78,29 @@ def default_run_name(device_kind: str, host: str, now: float | None = None) -> s
     return f"{stamp}-{device_kind}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', host)}"
 
 
+def free_run_dir(out: Path, name: str) -> Path:
+    """`out/name`, else `out/name-2`, `-3`, ...: a default name is stamped to the second, and runs
+    started in the same second (a loop of `profile()` sessions, a script starting two jobs) each
+    get their own folder."""
+    path, number = Path(out) / name, 1
+    while os.path.lexists(path):
+        number += 1
+        path = Path(out) / f"{name}-{number}"
+    return path
+
+
+def create_default(out: Path, name: str) -> Path:
+    """Make the first free `free_run_dir(out, name)`, even against another process taking it first."""
+    Path(out).mkdir(parents=True, exist_ok=True)
+    while True:
+        path = free_run_dir(out, name)
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+
+
 def check_new(path: Path) -> None:
     if path.exists():
         raise RunExistsError(f"run directory {path} already exists; runs are never overwritten "

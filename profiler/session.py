@@ -51,6 +51,7 @@ class Session:
         self.window: tracing.ProfileWindow | None = None
         self.samplers = None
         self.reserve: rundir.Reserve | None = None
+        self.default_name: str | None = None  # the run's name was not given: `<time>-<device>-<host>`
         self.crash_log: rundir.CrashLog | None = None
         self.write_errors: list[str] = []  # files that could not be written from other threads
         self._to_close: list | None = None
@@ -99,8 +100,12 @@ class Session:
             rundir.check_new(Path(cfg.out) / cfg.run_name)
 
     def _open(self, meta: dict) -> None:
-        """Make the run directory (never an existing one), set space aside, write run.json."""
-        rundir.create(self.path)
+        """Make the run directory (never an existing one; a default name taken meanwhile gets the next
+        free suffix), set space aside, write run.json."""
+        if self.default_name:
+            self.path = rundir.create_default(self.path.parent, self.default_name)
+        else:
+            rundir.create(self.path)
         self.reserve = rundir.Reserve(self.path)
         self.crash_log = rundir.CrashLog(self.path)
         self.meta = meta

@@ -27,9 +27,21 @@ class TracerOptions:
     device_tracer_level: int = 1
     python_tracer_level: int = 0
 
+    LEVELS = {"host_tracer_level": (0, 1, 2, 3), "device_tracer_level": (0, 1), "python_tracer_level": (0, 1)}
+
+    def problem(self) -> str | None:
+        """Why TensorFlow's profiler would not take these levels (it ignores what it does not know), or None."""
+        for name, allowed in self.LEVELS.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or value not in allowed:
+                return f"{name} must be one of {', '.join(map(str, allowed))} (got {value!r})"
+        return None
+
 
 def parse_window(text: str) -> tuple[int, int]:
     """`START:STOP` in global steps, STOP exclusive."""
+    if not isinstance(text, str):
+        raise ValueError(f"--profile-steps wants START:STOP (e.g. 5:15), got {type(text).__name__} {text!r}")
     try:
         start_text, stop_text = text.split(":")
         start, stop = int(start_text), int(stop_text)

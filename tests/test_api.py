@@ -56,11 +56,30 @@ def test_profile_options_are_checked_before_anything_is_written(tmp_path):
     for kwargs, message in ((dict(run_name="a/b"), "run_name 'a/b' contains '/'"),
                             (dict(profile_steps="9:3"), "profile_steps 9:3: need 0 <= START < STOP"),
                             (dict(sample_interval=0.001), "sample_interval"),
-                            (dict(profiler_port=70000), "profiler_port must be a port number")):
+                            (dict(profiler_port=70000), "profiler_port must be a port number"),
+                            (dict(profile_steps=(1, 5)), r"profile_steps wants START:STOP \(e.g. 5:15\), got tuple"),
+                            (dict(host_tracer_level=9), r"host_tracer_level must be one of 0, 1, 2, 3 \(got 9\)"),
+                            (dict(python_tracer_level="yes"), "python_tracer_level must be one of 0, 1")):
         with pytest.raises(ValueError, match=message):
             with profiler.profile(tmp_path / "runs", **kwargs):
                 pass
+    for kwargs, message in ((dict(run_name=5), r"run_name must be a string \(got int 5\)"),
+                            (dict(config=["lr", 0.1]), r"config must be a dict .* \(got list\)")):
+        with pytest.raises(TypeError, match=message):
+            with profiler.profile(tmp_path / "runs", **kwargs):
+                pass
     assert not (tmp_path / "runs").exists()
+
+
+def test_default_run_names_taken_in_the_same_second_get_the_next_suffix(tmp_path):
+    from profiler import rundir
+
+    name = rundir.default_run_name("cpu", "host", now=1_700_000_000)
+    assert rundir.free_run_dir(tmp_path, name) == tmp_path / name
+    made = [rundir.create_default(tmp_path, name) for _ in range(3)]
+    assert [p.name for p in made] == [name, f"{name}-2", f"{name}-3"] and all(p.is_dir() for p in made)
+    (tmp_path / f"{name}-4").symlink_to(tmp_path / "nowhere")  # a dangling link takes its name too
+    assert rundir.create_default(tmp_path, name).name == f"{name}-5"
 
 
 @pytest.mark.parametrize("args, message", [

@@ -262,3 +262,14 @@ with profiler.profile({str(tmp_path)!r}, run_name="crash", profile=False, sample
     assert "still running" not in out
     if says is not None:
         assert "the run ended without recording its end (run.json status 'running'): " in out and says in out, out
+
+
+@pytest.mark.slow
+def test_sessions_started_in_the_same_second_without_a_name_each_get_a_folder(tmp_path):
+    """Default names are stamped to the second; a loop of short sessions raised RunExistsError."""
+    for _ in range(3):
+        with profiler.profile(tmp_path, profile=False, sample=False, quiet=True) as session:
+            with session.step(images=1):
+                pass
+    folders = sorted(tmp_path.iterdir())
+    assert len(folders) == 3 and all(read_meta(folder)["status"] == "complete" for folder in folders), folders

@@ -69,7 +69,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "the job")
     g = run.add_argument_group("output")
     g.add_argument("--out", metavar="DIR", default="runs", help="folder the run directory goes into")
-    g.add_argument("--run-name", default=None, help="run folder name (default: <time>-<device>-<host>)")
+    g.add_argument("--run-name", default=None, help="run folder name (default: <time>-<device>-<host>, with -2, -3, ... when taken)")
     g.add_argument("--quiet", action="store_true", help="no progress output")
     g.add_argument("--scalars-every", type=int, default=10, help="write step scalars every N steps")
     g = run.add_argument_group("profiler")
