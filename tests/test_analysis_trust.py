@@ -245,6 +245,17 @@ def test_a_worker_slowed_by_other_processes_is_a_contention_straggler():
     # A quiet machine: less CPU is not contention.
     straggler, _ = straggler_rule.find_straggler(pd.DataFrame(busy), other_cpu_pct=2.0)
     assert straggler["cause"] == "compute"
+    # A worker waiting 40 ms a step for its data uses less CPU on a busy machine too: its compute is
+    # the others', so the cause is its input (a two-worker job with injected input read contention).
+    waiting = [row(0, 100.0, 40.0, part="input", cpu=160.0), row(1, 140.0, part="input", cpu=110.0)]
+    straggler, _ = straggler_rule.find_straggler(pd.DataFrame(waiting), other_cpu_pct=45.0)
+    assert straggler["worker"] == 1 and straggler["cause"] == "input", straggler
+    # ... unless its compute, which needs the CPU, is slow as well: then it was starved.
+    starved = pd.DataFrame(waiting)
+    starved.loc[1, "compute_ms"] += 20.0
+    starved.loc[1, "step_ms"] += 20.0
+    straggler, _ = straggler_rule.find_straggler(starved, other_cpu_pct=45.0)
+    assert straggler["worker"] == 1 and straggler["cause"] == "contention", straggler
 
 
 def test_too_few_steps_to_tell_is_said_plainly():

@@ -8,7 +8,8 @@ than `STRAGGLER_EXCESS` of their step and more than `NOISE_FACTOR` times that pa
 machine makes compute swing in every worker; injected or real extra work is there in every
 step). Its cause is that part, or
 `contention` when other processes loaded the machine and the straggler's process got less
-CPU than the others: it was slowed, not given more work. Hosts that share no collective
+CPU than the others: it was slowed, not given more work (for an input straggler, only when its
+compute is slow too: a worker waiting for data uses less CPU on any machine). Hosts that share no collective
 are independent and have no straggler; too few steps to tell is said, not guessed.
 """
 
@@ -93,9 +94,9 @@ def find_straggler(frame: pd.DataFrame, other_cpu_pct: float = math.nan) -> tupl
     name = frame.at[best, "worker"]
     detail = (f"its {part} is {frame.at[best, f'{part}_ms']:.1f} ms vs a median {others[f'{part}_ms'].median():.1f} ms")
     cause = part
-    cpu = frame["proc_cpu_mean_pct"] if "proc_cpu_mean_pct" in frame else pd.Series(math.nan, index=frame.index)
+    cpu = _process_cpu(frame)
     others_cpu = float(cpu.drop(best).median())
-    if other_cpu_pct >= CONTENTION_OTHER_CPU_PCT and cpu[best] < (1 - CONTENTION_CPU_SHORTFALL) * others_cpu:
+    if _slowed_by_load(frame, best, part, other_cpu_pct):
         cause = CONTENTION
         detail = (f"other processes took {other_cpu_pct:.0f} % of the machine's CPU and its process got "
                   f"{cpu[best]:.0f} % CPU against the others' {others_cpu:.0f} %: it was slowed by the load, not "
@@ -108,6 +109,27 @@ def find_straggler(frame: pd.DataFrame, other_cpu_pct: float = math.nan) -> tupl
     return {"worker": frame["worker"].tolist()[best], "cause": cause, "evidence": evidence}, None
 
 
+def _process_cpu(frame: pd.DataFrame) -> pd.Series:
+    return frame["proc_cpu_mean_pct"] if "proc_cpu_mean_pct" in frame else pd.Series(math.nan, index=frame.index)
+
+
+def _slowed_by_load(frame: pd.DataFrame, i, part: str, other_cpu_pct: float) -> bool:
+    """Whether worker `i`, slow by `part`, was slowed by other processes: the machine was loaded and its
+    process got less CPU than the others'. A worker waiting for its data uses less CPU on any machine,
+    so an input straggler was starved only if the part that needs the CPU, its compute, is slow too."""
+    cpu = _process_cpu(frame)
+    if not (other_cpu_pct >= CONTENTION_OTHER_CPU_PCT and
+            cpu[i] < (1 - CONTENTION_CPU_SHORTFALL) * float(cpu.drop(i).median())):
+        return False
+    if part != "input":
+        return True
+    others = frame.drop(i)
+    median = float((others["step_ms"] - others["collective_ms"]).median())
+    compute_excess = float(frame.at[i, "compute_ms"] - others["compute_ms"].median())
+    noise = float(frame["compute_noise_ms"].median()) if "compute_noise_ms" in frame else 0.0
+    return compute_excess > max(STRAGGLER_EXCESS * median, NOISE_FACTOR * (noise if noise == noise else 0.0))
+
+
 SLOWEST_SHOWN = 10  # workers a report names by score; JSON and workers.csv hold every worker
 
 
@@ -118,15 +140,13 @@ def slowest_workers(frame: pd.DataFrame, k: int = SLOWEST_SHOWN, other_cpu_pct: 
     if len(frame) < 2 or "straggler_score" not in frame:
         return []
     frame = frame.reset_index(drop=True)
-    cpu = frame["proc_cpu_mean_pct"] if "proc_cpu_mean_pct" in frame else pd.Series(math.nan, index=frame.index)
     out = []
     for i in frame["straggler_score"].sort_values(ascending=False, kind="stable").index[:k]:
         others = frame.drop(i)
         excess = {part: float(frame.at[i, f"{part}_ms"] - others[f"{part}_ms"].median()) for part in CAUSES}
         part = max(excess, key=lambda p: excess[p])
         cause: str | None = part if excess[part] > 0 else None
-        if cause and other_cpu_pct >= CONTENTION_OTHER_CPU_PCT and \
-                cpu[i] < (1 - CONTENTION_CPU_SHORTFALL) * float(cpu.drop(i).median()):
+        if cause and _slowed_by_load(frame, i, part, other_cpu_pct):
             cause = CONTENTION
         score = frame.at[i, "straggler_score"]
         out.append({"worker": frame["worker"].tolist()[i], "straggler_score": None if score != score else float(score),
