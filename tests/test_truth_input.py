@@ -258,7 +258,18 @@ def test_keras_run_eagerly_is_named(tmp_path):
     result = analyze(trace).to_json()
     eager = result["eager"]
     assert eager["op_time_pct"] == 100.0, eager
-    assert {op["op"] for op in eager["ops"]} & {"MatMul", "Sub", "Pow", "Mul", "ReadVariableOp", "AddV2"}, eager
+    # The heaviest ops are ops the trace ran eagerly (read here from the raw XSpace), heaviest first;
+    # which of the step's many small ops are heaviest depends on the machine's load, so no names.
+    space = _xspace_class()()
+    space.ParseFromString(trace.read_bytes())
+    ran = {m.name.removeprefix("EagerLocalExecute: ") for plane in space.planes
+           for m in plane.event_metadata.values() if m.name.startswith("EagerLocalExecute: ")}
+    assert {"MatMul", "ReadVariableOp"} <= ran, ran  # the Dense layers ran op by op
+    listed = [op["op"] for op in eager["ops"]]
+    assert len(listed) == 3 and set(listed) <= ran and not any(name.startswith("__inference") for name in listed), \
+        (listed, ran)
+    times = [op["ms_per_step"] for op in eager["ops"]]
+    assert times == sorted(times, reverse=True) and 0 < sum(times) <= eager["ms_per_step"], eager
     assert "eager_execution" in [f["rule"] for f in result["findings"]]
 
 
