@@ -111,7 +111,8 @@ def test_custom_loop_input_wait_is_found_by_markers_against_a_control_run(tmp_pa
     added = slow["mean"]["input_ms"] - control["mean"]["input_ms"]
     assert abs(added - INPUT_DELAY_MS) <= max(0.25 * INPUT_DELAY_MS, 3.0), (added, slow["mean"], control["mean"])
     assert slow["verdict"]["bound"] == "input"
-    assert control["verdict"]["bound"] != "input", control["verdict"]
+    # the control's own fetch is a small part (a loaded machine can still push it past the verdict's 5 %)
+    assert control["mean"]["input_ms"] < 0.25 * INPUT_DELAY_MS, control["mean"]
 
 
 @pytest.mark.slow

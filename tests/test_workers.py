@@ -42,7 +42,7 @@ def devprof(*args: str, **kwargs) -> subprocess.Popen:
 def run_job(out: Path, name: str, *args: str) -> tuple[Path, str, str]:
     proc = devprof("run", "--workers", "2", *TINY, "--epochs", "1", "--profile-steps", "4:20",
                    "--out", out, "--run-name", name, *args)
-    stdout, stderr = proc.communicate(timeout=240)
+    stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 0, (stdout, stderr)
     return out / name, stdout, stderr
 
@@ -57,7 +57,7 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def wait_for_steps(csv: Path, rows: int, proc: subprocess.Popen, timeout: float = 150.0) -> None:
+def wait_for_steps(csv: Path, rows: int, proc: subprocess.Popen, timeout: float = 600.0) -> None:
     began = time.monotonic()
     while time.monotonic() - began < timeout:
         assert proc.poll() is None, proc.communicate()
@@ -106,7 +106,11 @@ def test_two_workers_write_a_job_of_two_complete_run_directories(host_straggler_
         assert (worker / "utilization" / "host.csv").is_file()
         assert wmeta["epochs"][0]["images"] == 400
     # One job, one progress: the chief's epoch line once, no worker output on the console.
-    assert stdout.count("Epoch 1/1") == 1 and stdout.count("20/20 - ") == 1, stdout
+    # (a pipe gets a progress line "Epoch 1/1 - step k/20" every 30 s of a slow epoch as well)
+    lines = stdout.splitlines()
+    assert lines.count("Epoch 1/1") == 1 and stdout.count("20/20 - ") == 1, stdout
+    assert all(re.fullmatch(r"Epoch 1/1 - step (1?[0-9])/20", line) for line in lines
+               if line.startswith("Epoch 1/1 - ")), stdout
     assert stdout.strip().splitlines()[-1] == f"run directory: {job}"
     assert "Traceback" not in stdout + stderr and "error" not in stderr, stderr
 
@@ -152,7 +156,7 @@ def test_a_killed_worker_stops_the_job_and_every_run_directory_says_how_it_ended
     os.kill(victim, signal.SIGKILL)
     recorded = len(run_files.read_steps_csv(job / "worker-0" / "steps.csv"))
     killed_at = time.monotonic()
-    stdout, stderr = proc.communicate(timeout=120)
+    stdout, stderr = proc.communicate(timeout=300)
     took = time.monotonic() - killed_at
     assert proc.returncode == 1, (stdout, stderr)
     assert took < 60, f"the job took {took:.0f} s to stop"
@@ -204,7 +208,7 @@ def test_capture_takes_every_worker_into_one_session(tmp_path):
         out = tmp_path / "captures"
         capture = devprof("capture", f"grpc://127.0.0.1:{port},grpc://127.0.0.1:{port + 1}", "--duration-ms", "800",
                           "--out", out)
-        stdout, stderr = capture.communicate(timeout=120)
+        stdout, stderr = capture.communicate(timeout=300)
         assert capture.returncode == 0, (stdout, stderr)
         session = tracing.newest_xplane(out).parent
         assert sorted(p.name for p in session.glob("*.xplane.pb")) == [f"127.0.0.1_{port}.xplane.pb",
