@@ -271,6 +271,10 @@ def test_xla_ops_take_their_own_programs_hlo_costs_and_the_stated_bandwidth(tmp_
 
 @pytest.mark.parametrize("flags, says", [
     (["--peak-tflops", "fast"], "error: --peak-tflops 'fast': 'fast' is not a number"),
+    (["--peak-tflops", "1e30"], "error: --peak-tflops '1e30': 1e30 TFLOP/s is above the 1,000,000 TFLOP/s"),
+    (["--peak-tflops", "float32=1,float32=2"], "error: --peak-tflops 'float32=1,float32=2': float32 is given twice"),
+    (["--peak-tflops", "1,2"], "one number for every dtype is given twice"),
+    (["--peak-tflops", "bf16=1307"], "error: --peak-tflops 'bf16=1307': 'bf16' is not a dtype"),
     (["--peak-file", "{missing}"], "error: --peak-file {missing}: cannot read it"),
     (["--peak-file", "{notpeak}"], "not a devprof peak result"),
     (["--peak-file", "{absurd}"], "error: --peak-file {absurd}: no usable peak"),

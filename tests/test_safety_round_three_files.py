@@ -128,6 +128,95 @@ def test_output_named_by_a_link_replaces_the_link_not_its_target(tmp_path, capsy
     assert victim.read_text() == "keep me" and not (tmp_path / "report.md").is_symlink()
 
 
+def _read_fifo_in_a_thread(fifo: Path) -> dict:
+    """A reader at the other end of `fifo`, as a shell's `>(...)` or `| cat` would be."""
+    got: dict = {}
+
+    def read():
+        with open(fifo, "rb") as stream:
+            got["bytes"] = stream.read()
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    got["thread"] = thread
+    return got
+
+
+@pytest.mark.parametrize("argv, starts", [
+    (["analyze", "RUN", "--format", "json", "-o", "OUT"], b"{"),
+    (["compare", "RUN", "--format", "markdown", "-o", "OUT"], b"#"),
+    (["compare", "RUN", "--plot", "OUT"], b"\x89PNG"),
+], ids=["analyze-o", "compare-o", "compare-plot"])
+def test_an_output_named_as_a_fifo_or_device_is_written_into_not_replaced(tmp_path, capsys, argv, starts):
+    """-o /dev/null, -o /dev/stdout or -o >(gzip > f) name a stream: renaming a file over it (the
+    atomic write regular files get) would replace /dev/null itself for every program on the machine."""
+    run = small_run(tmp_path / "run")
+    fifo = tmp_path / "out"
+    os.mkfifo(fifo)
+    reader = _read_fifo_in_a_thread(fifo)
+    code, _, err = devprof(capsys, *[run if a == "RUN" else fifo if a == "OUT" else a for a in argv])
+    reader["thread"].join(HANG_LIMIT_S)
+    assert code == 0, err
+    assert fifo.is_fifo(), "the FIFO was replaced by a file"
+    assert reader["bytes"].startswith(starts)
+    assert not list(tmp_path.glob("out.png")) and not list(tmp_path.glob(".out*")), "nothing is written beside it"
+
+
+def test_an_output_linked_to_a_fifo_is_written_into_and_a_block_device_never(tmp_path, capsys):
+    run = small_run(tmp_path / "run")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    (tmp_path / "stdout").symlink_to(fifo)  # as /dev/stdout links to the process's pipe
+    reader = _read_fifo_in_a_thread(fifo)
+    code, _, err = devprof(capsys, "analyze", run, "--format", "json", "-o", tmp_path / "stdout")
+    reader["thread"].join(HANG_LIMIT_S)
+    assert code == 0, err
+    assert json.loads(reader["bytes"])["step_source"] and (tmp_path / "stdout").is_symlink()
+    block = next((p for p in Path("/dev").glob("loop*") if p.is_block_device()), None)
+    if block is not None:  # where the machine has one: the check runs before anything is opened
+        code, _, err = devprof(capsys, "compare", run, "--plot", block)
+        assert code == 2 and error_line(err).endswith("a block device, not written")
+
+
+def test_a_plot_named_with_another_extension_is_refused(tmp_path, capsys):
+    run = small_run(tmp_path / "run")
+    code, _, err = devprof(capsys, "compare", run, "--plot", tmp_path / "chart.txt")
+    assert code == 2 and "the chart is a PNG; name it" in error_line(err)
+    assert not (tmp_path / "chart.txt").exists()
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "folder"])
+def test_files_named_on_the_command_line_that_are_no_regular_files_are_errors_not_hangs(tmp_path, capsys, kind):
+    """--external and --peak-file are read like the run's own files: regular files only, never a
+    device read without end nor a FIFO waited on."""
+    path = tmp_path / "given"
+    if kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    run = small_run(tmp_path / "run")
+    for argv in (["compare", "--external", path], ["analyze", run, "--peak-file", path]):
+        code, _, err = devprof(capsys, *argv)
+        assert code == 2, err
+        line = error_line(err)
+        assert str(path) in line and ("not a regular file" in line or "a folder" in line), line
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("input>0.001,input>99", "input is given twice"),
+    ("input>101", "'input>101': a share of step time is at most 100 %"),
+])
+def test_a_fail_on_limit_that_could_not_mean_what_it_says_is_a_usage_error(tmp_path, capsys, spec, says):
+    """Two limits for one part left the last silently in force; a limit above 100 % never trips."""
+    run = small_run(tmp_path / "run")
+    code, _, err = devprof(capsys, "analyze", run, "--fail-on", spec)
+    assert code == 2 and error_line(err).startswith("error: --fail-on: ") and says in error_line(err)
+    code, _, _ = devprof(capsys, "analyze", run, "--fail-on", "input>0.001")  # the same run trips one limit
+    assert code == 3
+
+
 # ---------------------------------------------------------------- 3. only regular files are read, within a bound
 
 

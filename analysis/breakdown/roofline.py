@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from analysis.read.run_files import PEAK_FLOPS_LIMIT
+
 ROOFLINE_COLUMNS = ["program", "dtype", "kind", "kernel", "flops_per_step", "bytes_per_step", "flops_per_second",
                     "bytes_per_second", "intensity", "bound", "ceiling_pct"]
 ANY_DTYPE = "*"
@@ -108,8 +110,21 @@ def parse_peak_tflops(text: str) -> dict[str, float]:
                              "bfloat16=1307,float32=163)") from None
         if not math.isfinite(number) or number <= 0:
             raise ValueError(f"--peak-tflops {text!r}: a peak must be a positive number of TFLOP/s")
-        out[dtype.strip() or ANY_DTYPE] = number * 1e12
+        if number * 1e12 > PEAK_FLOPS_LIMIT:
+            raise ValueError(f"--peak-tflops {text!r}: {value.strip()} TFLOP/s is above the {PEAK_FLOPS_LIMIT / 1e12:,.0f} TFLOP/s "
+                             "devprof takes from any device")
+        dtype = dtype.strip() or ANY_DTYPE
+        if dtype != ANY_DTYPE and not _DTYPE_NAME.match(dtype):
+            raise ValueError(f"--peak-tflops {text!r}: {dtype!r} is not a dtype (e.g. float32, bfloat16, float16)")
+        if dtype in out:
+            raise ValueError(f"--peak-tflops {text!r}: " + ("one number for every dtype is given twice"
+                                                            if dtype == ANY_DTYPE else f"{dtype} is given twice"))
+        out[dtype] = number * 1e12
     return out
+
+
+# float32, bfloat16, float8_e4m3fn, int8, complex64, bool: the names TensorFlow and XLA's converted names use
+_DTYPE_NAME = re.compile(r"^(?:b?float\d+(?:_\w+)?|u?int\d+|complex\d+|bool)$")
 
 
 def ceilings_from_tflops(peaks: dict[str, float]) -> Ceilings:

@@ -34,7 +34,7 @@ def chart_data(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return data, ("ms per image" if per_image else "seconds per epoch")
 
 
-def plot_compare(table: pd.DataFrame, path: str | Path) -> Path:
+def plot_compare(table: pd.DataFrame, path: str | Path, named: bool = False) -> Path:
     """Horizontal bars per run, stacked input / compute / collective / host overhead (+ epoch-level), in the unit of
     `chart_data`. External rows have no breakdown and are drawn as one hatched bar."""
     data, unit = chart_data(table)
@@ -62,4 +62,4 @@ def plot_compare(table: pd.DataFrame, path: str | Path) -> Path:
     ax.set_title("Seconds per epoch by device" if unit == "seconds per epoch"
                  else "Milliseconds per image by device (runs train different numbers of images per epoch)")
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="x-small")
-    return plots.save(fig, path)
+    return plots.save(fig, path, named)

@@ -39,7 +39,12 @@ def parse_limits(spec: str) -> dict[str, float]:
         match = LIMIT_RE.match(part)
         if not match:
             raise ValueError(f"{part.strip()!r} is not PART>PCT (PART: input, compute, host, collective)")
-        limits[match.group(1)] = float(match.group(2))
+        part_name, limit = match.group(1), float(match.group(2))
+        if part_name in limits:
+            raise ValueError(f"{part_name} is given twice ({spec!r}): give each part one limit")
+        if limit > 100:
+            raise ValueError(f"{part.strip()!r}: a share of step time is at most 100 %, so this limit never trips")
+        limits[part_name] = limit
     return limits
 
 

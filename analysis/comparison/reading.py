@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,10 +93,14 @@ def _not_used(exc: Exception) -> str:
 def read_external(path: str | Path) -> pd.DataFrame:
     """A CSV of timings measured elsewhere: `device,seconds_per_epoch[,batch_size,images,notes]`."""
     path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        raise CompareError(f"external results file {path} not found")
     try:
-        frame = pd.read_csv(path, dtype={"device": str, "notes": str}, skipinitialspace=True)
-    except FileNotFoundError:
-        raise CompareError(f"external results file {path} not found") from None
+        raw = run_files.read_regular(path, run_files.CSV_MAX_BYTES)
+    except run_files.RunFileError as exc:
+        raise CompareError(str(exc)) from None
+    try:
+        frame = pd.read_csv(io.BytesIO(raw), dtype={"device": str, "notes": str}, skipinitialspace=True)
     except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise CompareError(f"{path}: not a CSV of external results ({str(exc).splitlines()[0]})") from None
     return validate_external(frame, str(path))

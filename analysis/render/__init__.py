@@ -85,4 +85,4 @@ class Rendered:
         """The self-contained HTML report, written to `path` atomically (temporary file, then rename)."""
         from analysis.render import outputs
 
-        return outputs.write_text_atomically(Path(path), renderer("html", self.KIND)(self))
+        return outputs.write_text_atomically(Path(path), renderer("html", self.KIND)(self), named=True)

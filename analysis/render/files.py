@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -32,9 +33,29 @@ def _umask() -> int:
     return mask
 
 
-def write_text_atomically(path: Path, text: str) -> Path:
+def is_stream(path: Path) -> bool:
+    """Whether `path` (links followed) is a terminal, /dev/null, a FIFO or a pipe (a shell's `>(...)`):
+    an output the user named there is written into, as a shell's `>` would; renaming a file over it
+    would replace /dev/null itself. A block device or a socket is an OSError: never written."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    if stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        kind = "a block device" if stat.S_ISBLK(mode) else "a socket"
+        raise OSError(f"{kind}, not written")
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def write_text_atomically(path: Path, text: str, named: bool = False) -> Path:
+    """`text` in `path`, complete or not at all. `named`: the user chose `path` (-o), so a terminal,
+    /dev/null or a FIFO there is written into (`is_stream`); a run's own files never are."""
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, f"{path} is a folder", str(path))
+    if named and is_stream(path):
+        with open(path, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        return path
     tmp = temporary_path(path)
     try:
         tmp.write_text(text, encoding="utf-8")

@@ -134,7 +134,7 @@ def handle(args: argparse.Namespace) -> int:
 
         try:
             output.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomically(output, text)
+            write_text_atomically(output, text, named=True)
         except OSError as exc:
             return error(f"cannot write {output}: {exc.strerror or exc}", code=EXIT_FAILURE)
         print(f"wrote {output}", file=sys.stderr)

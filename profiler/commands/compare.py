@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from analysis.render import format_for_path, format_of_output, formats_for
+from analysis.render.files import is_stream
 from profiler.commands.common import (
     EXIT_OK,
     EXIT_REGRESSION,
@@ -83,11 +84,18 @@ def handle(args: argparse.Namespace) -> int:
     output = Path(args.output) if args.output else None
     if args.format is None:
         args.format = format_for_path(output, "comparison") if output is not None else "text"
-    plot = Path(args.plot) if args.plot else (output.with_suffix(".png") if output is not None else None)
+    try:
+        # beside a file, not beside /dev/null or a pipe (no /dev/null.png)
+        plot = Path(args.plot) if args.plot else (output.with_suffix(".png") if output is not None
+                                                   and not is_stream(output) else None)
+        if plot is not None and plot.suffix.lower() not in ("", ".png") and not is_stream(plot):
+            return error(f"--plot {plot}: the chart is a PNG; name it {plot.with_suffix('.png')}")
+    except OSError as exc:
+        return error(f"cannot write {args.plot or args.output}: {exc}")
     if plot is not None:
         try:
             plot.parent.mkdir(parents=True, exist_ok=True)
-            compare.plot_compare(table, plot)
+            compare.plot_compare(table, plot, named=True)
         except OSError as exc:
             return error(f"cannot write the chart to {plot}: {exc}")
     text = dataclasses.replace(result, plot_name=plot.name if plot is not None else None).render(args.format)
@@ -96,7 +104,7 @@ def handle(args: argparse.Namespace) -> int:
             from analysis.render.outputs import write_text_atomically
 
             output.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomically(output, text)
+            write_text_atomically(output, text, named=True)
         except OSError as exc:
             return error(f"cannot write {output}: {exc}")
         print(f"wrote {output}" + (f" and {plot}" if plot is not None else ""), file=sys.stderr)
