@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import os
 import re
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -134,7 +135,10 @@ def analyze(path: str | Path, step_name: str | None = None, processes: int | Non
     one task per worker that sends back that worker's summary, never its events. `peak` gives the
     roofline's ceilings (`roofline.ceilings_from_peak`, `ceilings_from_tflops`) over the run's own."""
     check_step_name(step_name)
-    path = Path(path)
+    path = checked_path(path, "path")
+    if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int) or processes < 1):
+        raise (ValueError if isinstance(processes, int) and not isinstance(processes, bool) else TypeError)(
+            f"processes must be a whole number of processes, 1 or more (or None: devprof picks), got {processes!r}")
     workers = run_files.worker_dirs(path) if path.is_dir() else []
     if workers and not (path / run_files.STEPS_CSV).is_file():
         return _analyze_job(path, workers, step_name, processes, executor, peak)
@@ -263,10 +267,20 @@ def _with_chief(paths: list[Path], results: list[Summarised], step_name: str | N
     return results
 
 
+def checked_path(path, name: str) -> Path:
+    """`path` as a Path; a TypeError naming the argument when it is no str or os.PathLike of one
+    (None, bytes, a number) instead of the error a Path raises about itself."""
+    if isinstance(path, str) or (isinstance(path, os.PathLike) and isinstance(os.fspath(path), str)):
+        return Path(path)
+    raise TypeError(f"{name} must be a path (str or pathlib.Path), got {type(path).__name__} {path!r}"[:200])
+
+
 def check_step_name(step_name: str | None) -> None:
     """A ValueError naming `step_name` when it is not a regular expression (re.error is not one)."""
     if step_name is None:
         return
+    if not isinstance(step_name, str):
+        raise TypeError(f"step_name must be a regular expression (str) or None, got {type(step_name).__name__}")
     try:
         re.compile(step_name)
     except (re.error, TypeError) as exc:
@@ -276,7 +290,7 @@ def check_step_name(step_name: str | None) -> None:
 def analyze_worker(path: str | Path, step_name: str | None = None, peak: roofline.Ceilings | None = None) -> Analysis:
     """One trace file or run directory, on its own (pure: reads files, returns the result)."""
     check_step_name(step_name)
-    return analyze_inputs(read_inputs(path), step_name, peak)
+    return analyze_inputs(read_inputs(checked_path(path, "path")), step_name, peak)
 
 
 def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofline.Ceilings | None = None) -> Analysis:

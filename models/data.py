@@ -97,6 +97,16 @@ def _check_labels(labels: np.ndarray, name: str) -> np.ndarray:
     return labels.astype(np.int32)
 
 
+def _check_regular(path: Path) -> None:
+    """A batch file that is missing, or a FIFO or device in its place (never read: it could block or
+    not end), is a DataError saying which."""
+    if path.is_file():
+        return
+    if not path.exists():
+        raise DataError(f"{path}: missing CIFAR-10 batch file")
+    raise DataError(f"{path}: {'a folder' if path.is_dir() else 'a FIFO or device'}, not a CIFAR-10 batch file; not read")
+
+
 def _check_batch_size(size: int, name: str) -> None:
     if size > MAX_BATCH_BYTES:
         raise DataError(f"{name}: declares {size:,} bytes, more than a CIFAR-10 batch file has "
@@ -106,8 +116,7 @@ def _check_batch_size(size: int, name: str) -> None:
 def _read_py_folder(folder: Path):
     def read(name):
         path = folder / name
-        if not path.is_file():
-            raise DataError(f"{path}: missing CIFAR-10 batch file")
+        _check_regular(path)
         _check_batch_size(path.stat().st_size, str(path))
         return _load_py_batch(path.read_bytes(), str(path))
 
@@ -138,8 +147,7 @@ def _read_py_tar(path: Path):
 # ---------------------------------------------------------------- CIFAR-10, binary version
 
 def _read_bin_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    if not path.is_file():
-        raise DataError(f"{path}: missing CIFAR-10 batch file")
+    _check_regular(path)
     _check_batch_size(path.stat().st_size, str(path))
     raw = np.fromfile(path, dtype=np.uint8)
     record = 1 + IMAGE_BYTES

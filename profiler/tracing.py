@@ -4,6 +4,7 @@ on-demand profiler server and capture. A profiler failure is a warning, never fa
 from __future__ import annotations
 
 import errno
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -372,12 +373,16 @@ def start_server(port: int) -> None:
     tf.profiler.experimental.server.start(port)
 
 
+# A name or IPv4 address, or an IPv6 one in brackets (gRPC reads "::1:9012" some other way).
+_HOST = re.compile(r"^(?:[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+(?:%[A-Za-z0-9_.-]+)?\])$")
+
+
 def parse_service_addresses(text: str) -> list[str]:
     """`grpc://HOST:PORT[,grpc://HOST:PORT...]` -> ["grpc://HOST:PORT", ...]; raises ValueError."""
     parts = [part.strip() for part in text.split(",")]
     for part in parts:
         host, sep, port = part.removeprefix("grpc://").rpartition(":")
-        if not part.startswith("grpc://") or not sep or not host or not port.isdigit():
+        if not part.startswith("grpc://") or not sep or not _HOST.match(host) or not port.isdigit():
             raise ValueError(f"capture wants grpc://HOST:PORT (several: grpc://HOST1:PORT1,grpc://HOST2:PORT2), "
                              f"got {part!r}" if part else f"capture wants grpc://HOST:PORT, got {text!r}")
         if not 1 <= int(port) <= 65535:

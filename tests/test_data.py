@@ -263,6 +263,20 @@ def test_missing_batch_file_is_named(tmp_path, batches):
         data.load_cifar10(tmp_path)
 
 
+@pytest.mark.parametrize("layout", ["py", "bin"])
+def test_a_batch_file_that_is_a_fifo_is_named_as_such_not_as_missing(tmp_path, batches, layout):
+    if layout == "py":
+        folder = write_py_folder(tmp_path / data.PY_FOLDER, batches)
+        name = "data_batch_4"
+    else:
+        folder = write_bin_folder(tmp_path / data.BIN_FOLDER, batches)
+        name = "data_batch_4.bin"
+    (folder / name).unlink()
+    os.mkfifo(folder / name)
+    with pytest.raises(DataError, match=f"{name}: a FIFO or device, not a CIFAR-10 batch file; not read"):
+        data.load_cifar10(tmp_path)
+
+
 # ---------------------------------------------------------------- unsafe and broken files
 
 

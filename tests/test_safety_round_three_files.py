@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import warnings
 from pathlib import Path
@@ -215,6 +216,29 @@ def test_a_fail_on_limit_that_could_not_mean_what_it_says_is_a_usage_error(tmp_p
     assert code == 2 and error_line(err).startswith("error: --fail-on: ") and says in error_line(err)
     code, _, _ = devprof(capsys, "analyze", run, "--fail-on", "input>0.001")  # the same run trips one limit
     assert code == 3
+
+
+@pytest.mark.parametrize("call, error, says", [
+    (lambda run: analysis.analyze(run, processes=0), ValueError, "processes must be a whole number"),
+    (lambda run: analysis.analyze(run, processes="2"), TypeError, "processes must be a whole number"),
+    (lambda run: analysis.analyze(None), TypeError, "path must be a path (str or pathlib.Path), got NoneType"),
+    (lambda run: analysis.analyze_worker(str(run).encode()), TypeError, "path must be a path"),
+    (lambda run: analysis.analyze(run, step_name=5), TypeError, "step_name must be a regular expression"),
+    (lambda run: analysis.compare([run], baseline=5), TypeError, "baseline must be a run name"),
+    (lambda run: analysis.compare([run, None]), TypeError, "each of runs must be a path"),
+    (lambda run: analysis.compare(5), TypeError, "runs must be paths"),
+], ids=["processes-0", "processes-str", "path-none", "path-bytes", "step-name-int", "baseline-int", "runs-none",
+        "runs-int"])
+def test_the_python_api_names_its_argument_of_the_wrong_kind(tmp_path, call, error, says):
+    run = small_run(tmp_path / "run")
+    with pytest.raises(error, match=re.escape(says)):
+        call(run)
+
+
+def test_compare_takes_one_run_path_as_one_run_not_as_its_letters(tmp_path):
+    run = small_run(tmp_path / "run")
+    for given in (str(run), run):
+        assert list(analysis.compare(given).table["run"]) == ["run"]
 
 
 # ---------------------------------------------------------------- 3. only regular files are read, within a bound

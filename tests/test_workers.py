@@ -408,7 +408,10 @@ def test_capture_addresses():
     from profiler import tracing
 
     assert tracing.parse_service_addresses("grpc://h1:1,grpc://h2:2") == ["grpc://h1:1", "grpc://h2:2"]
-    for bad in ("h1:1", "grpc://h1:1,h2:2", "grpc://h1", "grpc://h1:1,grpc://h1:1", "grpc://h1:1,"):
+    assert tracing.parse_service_addresses("grpc://[::1]:9012, grpc://10.0.0.2:1") == ["grpc://[::1]:9012",
+                                                                                       "grpc://10.0.0.2:1"]
+    for bad in ("h1:1", "grpc://h1:1,h2:2", "grpc://h1", "grpc://h1:1,grpc://h1:1", "grpc://h1:1,",
+                "grpc://[::1:9012", "grpc://::1:9012", "grpc://h 1:1", "grpc://h1/x:1", "grpc://:1"):
         with pytest.raises(ValueError):
             tracing.parse_service_addresses(bad)
 

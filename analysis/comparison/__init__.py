@@ -13,6 +13,7 @@ never imported.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -102,8 +103,24 @@ def _each_once(runs: list[Path]) -> list[Path]:
     return list(seen.values())
 
 
+def _paths(given, name: str) -> list:
+    from analysis.pipeline import checked_path
+
+    if isinstance(given, (str, os.PathLike)):
+        return [checked_path(given, name)]
+    try:
+        items = list(given)
+    except TypeError:
+        raise TypeError(f"{name} must be paths (a list of str or pathlib.Path), got {type(given).__name__}") from None
+    return [checked_path(item, f"each of {name}") for item in items]
+
+
 def compare_paths(runs, externals=(), baseline: str | None = None, ops: bool = False) -> Comparison:
-    """Compare run directories `runs` (and timing CSVs `externals`); with `ops`, the op diff of two runs."""
+    """Compare run directories `runs` (and timing CSVs `externals`); with `ops`, the op diff of two runs.
+    One path for `runs` or `externals` is a list of one (a str is not read as its characters)."""
+    runs, externals = _paths(runs, "runs"), _paths(externals, "externals")
+    if baseline is not None and not isinstance(baseline, str):
+        raise TypeError(f"baseline must be a run name, run path or device (str), got {type(baseline).__name__}")
     reads = _read_runs(runs, externals)
     table = compare(_rows(reads, externals), baseline)
     op_diff = None
