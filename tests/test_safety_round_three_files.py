@@ -179,6 +179,27 @@ def test_an_output_linked_to_a_fifo_is_written_into_and_a_block_device_never(tmp
         assert code == 2 and error_line(err).endswith("a block device, not written")
 
 
+@pytest.mark.parametrize("name", ["dev-fd", "link-to-proc-fd"])
+def test_an_output_naming_one_of_the_processs_open_files_is_written_into_it(tmp_path, capsys, name):
+    """-o /dev/stdout > report.json: /dev/stdout is a link to /proc/self/fd/1 and that one to the
+    shell's regular file. Renaming a file over the path replaced /dev/stdout itself for the machine;
+    the output belongs in the file the descriptor has open, after what it already holds (`>>`)."""
+    run = small_run(tmp_path / "run")
+    target = tmp_path / "report.json"
+    target.write_bytes(b"kept\n")
+    with open(target, "ab") as held:
+        fd_path = f"/dev/fd/{held.fileno()}"
+        if name == "link-to-proc-fd":
+            (tmp_path / "stdout").symlink_to(f"/proc/self/fd/{held.fileno()}")
+            fd_path = str(tmp_path / "stdout")
+        code, _, err = devprof(capsys, "analyze", run, "--format", "json", "-o", fd_path)
+        assert code == 0, err
+    text = target.read_text()
+    assert text.startswith("kept\n") and json.loads(text[len("kept\n"):])["schema_version"] == 1
+    if name == "link-to-proc-fd":
+        assert (tmp_path / "stdout").is_symlink()
+
+
 def test_a_plot_named_with_another_extension_is_refused(tmp_path, capsys):
     run = small_run(tmp_path / "run")
     code, _, err = devprof(capsys, "compare", run, "--plot", tmp_path / "chart.txt")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 import tempfile
 from pathlib import Path
@@ -33,10 +34,28 @@ def _umask() -> int:
     return mask
 
 
+# A path that names one of the process's open files: /dev/stdout is a link to /proc/self/fd/1, and
+# that to whatever the shell opened, often a regular file (`-o /dev/stdout > report.json`).
+_DESCRIPTOR_PATH = re.compile(r"^/(?:proc/(?:self|thread-self|\d+)|dev)/fd/\d+$|^/dev/std(?:out|err)$")
+
+
+def names_a_descriptor(path: Path) -> bool:
+    """Whether `path`, or a link on the way to its target, is /dev/stdout, /dev/fd/N or /proc/PID/fd/N."""
+    current = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own bound on links followed
+        if _DESCRIPTOR_PATH.match(current):
+            return True
+        if not os.path.islink(current):
+            return False
+        current = os.path.normpath(os.path.join(os.path.dirname(current), os.readlink(current)))
+    return False
+
+
 def is_stream(path: Path) -> bool:
-    """Whether `path` (links followed) is a terminal, /dev/null, a FIFO or a pipe (a shell's `>(...)`):
-    an output the user named there is written into, as a shell's `>` would; renaming a file over it
-    would replace /dev/null itself. A block device or a socket is an OSError: never written."""
+    """Whether `path` (links followed) is a terminal, /dev/null, a FIFO, a pipe (a shell's `>(...)`) or
+    one of the process's open files (/dev/stdout): an output the user named there is written into,
+    as a shell's `>` would; renaming a file over it would replace /dev/null or /dev/stdout itself.
+    A block device or a socket is an OSError: never written."""
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -44,7 +63,13 @@ def is_stream(path: Path) -> bool:
     if stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
         kind = "a block device" if stat.S_ISBLK(mode) else "a socket"
         raise OSError(f"{kind}, not written")
-    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or names_a_descriptor(path)
+
+
+def open_stream(path: Path):
+    """`path` (a stream, `is_stream`) open for writing bytes at its end: a file the shell opened
+    behind /dev/stdout keeps what is already in it (`>>`), and nothing is created."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND), "wb")
 
 
 def write_text_atomically(path: Path, text: str, named: bool = False) -> Path:
@@ -53,8 +78,8 @@ def write_text_atomically(path: Path, text: str, named: bool = False) -> Path:
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, f"{path} is a folder", str(path))
     if named and is_stream(path):
-        with open(path, "w", encoding="utf-8") as stream:
-            stream.write(text)
+        with open_stream(path) as stream:
+            stream.write(text.encode("utf-8"))
         return path
     tmp = temporary_path(path)
     try:

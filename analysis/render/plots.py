@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.read.run_files import UTILIZATION_COLUMNS
-from analysis.render.files import is_stream, temporary_path
+from analysis.render.files import is_stream, open_stream, temporary_path
 
 PART_COLORS = {"input": "#d62728", "compute": "#2ca02c", "host": "#1f77b4", "collective": "#9467bd"}
 EPOCH_LEVEL_COLOR = "#7f7f7f"
@@ -45,7 +45,7 @@ def save(fig, path: str | Path, named: bool = False) -> Path:
     fig.tight_layout()
     path = Path(path)
     if named and is_stream(path):
-        with open(path, "wb") as stream:
+        with open_stream(path) as stream:
             fig.savefig(stream, dpi=100, format="png")
         return path
     # A temporary name, then a rename: a full disk leaves no cut PNG behind.
