@@ -136,9 +136,12 @@ def analyze(path: str | Path, step_name: str | None = None, processes: int | Non
     roofline's ceilings (`roofline.ceilings_from_peak`, `ceilings_from_tflops`) over the run's own."""
     check_step_name(step_name)
     path = checked_path(path, "path")
-    if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int) or processes < 1):
-        raise (ValueError if isinstance(processes, int) and not isinstance(processes, bool) else TypeError)(
-            f"processes must be a whole number of processes, 1 or more (or None: devprof picks), got {processes!r}")
+    if processes is not None:
+        wrong = f"processes must be a whole number of processes, 1 or more (or None: devprof picks), got {processes!r}"
+        if isinstance(processes, bool) or not isinstance(processes, int):
+            raise TypeError(wrong)
+        if processes < 1:
+            raise ValueError(wrong)
     workers = run_files.worker_dirs(path) if path.is_dir() else []
     if workers and not (path / run_files.STEPS_CSV).is_file():
         return _analyze_job(path, workers, step_name, processes, executor, peak)

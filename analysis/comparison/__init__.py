@@ -28,6 +28,7 @@ from analysis.comparison.op_diff import op_diff_runs
 from analysis.comparison.reading import RunRead, read_external, read_run, validate_external
 from analysis.comparison.rows import COMPONENTS, external_rows, run_row, steady_components, steady_epochs
 from analysis.comparison.table import compare, flags_for, pick_baseline, speedups, warnings
+from analysis.pipeline import checked_path
 from analysis.read import run_files
 from analysis.render import Rendered
 from analysis.rules.table import suggest_steps_per_execution
@@ -104,8 +105,6 @@ def _each_once(runs: list[Path]) -> list[Path]:
 
 
 def _paths(given, name: str) -> list:
-    from analysis.pipeline import checked_path
-
     if isinstance(given, (str, os.PathLike)):
         return [checked_path(given, name)]
     try:
