@@ -32,6 +32,7 @@ from analysis.breakdown.epochs import epoch_tables
 from analysis.breakdown.input_parts import mean_input_parts, split_input
 from analysis.breakdown.input_stages import STAGE_COLUMNS, InputStages, input_stages
 from analysis.breakdown.ops import OP_COLUMNS, OP_KEYS, op_table
+from analysis.breakdown.spread import spread
 from analysis.breakdown.workers import WORKER_KEYS, worker_row
 from analysis.executors import WorkerFailure
 from analysis.read import run_files
@@ -92,6 +93,7 @@ class Analysis(Rendered):
     worker_distribution: dict | None = None  # several workers: p50, p90, max of step time across them
     tensorflow: SecondOpinion | None = None  # TensorFlow's own analysis beside the trace, beside devprof's figures
     roofline: dict | None = None  # ceilings, FLOPs per step and MFU from the ops' costs (docs/json.md `roofline`)
+    spread: dict | None = None  # the steady steps' median, p90 and slow steps with their cause (docs/json.md `spread`)
 
     @property
     def eager(self) -> EagerOps | None:
@@ -331,7 +333,7 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofli
         kernel_launch=devices.kernel_launch, workers=pd.DataFrame(columns=WORKER_KEYS), straggler=None, ops=ops,
         input_stages=stages.table, utilization=machine, utilization_evidence=evidence, epochs=epochs.epochs,
         reconciliation=epochs.reconciliation, samplers=inputs.samplers, epoch_starts_s=epochs.starts_s,
-        run_dir=inputs.run_dir, record=run, tensorflow=tf, roofline=roof)
+        run_dir=inputs.run_dir, record=run, tensorflow=tf, roofline=roof, spread=spread(chosen.steady, devices.work))
 
 
 def _ops_on_the_roofline(inputs: RunInputs, used: pd.DataFrame, device: str, mean: dict, steps_per_call: int,

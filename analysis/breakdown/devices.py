@@ -31,7 +31,15 @@ ROW_KEYS = ["device", "host", "recorded", "grouping", "step_count", "step_ms", "
 
 def device_rows(view: TraceView, steps: pd.DataFrame, used: pd.DataFrame, host: str = "",
                 step_name: str = "") -> tuple[list[dict], list[str]]:
-    """(one dict per GPU/TPU plane, notes on devices whose activity was not recorded).
+    """(one dict per GPU/TPU plane, notes on devices whose activity was not recorded)."""
+    rows, notes, _ = _device_rows(view, steps, used, host, step_name)
+    return rows, notes
+
+
+def _device_rows(view: TraceView, steps: pd.DataFrame, used: pd.DataFrame, host: str = "",
+                 step_name: str = "") -> tuple[list[dict], list[str], list[pd.Series]]:
+    """(one dict per GPU/TPU plane, notes on devices whose activity was not recorded, each recorded
+    plane's compute ns per step position of `steps`).
 
     `steps` are all the analysis' steps (device work is assigned among them), `used` the
     steady complete ones its means are over; the rest of the device's busy time is
@@ -44,7 +52,7 @@ def device_rows(view: TraceView, steps: pd.DataFrame, used: pd.DataFrame, host: 
     complete = np.flatnonzero(~steps["partial"].astype(bool).to_numpy()) if "partial" in steps \
         else np.arange(len(steps))
     launches = view.launches["start_ns"].to_numpy(dtype=np.int64)
-    rows, notes, empty = [], [], []
+    rows, notes, empty, computed = [], [], [], []
     for plane_id, plane_name in _device_planes(view.planes):
         own = activity[activity["plane"] == plane_id].reset_index(drop=True)
         row = {"device": plane_name, "host": host, "recorded": False, "grouping": None, "step_count": 0, "idle": None}
@@ -65,6 +73,8 @@ def device_rows(view: TraceView, steps: pd.DataFrame, used: pd.DataFrame, host: 
         # Several device steps may belong to one host step (a device Steps line finer than the markers).
         host_position = grouping.position_of.reindex(per_step["label"].to_numpy()).fillna(-1).to_numpy()
         mine = per_step[np.isin(host_position, used_positions)]
+        computed.append(pd.Series(per_step["compute_ns"].to_numpy(dtype=float), index=host_position.astype(np.int64))
+                        .groupby(level=0).sum().reindex(np.arange(len(steps)), fill_value=0.0))
         row.update(recorded=True, grouping=grouping.name, step_count=int(len(mine)), idle=False)
         if len(mine):
             ms = lambda column: float(mine[column].mean()) / NS_PER_MS  # noqa: E731
@@ -88,7 +98,7 @@ def device_rows(view: TraceView, steps: pd.DataFrame, used: pd.DataFrame, host: 
         else:
             notes.append(f"{len(empty)} device plane{'s' if len(empty) > 1 else ''} without events ({named}): not "
                          "recorded, shown as unknown (a device this program did not use, or one the tracer missed)")
-    return rows, notes
+    return rows, notes, computed
 
 
 NOT_RECORDED_FIX = ("the GPU tracer needs CUPTI access (run as root, or allow profiling by non-admin users: "
@@ -126,12 +136,15 @@ def kernel_launch(view: TraceView, steps: pd.DataFrame) -> dict:
 @dataclass(frozen=True)
 class DeviceTable:
     """The device rows of one trace (`ROW_KEYS`), notes on devices not recorded, the host's launch
-    cost, and the busiest recorded device's mean step (the device step beside the host's)."""
+    cost, the busiest recorded device's mean step (the device step beside the host's), and `work`:
+    each step's device work, the most any recorded device computed in its own step (ms, indexed as
+    the steps; None without a recorded device)."""
 
     rows: pd.DataFrame
     notes: tuple[str, ...] = ()
     kernel_launch: dict | None = None
     busiest_step_ms: float = math.nan
+    work: pd.Series | None = None
 
     @property
     def recorded(self) -> bool | None:
@@ -143,8 +156,10 @@ def device_table(view: TraceView | None, steps: pd.DataFrame, used: pd.DataFrame
     """`device_rows` and the launch cost over the `used` steps (empty without a trace)."""
     if view is None:
         return DeviceTable(pd.DataFrame([], columns=ROW_KEYS))
-    rows, notes = device_rows(view, steps, used, view.hostnames[0] if view.hostnames else "", step_name)
+    rows, notes, computed = _device_rows(view, steps, used, view.hostnames[0] if view.hostnames else "", step_name)
     recorded = [row for row in rows if row["recorded"] and row["step_count"]]
     busiest = max(recorded, key=lambda row: row["compute_ms"])["step_ms"] if recorded else math.nan
+    # A step waits for its slowest device: its device work is the most any device did in it.
+    work = pd.Series(np.max(computed, axis=0) / NS_PER_MS, index=steps.index) if computed else None
     return DeviceTable(pd.DataFrame(rows, columns=ROW_KEYS), tuple(notes), kernel_launch(view, used) if rows else None,
-                       busiest)
+                       busiest, work)

@@ -25,6 +25,7 @@ from analysis.render.html_charts import (
     MAX_BARS,
     MAX_ROOF_POINTS,
     MEMORY_COLOR,
+    OUTLIER_COLOR,
     PART_COLORS,
     SERIES_COLORS,
     Band,
@@ -281,12 +282,16 @@ def _step_chart(analysis) -> str:
         return _section("Step time", _missing("no steps found"), anchor="steps")
     bars, parts, per_bar = _step_bars(analysis)
     noun = "calls" if analysis.steps_per_call > 1 else "steps"
+    spread = analysis.spread
     svg, cut = stacked_bars(bars, [(p, PART_COLORS[p]) for p in parts], "ms", "step time by part",
-                            hatch_after=parts.index("host"), x_title="call" if noun == "calls" else "step")
+                            hatch_after=parts.index("host"), x_title="call" if noun == "calls" else "step",
+                            marked=_outlier_bars(analysis, per_bar), median=spread["median_ms"] if spread else None)
     keys = [(f"{p}" + (" overhead" if p == "host" else " wait" if p == "collective" else ""), PART_COLORS[p])
             for p in parts]
     if "compile_ms" in steps and (steps["compile_ms"] > 0).any():
         keys.append(("compile (inside host)", COMPILE_KEY))
+    if spread and spread["outliers"]:
+        keys.append(("over 1.5x the median (outlined; the cause on hover)", OUTLIER_COLOR))
     notes = []
     if per_bar > 1:
         notes.append(f"each bar is the mean of {per_bar} consecutive {noun}; the black tick is the slowest of them")
@@ -294,6 +299,8 @@ def _step_chart(analysis) -> str:
         notes.append("lighter bars: partial steps cut by the trace's edge, left out of the means")
     if cut:
         notes.append("a triangle marks a bar taller than the axis, with its value")
+    if spread:
+        notes.append(f"{tables.spread_line(analysis)}; the dashed line is the median")
     mean = analysis.mean
     split = " + ".join(f"{p} {mean.get(f'{p}_ms', 0.0):.2f} ms ({mean.get(f'{p}_pct', 0.0):.1f} %)" for p in parts)
     def counted(count: int, what: str = "") -> str:
@@ -303,6 +310,34 @@ def _step_chart(analysis) -> str:
                f"{mean.get('step_ms', 0.0):.2f} ms = {esc(split)}." + ("<br>" + esc("; ".join(notes)) if notes else "")
                + "</p>")
     return _section("Step time", legend(keys), svg, caption, anchor="steps")
+
+
+# Words for a slow step's cause in a tooltip (JSON `spread.outliers[].cause`).
+CAUSE_WORDS = {"device": "device work", "host": "host overhead", "input": "input wait", "collective": "collective wait"}
+OUTLIERS_PER_BAR = 5
+
+
+def _outlier_bars(analysis, per_bar: int) -> dict[int, str]:
+    """Bar index -> tooltip naming the steps over 1.5x the median that the bar holds, and their causes."""
+    spread = analysis.spread
+    if not spread or not spread["outliers"]:
+        return {}
+    noun = "call" if analysis.steps_per_call > 1 else "step"
+    median = spread["median_ms"]
+    slow = {o["step"]: o for o in spread["outliers"]}
+    numbers = analysis.steps["step"].to_numpy()
+    named: dict[int, list[str]] = {}
+    for position in np.flatnonzero(np.isin(numbers, list(slow))):
+        o = slow.pop(int(numbers[position]), None)
+        if o is None:  # a step number listed twice: its first row is the step
+            continue
+        texts = named.setdefault(int(position) // per_bar, [])
+        texts.append(f"{noun} {o['step']}: {num(o['step_ms'])} ms ({o['step_ms'] / median:.1f}x the median), "
+                     f"{CAUSE_WORDS.get(o['cause'], o['cause'])} {'+' if o['excess_ms'] >= 0 else ''}"
+                     f"{tables.short_ms(o['excess_ms'], 2)} ms")
+    return {bar: f"over 1.5x the median (median {num(median)} ms): " + "; ".join(texts[:OUTLIERS_PER_BAR])
+            + (f"; {len(texts) - OUTLIERS_PER_BAR} more" if len(texts) > OUTLIERS_PER_BAR else "")
+            for bar, texts in named.items()}
 
 
 # ---------------------------------------------------------------- utilization

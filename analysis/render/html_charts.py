@@ -23,6 +23,7 @@ MAX_LINE_POINTS = 1200
 WIDTH = 960  # viewBox units; the SVG scales to the page's width
 LEFT, RIGHT = 64, 16  # plot area margins, shared by charts drawn on the same x axis
 COMPILE_PATTERN = "compile-hatch"
+OUTLIER_COLOR = "#e6007e"  # steps over 1.5x the median: apart from every part's colour
 SERIES_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
                  "#bcbd22", "#7f7f7f")
 
@@ -93,10 +94,12 @@ class Bar:
 
 
 def stacked_bars(bars: list[Bar], parts: list[tuple[str, str]], unit: str, label: str, *, height: int = 280,
-                 hatch_after: int = 0, x_title: str = "", cap_outliers: bool = True) -> tuple[str, bool]:
+                 hatch_after: int = 0, x_title: str = "", cap_outliers: bool = True,
+                 marked: dict[int, str] | None = None, median: float | None = None) -> tuple[str, bool]:
     """Vertical stacked bars; `parts` are (name, color). Bars far taller than the rest (a compile step)
     are cut at the top of the axis, marked with a triangle and their value, so the others stay readable.
-    Returns the SVG and whether any bar was cut."""
+    Bars in `marked` (bar index -> tooltip) are outlined in `OUTLIER_COLOR` with a dot above them;
+    `median` is drawn as a dashed line across the bars. Returns the SVG and whether any bar was cut."""
     top_pad, bottom_pad = 14, 40
     plot_h = height - top_pad - bottom_pad
     totals = np.array([sum(v for v in bar.values if v == v) for bar in bars], dtype=float)
@@ -152,11 +155,25 @@ def stacked_bars(bars: list[Bar], parts: list[tuple[str, str]], unit: str, label
                            f'fill="#fff" stroke="#000" stroke-width="2.5" paint-order="stroke">'
                            f'{esc(num(max(base, bar.peak or 0.0)))}</text>')
         out.append("</g>")
+        if marked and i in marked:
+            drawn = min(max(base, bar.peak or 0.0), y_max)
+            y, cx = y_of(drawn), x + width / 2
+            dot = f'<circle cx="{cx:.2f}" cy="{y - 5:.2f}" r="2.5" fill="{OUTLIER_COLOR}"/>' if drawn < y_max else ""
+            out.append(f'<g class="outlier"><title>{esc(marked[i])}</title><rect x="{x:.2f}" y="{y:.2f}" '
+                       f'width="{width:.2f}" height="{max(0.0, y_of(0.0) - y):.2f}" fill="none" '
+                       f'stroke="{OUTLIER_COLOR}" stroke-width="1.5"/>{dot}</g>')
         if bar.label and (i % label_every == 0 or i == n - 1 and n <= 16):
             out.append(f'<text x="{x + width / 2:.1f}" y="{top_pad + plot_h + 15}" text-anchor="middle" '
                        f'fill="#444">{esc(bar.label)}</text>')
     out.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{top_pad + plot_h}" y2="{top_pad + plot_h}" '
                'stroke="#888"/>')
+    if median is not None and median == median and 0 < median <= y_max:
+        y = y_of(median)
+        out.append(f'<g class="median"><title>median {esc(num(median))} {esc(unit)}</title><line x1="{LEFT}" '
+                   f'x2="{WIDTH - RIGHT}" y1="{y:.2f}" y2="{y:.2f}" stroke="#000" stroke-dasharray="6 3"/>'
+                   f'<text x="{WIDTH - RIGHT - 2}" y="{y - 3:.2f}" text-anchor="end" font-size="10" fill="#000" '
+                   f'stroke="#fff" stroke-width="2.5" paint-order="stroke">median {esc(num(median))} {esc(unit)}'
+                   '</text></g>')
     if x_title:
         out.append(f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{height - 6}" text-anchor="middle" fill="#444">'
                    f'{esc(x_title)}</text>')
@@ -548,6 +565,6 @@ def roofline(points: list[RoofPoint], roofs: list[Roof], label: str, *, height: 
     return "".join(out)
 
 
-__all__ = ["Band", "Bar", "EPOCH_LEVEL_COLOR", "KIND_COLORS", "PART_COLORS", "SERIES_COLORS", "Roof", "RoofPoint",
-           "Series", "esc", "hbars", "heat_map", "legend", "lines", "nice_ticks", "num", "roofline", "si",
+__all__ = ["Band", "Bar", "EPOCH_LEVEL_COLOR", "KIND_COLORS", "OUTLIER_COLOR", "PART_COLORS", "SERIES_COLORS", "Roof",
+           "RoofPoint", "Series", "esc", "hbars", "heat_map", "legend", "lines", "nice_ticks", "num", "roofline", "si",
            "stacked_bars"]

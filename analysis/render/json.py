@@ -104,6 +104,7 @@ def analysis_document(analysis) -> dict:
         "input_bottleneck": analysis.input_bottleneck,
         "eager": jsonable(analysis.eager.as_dict()) if analysis.eager is not None else None,
         "roofline": jsonable(analysis.roofline),
+        "spread": jsonable(analysis.spread),
         "utilization": jsonable(dict(analysis.utilization)),
     }
     if analysis.epochs is not None:

@@ -58,6 +58,8 @@ def render_analysis(analysis, plot_names: list[str] | None = None) -> str:
     if analysis.findings:
         out += ["", "## Findings", ""] + tables.findings_lines(analysis.findings, "- ")[1:]
     out += ["", "## Mean step", "", markdown_table(pd.DataFrame([{k: round(v, 3) for k, v in mean.items()}])), ""]
+    spread = tables.spread_line(analysis)
+    out += [spread[0].upper() + spread[1:] + ".", ""] if spread else []
     shown, left_out = tables.slowest_steps(tables.steps_table(analysis), MAX_MARKDOWN_STEPS)
     out += ["## Steps", "", "Host overhead includes compile time." + (
         f" The {len(shown)} slowest of {len(analysis.steps)} steps; every one is in step_breakdown.csv and the "

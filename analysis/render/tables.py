@@ -207,6 +207,33 @@ def roofline_lines(analysis) -> list[str]:
     return out
 
 
+MAX_OUTLIERS = 10  # slow steps named in a line; the JSON has every one
+
+
+def short_ms(value: float, digits: int = 3) -> str:
+    """`digits` significant digits, trailing zeros kept (7.70, 14.2, 0.270); whole ms from 1000 on."""
+    return f"{value:,.0f}" if abs(value) >= 10 ** digits else f"{value:#.{digits}g}".rstrip(".")
+
+
+def spread_line(analysis) -> str | None:
+    """The steady steps' median and p90, and each step over 1.5x the median with the part that made it
+    slow (`spread`); None where there is no spread (fewer than 2 steady steps)."""
+    spread = getattr(analysis, "spread", None)
+    if not spread:
+        return None
+    noun = "call" if analysis.steps_per_call > 1 else "step"
+    count = analysis.steps_used
+    line = (f"spread over {count} {noun}{'s' if count != 1 else ''}: median {short_ms(spread['median_ms'])} ms, "
+            f"p90 {short_ms(spread['p90_ms'])} ms; ")
+    slow = spread["outliers"]
+    if not slow:
+        return line + f"no {noun} over 1.5x the median"
+    named = ", ".join(f"{noun} {o['step']} {short_ms(o['step_ms'])} ms ({o['cause']} {'+' if o['excess_ms'] >= 0 else ''}"
+                      f"{short_ms(o['excess_ms'], 2)} ms)" for o in slow[:MAX_OUTLIERS])
+    more = f", and {len(slow) - MAX_OUTLIERS} more in the JSON" if len(slow) > MAX_OUTLIERS else ""
+    return f"{line}{len(slow)} {noun}{'s' if len(slow) != 1 else ''} over 1.5x the median: {named}{more}"
+
+
 def findings_lines(findings: list[dict], bullet: str) -> list[str]:
     if not findings:
         return []

@@ -31,6 +31,8 @@ def render_analysis(analysis) -> str:
         one = "call" if per_call > 1 else "step"
         lead = f"no steady {one} (see the notes); the traced {one}s: {one}"
     out.append(f"{lead} {mean['step_ms']:.2f} ms = {split}")
+    spread = tables.spread_line(analysis)
+    out += [spread] if spread else []
     out += _device_lines(analysis)
     if not analysis.ops.empty:
         out += ["", f"top ops (of {len(analysis.ops)}; all in ops.csv; ms per training step, share of op time):",
