@@ -24,20 +24,24 @@ def test_union_subtract_overlap():
 
 @pytest.mark.parametrize(
     "input_pct, host_pct, expected",
-    [(20.0, 0.0, ("input", "high")), (19.9, 50.0, ("input", "moderate")), (5.0, 0.0, ("input", "moderate")),
-     (4.9, 15.0, ("host", "moderate")), (0.0, 60.0, ("host", "high")), (4.9, 14.9, ("compute", None))],
+    # The part whose fix saves the most wins, not the first cut-off crossed: 19.9 % input loses to
+    # 50 % host overhead, which several steps per call would mostly remove.
+    [(20.0, 0.0, ("input", "high")), (19.9, 50.0, ("host", "high")), (5.0, 0.0, ("input", "moderate")),
+     (4.9, 15.0, ("host", "moderate")), (0.0, 60.0, ("host", "high")), (4.9, 4.0, ("compute", None)),
+     (12.0, 8.0, ("input", "moderate"))],
 )
 def test_verdict_cutoffs(input_pct, host_pct, expected):
     assert classify(facts_from_mean({"input_pct": input_pct, "host_pct": host_pct})) == expected
 
 
 def test_verdict_evidence_has_numbers():
-    mean = {"step_ms": 10.0, "input_ms": 1.0, "compute_ms": 2.0, "host_ms": 7.0, "input_pct": 10.0,
-            "compute_pct": 20.0, "host_pct": 70.0}
+    mean = {"step_ms": 10.0, "input_ms": 1.0, "compute_ms": 7.0, "host_ms": 2.0, "input_pct": 10.0,
+            "compute_pct": 70.0, "host_pct": 20.0}
     verdict = make_verdict(mean, facts_from_mean(mean), steps_used=5, utilization={"mean host cpu": 42.0})
-    assert verdict["bound"] == "input" and verdict["level"] == "moderate"
+    assert verdict["bound"] == "host" and verdict["level"] == "moderate"  # 20 % host beats 10 % input
     assert "10.0 %" in verdict["evidence"] and "5 steps" in verdict["evidence"] and "42 %" in verdict["evidence"]
-    assert any("prefetch" in a for a in verdict["advice"])
+    assert verdict["xprof_reading"].startswith("XProf's Overview page reads this step as moderately input-bound")
+    assert verdict["saving_pct"] > 10.0 and verdict["saving_ms"] == pytest.approx(verdict["saving_pct"] / 10.0)
 
 
 def test_epoch_breakdown_adds_up():

@@ -62,8 +62,14 @@ def test_each_rule_fires_alone_with_evidence_and_one_fix(rule):
 def test_rules_read_the_numbers_they_are_given():
     assert "45 % of the machine's CPU" in rules.findings(clean(**TRIGGERS["cpu_contention"]))[0]["evidence"]
     assert "3 steps after the first (120.0 ms)" in rules.findings(clean(**TRIGGERS["retracing"]))[0]["evidence"]
-    assert "--precision mixed_bfloat16" in rules.findings(clean(**TRIGGERS["fp32_on_matrix_units"]))[0]["advice"]
-    assert rules.findings(clean(matrix_units=("float16",)))[0]["advice"].endswith("mixed_float16")
+    # From the datasheet alone (matrix units, no measured ceiling) the advice says it is a guess to measure.
+    guess = rules.findings(clean(**TRIGGERS["fp32_on_matrix_units"]))[0]
+    assert "--precision mixed_bfloat16" in guess["advice"] and "devprof peak" in guess["advice"]
+    assert guess["saving_ms"] is None and "guess" in guess["saving_basis"]
+    measured = rules.findings(clean(matrix_units=("float16",), matrix_ceilings=(("float16", 80e12), ("float32", 20e12))))
+    assert "train with --precision mixed_float16 (float16 4.0x" in measured[0]["advice"]
+    # Measured slower than float32: not advised at all.
+    assert rules.findings(clean(matrix_units=("float16",), matrix_ceilings=(("float16", 10e12), ("float32", 20e12)))) == []
     assert rules.findings(clean(precision="mixed_float16", matrix_units=("float16",))) == []  # already uses them
     memory = rules.findings(clean(**TRIGGERS["memory_near_limit"]))[0]
     assert memory["severity"] == "critical" and "95 %" in memory["evidence"]
@@ -141,8 +147,8 @@ def test_collective_wait_gives_its_own_verdict():
             "input_pct": 1.0, "compute_pct": 70.0, "collective_pct": 25.0, "host_pct": 4.0}
     verdict = rules.make_verdict(mean, facts_from_mean(mean), steps_used=5)
     assert verdict["bound"] == "collective" and verdict["rule"] == "collective_bound"
-    assert "collective wait 25.0 %" in verdict["evidence"] and "straggler" in verdict["advice"][0]
-    assert rules.make_verdict({**mean, "collective_pct": 10.0}, facts_from_mean({**mean, "collective_pct": 10.0}),
+    assert "collective wait 25.0 %" in verdict["evidence"] and "the others wait for" in verdict["advice"][0]
+    assert rules.make_verdict({**mean, "collective_pct": 3.0}, facts_from_mean({**mean, "collective_pct": 3.0}),
                               steps_used=5)["bound"] == "compute"
 
 
@@ -155,4 +161,6 @@ def test_a_cpu_without_bfloat16_units_is_not_told_to_use_bfloat16():
     assert verdict["bound"] == "compute" and "mixed_bfloat16" not in text.replace("so mixed_bfloat16", ""), text
     assert "no bfloat16 units" in " ".join(verdict["advice"])
     with_units = dataclasses.replace(emulated, bfloat16_units=("amx_bf16",))
-    assert "--precision mixed_bfloat16" in rules.fix_for("compute", with_units)
+    assert "--precision mixed_bfloat16" not in rules.fix_for("compute", with_units)  # flags alone: a guess
+    measured = dataclasses.replace(with_units, matrix_ceilings=(("bfloat16", 2e12), ("float32", 1e12)))
+    assert "--precision mixed_bfloat16" in rules.fix_for("compute", measured)

@@ -53,7 +53,9 @@ def render_analysis(analysis, plot_names: list[str] | None = None) -> str:
     mean, verdict = analysis.mean, analysis.verdict
     out = ["# devprof analysis", ""]
     out += [f"- {line}" for line in tables.header_lines(analysis)]
-    out += ["", f"## Verdict: {tables.verdict_title(verdict)}", "", verdict["evidence"], ""]
+    saving = [f"*{line[0].upper()}{line[1:]}*" for line in tables.verdict_saving_lines(verdict)]
+    out += ["", f"## Verdict: {tables.verdict_title(verdict)}", "", verdict["evidence"], "", *saving,
+            *([""] if saving else [])]
     out += [f"- {item}" for item in verdict["advice"]]
     if analysis.findings:
         out += ["", "## Findings", ""] + tables.findings_lines(analysis.findings, "- ")[1:]

@@ -190,14 +190,15 @@ def roofline_lines(analysis) -> list[str]:
     out = []
     flops = roof.get("flops_per_step", math.nan)
     if flops == flops:
-        line = (f"roofline: {_si(flops, 'FLOP')} per training step from the ops' costs "
-                f"({roof['known_time_pct']:.0f} % of op time has known costs)")
+        achieved = roof.get("achieved_flops_per_second", math.nan)
+        line = f"roofline: {_si(flops, 'FLOP')} per training step from the ops' costs"
+        if achieved != achieved:  # else the achieved rate says what it covers
+            line += f" ({roof['known_time_pct']:.0f} % of op time has known costs)"
         model = roof.get("model_flops_per_step", math.nan)
         if model == model:
             line += f"; the model's {_si(model, 'FLOP')} per step ({roof['flops_gap_pct']:+.1f} %)"
-        achieved = roof.get("achieved_flops_per_second", math.nan)
         if achieved == achieved:
-            line += f"; {_si(achieved, 'FLOP/s')} achieved"
+            line += f"; {_si(achieved, 'FLOP/s')} achieved {roof.get('achieved_over') or ''}".rstrip()
             if roof.get("mfu_pct", math.nan) == roof.get("mfu_pct", math.nan):
                 ceiling = roof["ceilings"].get(roof["dtype"], {}).get("matrix_flops_per_second", math.nan)
                 line += (f", {roof['mfu_pct']:.1f} % of the {roof['dtype']} matrix ceiling ({_si(ceiling, 'FLOP/s')}, "
@@ -237,7 +238,39 @@ def spread_line(analysis) -> str | None:
 def findings_lines(findings: list[dict], bullet: str) -> list[str]:
     if not findings:
         return []
-    return ["findings:"] + [f"{bullet}[{f['severity']}] {f['rule']}: {f['evidence']} Fix: {f['advice']}." for f in findings]
+    return ["findings (the largest saving first):"] + [
+        f"{bullet}[{f['severity']}] {f['rule']}: {f['evidence']} Fix: {f['advice']}.{_finding_saving(f)}"
+        for f in findings]
+
+
+def saving_sentence(item: dict) -> str:
+    """"fixing this would save about 3.10 ms of 8.50 per step (36 %)" for a verdict or finding with a
+    known saving; its share alone where the step's length is unknown; "" where the saving is unknown."""
+    pct, ms = item.get("saving_pct"), item.get("saving_ms")
+    if pct is None:
+        return ""
+    if pct <= 0:
+        return "fixing this would save no measurable step time"
+    if ms is None:
+        return f"fixing this would save about {pct:.0f} % of the step"
+    return f"fixing this would save about {ms:.2f} ms of {100.0 * ms / pct:.2f} per step ({pct:.0f} %)"
+
+
+def verdict_saving_lines(verdict: dict) -> list[str]:
+    """The verdict's saving with its basis, and XProf's reading where it differs."""
+    if verdict.get("bound") is None:
+        return []
+    sentence = saving_sentence(verdict)
+    basis = verdict.get("saving_basis")
+    out = [f"saving: {sentence} ({basis})" if sentence else f"saving: unknown ({basis})"] if basis else []
+    if verdict.get("xprof_reading"):
+        out.append(f"xprof: {verdict['xprof_reading']}")
+    return out
+
+
+def _finding_saving(finding: dict) -> str:
+    sentence = saving_sentence(finding)
+    return f" Saving: {sentence} ({finding.get('saving_basis')})." if sentence else ""
 
 
 def straggler_line(analysis) -> str | None:

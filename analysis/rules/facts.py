@@ -8,6 +8,7 @@ the epoch. Both name each fact the same, so a rule reads the same field in both.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +18,7 @@ from analysis import producers
 from analysis.breakdown.devices import DeviceTable
 from analysis.breakdown.eager import EagerOps
 from analysis.breakdown.idle import IdleStretch
-from analysis.breakdown.input_stages import SlowestStage
+from analysis.breakdown.input_stages import SlowestStage, stage_kinds
 from analysis.breakdown.ops import eigen_dense_pct
 from analysis.breakdown.roofline import BelowRoofline, below_roofline
 from analysis.read.run_files import RunRecord
@@ -51,6 +52,7 @@ class Facts:
     steps_per_epoch: float = math.nan
     slowest_input_stage: SlowestStage | None = None
     prefetches: bool | None = None  # whether the input pipeline already prefetches (None: unknown)
+    input_stage_kinds: tuple[str, ...] | None = None  # the kinds of tf.data stage it has ("ParallelMapV2"; None: unknown)
     mfu_pct: float = math.nan
     peak_dtype: str | None = None
     other_cpu_pct: float = math.nan  # other processes' CPU, % of the whole machine
@@ -70,6 +72,19 @@ class Facts:
     eager: EagerOps | None = None  # ops executed eagerly in the steady steps (None: none, or no trace)
     idle_stretch: IdleStretch | None = None  # the longest stretch outside steps where the process sat idle
     below_roofline: tuple[BelowRoofline, ...] = ()  # ops holding much of the step far under their ceiling
+    # What the savings need beyond shares (NaN, (): unknown): the mean step (per call), how many steps
+    # the window traced, the host's kernel-launch time per call (the floor host overhead cannot go
+    # below), the matrix ops' share of the step and the measured matrix ceilings per dtype.
+    step_ms: float = math.nan
+    traced_steps: int = 0
+    launch_ms: float = math.nan
+    matrix_pct: float = math.nan
+    matrix_ceilings: tuple[tuple[str, float], ...] = ()
+    ceilings_source: str | None = None
+
+    def matrix_ceiling(self, dtype: str) -> float:
+        """The measured matrix FLOP/s of `dtype` (NaN: not measured)."""
+        return next((rate for name, rate in self.matrix_ceilings if name == dtype), math.nan)
 
 
 @dataclass(frozen=True)
@@ -83,6 +98,7 @@ class TraceFacts:
     mean_kernel_us: float = math.nan
     idle_host_pct: float = math.nan  # the busiest device's step idle for the host
     prefetches: bool | None = None  # whether the traced tf.data pipeline prefetches (None: no stages)
+    input_stage_kinds: tuple[str, ...] | None = None  # the kinds of tf.data stage traced (None: no stages)
 
 
 # Host work that makes the host wait for the device, or for its output, inside a step.
@@ -179,7 +195,7 @@ def trace_facts(view: TraceView | None, steps: pd.DataFrame, devices: pd.DataFra
     retrace_steps, retrace_ms = retracing(steps)
     per_step, mean_us = kernels(view, steps)
     return TraceFacts(retrace_steps, retrace_ms, syncs_in_every_step(view, steps), per_step, mean_us,
-                      idle_waiting_for_host_pct(devices), prefetching)
+                      idle_waiting_for_host_pct(devices), prefetching, stage_kinds(view))
 
 
 def _float(value, default: float = math.nan) -> float:
@@ -193,17 +209,20 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, de
                producer: str | None = "devprof", device_recorded: bool | None = None, precision: str | None = None,
                jit_compile: bool | None = None, steps_per_call=1, steps_per_epoch=None,
                slowest_input_stage: SlowestStage | None = None, trace: TraceFacts = TraceFacts(),
-               prefetches: bool | None = None, mfu_pct=None, peak_dtype: str | None = None, other_cpu_pct=None,
+               prefetches: bool | None = None, input_stage_kinds=None, mfu_pct=None, peak_dtype: str | None = None, other_cpu_pct=None,
                proc_cpu_pct=None, cpu_cores=None, matrix_units=None, bfloat16_units=None,
                device_mem_peak_bytes=None, device_mem_total_bytes=None, eigen_dense_pct=None, input_wait_pct=None,
                input_copy_pct=None, input_wait_ms=None, eager: EagerOps | None = None,
-               idle_stretch: IdleStretch | None = None, below_roofline: tuple[BelowRoofline, ...] = ()) -> Facts:
+               idle_stretch: IdleStretch | None = None, below_roofline: tuple[BelowRoofline, ...] = (),
+               step_ms=None, traced_steps=0, launch_ms=None, matrix_pct=None, matrix_ceilings=None,
+               ceilings_source: str | None = None) -> Facts:
     """The rules' view of one breakdown. Numbers may be missing (None, NaN: unknown); compute
     defaults to what input and host leave; `trace` holds what a trace shows (its `prefetches`
     wins over `prefetches`)."""
     input_ = _float(input_pct)
     host = _float(host_pct)
     prefetching = trace.prefetches if trace.prefetches is not None else prefetches
+    kinds = trace.input_stage_kinds if trace.input_stage_kinds is not None else input_stage_kinds
     return Facts(
         input_, _float(compute_pct, 100.0 - input_ - host), host,
         input_wait_pct=_float(input_wait_pct),
@@ -219,6 +238,7 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, de
         steps_per_epoch=_float(steps_per_epoch),
         slowest_input_stage=slowest_input_stage,
         prefetches=prefetching if isinstance(prefetching, bool) else None,
+        input_stage_kinds=tuple(map(str, kinds)) if kinds is not None else None,
         mfu_pct=_float(mfu_pct),
         peak_dtype=peak_dtype,
         other_cpu_pct=_float(other_cpu_pct),
@@ -238,13 +258,45 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, de
         eager=eager,
         idle_stretch=idle_stretch,
         below_roofline=tuple(below_roofline),
+        step_ms=_float(step_ms),
+        traced_steps=int(traced_steps or 0),
+        launch_ms=_float(launch_ms),
+        matrix_pct=_float(matrix_pct),
+        matrix_ceilings=_measured_rates(matrix_ceilings),
+        ceilings_source=ceilings_source,
     )
+
+
+def _measured_rates(rates) -> tuple[tuple[str, float], ...]:
+    """`{dtype: FLOP/s}` (or pairs) as sorted pairs, keeping only finite positive rates."""
+    if not rates:
+        return ()
+    items = rates.items() if isinstance(rates, dict) else rates
+    kept = [(str(dtype), float(rate)) for dtype, rate in items
+            if isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0]
+    return tuple(sorted(kept))
+
+
+# Kernels and op types of matrix work (convolutions, matmuls, GEMMs): what a lower precision speeds up.
+MATRIX_OP_RE = re.compile(r"conv|matmul|gemm|einsum|dot|cijk|winograd|xmma|wgrad|dgrad", re.IGNORECASE)
+
+
+def matrix_share_pct(ops: pd.DataFrame, compute_pct: float) -> float:
+    """The matrix ops' share of the step: their share of op time times compute's share of the step
+    (NaN: no ops)."""
+    if ops.empty or not ops["ms_per_step"].sum() > 0 or not compute_pct == compute_pct:
+        return math.nan
+    text = ops["type"].astype(str) + " " + ops["op"].astype(str)
+    matrix = ops["kind"].astype(str).eq("matrix") if "kind" in ops else pd.Series(False, index=ops.index)
+    matrix = matrix | text.str.contains(MATRIX_OP_RE)
+    return float(compute_pct * ops.loc[matrix, "ms_per_step"].sum() / ops["ms_per_step"].sum())
 
 
 def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | None, machine: dict[str, float],
                  trace: TraceFacts, devices: DeviceTable, stage: SlowestStage | None, ops: pd.DataFrame,
                  eager: EagerOps | None = None, idle_stretch: IdleStretch | None = None,
-                 roofline: dict | None = None) -> Facts:
+                 roofline: dict | None = None, measured: dict[str, float] | None = None,
+                 measured_source: str | None = None, traced_steps: int = 0) -> Facts:
     """The facts of one worker's analysis: its steady mean, its run's settings, its utilization
     headline, what its trace shows and where its process sat idle."""
     config = run.config if run is not None else {}
@@ -265,4 +317,7 @@ def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | No
         device_mem_total_bytes=machine.get("device_mem_total_bytes"),
         eigen_dense_pct=eigen_dense_pct(ops) if source.device == "cpu" else math.nan,
         mfu_pct=(roofline or {}).get("mfu_pct"), peak_dtype=(roofline or {}).get("dtype") or None,
-        below_roofline=below_roofline(ops))
+        below_roofline=below_roofline(ops), step_ms=step_ms, traced_steps=traced_steps,
+        launch_ms=(devices.kernel_launch or {}).get("ms_per_step", math.nan),  # per row of steps: per call
+        matrix_pct=matrix_share_pct(ops, _float(mean.get("compute_pct"))),
+        matrix_ceilings=measured, ceilings_source=measured_source)

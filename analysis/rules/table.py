@@ -2,14 +2,15 @@
 
 A rule is a named check on the facts of a breakdown (shares of step or epoch time, the
 device, the run's settings) with a headline, one fix and, for `analyze`, further advice.
-`analyze` takes its verdict from the first verdict rule that applies; `compare` explains a
-gap with the fix of the rule for the component that explains it. A new rule is one entry.
+`compare` explains a gap with the fix of the rule for the component that explains it. A new
+rule is one entry.
 
-Verdict cut-offs follow XProf's Overview page so TensorBoard users are not surprised:
-input >= 20 % of step time is highly input-bound, >= 5 % moderately input-bound;
-otherwise host overhead >= 15 % is host-bound; otherwise compute-bound. Unlike XProf,
-Python time in the loop is host overhead, never "potentially input-bound": input is only
-time blocked on the iterator (and input copies), so the two are told apart.
+The verdict names the part whose fix would save the most step time (`savings`): each part of
+the step (input, host overhead, collective wait, compute) and each finding that applies carries
+an estimate, and the largest wins; its level is that saving's share of the step (>= 20 % high).
+Where no fix saves 5 % of the step, the step's math holds it: compute-bound. XProf's Overview
+cut-offs (input >= 20 % highly, >= 5 % moderately input-bound) are a ladder, not a measure of
+what holds the step; where they read the step differently, `xprof_reading` says so.
 """
 
 from __future__ import annotations
@@ -22,34 +23,49 @@ from typing import Callable
 import pandas as pd
 
 from analysis.breakdown.idle import IDLE_CPU_PCT, MIN_IDLE_S
-from analysis.breakdown.input_stages import SlowestStage
+from analysis.breakdown.input_stages import STAGE_FAMILIES, SlowestStage, has_stage
 from analysis.breakdown.roofline import BELOW_ROOFLINE_MIN_SHARE, BELOW_ROOFLINE_PCT, BelowRoofline
 from analysis.rules import programs as program_facts
+from analysis.rules import savings
 from analysis.rules.devices import facts_for
-from analysis.rules.facts import Facts
+from analysis.rules.facts import Facts, make_facts
 
-HIGH_INPUT_PCT = 20.0
+HIGH_INPUT_PCT = 20.0  # XProf's Overview cut-offs, for its reading of the step
 MODERATE_INPUT_PCT = 5.0
-HOST_BOUND_PCT = 15.0
-COLLECTIVE_BOUND_PCT = 15.0
-HIGH_HOST_PCT = 50.0
 MIN_STEADY_STEPS = 3  # fewer steady steps than this give no verdict
 NICE_STEPS_PER_EXECUTION = (2, 4, 8, 16, 32, 50, 100, 200, 500, 1000)
 SEVERITIES = ("info", "warning", "critical")
 
-INPUT_ADVICE = [
-    "Add `.prefetch(tf.data.AUTOTUNE)` as the last stage of the tf.data pipeline so the next batch "
-    "is prepared while the current step runs.",
-    "Parallelize preprocessing: `.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)`; "
-    "for file reading use `.interleave(..., num_parallel_calls=tf.data.AUTOTUNE)`.",
-    "Cache what does not change between epochs: `.cache()` after decoding and before random augmentation "
-    "(in memory, or `.cache(path)` on local disk).",
-    "Batch before expensive per-element work (`.batch()` then a vectorized `.map`), and move Python "
-    "functions (`tf.py_function`, `tf.numpy_function`) out of the pipeline: they hold the GIL.",
-]
+# tf.data advice by the change it asks for (`_pipeline_changes` keeps those that fit the traced
+# pipeline; with its stages unknown, the generic ones, phrased as what to add).
+INPUT_ADVICE = {
+    "prefetch": "Add `.prefetch(tf.data.AUTOTUNE)` as the last stage of the tf.data pipeline so the next batch "
+                "is prepared while the current step runs.",
+    "parallel_work": "Run the pipeline's work in parallel: add `num_parallel_calls=tf.data.AUTOTUNE, "
+                     "deterministic=False` to its `.map` calls, and where it reads files, read several at once with "
+                     "`.interleave(..., num_parallel_calls=tf.data.AUTOTUNE)`.",
+    "parallel_map": "Parallelize its map: `.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)`.",
+    "vectorize": "Its map already runs in parallel: make each call cheaper, vectorized over a batch (`.batch()` "
+                 "before the `.map`).",
+    "add_map": "Add a parallel map for per-element work (the pipeline has none): "
+               "`.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)`.",
+    "interleave": "Read several files at once: `.interleave(reader, num_parallel_calls=tf.data.AUTOTUNE)` over the "
+                  "file names.",
+    "cache": "Add `.cache()` for what does not change between epochs: after decoding and before random augmentation "
+             "(in memory, or `.cache(path)` on local disk).",
+    "batch_first": "Batch before expensive per-element work (`.batch()` then a vectorized `.map`), and move Python "
+                   "functions (`tf.py_function`, `tf.numpy_function`) out of the pipeline: they hold the GIL.",
+}
+INPUT_FIX = {  # the same changes as clauses of a verdict's fix
+    "prefetch": "add .prefetch(tf.data.AUTOTUNE) at its end",
+    "parallel_work": "add num_parallel_calls=tf.data.AUTOTUNE where it maps or interleaves",
+    "parallel_map": "parallelise its map (num_parallel_calls=tf.data.AUTOTUNE)",
+    "vectorize": "vectorize its map's function (map after .batch())",
+    "add_map": "add a parallel .map(num_parallel_calls=tf.data.AUTOTUNE) for per-element work",
+    "interleave": "read files in parallel with .interleave(num_parallel_calls=tf.data.AUTOTUNE)",
+    "cache": "add .cache() for what does not change between epochs",
+}
 HOST_ADVICE = [
-    "Take per-step Python work out of the loop: no `.numpy()`/`float()` on metrics, logging or callbacks "
-    "every step; do it every N steps.",
     "Use a larger batch (`--batch-size`) so fixed per-step host overhead is spread over more images.",
 ]
 LARGER_BATCH_ADVICE = (
@@ -102,16 +118,51 @@ def compute_advice(device: str = "", precision: str | None = None, jit_compile: 
                    producer: str = "devprof", bfloat16_units: tuple[str, ...] | None = None) -> list[str]:
     """What to try on a compute-bound step, leaving out what the run already does, in the
     words of the program that wrote the trace."""
-    facts = facts_for(device)
-    program = program_facts.program(producer)
-    advice = []
-    if _bfloat16_emulated(facts.mixed_precision, bfloat16_units):
-        advice.append("Keep float32: this CPU has no bfloat16 units (no AVX512-BF16, no AMX), so mixed_bfloat16 "
-                      "would be emulated and slower.")
-    elif precision in (None, "float32"):
-        note = f" ({facts.precision_note})" if facts.precision_note else ""
-        advice.append(f"Use mixed precision: {program_facts.precision(producer, facts.mixed_precision)}{note}.")
-    if facts.xla_helps and not jit_compile and program.xla:
+    return _compute_advice(make_facts(input_pct=None, host_pct=None, device=device, precision=precision,
+                                      jit_compile=jit_compile, producer=producer, bfloat16_units=bfloat16_units))
+
+
+def precision_advice(facts: Facts) -> str | None:
+    """Mixed precision only where the measured ceiling of that dtype beats the run's; back to float32
+    where the run's reduced dtype measures slower; a measurement to take where neither is known."""
+    device = facts_for(facts.device)
+    now, other = savings.precision_dtypes(facts)
+    ratio = savings.precision_ratio(facts)
+    if now != "float32":
+        if ratio == ratio and ratio > 1.0:
+            return (f"Go back to float32 ({_precision_change(facts, 'float32')}): its measured ceiling is higher here, "
+                    f"{savings.ceilings_text(facts)}.")
+        if ratio != ratio and _bfloat16_emulated(facts.precision or "", facts.bfloat16_units):
+            return f"Go back to float32 ({_precision_change(facts, 'float32')}): this CPU has no bfloat16 units."
+        return None
+    if ratio == ratio:
+        if ratio > 1.0:
+            return (f"Use mixed precision: {program_facts.precision(facts.producer, device.mixed_precision)}; "
+                    f"{savings.ceilings_text(facts)}.")
+        return f"Keep float32: {savings.ceilings_text(facts)}, so {device.mixed_precision} would be slower here."
+    if _bfloat16_emulated(device.mixed_precision, facts.bfloat16_units):
+        return ("Keep float32: this CPU has no bfloat16 units (no AVX512-BF16, no AMX), so mixed_bfloat16 "
+                "would be emulated and slower.")
+    note = f" ({device.precision_note})" if device.precision_note else ""
+    return (f"Whether {device.mixed_precision} would be faster is a guess until measured{note}: `devprof peak` "
+            f"measures {other}'s and float32's ceilings on this device; switch "
+            f"({program_facts.precision(facts.producer, device.mixed_precision)}) only if {other}'s is higher.")
+
+
+def _precision_change(facts: Facts, dtype: str) -> str:
+    if facts.producer == "devprof":
+        return f"`--precision {dtype}`"
+    if dtype == "float32":
+        return "no mixed-precision policy" if facts.producer != "jax" else "float32 parameters and activations"
+    return program_facts.precision(facts.producer, f"mixed_{dtype}")
+
+
+def _compute_advice(facts: Facts) -> list[str]:
+    device = facts_for(facts.device)
+    program = program_facts.program(facts.producer)
+    jit_compile = facts.jit_compile
+    advice = [line for line in [precision_advice(facts)] if line]
+    if device.xla_helps and not jit_compile and program.xla:
         how = "`--jit-compile` (`tf.function(jit_compile=True)`)" if program.name == "devprof" else program.xla
         advice.append(f"Compile the step with XLA: {how}.")
     if program.name == "devprof":
@@ -195,37 +246,66 @@ def _input_fix(facts: Facts) -> str:
         return _copy_fix(facts)
     if not _uses_tf_data(facts):
         return _wait_fix(facts)
+    clauses = [INPUT_FIX[key] for key in _pipeline_changes(facts) if key in INPUT_FIX] or ["speed up its slowest stage"]
+    what = ", ".join(clauses[:-1]) + " and " + clauses[-1] if len(clauses) > 1 else clauses[0]
     if facts.prefetches:
-        return ("the loop waits for batches although the pipeline prefetches: the pipeline itself is too slow; "
-                "parallelise its slowest stage (.map(num_parallel_calls=tf.data.AUTOTUNE)) and .cache() what "
-                "does not change between epochs")
-    return ("the loop waits for batches: add .prefetch(tf.data.AUTOTUNE), a parallel .map(num_parallel_calls="
-            "tf.data.AUTOTUNE) and .cache() to the input pipeline")
+        return f"the loop waits for batches although the pipeline prefetches: the pipeline itself is too slow; {what}"
+    return f"the loop waits for batches from the input pipeline: {what}"
 
 
 def stage_advice(stage: SlowestStage) -> str:
-    """One change for the slowest tf.data stage, by what kind of stage it is."""
-    kind = stage.name.rsplit("::", 1)[-1]
-    kind = kind.split("[")[0]
+    """One change for the slowest tf.data stage, by what kind of stage it is: it names no other stage."""
+    kind = stage.kind
     if stage.runs_python:
-        return ("it runs Python (`tf.py_function`/`tf.numpy_function`), which holds the GIL and runs one batch at a "
+        return ("it runs Python (`tf.py_function`/`tf.numpy_function`), which holds the GIL and runs one call at a "
                 "time: rewrite it with TensorFlow ops, or move it out of the pipeline (precompute, then `.cache()`)")
-    if kind in ("Map", "MapAndBatch", "FlatMap", "Interleave"):
-        return f"parallelise this {kind}: `num_parallel_calls=tf.data.AUTOTUNE`, `deterministic=False`"
-    if kind in ("ParallelMap", "ParallelMapV2", "ParallelInterleave", "ParallelInterleaveV4"):
-        return "it is already parallel: vectorize its function (map after `.batch()`), or `.cache()` its output"
-    if kind in ("TFRecord", "TextLine", "FixedLengthRecord", "Generator", "TensorSlice", "Range"):
-        return "reading is the cost: `.cache()` right after this stage, or read files in parallel with `interleave`"
+    if kind in ("Map", "MapAndBatch"):
+        return "parallelise this map: `.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)`"
+    if kind == "Interleave":
+        return "parallelise this interleave: `num_parallel_calls=tf.data.AUTOTUNE`, `deterministic=False`"
+    if kind == "FlatMap":
+        return "a flat_map makes one input's elements at a time: `.interleave(fn, num_parallel_calls=tf.data.AUTOTUNE)`"
+    if kind in ("ParallelMap", "ParallelMapV2"):
+        return "it is already parallel: vectorize its function (`.batch()` before this map), or `.cache()` its output"
+    if kind in STAGE_FAMILIES["parallel_interleave"]:
+        return "it is already parallel: `.cache()` its output, or make the work of each input cheaper"
+    if kind in STAGE_FAMILIES["read_files"]:
+        return ("reading files is the cost: `.cache()` right after this stage, or read several files at once with "
+                "`.interleave(..., num_parallel_calls=tf.data.AUTOTUNE)`")
+    if kind == "Generator" and re.search(r"FlatMap\[\d+\]::Generator$", stage.name):
+        return ("it makes elements in Python (`from_generator`), one at a time under the GIL: build the dataset from "
+                "arrays (`from_tensor_slices`) or files, or `.cache()` right after it")
+    if kind in ("TensorSlice", "Range", "FromTensor", "Tensor"):
+        return "it hands out in-memory elements one at a time: `.batch()` right after it so what follows runs per batch"
     if kind in ("Shuffle", "ShuffleAndRepeat"):
-        return "a smaller shuffle buffer, or shuffle file names instead of elements"
+        return "a smaller shuffle buffer"
     if kind in ("Batch", "BatchV2", "PaddedBatch"):
         return "batch before expensive per-element work so it runs once per batch"
+    if kind in STAGE_FAMILIES["pass_through"] or kind == "Generator":
+        return (f"a {kind} stage only hands on what its input makes, and the trace shows no input working meanwhile "
+                "(its calls began before the trace, or it is another pipeline): speed up the stages that feed it")
     return f"`.cache()` after this {kind} stage if its output does not change between epochs"
 
 
 def _uses_tf_data(facts: Facts) -> bool:
     """Whether tf.data advice fits: a TensorFlow program, or a trace with tf.data stages in it."""
-    return facts.prefetches is not None or bool(program_facts.program(facts.producer).input_pipeline)
+    return facts.prefetches is not None or facts.input_stage_kinds is not None \
+        or bool(program_facts.program(facts.producer).input_pipeline)
+
+
+def _pipeline_changes(facts: Facts) -> list[str]:
+    """The keys of the tf.data changes that fit the pipeline: only stages it has, or lacks, are named."""
+    kinds = facts.input_stage_kinds
+    changes = [] if facts.prefetches else ["prefetch"]
+    if kinds is None:
+        return changes + ["parallel_work", "cache", "batch_first"]
+    changes.append("parallel_map" if has_stage(kinds, "serial_map") else "vectorize" if has_stage(kinds, "map")
+                   else "add_map")
+    if has_stage(kinds, "read_files") and not has_stage(kinds, "parallel_interleave"):
+        changes.append("interleave")
+    if not has_stage(kinds, "cache") and (has_stage(kinds, "map") or has_stage(kinds, "read_files")):
+        changes.append("cache")
+    return changes
 
 
 def _input_more(facts: Facts) -> list[str]:
@@ -246,8 +326,8 @@ def _wait_advice(facts: Facts) -> list[str]:
     stage = [f"The slowest tf.data stage is `{facts.slowest_input_stage}`: "
              f"{stage_advice(facts.slowest_input_stage)}."] \
         if facts.slowest_input_stage and pipeline_is_the_cause(facts) else []
-    general = [line for line in INPUT_ADVICE if not (facts.prefetches and ".prefetch(" in line)]
-    return stage + general
+    said = ("parallel_map", "vectorize") if stage and facts.slowest_input_stage.kind in STAGE_FAMILIES["map"] else ()
+    return stage + [INPUT_ADVICE[key] for key in _pipeline_changes(facts) if key not in said]
 
 
 def _wait_fix(facts: Facts) -> str:
@@ -262,6 +342,8 @@ def _steps_per_call(facts: Facts) -> tuple[int, int]:
 
 
 def _host_fix(facts: Facts) -> str:
+    if savings.all_eager(facts):  # steps per call need a compiled step: that comes first
+        return _eager_fix(facts)
     k, suggestion = _steps_per_call(facts)
     if facts.producer != "devprof":
         change = program_facts.steps_per_call(facts.producer, suggestion)
@@ -278,7 +360,7 @@ def _host_steps_per_call(facts: Facts) -> str:
                 f"{program_facts.steps_per_call(facts.producer, suggestion)}.")
     if k <= 1:
         return (f"Run several steps per call so Python and dispatch cost is paid once per call: "
-                f"`--steps-per-execution {suggestion}` (Keras: `model.compile(steps_per_execution={suggestion})`).")
+                f"`--steps-per-execution {suggestion}`.")
     return (f"Already {k} steps per call: raise `--steps-per-execution` to {suggestion}, or look for per-call "
             "Python work.")
 
@@ -287,30 +369,50 @@ def _compute_fix(facts: Facts) -> str:
     device = facts_for(facts.device)
     at_peak = (f"the epoch runs at {facts.mfu_pct:.0f} % of the device's measured {facts.peak_dtype} peak; "
                if facts.mfu_pct == facts.mfu_pct else "")
-    mixed = facts.precision not in (None, "float32")
-    # Nothing faster than float32 to suggest on a CPU that would emulate bfloat16.
-    keep_precision = mixed or _bfloat16_emulated(device.mixed_precision, facts.bfloat16_units)
+    now, _ = savings.precision_dtypes(facts)
+    ratio = savings.precision_ratio(facts)
+    slower_now = now != "float32" and (ratio > 1.0 if ratio == ratio
+                                       else _bfloat16_emulated(facts.precision or "", facts.bfloat16_units))
+    if slower_now:
+        return f"{at_peak}go back to float32 ({_precision_change(facts, 'float32')}): {_slower_dtype_reason(facts)}"
+    # Mixed precision only where its measured ceiling is higher.
+    faster = now == "float32" and ratio == ratio and ratio > 1.0
+    program = program_facts.program(facts.producer)
     if facts.producer != "devprof":
-        program = program_facts.program(facts.producer)
-        tries = [] if keep_precision else [program_facts.precision(facts.producer, device.mixed_precision)]
+        tries = [program_facts.precision(facts.producer, device.mixed_precision)] if faster else []
         if device.xla_helps and not facts.jit_compile and program.xla:
             tries.append(program.xla)
         return f"{at_peak}try {', '.join(tries + [program.batch_size])}, or a faster device"
-    tries = [] if keep_precision else [f"--precision {device.mixed_precision}"]
+    tries = [f"--precision {device.mixed_precision}"] if faster else []
     if device.xla_helps and not facts.jit_compile:
         tries.append("--jit-compile")
-    already = f"already {facts.precision}; " if mixed else ""
+    already = f"already {facts.precision}; " if now != "float32" else ""
     return f"{at_peak}{already}try {' and '.join(tries + ['a larger --batch-size'])}, or a faster device"
+
+
+def _slower_dtype_reason(facts: Facts) -> str:
+    ratio = savings.precision_ratio(facts)
+    if ratio == ratio:
+        return f"{savings.ceilings_text(facts)}"
+    return "this CPU has no bfloat16 units (no AVX512-BF16, no AMX), so bfloat16 is emulated"
 
 
 def _host_advice(facts: Facts) -> list[str]:
     if facts.producer == "devprof":
-        return HOST_ADVICE
+        return HOST_ADVICE  # devprof's own loop has no per-step Python work of the user's to take out
     program = program_facts.program(facts.producer)
     syncs = "`jax.device_get`, `.block_until_ready()`" if program.name == "jax" else "`.numpy()`/`float()`"
-    return [f"Take per-step Python work out of the loop: no {syncs} on metrics, logging or callbacks every step; "
+    where = "callbacks" if program.name == "keras" else "the loop"
+    return [f"Take per-step Python work out of {where}: no {syncs} on metrics, logging or printing every step; "
             "do it every N steps.",
             f"Use {program.batch_size} so fixed per-step host overhead is spread over more examples."]
+
+
+def _host_more(facts: Facts) -> list[str]:
+    if savings.all_eager(facts):
+        fix = _eager_fix(facts)
+        return [f"{fix[0].upper()}{fix[1:]}.", *(line for line in _host_advice(facts) if "batch" in line)]
+    return [_host_steps_per_call(facts), *_host_advice(facts)]
 
 
 def _input_headline(level: str) -> Callable[[Facts], str]:
@@ -323,15 +425,30 @@ def _input_headline(level: str) -> Callable[[Facts], str]:
 
 
 EAGER_MIN_STEP_PCT = 5.0  # eager ops' share of step time that makes running them eagerly worth changing
-ALL_EAGER_PCT = 99.0  # of host op time: no compiled step at all (Keras' run_eagerly=True, a loop without tf.function)
+ALL_EAGER_PCT = savings.ALL_EAGER_PCT
 
 
 def _eager_headline(facts: Facts) -> str:
     eager = facts.eager
     assert eager is not None
     heaviest = ", ".join(f"`{op}` {ms:.2f} ms" for op, ms in eager.ops)
+    # TensorFlow's overview page's shares, to one decimal as it shows them; absent where it recorded no op.
+    sides = (("host", eager.host_op_time_eager_pct), ("device", eager.device_op_time_eager_pct))
+    shares = " and ".join(f"{pct:.1f} % of {side}" for side, pct in sides if pct == pct)
+    missing = [side for side, pct in sides if pct != pct]
+    host = eager.host_op_time_eager_pct
+    if not shares:
+        tensorflow = " TensorFlow's definition (its overview page's) has no op recorded here to weigh."
+    else:
+        tensorflow = (f" On TensorFlow's definition (its overview page's), {shares} op time ran eagerly"
+                      + (f" (no {missing[0]} op recorded)" if missing else "")
+                      + ("" if host == host and abs(host - eager.op_time_pct) < 1.0 else
+                         ": it weighs only the op events TensorFlow records, by their own time over the whole "
+                         "trace (tf.data's stages too, a tf.function's GPU ops on the device, no host event per eager "
+                         "op in newer TensorFlow), not each call's dispatch") + ".")
     return (f"{eager.op_time_pct:.0f} % of the host's op time runs eagerly, one op at a time from Python: "
-            f"{eager.ms_per_step:.2f} ms per step ({eager.step_pct:.0f} % of the step); heaviest per step: {heaviest}.")
+            f"{eager.ms_per_step:.2f} ms per step ({eager.step_pct:.0f} % of the step); heaviest per step: {heaviest}."
+            + tensorflow)
 
 
 def _eager_fix(facts: Facts) -> str:
@@ -412,6 +529,25 @@ def _roofline_fix(facts: Facts) -> str:
             "transposes run around them")
 
 
+def _slower_dtype(facts: Facts) -> bool:
+    now, _ = savings.precision_dtypes(facts)
+    if now == "float32":
+        return False
+    ratio = savings.precision_ratio(facts)
+    return ratio > 1.0 if ratio == ratio else _bfloat16_emulated(facts.precision or "", facts.bfloat16_units)
+
+
+def _matrix_units_fix(facts: Facts) -> str:
+    policy = MIXED_FOR_DTYPE[(facts.matrix_units or ("",))[-1]]
+    how = f"--precision {policy}" if facts.producer == "devprof" else program_facts.precision(facts.producer, policy)
+    dtype = policy.removeprefix("mixed_")
+    ratio = facts.matrix_ceiling(dtype) / facts.matrix_ceiling("float32")
+    if ratio == ratio:
+        return f"train with {how} ({dtype} {ratio:.1f}x float32's measured matrix ceiling)"
+    return (f"measure {dtype}'s ceiling against float32's (`devprof peak`); where it is higher, train with {how} "
+            "(from the device's datasheet alone this is a guess)")
+
+
 def _idle_headline(facts: Facts) -> str:
     stretch = facts.idle_stretch
     if stretch is None:
@@ -422,28 +558,30 @@ def _idle_headline(facts: Facts) -> str:
 
 
 RULES: list[Rule] = [
-    Rule("input_bound_high", "input", lambda f: f.input_pct >= HIGH_INPUT_PCT, _input_headline("high"),
-         _input_fix, _input_more, bound="input", level="high", severity="critical",
-         description=f"input >= {HIGH_INPUT_PCT:g} % of step time"),
-    Rule("input_bound", "input", lambda f: f.input_pct >= MODERATE_INPUT_PCT, _input_headline("moderate"),
-         _input_fix, _input_more, bound="input", level="moderate",
-         description=f"input >= {MODERATE_INPUT_PCT:g} % of step time"),
-    Rule("collective_bound", "collective", lambda f: f.collective_pct >= COLLECTIVE_BOUND_PCT,
+    Rule("input_bound_high", "input", lambda f: savings.input_part(f).pct >= savings.HIGH_SAVING_PCT,
+         _input_headline("high"), _input_fix, _input_more, bound="input", level="high", severity="critical",
+         description=f"fixing the exposed input saves the most, >= {savings.HIGH_SAVING_PCT:g} % of step time"),
+    Rule("input_bound", "input", lambda f: savings.input_part(f).pct >= savings.MIN_VERDICT_SAVING_PCT,
+         _input_headline("moderate"), _input_fix, _input_more, bound="input", level="moderate",
+         description=f"fixing the exposed input saves the most, >= {savings.MIN_VERDICT_SAVING_PCT:g} % of step time"),
+    Rule("collective_bound", "collective", lambda f: savings.collective_part(f).pct >= savings.MIN_VERDICT_SAVING_PCT,
          lambda f: (f"Collective-bound: {f.collective_pct:.0f} % of the step waits in all-reduce for the other "
                     "workers or devices."),
-         lambda f: ("find the straggler the others wait for (the workers table), then fix its cause; otherwise a "
-                    "larger per-worker batch spreads each all-reduce over more images"),
-         bound="collective", description=f"collective wait >= {COLLECTIVE_BOUND_PCT:g} % of step time"),
-    Rule("host_bound", "host", lambda f: f.host_pct >= HOST_BOUND_PCT,
+         lambda f: ("find the worker or device the others wait for (in the workers or devices table, the one whose "
+                    "step minus its collective wait stands out) and fix its cause; otherwise a larger per-worker "
+                    "batch spreads each all-reduce over more images"),
+         bound="collective", description="fixing the straggler the workers wait for saves the most"),
+    Rule("host_bound", "host", lambda f: f.host_pct >= savings.MIN_VERDICT_SAVING_PCT,
          lambda f: ("Host-bound: time goes to Python and dispatch between "
                     f"{'jitted' if f.producer == 'jax' else 'TensorFlow'} calls, not to waiting for input; look at the "
                     "training loop."),
-         _host_fix, lambda f: [_host_steps_per_call(f), *_host_advice(f)], bound="host",
-         description=f"host overhead >= {HOST_BOUND_PCT:g} % of step time (high from {HIGH_HOST_PCT:g} %)"),
+         _host_fix, _host_more, bound="host",
+         description="removing host overhead (several steps per call, per-step Python work, eager ops) saves the most"),
     Rule("compute_bound", "compute", lambda f: True,
          lambda f: "Compute-bound: the step's math dominates; input and host overhead are small.",
          _compute_fix, lambda f: compute_advice(f.device, f.precision, f.jit_compile, f.producer, f.bfloat16_units), bound="compute",
-         severity="info", description="neither input nor host overhead crosses its cut-off"),
+         severity="info", description=f"no fix saves {savings.MIN_VERDICT_SAVING_PCT:g} % of step time, or the "
+                                      "compute's own (roofline, measured precision) saves the most"),
     Rule("epoch_level_work", "epoch_level", lambda f: False,
          lambda f: "Time outside the training steps dominates the gap.",
          lambda f: "time outside the training steps (validation, iterator set-up): validate less often or on "
@@ -486,18 +624,18 @@ RULES: list[Rule] = [
          finding=True, description=f"kernels under {LAUNCH_BOUND_KERNEL_US:g} µs on average and the device idle for the "
                                    f"host >= {LAUNCH_BOUND_IDLE_PCT:g} % of the step"),
     Rule("fp32_on_matrix_units", "compute",
-         lambda f: f.precision in (None, "float32") and bool(f.matrix_units),
+         lambda f: f.precision in (None, "float32") and bool(f.matrix_units) and not _measured_slower(f),
          lambda f: (f"The run computes in float32 on a device with {' and '.join(f.matrix_units or ())} matrix units, "
                     "which float32 does not use."),
-         lambda f: (f"train with --precision {MIXED_FOR_DTYPE[(f.matrix_units or ('',))[-1]]}" if f.producer == "devprof" else
-                    f"train with {program_facts.precision(f.producer, MIXED_FOR_DTYPE[(f.matrix_units or ('',))[-1]])}"),
+         lambda f: _matrix_units_fix(f),
          severity="info", finding=True, description="float32 training on a device with bfloat16/float16 matrix units"),
-    Rule("bf16_without_matrix_units", "compute",
-         lambda f: f.precision == "mixed_bfloat16" and f.bfloat16_units == (),
-         lambda f: ("The run computes in bfloat16 on a CPU without bfloat16 units (no AVX512-BF16, no AMX): "
-                    "bfloat16 is emulated there and runs slower than float32."),
-         lambda f: "train with --precision float32",
-         severity="warning", finding=True, description="mixed_bfloat16 on a CPU that emulates bfloat16"),
+    Rule("bf16_without_matrix_units", "compute", _slower_dtype,
+         lambda f: (f"The run computes in {savings.precision_dtypes(f)[0]}, which is slower than float32 here: "
+                    f"{_slower_dtype_reason(f)}."),
+         lambda f: f"train in float32 ({_precision_change(f, 'float32')})",
+         severity="warning", finding=True,
+         description="a reduced precision whose measured matrix ceiling is below float32's, or bfloat16 on a CPU "
+                     "that emulates it"),
     Rule("cpu_without_onednn", "compute",
          lambda f: f.device == "cpu" and f.eigen_dense_pct >= EIGEN_DENSE_MIN_PCT,
          lambda f: (f"{f.eigen_dense_pct:.0f} % of the step's op time is in TensorFlow's Eigen convolution and "
@@ -537,27 +675,131 @@ RULES: list[Rule] = [
 RULES_BY_ID = {rule.id: rule for rule in RULES}
 
 
+def _measured_slower(facts: Facts) -> bool:
+    """Whether the device's reduced dtype measures slower than float32 (mixed precision would not help)."""
+    ratio = savings.precision_ratio(facts)
+    return savings.precision_dtypes(facts)[0] == "float32" and ratio == ratio and ratio <= 1.0
+
+
+FINDING_SAVINGS: dict[str, Callable[[Facts], savings.Saving]] = {
+    "cpu_contention": savings.contention,
+    "retracing": savings.retracing,
+    "host_sync": savings.idle_for_host,
+    "launch_bound": savings.idle_for_host,
+    "fp32_on_matrix_units": savings.precision_saving,
+    "bf16_without_matrix_units": savings.precision_saving,
+    "cpu_without_onednn": savings.onednn,
+    "eager_execution": lambda f: savings.eager(f, _steps_per_call(f)[1]),
+    "no_prefetch": savings.input_wait,
+    "below_roofline": savings.roofline_saving,
+}
+
+
+def finding_saving(rule: Rule, facts: Facts) -> savings.Saving:
+    """What fixing a finding would save per step (unknown for those that save no step time)."""
+    estimate = FINDING_SAVINGS.get(rule.id)
+    if estimate is None:
+        return savings.Saving(math.nan, "saves no step time" if rule.id != "idle_stretch" else
+                              "time outside the steps, not per step: the stretch itself is what it would save")
+    return estimate(facts)
+
+
+def _rank(item: dict) -> float:
+    pct = item.get("saving_pct")
+    return -pct if pct is not None else math.inf
+
+
 def findings(facts: Facts) -> list[dict]:
-    """`[{rule, severity, evidence, advice}]` for every finding rule that applies."""
-    return [{"rule": rule.id, "severity": rule.severity, "evidence": rule.headline(facts), "advice": rule.fix(facts)}
-            for rule in RULES if rule.finding and rule.applies(facts)]
+    """`[{rule, severity, evidence, advice, saving_ms, saving_pct, saving_basis}]` for every finding
+    rule that applies, the largest saving first (unknown savings last)."""
+    found = [{"rule": rule.id, "severity": rule.severity, "evidence": rule.headline(facts), "advice": rule.fix(facts),
+              **savings.as_fields(finding_saving(rule, facts), facts)}
+             for rule in RULES if rule.finding and rule.applies(facts)]
+    return sorted(found, key=_rank)
+
+
+def part_savings(facts: Facts) -> dict[str, savings.Saving]:
+    """What fixing each part of the step would save."""
+    return {"input": savings.input_part(facts), "host": savings.host_part(facts, _steps_per_call(facts)[1]),
+            "collective": savings.collective_part(facts), "compute": savings.compute_part(facts)}
+
+
+def _finding_part(rule: Rule, facts: Facts) -> str:
+    if rule.id == "cpu_contention" and facts_for(facts.device).kind == "cpu":
+        return "compute"  # on a CPU the other processes slow the math itself
+    return rule.component
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The verdict's pick: the part of the step, the rule whose fix saves the most, and that saving."""
+
+    bound: str
+    cause: str  # the rule whose fix gives the saving (a part's verdict rule or a finding)
+    saving: savings.Saving
+
+
+def choose(facts: Facts) -> Choice:
+    """The part whose fix would save the most; compute-bound where no fix saves
+    `MIN_VERDICT_SAVING_PCT` % of the step (the step's math holds it)."""
+    parts = part_savings(facts)
+    options = [Choice(part, _verdict_rule_id(part, saving), saving) for part, saving in parts.items()]
+    options += [Choice(_finding_part(rule, facts), rule.id, finding_saving(rule, facts))
+                for rule in RULES if rule.finding and rule.component != "epoch_level" and rule.applies(facts)]
+    known = [o for o in options if o.saving.known]
+    best = max(known, key=lambda o: o.saving.pct, default=None)
+    if best is None or best.saving.pct < savings.MIN_VERDICT_SAVING_PCT:
+        return Choice("compute", "compute_bound", parts["compute"])
+    return best
+
+
+def _verdict_rule_id(part: str, saving: savings.Saving) -> str:
+    if part == "input":
+        return "input_bound_high" if savings.level(saving) == "high" else "input_bound"
+    return f"{part}_bound"
 
 
 def verdict_rule(facts: Facts) -> Rule:
-    """The first verdict rule that applies (compute-bound applies to everything)."""
-    return next(rule for rule in RULES if rule.bound is not None and rule.applies(facts))
+    """The verdict rule of the part whose fix would save the most."""
+    choice = choose(facts)
+    return RULES_BY_ID[_verdict_rule_id(choice.bound, choice.saving)]
 
 
-def _level(rule: Rule, facts: Facts) -> str | None:
-    if rule.bound == "host":
-        return "high" if facts.host_pct >= HIGH_HOST_PCT else "moderate"
-    return rule.level
+def _level(choice: Choice) -> str | None:
+    if choice.bound == "compute" and choice.cause == "compute_bound" and not (
+            choice.saving.known and choice.saving.pct >= savings.MIN_VERDICT_SAVING_PCT):
+        return None  # nothing to fix but the math itself
+    return savings.level(choice.saving)
 
 
 def classify(facts: Facts) -> tuple[str | None, str | None]:
     """(bound, level) of a breakdown."""
-    rule = verdict_rule(facts)
-    return rule.bound, _level(rule, facts)
+    choice = choose(facts)
+    return choice.bound, _level(choice)
+
+
+def xprof_reading(facts: Facts, bound: str | None, level: str | None) -> str | None:
+    """How XProf's Overview cut-offs read the step, where that differs from the verdict (None: the same)."""
+    input_pct = facts.input_pct
+    if not input_pct == input_pct or bound is None:
+        return None
+    xprof = ("high" if input_pct >= HIGH_INPUT_PCT else "moderate" if input_pct >= MODERATE_INPUT_PCT else None)
+    if xprof is None or (bound == "input" and level == xprof):
+        return None
+    if xprof is None and bound != "input":
+        return None
+    words = "highly" if xprof == "high" else "moderately"
+    cut = HIGH_INPUT_PCT if xprof == "high" else MODERATE_INPUT_PCT
+    if bound == "input":
+        return (f"XProf's Overview page reads this step as {words} input-bound (input {input_pct:.1f} % >= {cut:g} %); "
+                f"devprof grades it by what the fix would save.")
+    saving = savings.input_part(facts)
+    saved = f"; fixing the input would save about {saving.pct:.1f} % of it" if saving.known else ""
+    return (f"XProf's Overview page reads this step as {words} input-bound (input {input_pct:.1f} % >= {cut:g} %){saved}, "
+            f"less than fixing the {LABELS.get(bound, bound)} would.")
+
+
+LABELS = {"host": "host overhead", "collective": "collective wait", "compute": "compute", "input": "input"}
 
 
 def fix_for(component: str, facts: Facts) -> str:
@@ -627,13 +869,30 @@ def make_verdict(
                   "or --profile-steps")
         return {"bound": None, "level": None, "rule": None, "reason": reason, "evidence": f"{evidence}.",
                 "advice": []}
-    rule = verdict_rule(facts)
+    choice = choose(facts)
+    rule = RULES_BY_ID[_verdict_rule_id(choice.bound, choice.saving)]
     if facts.device_recorded is False and rule.bound != "input":
         return {"bound": None, "level": None, "rule": None, "evidence": f"{evidence}.", "advice": [],
                 "reason": ("the device's activity was not recorded (its trace planes are empty), so compute and "
                            "host overhead cannot be told apart; only input could be judged, and it is small")}
-    verdict: dict = {"bound": rule.bound, "level": _level(rule, facts), "rule": rule.id,
-                     "evidence": f"{rule.headline(facts)} {evidence}.", "advice": advice(facts, rule)}
+    level = _level(choice)
+    headline = rule.headline(facts)
+    lines = advice(facts, rule)
+    if choice.cause != rule.id:  # a finding's fix saves the most: its evidence and fix lead
+        cause = RULES_BY_ID[choice.cause]
+        fix = cause.fix(facts)
+        headline = f"{headline} {cause.headline(facts)}"
+        lines = [f"{fix[0].upper()}{fix[1:]}.", *(line for line in lines if line.lower().rstrip(".") != fix.lower())]
+    elif rule.id == "compute_bound" and level is None:
+        largest = max(((part, s) for part, s in part_savings(facts).items() if part != "compute" and s.known),
+                      key=lambda item: item[1].pct, default=None)
+        if largest is not None:
+            headline += (f" No fix found would save {savings.MIN_VERDICT_SAVING_PCT:g} % of the step (the largest, "
+                         f"{LABELS[largest[0]]}'s, about {largest[1].pct:.1f} %).")
+    verdict: dict = {"bound": rule.bound, "level": level, "rule": rule.id, "cause": choice.cause,
+                     "evidence": f"{headline} {evidence}.", "advice": lines,
+                     **savings.as_fields(choice.saving, facts),
+                     "xprof_reading": xprof_reading(facts, rule.bound, level)}
     if steps_used == 1:
         verdict["single_step"] = True
         verdict["evidence"] += (f" Based on a single {unit}: there is no {unit}-to-{unit} spread to tell a typical "

@@ -8,7 +8,7 @@ steps came from. `kind` says how they were found, for users and scripts alike.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -49,7 +49,9 @@ class StepSource:
 def find_steps(inputs: RunInputs, step_name: str | None = None) -> StepSource:
     """The steps of one worker: from its trace, else from its run's steps.csv."""
     if inputs.trace is not None:
-        return from_trace(inputs.trace, inputs.run_dir is not None, step_name)
+        source = from_trace(inputs.trace, inputs.run_dir is not None, step_name)
+        return replace(source, producer=recording_program(inputs.run, inputs.trace.producer)) \
+            if inputs.run_dir is not None else source
     note = STEPS_CSV_COMPUTE_NOTE
     if inputs.trace_error is not None:
         note = (f"the profiler trace is truncated or corrupt ({inputs.trace_error}); breakdown from steps.csv, "
@@ -64,7 +66,20 @@ def find_steps(inputs: RunInputs, step_name: str | None = None) -> StepSource:
             raise TraceError(f"{inputs.run_dir} has no profiler trace and no steps.csv")
         raise TraceError(f"{inputs.run_dir} has no profiler trace and steps.csv has {what}")
     device = str((inputs.run.device if inputs.run is not None else {}).get("kind") or "unknown")
-    return StepSource("steps_csv", "steps.csv", device, steps_from_csv(inputs.steps_table), inputs.source, (note,))
+    return StepSource("steps_csv", "steps.csv", device, steps_from_csv(inputs.steps_table), inputs.source, (note,),
+                      producer=recording_program(inputs.run, "unknown"))
+
+
+def recording_program(run, trace_producer: str) -> str:
+    """Which program a run directory recorded, so advice speaks its language: `devprof` (devprof run,
+    whose flags apply), `keras` (`profiler.KerasCallback` in `fit`), or a custom loop under
+    `profiler.profile()` (`tensorflow`, or what its trace shows: `keras`, `jax`)."""
+    raw = run.raw if run is not None else {}
+    if raw.get("recorded_by") is None:
+        return "devprof"
+    if (run.config or {}).get("program") == "keras_fit":
+        return "keras"
+    return trace_producer if trace_producer in ("keras", "jax") else "tensorflow"
 
 
 def from_trace(view: TraceView, in_run_dir: bool, step_name: str | None = None) -> StepSource:
