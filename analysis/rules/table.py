@@ -464,9 +464,10 @@ def _eager_fix(facts: Facts) -> str:
     if facts.producer == "jax":
         return "move these operations inside the jitted step (`jax.jit`), so they run as one compiled program"
     if every_op:
-        # Keras 3's fit with run_eagerly=True leaves no Keras name in the trace: say it here too.
-        return ("wrap the training step in `tf.function` (and leave `tf.config.run_functions_eagerly` off; Keras: "
-                "`model.compile(..., run_eagerly=False)`) so its ops run as one graph instead of one Python call each")
+        # Keras 3's fit with run_eagerly=True leaves no Keras name in the trace: a trace of unknown origin says it too.
+        keras = "; Keras: `model.compile(..., run_eagerly=False)`" if facts.producer == "unknown" else ""
+        return ("wrap the training step in `tf.function` (and leave `tf.config.run_functions_eagerly` off"
+                f"{keras}) so its ops run as one graph instead of one Python call each")
     return ("move these ops into the compiled step: compute them inside the `tf.function` (return what the loop "
             "needs) instead of on its results in Python, or do them every N steps")
 
@@ -579,7 +580,7 @@ RULES: list[Rule] = [
          description="removing host overhead (several steps per call, per-step Python work, eager ops) saves the most"),
     Rule("compute_bound", "compute", lambda f: True,
          lambda f: "Compute-bound: the step's math dominates; input and host overhead are small.",
-         _compute_fix, lambda f: compute_advice(f.device, f.precision, f.jit_compile, f.producer, f.bfloat16_units), bound="compute",
+         _compute_fix, _compute_advice, bound="compute",
          severity="info", description=f"no fix saves {savings.MIN_VERDICT_SAVING_PCT:g} % of step time, or the "
                                       "compute's own (roofline, measured precision) saves the most"),
     Rule("epoch_level_work", "epoch_level", lambda f: False,
@@ -744,10 +745,12 @@ def choose(facts: Facts) -> Choice:
     `MIN_VERDICT_SAVING_PCT` % of the step (the step's math holds it)."""
     parts = part_savings(facts)
     options = [Choice(part, _verdict_rule_id(part, saving), saving) for part, saving in parts.items()]
+    parts_rules = {o.cause for o in options}
     options += [Choice(_finding_part(rule, facts), rule.id, finding_saving(rule, facts))
                 for rule in RULES if rule.finding and rule.component != "epoch_level" and rule.applies(facts)]
     known = [o for o in options if o.saving.known]
-    best = max(known, key=lambda o: o.saving.pct, default=None)
+    # On a tie the finding wins: its evidence and fix are the more specific.
+    best = max(known, key=lambda o: (o.saving.pct, o.cause not in parts_rules), default=None)
     if best is None or best.saving.pct < savings.MIN_VERDICT_SAVING_PCT:
         return Choice("compute", "compute_bound", parts["compute"])
     return best

@@ -1,0 +1,188 @@
+"""Advice users can act on: the verdict names the part whose fix saves the most, every estimate has
+its basis, precision is advised from measured ceilings only, and no advice names a flag or API the
+program does not use (producer x cause)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from analysis.breakdown.eager import EagerOps
+from analysis.breakdown.idle import IdleStretch
+from analysis.breakdown.input_stages import SlowestStage
+from analysis.breakdown.roofline import BelowRoofline
+from analysis.rules import table as rules
+from analysis.rules.facts import TraceFacts, make_facts
+
+TRACE_FACTS = {f.name for f in dataclasses.fields(TraceFacts)}
+
+
+def verdict_of(step_ms: float, **parts) -> tuple[dict, list[dict]]:
+    """The verdict and findings of a mean step given as ms per part (input_wait, input_copy, compute,
+    host, collective) and further facts."""
+    wait, copy = parts.pop("input_wait", 0.0), parts.pop("input_copy", 0.0)
+    compute, host, collective = parts.pop("compute"), parts.pop("host"), parts.pop("collective", 0.0)
+    assert abs(wait + copy + compute + host + collective - step_ms) < 1e-9
+    pct = lambda ms: 100.0 * ms / step_ms  # noqa: E731
+    mean = {"step_ms": step_ms, "input_ms": wait + copy, "compute_ms": compute, "host_ms": host,
+            "collective_ms": collective, "input_wait_ms": wait, "input_copy_ms": copy,
+            "input_pct": pct(wait + copy), "compute_pct": pct(compute), "host_pct": pct(host),
+            "collective_pct": pct(collective)}
+    trace = TraceFacts(**{key: parts.pop(key) for key in list(parts) if key in TRACE_FACTS})
+    facts = make_facts(trace=trace, input_pct=pct(wait + copy), compute_pct=pct(compute), host_pct=pct(host),
+                       collective_pct=pct(collective), input_wait_pct=pct(wait), input_copy_pct=pct(copy),
+                       input_wait_ms=wait, step_ms=step_ms, **{"device": "gpu", "producer": "devprof", **parts})
+    return rules.make_verdict(mean, facts, steps_used=10), rules.findings(facts)
+
+
+# The issue's three ladders: input >= 5 % won although host or device work held the step.
+def test_host_overhead_beats_a_small_input_mostly_copy():
+    verdict, _ = verdict_of(20.0, input_wait=0.5, input_copy=1.4, compute=7.1, host=11.0)
+    assert verdict["bound"] == "host" and verdict["level"] == "high"
+    assert verdict["saving_ms"] > 1.9  # more than removing all of the input could save
+    assert "moderately input-bound (input 9.5 %" in verdict["xprof_reading"]
+
+
+def test_a_short_step_mostly_device_work_is_not_input_bound_for_7_percent():
+    verdict, _ = verdict_of(9.0, input_wait=0.63, compute=5.67, host=2.7, prefetches=True)
+    assert verdict["bound"] == "host", verdict
+    assert not any(".map(" in line or ".cache(" in line for line in verdict["advice"])
+
+
+def test_input_wins_only_where_its_fix_saves_the_most():
+    verdict, _ = verdict_of(30.0, input_wait=12.0, compute=16.0, host=2.0, prefetches=False)
+    assert verdict["bound"] == "input" and verdict["rule"] == "input_bound_high"
+    # Prefetch hides the 12 ms under the 18 ms rest of the step: all of it.
+    assert verdict["saving_ms"] == pytest.approx(12.0)
+    assert "prefetching overlaps the pipeline's 12.00 ms per batch" in verdict["saving_basis"]
+    assert verdict["xprof_reading"] is None  # XProf reads it as highly input-bound too
+
+
+def test_prefetch_saves_only_down_to_the_pipelines_rate():
+    # 25 ms of pipeline per batch against 5 ms of everything else: prefetch leaves a 25 ms step.
+    verdict, _ = verdict_of(30.0, input_wait=25.0, compute=4.0, host=1.0, prefetches=False)
+    assert verdict["saving_ms"] == pytest.approx(5.0)
+
+
+def test_on_a_cpu_the_pipeline_takes_cores_from_compute():
+    gpu, _ = verdict_of(30.0, input_wait=10.0, compute=18.0, host=2.0, prefetches=False)
+    cpu, _ = verdict_of(30.0, input_wait=10.0, compute=18.0, host=2.0, prefetches=False, device="cpu", cpu_cores=2)
+    assert gpu["saving_ms"] == pytest.approx(10.0) and cpu["saving_ms"] == pytest.approx(5.0)
+
+
+def test_an_exposed_copy_is_advised_as_a_copy_not_as_tf_data():
+    verdict, _ = verdict_of(25.0, input_wait=0.1, input_copy=3.0, compute=20.0, host=1.9, prefetches=True)
+    assert verdict["bound"] == "input" and "copy" in verdict["evidence"]
+    assert verdict["saving_ms"] == pytest.approx(3.0, abs=0.2)
+    assert "prefetch_to_device" in verdict["advice"][0]
+
+
+def test_a_finding_that_saves_more_leads_the_verdict():
+    eager = EagerOps(op_time_pct=100.0, ms_per_step=30.0, step_pct=60.0, ops=(("MatMul", 30.0),))
+    verdict, found = verdict_of(50.0, compute=15.0, host=35.0, eager=eager, producer="keras")
+    assert verdict["bound"] == "host"
+    assert "run_eagerly=False" in verdict["advice"][0]  # Keras' run_eagerly first, not steps_per_execution
+    assert not any("steps_per_execution" in line for line in verdict["advice"])
+    assert found[0]["rule"] == "eager_execution" and found[0]["saving_ms"] == pytest.approx(35.0)
+
+
+def test_findings_are_ordered_by_saving_and_the_verdict_saves_at_least_as_much():
+    _, found = verdict_of(40.0, input_wait=4.0, compute=26.0, host=10.0, prefetches=False, retrace_steps=2,
+                          retrace_ms=8.0, traced_steps=20, other_cpu_pct=40.0, proc_cpu_pct=100.0, cpu_cores=4.0,
+                          idle_stretch=IdleStretch(0.0, 5.0, 5.0, "after the last epoch", "proc_cpu_pct"))
+    verdict, _ = verdict_of(40.0, input_wait=4.0, compute=26.0, host=10.0, prefetches=False, retrace_steps=2,
+                            retrace_ms=8.0, traced_steps=20, other_cpu_pct=40.0, proc_cpu_pct=100.0, cpu_cores=4.0)
+    known = [f["saving_ms"] for f in found if f["saving_ms"] is not None]
+    assert known == sorted(known, reverse=True) and found[-1]["rule"] == "idle_stretch"
+    assert found[-1]["saving_ms"] is None
+    assert verdict["saving_ms"] >= max(known)
+
+
+MEASURED_AMD = (("bfloat16", 185e9), ("float32", 325e9))  # devprof peak on an AVX512-BF16 CPU without AMX
+
+
+def test_a_float32_run_is_not_told_to_use_bfloat16_where_it_measures_slower():
+    verdict, found = verdict_of(100.0, input_wait=1.0, compute=97.0, host=2.0, device="cpu",
+                                bfloat16_units=("avx512_bf16",), matrix_ceilings=MEASURED_AMD, matrix_pct=80.0)
+    text = " ".join(verdict["advice"]) + " ".join(f["advice"] for f in found)
+    assert "Use mixed precision" not in text and "--precision mixed_bfloat16" not in text
+    assert "Keep float32: bfloat16 185 GFLOP/s against float32 325 GFLOP/s" in text
+
+
+def test_a_bfloat16_run_that_measures_slower_is_told_to_go_back():
+    verdict, found = verdict_of(100.0, input_wait=1.0, compute=97.0, host=2.0, device="cpu",
+                                precision="mixed_bfloat16", bfloat16_units=("avx512_bf16",),
+                                matrix_ceilings=MEASURED_AMD, matrix_pct=80.0)
+    assert verdict["cause"] == "bf16_without_matrix_units" and "--precision float32" in verdict["advice"][0]
+    assert not any("larger" in line for line in verdict["advice"][:1])
+    # 80 ms of matrix work at 325/185 of the rate: 80 x (1 - 185/325) = 34.5 ms
+    assert verdict["saving_ms"] == pytest.approx(80.0 * (1 - 185 / 325), abs=1e-3)
+    assert found[0]["rule"] == "bf16_without_matrix_units"
+
+
+def test_without_a_measurement_precision_advice_says_it_is_a_guess():
+    verdict, _ = verdict_of(100.0, input_wait=1.0, compute=97.0, host=2.0, device="cpu",
+                            bfloat16_units=("avx512_bf16",))
+    assert any("guess" in line and "devprof peak" in line for line in verdict["advice"])
+    assert not any(line.startswith("Use mixed precision") for line in verdict["advice"])
+
+
+def test_measured_faster_precision_is_advised_with_its_saving():
+    verdict, _ = verdict_of(100.0, input_wait=1.0, compute=97.0, host=2.0, device="gpu",
+                            matrix_ceilings=(("float16", 120e12), ("float32", 15e12)), matrix_pct=70.0)
+    assert verdict["bound"] == "compute" and verdict["saving_ms"] == pytest.approx(70.0 * (1 - 15 / 120))
+    assert verdict["advice"][0].startswith("Use mixed precision: `--precision mixed_float16`")
+
+
+# Producer x cause: every advice line in the producer's terms.
+FOREIGN = {
+    "devprof": r"model\.compile|jax|lax\.|tf\.range|steps inside one",
+    "keras": r"(?<![\w-])--[a-z]|jax|lax\.|tf\.range",
+    "tensorflow": r"(?<![\w-])--[a-z]|model\.compile|`fit`|jax|lax\.",
+    "jax": r"(?<![\w-])--[a-z]|model\.compile|tf\.|keras|tf\.function|TF_ENABLE",
+}
+CAUSES = {
+    "input_wait": dict(input_wait=8.0, compute=10.0, host=2.0, prefetches=False,
+                       slowest_input_stage=SlowestStage("Iterator::Root::Map", 7.5)),
+    "input_copy": dict(input_copy=6.0, compute=12.0, host=2.0),
+    "host": dict(compute=8.0, host=12.0, sync_name="MemcpyDtoH", kernels_per_step=900.0, mean_kernel_us=5.0,
+                 idle_host_pct=50.0),
+    "collective": dict(compute=10.0, host=2.0, collective=8.0),
+    "compute": dict(compute=19.0, host=1.0, matrix_units=("float16",), retrace_steps=1, retrace_ms=3.0,
+                    below_roofline=(BelowRoofline("conv", "Conv2D", "matrix", "float32", "compute", "", 10.0, 8.0,
+                                                  40.0, 1e12),)),
+    "eager_all": dict(compute=5.0, host=15.0, eager=EagerOps(100.0, 10.0, 50.0, (("MatMul", 10.0),))),
+    "eager_some": dict(compute=10.0, host=10.0, eager=EagerOps(30.0, 4.0, 20.0, (("Mean", 4.0),))),
+    "contention": dict(compute=15.0, host=5.0, other_cpu_pct=45.0, proc_cpu_pct=100.0, cpu_cores=4.0),
+}
+
+
+@pytest.mark.parametrize("producer", sorted(FOREIGN))
+@pytest.mark.parametrize("cause", sorted(CAUSES))
+def test_no_advice_names_a_flag_or_api_the_program_does_not_use(producer, cause):
+    parts = dict(CAUSES[cause])
+    if producer == "jax":  # no tf.data in the trace
+        parts.pop("slowest_input_stage", None)
+        parts.pop("prefetches", None)
+    verdict, found = verdict_of(20.0, producer=producer, **parts)
+    lines = verdict["advice"] + [f["advice"] for f in found]
+    assert lines
+    for line in lines:
+        assert not re.search(FOREIGN[producer], line), (producer, cause, line)
+
+
+def test_the_first_advice_fits_the_verdicts_cause_in_each_program():
+    parts = CAUSES["host"]
+    assert "--steps-per-execution" in verdict_of(20.0, producer="devprof", **parts)[0]["advice"][0]
+    assert "model.compile(..., steps_per_execution=" in verdict_of(20.0, producer="keras", **parts)[0]["advice"][0]
+    assert "tf.range(" in verdict_of(20.0, producer="tensorflow", **parts)[0]["advice"][0]
+    assert "jax.lax.scan" in verdict_of(20.0, producer="jax", **parts)[0]["advice"][0]
+
+
+def test_compare_rows_classify_by_saving_too():
+    host_heavy = make_facts(input_pct=9.5, host_pct=55.0, compute_pct=35.5)
+    assert rules.classify(host_heavy) == ("host", "high")
+    unchanged = dataclasses.replace(host_heavy, host_pct=1.0, compute_pct=89.5)
+    assert rules.classify(unchanged)[0] == "input"
