@@ -342,3 +342,19 @@ def test_mfu_takes_the_traced_ops_flops_where_they_cover_the_step(tmp_path):
     # ops with costs for only part of the step would undercount: the model's count stands
     partial = SimpleNamespace(roofline={"flops_per_step": 2.5e6 * batch, "known_time_pct": 60.0})
     assert _flops_per_image(dataclasses.replace(read, analysis=partial), batch) == (1e6, "model")
+
+
+def test_compare_advises_precision_only_from_measured_ceilings(tmp_path):
+    # An AVX512-BF16 CPU without AMX: devprof peak measures bfloat16 at about half of float32.
+    peak = {"peak_flops_per_second": {"float32": 3.25e11, "bfloat16": 1.85e11}}
+    f32 = compare.run_row(compare.read_run(make_run(tmp_path, "f32", peak=peak)))
+    bf16 = compare.run_row(compare.read_run(make_run(tmp_path, "bf16", peak=peak, precision="mixed_bfloat16")))
+    assert f32["matrix_flops_per_second"] == {"float32": 3.25e11, "bfloat16": 1.85e11}
+    assert "bfloat16" not in compare.advice(f32, "compute")
+    assert "go back to float32 (`--precision float32`): float32 325 GFLOP/s against bfloat16 185 GFLOP/s" in \
+        compare.advice(bf16, "compute")
+    faster = compare.run_row(compare.read_run(make_run(
+        tmp_path, "amx", peak={"peak_flops_per_second": {"float32": 3e11, "bfloat16": 1.2e12}})))
+    assert "--precision mixed_bfloat16" in compare.advice(faster, "compute")
+    unmeasured = compare.run_row(compare.read_run(make_run(tmp_path, "none")))
+    assert "mixed_bfloat16" not in compare.advice(unmeasured, "compute")

@@ -27,6 +27,7 @@ def facts_of(row) -> Facts:
         prefetches=row.get("prefetches"), mfu_pct=row.get("mfu_pct"), peak_dtype=row.get("peak_dtype"),
         other_cpu_pct=row.get("other_cpu_mean_pct"), proc_cpu_pct=row.get("proc_cpu_mean_pct"),
         cpu_cores=row.get("cpu_cores"), bfloat16_units=row.get("bfloat16_units"),
+        matrix_ceilings=row.get("matrix_flops_per_second"), ceilings_source="run.json peak",
         device_mem_peak_bytes=row.get("device_mem_peak_bytes"), device_mem_total_bytes=row.get("device_mem_total_bytes"))
 
 

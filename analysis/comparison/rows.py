@@ -7,6 +7,7 @@ import math
 import pandas as pd
 
 from analysis.breakdown import epochs as epochs_mod
+from analysis.breakdown import roofline
 from analysis.breakdown.utilization import headline
 from analysis.comparison.errors import UnusableRun
 from analysis.comparison.reading import RunRead
@@ -126,7 +127,17 @@ def run_row(run: RunRead) -> dict:
     row["peak_flops_per_second"] = peak
     row["peak_dtype"] = dtype
     row["mfu_pct"] = 100.0 * row["achieved_flops_per_second"] / peak if peak > 0 else float("nan")
+    row["matrix_flops_per_second"] = measured_matrix_rates(record.peak)
     return row
+
+
+def measured_matrix_rates(peak: dict | None) -> dict[str, float]:
+    """`{dtype: matrix FLOP/s}` a `devprof peak` measured: what precision advice compares."""
+    ceilings = roofline.ceilings_from_peak(peak, "run.json peak")
+    if ceilings is None:
+        return {}
+    return {dtype: values["matrix_flops_per_second"] for dtype, values in ceilings.by_dtype.items()
+            if dtype != roofline.ANY_DTYPE and values.get("matrix_flops_per_second") == values.get("matrix_flops_per_second")}
 
 
 # The ops' own FLOPs stand for the step's when the ops with known costs hold at least this share of op time.
@@ -186,7 +197,8 @@ def external_rows(external: pd.DataFrame) -> list[dict]:
             row[f"{part}_s"] = row[f"{part}_pct"] = float("nan")
         row.update(headline({}))
         row.update({"train_flops_per_image": float("nan"), "flops_source": None, "achieved_flops_per_second": float("nan"),
-                    "peak_flops_per_second": float("nan"), "peak_dtype": None, "mfu_pct": float("nan")})
+                    "peak_flops_per_second": float("nan"), "peak_dtype": None, "mfu_pct": float("nan"),
+                    "matrix_flops_per_second": {}})
         rows.append(row)
     return rows
 

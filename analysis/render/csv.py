@@ -22,6 +22,9 @@ def comparison_frame(table: pd.DataFrame) -> pd.DataFrame:
     frame["findings"] = frame["findings"].map(lambda found: " ".join(f["rule"] for f in found))
     frame["workers"] = frame["workers"].map(lambda workers: " ".join(w["run"] for w in workers))
     frame["epochs_used"] = frame["epochs_used"].map(lambda e: " ".join(map(str, e)))
+    if "matrix_flops_per_second" in frame:
+        frame["matrix_flops_per_second"] = frame["matrix_flops_per_second"].map(
+            lambda rates: " ".join(f"{dtype}={rate:.4g}" for dtype, rate in (rates or {}).items()))
     return frame
 
 
