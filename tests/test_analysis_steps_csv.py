@@ -62,3 +62,21 @@ def test_run_without_steps_is_a_clear_error(tmp_path, capsys):
     assert cli.main(["analyze", str(run)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "no steps" in err[0]
+
+
+@pytest.mark.parametrize("recorded, wanted, foreign", [
+    ({}, "--steps-per-execution", "tf.range"),  # devprof run: its flags
+    ({"recorded_by": "profile"}, "tf.range(", "--steps-per-execution"),  # profile() around a custom loop
+    ({"recorded_by": "profile", "config": {"program": "keras_fit"}}, "model.compile(..., steps_per_execution=",
+     "--steps-per-execution"),  # KerasCallback in fit
+])
+def test_advice_speaks_the_language_of_the_program_that_recorded_the_run(tmp_path, recorded, wanted, foreign):
+    run = make_run(tmp_path, input_ms=1.0, call_ms=10.0, other_ms=30.0)
+    meta = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**meta, **recorded}))
+    import analysis
+
+    result = analysis.analyze(run)
+    assert result.verdict["bound"] == "host", result.verdict
+    text = " ".join(result.verdict["advice"])
+    assert wanted in result.verdict["advice"][0] and foreign not in text, text
