@@ -5,6 +5,7 @@ program does not use (producer x cause)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 
 import pytest
@@ -186,3 +187,31 @@ def test_compare_rows_classify_by_saving_too():
     assert rules.classify(host_heavy) == ("host", "high")
     unchanged = dataclasses.replace(host_heavy, host_pct=1.0, compute_pct=89.5)
     assert rules.classify(unchanged)[0] == "input"
+
+
+def test_the_verdicts_saving_is_never_below_a_findings_on_random_steps():
+    import random
+
+    rng = random.Random(35)
+    for _ in range(300):
+        parts = [rng.uniform(0.0, 1.0) for _ in range(5)]
+        scale = rng.uniform(1.0, 200.0) / sum(parts)
+        wait, copy, compute, host, collective = (p * scale for p in parts)
+        step = wait + copy + compute + host + collective
+        extra = dict(prefetches=rng.choice([None, True, False]), cpu_cores=rng.choice([math.nan, 2.0, 16.0]),
+                     device=rng.choice(["cpu", "gpu"]), other_cpu_pct=rng.uniform(0, 60),
+                     proc_cpu_pct=rng.uniform(10, 200), idle_host_pct=rng.uniform(0, 60),
+                     kernels_per_step=rng.uniform(10, 2000), mean_kernel_us=rng.uniform(1, 100),
+                     retrace_steps=rng.choice([0, 2]), retrace_ms=rng.uniform(0, 50), traced_steps=10,
+                     eager=rng.choice([None, EagerOps(rng.uniform(0, 100), 1.0, rng.uniform(0, 60), ())]),
+                     matrix_ceilings=rng.choice([(), (("bfloat16", 1e11), ("float32", 3e11)),
+                                                 (("bfloat16", 4e11), ("float32", 1e11))]),
+                     matrix_pct=rng.uniform(0, 100) * compute / step, precision=rng.choice(["float32", "mixed_bfloat16"]))
+        verdict, found = verdict_of(step, input_wait=wait, input_copy=copy, compute=compute, host=host,
+                                    collective=collective, **extra)
+        known = [f["saving_ms"] for f in found if f["saving_ms"] is not None]
+        if known and verdict["saving_ms"] is not None:
+            assert verdict["saving_ms"] >= max(known) - 1e-3, (verdict, found)
+        for item in (verdict, *found):
+            if item["saving_ms"] is not None:
+                assert -1e-9 <= item["saving_ms"] <= step + 1e-6, item  # a fix saves at most the whole step
