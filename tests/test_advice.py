@@ -215,3 +215,15 @@ def test_the_verdicts_saving_is_never_below_a_findings_on_random_steps():
         for item in (verdict, *found):
             if item["saving_ms"] is not None:
                 assert -1e-9 <= item["saving_ms"] <= step + 1e-6, item  # a fix saves at most the whole step
+
+
+@pytest.mark.parametrize("ceilings", [(), MEASURED_AMD])
+def test_no_float32_cpu_run_is_told_to_use_bfloat16_from_its_flags(ceilings):
+    slow_conv = BelowRoofline("conv", "_MklConv2D", "matrix", "float32", "compute", "oneDNN brg_conv_fwd:avx512_core",
+                              20.0, 50.0, 60.0, 1e11)
+    verdict, found = verdict_of(100.0, input_wait=1.0, compute=90.0, host=9.0, device="cpu", precision="float32",
+                                bfloat16_units=("avx512_bf16",), matrix_units=("bfloat16",), matrix_ceilings=ceilings,
+                                matrix_pct=80.0, below_roofline=(slow_conv,))
+    for line in verdict["advice"] + [f["advice"] for f in found]:
+        told = re.search(r"mixed_bfloat16", line) and not re.search(r"guess|Keep float32|would be slower", line)
+        assert not told, line

@@ -509,8 +509,10 @@ def _roofline_fix(facts: Facts) -> str:
     if facts.device == "cpu":
         if op.kernel == "Eigen":
             return "set TF_ENABLE_ONEDNN_OPTS=1 before TensorFlow is imported: oneDNN's kernels are faster"
-        faster = ("bfloat16 on its AMX/AVX512-BF16 units (mixed_bfloat16)" if facts.bfloat16_units else
-                  "a CPU with AVX-512 or AMX, where oneDNN has faster (brgemm) kernels for it")
+        ratio = savings.precision_ratio(facts)
+        measured_faster = savings.precision_dtypes(facts)[0] == "float32" and ratio == ratio and ratio > 1.0
+        faster = (f"bfloat16 ({_precision_change(facts, 'bfloat16')}: {savings.ceilings_text(facts)})"
+                  if measured_faster else "a CPU with AVX-512 or AMX, where oneDNN has faster (brgemm) kernels for it")
         op_type = re.sub(r"^_(Mkl)?(Native)?", "", op.type)
         implementation = op.kernel.removeprefix("oneDNN").strip()  # "oneDNN jit:avx2": named by its log
         if not implementation:
