@@ -307,7 +307,7 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofli
     steps, utilization_note = utilization.steps_with_utilization(source.steps, inputs.steps_table, inputs.samplers,
                                                                  source.kind == "steps_csv")
     devices = device_table(view, source.steps, chosen.used, source.step_name)
-    ops, roof = _ops_on_the_roofline(inputs, chosen.used, source.device, chosen.mean, source.steps_per_call, peak)
+    ops, roof = _ops_on_the_roofline(inputs, chosen.used, source.device, peak)
     stages = input_stages(view, len(source.steps)) if view is not None \
         else InputStages(pd.DataFrame(columns=STAGE_COLUMNS), None, None)
     machine = utilization.headline(inputs.summaries)
@@ -336,11 +336,12 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofli
         run_dir=inputs.run_dir, record=run, tensorflow=tf, roofline=roof, spread=spread(chosen.steady, devices.work))
 
 
-def _ops_on_the_roofline(inputs: RunInputs, used: pd.DataFrame, device: str, mean: dict, steps_per_call: int,
-                         peak: roofline.Ceilings | None) -> tuple[pd.DataFrame, dict | None]:
+def _ops_on_the_roofline(inputs: RunInputs, used: pd.DataFrame, device: str, peak: roofline.Ceilings | None
+                         ) -> tuple[pd.DataFrame, dict | None]:
     """The op table of the `used` steps with each op's costs and share of its ceiling, and the
-    roofline summary. The ceilings: `peak` (the user's), else the run's measured peak; a bandwidth
-    the trace states fills in one neither gives."""
+    roofline summary. The ceilings: `peak` (the user's), else the run's measured peak, a CPU one
+    scaled to this worker's share of the cores; a peak and a bandwidth the trace states fill in what
+    neither gives; a compute ceiling the ops beat is refused, with a warning."""
     view = inputs.trace
     ops = op_table(view, used, device) if view is not None else pd.DataFrame(columns=OP_COLUMNS + OP_KEYS)
     implementations = (onednn.op_implementations(view, used, inputs.onednn)
@@ -351,11 +352,28 @@ def _ops_on_the_roofline(inputs: RunInputs, used: pd.DataFrame, device: str, mea
     ceilings = peak if peak is not None else roofline.ceilings_from_peak(run.peak if run is not None else None,
                                                                            "run.json peak")
     ceilings = ceilings.for_dtypes(dtypes) if ceilings is not None else None
+    if device == "cpu" and run is not None:
+        ceilings = roofline.for_worker_cores(ceilings, *_worker_cores(run))
+    ceilings = roofline.with_stated_peak(ceilings, inputs.stated_peak_flops, dtypes, "trace (stated peak)")
     ceilings = roofline.with_bandwidth(ceilings, inputs.stated_bandwidth, dtypes, "trace (stated bandwidth)")
+    ceilings, refused = roofline.refuse_beaten(ops, ceilings)
+    for sentence in refused:
+        run_files.warn(f"roofline: {sentence}")
     ops = roofline.apply_ceilings(ops, ceilings)
-    summary = roofline.summary(ops, ceilings, _model_flops_per_step(run), mean.get("step_ms", math.nan) / steps_per_call,
-                               inputs.op_costs is not None and not inputs.op_costs.empty)
+    summary = roofline.summary(ops, ceilings, _model_flops_per_step(run),
+                               inputs.op_costs is not None and not inputs.op_costs.empty, refused)
     return ops, summary
+
+
+def _worker_cores(run: RunRecord) -> tuple[float, float]:
+    """(the intra-op threads of a worker that shared its machine with other workers, the machine's
+    cores); NaN where the worker had the machine to itself or run.json does not say."""
+    device = run.device
+    local, threads, cores = device.get("local_workers"), device.get("intra_op_threads"), device.get("cores")
+    number = (int, float)
+    if not isinstance(local, number) or local <= 1 or not isinstance(threads, number) or threads <= 0:
+        return math.nan, math.nan
+    return float(threads), float(cores) if isinstance(cores, number) and cores > 0 else math.nan
 
 
 def _model_flops_per_step(run: RunRecord | None) -> float:

@@ -84,6 +84,8 @@ def write_trace(path, programs: dict, kernels=(), device_stats=None):
         stat = gpu.plane.stats.add(metadata_id=number)
         if isinstance(value, str):
             stat.str_value = value
+        elif isinstance(value, float):
+            stat.double_value = value
         else:
             stat.uint64_value = value
     stream = gpu.line(7, "Stream #7(Kernel)", BASE_NS)
@@ -317,8 +319,9 @@ def test_without_tensorflow_the_costs_are_unknown_with_one_note(tmp_path, monkey
 def test_device_planes_state_their_specs(tmp_path):
     path = write_trace(tmp_path / "t.xplane.pb", {}, [("jit_f", "f", 1)], device_stats={
         "device_vendor": "AMD", "clock_rate": 2_100_000, "core_count": 304, "memory_bandwidth": 2_662_400_000_000,
-        "memory_size": 206_141_652_992, "compute_cap_major": 9, "compute_cap_minor": 4})
-    expected = DeviceSpecs("/device:GPU:0", "AMD", 2.6624e12, 2.1e9, 304.0, 206_141_652_992.0, "9.4")
+        "memory_size": 206_141_652_992, "compute_cap_major": 9, "compute_cap_minor": 4,
+        "peak_teraflops_per_second": 1307.4})
+    expected = DeviceSpecs("/device:GPU:0", "AMD", 2.6624e12, 2.1e9, 304.0, 206_141_652_992.0, "9.4", 1.3074e15)
     assert device_specs(path) == {"/device:GPU:0": expected}
     assert TraceView(read_trace(path)).device_specs == {"/device:GPU:0": expected}
     bare = write_trace(tmp_path / "bare.xplane.pb", {}, [("jit_f", "f", 1)])

@@ -331,6 +331,36 @@ def test_keras_callback_writes_op_costs(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_keras_lstms_time_loop_is_costed_per_time_step(tmp_path):
+    import keras
+
+    import profiler
+    from analysis import analyze
+    from analysis.breakdown.roofline import graph_name
+
+    steps, features, hidden, batch = 5, 3, 8, 4
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(12 * batch, steps, features)).astype("float32")
+    y = rng.normal(size=(12 * batch, 1)).astype("float32")
+    model = keras.Sequential([keras.Input((steps, features)), keras.layers.LSTM(hidden), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    callback = profiler.KerasCallback(tmp_path, run_name="lstm", profile_steps="2:8", sample=False, quiet=True,
+                                      batch_size=batch)
+    model.fit(x, y, batch_size=batch, epochs=1, verbose=0, callbacks=[callback])
+    ops = analyze(tmp_path / "lstm").ops
+    inner = ops["op"].map(graph_name)
+    # the loop's ops, forward and backward, as the trace names them: "<loop>/body/_14/<the body graph's name>"
+    loop = ops[ops["op"].str.contains("/body/_") & inner.str.contains("lstm_cell")
+               & ops["type"].str.contains("MatMul")]
+    forward = loop[~inner[loop.index].str.contains("gradients")]
+    # each time step: the input's and the state's matmuls into the 4 gates, 2 FLOPs per multiply-add
+    assert forward["flops_per_step"].sum() == pytest.approx(steps * 2 * batch * 4 * hidden * (features + hidden))
+    assert (forward["executions_per_step"] == steps).all()
+    backward = loop[inner[loop.index].str.contains("gradients")]
+    assert len(backward) >= 2 and backward["flops_per_step"].notna().all()
+
+
+@pytest.mark.slow
 def test_a_failing_collector_leaves_the_run_complete_with_a_warning(tmp_path, monkeypatch):
     from profiler import op_costs
 

@@ -44,8 +44,8 @@ def _costs(**overrides) -> pd.DataFrame:
     return frame
 
 
-def write_op_trace(path) -> object:
-    """CPU trace: STEPS steps (XProf group ids) of 10 ms, each running OPS on a tf_Compute thread."""
+def write_op_trace(path, ops=OPS) -> object:
+    """CPU trace: STEPS steps (XProf group ids) of 10 ms, each running `ops` on a tf_Compute thread."""
     space = _xspace_class()()
     space.hostnames.append("roof-host")
     host = _Plane(space, 0, "/host:CPU")
@@ -57,7 +57,7 @@ def write_op_trace(path) -> object:
         host.event(python, "IteratorGetNext", t, t + NS_PER_MS // 10, group_id=k)
         host.event(python, "EagerExecute", t + NS_PER_MS // 10, t + 9 * NS_PER_MS, group_id=k)
         at = t + NS_PER_MS // 5
-        for name, kind, ms in OPS:
+        for name, kind, ms in ops:
             end = at + int(ms * NS_PER_MS)
             host.event(worker, f"{name}:{kind}", at, end, group_id=k)
             at = end
@@ -130,16 +130,86 @@ def test_no_finding_when_every_op_is_near_its_ceiling(tmp_path):
     assert "below_roofline" not in {f["rule"] for f in analysis.findings}
 
 
-def test_flops_per_step_and_mfu_from_the_ops(tmp_path):
+def test_the_achieved_rate_and_mfu_cover_only_the_costed_ops_time(tmp_path):
     analysis = _analysis(tmp_path)
     roof = analysis.roofline
     assert roof["flops_per_step"] == pytest.approx(4e8 + 3.01e8 + 1e6)
     assert roof["known_time_pct"] == pytest.approx(100 * 7 / 8)
-    step_s = analysis.mean["step_ms"] / 1e3
-    assert roof["achieved_flops_per_second"] == pytest.approx(roof["flops_per_step"] / step_s)
+    # the costed ops ran 7 ms of each 10 ms step; the mystery op's 1 ms and its FLOPs are not guessed
+    assert roof["achieved_flops_per_second"] == pytest.approx(roof["flops_per_step"] / 7e-3, rel=1e-6)
+    assert roof["achieved_over"] == "over 88 % of op time that has known costs"
     assert roof["mfu_pct"] == pytest.approx(100 * roof["achieved_flops_per_second"] / 4e11)
     assert roof["dtype"] == "float32" and roof["ceilings_source"] == "peak file"
     assert analysis.facts.mfu_pct == pytest.approx(roof["mfu_pct"])
+    line = next(line for line in analysis.render("text").splitlines() if line.startswith("roofline: 702 MFLOP"))
+    assert "100 GFLOP/s achieved over 88 % of op time that has known costs, 25.1 % of the float32 matrix" in line
+    assert analysis.to_json()["roofline"]["achieved_over"] == roof["achieved_over"]
+
+
+def test_a_ceiling_below_the_achieved_rate_is_refused_with_one_warning(tmp_path):
+    from analysis.read.run_files import RunFileWarning
+
+    low = roofline.ceilings_from_tflops(roofline.parse_peak_tflops("0.001"))  # the ops reach 0.1 TFLOP/s
+    with pytest.warns(RunFileWarning) as caught:
+        analysis = _analysis(tmp_path, peak=low)
+    said = "the ceiling 0.001 TFLOP/s for float32 is below the achieved 0.1 TFLOP/s: not used"
+    assert [str(w.message) for w in caught] == [f"roofline: {said}"]
+    roof = analysis.roofline
+    assert math.isnan(roof["mfu_pct"]) and math.isnan(roof["ceilings"]["float32"]["matrix_flops_per_second"])
+    assert analysis.ops["ceiling_pct"].isna().all()
+    assert roof["notes"] == [said]  # not "no measured peak": one was given, and refused
+    text = analysis.render("text")
+    assert f"roofline: {said}" in text and "% of the float32 matrix ceiling" not in text
+    # a vector ceiling the vector ops beat goes too; the matrix one they do not beat stays
+    slow_vector = roofline.Ceilings({"float32": {"matrix_flops_per_second": 4e11, "vector_flops_per_second": 1e8,
+                                                 "memory_bytes_per_second": 1e10}}, "peak file")
+    with pytest.warns(RunFileWarning, match="the vector ceiling 0.0001 TFLOP/s for float32 is below the achieved "
+                                            "0.001 TFLOP/s: not used"):
+        analysis = _analysis(tmp_path, peak=slow_vector)
+    assert math.isnan(_row(analysis, "net/relu/Relu")["ceiling_pct"])
+    assert _row(analysis, "net/conv2/Conv2DBackpropFilter")["ceiling_pct"] == pytest.approx(25.0)
+
+
+def _worker_run(run_dir, peak: dict | None, device: dict) -> None:
+    """A run directory around the op trace: run.json with `device` (and `peak`), its op costs, and a
+    steps.csv without rows (the trace's steps are the ones)."""
+    import json
+
+    from analysis.read.op_costs import OP_COST_COLUMNS
+    from analysis.read.run_files import STEPS_COLUMNS
+
+    trace = run_dir / "plugins" / "profile" / "session" / "roof.xplane.pb"
+    trace.parent.mkdir(parents=True)
+    write_op_trace(trace)
+    (run_dir / "run.json").write_text(json.dumps({"status": "complete", "device": device,
+                                                  **({"peak": peak} if peak else {})}))
+    costs = _costs()
+    for column in OP_COST_COLUMNS:
+        if column not in costs:
+            costs[column] = ""
+    costs[OP_COST_COLUMNS].to_csv(run_dir / "op_costs.csv", index=False)
+    (run_dir / "steps.csv").write_text(",".join(STEPS_COLUMNS) + "\n")
+
+
+def test_a_worker_sharing_its_machine_is_held_to_its_share_of_the_cores(tmp_path):
+    from analysis import analyze
+
+    peak = {"device": "cpu", "device_name": "cpu x", "threads": {"cores": 2, "intra_op": 0},
+            "peak_flops_per_second": {"float32": 4e11},
+            "ceilings": {"float32": {"matrix_flops_per_second": 4e11, "vector_flops_per_second": 5e10,
+                                     "memory_bytes_per_second": 1e10}}}
+    worker = {"kind": "cpu", "cores": 2, "local_workers": 2, "intra_op_threads": 1, "inter_op_threads": 1}
+    _worker_run(tmp_path / "w", peak, worker)
+    analysis = analyze(tmp_path / "w")
+    roof = analysis.roofline
+    # one of the two cores the peak was measured on: half its compute ceilings, the machine's bandwidth
+    assert roof["ceilings"]["float32"] == {"matrix_flops_per_second": 2e11, "vector_flops_per_second": 2.5e10,
+                                           "memory_bytes_per_second": 1e10}
+    assert roof["ceilings_source"] == "run.json peak x 1/2 cores (this worker's share)"
+    assert _row(analysis, "net/conv2/Conv2DBackpropFilter")["ceiling_pct"] == pytest.approx(50.0)
+    # a worker alone on its machine keeps the whole peak
+    _worker_run(tmp_path / "alone", peak, {"kind": "cpu", "cores": 2})
+    assert analyze(tmp_path / "alone").roofline["ceilings_source"] == "run.json peak"
 
 
 def test_unknown_ceilings_leave_the_share_empty_and_say_so(tmp_path):
@@ -161,6 +231,42 @@ def test_a_type_the_graph_does_not_have_is_unknown(tmp_path):
     costs = _costs()
     costs.loc[costs["op"] == "net/relu/Relu", "type"] = "Sigmoid"  # the trace ran a Relu under that name
     assert math.isnan(_row(_analysis(tmp_path, costs=costs), "net/relu/Relu")["flops_per_step"])
+
+
+def test_an_rnn_loops_ops_take_their_body_graphs_costs_once_per_iteration(tmp_path):
+    # Keras's fit inlines its step function ("StatefulPartitionedCall/") and TensorFlow lowers the LSTM's
+    # `while`: each time step runs the body's matmuls as "<loop>/body/_14/<the body graph's name>"
+    loop = "StatefulPartitionedCall/net/lstm/while/body/_14/net/lstm/while/lstm_cell/"
+    grad = "StatefulPartitionedCall/gradient_tape/net/lstm/while/net/lstm/while_grad/body/_107/gradient_tape/g/"
+    time_steps = 5
+    ops = ([(f"{loop}MatMul", "_MklMatMul", 0.2), (f"{loop}MatMul_1", "_MklMatMul", 0.3),
+            (f"{grad}MatMul_1_grad/MatMul", "_MklMatMul", 0.4)] * time_steps
+           + [("StatefulPartitionedCall/net/dense/MatMul", "_MklMatMul", 0.5)])
+    row = {"type": "MatMul", "dtype": "float32", "kind": "matrix", "bytes": 1e3, "flops_source": "tensorflow",
+           "chain_flops": math.nan, "chain_bytes": math.nan}
+    costs = pd.DataFrame([
+        {**row, "function": "net_lstm_while_body_7_rewritten", "op": "net/lstm/while/lstm_cell/MatMul", "flops": 768.0},
+        {**row, "function": "net_lstm_while_body_7_rewritten", "op": "net/lstm/while/lstm_cell/MatMul_1",
+         "flops": 2048.0},
+        {**row, "function": "net_lstm_while_body_7_grad_9", "op": "gradient_tape/g/MatMul_1_grad/MatMul",
+         "flops": 2048.0},
+        {**row, "function": "one_step_on_data", "op": "net/dense/MatMul", "flops": 64.0},
+    ])
+    inputs = read_inputs(write_op_trace(tmp_path / "rnn.xplane.pb", ops))
+    analysis = analyze_inputs(dataclasses.replace(inputs, op_costs=costs), peak=CEILINGS)
+    got = analysis.ops.set_index("op")["flops_per_step"]
+    assert got[f"{loop}MatMul"] == pytest.approx(768.0 * time_steps)
+    assert got[f"{loop}MatMul_1"] == pytest.approx(2048.0 * time_steps)
+    assert got[f"{grad}MatMul_1_grad/MatMul"] == pytest.approx(2048.0 * time_steps)
+    assert got["StatefulPartitionedCall/net/dense/MatMul"] == pytest.approx(64.0)
+    assert analysis.roofline["known_time_pct"] == pytest.approx(100.0)
+
+
+def test_graph_names_of_inlined_and_lowered_ops():
+    assert roofline.graph_name("net/conv2/Conv2D") == "net/conv2/Conv2D"
+    assert roofline.graph_name("StatefulPartitionedCall/net/dense/Add") == "net/dense/Add"
+    assert roofline.graph_name("a/PartitionedCall_3/b/while/body/_9/b/while/c/MatMul") == "b/while/c/MatMul"
+    assert roofline.graph_name("net/while/cond/_2/Less") == "Less"
 
 
 def test_ceilings_from_a_peak_result_of_each_format():
@@ -267,6 +373,28 @@ def test_xla_ops_take_their_own_programs_hlo_costs_and_the_stated_bandwidth(tmp_
         assert row["bound"] == ("compute" if row["intensity"] >= 1e15 / 2e12 else "memory")
     assert analysis.roofline["ceilings"]["bfloat16"]["memory_bytes_per_second"] == 2e12
     assert analysis.roofline["ceilings_source"] == "--peak-tflops + trace (stated bandwidth)"
+
+
+def test_a_device_plane_that_states_its_peak_fills_the_compute_ceiling(tmp_path):
+    from test_hlo_costs import matmul_program, write_trace
+
+    from analysis import analyze
+
+    # as XProf's planes state them: TFLOP/s (a double), HBM GB/s where no `memory_bandwidth` is given
+    path = write_trace(tmp_path / "x.xplane.pb", {7: ("jit_matmul(7)", matmul_program(512, 256, 1024).bytes())},
+                       [("jit_matmul", "dot.1", 7)] * 3,
+                       device_stats={"peak_teraflops_per_second": 1000.0, "peak_hbm_bw_gigabytes_per_second": 2000.0})
+    _one_kernel_name_per_op(path)
+    roof = analyze(path).roofline
+    assert roof["ceilings"]["bfloat16"]["matrix_flops_per_second"] == 1e15
+    assert roof["ceilings"]["bfloat16"]["memory_bytes_per_second"] == 2e12
+    assert roof["ceilings_source"] == "trace (stated peak) + trace (stated bandwidth)"
+    assert roof["mfu_pct"] == pytest.approx(100 * roof["achieved_flops_per_second"] / 1e15)
+    assert not any("compute ceilings unknown" in note for note in roof["notes"])
+    # a peak the user gives wins over the stated one
+    given = analyze(path, peak=roofline.ceilings_from_tflops(roofline.parse_peak_tflops("1200"))).roofline
+    assert given["ceilings"]["bfloat16"]["matrix_flops_per_second"] == 1.2e15
+    assert given["ceilings_source"] == "--peak-tflops + trace (stated bandwidth)"
 
 
 @pytest.mark.parametrize("flags, says", [

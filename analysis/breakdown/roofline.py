@@ -4,9 +4,10 @@ ceiling its dtype and arithmetic intensity allow.
 Costs come from the cost table (`op_costs.csv` recorded at capture from the traced functions'
 graphs, or the HLO shapes a trace carries for XLA programs): one row per op, keyed by the name
 the trace gives the op. Ceilings come from a measured peak (`devprof peak`, run.json `peak`, a
-peak file) or from the user (`--peak-tflops`); a device's stated memory bandwidth in the trace
-stands in for a measured one. Nothing is guessed: an op without a cost row, or a dtype without
-a ceiling, is left unknown (NaN, "").
+peak file) or from the user (`--peak-tflops`); a device's stated peak FLOP/s and memory bandwidth
+in the trace stand in for measured ones. A worker that shared its machine's cores with other
+workers is held to its share of a CPU ceiling, and a ceiling the ops beat is refused. Nothing is
+guessed: an op without a cost row, or a dtype without a ceiling, is left unknown (NaN, "").
 
 The ceiling of an op is its roof at its intensity I (FLOP per byte):
 `min(compute ceiling, memory bandwidth x I)`, where the compute ceiling is the dtype's matrix
@@ -17,6 +18,7 @@ bandwidth), memory-bound left of it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -48,6 +50,7 @@ class Ceilings:
     by_dtype: dict[str, dict[str, float]] = field(default_factory=dict)
     source: str | None = None  # "run.json peak", "peak file", "--peak-tflops", "trace"
     device_name: str = ""
+    cores: float = math.nan  # the CPU cores a measured CPU peak ran on (NaN: not a CPU peak, or not recorded)
 
     def of(self, dtype: str) -> dict[str, float]:
         return self.by_dtype.get(dtype) or self.by_dtype.get(ANY_DTYPE) or {key: math.nan for key in CEILING_KEYS}
@@ -59,7 +62,7 @@ class Ceilings:
         by_dtype = {d: v for d, v in self.by_dtype.items() if d != ANY_DTYPE}
         for dtype in dtypes:
             by_dtype.setdefault(dtype, dict(self.by_dtype[ANY_DTYPE]))
-        return Ceilings(by_dtype, self.source, self.device_name)
+        return dataclasses.replace(self, by_dtype=by_dtype)
 
     def known(self) -> bool:
         return any(_finite(v) for values in self.by_dtype.values() for v in values.values())
@@ -92,8 +95,20 @@ def ceilings_from_peak(peak: dict | None, source: str) -> Ceilings | None:
         for dtype, rate in (peak.get("peak_flops_per_second") or {}).items():
             by_dtype[str(dtype)] = {"matrix_flops_per_second": _or_nan(rate), "vector_flops_per_second": math.nan,
                                     "memory_bytes_per_second": bandwidth}
-    result = Ceilings(by_dtype, source, str(peak.get("device_name") or ""))
+    result = Ceilings(by_dtype, source, str(peak.get("device_name") or ""), _peak_cores(peak))
     return result if result.known() else None
+
+
+def _peak_cores(peak: dict) -> float:
+    """The cores a CPU peak's matmuls ran on: TensorFlow's intra-op threads (0: one per core), at most
+    the cores the process could use; NaN for a GPU peak or one that does not say."""
+    threads = peak.get("threads")
+    if peak.get("device") != "cpu" or not isinstance(threads, dict):
+        return math.nan
+    cores, intra = _or_nan(threads.get("cores")), _or_nan(threads.get("intra_op"))
+    if intra == intra:
+        return min(intra, cores) if cores == cores else intra
+    return cores
 
 
 def parse_peak_tflops(text: str) -> dict[str, float]:
@@ -149,7 +164,72 @@ def with_bandwidth(ceilings: Ceilings | None, bandwidth: float, dtypes: list[str
     if not filled:  # every memory ceiling was measured: the stated one is not used, nor named
         return ceilings
     names = [s for s in ((ceilings.source if ceilings else None), source) if s]
-    return Ceilings(by_dtype, " + ".join(names), ceilings.device_name if ceilings else "")
+    return Ceilings(by_dtype, " + ".join(names), ceilings.device_name if ceilings else "",
+                    ceilings.cores if ceilings else math.nan)
+
+
+def with_stated_peak(ceilings: Ceilings | None, peak_flops: float, dtypes: list[str], source: str) -> Ceilings | None:
+    """`ceilings` with `peak_flops` as the matrix ceiling of every dtype the ops run in whose matrix
+    ceiling is unknown (a device's stated peak: one number, as `--peak-tflops 1307` is)."""
+    if not _finite(peak_flops):
+        return ceilings
+    base = ceilings.by_dtype if ceilings is not None else {}
+    by_dtype, filled = {}, False
+    for dtype in sorted({*base, *dtypes}):
+        values = dict(base.get(dtype) or {key: math.nan for key in CEILING_KEYS})
+        if not _finite(values.get("matrix_flops_per_second")):
+            values["matrix_flops_per_second"] = float(peak_flops)
+            filled = True
+        by_dtype[dtype] = values
+    if not filled:
+        return ceilings
+    names = [s for s in ((ceilings.source if ceilings else None), source) if s]
+    return Ceilings(by_dtype, " + ".join(names), ceilings.device_name if ceilings else "",
+                    ceilings.cores if ceilings else math.nan)
+
+
+def for_worker_cores(ceilings: Ceilings | None, worker_cores: float, machine_cores: float) -> Ceilings | None:
+    """A CPU worker that shared its machine with other workers ran its ops on `worker_cores` threads:
+    its compute ceilings are the measured ones times its share of the cores they were measured on
+    (`ceilings.cores`, else the machine's); memory bandwidth is the machine's, kept as it is."""
+    if ceilings is None or not _finite(worker_cores):
+        return ceilings
+    cores = ceilings.cores if _finite(ceilings.cores) else machine_cores
+    if not _finite(cores) or worker_cores >= cores:
+        return ceilings
+    share = worker_cores / cores
+    by_dtype = {dtype: {key: (value * share if key != "memory_bytes_per_second" and _finite(value) else value)
+                        for key, value in values.items()} for dtype, values in ceilings.by_dtype.items()}
+    source = f"{ceilings.source or 'ceilings'} x {worker_cores:g}/{cores:g} cores (this worker's share)"
+    return Ceilings(by_dtype, source, ceilings.device_name, float(worker_cores))
+
+
+def refuse_beaten(ops: pd.DataFrame, ceilings: Ceilings | None) -> tuple[Ceilings | None, tuple[str, ...]]:
+    """`ceilings` without each compute ceiling that the ops of its dtype beat, and one sentence per
+    ceiling refused. A device runs no faster than its ceiling, so a ceiling below what the ops achieved
+    (FLOPs over their time, all ops of the dtype against the matrix ceiling, its vector ops against the
+    vector one) is not this device's (a wrong --peak-tflops, another device's peak, a loaded machine's)."""
+    if ceilings is None or ops.empty:
+        return ceilings, ()
+    known = ops["flops_per_step"].notna() & (ops["ms_per_step"] > 0) & (ops["dtype"] != "")
+    by_dtype, said = {d: dict(v) for d, v in ceilings.by_dtype.items()}, []
+    for dtype, values in by_dtype.items():
+        mine = ops[known & (ops["dtype"] == dtype)]
+        for kind, which, rows in (("matrix", "", mine), ("vector", "vector ", mine[mine["kind"] == "vector"])):
+            ceiling, achieved = _or_nan(values.get(f"{kind}_flops_per_second")), _rate(rows)
+            if ceiling == ceiling and _finite(achieved) and achieved > ceiling:
+                values[f"{kind}_flops_per_second"] = math.nan
+                said.append(f"the {which}ceiling {ceiling / 1e12:.3g} TFLOP/s for {dtype} is below the achieved "
+                            f"{achieved / 1e12:.3g} TFLOP/s: not used")
+    if not said:
+        return ceilings, ()
+    return dataclasses.replace(ceilings, by_dtype=by_dtype), tuple(said)
+
+
+def _rate(ops: pd.DataFrame) -> float:
+    """FLOPs over time of `ops` (per step both); NaN without time."""
+    seconds = float(ops["ms_per_step"].sum()) / 1e3
+    return float(ops["flops_per_step"].sum()) / seconds if seconds > 0 else math.nan
 
 
 def _base_type(op_type: str) -> str:
@@ -242,12 +322,17 @@ def _chosen_rows(ops: pd.DataFrame, costs: pd.DataFrame) -> pd.DataFrame:
         if column not in costs:
             costs[column] = np.nan
     names = ops["op"].astype(str)
-    present = costs[costs["op"].isin(set(names))]
+    inner = names.map(graph_name)
+    present = costs[costs["op"].isin(set(names) | set(inner))]
     coverage = present.groupby("function")["op"].nunique()
     costs["_rank"] = -costs["function"].map(coverage).fillna(0).to_numpy(dtype=float)
-    wanted = pd.DataFrame({"_op_index": np.arange(len(ops)), "op": names.to_numpy(),
+    wanted = pd.DataFrame({"_op_index": np.arange(len(ops)), "op": names.to_numpy(), "_inlined": False,
                            "_trace_type": ops["type"].astype(str).to_numpy(),
                            "_op_program": _program_keys(ops["program_id"]) if "program_id" in ops else -1.0})
+    # The name the op has in its own function's graph, where the trace's is an inlined one: the exact name first.
+    renamed = inner != names
+    wanted = pd.concat([wanted, wanted[renamed.to_numpy()].assign(op=inner[renamed].to_numpy(), _inlined=True)],
+                       ignore_index=True)
     matched = wanted.merge(costs, on="op", how="inner", sort=False)
     # An op of a known program takes that program's row only; one of none, any row of its name.
     matched = matched[(matched["_op_program"] < 0) | (matched["_program"] == matched["_op_program"])]
@@ -255,7 +340,7 @@ def _chosen_rows(ops: pd.DataFrame, costs: pd.DataFrame) -> pd.DataFrame:
     fits = {(a, b): _type_fits(a, b) for a, b in zip(pairs["_trace_type"], pairs["type"])}
     keep = [a == "XLA" or fits[(a, b)] for a, b in zip(matched["_trace_type"], matched["type"])]
     matched = matched[np.asarray(keep, dtype=bool)] if len(matched) else matched
-    matched = matched.sort_values(["_op_index", "_rank"], kind="stable").drop_duplicates("_op_index")
+    matched = matched.sort_values(["_op_index", "_inlined", "_rank"], kind="stable").drop_duplicates("_op_index")
     fused_op = np.asarray([bool(FUSED_TYPE_RE.search(a)) and not FUSED_TYPE_RE.search(b)
                            for a, b in zip(matched["_trace_type"], matched["type"])], dtype=bool)
     chain = pd.to_numeric(matched["chain_flops"], errors="coerce").notna().to_numpy()
@@ -265,6 +350,18 @@ def _chosen_rows(ops: pd.DataFrame, costs: pd.DataFrame) -> pd.DataFrame:
     # stays unknown: that node's own cost is not the op's.
     matched = matched.assign(_fused=fused_op & chain)
     return matched[~fused_op | chain | matrix]
+
+
+# Where TensorFlow inlines a function into its caller, the caller's op name prefixes the function's op
+# names ("StatefulPartitionedCall/..."); where it lowers a `while` (an RNN's time loop) or `cond`, the
+# body's ops run as "<loop>/body/_14/<the body graph's name>". The cost table has the graphs' names.
+_INLINED_RE = re.compile(r"^(?:.*/)?(?:(?:Stateful)?PartitionedCall(?:_\d+)?|(?:body|cond|then|else)/_\d+)/")
+
+
+def graph_name(trace_name: str) -> str:
+    """The op's name in the graph of the innermost function it ran in (the trace's name if none)."""
+    match = _INLINED_RE.match(trace_name)
+    return trace_name[match.end():] if match else trace_name
 
 
 def _type_fits(trace_type: str, graph_type: str) -> bool:
@@ -333,41 +430,47 @@ def below_roofline(ops: pd.DataFrame) -> tuple[BelowRoofline, ...]:
                  for r in low.itertuples(index=False))
 
 
-def summary(ops: pd.DataFrame, ceilings: Ceilings | None, model_flops_per_step: float, step_ms_per_training_step: float,
-            costs_known: bool, notes: tuple[str, ...] = ()) -> dict | None:
+def summary(ops: pd.DataFrame, ceilings: Ceilings | None, model_flops_per_step: float, costs_known: bool,
+            refused: tuple[str, ...] = ()) -> dict | None:
     """The roofline's JSON summary (`roofline`), or None when no op has a known cost and nothing is
-    said about it."""
+    said about it; `refused` says which ceilings `refuse_beaten` took out. The achieved rate is the
+    costed ops' FLOPs over those ops' own time: the ops without known costs hold the rest of the
+    step, and their FLOPs are not guessed."""
     if ops.empty:
         return None
     known = ops["flops_per_step"].notna()
     op_ms = float(ops["ms_per_step"].sum())
+    known_ms = float(ops.loc[known, "ms_per_step"].sum())
+    known_pct = 100.0 * known_ms / op_ms if op_ms > 0 else math.nan
     flops = float(ops.loc[known, "flops_per_step"].sum()) if known.any() else math.nan
     out: dict = {
         "ceilings": ceilings.as_dict() if ceilings is not None else {},
         "ceilings_source": ceilings.source if ceilings is not None else None,
         "flops_per_step": flops,
         "bytes_per_step": float(ops.loc[known, "bytes_per_step"].sum()) if known.any() else math.nan,
-        "known_time_pct": 100.0 * float(ops.loc[known, "ms_per_step"].sum()) / op_ms if op_ms > 0 else math.nan,
+        "known_time_pct": known_pct,
         "model_flops_per_step": model_flops_per_step,
         "flops_gap_pct": (100.0 * (flops - model_flops_per_step) / model_flops_per_step
                           if model_flops_per_step > 0 and flops == flops else math.nan),
         "dtype": "",
         "achieved_flops_per_second": math.nan,
+        "achieved_over": None,
         "mfu_pct": math.nan,
-        "notes": list(notes),
+        "notes": list(refused),
     }
-    if known.any() and step_ms_per_training_step > 0:
+    if known.any() and known_ms > 0:
         by_dtype = ops[known & (ops["dtype"] != "")].groupby("dtype")["flops_per_step"].sum()
         dtype = str(by_dtype.idxmax()) if not by_dtype.empty else ""
-        achieved = flops / (step_ms_per_training_step / 1e3)
+        achieved = flops / (known_ms / 1e3)
         out["dtype"], out["achieved_flops_per_second"] = dtype, achieved
+        out["achieved_over"] = f"over {known_pct:.0f} % of op time that has known costs"
         peak = ceilings.of(dtype).get("matrix_flops_per_second", math.nan) if ceilings is not None and dtype else math.nan
         out["mfu_pct"] = 100.0 * achieved / peak if _finite(peak) else math.nan
     if not costs_known and not known.any():
         out["notes"].append("no op costs: the run has no op_costs.csv and the trace carries no HLO shapes, so FLOPs "
                             "and bytes per op are unknown (not guessed)")
-    elif ceilings is None or not any(_finite(values.get("matrix_flops_per_second"))
-                                     for values in ceilings.by_dtype.values()):
+    elif not refused and (ceilings is None or not any(_finite(values.get("matrix_flops_per_second"))
+                                                      for values in ceilings.by_dtype.values())):
         stated = " (the memory ceiling is the device's stated bandwidth)" if ceilings is not None and ceilings.known() else ""
         out["notes"].append(f"compute ceilings unknown: no measured peak for this device{stated}, so no op's share "
                             "of its ceiling is given; measure one (devprof peak, then devprof run --measure-peak) or "

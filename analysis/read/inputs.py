@@ -43,6 +43,7 @@ class RunInputs:
     stated_bandwidth: float = float("nan")  # the device's memory bandwidth as the trace states it (bytes/s)
     # oneDNN's primitive executions (onednn_verbose.log) on the trace's clock (`start_ns`, `end_ns`)
     onednn: pd.DataFrame | None = None
+    stated_peak_flops: float = float("nan")  # the device's peak FLOP/s as the trace states it
 
     @property
     def source(self) -> Path:
@@ -54,7 +55,8 @@ class RunInputs:
     def without_trace(self) -> RunInputs:
         """The same files with the trace let go (what is kept once the trace has been analysed)."""
         return RunInputs(self.path, None, self.trace_error, self.run_dir, self.run, self.steps_table, self.samplers,
-                         self.summaries, self.tensorflow, self.op_costs, self.stated_bandwidth, self.onednn)
+                         self.summaries, self.tensorflow, self.op_costs, self.stated_bandwidth, self.onednn,
+                         self.stated_peak_flops)
 
 
 def is_run_dir(path: Path) -> bool:
@@ -81,9 +83,10 @@ def read_inputs(path: str | Path, *, trace: bool = True) -> RunInputs:
     location = view.trace.location if view is not None else None
     tensorflow = read_tf_analysis(location.xplane) if location is not None else None
     run_dir = location.run_dir if location is not None else path
-    costs, bandwidth = _trace_costs(view)
+    costs, bandwidth, peak = _trace_costs(view)
     if run_dir is None:
-        return RunInputs(path, view, tensorflow=tensorflow, op_costs=costs, stated_bandwidth=bandwidth)
+        return RunInputs(path, view, tensorflow=tensorflow, op_costs=costs, stated_bandwidth=bandwidth,
+                         stated_peak_flops=peak)
     # steps.csv first where it is the steps' source: its problems are the ones to hear first
     steps_csv = run_dir / run_files.STEPS_CSV
     steps_table = run_files.read_steps_csv(steps_csv) if view is None and steps_csv.is_file() else None
@@ -95,7 +98,7 @@ def read_inputs(path: str | Path, *, trace: bool = True) -> RunInputs:
     if recorded is not None:
         costs = recorded if costs is None else pd.concat([recorded, costs], ignore_index=True)
     return RunInputs(path, view, error, run_dir, record, steps_table, samplers, _summaries(samplers, record),
-                     tensorflow, costs, bandwidth, _onednn_executions(run_dir, view))
+                     tensorflow, costs, bandwidth, _onednn_executions(run_dir, view), peak)
 
 
 def _onednn_executions(run_dir: Path, view: TraceView | None) -> pd.DataFrame | None:
@@ -108,16 +111,21 @@ def _onednn_executions(run_dir: Path, view: TraceView | None) -> pd.DataFrame | 
     return on_trace_clock(executions, origin) if executions is not None and origin is not None else None
 
 
-def _trace_costs(view: TraceView | None) -> tuple[pd.DataFrame | None, float]:
+def _trace_costs(view: TraceView | None) -> tuple[pd.DataFrame | None, float, float]:
     """The costs of the XLA programs the trace's kernels ran (from their HLO), and the memory
-    bandwidth its busiest device plane states; each read from the file's metadata only where the
-    trace has device kernels."""
+    bandwidth and peak FLOP/s its busiest device plane states; each read from the file's metadata
+    only where the trace has device kernels. A peak above what devprof takes from any device is a
+    corrupt stat, not used."""
+    nan = float("nan")
     if view is None or view.device.empty:
-        return None, float("nan")
+        return None, nan, nan
     costs = hlo_costs(view.trace) if "hlo_op" in view.device and view.device["hlo_op"].notna().any() else None
     busiest = view.device.groupby(view.device["plane_name"].astype(str), observed=True)["duration_ns"].sum()
     spec = view.device_specs.get(str(busiest.idxmax())) if not busiest.empty else None
-    return costs, spec.memory_bandwidth_bytes_per_second if spec is not None else float("nan")
+    if spec is None:
+        return costs, nan, nan
+    peak = spec.peak_flops_per_second
+    return costs, spec.memory_bandwidth_bytes_per_second, peak if peak <= run_files.PEAK_FLOPS_LIMIT else nan
 
 
 def read_run_files(path: str | Path) -> RunInputs:

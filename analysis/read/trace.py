@@ -53,9 +53,12 @@ EVENT_STAT_COLUMNS = (
     "hlo_op",
     "module_name",  # on host program executions (XLA's ExecuteThunks): which program ran
     "program_id",  # on device kernels of XLA programs
+    "level 0",  # on device kernels of TensorFlow up to about 2.5: what `tf_op` says in later ones
+    "is_eager",  # on ops and kernels, where the profiler grouped events at capture (TensorFlow up to about 2.5)
+    "is_func",  # on `EagerExecute`: 1 where the call ran a tf.function, 0 an op
 )
 # Of those, the ones read as numbers (nullable floats) and as ids (nullable uint64); the others are texts.
-NUMERIC_STAT_COLUMNS = ("step_num", "_r", "steps", "group_id", "iter_num", "program_id")
+NUMERIC_STAT_COLUMNS = ("step_num", "_r", "steps", "group_id", "iter_num", "program_id", "is_eager", "is_func")
 ID_STAT_COLUMNS = ("_p", "_c", "correlation_id")
 
 
@@ -332,9 +335,11 @@ def plane_metadata(source, wanted_plane=None, event_stat_names=()) -> list[wire.
         _close_map(buffer)
 
 
-# A device plane's stated capabilities, as the profiler writes them (XProf's `kDevCap*` stats).
+# A device plane's stated capabilities, as the profiler writes them (XProf's `kDevCap*` stats):
+# `peak_teraflops_per_second` and `peak_hbm_bw_gigabytes_per_second` where the plane states its peaks.
 DEVICE_SPEC_STATS = ("memory_bandwidth", "clock_rate", "core_count", "memory_size", "compute_cap_major",
-                     "compute_cap_minor", "device_vendor")
+                     "compute_cap_minor", "device_vendor", "peak_teraflops_per_second",
+                     "peak_hbm_bw_gigabytes_per_second")
 
 
 @dataclass(frozen=True)
@@ -348,6 +353,7 @@ class DeviceSpecs:
     core_count: float = float("nan")  # SMs (NVIDIA) or compute units (AMD)
     memory_bytes: float = float("nan")
     compute_capability: str = ""  # "major.minor"
+    peak_flops_per_second: float = float("nan")  # written in TFLOP/s
 
 
 def _stated(stats: dict, name: str, scale: float = 1.0) -> float:
@@ -368,9 +374,13 @@ def device_specs(source) -> dict[str, DeviceSpecs]:
         major, minor = stats.get("compute_cap_major"), stats.get("compute_cap_minor")
         capability = f"{major}.{minor}" if isinstance(major, int) and isinstance(minor, int) else ""
         vendor = stats.get("device_vendor")
+        bandwidth = _stated(stats, "memory_bandwidth")
+        if bandwidth != bandwidth:  # a TPU plane states its HBM's instead
+            bandwidth = _stated(stats, "peak_hbm_bw_gigabytes_per_second", 1e9)
         specs[plane.name] = DeviceSpecs(
-            plane.name, vendor if isinstance(vendor, str) else "", _stated(stats, "memory_bandwidth"),
-            _stated(stats, "clock_rate", 1e3), _stated(stats, "core_count"), _stated(stats, "memory_size"), capability)
+            plane.name, vendor if isinstance(vendor, str) else "", bandwidth,
+            _stated(stats, "clock_rate", 1e3), _stated(stats, "core_count"), _stated(stats, "memory_size"), capability,
+            _stated(stats, "peak_teraflops_per_second", 1e12))
     return specs
 
 

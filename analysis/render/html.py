@@ -786,9 +786,10 @@ def _roofline(analysis) -> str:
     if flops == flops:
         sentences.append(f"FLOPs per step: {si(flops, 'FLOP')}" + (f" (model: {si(model, 'FLOP')})" if model == model
                                                                      else "")
-                         + (f", {si(achieved, 'FLOP/s')} over the step" if achieved == achieved else "")
-                         + (f", MFU {mfu:.1f} % of the {info.get('dtype') or ''} matrix ceiling".replace("  ", " ")
-                            if mfu == mfu else "") + ".")
+                         + (f", {si(achieved, 'FLOP/s')} achieved {info.get('achieved_over') or ''}".rstrip()
+                            if achieved == achieved else "")
+                         + (f", MFU {mfu:.1f} % of the {info.get('dtype') or ''} matrix ceiling over the same ops"
+                            .replace("  ", " ") if mfu == mfu else "") + ".")
     caption = f'<p class="caption">{esc(" ".join(s for s in sentences if s))}</p>'
     if not known:
         warning = _missing(f"The ceilings are unknown, so only the ops are drawn: {CEILING_HOW}.")
