@@ -220,6 +220,86 @@ def test_a_compiled_loop_has_no_eager_ops(tmp_path):
     assert data["eager"] is None
 
 
+def write_eager_gpu_loop(path: str | Path, *, steps: int = 6, step_ms: float = 20.0, gpu: bool = True,
+                         grouped: bool = False) -> Path:
+    """A loop with markers `train`, `step_ms` each, as newer TensorFlow records it (no `is_eager`
+    stats: XProf's grouping decides); `grouped`, as TensorFlow 2.5 did, grouped at capture: the
+    `is_eager` stats say which op ran eagerly, no call says `is_func`, kernels name their op in
+    `level 0`. Per step, on the Python thread, each call inside an
+    `EagerExecute` (`is_func` 0 for an op, 1 for the tf.function): the iterator's call [0, 1) ms
+    holding its op `IteratorGetNext:IteratorGetNext` [0.1, 0.9) and tf.data's `Iterator::Root`
+    [0.2, 0.8); the compiled step's call [1, 7); `LogicalAnd` [8, 12) holding its op [9, 11); `Mul`
+    [12.5, 13.5). On an executor thread the function's op `model/dense/MatMul:MatMul` [2, 3). With
+    `gpu`, MatMul's launch (on the executor thread) runs a 2 ms kernel and Mul's (under its eager
+    call) a 1 ms kernel, each with its `tf_op`, and a 0.3 ms input copy (no op) runs beside them.
+
+    devprof's share: 5 ms of eager calls of 5 + 6 ms (45 %). TensorFlow's: host op self time 0.2
+    (IteratorGetNext, eager) + 0.6 (the tf.data stage) + 1 (MatMul) + 2 (LogicalAnd, eager) ms, so
+    2.2 of 3.8 ms eager; device 1 ms eager of 3 ms."""
+    space = _xspace_class()()
+    space.hostnames.append("eager-gpu-host")
+    host = _Plane(space, 0, "/host:CPU")
+    python = host.line(1, "python", ABSOLUTE_BASE_NS)
+    executor = host.line(2, "tf_Compute", ABSOLUTE_BASE_NS)
+    device = _Plane(space, 1, "/device:GPU:0") if gpu else None
+    stream = device.line(7, "Stream #7(Compute)", ABSOLUTE_BASE_NS) if device else None
+    copies = device.line(8, "Stream #8(MemcpyH2D)", ABSOLUTE_BASE_NS) if device else None
+    for k in range(steps):
+        t = ABSOLUTE_BASE_NS + MS + k * _ns(step_ms)
+        host.event(python, "train", t, t + _ns(step_ms), step_num=k, _r=1)
+        for name, start, end, is_func in (("IteratorGetNext", 0, 1, 0), ("__inference_train_step_42", 1, 7, 1),
+                                          ("LogicalAnd", 8, 12, 0), ("Mul", 12.5, 13.5, 0)):
+            host.event(python, "EagerExecute", t + _ns(start), t + _ns(end), **({} if grouped else {"is_func": is_func}))
+            host.event(python, f"EagerLocalExecute: {name}", t + _ns(start), t + _ns(end))
+        stat = (lambda eager: {"is_eager": eager}) if grouped else (lambda eager: {})
+        op_stat = "level 0" if grouped else "tf_op"
+        host.event(python, "IteratorGetNext:IteratorGetNext", t + _ns(0.1), t + _ns(0.9), **stat(1))
+        host.event(python, "Iterator::Root", t + _ns(0.2), t + _ns(0.8))
+        host.event(python, "LogicalAnd:LogicalAnd", t + _ns(9), t + _ns(11), **stat(1))
+        host.event(executor, "ExecutorState::Process", t + _ns(1.5), t + _ns(6.5), **({"group_id": k} if grouped else {}))
+        host.event(executor, "model/dense/MatMul:MatMul", t + _ns(2), t + _ns(3), **stat(0))
+        if device:
+            host.event(executor, "cudaLaunchKernel", t + _ns(2.2), t + _ns(2.3), correlation_id=2 * k + 10)
+            host.event(python, "cudaLaunchKernel", t + _ns(12.7), t + _ns(12.8), correlation_id=2 * k + 11)
+            device.event(stream, "volta_sgemm_128x64_nn", t + _ns(3), t + _ns(5), correlation_id=2 * k + 10,
+                         **{op_stat: "model/dense/MatMul:MatMul"}, **stat(0))
+            device.event(stream, "EigenMetaKernel", t + _ns(13), t + _ns(14), correlation_id=2 * k + 11,
+                         **{op_stat: "Mul:Mul"}, **stat(1))
+            device.event(copies, "MemcpyH2D", t + _ns(1.1), t + _ns(1.4))
+    host.finish()
+    if device:
+        device.finish()
+    return _write_space(space, path)
+
+
+@pytest.mark.parametrize("grouped", [False, True], ids=["grouped-by-xprof", "grouped-at-capture"])
+def test_eager_share_on_tensorflows_definition(tmp_path, grouped):
+    """TensorFlow's overview page weighs the ops' own time, and a GPU op on the device: its shares
+    differ from devprof's, and both are given, with why. (XProf's converter gives 57.9 % and 33.3 %
+    on this trace.)"""
+    data = analyze(write_eager_gpu_loop(tmp_path / "g.xplane.pb", grouped=grouped)).to_json()
+    eager = data["eager"]
+    assert eager["op_time_pct"] == pytest.approx(100 * 5 / 11, abs=1e-9)
+    assert eager["host_op_time_eager_pct"] == 100 * 22 / 38
+    assert eager["device_op_time_eager_pct"] == 100 / 3
+    (finding,) = [f for f in data["findings"] if f["rule"] == "eager_execution"]
+    assert "45 % of the host's op time runs eagerly" in finding["evidence"]
+    assert ("On TensorFlow's definition (its overview page's), 57.9 % of host and 33.3 % of device op time ran "
+            "eagerly: it weighs only the op events TensorFlow records") in finding["evidence"], finding["evidence"]
+
+
+def test_eager_share_on_tensorflows_definition_is_absent_where_not_recorded(tmp_path):
+    """No device plane: TensorFlow's device share is not recorded (null, not 0 %); with no op
+    event it counts on the host either, neither share is."""
+    cpu = analyze(write_eager_gpu_loop(tmp_path / "c.xplane.pb", gpu=False)).to_json()
+    assert cpu["eager"]["host_op_time_eager_pct"] == 100 * 22 / 38
+    assert cpu["eager"]["device_op_time_eager_pct"] is None
+    (finding,) = [f for f in cpu["findings"] if f["rule"] == "eager_execution"]
+    assert "57.9 % of host op time ran eagerly (no device op recorded)" in finding["evidence"], finding["evidence"]
+    bare = analyze(write_eager_loop(tmp_path / "b.xplane.pb")).to_json()["eager"]
+    assert bare["op_time_pct"] > 0 and bare["host_op_time_eager_pct"] is None and bare["device_op_time_eager_pct"] is None
+
+
 # ------------------------------------------------------------------ eager execution, recorded with TensorFlow
 
 def _record(logdir: Path, run) -> Path:

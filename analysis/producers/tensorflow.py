@@ -46,3 +46,11 @@ PY_FUNCTION = r"(?:^|:)(?:EagerPyFunc|PyFunc|PyFuncStateless|NumpyFunction)$"
 EAGER_EXECUTION = r"^EagerLocalExecute: (\S+)$"
 # The iterator's own ops, which every loop that calls next() runs eagerly: input, not eager work.
 ITERATOR_OP = r"Iterator|^Optional(?:FromValue|HasValue|GetValue|None)$|^DatasetCardinality$"
+
+# The host events XProf counts as op time (its ParseTfOpFullname): "name:Type" ops, in its own
+# character sets for name and type; tf.data's `Iterator::` stages; the host's memcpy events.
+XPROF_TF_OP = r"^[A-Za-z0-9.][A-Za-z0-9_./>-]*:[A-Z_][A-Za-z0-9_]*$"
+XPROF_HOST_OP = XPROF_TF_OP + r"|^Iterator:|^(?i:memcpy(?:htod|dtoh))[^:]*$"
+# The eager runtime's call, above an op or a tf.function's run, that XProf's grouping takes to say
+# an op ran eagerly (its `is_func` stat 0: one op, not a tf.function; the only name it maps there).
+EAGER_CALL = r"^EagerExecute$"
