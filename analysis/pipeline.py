@@ -308,17 +308,16 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofli
                                                                  source.kind == "steps_csv")
     devices = device_table(view, source.steps, chosen.used, source.step_name)
     ops, roof = _ops_on_the_roofline(inputs, chosen.used, source.device, peak)
-    stages = input_stages(view, len(source.steps)) if view is not None \
+    stages = input_stages(view, chosen.used) if view is not None \
         else InputStages(pd.DataFrame(columns=STAGE_COLUMNS), None, None)
     machine = utilization.headline(inputs.summaries)
     evidence = utilization.evidence(inputs.summaries)
     mean = {**chosen.mean, **mean_input_parts(chosen.steady), "device_step_ms": devices.busiest_step_ms}
     facts = worker_facts(mean, source, run, machine, trace_facts(view, source.steps, devices.rows, stages.prefetches),
-                         devices, stages.slowest, ops, eager_ops(view, chosen.used), epochs.idle_stretch, roof)
+                         devices, stages.slowest, ops, eager_ops(view, chosen.used), epochs.idle_stretch, roof,
+                         *_measured_matrix_ceilings(inputs, peak), traced_steps=len(source.steps))
     verdict = rules.make_verdict(mean, facts, steps_used=len(chosen.steady), compile_steps=chosen.compile_steps,
-                                 utilization=evidence,
-                                 min_steps=1 if source.kind == "window" or one_step_capture(source.steps)
-                                 else rules.MIN_STEADY_STEPS)
+                                 utilization=evidence, min_steps=_min_steps(source))
     verdict["step_basis"] = source.basis
     tf = second_opinion(inputs.tensorflow, mean, source.kind, source.step_name, len(chosen.steady), devices.rows)
     notes = (*source.notes, *([utilization_note] if utilization_note else []), *_run_notes(run), *devices.notes,
@@ -374,6 +373,24 @@ def _worker_cores(run: RunRecord) -> tuple[float, float]:
     if not isinstance(local, number) or local <= 1 or not isinstance(threads, number) or threads <= 0:
         return math.nan, math.nan
     return float(threads), float(cores) if isinstance(cores, number) and cores > 0 else math.nan
+
+
+def _min_steps(source) -> int:
+    """Steady steps a verdict needs: one for a one-step capture or a whole window, else a few."""
+    return 1 if source.kind == "window" or one_step_capture(source.steps) else rules.MIN_STEADY_STEPS
+
+
+def _measured_matrix_ceilings(inputs: RunInputs, peak: roofline.Ceilings | None) -> tuple[dict[str, float], str | None]:
+    """The matrix FLOP/s measured (or given) per dtype, and their source: what precision advice compares.
+    A ceiling given for every dtype at once, or stated by the trace, says nothing of one dtype against another."""
+    run = inputs.run
+    ceilings = peak if peak is not None else roofline.ceilings_from_peak(run.peak if run is not None else None,
+                                                                           "run.json peak")
+    if ceilings is None:
+        return {}, None
+    rates = {dtype: values.get("matrix_flops_per_second", math.nan) for dtype, values in ceilings.by_dtype.items()
+             if dtype != roofline.ANY_DTYPE}
+    return rates, ceilings.source
 
 
 def _model_flops_per_step(run: RunRecord | None) -> float:

@@ -228,8 +228,10 @@ def _verdict(analysis) -> str:
     verdict = analysis.verdict
     bound = verdict.get("bound") or "none"
     more = ' <a href="#advice">Advice below.</a>' if verdict.get("advice") or analysis.findings else ""
+    saving = "".join(f'<p class="saving">{esc(line[0].upper() + line[1:])}</p>'
+                     for line in tables.verdict_saving_lines(verdict))
     return (f'<div class="verdict {esc(bound)}" id="verdict"><h2>Verdict: {esc(tables.verdict_title(verdict))}</h2>'
-            f"<p>{esc(verdict.get('evidence', ''))}{more}</p></div>")
+            f"<p>{esc(verdict.get('evidence', ''))}{more}</p>{saving}</div>")
 
 
 def _step_parts(steps: pd.DataFrame) -> list[str]:
@@ -531,7 +533,9 @@ def _advice(analysis) -> str:
         severity = str(finding.get("severity", ""))
         out.append(f'<div class="finding {esc(severity)}"><span class="sev">{esc(severity)}</span>'
                    f"<b>{esc(finding.get('rule', ''))}</b><p>{esc(finding.get('evidence', ''))}</p>"
-                   f"<p><b>Fix:</b> {esc(finding.get('advice', ''))}</p></div>")
+                   f"<p><b>Fix:</b> {esc(finding.get('advice', ''))}</p>"
+                   + (f"<p><b>Saving:</b> {esc(tables.saving_sentence(finding))} ({esc(finding.get('saving_basis'))})</p>"
+                      if tables.saving_sentence(finding) else "") + "</div>")
     if not out:
         out.append("<p>No advice: no rule fired.</p>")
     return _section("Advice and findings", *out, anchor="advice")
