@@ -177,7 +177,7 @@ def test_mfu_is_achieved_over_measured_peak_of_the_runs_precision(tmp_path):
     assert bf16["peak_dtype"] == "bfloat16" and bf16["mfu_pct"] == pytest.approx(100 / 0.45 / 32)
     none = compare.run_row(compare.read_run(make_run(tmp_path, "nopeak", flops_per_image=1e6)))
     assert math.isnan(none["mfu_pct"])
-    assert "28 % of the device's measured float32 peak" in compare.advice(f32, "compute")
+    assert "the epoch runs at 28 % of the device's float32 ceiling" in compare.advice(f32, "compute")
     # A peak of format 4 names its best rate (a convolution may beat the matmul): that is the one used.
     newer = {"peak_flops_per_second": {"float32": 1e10}, **peak}
     row = compare.run_row(compare.read_run(make_run(tmp_path, "f32new", epoch_seconds=(1.0, 0.5),

@@ -81,6 +81,7 @@ class Facts:
     matrix_pct: float = math.nan
     matrix_ceilings: tuple[tuple[str, float], ...] = ()
     ceilings_source: str | None = None
+    mfu_scope: str = "the epoch runs"  # what `mfu_pct` covers: analyze's is over the costed ops only
 
     def matrix_ceiling(self, dtype: str) -> float:
         """The measured matrix FLOP/s of `dtype` (NaN: not measured)."""
@@ -215,7 +216,7 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, de
                input_copy_pct=None, input_wait_ms=None, eager: EagerOps | None = None,
                idle_stretch: IdleStretch | None = None, below_roofline: tuple[BelowRoofline, ...] = (),
                step_ms=None, traced_steps=0, launch_ms=None, matrix_pct=None, matrix_ceilings=None,
-               ceilings_source: str | None = None) -> Facts:
+               ceilings_source: str | None = None, mfu_scope: str | None = None) -> Facts:
     """The rules' view of one breakdown. Numbers may be missing (None, NaN: unknown); compute
     defaults to what input and host leave; `trace` holds what a trace shows (its `prefetches`
     wins over `prefetches`)."""
@@ -264,6 +265,7 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, de
         matrix_pct=_float(matrix_pct),
         matrix_ceilings=_measured_rates(matrix_ceilings),
         ceilings_source=ceilings_source,
+        mfu_scope=mfu_scope or "the epoch runs",
     )
 
 
@@ -320,4 +322,5 @@ def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | No
         below_roofline=below_roofline(ops), step_ms=step_ms, traced_steps=traced_steps,
         launch_ms=(devices.kernel_launch or {}).get("ms_per_step", math.nan),  # per row of steps: per call
         matrix_pct=matrix_share_pct(ops, _float(mean.get("compute_pct"))),
-        matrix_ceilings=measured, ceilings_source=measured_source)
+        matrix_ceilings=measured, ceilings_source=measured_source,
+        mfu_scope=f"the costed ops ({(roofline or {}).get('achieved_over') or 'some of op time'}) run")

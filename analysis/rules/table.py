@@ -367,7 +367,7 @@ def _host_steps_per_call(facts: Facts) -> str:
 
 def _compute_fix(facts: Facts) -> str:
     device = facts_for(facts.device)
-    at_peak = (f"the epoch runs at {facts.mfu_pct:.0f} % of the device's measured {facts.peak_dtype} peak; "
+    at_peak = (f"{facts.mfu_scope} at {facts.mfu_pct:.0f} % of the device's {facts.peak_dtype} ceiling; "
                if facts.mfu_pct == facts.mfu_pct else "")
     now, _ = savings.precision_dtypes(facts)
     ratio = savings.precision_ratio(facts)
