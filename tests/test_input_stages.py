@@ -1,11 +1,18 @@
-"""tf.data stage self time: nesting on one thread, and waiting on another pipeline, as traced by tf.distribute."""
+"""tf.data stage self time: nesting on one thread, waiting on another pipeline (as traced by
+tf.distribute) or on a stage's own producer thread, and the advice that names only stages the
+pipeline has."""
+
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from trace_fixtures import ABSOLUTE_BASE_NS, _ns, _Plane, _write_space, _xspace_class
+
+from analysis import analyze
 from analysis.breakdown import input_stages as stages_mod
 from analysis.breakdown.input_stages import SlowestStage, stage_self_ns
-from analysis.rules.table import make_verdict
+from analysis.rules.table import make_verdict, pipeline_is_the_cause
 from views import facts_from_mean, view_of
 
 MS = 1_000_000
@@ -19,8 +26,13 @@ def events(rows):
     return frame
 
 
+def steps_of(count, step_ms=100):
+    return pd.DataFrame({"start_ns": [k * step_ms * MS for k in range(count)],
+                         "end_ns": [(k + 1) * step_ms * MS for k in range(count)]})
+
+
 def slowest_input_stage(frame, steps):
-    return str(stages_mod.slowest_in_table(stages_mod.input_stage_table(view_of(frame)), steps))
+    return str(stages_mod.slowest_in_table(stages_mod.input_stage_table(view_of(frame), steps_of(steps)), steps))
 
 
 def prefetches(frame):
@@ -101,3 +113,186 @@ def test_advice_fits_the_slowest_stage():
     with_python["name"] = with_python["name"].astype(str).astype("category")
     assert runs_python(view_of(with_python), "Iterator::Root::Map") is True
     assert runs_python(view_of(with_python), "Iterator::Root::Generator") is False
+
+
+# ------------------------------------------------------------------ a stage waiting on its own producer
+
+PY_SLEEP_MS = 50.0  # the injected cost: the map's Python function sleeps this long per batch
+
+
+def write_prefetched_map_loop(path: str | Path, *, steps: int = 6, map_ms: float = 51.8,
+                              py_ms: float = PY_SLEEP_MS, wait_ms: float = 49.9, period_ms: float = 52.0) -> Path:
+    """A CPU loop over `range -> map(py_function) -> batch -> prefetch`, shaped as TensorFlow traced it
+    (markers `train` 3.., `period_ms` apart). On the loop's thread each step waits in `IteratorGetNext` for
+    `Iterator::Root::Prefetch` (`wait_ms`), then runs a 1 ms step. On the prefetch's producer thread the
+    fused `MapAndBatch` makes the next batch (`map_ms`, starting 1.8 ms before the step), pulling from
+    `Range` on its runner thread, while its `py_ms` Python function runs on a pool thread. The first
+    step's producer call began before the trace did, so it is not in it (as the profiler leaves it)."""
+    space = _xspace_class()()
+    space.hostnames.append("map-host")
+    host = _Plane(space, 0, "/host:CPU")
+    base = ABSOLUTE_BASE_NS
+    loop, producer = host.line(1, "python", base), host.line(3, "tf_data_prefetch", base)
+    runner, pool = host.line(4, "tf_data_map_and_batch", base), host.line(5, "tf_data_pool", base)
+    period = _ns(period_ms)
+    for k in range(steps):
+        t = base + 2 * MS + k * period
+        host.event(loop, "train", t, t + period - 50_000, step_num=k + 3, _r=1)
+        host.event(loop, "EagerLocalExecute: IteratorGetNext", t + 50_000, t + _ns(wait_ms) + 250_000)
+        host.event(loop, "IteratorGetNextOp::DoCompute", t + 100_000, t + _ns(wait_ms) + 200_000)
+        host.event(loop, "Iterator::Root", t + 150_000, t + _ns(wait_ms) + 150_000)
+        host.event(loop, "Iterator::Root::Prefetch", t + 200_000, t + _ns(wait_ms) + 100_000)
+        host.event(loop, "EagerLocalExecute: __inference_train_step_38", t + _ns(wait_ms) + 400_000,
+                   t + _ns(wait_ms) + 1_400_000)
+        made = t + _ns(wait_ms) - _ns(map_ms) + 100_000  # the batch this step waits for is made right then
+        if made >= base:
+            host.event(producer, "Iterator::Root::Prefetch::MapAndBatch", made, made + _ns(map_ms))
+            host.event(runner, "Iterator::Root::Prefetch::MapAndBatch::Range", made + 10_000, made + 15_000)
+            host.event(pool, "EagerPyFunc:EagerPyFunc", made + 700_000, made + 700_000 + _ns(py_ms))
+    host.finish()
+    return _write_space(space, path)
+
+
+def _stage_rows(data):
+    return {row["stage"]: row for row in data["input_stages"]}
+
+
+def test_the_map_whose_function_sleeps_holds_the_wait_not_the_prefetch_above_it(tmp_path):
+    """The reported trace's shape: the loop waits ~50 ms per step at `Prefetch`, whose producer thread
+    runs the map. The prefetch only waits; the map is named, with the wait it holds (at most the
+    step's wait, close to its function's 50 ms), and the advice names no stage the pipeline lacks."""
+    data = analyze(write_prefetched_map_loop(tmp_path / "h.xplane.pb")).to_json()
+    wait = data["mean"]["input_wait_ms"]
+    rows = _stage_rows(data)
+    slow = rows["Iterator::Root::Prefetch::MapAndBatch"]
+    assert slow["wait_ms_per_step"] <= wait + 1e-9
+    assert slow["wait_ms_per_step"] == pytest.approx(PY_SLEEP_MS, rel=0.35)
+    assert slow["ms_per_batch"] == pytest.approx(51.8 - 0.005, abs=1e-6)  # less its Range, pulled on the runner
+    prefetch = rows["Iterator::Root::Prefetch"]
+    assert prefetch["ms_per_batch"] == 0 and prefetch["wait_ms_per_step"] == 0
+    for row in data["input_stages"]:  # no stage holds more than the step waits
+        assert row["wait_ms_per_step"] <= wait + 1e-9, row
+    assert data["input_stages"][0]["stage"] == slow["stage"]
+    assert data["input_bottleneck"]["stage"] == "Iterator::Root::Prefetch::MapAndBatch"
+    advice = data["verdict"]["advice"]
+    assert "Iterator::Root::Prefetch::MapAndBatch" in advice[0] and "GIL" in advice[0], advice
+    said = " ".join(advice + [data["verdict"]["evidence"]])
+    assert "Prefetch stage" not in said and "interleave" not in said and ".prefetch(" not in said, said
+
+
+def test_a_pipeline_whose_stages_are_fast_names_no_stage_as_the_cause(tmp_path):
+    """The loop waits 10 ms of each 12 ms step at `Prefetch` while its producer's map takes 0.5 ms a batch
+    (the thread got no CPU, say): waiting is not work, so no stage explains the wait and none is named."""
+    path = write_prefetched_map_loop(tmp_path / "h.xplane.pb", map_ms=0.5, py_ms=0.3, wait_ms=10.0,
+                                     period_ms=12.0)
+    result = analyze(path)
+    data = result.to_json()
+    assert data["mean"]["input_wait_ms"] == pytest.approx(10.1, abs=1e-6)  # material: most of the step
+    assert result.facts.slowest_input_stage.ms_per_step < 1.0
+    assert not pipeline_is_the_cause(result.facts)
+    assert data["input_bottleneck"] is None
+    assert not any("slowest tf.data stage" in line for line in data["verdict"]["advice"]), data["verdict"]["advice"]
+    for row in data["input_stages"]:
+        assert row["wait_ms_per_step"] <= 0.5, row
+
+
+def _advice_for(kinds, prefetches=True, stage=None):
+    mean = {"step_ms": 40.0, "input_ms": 30.0, "compute_ms": 8.0, "host_ms": 2.0, "input_pct": 75.0,
+            "compute_pct": 20.0, "host_pct": 5.0}
+    facts = facts_from_mean({**mean, "prefetches": prefetches, "input_stage_kinds": kinds, "producer": "tensorflow",
+                             **({"slowest_input_stage": stage} if stage else {})})
+    verdict = make_verdict(mean, facts, steps_used=5)
+    assert verdict["bound"] == "input", verdict
+    return " ".join([verdict["fix"] if "fix" in verdict else "", *verdict["advice"]])
+
+
+def test_advice_names_only_stages_the_pipeline_has():
+    # Slices of in-memory tensors, batched and prefetched: no map, no files, nothing worth caching.
+    sliced = _advice_for(("Prefetch", "BatchV2", "TensorSlice"))
+    assert "interleave" not in sliced and ".cache()" not in sliced and "its map" not in sliced, sliced
+    assert "Add a parallel map" in sliced
+    # A serial map over a range: parallelise it; no files to interleave.
+    mapped = _advice_for(("Prefetch", "MapAndBatch", "Range"))
+    assert "Parallelize its map" in mapped and "interleave" not in mapped, mapped
+    # Already parallel, reading files in parallel, cached: none of those is advised again.
+    done = _advice_for(("Prefetch", "ParallelMapV2", "MemoryCache", "MemoryCacheImpl", "ParallelInterleaveV4",
+                        "FlatMap", "TFRecord", "TensorSlice"))
+    assert ".cache()" not in done and "interleave" not in done and "Parallelize its map" not in done, done
+    assert "already runs in parallel" in done
+    # Files read one at a time: read several at once.
+    assert "interleave" in _advice_for(("Prefetch", "Map", "FlatMap", "TFRecord", "TensorSlice"))
+    # Stages unknown (no tf.data events): the generic advice, said as what to add.
+    unknown = _advice_for(None, prefetches=None)
+    assert "Add `.prefetch(" in unknown and "add `num_parallel_calls" in unknown and "Add `.cache()`" in unknown
+
+
+def test_the_verdicts_fix_names_only_stages_the_pipeline_has():
+    from analysis.rules.table import _input_fix
+
+    mean = {"input_pct": 75.0, "compute_pct": 20.0, "host_pct": 5.0, "producer": "tensorflow"}
+    fix = _input_fix(facts_from_mean({**mean, "prefetches": True, "input_stage_kinds": ("Prefetch", "BatchV2",
+                                                                                          "TensorSlice")}))
+    assert "its map" not in fix and ".cache()" not in fix and "add a parallel .map" in fix, fix
+    fix = _input_fix(facts_from_mean({**mean, "prefetches": False, "input_stage_kinds": ("MapAndBatch", "Range")}))
+    assert "parallelise its map" in fix and ".prefetch(" in fix and "interleave" not in fix, fix
+
+
+def test_stage_advice_names_no_stage_the_pipeline_lacks():
+    from analysis.rules.table import stage_advice
+
+    prefetch = stage_advice(SlowestStage("Iterator::Root::Prefetch", 1.0))
+    assert "after this Prefetch stage" not in prefetch and ".cache()" not in prefetch, prefetch
+    for source in ("Iterator::Root::Prefetch::BatchV2::Range", "Iterator::Root::BatchV2::TensorSlice"):
+        said = stage_advice(SlowestStage(source, 1.0))
+        assert "interleave" not in said and "files" not in said, said
+    assert "interleave" in stage_advice(SlowestStage("Iterator::Root::FlatMap[0]::TFRecord", 1.0))
+    assert "from_generator" in stage_advice(SlowestStage("Iterator::Root::FlatMap[0]::Generator", 1.0))
+    assert "from_generator" not in stage_advice(SlowestStage("Iterator::Root::Generator", 1.0))  # tf.distribute's
+
+
+@pytest.mark.slow
+def test_a_real_pipeline_names_the_map_whose_python_function_sleeps(tmp_path):
+    """range -> map(py_function sleeping 50 ms) -> batch -> prefetch, a trivial tf.function step, traced
+    by TensorFlow's profiler with step markers: the map holds the wait, within it and close to 50 ms."""
+    import time
+
+    import tensorflow as tf
+
+    def slow(x):
+        def sleep(value):
+            time.sleep(PY_SLEEP_MS / 1e3)
+            return value
+        return tf.py_function(sleep, [x], tf.int64)
+
+    dataset = tf.data.Dataset.range(1000).map(slow).batch(1).prefetch(tf.data.AUTOTUNE)
+    total = tf.Variable(0, dtype=tf.int64)
+
+    @tf.function
+    def step(x):
+        total.assign_add(tf.reduce_sum(x))
+        return total
+
+    iterator = iter(dataset)
+    for _ in range(2):
+        step(next(iterator)).numpy()
+    tf.profiler.experimental.start(str(tmp_path))
+    try:
+        for k in range(2, 10):
+            with tf.profiler.experimental.Trace("train", step_num=k, _r=1):
+                step(next(iterator)).numpy()
+    finally:
+        tf.profiler.experimental.stop()
+    data = analyze(tmp_path).to_json()
+    kind = {row["stage"]: row["stage"].rsplit("::", 1)[-1].split("[")[0] for row in data["input_stages"]}
+    for row in data["input_stages"]:
+        if kind[row["stage"]] == "Prefetch":
+            assert row["ms_per_batch"] < 1.0, row  # it waits for its producer thread, it does not work
+    stage = data["input_bottleneck"]
+    assert stage is not None and kind[stage["stage"]] in ("Map", "MapAndBatch", "ParallelMapV2"), data["input_stages"]
+    wait = data["mean"]["input_wait_ms"]
+    held = _stage_rows(data)[stage["stage"]]["wait_ms_per_step"]
+    assert held <= wait + 1e-9 and held == pytest.approx(PY_SLEEP_MS, rel=0.35), (held, wait)
+    for row in data["input_stages"]:
+        assert row["wait_ms_per_step"] <= wait + 1e-9, row
+    advice = " ".join(data["verdict"]["advice"])
+    assert "Prefetch stage" not in advice and "interleave" not in advice, advice

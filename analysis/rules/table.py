@@ -326,7 +326,9 @@ def _wait_advice(facts: Facts) -> list[str]:
     stage = [f"The slowest tf.data stage is `{facts.slowest_input_stage}`: "
              f"{stage_advice(facts.slowest_input_stage)}."] \
         if facts.slowest_input_stage and pipeline_is_the_cause(facts) else []
-    said = ("parallel_map", "vectorize") if stage and facts.slowest_input_stage.kind in STAGE_FAMILIES["map"] else ()
+    slowest = facts.slowest_input_stage
+    said = ("parallel_map", "vectorize") if stage and slowest is not None and slowest.kind in STAGE_FAMILIES["map"] \
+        else ()
     return stage + [INPUT_ADVICE[key] for key in _pipeline_changes(facts) if key not in said]
 
 
