@@ -227,3 +227,15 @@ def test_no_float32_cpu_run_is_told_to_use_bfloat16_from_its_flags(ceilings):
     for line in verdict["advice"] + [f["advice"] for f in found]:
         told = re.search(r"mixed_bfloat16", line) and not re.search(r"guess|Keep float32|would be slower", line)
         assert not told, line
+
+
+def test_a_pipeline_that_waits_takes_no_cores_from_compute_and_one_that_computes_does():
+    # 2 cores, compute on both for 18 of 30 ms, 10 ms of pipeline per batch, 2 ms of host.
+    common = dict(input_wait=10.0, compute=18.0, host=2.0, prefetches=False, device="cpu", cpu_cores=2.0)
+    # The process used 2 x 60 % + 6.7 % (host): nothing left for the pipeline, which sleeps or reads.
+    sleeps, _ = verdict_of(30.0, proc_cpu_pct=126.6, **common)
+    # ... and with 10 ms of one core more: the pipeline computes, and overlapping it costs compute 5 ms.
+    computes, _ = verdict_of(30.0, proc_cpu_pct=160.0, **common)
+    assert sleeps["saving_ms"] == pytest.approx(10.0)
+    assert computes["saving_ms"] == pytest.approx(5.0)
+    assert "takes no CPU time from compute" in sleeps["saving_basis"]

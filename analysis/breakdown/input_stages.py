@@ -146,6 +146,7 @@ class SlowestStage:
     name: str
     ms_per_step: float
     runs_python: bool = False
+    ms_per_batch: float = math.nan  # its own time per call, whether or not the step waits meanwhile
 
     def __str__(self) -> str:
         return f"{self.name} ({self.ms_per_step:.2f} ms self time per step)"
@@ -173,7 +174,9 @@ def input_stages(view: TraceView, steps: pd.DataFrame) -> InputStages:
     table = input_stage_table(view, steps)
     slowest = slowest_in_table(table, training_steps(_traced_steps(view, steps)))
     if slowest is not None:
-        slowest = SlowestStage(slowest.name, slowest.ms_per_step, runs_python(view, slowest.name))
+        own = table.loc[table["stage"] == slowest.name, "ms_per_batch"]
+        slowest = SlowestStage(slowest.name, slowest.ms_per_step, runs_python(view, slowest.name),
+                               float(own.iloc[0]) if len(own) else math.nan)
     return InputStages(table, slowest, prefetches(view))
 
 
@@ -184,12 +187,24 @@ def training_steps(steps: pd.DataFrame) -> int:
     return len(steps)
 
 
+# Stages that wrap a pipeline without transforming it: the one the loop reads from is below them.
+ITERATOR_WRAPPERS = {"Iterator", "Root", "Model", "MaxIntraOpParallelism", "PrivateThreadPool", "Options",
+                     "ModelDataset"}
+
+
 def prefetches(view: TraceView) -> bool | None:
-    """Whether the traced pipeline prefetches (None when the trace has no tf.data stages)."""
+    """Whether the stage the loop reads from is a prefetch (None when the trace has no tf.data stages):
+    a slow stage after the prefetch (`...prefetch().map(slow)`) is not prefetched."""
     stages = view.stages
     if stages.empty:
         return None
-    return bool(stages["name"].str.contains(PREFETCH_RE).any())
+    names = stages["name"].drop_duplicates().astype(str)
+    tops = {next((part.split("[")[0] for part in name.split("::") if part.split("[")[0] not in ITERATOR_WRAPPERS), "")
+            for name in names}
+    tops.discard("")
+    if not tops:
+        return bool(names.str.contains(PREFETCH_RE).any())
+    return "Prefetch" in tops
 
 
 def stage_kind(name: str) -> str:

@@ -95,6 +95,8 @@ def input_wait(facts: Facts) -> Saving:
     if facts.prefetches:
         # It prefetches and still keeps the step waiting: it makes a batch in the step's time. Only a faster
         # slowest stage helps: parallel over the cores, or gone where it runs Python under the GIL.
+        if stage is not None and _known(stage.ms_per_batch) and _known(facts.step_ms) and facts.step_ms > 0:
+            stage_pct = max(stage_pct if _known(stage_pct) else 0.0, 100.0 * stage.ms_per_batch / facts.step_ms)
         if not _known(stage_pct):
             return Saving(wait, f"at most the {_ms(facts, wait)} wait: the pipeline already prefetches, so only a "
                                 "faster pipeline helps, and its stages' times were not traced")
@@ -110,12 +112,24 @@ def input_wait(facts: Facts) -> Saving:
                               f"takes {_ms(facts, stage_pct)} per batch, and {how} leaves the pipeline "
                               f"{_ms(facts, after)} per batch against {_ms(facts, rest)} for the rest of the step")
     # No prefetch: the pipeline makes each batch while the loop waits, `wait` per batch.
-    shared = wait / cores if on_cpu and _known(cores) else 0.0
+    shared = _pipeline_cpu_pct(facts, wait) / cores if on_cpu and _known(cores) else 0.0
     saving = _clip(100.0 - max(rest + shared, wait), wait)
     cpu = (f"; on the CPU its work takes {_ms(facts, shared)} of the {cores:.0f} cores' time from compute"
-           if shared else "")
+           if shared > 0 else "; its work takes no CPU time from compute (the process's CPU shows none)"
+           if on_cpu and _known(cores) else "")
     return Saving(saving, f"prefetching overlaps the pipeline's {_ms(facts, wait)} per batch with the rest of the "
                           f"step ({_ms(facts, rest)}){cpu}")
+
+
+def _pipeline_cpu_pct(facts: Facts, wait: float) -> float:
+    """The pipeline's CPU time per step, in core-% of the step: the process's measured CPU less what
+    compute (on every core) and the host's one thread use; all of the wait on one core where the
+    process's CPU is unknown. A pipeline that waits (sleeps, reads) takes none."""
+    cores, used = _cores(facts), facts.proc_cpu_pct
+    if not (_known(used) and _known(cores) and _known(facts.compute_pct)):
+        return wait
+    host = facts.host_pct if _known(facts.host_pct) else 0.0
+    return max(0.0, min(used - cores * facts.compute_pct - host, wait * cores))
 
 
 def input_part(facts: Facts) -> Saving:

@@ -655,7 +655,8 @@ RULES: list[Rule] = [
          finding=True, description=f"ops executed eagerly (one at a time from Python) take >= {EAGER_MIN_STEP_PCT:g} % "
                                    "of step time"),
     Rule("no_prefetch", "input", lambda f: f.prefetches is False and _wait_material(f),
-         lambda f: "The input pipeline has no prefetch: the device waits while each batch is prepared.",
+         lambda f: ("The input pipeline does not end with a prefetch: the step waits while each batch is prepared "
+                    "(a stage after a prefetch is not prefetched)."),
          lambda f: "end the tf.data pipeline with .prefetch(tf.data.AUTOTUNE)",
          finding=True, description=f"a traced tf.data pipeline without a Prefetch stage, and the host waits for "
                                    f"it >= {MODERATE_INPUT_PCT:g} % of step time"),
