@@ -9,6 +9,7 @@ import pytest
 import trace_fixtures as fx
 from analysis import analyze
 from analysis.render import tables
+from analysis.render.names import distinct_names
 
 LAYERS = ("conv2d_1", "conv2d_3", "conv2d_5")
 BACKPROP = [f"gradient_tape/seed_cifar10_cnn/{layer}/Conv2D/Conv2DBackpropFilter" for layer in LAYERS]
@@ -99,3 +100,37 @@ def test_op_diff_lines_tell_rows_apart():
     names = [line.split("  - ")[1].split(":")[0] for line in lines]
     assert len(set(names)) == 4 and all(len(name) <= tables.MAX_NAME for name in names), names
     assert [layer in name for layer, name in zip(LAYERS, names)] == [True] * 3
+
+
+def test_the_wildcard_match_agrees_with_the_regular_expression_it_replaces():
+    import random
+    import re
+
+    from analysis.render.names import Wildcard
+
+    rng = random.Random(37)
+    for _ in range(20000):
+        pieces: list = []
+        for _ in range(rng.randint(0, 4)):
+            if rng.random() < 0.5 and (not pieces or pieces[-1] is not None):
+                pieces.append(None)
+            else:
+                text = "".join(rng.choice("ab:") for _ in range(rng.randint(1, 2)))
+                if pieces and pieces[-1] is not None:
+                    pieces[-1] += text
+                else:
+                    pieces.append(text)
+        candidate = "".join(rng.choice("ab:") for _ in range(rng.randint(0, 7)))
+        regex = "".join(".+" if p is None else re.escape(p) for p in pieces)
+        assert Wildcard(pieces).fullmatch(candidate) == (re.fullmatch(regex, candidate, re.DOTALL) is not None), \
+            (pieces, candidate)
+
+
+def test_stage_names_nested_hundreds_deep_are_told_apart():
+    """`ds.concatenate` in a loop nests `Concatenate[0]::` once per piece: a regular expression per
+    candidate took minutes on 200 of them (bench/bench_names.py); the names must still come out distinct."""
+    chain = "::".join(["Concatenate[0]"] * 200)
+    stages = [f"Iterator::Root::Prefetch::{chain}::{kind}" for kind in ("TensorSlice", "Map", "BatchV2", "Shuffle")]
+    short = distinct_names(stages, 60)
+    assert len(set(short)) == 4 and all(len(name) <= 60 for name in short), short
+    assert [name.rsplit("::", 1)[-1] for name in short] == ["TensorSlice", "Map", "BatchV2", "Shuffle"]

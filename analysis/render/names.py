@@ -41,26 +41,74 @@ def middle_cut(name: str, limit: int) -> str:
     return name[:half] + ELLIPSIS + name[-(limit - 1 - half):]
 
 
-def _pattern(parts: list[str], dropped: set[int]) -> tuple[str, re.Pattern]:
+class Wildcard:
+    """Literal pieces with gaps of one or more characters between them (the `…` of a shown name).
+
+    A regular expression of the same shape (`a.+b.+c`) backtracks: on a 200-part tf.data stage name
+    its time grows much faster than the name. Placing each literal at its earliest position after
+    the one before (at least one character later past a gap) decides a match in linear passes."""
+
+    def __init__(self, pieces: list[str | None]):  # None: a gap
+        self.pieces = pieces
+
+    def fullmatch(self, text: str) -> bool:
+        pieces = self.pieces
+        if not pieces:
+            return text == ""
+        start, end = 0, len(text)
+        first, last = pieces[0], pieces[-1]
+        if first is not None:  # anchored at the start
+            if not text.startswith(first):
+                return False
+            start = len(first)
+            pieces = pieces[1:]
+        if pieces and last is not None:  # anchored at the end
+            if len(text) - len(last) < start or not text.endswith(last):
+                return False
+            end = len(text) - len(last)
+            pieces = pieces[:-1]
+        elif not pieces:
+            return start == end
+        position, gap = start, False
+        for piece in pieces:
+            if piece is None:
+                gap = True
+                continue
+            found = text.find(piece, position + (1 if gap else 0), end)
+            if found < 0:
+                return False
+            position, gap = found + len(piece), False
+        return position + (1 if gap else 0) <= end and (gap or position == end)
+
+
+def _pattern(parts: list[str], dropped: set[int]) -> tuple[str, Wildcard]:
     """The shown name with the `dropped` parts as `…`, and a pattern of the names it could stand for."""
-    shown, regex, previous_dropped = [], [], False
+    shown: list[str] = []
+    pieces: list[str | None] = []
+    previous_dropped = False
+
+    def literal(text: str) -> None:
+        shown.append(text)
+        if pieces and pieces[-1] is not None:
+            pieces[-1] += text
+        else:
+            pieces.append(text)
+
     for i, part in enumerate(parts):
         if i % 2 == 1:  # a separator: kept unless it lies between two dropped parts
             if previous_dropped and i + 1 in dropped:
                 continue
-            shown.append(part)
-            regex.append(re.escape(part))
+            literal(part)
             continue
         if i in dropped:
             if not previous_dropped:
                 shown.append(ELLIPSIS)
-                regex.append(".+")
+                pieces.append(None)
             previous_dropped = True
         else:
-            shown.append(part)
-            regex.append(re.escape(part))
+            literal(part)
             previous_dropped = False
-    return "".join(shown), re.compile("".join(regex), re.DOTALL)
+    return "".join(shown), Wildcard(pieces)
 
 
 def _shorten(name: str, others: list[str], shared: Counter, limit: int) -> str:
