@@ -127,6 +127,8 @@ def _fields(buf, pos: int, end: int):
         while pos < end:
             tag, pos = _varint(buf, pos)
             number, wire = tag >> 3, tag & 7
+            if number == 0:  # no protobuf field is numbered 0: zeros, or not a message at all
+                raise WireError(f"field number 0 at byte {pos - 1}: not a protobuf message (zeros?)")
             if wire == WIRE_VARINT:
                 value, pos = _varint(buf, pos)
                 yield number, wire, value, pos
@@ -595,6 +597,18 @@ class _EventBatches:
 
 # ---------------------------------------------------------------- the space
 
+XSPACE_FIELDS = {1: "planes", 2: "errors", 3: "warnings", 4: "hostnames"}
+
+
+def check_xspace_layout(buf) -> None:
+    """Refuse bytes whose top level is not an XSpace's (its four length-delimited fields), walking
+    field headers only: a file of zeros or of anything else is refused after its first bytes,
+    whatever its size, instead of after decoding all of it."""
+    for number, wire, _start, _stop in _fields(buf, 0, len(buf)):
+        if number not in XSPACE_FIELDS or wire != WIRE_LEN:
+            raise WireError(f"field {number} (wire type {wire}) at the top level: not an XSpace trace")
+
+
 def decode_xspace(buf, wanted_stat_names=None, number_stat_names=()) -> DecodedSpace:
     """Decode an XSpace held in `buf` (bytes, or an mmap of the file).
 
@@ -604,6 +618,7 @@ def decode_xspace(buf, wanted_stat_names=None, number_stat_names=()) -> DecodedS
     more memory than the whole events table). Every other kept stat's value is in `stat_values`.
     Raises `WireError` for bytes that are not a well-formed XSpace.
     """
+    check_xspace_layout(buf)
     data = np.frombuffer(buf, dtype=np.uint8)
     planes: list[PlaneInfo] = []
     lines: list[LineInfo] = []
