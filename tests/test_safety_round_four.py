@@ -33,3 +33,21 @@ def test_a_file_whose_top_level_is_no_xspace_is_refused_before_it_is_decoded(tmp
     with pytest.raises(TraceError, match=r"field 9 \(wire type 2\) at the top level: not an XSpace trace"):
         analysis.analyze(trace)
     assert os.path.getsize(trace) == 64 * 2**20
+
+
+@pytest.mark.parametrize("cell", [("step_ms", "1e300"), ("call_ms", "1e12"), ("images", "1e30"),
+                                  ("start_time_s", "1e200")])
+def test_one_absurd_steps_csv_row_is_dropped_with_a_warning_not_the_analysis(tmp_path, cell):
+    from analysis.read.run_files import RunFileWarning
+    from test_run_files import make_run, step_line
+
+    column, value = cell
+    lines = [step_line(i) for i in range(8)]
+    header = "epoch,step,steps,start_time_s,input_ms,call_ms,other_host_ms,step_ms,images".split(",")
+    cells = lines[5].split(",")
+    cells[header.index(column)] = value
+    lines[5] = ",".join(cells)
+    run = make_run(tmp_path / "run", lines)
+    with pytest.warns(RunFileWarning, match=r"skipped 1 of 8 rows"):
+        result = analysis.analyze(run)
+    assert len(result.steps) == 7 and result.mean["step_ms"] == pytest.approx(10.0)

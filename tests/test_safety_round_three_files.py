@@ -485,7 +485,7 @@ def test_shuffled_sampler_rows_are_sorted_by_time_with_a_warning(tmp_path):
 
 
 @pytest.mark.parametrize("column, value", [("cpu_pct", 1e9), ("cpu_pct", -50.0), ("proc_cpu_pct", float("inf")),
-                                           ("proc_rss_bytes", -1.0)])
+                                           ("proc_rss_bytes", -1.0), ("proc_rss_bytes", 1e30)])
 def test_sampler_values_no_sampler_writes_read_as_empty_with_a_warning(tmp_path, capsys, column, value):
     """A share over 100 % failed the report's own check ("internal error"); an infinite one printed
     "inf %". Such cells read as empty, named once; the other cells and rows stand."""
@@ -500,7 +500,8 @@ def test_sampler_values_no_sampler_writes_read_as_empty_with_a_warning(tmp_path,
     with pytest.warns(RunFileWarning) as caught:
         samples = run_files.read_sampler_csv(host)
     assert [str(w.message) for w in caught] == [
-        f"{host}: values no sampler writes (a share outside 0-100 %, a negative or infinite amount) read as empty: "
+        f"{host}: values no sampler writes (a share outside 0-100 %, a negative, infinite or impossibly large amount) "
+        "read as empty: "
         f"{column} (3)"]
     assert samples[column].isna().tolist() == [False, False, True, True, True, False, False, False]
     assert samples.drop(columns=column).equals(pd.read_csv(good / "utilization" / "host.csv").drop(columns=column))

@@ -33,6 +33,9 @@ UTILIZATION_DIR = "utilization"
 CRASH_LOG = "crash.log"  # a fatal signal's Python stacks (profiler/rundir.py CrashLog)
 STEPS_COLUMNS = ["epoch", "step", "steps", "start_time_s", "input_ms", "call_ms", "other_host_ms", "step_ms", "images"]
 STEPS_INTEGER_COLUMNS = ("epoch", "step", "steps", "images")
+# The most a steps.csv cell can hold: a day per step, a trillion steps or images, a time before 5138.
+STEPS_LIMITS = {"epoch": 1e12, "step": 1e12, "steps": 1e12, "start_time_s": 1e11, "input_ms": 8.64e7,
+                "call_ms": 8.64e7, "other_host_ms": 8.64e7, "step_ms": 8.64e7, "images": 1e12}
 
 TIME_COLUMN = "time_s"
 HOST_PROCESS_COLUMNS = [
@@ -486,7 +489,9 @@ def read_steps_csv(path: str | Path) -> pd.DataFrame:
     values = np.column_stack([pd.to_numeric(frame[c].str.strip(), errors="coerce").to_numpy(dtype=float)
                               for c in STEPS_COLUMNS]) if len(frame) else np.empty((0, len(STEPS_COLUMNS)))
     frame = pd.DataFrame(values, columns=STEPS_COLUMNS)
-    valid = np.isfinite(values).all(axis=1) & (values >= 0).all(axis=1) & (frame["steps"] >= 1).to_numpy()
+    limits = np.array([STEPS_LIMITS[c] for c in STEPS_COLUMNS])
+    valid = np.isfinite(values).all(axis=1) & (values >= 0).all(axis=1) & (frame["steps"] >= 1).to_numpy() \
+        & (values <= limits).all(axis=1)
     skipped = max(rows_written, len(frame)) - int(valid.sum())
     if skipped:
         warn(f"{path}: skipped {skipped} of {max(rows_written, len(frame))} rows that do not parse")
@@ -532,6 +537,14 @@ def read_sampler_csv(path: str | Path) -> pd.DataFrame:
 
 
 _CORE_COLUMN = re.compile(r"cpu\d+_pct")
+# The most any sampler can write for an amount: past these no machine measures (an exabyte of
+# memory, an exabyte per second, 100 kW, 1 THz, 1000 degrees).
+_AMOUNT_LIMITS = ((re.compile(r".*_bytes(_per_s)?$"), 2.0**60), (re.compile(r".*_w$"), 1e5),
+                  (re.compile(r".*_mhz$"), 1e6), (re.compile(r"^temp_c$"), 1e3), (re.compile(r"^proc_count$"), 1e7))
+
+
+def _amount_limit(column: str) -> float:
+    return next((limit for pattern, limit in _AMOUNT_LIMITS if pattern.fullmatch(column)), math.inf)
 
 
 def _plausible_samples(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
@@ -549,14 +562,16 @@ def _plausible_samples(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
             values[(values > top) & (values <= top * 1.005)] = top  # a rounding step over the top
             bad = ~np.isfinite(values) | (values < 0) | (values > top)
         else:
-            bad = ~np.isfinite(values) | ((values < 0) if column != "temp_c" else False)
+            limit = _amount_limit(str(column))
+            bad = ~np.isfinite(values) | ((values < 0) if column != "temp_c" else (values < -limit)) | (values > limit)
         bad &= ~np.isnan(values)
         if bad.any():
             named.append(f"{column} ({int(bad.sum())})")
             values[bad] = np.nan
         frame[column] = values
     if named:
-        warn(f"{path}: values no sampler writes (a share outside 0-100 %, a negative or infinite amount) "
+        warn(f"{path}: values no sampler writes (a share outside 0-100 %, a negative, infinite or impossibly "
+             "large amount) "
              f"read as empty: {', '.join(named[:5])}{' and more' if len(named) > 5 else ''}")
     return frame
 
