@@ -1,0 +1,495 @@
+"""Savings checked by applying the fix: devprof's estimate against what the fix really saved.
+
+For each cause, a small custom TensorFlow loop (an MLP on synthetic data, `tf.data`, a
+`tf.function` step) is recorded with `profiler.profile()` and read with `analysis.analyze()`;
+the estimate is the verdict's `saving_ms` where its `cause` is this cause's rule, else the
+matching finding's. The same program then runs again with the advised fix applied, and the
+measured saving is the steady mean step time before minus after (per step; per image times the
+original batch where the fix changes the batch). Both runs are recorded alike, back to back.
+
+    .venv/bin/python bench/bench_savings.py                       # every cause, the table into BENCHMARKS.md
+    .venv/bin/python bench/bench_savings.py --causes loop_sleep,eager --no-write
+
+A cause is within tolerance when |estimate - measured| <= max(35 % of the estimate, 3 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+FEATURES = 256
+CLASSES = 10
+WIDTH = 1024
+WINDOW = "5:25"  # profile_steps of every run before a fix
+STEPS = 30
+TOLERANCE_PCT = 35.0
+TOLERANCE_MS = 3.0
+SECTION = "## Savings checked by applying the fix"
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """One training program: what it does wrong (or right) and how it is recorded."""
+
+    batch: int = 128
+    width: int = WIDTH  # units of the two hidden layers
+    steps: int = STEPS  # training steps (calls x steps_per_call)
+    window: str = WINDOW
+    map_ms: float = 0.0  # CPU work of the pipeline's map, per batch, one thread (a busy wait in Python)
+    map_wait_ms: float = 0.0  # a wait in the pipeline's map, per batch, as for a read from disk or network
+    map_matmuls: int = 0  # CPU work of the pipeline's map, per batch, in TensorFlow ops on one thread
+    map_parallel: bool = False  # map(num_parallel_calls=AUTOTUNE)
+    prefetch: bool = True
+    loop_sleep_ms: float = 0.0  # time.sleep in the loop, once per call
+    numpy_every: int = 0  # every this many calls, the gradients through .numpy() for a histogram (0: never)
+    eager: bool = False  # the step without tf.function
+    steps_per_call: int = 1
+    precision: str = "float32"
+    hogs: int = 0  # busy-loop processes competing for the CPU
+    sample: bool = True
+    sample_interval: float = 0.1
+
+
+@dataclasses.dataclass
+class Result:
+    cause: str
+    rule: str  # the verdict's cause or the finding read
+    source: str  # "verdict" or "finding"
+    estimate_ms: float
+    measured_ms: float
+    before_ms: float
+    after_ms: float
+    advice: str
+    fix: str  # what was applied
+    note: str = ""
+
+    @property
+    def error_ms(self) -> float:
+        return self.estimate_ms - self.measured_ms
+
+    @property
+    def allowed_ms(self) -> float:
+        return tolerance_ms(self.estimate_ms)
+
+    @property
+    def within(self) -> bool:
+        return abs(self.error_ms) <= self.allowed_ms
+
+
+def tolerance_ms(estimate_ms: float) -> float:
+    return max(TOLERANCE_PCT / 100.0 * abs(estimate_ms), TOLERANCE_MS)
+
+
+# ------------------------------------------------------------------ the programs
+
+
+def _busy_ms(ms: float) -> None:
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        pass
+
+
+def dataset(program: Program, batches: int):
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    n = program.batch * 4
+    x = rng.normal(size=(n, FEATURES)).astype("float32")
+    y = rng.integers(0, CLASSES, size=n).astype("int32")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(program.batch, drop_remainder=True).repeat().take(batches)
+    if program.map_ms > 0 or program.map_wait_ms > 0:
+        cost, wait = program.map_ms, program.map_wait_ms
+
+        def work(xb):
+            _busy_ms(cost)  # a preprocessing stage of known CPU cost
+            time.sleep(wait / 1e3)  # a read of known latency, which takes no CPU
+            return xb
+
+        def preprocess(xb, yb):
+            xb = tf.numpy_function(work, [xb], tf.float32, stateful=True)
+            return tf.ensure_shape(xb, (program.batch, FEATURES)), yb
+
+        ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE) if program.map_parallel else ds.map(preprocess)
+    if program.map_matmuls > 0:
+        mix = tf.constant(np.eye(FEATURES, dtype="float32"))
+        count = program.map_matmuls
+
+        def transform(xb, yb):
+            for _ in range(count):  # an identity, paid in matmuls
+                xb = tf.matmul(xb, mix)
+            return xb, yb
+
+        ds = ds.map(transform, num_parallel_calls=tf.data.AUTOTUNE) if program.map_parallel else ds.map(transform)
+    options = tf.data.Options()
+    options.threading.max_intra_op_parallelism = 1  # a stage's op on one core, as most decode and augment ops
+    options.experimental_optimization.map_parallelization = False  # a map runs in parallel only where asked
+    options.autotune.enabled = True
+    options.experimental_optimization.inject_prefetch = False  # no prefetch unless the program asks for one
+    ds = ds.with_options(options)
+    return ds.prefetch(tf.data.AUTOTUNE) if program.prefetch else ds
+
+
+def build(program: Program):
+    """(step function, variables): `step(iterator)` runs `steps_per_call` training steps."""
+    import tensorflow as tf
+
+    width = program.width
+    model = tf.keras.Sequential([tf.keras.Input(shape=(FEATURES,)), tf.keras.layers.Dense(width, activation="relu"),
+                                 tf.keras.layers.Dense(width, activation="relu"), tf.keras.layers.Dense(CLASSES)])
+    optimizer = tf.keras.optimizers.Adam()
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def one_step(x, y):
+        with tf.GradientTape() as tape:
+            logits = model(x, training=True)
+            loss = loss_fn(y, tf.cast(logits, tf.float32))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss, grads
+
+    k = program.steps_per_call
+
+    def call(iterator):
+        if k == 1:
+            return one_step(*next(iterator))
+        loss, grads = one_step(*next(iterator))
+        for _ in tf.range(k - 1):
+            loss, grads = one_step(*next(iterator))
+        return loss, grads
+
+    return (call if program.eager else tf.function(call)), model
+
+
+@contextlib.contextmanager
+def hogs(count: int):
+    """`count` busy-loop processes, stopped on leaving."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        if procs:
+            time.sleep(0.5)  # let them reach the CPU before training starts
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait()
+
+
+@contextlib.contextmanager
+def precision_policy(policy: str):
+    import keras
+
+    before = keras.mixed_precision.global_policy().name
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy(before)
+
+
+def record(out: Path, name: str, program: Program) -> Path:
+    """Train `program` under `profiler.profile()`; the run directory."""
+    import numpy as np
+
+    import profiler
+
+    k = program.steps_per_call
+    calls = program.steps // k
+    with precision_policy(program.precision):
+        step, model = build(program)
+        data = dataset(program, calls * k + 2)
+        iterator = iter(data)
+        with hogs(program.hogs), profiler.profile(
+                out, run_name=name, profile_steps=program.window, sample=program.sample,
+                sample_interval=program.sample_interval, quiet=True,
+                config={"model": "mlp", "batch_size": program.batch, "precision": program.precision,
+                        "steps_per_execution": k}) as session:
+            for call in range(calls):
+                with session.step(images=program.batch * k, steps=k):
+                    loss, grads = step(iterator)
+                if program.numpy_every and call % program.numpy_every == 0:  # a logging habit, through NumPy
+                    values = np.concatenate([g.numpy().ravel() for g in grads])
+                    counts, _ = np.histogram(values, bins=64)
+                    session.log(loss=float(loss.numpy()), grad_norm=float(np.sqrt(np.dot(values, values))),
+                                grad_zero=float(counts.max()))
+                if program.loop_sleep_ms:
+                    time.sleep(program.loop_sleep_ms / 1e3)
+    return Path(out) / name
+
+
+def analyze(run_dir: Path):
+    import analysis
+
+    return analysis.analyze(run_dir)
+
+
+def step_ms(a, per_image_batch: int | None = None) -> float:
+    """The steady mean time of one training step (a call's time over its steps); with
+    `per_image_batch`, per image times that batch."""
+    k = max(1, int(a.steps_per_call or 1))
+    ms = float(a.mean["step_ms"]) / k
+    if per_image_batch:
+        batch = int(a.run["config"]["batch_size"])
+        ms = ms / batch * per_image_batch
+    return ms
+
+
+PART_OF_RULE = {"host_bound": "host", "input_bound": "input", "input_bound_high": "input", "compute_bound": "compute"}
+
+
+def estimate(a, rules: tuple[str, ...]) -> tuple[str, str, float, str]:
+    """(rule, source, saving_ms, advice) for the first of `rules` that the verdict's cause or a finding
+    names; else the part's own estimate where a rule is a part's (source "part", the verdict named
+    another cause); NaN where none applies."""
+    from analysis.rules import table
+
+    verdict = a.verdict
+    if verdict.get("cause") in rules and verdict.get("saving_ms") is not None:
+        return verdict["cause"], "verdict", float(verdict["saving_ms"]), " ".join(verdict.get("advice") or [])
+    for rule in rules:
+        for finding in a.findings:
+            if finding["rule"] == rule and finding.get("saving_ms") is not None:
+                return rule, "finding", float(finding["saving_ms"]), finding["advice"]
+    for rule in rules:
+        part = PART_OF_RULE.get(rule)
+        if part is not None:
+            saving = table.part_savings(a.facts)[part]
+            fix = table.RULES_BY_ID[rule].fix(a.facts)
+            return rule, f"part (verdict: {verdict.get('cause')})", saving.ms(a.facts), fix
+    return verdict.get("cause") or "-", "none", math.nan, " ".join(verdict.get("advice") or [])
+
+
+def suggested_steps_per_call(advice: str) -> int:
+    """k from "k steps inside one `tf.function` call" in the advice (0: not advised)."""
+    match = re.search(r"(\d+) steps inside one `tf.function` call", advice)
+    return int(match.group(1)) if match else 0
+
+
+def compare(cause: str, out: Path, before: Program, after: Callable[[str, object], tuple[Program, str]],
+            rules: tuple[str, ...], per_image: bool = False, reps: int = 2,
+            read: Callable[[object], tuple[str, str, float, str]] | None = None) -> Result:
+    """Record `before`, read its estimate, record the fixed program `after(advice, analysis)`, measure;
+    `reps` times, alternated (before, after, before, after, ...), so that the machine's load drifts over
+    both alike. The estimate and each program's step time are the means over the repetitions."""
+    estimates, befores, afters = [], [], []
+    rule = source = advice = fix = ""
+    for rep in range(reps):
+        a = analyze(record(out, f"{cause}-before-{rep}", before))
+        rule, source, saving, advice = read(a) if read is not None else estimate(a, rules)
+        fixed, fix = after(advice, a)
+        b = analyze(record(out, f"{cause}-after-{rep}", fixed))
+        estimates.append(saving)
+        befores.append(step_ms(a))
+        afters.append(step_ms(b, per_image_batch=before.batch if per_image else None))
+        print(f"[{cause}] {rep}: {source} {rule}: estimate {saving:.2f} ms; before {befores[-1]:.2f} ms, after "
+              f"({fix}) {afters[-1]:.2f} ms: measured {befores[-1] - afters[-1]:.2f} ms", flush=True)
+    mean = lambda values: sum(values) / len(values)  # noqa: E731
+    result = Result(cause, rule, source, mean(estimates), mean(befores) - mean(afters), mean(befores), mean(afters),
+                    advice, fix)
+    print(f"[{cause}] advice: {advice}\n[{cause}] estimate {result.estimate_ms:.2f} ms, measured "
+          f"{result.measured_ms:.2f} ms, error {result.error_ms:+.2f} ms ({'within' if result.within else 'beyond'} "
+          f"{result.allowed_ms:.2f} ms)", flush=True)
+    return result
+
+
+def _steps_per_call_fix(before: Program):
+    def after(advice: str, a) -> tuple[Program, str]:
+        from analysis.rules import table
+
+        k = suggested_steps_per_call(advice) or table._steps_per_call(a.facts)[1]
+        # Two calls to warm up, eight traced: k times as many steps as calls.
+        return (dataclasses.replace(before, steps_per_call=k, steps=12 * k, window=f"{2 * k}:{10 * k}"),
+                f"{k} steps per call")
+    return after
+
+
+# ------------------------------------------------------------------ the causes
+# Each takes the runs' folder and the repetitions, and returns its Result.
+
+HOST_RULES = ("host_bound",)
+INPUT_RULES = ("no_prefetch", "input_bound_high", "input_bound")
+
+
+def slow_map(out: Path, reps: int = 2) -> Result:
+    """The pipeline prefetches, but its map (matmuls on one core, about 40 ms a batch) is slower than the step."""
+    before = Program(map_matmuls=160)
+    return compare("slow_map", out, before,
+                   lambda advice, a: (dataclasses.replace(before, map_parallel=True), "map(num_parallel_calls=AUTOTUNE)"),
+                   ("input_bound_high", "input_bound"), reps=reps)
+
+
+def no_prefetch(out: Path, reps: int = 2) -> Result:
+    """A map of 8 ms of CPU work a batch and no prefetch: the loop waits for every batch."""
+    before = Program(map_ms=8.0, prefetch=False)
+    return compare("no_prefetch", out, before,
+                   lambda advice, a: (dataclasses.replace(before, prefetch=True), "prefetch(AUTOTUNE)"),
+                   INPUT_RULES, reps=reps)
+
+
+def no_prefetch_read(out: Path, reps: int = 2) -> Result:
+    """A map that waits 8 ms a batch (a read) and no prefetch."""
+    before = Program(map_wait_ms=8.0, prefetch=False)
+    return compare("no_prefetch_read", out, before,
+                   lambda advice, a: (dataclasses.replace(before, prefetch=True), "prefetch(AUTOTUNE)"),
+                   INPUT_RULES, reps=reps)
+
+
+def loop_sleep(out: Path, reps: int = 2) -> Result:
+    """time.sleep(20 ms) in the loop after every call."""
+    before = Program(loop_sleep_ms=20.0)
+    return compare("loop_sleep", out, before, _steps_per_call_fix(before), HOST_RULES, reps=reps)
+
+
+def numpy_every_step(out: Path, reps: int = 2) -> Result:
+    """Every step's gradients brought to NumPy (`.numpy()`) for a histogram and a norm; the advice
+    says to do it every N steps (N: the steps per call it suggests)."""
+    before = Program(numpy_every=1)
+
+    def after(advice: str, a) -> tuple[Program, str]:
+        from analysis.rules import table
+
+        n = suggested_steps_per_call(advice) or table._steps_per_call(a.facts)[1]
+        return dataclasses.replace(before, numpy_every=n, window=f"5:{5 + 2 * n}", steps=10 + 2 * n), f"every {n} steps"
+    return compare("numpy_every_step", out, before, after, HOST_RULES, reps=reps)
+
+
+def tiny_batch(out: Path, reps: int = 2) -> Result:
+    """A tiny step (batch 8 through 64-unit layers): the call's dispatch is much of it."""
+    before = Program(batch=8, width=64)
+    return compare("tiny_batch", out, before, _steps_per_call_fix(before), HOST_RULES, reps=reps)
+
+
+def eager(out: Path, reps: int = 2, width: int = WIDTH) -> Result:
+    """The step without tf.function."""
+    before = Program(eager=True, width=width)
+    return compare("eager" if width == WIDTH else f"eager_width{width}", out, before,
+                   lambda advice, a: (dataclasses.replace(before, eager=False), "tf.function on the step"),
+                   ("eager_execution", "host_bound"), reps=reps)
+
+
+def contention(out: Path, reps: int = 2) -> Result:
+    """Two busy-loop processes beside training on the 2 cores."""
+    before = Program(hogs=2)
+    return compare("contention", out, before,
+                   lambda advice, a: (dataclasses.replace(before, hogs=0), "the competing processes stopped"),
+                   ("cpu_contention",), reps=reps)
+
+
+def _precision_change(a) -> tuple[str, str, float, str]:
+    """The estimate of moving to the other dtype (negative: slower), whatever the verdict picked."""
+    from analysis.rules import savings, table
+
+    saving = savings.precision_saving(a.facts)
+    return "precision change", "estimate", saving.ms(a.facts), table.precision_advice(a.facts) or ""
+
+
+def float32_kept(out: Path, reps: int = 2) -> Result:
+    """float32, with the run's measured peak: the advice on bfloat16, and the estimate of switching
+    (negative where it says bfloat16 is slower) against the measured mixed_bfloat16 run."""
+    before = Program(precision="float32")
+    return compare("float32_kept", out, before,
+                   lambda advice, a: (dataclasses.replace(before, precision="mixed_bfloat16"), "mixed_bfloat16"),
+                   (), reps=reps, read=_precision_change)
+
+
+def bfloat16_back(out: Path, reps: int = 2) -> Result:
+    """mixed_bfloat16, with the run's measured peak: where it says bfloat16 is slower, the finding's
+    estimate of going back against the measured float32 run."""
+    before = Program(precision="mixed_bfloat16")
+    return compare("bfloat16_back", out, before,
+                   lambda advice, a: (dataclasses.replace(before, precision="float32"), "float32"),
+                   ("bf16_without_matrix_units",), reps=reps)
+
+
+CAUSES: dict[str, Callable[..., Result]] = {
+    "slow_map": slow_map, "no_prefetch": no_prefetch, "no_prefetch_read": no_prefetch_read, "loop_sleep": loop_sleep,
+    "numpy_every_step": numpy_every_step, "tiny_batch": tiny_batch, "eager": eager, "contention": contention,
+    "float32_kept": float32_kept, "bfloat16_back": bfloat16_back,
+}
+
+
+# ------------------------------------------------------------------ the table
+
+
+def machine() -> str:
+    model = platform.processor() or "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    import tensorflow as tf
+
+    return (f"{model}, {os.cpu_count()} logical cores, Linux, Python {platform.python_version()}, "
+            f"TensorFlow {tf.__version__}")
+
+
+def table(results: list[Result]) -> str:
+    rows = ["| cause | verdict/finding | estimate ms | measured ms | error | within tolerance |",
+            "|---|---|---|---|---|---|"]
+    for r in results:
+        error = f"{r.error_ms:+.2f} ms ({100 * r.error_ms / r.measured_ms:+.0f} %)" if r.measured_ms else \
+            f"{r.error_ms:+.2f} ms"
+        rows.append(f"| {r.cause} | {r.source} `{r.rule}` | {r.estimate_ms:.2f} | {r.measured_ms:.2f} "
+                    f"(before {r.before_ms:.2f}, after {r.after_ms:.2f}: {r.fix}) | {error} | "
+                    f"{'yes' if r.within else 'no'} (±{r.allowed_ms:.2f}) |")
+    return "\n".join(rows)
+
+
+def write_section(path: Path, text: str) -> None:
+    """Replace the section in BENCHMARKS.md (or add it at the end)."""
+    doc = path.read_text()
+    start = doc.find(SECTION)
+    if start < 0:
+        doc = doc.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n"
+    else:
+        end = doc.find("\n## ", start + len(SECTION))
+        doc = doc[:start] + text.rstrip("\n") + "\n" + (doc[end:] if end >= 0 else "")
+    path.write_text(doc)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--causes", default=",".join(CAUSES), help=f"comma-separated, of: {', '.join(CAUSES)}")
+    parser.add_argument("--out", default=None, help="folder for the runs (default: a temporary one)")
+    parser.add_argument("--benchmarks", default=str(REPO / "BENCHMARKS.md"), help="the Markdown file to update")
+    parser.add_argument("--reps", type=int, default=2, help="before/after pairs per cause, alternated")
+    parser.add_argument("--no-write", action="store_true", help="print the table only")
+    args = parser.parse_args(argv)
+    names = [c.strip() for c in args.causes.split(",") if c.strip()]
+    unknown = [c for c in names if c not in CAUSES]
+    if unknown:
+        parser.error(f"unknown cause(s): {', '.join(unknown)}")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    out = Path(args.out or tempfile.mkdtemp(prefix="devprof-bench-savings-"))
+    began = time.monotonic()
+    results = [CAUSES[name](out, reps=args.reps) for name in names]
+    minutes = (time.monotonic() - began) / 60
+    command = ("python bench/bench_savings.py" + (f" --causes {','.join(names)}" if names != list(CAUSES) else "")
+               + (f" --reps {args.reps}" if args.reps != 2 else ""))
+    text = (f"{SECTION}\n\n`{command}` ({minutes:.1f} min), {machine()}:\n\n{table(results)}\n")
+    print(text)
+    if not args.no_write:
+        write_section(Path(args.benchmarks), text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
