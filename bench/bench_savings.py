@@ -309,15 +309,34 @@ def compare(cause: str, out: Path, before: Program, after: Callable[[str, object
     return result
 
 
-def _steps_per_call_fix(before: Program):
-    def after(advice: str, a) -> tuple[Program, str]:
-        from analysis.rules import table
+def advised_steps(advice: str, a) -> int:
+    """The steps per call the advice names, else the ones the rules suggest for this run."""
+    from analysis.rules import table
 
-        k = suggested_steps_per_call(advice) or table._steps_per_call(a.facts)[1]
-        # Two calls to warm up, eight traced: k times as many steps as calls.
-        return (dataclasses.replace(before, steps_per_call=k, steps=12 * k, window=f"{2 * k}:{10 * k}"),
+    return suggested_steps_per_call(advice) or table._steps_per_call(a.facts)[1]
+
+
+def steps_per_call_fix(before: Program, calls: int = 8):
+    """The fix "k steps per call" (k as advised): the first call (which traces) untraced, `calls` traced."""
+    def after(advice: str, a) -> tuple[Program, str]:
+        k = advised_steps(advice, a)
+        return (dataclasses.replace(before, steps_per_call=k, steps=(calls + 2) * k, window=f"{k}:{(1 + calls) * k}"),
                 f"{k} steps per call")
     return after
+
+
+def every_n_steps_fix(before: Program, calls: int = 2):
+    """The fix "do it every N steps" (N as advised, the steps per call it suggests), `calls` times N traced."""
+    def after(advice: str, a) -> tuple[Program, str]:
+        n = advised_steps(advice, a)
+        return (dataclasses.replace(before, numpy_every=n, window=f"5:{5 + calls * n}", steps=10 + calls * n),
+                f"every {n} steps")
+    return after
+
+
+def changed(before: Program, fix: str, **change) -> Callable[[str, object], tuple[Program, str]]:
+    """A fix that changes the program the same way whatever the advice said."""
+    return lambda advice, a: (dataclasses.replace(before, **change), fix)
 
 
 # ------------------------------------------------------------------ the causes
@@ -331,7 +350,7 @@ def slow_map(out: Path, reps: int = 2) -> Result:
     """The pipeline prefetches, but its map (matmuls on one core, about 40 ms a batch) is slower than the step."""
     before = Program(map_matmuls=160)
     return compare("slow_map", out, before,
-                   lambda advice, a: (dataclasses.replace(before, map_parallel=True), "map(num_parallel_calls=AUTOTUNE)"),
+                   changed(before, "map(num_parallel_calls=AUTOTUNE)", map_parallel=True),
                    ("input_bound_high", "input_bound"), reps=reps)
 
 
@@ -339,7 +358,7 @@ def no_prefetch(out: Path, reps: int = 2) -> Result:
     """A map of 8 ms of CPU work a batch and no prefetch: the loop waits for every batch."""
     before = Program(map_ms=8.0, prefetch=False)
     return compare("no_prefetch", out, before,
-                   lambda advice, a: (dataclasses.replace(before, prefetch=True), "prefetch(AUTOTUNE)"),
+                   changed(before, "prefetch(AUTOTUNE)", prefetch=True),
                    INPUT_RULES, reps=reps)
 
 
@@ -347,40 +366,34 @@ def no_prefetch_read(out: Path, reps: int = 2) -> Result:
     """A map that waits 8 ms a batch (a read) and no prefetch."""
     before = Program(map_wait_ms=8.0, prefetch=False)
     return compare("no_prefetch_read", out, before,
-                   lambda advice, a: (dataclasses.replace(before, prefetch=True), "prefetch(AUTOTUNE)"),
+                   changed(before, "prefetch(AUTOTUNE)", prefetch=True),
                    INPUT_RULES, reps=reps)
 
 
 def loop_sleep(out: Path, reps: int = 2) -> Result:
     """time.sleep(20 ms) in the loop after every call."""
     before = Program(loop_sleep_ms=20.0)
-    return compare("loop_sleep", out, before, _steps_per_call_fix(before), HOST_RULES, reps=reps)
+    return compare("loop_sleep", out, before, steps_per_call_fix(before), HOST_RULES, reps=reps)
 
 
 def numpy_every_step(out: Path, reps: int = 2) -> Result:
     """Every step's gradients brought to NumPy (`.numpy()`) for a histogram and a norm; the advice
     says to do it every N steps (N: the steps per call it suggests)."""
     before = Program(numpy_every=1)
-
-    def after(advice: str, a) -> tuple[Program, str]:
-        from analysis.rules import table
-
-        n = suggested_steps_per_call(advice) or table._steps_per_call(a.facts)[1]
-        return dataclasses.replace(before, numpy_every=n, window=f"5:{5 + 2 * n}", steps=10 + 2 * n), f"every {n} steps"
-    return compare("numpy_every_step", out, before, after, HOST_RULES, reps=reps)
+    return compare("numpy_every_step", out, before, every_n_steps_fix(before), HOST_RULES, reps=reps)
 
 
 def tiny_batch(out: Path, reps: int = 2) -> Result:
     """A tiny step (batch 8 through 64-unit layers): the call's dispatch is much of it."""
     before = Program(batch=8, width=64)
-    return compare("tiny_batch", out, before, _steps_per_call_fix(before), HOST_RULES, reps=reps)
+    return compare("tiny_batch", out, before, steps_per_call_fix(before), HOST_RULES, reps=reps)
 
 
 def eager(out: Path, reps: int = 2, width: int = WIDTH) -> Result:
     """The step without tf.function."""
     before = Program(eager=True, width=width)
     return compare("eager" if width == WIDTH else f"eager_width{width}", out, before,
-                   lambda advice, a: (dataclasses.replace(before, eager=False), "tf.function on the step"),
+                   changed(before, "tf.function on the step", eager=False),
                    ("eager_execution", "host_bound"), reps=reps)
 
 
@@ -388,7 +401,7 @@ def contention(out: Path, reps: int = 2) -> Result:
     """Two busy-loop processes beside training on the 2 cores."""
     before = Program(hogs=2)
     return compare("contention", out, before,
-                   lambda advice, a: (dataclasses.replace(before, hogs=0), "the competing processes stopped"),
+                   changed(before, "the competing processes stopped", hogs=0),
                    ("cpu_contention",), reps=reps)
 
 
@@ -405,7 +418,7 @@ def float32_kept(out: Path, reps: int = 2) -> Result:
     (negative where it says bfloat16 is slower) against the measured mixed_bfloat16 run."""
     before = Program(precision="float32")
     return compare("float32_kept", out, before,
-                   lambda advice, a: (dataclasses.replace(before, precision="mixed_bfloat16"), "mixed_bfloat16"),
+                   changed(before, "mixed_bfloat16", precision="mixed_bfloat16"),
                    (), reps=reps, read=_precision_change)
 
 
@@ -414,7 +427,7 @@ def bfloat16_back(out: Path, reps: int = 2) -> Result:
     estimate of going back against the measured float32 run."""
     before = Program(precision="mixed_bfloat16")
     return compare("bfloat16_back", out, before,
-                   lambda advice, a: (dataclasses.replace(before, precision="float32"), "float32"),
+                   changed(before, "float32", precision="float32"),
                    ("bf16_without_matrix_units",), reps=reps)
 
 
