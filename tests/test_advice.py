@@ -239,3 +239,16 @@ def test_a_pipeline_that_waits_takes_no_cores_from_compute_and_one_that_computes
     assert sleeps["saving_ms"] == pytest.approx(10.0)
     assert computes["saving_ms"] == pytest.approx(5.0)
     assert "takes no CPU time from compute" in sleeps["saving_basis"]
+
+
+def test_the_input_fix_counts_the_stage_it_takes_out_or_spreads_over_the_cores():
+    python_stage = SlowestStage("Iterator::Root::Map", 30.0, runs_python=True)
+    serial_stage = SlowestStage("Iterator::Root::Map", 30.0)
+    common = dict(input_wait=31.0, compute=5.0, host=1.0, prefetches=False)
+    # Prefetch alone leaves a 31 ms pipeline: saves the 6 ms rest; taking the Python out leaves 1 ms.
+    assert verdict_of(37.0, **common)[0]["saving_ms"] == pytest.approx(6.0)
+    out, _ = verdict_of(37.0, slowest_input_stage=python_stage, **common)
+    assert out["saving_ms"] == pytest.approx(31.0) and out["level"] == "high"
+    # A serial map on 4 cores: 1 + 30 / 4 = 8.5 ms per batch against 6 ms of the rest.
+    spread, _ = verdict_of(37.0, slowest_input_stage=serial_stage, cpu_cores=4.0, device="gpu", **common)
+    assert spread["saving_ms"] == pytest.approx(37.0 - 8.5)

@@ -90,7 +90,7 @@ def test_json_contract(capsys):
     assert set(result) == {"schema_version", "source", "step_source", "step_name", "device", "notes", "steps", "mean",
                            "steps_used", "verdict", "utilization", "findings", "devices", "kernel_launch", "workers",
                            "straggler", "straggler_reason", "ops", "input_stages", "input_bottleneck", "eager",
-                           "slowest_workers", "worker_distribution", "roofline"}
+                           "slowest_workers", "worker_distribution", "roofline", "spread"}
     assert result["eager"] is None and result["slowest_workers"] == [] and result["worker_distribution"] is None
     assert {"op", "type", "device", "count_per_step", "ms_per_step", "compute_pct", "program_id", "executions_per_step",
             "kernel", "program", "dtype", "kind", "flops_per_step", "bytes_per_step", "flops_per_second",
@@ -121,7 +121,9 @@ def test_json_contract(capsys):
                                    "input_wait_ms", "input_copy_ms"}
     assert result["mean"]["device_step_ms"] is None and result["mean"]["input_overlapped_ms"] == 0.0  # a CPU run
     assert result["mean"]["input_pct"] + result["mean"]["compute_pct"] + result["mean"]["host_pct"] == pytest.approx(100)
-    assert {"bound", "evidence", "advice"} <= set(result["verdict"])
+    assert {"bound", "evidence", "advice", "cause", "saving_ms", "saving_pct", "saving_basis",
+            "xprof_reading"} <= set(result["verdict"])
+    assert all({"saving_ms", "saving_pct", "saving_basis"} <= set(f) for f in result["findings"])
     assert result["verdict"]["bound"] in {"input", "host", "compute"}
 
 

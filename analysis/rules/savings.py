@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from analysis.rules.devices import facts_for
 from analysis.rules.facts import Facts
 
+SERIAL_MAP_KINDS = ("Map", "MapAndBatch")  # maps that run one element at a time until given num_parallel_calls
 ATTAINABLE_CEILING_PCT = 50.0  # what an op below its roofline is taken to reach once fixed
 ONEDNN_SPEEDUP = 1.4  # the seed CNN's dense ops with oneDNN, measured on a 2-core AVX2 CPU (BENCHMARKS.md)
 MIN_VERDICT_SAVING_PCT = 5.0  # a fix that saves less than this names no bound: the step's math holds it
@@ -81,7 +82,12 @@ def input_copy(facts: Facts) -> Saving:
                         "step's kernels")
 
 
-def input_wait(facts: Facts) -> Saving:
+def prefetch_only(facts: Facts) -> Saving:
+    """What a prefetch alone hides (the `no_prefetch` finding's fix), the pipeline's stages as they are."""
+    return input_wait(facts, fix_stage=False)
+
+
+def input_wait(facts: Facts, fix_stage: bool = True) -> Saving:
     """What the pipeline fix hides of the host's wait, limited by how fast the pipeline can produce a
     batch and, on a CPU, by the cores it shares with compute."""
     wait = _wait_pct(facts)
@@ -113,14 +119,24 @@ def input_wait(facts: Facts) -> Saving:
         return Saving(saving, f"the pipeline already prefetches and makes one batch per step; its slowest stage "
                               f"takes {_ms(facts, stage_pct)} per batch, and {how} leaves the pipeline "
                               f"{_ms(facts, after)} per batch against {_ms(facts, rest)} for the rest of the step")
-    # No prefetch: the pipeline makes each batch while the loop waits, `wait` per batch.
-    shared = _pipeline_cpu_pct(facts, wait) / cores if on_cpu and _known(cores) else 0.0
-    saving = _clip(100.0 - max(rest + shared, wait), wait)
+    # No prefetch: the pipeline makes each batch while the loop waits, `wait` per batch. The advice also
+    # fixes the stage that holds the wait: Python taken out of the pipeline, a serial map run on the cores.
+    produce, how = wait, ""
+    if fix_stage and _known(stage_pct) and stage is not None:
+        held = min(stage_pct, wait)
+        if stage.runs_python:
+            produce, how = wait - held, f"; without the {_ms(facts, held)} of Python its slowest stage runs"
+        elif stage.kind in SERIAL_MAP_KINDS and _known(cores) and cores > 1:
+            produce = wait - held + held / cores
+            how = f"; with its serial {stage.kind} ({_ms(facts, held)}) on the {cores:.0f} cores"
+    shared = _pipeline_cpu_pct(facts, produce) / cores if on_cpu and _known(cores) else 0.0
+    saving = _clip(100.0 - max(rest + shared, produce), wait)
     cpu = (f"; on the CPU its work takes {_ms(facts, shared)} of the {cores:.0f} cores' time from compute"
            if shared > 0 else "; its work takes no CPU time from compute (the process's CPU shows none)"
            if on_cpu and _known(cores) else "")
-    return Saving(saving, f"prefetching overlaps the pipeline's {_ms(facts, wait)} per batch with the rest of the "
-                          f"step ({_ms(facts, rest)}){cpu}")
+    made = f"the pipeline makes a batch in {_ms(facts, wait)}{how}, {_ms(facts, produce)}; " if how else ""
+    return Saving(saving, f"{made}prefetching overlaps the pipeline's {_ms(facts, produce)} per batch with the rest "
+                          f"of the step ({_ms(facts, rest)}){cpu}")
 
 
 def _pipeline_cpu_pct(facts: Facts, wait: float) -> float:

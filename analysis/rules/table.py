@@ -696,7 +696,7 @@ FINDING_SAVINGS: dict[str, Callable[[Facts], savings.Saving]] = {
     "bf16_without_matrix_units": savings.precision_saving,
     "cpu_without_onednn": savings.onednn,
     "eager_execution": lambda f: savings.eager(f, _steps_per_call(f)[1]),
-    "no_prefetch": savings.input_wait,
+    "no_prefetch": savings.prefetch_only,
     "below_roofline": savings.roofline_saving,
 }
 
