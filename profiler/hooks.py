@@ -3,19 +3,33 @@ recording session (the same calls `profiler.profile()` makes for any loop)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from models.training import EpochResult, LoopHooks, StepRecord
 
-if TYPE_CHECKING:
-    from profiler.run import Run
+
+class Recording(Protocol):
+    """What the hooks report to: a `profiler.run.Run`, named by what it offers so that this module
+    does not import the one that imports it."""
+
+    window: Any
+    console: Any
+    config: Any
+
+    def step_scope(self, step: int, steps: int): ...
+
+    def step_done(self, next_step: int, steps: int = 1, **values) -> None: ...
+
+    def record_step(self, record: StepRecord) -> None: ...
+
+    def record_epoch(self, result: EpochResult) -> None: ...
 
 
 class RunHooks(LoopHooks):
     """Everything that watches the loop: the session (steps.csv, run.json, scalars, profiler
     window) and the console."""
 
-    def __init__(self, run: "Run"):
+    def __init__(self, run: Recording):
         self.run = run
         self.epoch_steps_done = 0
 

@@ -51,3 +51,25 @@ def test_one_absurd_steps_csv_row_is_dropped_with_a_warning_not_the_analysis(tmp
     with pytest.warns(RunFileWarning, match=r"skipped 1 of 8 rows"):
         result = analysis.analyze(run)
     assert len(result.steps) == 7 and result.mean["step_ms"] == pytest.approx(10.0)
+
+
+def test_no_two_modules_of_the_profiler_import_each_other():
+    """An import circle (`profiler/hooks.py` <-> `profiler/run.py`, once only for typing) makes which
+    module loads first matter; `hooks` now names what it needs as a Protocol."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    modules = {}
+    for path in (root / "profiler").rglob("*.py"):
+        name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("profiler"):
+                imported |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+            elif isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names if alias.name.startswith("profiler")}
+        modules[name] = imported - {name}
+    circles = {tuple(sorted((a, b))) for a, imported in modules.items() for b in imported
+               if b in modules and a in modules[b] and not (a.startswith(b + ".") or b.startswith(a + "."))}
+    assert not circles, circles
