@@ -73,3 +73,24 @@ def test_no_two_modules_of_the_profiler_import_each_other():
     circles = {tuple(sorted((a, b))) for a, imported in modules.items() for b in imported
                if b in modules and a in modules[b] and not (a.startswith(b + ".") or b.startswith(a + "."))}
     assert not circles, circles
+
+
+def test_a_step_name_that_matches_an_op_says_so_and_names_the_markers(tmp_path):
+    from test_safety_round_three_files import BASE_NS, MS, _Plane, _write_space, _xspace_class
+
+    space = _xspace_class()()
+    space.hostnames.append("host")
+    host = _Plane(space, 0, "/host:CPU")
+    python = host.line(100, "python", BASE_NS)
+    worker = host.line(101, "tf_Compute/1", BASE_NS)
+    for k in range(6):
+        t = BASE_NS + 10 * MS + k * 10 * MS
+        host.event(python, "train", t, t + 10 * MS, step_num=k, _r=1)
+        host.event(python, "IteratorGetNext", t, t + 2 * MS)
+        host.event(worker, "model/conv2d/Relu:_MklNativeFusedConv2D", t + 2 * MS, t + 7 * MS)
+    host.finish()
+    trace = _write_space(space, tmp_path / "t.xplane.pb")
+    result = analysis.analyze(trace, step_name="Conv2D")
+    note = next(n for n in result.notes if "--step-name" in n)
+    assert "matches none of the trace's step markers ('train')" in note
+    assert "a TensorFlow op, not a step" in note and "XLA program" not in note and "no step markers" not in note

@@ -66,6 +66,11 @@ def detect_steps(view: TraceView, step_name: str | None = None) -> DetectedSteps
     for finder in finders:
         found = finder()
         if found is not None:
+            if wanted is not None and found.method != "markers":
+                markers = find_markers(view, None)
+                if markers is not None:  # say what the trace's own steps are, beside what the pattern matched
+                    found.note = (f"--step-name {step_name!r} matches none of the trace's step markers "
+                                  f"({markers.name!r}): {found.note.removeprefix('no step markers: ')}")
             return found
     if wanted is not None:
         raise TraceError(f"--step-name {step_name!r} matches no step marker and no repeated program execution; "
@@ -469,6 +474,9 @@ def _concrete_functions(host: pd.DataFrame, calls: pd.DataFrame) -> pd.Series:
     return pd.Series(names.to_numpy(), index=found["index"].to_numpy()).reindex(calls.index).fillna("")
 
 
+TF_OP_NAME = re.compile(r"^[^:]+:_?[A-Z][A-Za-z0-9]*$")  # "scope/conv2d/Relu:_MklNativeFusedConv2D"
+
+
 def _host_programs(view: TraceView, wanted: re.Pattern | None) -> DetectedSteps | None:
     """XLA/PjRt program executions on host threads (`...Executable::Execute` on py_xla_execute threads),
     one program by its identity: the module it ran (`module_name` inside the call), not the generic
@@ -484,8 +492,11 @@ def _host_programs(view: TraceView, wanted: re.Pattern | None) -> DetectedSteps 
     name = _most_frequent(executions, "key")
     if name is None:
         return None
-    found = _kth_on_each_thread(executions[executions["key"] == name], name, "an XLA program run from the host",
-                                view=view)
+    is_program = matches(executions.loc[executions["key"] == name, "name"], producers.pattern("program")).any()
+    what = "an XLA program run from the host" if is_program else (
+        "a TensorFlow op, not a step: one execution of one op" if TF_OP_NAME.search(name)
+        else "a host event matching --step-name, not a program or step marker")
+    found = _kth_on_each_thread(executions[executions["key"] == name], name, what, view=view)
     if found is not None:
         found.candidates = executions
     return found
