@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -94,3 +95,17 @@ def test_a_step_name_that_matches_an_op_says_so_and_names_the_markers(tmp_path):
     note = next(n for n in result.notes if "--step-name" in n)
     assert "matches none of the trace's step markers ('train')" in note
     assert "a TensorFlow op, not a step" in note and "XLA program" not in note and "no step markers" not in note
+
+
+@pytest.mark.parametrize("command", ["run", "capture"])
+def test_help_shows_each_default_once_and_none_for_switches(capsys, command):
+    from profiler import cli
+
+    assert cli.main([command, "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    # "--no-profile ... (default: True)" read as "profiling is off by default".
+    assert "(default: True)" not in text and "(default: False)" not in text and "(default: None)" not in text
+    assert not re.search(r"\(default: [^)]*\)\s*\(default:", text), text
+    if command == "run":
+        assert "--no-profile no profiler window --profile-steps" in text
+        assert "seconds between samples (minimum 0.05) (default: 0.5)" in text

@@ -7,14 +7,15 @@ import os
 import sys
 from pathlib import Path
 
-from profiler.commands.common import EXIT_FAILURE, EXIT_OK, add_tracer_options, error, tracer_options
+from profiler.commands.common import (EXIT_FAILURE, EXIT_OK, DefaultsHelpFormatter, add_tracer_options, error,
+                                     tracer_options)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
     capture = sub.add_parser("capture", help="capture a trace from a running job's profiler server",
                              description="Trace a job started with 'devprof run --profiler-port PORT' (or any "
                                          "TensorFlow job running a profiler server) for a while.",
-                             formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                             formatter_class=DefaultsHelpFormatter)
     capture.add_argument("address", help="grpc://HOST:PORT of a job started with --profiler-port; several workers "
                                          "as grpc://HOST1:PORT1,grpc://HOST2:PORT2 (one session, one trace per host)")
     capture.add_argument("--duration-ms", type=int, default=2000, help="how long to trace")

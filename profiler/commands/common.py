@@ -19,6 +19,19 @@ EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
 EXIT_TERMINATED = 143  # SIGTERM (kill, Docker, Kubernetes, Slurm), as a shell reports it
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """`(default: X)` only where it says something: not for on/off switches (`--no-profile`'s
+    `True` read as 'profiling off by default'), not for an unset default, not where the help
+    already gives the default in words."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (action.default is None or action.nargs == 0 or "default" in text
+                or action.default is argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
+
+
 def error(message: str, hint: str | None = None, code: int = EXIT_USAGE) -> int:
     """Print `error: <message> (<hint>)` on stderr and return `code`, the exit code."""
     print(f"error: {message}" + (f" ({hint})" if hint else ""), file=sys.stderr)

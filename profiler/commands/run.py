@@ -6,7 +6,8 @@ import argparse
 import os
 import sys
 
-from profiler.commands.common import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, add_tracer_options,
+from profiler.commands.common import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, DefaultsHelpFormatter,
+                                     add_tracer_options,
                                      error, tracer_options)
 
 
@@ -14,7 +15,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="train the seed CIFAR-10 CNN under the profiler and samplers",
                          description="Train the seed CIFAR-10 CNN with a custom tf.function loop, "
                                      "writing a run directory (run.json, steps.csv, utilization CSVs, trace).",
-                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                         formatter_class=DefaultsHelpFormatter)
     g = run.add_argument_group("device")
     g.add_argument("--device", default="auto", help="auto|cpu|gpu|tpu (auto: TPU, else GPU, else CPU)")
     g.add_argument("--gpus", type=int, default=None, help="GPUs to train on (MirroredStrategy when >1)")
