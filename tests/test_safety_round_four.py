@@ -109,3 +109,12 @@ def test_help_shows_each_default_once_and_none_for_switches(capsys, command):
     if command == "run":
         assert "--no-profile no profiler window --profile-steps" in text
         assert "seconds between samples (minimum 0.05) (default: 0.5)" in text
+
+
+def test_markdown_leaves_out_what_a_cpu_trace_does_not_record(tmp_path):
+    from test_safety_round_three_files import marker_trace
+
+    result = analysis.analyze(marker_trace(tmp_path / "t.xplane.pb"))
+    assert result.mean["device_step_ms"] != result.mean["device_step_ms"]  # NaN: no device on this CPU trace
+    text = result.render("markdown")
+    assert "device_step_ms" not in text and "| nan" not in text and "nan |" not in text

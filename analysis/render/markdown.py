@@ -59,7 +59,9 @@ def render_analysis(analysis, plot_names: list[str] | None = None) -> str:
     out += [f"- {item}" for item in verdict["advice"]]
     if analysis.findings:
         out += ["", "## Findings", ""] + tables.findings_lines(analysis.findings, "- ")[1:]
-    out += ["", "## Mean step", "", markdown_table(pd.DataFrame([{k: round(v, 3) for k, v in mean.items()}])), ""]
+    # A part not recorded (no device step on a CPU) is left out, not shown as "nan".
+    shown = {k: round(v, 3) for k, v in mean.items() if v == v}
+    out += ["", "## Mean step", "", markdown_table(pd.DataFrame([shown])), ""]
     spread = tables.spread_line(analysis)
     out += [spread[0].upper() + spread[1:] + ".", ""] if spread else []
     shown, left_out = tables.slowest_steps(tables.steps_table(analysis), MAX_MARKDOWN_STEPS)
