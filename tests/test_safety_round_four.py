@@ -118,3 +118,16 @@ def test_markdown_leaves_out_what_a_cpu_trace_does_not_record(tmp_path):
     assert result.mean["device_step_ms"] != result.mean["device_step_ms"]  # NaN: no device on this CPU trace
     text = result.render("markdown")
     assert "device_step_ms" not in text and "| nan" not in text and "nan |" not in text
+
+
+def test_an_output_under_a_missing_folder_creates_only_the_last_folder(tmp_path, capsys):
+    from profiler import cli
+    from test_safety_round_three_files import marker_trace
+
+    trace = marker_trace(tmp_path / "t.xplane.pb")
+    assert cli.main(["analyze", str(trace), "-o", str(tmp_path / "new" / "r.md")]) == 0
+    assert (tmp_path / "new" / "r.md").is_file()
+    code = cli.main(["analyze", str(trace), "-o", str(tmp_path / "missing" / "deeper" / "r.md")])
+    err = capsys.readouterr().err
+    assert code != 0 and "error: cannot write" in err and "No such file or directory" in err, err
+    assert not (tmp_path / "missing").exists()

@@ -133,7 +133,7 @@ def handle(args: argparse.Namespace) -> int:
         from analysis.render.outputs import write_text_atomically
 
         try:
-            output.parent.mkdir(parents=True, exist_ok=True)
+            output.parent.mkdir(exist_ok=True)  # the last folder only, as mkdir: a mistyped path is an error
             write_text_atomically(output, text, named=True)
         except OSError as exc:
             return error(f"cannot write {output}: {exc.strerror or exc}", code=EXIT_FAILURE)

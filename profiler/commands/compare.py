@@ -94,7 +94,7 @@ def handle(args: argparse.Namespace) -> int:
         return error(f"cannot write {args.plot or args.output}: {exc}")
     if plot is not None:
         try:
-            plot.parent.mkdir(parents=True, exist_ok=True)
+            plot.parent.mkdir(exist_ok=True)
             compare.plot_compare(table, plot, named=True)
         except OSError as exc:
             return error(f"cannot write the chart to {plot}: {exc}")
@@ -103,7 +103,7 @@ def handle(args: argparse.Namespace) -> int:
         try:
             from analysis.render.outputs import write_text_atomically
 
-            output.parent.mkdir(parents=True, exist_ok=True)
+            output.parent.mkdir(exist_ok=True)  # the last folder only, as mkdir: a mistyped path is an error
             write_text_atomically(output, text, named=True)
         except OSError as exc:
             return error(f"cannot write {output}: {exc}")
