@@ -67,6 +67,11 @@ class ProfileOptions:
         if self.profile and self.tracer.problem():
             raise ValueError(self.tracer.problem())
         if self.sample:
+            interval = self.sample_interval
+            if isinstance(interval, bool) or not isinstance(interval, (int, float)):
+                # float('1') would take a string; the CLI parses text, the API takes numbers, as its other options
+                raise TypeError(f"sample_interval must be a number of seconds (got {type(interval).__name__} "
+                                f"{interval!r})")
             try:
                 samplers.validate_interval(self.sample_interval)
             except ValueError as exc:

@@ -64,7 +64,9 @@ def test_profile_options_are_checked_before_anything_is_written(tmp_path):
             with profiler.profile(tmp_path / "runs", **kwargs):
                 pass
     for kwargs, message in ((dict(run_name=5), r"run_name must be a string \(got int 5\)"),
-                            (dict(config=["lr", 0.1]), r"config must be a dict .* \(got list\)")):
+                            (dict(config=["lr", 0.1]), r"config must be a dict .* \(got list\)"),
+                            (dict(sample_interval="1"), r"sample_interval must be a number of seconds \(got str '1'\)"),
+                            (dict(sample_interval=True), r"sample_interval must be a number of seconds \(got bool")):
         with pytest.raises(TypeError, match=message):
             with profiler.profile(tmp_path / "runs", **kwargs):
                 pass
