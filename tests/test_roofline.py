@@ -439,3 +439,12 @@ def test_a_peak_file_gives_the_ceilings_on_the_command_line(tmp_path, capsys):
     assert document["roofline"]["ceilings"]["float32"]["matrix_flops_per_second"] == 4e11
     assert document["roofline"]["ceilings_source"] == "peak file"
     assert any("no op costs" in note for note in document["roofline"]["notes"])
+
+
+def test_ceilings_for_another_dtype_than_the_ops_say_so(tmp_path):
+    """`--peak-tflops float16=5` on a float32 run: the ceilings were dropped without a word."""
+    analysis = _analysis(tmp_path, peak=roofline.ceilings_from_tflops({"float16": 5.0}))
+    assert analysis.ops["ceiling_pct"].isna().all()
+    assert any("no ceiling for float32, the dtype of ops with known costs (ceilings are given for float16 only)" in n
+               for n in analysis.roofline["notes"]), analysis.roofline["notes"]
+    assert not any("no ceiling for" in n for n in _analysis(tmp_path / "f32", peak=CEILINGS).roofline["notes"])

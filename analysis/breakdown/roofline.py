@@ -466,6 +466,14 @@ def summary(ops: pd.DataFrame, ceilings: Ceilings | None, model_flops_per_step: 
         out["achieved_over"] = f"over {known_pct:.0f} % of op time that has known costs"
         peak = ceilings.of(dtype).get("matrix_flops_per_second", math.nan) if ceilings is not None and dtype else math.nan
         out["mfu_pct"] = 100.0 * achieved / peak if _finite(peak) else math.nan
+    compute = ("matrix_flops_per_second", "vector_flops_per_second")
+    given = sorted(d for d, values in (ceilings.by_dtype.items() if ceilings is not None else ())
+                   if d != ANY_DTYPE and any(_finite(values.get(k)) for k in compute))
+    costed = sorted(set(ops.loc[known & (ops["dtype"] != ""), "dtype"].astype(str)))
+    uncovered = [d for d in costed if not any(_finite(ceilings.of(d).get(k)) for k in compute)] if ceilings else []
+    if given and uncovered:
+        out["notes"].append(f"no ceiling for {', '.join(uncovered)}, the dtype of ops with known costs (ceilings are "
+                            f"given for {', '.join(given)} only): those ops' shares of a ceiling are not given")
     if not costs_known and not known.any():
         out["notes"].append("no op costs: the run has no op_costs.csv and the trace carries no HLO shapes, so FLOPs "
                             "and bytes per op are unknown (not guessed)")
