@@ -131,3 +131,22 @@ def test_an_output_under_a_missing_folder_creates_only_the_last_folder(tmp_path,
     err = capsys.readouterr().err
     assert code != 0 and "error: cannot write" in err and "No such file or directory" in err, err
     assert not (tmp_path / "missing").exists()
+
+
+def test_run_files_that_are_no_regular_files_are_named_not_skipped_in_silence(tmp_path, capsys):
+    from profiler import cli
+    from test_run_files import make_run, step_line
+
+    linked = make_run(tmp_path / "linked", [step_line(i) for i in range(6)])
+    (linked / "run.json").unlink()
+    (linked / "run.json").symlink_to("/dev/zero")
+    fifo = make_run(tmp_path / "fifo", [step_line(i) for i in range(6)])
+    (fifo / "steps.csv").unlink()
+    os.mkfifo(fifo / "steps.csv")
+    assert cli.main(["analyze", str(linked)]) != 0
+    assert "run.json (a character device): not a regular file, not read" in capsys.readouterr().err
+    assert cli.main(["analyze", str(fifo)]) != 0
+    assert "steps.csv (a FIFO): not a regular file, not read" in capsys.readouterr().err
+    cli.main(["compare", str(linked), str(fifo)])
+    err = capsys.readouterr().err
+    assert f"{linked} (run.json (a character device))" in err and "steps.csv (a FIFO): not a regular file" in err, err

@@ -71,9 +71,10 @@ def _read_runs(runs, externals=()) -> dict[Path, RunRead]:
     runs = [Path(path) for path in runs]
     skipped = [path for path in runs if path.is_dir() and not (path / run_files.RUN_JSON).is_file()]
     if skipped and len(skipped) < len(runs) + len(externals):
+        why = {path: ", ".join(run_files.irregular_run_files(path)) or "no run.json" for path in skipped}
         run_files.warn(f"skipped {len(skipped)} folder{'s' if len(skipped) > 1 else ''} that "
-                       f"{'are' if len(skipped) > 1 else 'is'} not a run directory (no run.json): "
-                       f"{', '.join(map(str, skipped))}")
+                       f"{'are' if len(skipped) > 1 else 'is'} not a run directory: "
+                       f"{', '.join(f'{path} ({why[path]})' for path in skipped)}")
         runs = [path for path in runs if path not in skipped]
     return {path: read_run(path) for path in _each_once(runs)}
 

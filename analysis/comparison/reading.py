@@ -64,6 +64,9 @@ def read_run(path: str | Path) -> RunRead:
         reads = tuple(read_run(worker) for worker in workers)
         return dataclasses.replace(reads[0], path=str(path), name=path.name, workers=reads)
     note = None
+    odd = run_files.irregular_run_files(path)
+    if odd:
+        run_files.warn(f"{path}: {', '.join(odd)}: not a regular file, not read")
     try:
         try:
             inputs = read_inputs(path)

@@ -73,8 +73,11 @@ def read_inputs(path: str | Path, *, trace: bool = True) -> RunInputs:
     if trace:
         try:
             view = TraceView(read_trace(path))
-        except TraceNotFound:
+        except TraceNotFound as exc:
             if not is_run_dir(path):
+                odd = run_files.irregular_run_files(path) if path.is_dir() else []
+                if odd:
+                    raise TraceNotFound(f"{exc}; {', '.join(odd)}: not a regular file, not read") from None
                 raise
         except TraceUnreadable as exc:
             if not is_run_dir(path):

@@ -100,6 +100,25 @@ def file_kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
+def irregular_run_files(folder: Path) -> list[str]:
+    """run.json and steps.csv where they exist in `folder` but are no regular files (a link to
+    /dev/zero, a FIFO): "run.json (a character device)". Such a folder is no run directory, and
+    saying why beats saying nothing."""
+    found = []
+    for name in (RUN_JSON, STEPS_CSV):
+        path = Path(folder) / name
+        if not os.path.lexists(path):
+            continue
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            found.append(f"{name} (a broken link)")
+            continue
+        if not stat.S_ISREG(mode):
+            found.append(f"{name} ({file_kind(mode)})")
+    return found
+
+
 def outside(path: Path, folder: Path) -> bool:
     """Whether `path`, its links followed, lies outside `folder` (its links followed too)."""
     try:
