@@ -150,3 +150,32 @@ def test_run_files_that_are_no_regular_files_are_named_not_skipped_in_silence(tm
     cli.main(["compare", str(linked), str(fifo)])
     err = capsys.readouterr().err
     assert f"{linked} (run.json (a character device))" in err and "steps.csv (a FIFO): not a regular file" in err, err
+
+
+def test_an_xla_compiled_step_on_a_cpu_shows_its_programs_instructions_as_ops(tmp_path):
+    """`--jit-compile` on a CPU: the op table was the function call alone (or two trivial ops);
+    XLA's CPU runtime records each instruction inside `ThunkExecutor::Execute`."""
+    from test_safety_round_three_files import BASE_NS, MS, _Plane, _write_space, _xspace_class
+
+    space = _xspace_class()()
+    space.hostnames.append("host")
+    host = _Plane(space, 0, "/host:CPU")
+    python = host.line(100, "python", BASE_NS)
+    pool = host.line(101, "tf_numa_-1_Eigen/1", BASE_NS)
+    for k in range(6):
+        t = BASE_NS + 10 * MS + k * 10 * MS
+        host.event(python, "train", t, t + 10 * MS, step_num=k, _r=1)
+        host.event(python, "IteratorGetNext", t, t + 1 * MS)
+        host.event(python, "__inference_step_9:__inference_step_9", t + 1 * MS, t + 9 * MS)
+        host.event(python, "ThunkExecutor::Execute", t + 1 * MS, t + 9 * MS)
+        host.event(python, "convolution.1", t + 1 * MS, t + 5 * MS)
+        host.event(python, "end: convolution.1", t + 5 * MS, t + 5 * MS)
+        host.event(python, "transpose_copy_fusion", t + 5 * MS, t + 6 * MS)
+        host.event(pool, "ThunkExecutor::Execute", t + 6 * MS, t + 9 * MS)
+        host.event(pool, "MatMul.4", t + 6 * MS, t + 8 * MS)
+    host.finish()
+    result = analysis.analyze(_write_space(space, tmp_path / "t.xplane.pb"))
+    ops = result.ops.set_index("op")
+    assert list(ops.index[:3]) == ["convolution.1", "MatMul.4", "transpose_copy_fusion"], result.ops
+    assert ops.loc["convolution.1", "ms_per_step"] == pytest.approx(4.0) and set(ops["type"]) == {"XLA"}
+    assert not any(op.startswith(("__inference", "end: ", "ThunkExecutor")) for op in ops.index)

@@ -61,13 +61,46 @@ def device_ops(view: TraceView) -> pd.DataFrame:
                          "start_ns": kernels["start_ns"].to_numpy(), "self_ns": kernels["duration_ns"].to_numpy()})
 
 
+# XLA's CPU runtime runs a compiled program as thunks, one event per HLO instruction ("convolution.1",
+# "transpose_copy_fusion.1") inside `ThunkExecutor::Execute`, on the calling thread and the Eigen pool's.
+XLA_CPU_THUNKS = "ThunkExecutor::Execute"
+_NOT_A_THUNK = re.compile(r"::|^end: |^$")  # the runtime's own events and its end markers
+
+
+def xla_cpu_thunks(host: pd.DataFrame) -> pd.DataFrame:
+    """Events of XLA CPU programs' instructions: nested in a `ThunkExecutor::Execute` on its thread."""
+    executors = host[host["name"] == XLA_CPU_THUNKS]
+    if executors.empty:
+        return host.iloc[:0]
+    thread = (host["plane"].to_numpy(dtype=np.int64) << 32) + host["line"].to_numpy(dtype=np.int64)
+    spans = executors.assign(_thread=(executors["plane"].to_numpy(dtype=np.int64) << 32)
+                             + executors["line"].to_numpy(dtype=np.int64)).sort_values(["_thread", "start_ns"])
+    inside = np.zeros(len(host), dtype=bool)
+    starts, ends = host["start_ns"].to_numpy(dtype=np.int64), host["end_ns"].to_numpy(dtype=np.int64)
+    for key, group in spans.groupby("_thread", sort=False):
+        mine = np.flatnonzero(thread == key)
+        span_starts = group["start_ns"].to_numpy(dtype=np.int64)
+        span_ends = group["end_ns"].to_numpy(dtype=np.int64)
+        at = np.searchsorted(span_starts, starts[mine], side="right") - 1
+        ok = at >= 0
+        inside[mine[ok]] = ends[mine[ok]] <= span_ends[at[ok]]
+    names = host["name"].astype(str)
+    return host[inside & ~matches(names, _NOT_A_THUNK, search=True) & ~matches(names, TF_OP_RE)]
+
+
 def host_ops(view: TraceView) -> pd.DataFrame:
-    """TensorFlow op events on host threads, each with its self time (nested ops on its thread left out)."""
+    """TensorFlow op events on host threads, each with its self time (nested ops on its thread left out);
+    an XLA-compiled function's op gives way to its program's instructions where the trace has them."""
     host = view.host
     input_pipeline = re.compile(tf_producer.INPUT_PIPELINE_FUNCTION, re.IGNORECASE)
     # tf.data runs its functions' ops on its own threads: input, not the step's compute.
     ops = host[matches(host["name"], TF_OP_RE) & ~matches(host["line_name"], input_pipeline, search=True)
                & ~matches(host["name"], producers.pattern("collective"), search=True)]  # waiting, not compute
+    thunks = xla_cpu_thunks(host)
+    if not thunks.empty:
+        ops = _without_compiled_calls(ops, host[host["name"] == XLA_CPU_THUNKS])
+        thunks = thunks.assign(name=thunks["name"].astype(str) + ":XLA")
+        ops = pd.concat([ops, thunks])
     if ops.empty:
         return pd.DataFrame(columns=_FRAME_COLUMNS)
     ops = ops.sort_values(["plane", "line", "start_ns", "end_ns"], ascending=[True, True, True, False], kind="stable")
@@ -75,6 +108,20 @@ def host_ops(view: TraceView) -> pd.DataFrame:
     return pd.DataFrame({"op": name, "type": kind, "device": ops["plane_name"].astype(str).to_numpy(),
                          "program_id": np.nan, "kernel": kind, "start_ns": ops["start_ns"].to_numpy(),
                          "self_ns": _self_ns(ops)})
+
+
+def _without_compiled_calls(ops: pd.DataFrame, executors: pd.DataFrame) -> pd.DataFrame:
+    """`ops` less the function calls that ran an XLA program (a thunk executor inside them on their
+    thread): their time is their instructions', counted once."""
+    keep = np.ones(len(ops), dtype=bool)
+    op_thread = (ops["plane"].to_numpy(dtype=np.int64) << 32) + ops["line"].to_numpy(dtype=np.int64)
+    run_thread = (executors["plane"].to_numpy(dtype=np.int64) << 32) + executors["line"].to_numpy(dtype=np.int64)
+    run_starts = executors["start_ns"].to_numpy(dtype=np.int64)
+    starts, ends = ops["start_ns"].to_numpy(dtype=np.int64), ops["end_ns"].to_numpy(dtype=np.int64)
+    for i in range(len(ops)):
+        same = run_thread == op_thread[i]
+        keep[i] = not ((run_starts[same] >= starts[i]) & (run_starts[same] < ends[i])).any()
+    return ops[keep]
 
 
 def _self_ns(ops: pd.DataFrame) -> np.ndarray:
