@@ -266,8 +266,8 @@ def precision_saving(facts: Facts) -> Saving:
         return Saving(math.nan, f"a guess: no measured {other} and {now} ceilings for this device (`devprof peak` "
                                 "measures both)")
     matrix = facts.matrix_pct
-    if not _known(matrix):
-        return Saving(math.nan, f"{ceilings_text(facts)}; the matrix ops' share of the step is unknown")
+    if not _known(matrix) or matrix <= 0:
+        return Saving(math.nan, f"{ceilings_text(facts)}; the trace shows no matrix op time to apply them to")
     return Saving(matrix * (1.0 - 1.0 / ratio), f"the matrix ops ({_ms(facts, matrix)}) in {other} at the "
                                                 f"measured ceilings' ratio: {ceilings_text(facts)}")
 

@@ -167,7 +167,8 @@ def _compute_advice(facts: Facts) -> list[str]:
         advice.append(f"Compile the step with XLA: {how}.")
     if program.name == "devprof":
         return advice + [LARGER_BATCH_ADVICE]
-    return advice + [f"A larger batch ({program.batch_size}) uses the device better if memory allows; otherwise a "
+    how = "" if program.batch_size == "a larger batch" else f" ({program.batch_size})"
+    return advice + [f"A larger batch{how} uses the device better if memory allows; otherwise a "
                      "faster device or a smaller model is what helps."]
 
 
