@@ -282,3 +282,17 @@ def test_roofline_report_opens_in_chromium(base, tmp_path):
     box = loaded.boxes["#roofline svg"]
     assert box is not None and box["height"] > 300
     assert _pixels_drawn(loaded.screenshot, box) > 0.01
+
+
+def test_no_ceiling_warning_for_integer_ops_or_a_sliver_of_the_time(base):
+    """A 0.006 ms int64 op asked for a ceiling devprof peak never measures."""
+    ops = cost_ops()
+    tiny = ops.iloc[[0]].assign(op="model/index/Cast", type="Cast", dtype="int64", ms_per_step=0.006)
+    page = html.render_analysis(with_roofline(base, pd.concat([ops, tiny], ignore_index=True), roofline_info()))
+    assert "Unknown ceilings" not in page and "int64" not in page.split('class="missing"')[-1][:400]
+    sliver = ops.iloc[[0]].assign(op="model/half/Op", dtype="float16", ms_per_step=0.001)
+    page = html.render_analysis(with_roofline(base, pd.concat([ops, sliver], ignore_index=True), roofline_info()))
+    assert "Unknown ceilings" not in page
+    bulk = ops.iloc[[0]].assign(op="model/half/Op", dtype="float16", ms_per_step=5.0)
+    page = html.render_analysis(with_roofline(base, pd.concat([ops, bulk], ignore_index=True), roofline_info()))
+    assert "Unknown ceilings (float16 (none given))" in page

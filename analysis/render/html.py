@@ -689,6 +689,9 @@ def _text(row: pd.Series, column: str) -> str:
     return value if isinstance(value, str) else ""
 
 
+MIN_WARNED_SHARE = 0.01  # of the drawn ops' time: a dtype below it gets no "unknown ceilings" warning
+
+
 def _roofs(ceilings: dict, dtypes: list[str]) -> tuple[list[Roof], list[str]]:
     """The ceilings of the dtypes the ops run in (all of them when the ops name none that has ceilings),
     and what is unknown among them."""
@@ -735,6 +738,13 @@ def _roofline(analysis) -> str:
     dtypes = list(dict.fromkeys(d for d in drawn["dtype"] if isinstance(d, str))) if "dtype" in drawn else []
     given = info.get("ceilings")
     roofs, unknown = _roofs(given if isinstance(given, dict) else {}, [d for d in dtypes if d])
+    # Only what a measurement could fill and what matters: devprof peak measures floating-point dtypes,
+    # and a dtype with a sliver of the op time is not worth a warning.
+    time_by_dtype = drawn.groupby(drawn["dtype"].astype(str))["ms_per_step"].sum() if "dtype" in drawn else None
+    total_ms = float(drawn["ms_per_step"].sum())
+    unknown = [u for u in unknown if u.split(" ")[0] in ("*", "any") or (
+        "float" in u.split(" ")[0] and time_by_dtype is not None and total_ms > 0
+        and float(time_by_dtype.get(u.split(" ")[0], 0.0)) >= MIN_WARNED_SHARE * total_ms)]
     ms = drawn["ms_per_step"].to_numpy(dtype=float)
     pct = drawn["ceiling_pct"].to_numpy(dtype=float) if "ceiling_pct" in drawn else np.full(len(drawn), np.nan)
     # Most time at the lowest share of its ceiling (without ceilings: most time).
