@@ -1,11 +1,23 @@
 """Savings checked by applying the fix: devprof's estimate against what the fix really saved.
 
-For each cause, a small custom TensorFlow loop (an MLP on synthetic data, `tf.data`, a
-`tf.function` step) is recorded with `profiler.profile()` and read with `analysis.analyze()`;
-the estimate is the verdict's `saving_ms` where its `cause` is this cause's rule, else the
-matching finding's. The same program then runs again with the advised fix applied, and the
-measured saving is the steady mean step time before minus after (per step; per image times the
-original batch where the fix changes the batch). Both runs are recorded alike, back to back.
+For each cause, a small custom TensorFlow loop (an MLP, 256 -> 1024 -> 1024 -> 10, on synthetic
+data, `tf.data`, a `tf.function` step) is recorded with `profiler.profile(profile_steps="5:25")`
+and read with `analysis.analyze()`. The estimate is the verdict's `saving_ms` where its `cause` is
+this cause's rule, else the matching finding's, else (for a part's rule, such as `host_bound`,
+when the verdict named something else) that part's own estimate. The program then runs again
+with the advised fix applied, and the measured saving is the steady mean step time before minus
+after (per training step; per image times the original batch where the fix changes the batch).
+Before and after are recorded alike and alternated, `--reps` pairs, so the machine's load drifts
+over both.
+
+Causes: slow_map (a map of matmuls on one core, slower than the step, behind a prefetch; fix:
+num_parallel_calls), no_prefetch (8 ms of CPU work per batch, no prefetch), no_prefetch_read (an
+8 ms wait per batch, no prefetch), loop_sleep (20 ms in the loop; fix: the advised steps per
+call), numpy_every_step (gradients through `.numpy()` into a histogram every step; fix: every N
+steps as advised), tiny_batch (batch 8; fix: steps per call), tiny_batch_larger (batch 8; fix:
+batch 128), eager (no tf.function), contention (two busy loops beside training; fix: stop them),
+float32_kept and bfloat16_back (the precision advice with the cached `devprof peak` in run.json,
+checked against the other dtype's run).
 
     .venv/bin/python bench/bench_savings.py                       # every cause, the table into BENCHMARKS.md
     .venv/bin/python bench/bench_savings.py --causes loop_sleep,eager --no-write
@@ -22,6 +34,8 @@ import math
 import os
 import platform
 import re
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -77,6 +91,7 @@ class Result:
     after_ms: float
     advice: str
     fix: str  # what was applied
+    reps: list[tuple[float, float, float]] = dataclasses.field(default_factory=list)  # (estimate, before, after)
     note: str = ""
 
     @property
@@ -179,17 +194,21 @@ def build(program: Program):
 
 @contextlib.contextmanager
 def hogs(count: int):
-    """`count` busy-loop processes, stopped on leaving."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    """`count` busy-loop processes, stopped on leaving. Started through a shell that exits at once, so they
+    are no children of training: the host sampler counts a process's children as its own CPU."""
+    loop = f"{sys.executable} -c 'while True: pass' > /dev/null 2>&1 &"
+    pids = []
+    if count:
+        started = subprocess.run(["sh", "-c", " ".join(f"{loop} echo $!;" for _ in range(count))],
+                                 capture_output=True, text=True, check=True)
+        pids = [int(pid) for pid in started.stdout.split()]
+        time.sleep(0.5)  # let them reach the CPU before training starts
     try:
-        if procs:
-            time.sleep(0.5)  # let them reach the CPU before training starts
         yield
     finally:
-        for proc in procs:
-            proc.kill()
-        for proc in procs:
-            proc.wait()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 @contextlib.contextmanager
@@ -232,6 +251,27 @@ def record(out: Path, name: str, program: Program) -> Path:
                 if program.loop_sleep_ms:
                     time.sleep(program.loop_sleep_ms / 1e3)
     return Path(out) / name
+
+
+def unprofiled_step_ms(programs: list[Program], blocks: int = 8, steps: int = 10) -> list[float]:
+    """Each program's median time per step over `blocks` blocks of `steps` steps, the programs' blocks
+    alternated in one process, without the profiler: what the machine's drift does not reach."""
+    runs = []
+    for program in programs:
+        with precision_policy(program.precision):
+            step, _ = build(program)
+        iterator = iter(dataset(program, blocks * steps + 1))
+        step(iterator)  # traces the step
+        runs.append((step, iterator))
+    times: list[list[float]] = [[] for _ in programs]
+    for _ in range(blocks):
+        for (step, iterator), spent in zip(runs, times):
+            began = time.perf_counter()
+            for _ in range(steps):
+                loss, _ = step(iterator)
+            loss.numpy()
+            spent.append((time.perf_counter() - began) / steps * 1e3)
+    return [statistics.median(spent) for spent in times]
 
 
 def analyze(run_dir: Path):
@@ -302,7 +342,7 @@ def compare(cause: str, out: Path, before: Program, after: Callable[[str, object
               f"({fix}) {afters[-1]:.2f} ms: measured {befores[-1] - afters[-1]:.2f} ms", flush=True)
     mean = lambda values: sum(values) / len(values)  # noqa: E731
     result = Result(cause, rule, source, mean(estimates), mean(befores) - mean(afters), mean(befores), mean(afters),
-                    advice, fix)
+                    advice, fix, list(zip(estimates, befores, afters)))
     print(f"[{cause}] advice: {advice}\n[{cause}] estimate {result.estimate_ms:.2f} ms, measured "
           f"{result.measured_ms:.2f} ms, error {result.error_ms:+.2f} ms ({'within' if result.within else 'beyond'} "
           f"{result.allowed_ms:.2f} ms)", flush=True)
@@ -384,9 +424,17 @@ def numpy_every_step(out: Path, reps: int = 2) -> Result:
 
 
 def tiny_batch(out: Path, reps: int = 2) -> Result:
-    """A tiny step (batch 8 through 64-unit layers): the call's dispatch is much of it."""
-    before = Program(batch=8, width=64)
+    """Batch 8: each step pays the call's dispatch and Adam's update of every weight for 8 images; the
+    advised fix, several steps per call."""
+    before = Program(batch=8)
     return compare("tiny_batch", out, before, steps_per_call_fix(before), HOST_RULES, reps=reps)
+
+
+def tiny_batch_larger(out: Path, reps: int = 2) -> Result:
+    """Batch 8 again; the other advised fix, a 16 times larger batch, measured per image times 8."""
+    before = Program(batch=8)
+    return compare("tiny_batch_larger", out, before, changed(before, "batch 128", batch=128), HOST_RULES,
+                   per_image=True, reps=reps)
 
 
 def eager(out: Path, reps: int = 2, width: int = WIDTH) -> Result:
@@ -413,27 +461,35 @@ def _precision_change(a) -> tuple[str, str, float, str]:
     return "precision change", "estimate", saving.ms(a.facts), table.precision_advice(a.facts) or ""
 
 
+def _precision_note(result: Result) -> Result:
+    f32, bf16 = unprofiled_step_ms([Program(precision="float32"), Program(precision="mixed_bfloat16")])
+    result.note = (f"unprofiled, 8 blocks of 10 steps alternated: float32 {f32:.2f}, mixed_bfloat16 {bf16:.2f} ms a "
+                   "step (medians)")
+    print(f"[{result.cause}] {result.note}", flush=True)
+    return result
+
+
 def float32_kept(out: Path, reps: int = 2) -> Result:
     """float32, with the run's measured peak: the advice on bfloat16, and the estimate of switching
     (negative where it says bfloat16 is slower) against the measured mixed_bfloat16 run."""
     before = Program(precision="float32")
-    return compare("float32_kept", out, before,
-                   changed(before, "mixed_bfloat16", precision="mixed_bfloat16"),
-                   (), reps=reps, read=_precision_change)
+    return _precision_note(compare("float32_kept", out, before,
+                                   changed(before, "mixed_bfloat16", precision="mixed_bfloat16"), (), reps=reps,
+                                   read=_precision_change))
 
 
 def bfloat16_back(out: Path, reps: int = 2) -> Result:
     """mixed_bfloat16, with the run's measured peak: where it says bfloat16 is slower, the finding's
     estimate of going back against the measured float32 run."""
     before = Program(precision="mixed_bfloat16")
-    return compare("bfloat16_back", out, before,
-                   changed(before, "float32", precision="float32"),
-                   ("bf16_without_matrix_units",), reps=reps)
+    return _precision_note(compare("bfloat16_back", out, before, changed(before, "float32", precision="float32"),
+                                   ("bf16_without_matrix_units",), reps=reps))
 
 
 CAUSES: dict[str, Callable[..., Result]] = {
     "slow_map": slow_map, "no_prefetch": no_prefetch, "no_prefetch_read": no_prefetch_read, "loop_sleep": loop_sleep,
-    "numpy_every_step": numpy_every_step, "tiny_batch": tiny_batch, "eager": eager, "contention": contention,
+    "numpy_every_step": numpy_every_step, "tiny_batch": tiny_batch, "tiny_batch_larger": tiny_batch_larger,
+    "eager": eager, "contention": contention,
     "float32_kept": float32_kept, "bfloat16_back": bfloat16_back,
 }
 
@@ -443,37 +499,63 @@ CAUSES: dict[str, Callable[..., Result]] = {
 
 def machine() -> str:
     model = platform.processor() or "unknown CPU"
+    flags: set[str] = set()
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
-                break
+            elif line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
     import tensorflow as tf
 
-    return (f"{model}, {os.cpu_count()} logical cores, Linux, Python {platform.python_version()}, "
-            f"TensorFlow {tf.__version__}")
+    units = [name for name in ("avx512_bf16", "amx_bf16") if name in flags] or ["no bfloat16 units"]
+    return (f"{model} ({', '.join(units)}), {os.cpu_count()} logical cores, Linux, Python "
+            f"{platform.python_version()}, TensorFlow {tf.__version__}")
+
+
+def peak_line() -> str:
+    """The cached `devprof peak` the runs carried in run.json (what precision advice compares)."""
+    from profiler import peak
+
+    cached = peak.cached_for_run("cpu", peak.device_name("cpu"))
+    if not cached:
+        return "no `devprof peak` cached: the precision runs had no measured ceilings"
+    rates = ", ".join(f"{dtype} {rate / 1e9:.0f}" for dtype, rate in sorted(cached["peak_flops_per_second"].items()))
+    return f"`devprof peak` in the runs' run.json (cached {cached.get('measured_at', '?')}): {rates} GFLOP/s"
+
+
+def _error(r: Result) -> str:
+    share = f" ({100 * r.error_ms / r.measured_ms:+.0f} % of measured)" if abs(r.measured_ms) >= 0.05 else ""
+    return f"{r.error_ms:+.2f} ms{share}"
 
 
 def table(results: list[Result]) -> str:
     rows = ["| cause | verdict/finding | estimate ms | measured ms | error | within tolerance |",
             "|---|---|---|---|---|---|"]
     for r in results:
-        error = f"{r.error_ms:+.2f} ms ({100 * r.error_ms / r.measured_ms:+.0f} %)" if r.measured_ms else \
-            f"{r.error_ms:+.2f} ms"
-        rows.append(f"| {r.cause} | {r.source} `{r.rule}` | {r.estimate_ms:.2f} | {r.measured_ms:.2f} "
-                    f"(before {r.before_ms:.2f}, after {r.after_ms:.2f}: {r.fix}) | {error} | "
-                    f"{'yes' if r.within else 'no'} (±{r.allowed_ms:.2f}) |")
+        rows.append(f"| {r.cause} | {r.source} `{r.rule}` | {r.estimate_ms:.2f} | {r.measured_ms:.2f} | {_error(r)} | "
+                    f"{'yes' if r.within else '**no**'} (±{r.allowed_ms:.2f}) |")
+    rows += ["", "| cause | fix applied | before ms/step | after ms/step | per repetition: estimate, before, after "
+             "(ms) |", "|---|---|---|---|---|"]
+    for r in results:
+        reps = "; ".join(f"{e:.2f}, {b:.2f}, {a:.2f}" for e, b, a in r.reps)
+        note = f"; {r.note}" if r.note else ""
+        rows.append(f"| {r.cause} | {r.fix} | {r.before_ms:.2f} | {r.after_ms:.2f} | {reps}{note} |")
     return "\n".join(rows)
 
 
+READING = "\n### Reading"  # hand-written text after the table, kept when the table is written again
+
+
 def write_section(path: Path, text: str) -> None:
-    """Replace the section in BENCHMARKS.md (or add it at the end)."""
+    """Replace the section's table in BENCHMARKS.md (or add the section at the end), keeping its Reading."""
     doc = path.read_text()
     start = doc.find(SECTION)
     if start < 0:
         doc = doc.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n"
     else:
-        end = doc.find("\n## ", start + len(SECTION))
+        ends = [i for i in (doc.find(READING, start), doc.find("\n## ", start + len(SECTION))) if i >= 0]
+        end = min(ends) if ends else -1
         doc = doc[:start] + text.rstrip("\n") + "\n" + (doc[end:] if end >= 0 else "")
     path.write_text(doc)
 
@@ -492,12 +574,17 @@ def main(argv=None) -> int:
         parser.error(f"unknown cause(s): {', '.join(unknown)}")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     out = Path(args.out or tempfile.mkdtemp(prefix="devprof-bench-savings-"))
+    load = os.getloadavg()[0]
     began = time.monotonic()
     results = [CAUSES[name](out, reps=args.reps) for name in names]
     minutes = (time.monotonic() - began) / 60
     command = ("python bench/bench_savings.py" + (f" --causes {','.join(names)}" if names != list(CAUSES) else "")
                + (f" --reps {args.reps}" if args.reps != 2 else ""))
-    text = (f"{SECTION}\n\n`{command}` ({minutes:.1f} min), {machine()}:\n\n{table(results)}\n")
+    text = (f"{SECTION}\n\n`{command}` ({minutes:.1f} min, {args.reps} before/after pairs per cause, alternated), "
+            f"{machine()}; load average {load:.1f} at the start and {os.getloadavg()[0]:.1f} at the end (other jobs "
+            f"on the machine); {peak_line()}. Each cause's estimate is the mean of its repetitions' estimates; "
+            f"measured = mean before - mean after; within tolerance: |error| <= max({TOLERANCE_PCT:g} % of the "
+            f"estimate, {TOLERANCE_MS:g} ms).\n\n{table(results)}\n")
     print(text)
     if not args.no_write:
         write_section(Path(args.benchmarks), text)
