@@ -209,11 +209,11 @@ class Trainer:
                 scaled = optimizer.scale_loss(loss) if hasattr(optimizer, "scale_loss") else loss
             grads = tape.gradient(scaled, model.trainable_variables)
             apply_gradients(grads, model.trainable_variables)
-            return _sums(tf, labels, probs, per_image, self.classification)
+            return _sums(tf, images, labels, probs, per_image, self.classification)
 
         def replica_eval(images, labels):
             probs = model(images, training=False)
-            return _sums(tf, labels, probs, self.loss_fn(labels, probs), self.classification)
+            return _sums(tf, images, labels, probs, self.loss_fn(labels, probs), self.classification)
 
         if self.config.jit_compile:
             # XLA compiles the per-replica step, as Keras does: the loop around it (iterator,
@@ -222,13 +222,13 @@ class Trainer:
             replica_eval = tf.function(replica_eval, jit_compile=True, reduce_retracing=True)
 
         def reduce(per_replica):
-            # One all-reduce for the three sums (loss, correct, count), not one each: with several
+            # One all-reduce for the four sums (loss, correct, count, examples), not one each: with several
             # workers every collective is a network round trip.
             return tf.unstack(strategy.reduce("SUM", per_replica, axis=None))
 
         def train_call(iterator, n_steps):
-            """Runs n_steps steps in one call; returns (loss_sum, correct, count) summed over them."""
-            totals = [tf.constant(0.0), tf.constant(0.0), tf.constant(0.0)]
+            """Runs n_steps steps in one call; returns (loss_sum, correct, count, examples) summed over them."""
+            totals = [tf.constant(0.0)] * 4
             for _ in tf.range(n_steps):
                 step_totals = reduce(strategy.run(replica_train, args=next(iterator)))
                 totals = [a + b for a, b in zip(totals, step_totals)]
@@ -275,7 +275,7 @@ class Trainer:
         epoch_start_wall = epoch_start + to_wall
         iterator = self._train_iterator()
         per_call = max(1, cfg.steps_per_execution)
-        loss_sum = correct = count = 0.0
+        loss_sum = correct = count = examples = 0.0
         pending: StepRecord | None = None
         pending_end = 0.0  # perf_counter when the pending call's results were ready
         remaining = self.steps_per_epoch
@@ -297,13 +297,15 @@ class Trainer:
                         # Batches are fetched inside the call, so input wait is part of call time.
                         fetched = fetch_start
                         sums = self._train_call(iterator, self.tf.constant(n))
-                    step_loss, step_correct, step_count = (float(v) for v in sums)  # waits for the device
+                    # float() waits for the device
+                    step_loss, step_correct, step_count, step_examples = (float(v) for v in sums)
                     done = time.perf_counter()
                     loss_sum, correct, count = loss_sum + step_loss, correct + step_correct, count + step_count
+                    examples += step_examples
                     pending = StepRecord(
                         epoch=epoch, step=self.global_step, steps=n, start_time_s=boundary + to_wall,
                         input_ms=(fetched - fetch_start) * 1e3, call_ms=(done - fetched) * 1e3,
-                        other_host_ms=(fetch_start - boundary) * 1e3, images=int(step_count),
+                        other_host_ms=(fetch_start - boundary) * 1e3, images=int(step_examples),
                     )
                     pending_end = done
                     if cfg.inject_host_delay_ms > 0:
@@ -328,8 +330,8 @@ class Trainer:
         seconds = time.perf_counter() - epoch_start
         train_seconds = train_end - epoch_start
         result = EpochResult(
-            epoch=epoch, seconds=seconds, train_seconds=train_seconds, images=int(count),
-            images_per_second=count / train_seconds if train_seconds > 0 else float("nan"),
+            epoch=epoch, seconds=seconds, train_seconds=train_seconds, images=int(examples),
+            images_per_second=examples / train_seconds if train_seconds > 0 else float("nan"),
             loss=loss_sum / max(count, 1), accuracy=correct / max(count, 1) if self.classification else math.nan,
             val_loss=val_loss, val_accuracy=val_accuracy, steps=self.steps_per_epoch,
             start_time_s=epoch_start_wall,
@@ -373,7 +375,7 @@ class Trainer:
     def _evaluate_batches(self, batches) -> tuple[float, float]:
         loss_sum = correct = count = 0.0
         for batch in batches:
-            step_loss, step_correct, step_count = (float(v) for v in self._eval_one(batch))
+            step_loss, step_correct, step_count = (float(v) for v in self._eval_one(batch)[:3])
             loss_sum, correct, count = loss_sum + step_loss, correct + step_correct, count + step_count
         accuracy = correct / max(count, 1) if self.classification else math.nan
         return loss_sum / max(count, 1), accuracy
@@ -450,14 +452,18 @@ def fused_adam(tf, optimizer):
     return apply
 
 
-def _sums(tf, labels, probs, per_image_loss, classification: bool = True):
+def _sums(tf, images, labels, probs, per_image_loss, classification: bool = True):
+    """(loss sum, correct, count the loss and accuracy average over, examples) of one batch. Examples
+    are the batch dimension of the inputs' first tensor: inputs may be a tuple or dict of tensors, and
+    a label per position (a sequence) is not an example each."""
+    examples = tf.cast(tf.shape(tf.nest.flatten(images)[0])[0], tf.float32)
     if not classification:  # no accuracy; the count is of examples (the batch dimension)
         return tf.stack([tf.reduce_sum(tf.cast(per_image_loss, tf.float32)), tf.constant(0.0),
-                         tf.cast(tf.shape(labels)[0], tf.float32)])
+                         tf.cast(tf.shape(labels)[0], tf.float32), examples])
     labels = tf.cast(tf.reshape(labels, [-1]), tf.int64)
     hits = tf.cast(tf.equal(tf.argmax(probs, axis=-1), labels), tf.float32)
     return tf.stack([tf.reduce_sum(tf.cast(per_image_loss, tf.float32)), tf.reduce_sum(hits),
-                     tf.cast(tf.size(labels), tf.float32)])
+                     tf.cast(tf.size(labels), tf.float32), examples])
 
 
 def _busy_wait(seconds: float) -> None:

@@ -148,9 +148,9 @@ class Run(Session):
             raise um.ModelError(f"--dataset {spec} is empty") from None
         except Exception as exc:  # noqa: BLE001
             raise um.ModelError(f"--dataset {spec}: reading a batch failed: {um._one_line(exc)}") from None
-        if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+        if not isinstance(batch, (tuple, list)) or len(batch) != 2 or not tf.nest.flatten(batch[0]):
             raise um.ModelError(f"--dataset {spec} must give (x, y) batches")
-        size = batch[0].shape[0]
+        size = tf.nest.flatten(batch[0])[0].shape[0]  # x may be a tuple or dict of tensors: its first one
         if size:
             self.config.train = dataclasses.replace(cfg.train, batch_size=int(size))
         limit = max(1, -(-cfg.limit_images // cfg.train.batch_size)) if cfg.limit_images else None
@@ -344,14 +344,21 @@ class Run(Session):
         return meta
 
 
-def _shape(value) -> tuple:
-    return tuple(getattr(value, "shape", ()))
+def _shape(value):
+    """A batch's shape, or its tuple or dict of shapes."""
+    import tensorflow as tf
+
+    return tf.nest.map_structure(lambda leaf: tuple(getattr(leaf, "shape", ())), value)
 
 
 def _model_shapes(model) -> str:
-    """`; model input (None, 8), output (None, 3)` where the model knows them."""
+    """`; model input (None, 8), output (None, 3)` where the model knows them (a list for several)."""
+    def shapes(tensors):
+        listed = [tuple(t.shape) for t in tensors]
+        return listed[0] if len(listed) == 1 else listed
+
     try:
-        return f"; model input {tuple(model.inputs[0].shape)}, output {tuple(model.outputs[0].shape)}"
+        return f"; model input {shapes(model.inputs)}, output {shapes(model.outputs)}"
     except Exception:  # noqa: BLE001 - a subclassed model not built yet
         return ""
 

@@ -32,7 +32,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "(MODULE importable from the current folder, or FILE.py:FUNCTION); data: synthetic, "
                         "shaped from the model, or --dataset")
     g.add_argument("--dataset", default=None, metavar="MODULE:FUNCTION",
-                   help="with --model: a function returning a tf.data dataset of (x, y) batches")
+                   help="with --model: a function returning a tf.data dataset of (x, y) batches (x: a tensor, or a "
+                        "tuple or dict of tensors for several inputs)")
     g.add_argument("--loss", default=None, metavar="NAME",
                    help="with --model: a Keras loss name (default: sparse categorical cross-entropy, from logits "
                         "when the model's last layer has no softmax)")

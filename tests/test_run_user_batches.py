@@ -1,0 +1,81 @@
+"""`devprof run` on batches of other shapes than one tensor and one label: a model of two inputs
+(a tuple, a dict), a subclassed model whose layers are built on its first call, and one short
+batch where --limit-images is below --batch-size. Real TensorFlow, tiny models, a few steps."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from profiler import cli
+
+QUICK = ["--device", "cpu", "--epochs", "1", "--quiet", "--no-profile", "--no-sample"]
+
+TWO_INPUTS = """
+    import numpy as np
+    import tensorflow as tf
+    import keras
+
+    def _model(inputs, a, b):
+        merged = keras.layers.Concatenate()([a, b])
+        return keras.Model(inputs, keras.layers.Dense(3)(merged), name="two_inputs")
+
+    def as_tuple():
+        a, b = keras.Input((4,), name="a"), keras.Input((2,), name="b")
+        return _model([a, b], a, b)
+
+    def as_dict():
+        a, b = keras.Input((4,), name="a"), keras.Input((2,), name="b")
+        return _model({"a": a, "b": b}, a, b)
+
+    def _arrays():
+        rng = np.random.default_rng(0)
+        return (rng.random((30, 4), dtype=np.float32), rng.random((30, 2), dtype=np.float32),
+                rng.integers(0, 3, 30).astype("int32"))
+
+    def tuple_data():
+        a, b, y = _arrays()
+        return tf.data.Dataset.from_tensor_slices(((a, b), y)).batch(10)
+
+    def dict_data():
+        a, b, y = _arrays()
+        return tf.data.Dataset.from_tensor_slices(({"a": a, "b": b}, y)).batch(10)
+    """
+
+
+def write_module(folder: Path, source: str) -> Path:
+    path = folder / "usermodel.py"
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def trained(tmp_path: Path, capsys, name: str, *args: str) -> Path:
+    code = cli.main(["run", *args, "--out", str(tmp_path / "runs"), "--run-name", name, *QUICK])
+    assert code == 0, capsys.readouterr().err
+    path = tmp_path / "runs" / name
+    assert json.loads((path / "run.json").read_text())["status"] == "complete"
+    return path
+
+
+def assert_counts(path: Path, batches: list[int]) -> None:
+    """Every step's images and the epoch's images and rate count examples, not tensors or labels."""
+    steps = pd.read_csv(path / "steps.csv")
+    assert steps["images"].tolist() == batches
+    (epoch,) = json.loads((path / "run.json").read_text())["epochs"]
+    assert epoch["images"] == sum(batches)
+    assert epoch["images_per_second"] == pytest.approx(sum(batches) / epoch["train_seconds"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, data", [("as_tuple", "tuple_data"), ("as_dict", "dict_data")])
+def test_a_model_of_two_inputs_trains_on_a_tuple_or_a_dict_of_tensors(tmp_path, capsys, model, data):
+    module = write_module(tmp_path, TWO_INPUTS)
+    path = trained(tmp_path, capsys, model, "--model", f"{module}:{model}", "--dataset", f"{module}:{data}")
+    assert_counts(path, [10, 10, 10])
+    meta = json.loads((path / "run.json").read_text())
+    assert meta["config"]["batch_size"] == 10
+    assert meta["model"] == {"name": "two_inputs", "params": 6 * 3 + 3, "train_flops_per_image": 3 * 2 * 6 * 3}
