@@ -124,6 +124,10 @@ class Trainer:
 
         with strategy.scope():
             self.model = model_fn(config.precision)
+            if not self.model.built:
+                # A subclassed model makes its weights on its first call: before the optimizer lists
+                # them, or they would first appear inside the compiled step, unknown to it.
+                self.model(_first_inputs(tf, dataset, arrays), training=False)
             optimizer = keras.optimizers.Adam(config.learning_rate)
             if config.precision == "mixed_float16":
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
@@ -450,6 +454,14 @@ def fused_adam(tf, optimizer):
         optimizer.iterations.assign_add(1)
 
     return apply
+
+
+def _first_inputs(tf, dataset, arrays):
+    """The inputs of one batch: the dataset's first, or the first training example as the pipeline
+    gives it (scaled to [0, 1])."""
+    if dataset is not None:
+        return next(iter(dataset.take(1)))[0]
+    return tf.cast(arrays.x_train[:1], tf.float32) * (1.0 / 255.0)
 
 
 def _sums(tf, images, labels, probs, per_image_loss, classification: bool = True):

@@ -105,10 +105,12 @@ class ProfileWindow:
     written: bool = False
     started_at_s: float = 0.0  # wall clock when the profiler started
     notes: dict = field(default_factory=dict)
+    reached: int = 0  # steps training has run
 
     def maybe_start(self, next_step: int) -> None:
         # A call of several steps that reaches into the window starts it: the window is
         # widened to whole calls rather than skipped.
+        self.reached = max(self.reached, next_step)
         if self.active or self.done or next_step + self.steps_per_call <= self.start:
             return
         if next_step >= self.stop:
@@ -137,8 +139,10 @@ class ProfileWindow:
         and records a window that never started."""
         if force and not self.active and not self.done:
             self.done = True
-            self._warn(f"profile window {self.start}:{self.stop} was never reached "
-                       f"(the run has fewer steps); no trace was written")
+            # Training stopped before the window: it failed, was stopped, or had fewer steps.
+            steps = f"{self.reached} step{'' if self.reached == 1 else 's'}"
+            self._warn(f"profile window {self.start}:{self.stop} was never reached: training stopped after "
+                       f"{steps}; no trace was written")
             return
         if not self.active or (next_step < self.stop and not force):
             return

@@ -79,3 +79,48 @@ def test_a_model_of_two_inputs_trains_on_a_tuple_or_a_dict_of_tensors(tmp_path, 
     meta = json.loads((path / "run.json").read_text())
     assert meta["config"]["batch_size"] == 10
     assert meta["model"] == {"name": "two_inputs", "params": 6 * 3 + 3, "train_flops_per_image": 3 * 2 * 6 * 3}
+
+
+SUBCLASSED = """
+    import numpy as np
+    import tensorflow as tf
+    import keras
+
+    class Mine(keras.Model):  # its layers make their weights on the model's first call
+        def __init__(self):
+            super().__init__(name="mine")
+            self.hidden = keras.layers.Dense(5, activation="relu")
+            self.out = keras.layers.Dense(3)
+
+        def call(self, x):
+            return self.out(self.hidden(x))
+
+    def build():
+        return Mine()
+
+    def data():
+        rng = np.random.default_rng(0)
+        x, y = rng.random((20, 4), dtype=np.float32), rng.integers(0, 3, 20).astype("int32")
+        return tf.data.Dataset.from_tensor_slices((x, y)).batch(5)
+    """
+
+
+@pytest.mark.slow
+def test_a_subclassed_model_is_built_on_one_batch_before_the_optimizer_sees_its_weights(tmp_path, capsys):
+    module = write_module(tmp_path, SUBCLASSED)
+    path = trained(tmp_path, capsys, "mine", "--model", f"{module}:build", "--dataset", f"{module}:data")
+    assert_counts(path, [5, 5, 5, 5])
+    model = json.loads((path / "run.json").read_text())["model"]
+    assert model["name"].startswith("mine") and model["params"] == 4 * 5 + 5 + 5 * 3 + 3
+
+
+def test_a_window_that_training_stops_before_says_how_far_it_got(tmp_path):
+    from profiler import tracing
+
+    warnings = []
+    window = tracing.ProfileWindow(tmp_path, 5, 15, warn=warnings.append)
+    for next_step in (0, 1, 2):  # training fails in step 2: the window never starts
+        window.maybe_start(next_step)
+    window.maybe_stop(0, force=True)
+    assert warnings == ["warning: profile window 5:15 was never reached: training stopped after 2 steps; "
+                        "no trace was written"]
