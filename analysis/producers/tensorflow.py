@@ -54,3 +54,15 @@ XPROF_HOST_OP = XPROF_TF_OP + r"|^Iterator:|^(?i:memcpy(?:htod|dtoh))[^:]*$"
 # The eager runtime's call, above an op or a tf.function's run, that XProf's grouping takes to say
 # an op ran eagerly (its `is_func` stat 0: one op, not a tf.function; the only name it maps there).
 EAGER_CALL = r"^EagerExecute$"
+
+# The allocators' own events on the host plane, one per allocation and deallocation, each naming its
+# allocator (`GPU_0_bfc`, `gpu_host_bfc`, `mklcpu`, `cpu`, ...): XProf's Memory Profile reads them.
+MEMORY_ALLOCATION = "MemoryAllocation"
+MEMORY_DEALLOCATION = "MemoryDeallocation"
+# TensorFlow's DataType numbers (types.proto) as TensorFlow names them (DataTypeString), for the
+# allocation events' `data_type` stat; 0 (a deallocation's) is no type.
+DATA_TYPES = {1: "float", 2: "double", 3: "int32", 4: "uint8", 5: "int16", 6: "int8", 7: "string", 8: "complex64",
+              9: "int64", 10: "bool", 11: "qint8", 12: "quint8", 13: "qint32", 14: "bfloat16", 15: "qint16",
+              16: "quint16", 17: "uint16", 18: "complex128", 19: "half", 20: "resource", 21: "variant",
+              22: "uint32", 23: "uint64", 24: "float8_e5m2", 25: "float8_e4m3fn", 26: "float8_e4m3fnuz",
+              27: "float8_e4m3b11fnuz", 28: "float8_e5m2fnuz", 29: "int4", 30: "uint4"}

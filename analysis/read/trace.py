@@ -60,6 +60,13 @@ EVENT_STAT_COLUMNS = (
 # Of those, the ones read as numbers (nullable floats) and as ids (nullable uint64); the others are texts.
 NUMERIC_STAT_COLUMNS = ("step_num", "_r", "steps", "group_id", "iter_num", "program_id", "is_eager", "is_func")
 ID_STAT_COLUMNS = ("_p", "_c", "correlation_id")
+# Stats of the allocators' events (TensorFlow's MemoryAllocation / MemoryDeallocation), read in the same
+# pass into `Trace.memory`, one row per event that names its allocator, not into a column of every event;
+# their op is the `tf_op` column, their group `group_id`. Texts: the allocator, region and shape.
+MEMORY_STAT_COLUMNS = ("allocator_name", "bytes_reserved", "bytes_allocated", "bytes_available", "peak_bytes_in_use",
+                       "requested_bytes", "allocation_bytes", "fragmentation", "addr", "region_type", "data_type",
+                       "shape")
+MEMORY_TEXT_STATS = ("allocator_name", "region_type", "shape")
 
 
 class TraceError(Exception):
@@ -97,6 +104,7 @@ class Trace:
     known_stats: pd.DataFrame | None = None
     hostnames: list[str] = field(default_factory=list)
     kept_events: np.ndarray | None = None  # the file's event numbers of `events`' rows, where some were dropped
+    memory: pd.DataFrame | None = None  # `event` (row of `events`) and its `MEMORY_STAT_COLUMNS`; None: not read
 
     @property
     def source(self) -> str:
@@ -593,6 +601,56 @@ def _numeric_column(space: wire.DecodedSpace, rows: np.ndarray, of_event: np.nda
     return pd.arrays.FloatingArray(values, np.isnan(values))
 
 
+def _last_stats(space: wire.DecodedSpace, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(rows of the decoded stats, their events) of each event's last `name` stat, in event order."""
+    if name not in space.stat_names:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    rows = np.flatnonzero(space.stat_name_code == space.stat_names.index(name))
+    of_event = space.events.stat_event[rows]
+    last = np.append(of_event[1:] != of_event[:-1], True) if rows.size else np.zeros(0, dtype=bool)
+    return rows[last], of_event[last]
+
+
+def _stat_numbers(space: wire.DecodedSpace, rows: np.ndarray) -> np.ndarray:
+    """The decoded stats' values as float64 (NaN where a value is no number)."""
+    kind, number = space.events.stat_kind[rows], space.events.stat_number[rows]
+    numbers = np.full(rows.size, np.nan)
+    for stat_kind, as_type in ((wire.STAT_UINT64, np.uint64), (wire.STAT_INT64, np.int64), (wire.STAT_DOUBLE, np.float64)):
+        chosen = kind == stat_kind
+        numbers[chosen] = number[chosen].view(as_type).astype(np.float64)
+    other = np.flatnonzero(~np.isin(kind, (wire.STAT_UINT64, wire.STAT_INT64, wire.STAT_DOUBLE)))
+    if other.size:
+        parsed = pd.to_numeric(pd.Series(space.stat_values[rows[other]], dtype=object), errors="coerce")
+        numbers[other] = parsed.astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
+    return numbers
+
+
+def memory_stats(space: wire.DecodedSpace, kept: np.ndarray | None = None) -> pd.DataFrame:
+    """The `MEMORY_STAT_COLUMNS` of each event that names its allocator: `event` (its row in the
+    events table, renumbered where `kept` says which events the table kept), numbers as float64 (NaN:
+    not stated, never 0), texts as str ("" where not stated)."""
+    rows, events = _last_stats(space, "allocator_name")
+    table: dict[str, np.ndarray] = {"event": events}
+    for column in MEMORY_STAT_COLUMNS:
+        rows, of_event = _last_stats(space, column)
+        at = np.searchsorted(events, of_event)
+        mine = at < events.size
+        mine[mine] = events[at[mine]] == of_event[mine]
+        rows, at = rows[mine], at[mine]
+        if column in MEMORY_TEXT_STATS:
+            values = np.full(events.size, "", dtype=object)
+            values[at] = [str(value) if value is not None else "" for value in space.stat_values[rows]]
+        else:
+            values = np.full(events.size, np.nan)
+            values[at] = _stat_numbers(space, rows)
+        table[column] = values
+    frame = pd.DataFrame(table)
+    if kept is not None:
+        frame = frame[np.isin(events, kept)].reset_index(drop=True)
+        frame["event"] = np.searchsorted(kept, frame["event"].to_numpy())
+    return frame
+
+
 def _tables(space: wire.DecodedSpace) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     planes, lines = _plane_and_line_tables(space)
     events, impossible = _events_table(space, planes, lines)
@@ -633,11 +691,14 @@ def xspace_to_tables(source) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, 
 def read_trace(path: str | Path) -> Trace:
     """Locate and parse a trace; see `locate_trace` for the accepted paths."""
     location = locate_trace(path)
-    space = _decode_file(location.xplane, EVENT_STAT_COLUMNS, NUMERIC_STAT_COLUMNS + ID_STAT_COLUMNS)
+    memory_numbers = tuple(c for c in MEMORY_STAT_COLUMNS if c not in MEMORY_TEXT_STATS)
+    space = _decode_file(location.xplane, EVENT_STAT_COLUMNS + MEMORY_STAT_COLUMNS,
+                         NUMERIC_STAT_COLUMNS + ID_STAT_COLUMNS + memory_numbers)
     planes, lines, events, kept = _event_tables(space, str(location.xplane))
+    memory = memory_stats(space, kept)
     hostnames = space.hostnames
     del space
     wire.release_freed_memory()
     if events.empty:
         raise TraceError(f"{location.xplane} has {len(planes)} planes but no events: nothing was profiled")
-    return Trace(location, planes, lines, events, hostnames=hostnames, kept_events=kept)
+    return Trace(location, planes, lines, events, hostnames=hostnames, kept_events=kept, memory=memory)

@@ -23,6 +23,12 @@ from analysis.producers import tpu as tpu_producer
 from analysis.read.trace import DeviceSpecs, Trace, device_specs
 
 NS_PER_MS = 1e6
+# The allocators' events (`TraceView.memory`): bytes in use is the allocator's bytes_allocated plus
+# bytes_reserved after the event (XProf's heap + stack), NaN where the event does not say.
+MEMORY_COLUMNS = {"allocator": object, "start_ns": "int64", "allocation": bool, "bytes_in_use": float,
+                  "bytes_available": float, "peak_bytes_in_use": float, "requested_bytes": float,
+                  "allocation_bytes": float, "fragmentation": float, "address": float, "op": object,
+                  "region": object, "dtype": object, "shape": object, "group_id": float}
 STAGE_RE = re.compile(tf_producer.INPUT_STAGE)
 
 
@@ -199,6 +205,36 @@ class TraceView:
         on_device = self.on_device
         own = on_device[(on_device["plane"] == plane) & (on_device["line_name"] == line_name)]
         return own.sort_values("start_ns", kind="stable")
+
+    @functools.cached_property
+    def memory(self) -> pd.DataFrame:
+        """The allocators' events on host planes (TensorFlow's `MemoryAllocation`/`MemoryDeallocation`),
+        one row each in time order (file order within a nanosecond), as `MEMORY_COLUMNS` say; empty
+        where the trace recorded none (not recorded, never no memory)."""
+        stats = self.trace.memory
+        if stats is None or stats.empty:
+            return pd.DataFrame({name: pd.Series(dtype=kind) for name, kind in MEMORY_COLUMNS.items()})
+        events = self.events.iloc[stats["event"].to_numpy()]
+        names = events["name"].astype(str).to_numpy()
+        allocation = names == tf_producer.MEMORY_ALLOCATION
+        keep = (allocation | (names == tf_producer.MEMORY_DEALLOCATION)) \
+            & matches(events["plane_name"], planes.HOST_PLANE).to_numpy()
+        events, stats, allocation = events[keep], stats[keep], allocation[keep]
+        in_use = stats["bytes_allocated"].to_numpy() + np.nan_to_num(stats["bytes_reserved"].to_numpy())
+        dtype = stats["data_type"].map(lambda number: tf_producer.DATA_TYPES.get(int(number), "")
+                                       if number == number else "")
+        frame = pd.DataFrame({
+            "allocator": stats["allocator_name"].to_numpy(), "start_ns": events["start_ns"].to_numpy(dtype=np.int64),
+            "allocation": allocation, "bytes_in_use": in_use, "bytes_available": stats["bytes_available"].to_numpy(),
+            "peak_bytes_in_use": stats["peak_bytes_in_use"].to_numpy(),
+            "requested_bytes": stats["requested_bytes"].to_numpy(),
+            "allocation_bytes": stats["allocation_bytes"].to_numpy(),
+            "fragmentation": stats["fragmentation"].to_numpy(), "address": stats["addr"].to_numpy(),
+            "op": events["tf_op"].astype(object).where(events["tf_op"].notna(), "").to_numpy(dtype=object),
+            "region": stats["region_type"].to_numpy(), "dtype": dtype.to_numpy(dtype=object),
+            "shape": stats["shape"].to_numpy(), "group_id": events["group_id"].to_numpy(dtype=np.float64,
+                                                                                         na_value=np.nan)})
+        return frame.sort_values("start_ns", kind="stable").reset_index(drop=True)
 
     @functools.cached_property
     def window(self) -> tuple[int, int]:
