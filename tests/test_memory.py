@@ -63,3 +63,127 @@ def test_an_event_that_does_not_state_its_bytes_has_none_not_zero(tmp_path):
     memory = TraceView(read_trace(_write_space(space, tmp_path / "t.xplane.pb"))).memory
     assert len(memory) == 2 and math.isnan(memory["bytes_in_use"].iat[0]) and math.isnan(memory["fragmentation"].iat[0])
     assert memory["bytes_in_use"].iat[1] == 512 and memory["op"].iat[0] == "Cast"
+
+
+# ---------------------------------------------------------------- the breakdown
+
+def _steps(trace, steps: int = 3):
+    import pandas as pd
+    from trace_fixtures import ABSOLUTE_BASE_NS
+
+    starts = [ABSOLUTE_BASE_NS + (10 + 10 * k) * MS for k in range(steps)]
+    return pd.DataFrame({"step": range(steps), "start_ns": starts, "end_ns": [s + 10 * MS - 100_000 for s in starts]})
+
+
+MS = 1_000_000
+
+
+def _report(trace, batch: float = 8, steps: int = 3):
+    from analysis.breakdown.memory import allocator_report
+
+    view = TraceView(read_trace(trace.path))
+    return allocator_report(view.memory, _steps(trace, steps), view.window[0], batch)
+
+
+def test_the_peak_what_holds_it_and_when_are_the_hand_worked_numbers(memory_trace):
+    peaks, timeline, per_step = _report(memory_trace)
+    gpu = next(p for p in peaks if p.name == GPU)
+    # 4 MiB before the window + the 3 MiB Fill + two 2 MiB activations + 512 bytes of MatMul
+    assert gpu.peak_bytes == memory_trace.peak_bytes == 11 * MiB + 512
+    assert gpu.peak_step == 1 and gpu.peak_op == "gradient_tape/conv/Conv2DBackpropInput"
+    assert gpu.peak_time_ms == pytest.approx(24.0)
+    assert gpu.capacity_bytes == 16 * MiB and gpu.fragmentation == 0.25
+    live = {(g.op, g.bytes) for g in gpu.top_at_peak}
+    assert live == {(None, 4 * MiB), ("extra/Fill", 3 * MiB), ("model/conv/Conv2D", 2 * MiB),
+                    ("gradient_tape/conv/Conv2DBackpropInput", 2 * MiB), ("model/dense/MatMul", 512)}
+    assert sum(g.bytes for g in gpu.top_at_peak) == gpu.peak_bytes  # what is live explains the peak exactly
+    assert dict(gpu.by_region) == {"output": 7 * MiB + 512, "before the window": 4 * MiB}
+    assert gpu.by_op[0] == ("extra/Fill", 3 * MiB)
+    # per step: the peak in it and what it still holds at its end
+    mine = per_step[per_step["allocator"] == GPU]
+    assert mine["peak_bytes"].tolist() == [8 * MiB + 512, 11 * MiB + 512, 8 * MiB + 512]
+    assert mine["end_bytes"].tolist() == [4 * MiB] * 3 and math.isnan(gpu.growth_bytes_per_step)
+    pinned = next(p for p in peaks if p.name == PINNED)
+    assert pinned.peak_bytes == 1024 + 256 and pinned.peak_step == 0  # reached in every step: the first
+    assert len(timeline) == 32 and set(timeline["step"].dropna()) == {0, 1, 2}
+
+
+def test_the_peak_per_allocator_and_what_is_live_at_it_equal_xprofs_memory_profile(memory_trace):
+    from xprof_oracle import xprof_memory_profile
+
+    theirs = xprof_memory_profile(memory_trace.path)
+    peaks, _, _ = _report(memory_trace)
+    assert {p.name: p.peak_bytes for p in peaks} == {name: t["peak_bytes"] for name, t in theirs.items()} \
+        == {GPU: 11 * MiB + 512, PINNED: 1280}
+    gpu = next(p for p in peaks if p.name == GPU)
+    assert gpu.capacity_bytes == theirs[GPU]["capacity_bytes"]
+    # XProf names what the window did not allocate "unused preallocated device memory"
+    ours = sorted((g.op or "unused preallocated device memory", g.bytes) for g in gpu.top_at_peak)
+    assert ours == sorted(theirs[GPU]["live"])
+
+
+def test_the_batch_headroom_splits_the_peak_by_the_batch_dimension(memory_trace):
+    peaks, _, _ = _report(memory_trace, batch=8)
+    gpu = next(p for p in peaks if p.name == GPU)
+    assert gpu.batch_bytes == 4 * MiB + 512 and gpu.fixed_bytes == 7 * MiB
+    # usable = peak + free x (1 - 0.25) = 15,466,624; (usable - fixed) x 8 / batch bytes = 15.5
+    assert gpu.max_batch == memory_trace.max_batch == 15 and "0.25" not in gpu.headroom and "25.0 %" in gpu.headroom
+    unknown = next(p for p in _report(memory_trace, batch=math.nan)[0] if p.name == GPU)
+    assert math.isnan(unknown.batch_bytes) and math.isnan(unknown.max_batch) and unknown.headroom.startswith("unknown")
+    other = next(p for p in _report(memory_trace, batch=16)[0] if p.name == GPU)  # no tensor has 16 first
+    assert other.batch_bytes == 0 and math.isnan(other.max_batch) and "first dimension" in other.headroom
+
+
+def test_a_capacity_is_unknown_where_neither_the_trace_nor_the_run_states_it():
+    import pandas as pd
+
+    from analysis.breakdown.memory import allocator_peak, stated_capacity
+
+    events = pd.DataFrame({"allocator": ["GPU_1_bfc"] * 2, "start_ns": [10, 20], "allocation": [True, False],
+                           "bytes_in_use": [1024.0, 0.0], "bytes_available": [math.nan] * 2,
+                           "fragmentation": [math.nan] * 2, "allocation_bytes": [1024.0] * 2, "address": [7.0] * 2,
+                           "op": ["a", ""], "shape": ["[4,64]", ""], "dtype": ["float", ""], "region": ["output", ""]})
+    steps = pd.DataFrame({"step": [0], "start_ns": [0], "end_ns": [100]})
+    peak, _ = allocator_peak("GPU_1_bfc", events, steps, 4.0, stated_capacity("GPU_1_bfc", {}, None), 0)
+    assert math.isnan(peak.capacity_bytes) and math.isnan(peak.max_batch) and "no capacity" in peak.headroom
+    assert peak.batch_bytes == 1024  # the split is known without a capacity
+    gpu1 = pd.DataFrame({"time_s": [1.0], "mem_total_bytes": [8.0 * 2**30]})
+    assert stated_capacity("GPU_1_bfc", {"gpu1": gpu1}, None) == (8.0 * 2**30, "gpu1.csv mem_total_bytes")
+
+
+def test_bytes_held_at_step_end_growing_step_after_step_is_growth(tmp_path):
+    leaking = write_memory_trace(tmp_path / "leak.xplane.pb", steps=6, extra_step=None, leak_bytes=4096)
+    peaks, _, per_step = _report(leaking, steps=6)
+    gpu = next(p for p in peaks if p.name == GPU)
+    assert per_step[per_step["allocator"] == GPU]["end_bytes"].tolist() == [4 * MiB + 4096 * (k + 1) for k in range(6)]
+    assert gpu.growth_bytes_per_step == 4096
+    # the kept tensors are live at the peak, in the last step
+    assert gpu.peak_step == 5 and dict(gpu.by_op)["loss/Identity"] == 5 * 4096
+    steady = write_memory_trace(tmp_path / "steady.xplane.pb", steps=6, extra_step=None)
+    assert all(math.isnan(p.growth_bytes_per_step) for p in _report(steady, steps=6)[0])
+
+
+def test_the_samplers_memory_over_the_run_and_its_growth_across_epochs():
+    import pandas as pd
+
+    from analysis.breakdown.memory import sampled_memory
+
+    # four epochs of 10 s, sampled every 0.5 s; RSS ends them at 1.0, 1.2, 1.4, 1.6 GB; the machine has 8 GB
+    times = np.arange(0.25, 40.0, 0.5)
+    rss = 1.0e9 + np.floor(times / 10.0) * 0.2e9
+    host = pd.DataFrame({"time_s": times, "proc_rss_bytes": rss, "mem_used_bytes": 6e9,
+                         "mem_available_bytes": np.where(times > 30, 0.5e9, 2e9)})
+    gpu0 = pd.DataFrame({"time_s": times, "mem_used_bytes": 3e9, "mem_total_bytes": 16e9})
+    steps = pd.DataFrame({"epoch": np.repeat([0, 1, 2, 3], 10), "start_time_s": np.arange(40) + 0.0,
+                          "step_ms": 1000.0})
+    host_memory, gpu_memory = sampled_memory({"host": host, "gpu0": gpu0}, steps)
+    assert host_memory.what == "process RSS" and host_memory.peak_bytes == 1.6e9
+    assert host_memory.epoch_end_bytes == pytest.approx((1.0e9, 1.2e9, 1.4e9, 1.6e9))
+    assert host_memory.growth_bytes_per_epoch == pytest.approx(0.2e9)
+    # the last epoch did not grow: not growth
+    flat_end = host.assign(proc_rss_bytes=np.minimum(rss, 1.4e9))
+    assert math.isnan(sampled_memory({"host": flat_end}, steps)[0].growth_bytes_per_epoch)
+    assert host_memory.min_available_bytes == 0.5e9 and host_memory.total_bytes == 8e9
+    assert gpu_memory.what == "GPU memory used" and gpu_memory.total_bytes == 16e9
+    assert math.isnan(gpu_memory.growth_bytes_per_epoch)
+    assert sampled_memory({}, steps) == ()

@@ -94,3 +94,26 @@ def beside_devprof(path: str | Path, xplane: str | Path) -> pd.DataFrame:
     if theirs is not None:
         rows.append({"source": "tensorflow", **theirs})
     return pd.DataFrame(rows, columns=["source", "steps", "step_ms", "input_pct"])
+
+
+def xprof_memory_profile(xplane: str | Path) -> dict:
+    """XProf's Memory Profile tool for one `.xplane.pb`: per allocator, its peak bytes in use
+    (`peak_bytes`, the largest heap + stack of the window), `capacity_bytes` and the allocations it
+    lists as live at the peak (`live`: (op, bytes) pairs, the largest first; what was allocated
+    before the peak's step is its "unused preallocated device memory")."""
+    from xprof.convert import raw_to_tool_data
+
+    data, _content_type = raw_to_tool_data.xspace_to_tool_data([str(xplane)], "memory_profile", {})
+    document = json.loads(data.decode() if isinstance(data, bytes) else data)
+    result = {}
+    for name, profile in document.get("memoryProfilePerAllocator", {}).items():
+        summary = profile["profileSummary"]
+        live = []
+        for entry in profile.get("activeAllocations", []):
+            snapshot, special = int(entry.get("snapshotIndex", -1)), int(entry.get("specialIndex", -1))
+            metadata = (profile["memoryProfileSnapshots"][snapshot]["activityMetadata"] if snapshot >= 0
+                        else profile["specialAllocations"][special])
+            live.append((metadata.get("tfOpName"), int(metadata.get("allocationBytes", 0))))
+        result[name] = {"peak_bytes": int(summary["peakStats"]["peakBytesInUse"]),
+                        "capacity_bytes": int(summary.get("memoryCapacity", 0)), "live": live}
+    return result

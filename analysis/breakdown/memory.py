@@ -1,0 +1,433 @@
+"""Where the memory goes: each allocator's peak in the traced window, what is live at it, each step's
+peak and what it still holds at its end, the headroom for a larger batch; and from the samplers, the
+process's and the devices' memory over the run and across epochs.
+
+Pure: the trace view's allocator events (`TraceView.memory`), the steps, the sampler frames and the
+run's batch size in, one `MemoryReport` out. Bytes in use after each event are the allocator's own
+(`bytes_allocated` + `bytes_reserved`), so the peak is the largest of them: what XProf's Memory Profile
+tool reports as the peak, to the byte. What is live at the peak is each allocation of the window not
+freed before it (matched by address, as XProf does); the rest of the bytes in use were allocated before
+the window, and are said to be, never given to an op.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analysis.read.inputs import RunInputs
+from analysis.read.run_files import TIME_COLUMN, RunRecord
+
+NS_PER_MS = 1e6
+TOP_AT_PEAK = 10  # groups of live allocations shown at the peak (JSON, HTML); the largest first
+BEFORE_WINDOW = "before the window"  # the region of the bytes in use that no allocation of the window explains
+# Steps whose end holds more than the step before, one after another: a leak candidate once the
+# growth reaches this many bytes per step (a scalar kept from every step is 256 bytes in a BFC allocator).
+MIN_GROWTH_BYTES_PER_STEP = 1024.0
+MIN_GROWTH_STEPS = 3
+# Across epochs (samplers): at least this many epochs, each ending higher than the one before (the
+# first one's end is left out: caches and compiled graphs fill it), by this share of the first.
+MIN_GROWTH_EPOCHS = 3
+MIN_EPOCH_GROWTH_SHARE = 0.05
+GPU_ALLOCATOR = re.compile(r"^GPU_(\d+)_bfc$")
+HOST_ALLOCATORS = ("mklcpu", "cpu", "cpu_bfc")  # the host memory's own allocators (not gpu_host_bfc's pinned pool)
+TIMELINE_COLUMNS = ["allocator", "time_ms", "step", "activity", "bytes_in_use", "bytes", "requested_bytes", "op",
+                    "region", "dtype", "shape", "fragmentation", "bytes_available"]
+STEP_COLUMNS = ["allocator", "step", "start_ms", "end_ms", "peak_bytes", "end_bytes"]
+
+
+@dataclass(frozen=True)
+class Live:
+    """Allocations live at an allocator's peak with the same op, shape, dtype and region."""
+
+    op: str | None  # None: allocated before the window, by ops the trace does not name
+    shape: str | None
+    dtype: str | None
+    region: str
+    bytes: int
+    count: int | None  # None: unknown (before the window)
+
+    def as_dict(self) -> dict:
+        return {"op": self.op, "shape": self.shape, "dtype": self.dtype, "region": self.region, "bytes": self.bytes,
+                "count": self.count}
+
+
+@dataclass(frozen=True)
+class AllocatorPeak:
+    """One allocator in the traced window: its peak, what held it, its steps and the batch headroom."""
+
+    name: str
+    peak_bytes: int
+    peak_time_ms: float  # from the window's start
+    peak_step: int | None  # the step the peak fell in (None: between steps)
+    peak_op: str | None  # the op allocating when the peak was reached (None: not named)
+    capacity_bytes: float  # NaN: not stated
+    capacity_source: str
+    fragmentation: float  # at the peak (the allocator's own figure: 1 - largest free chunk / free bytes)
+    batch_bytes: float  # of the peak: tensors whose first dimension is the batch (NaN: batch unknown)
+    fixed_bytes: float  # the rest of the peak
+    max_batch: float  # the largest batch that fits the capacity at today's fragmentation (NaN: unknown)
+    headroom: str  # how max_batch was made, or why it is unknown
+    top_at_peak: tuple[Live, ...]  # the largest groups live at the peak, `before the window` among them
+    by_op: tuple[tuple[str, int], ...]  # bytes live at the peak per op named, the largest first
+    by_region: tuple[tuple[str, int], ...]  # per region (TensorFlow's region_type; `before the window`)
+    events: int
+    growth_bytes_per_step: float  # bytes held at step end, growing step after step (NaN: not growing or unknown)
+
+    @property
+    def capacity_share(self) -> float:
+        return self.peak_bytes / self.capacity_bytes if self.capacity_bytes > 0 else math.nan
+
+    def as_dict(self, steps: pd.DataFrame) -> dict:
+        mine = steps[steps["allocator"] == self.name]
+        return {"name": self.name, "peak_bytes": self.peak_bytes, "peak_step": self.peak_step,
+                "peak_op": self.peak_op, "capacity_bytes": _int_or_none(self.capacity_bytes),
+                "fragmentation": _float_or_none(self.fragmentation), "batch_bytes": _int_or_none(self.batch_bytes),
+                "fixed_bytes": _int_or_none(self.fixed_bytes), "max_batch": _int_or_none(self.max_batch),
+                "top_at_peak": [live.as_dict() for live in self.top_at_peak],
+                "peak_time_ms": self.peak_time_ms, "capacity_source": self.capacity_source,
+                "headroom": self.headroom, "by_region": dict(self.by_region), "events": self.events,
+                "growth_bytes_per_step": _float_or_none(self.growth_bytes_per_step),
+                "steps": [{"step": int(s), "peak_bytes": _int_or_none(p), "end_bytes": _int_or_none(e)}
+                          for s, p, e in zip(mine["step"], mine["peak_bytes"], mine["end_bytes"])]}
+
+
+@dataclass(frozen=True)
+class SampledMemory:
+    """One sampler's memory over the run: the process's RSS (host) or a device's memory."""
+
+    sampler: str  # host, gpu0, ...
+    what: str  # what the column measures, in words
+    column: str
+    first_bytes: float
+    last_bytes: float
+    peak_bytes: float
+    total_bytes: float  # the machine's or the device's memory (NaN: not sampled)
+    min_available_bytes: float  # host: the machine's least available memory (NaN: not sampled)
+    epoch_end_bytes: tuple[float, ...]  # at each epoch's end (empty: no epochs)
+    growth_bytes_per_epoch: float  # NaN: not growing epoch after epoch, or too few epochs
+
+    def as_dict(self) -> dict:
+        return {"sampler": self.sampler, "what": self.what, "column": self.column,
+                **{key: _int_or_none(getattr(self, key)) for key in
+                   ("first_bytes", "last_bytes", "peak_bytes", "total_bytes", "min_available_bytes")},
+                "epoch_end_bytes": [_int_or_none(v) for v in self.epoch_end_bytes],
+                "growth_bytes_per_epoch": _float_or_none(self.growth_bytes_per_epoch)}
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """Every allocator of the trace and every sampled memory of the run (docs/json.md `memory`)."""
+
+    allocators: tuple[AllocatorPeak, ...]
+    timeline: pd.DataFrame  # TIMELINE_COLUMNS: every allocator event (memory.csv)
+    steps: pd.DataFrame  # STEP_COLUMNS: per allocator and step
+    sampled: tuple[SampledMemory, ...]
+    batch_size: float  # NaN: not known
+
+    def as_dict(self) -> dict:
+        return {"allocators": [a.as_dict(self.steps) for a in self.allocators],
+                "batch_size": _int_or_none(self.batch_size),
+                "samplers": [s.as_dict() for s in self.sampled]}
+
+
+def _int_or_none(value) -> int | None:
+    return int(value) if value is not None and value == value and math.isfinite(value) else None
+
+
+def _float_or_none(value) -> float | None:
+    return float(value) if value is not None and value == value else None
+
+
+def step_of(times_ns: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
+    """The step each time falls in ([start, end)), NaN between steps."""
+    if steps.empty:
+        return np.full(times_ns.size, np.nan)
+    ordered = steps.sort_values("start_ns", kind="stable")
+    starts = ordered["start_ns"].to_numpy(dtype=np.int64)
+    ends = ordered["end_ns"].to_numpy(dtype=np.int64)
+    index = np.searchsorted(starts, times_ns, side="right") - 1
+    inside = (index >= 0) & (times_ns < ends[np.clip(index, 0, None)])
+    numbers = ordered["step"].to_numpy(dtype=np.float64)[np.clip(index, 0, None)]
+    return np.where(inside, numbers, np.nan)
+
+
+def next_at_same_address(address: np.ndarray) -> np.ndarray:
+    """For each event (in time order), the position of the next event at the same address (n: none);
+    an event without an address has none."""
+    n = address.size
+    position = np.arange(n)
+    order = np.lexsort((position, address))
+    following = np.full(n, n)
+    same = (address[order][1:] == address[order][:-1])  # NaN never equals: no address, never matched
+    following[order[:-1][same]] = order[1:][same]
+    return following
+
+
+def live_at(events: pd.DataFrame, at: int) -> pd.DataFrame:
+    """The allocations of `events` (one allocator, time order) made at or before position `at` and not
+    freed by then: the next event at their address comes after it."""
+    following = next_at_same_address(events["address"].to_numpy(dtype=np.float64))
+    position = np.arange(len(events))
+    alive = events["allocation"].to_numpy(dtype=bool) & (position <= at) & (following > at)
+    return events[alive]
+
+
+def first_dimension(shape: str) -> float:
+    """The first dimension of a shape as TensorFlow writes it ("[32,64,53,54]"); NaN for a scalar or none."""
+    found = re.match(r"^\[\s*(\d+)", shape or "")
+    return float(found.group(1)) if found else math.nan
+
+
+def headroom(live: pd.DataFrame, peak: float, capacity: float, fragmentation: float,
+             batch_size: float) -> tuple[float, float, float, str]:
+    """(batch bytes, fixed bytes, the largest batch that fits, its basis). The batch part is the live
+    allocations whose first dimension is the batch size; the rest (bytes from before the window
+    included) does not grow with it. The batch that fits: fixed + batch bytes x (N / batch) within the
+    capacity less the share of its free bytes that today's fragmentation leaves in pieces."""
+    if not batch_size > 0:
+        return math.nan, math.nan, math.nan, "unknown: the batch size is not known (no run.json states it)"
+    scaled = live["shape"].map(first_dimension).to_numpy() == batch_size
+    batch_bytes = float(live.loc[scaled, "allocation_bytes"].sum())
+    fixed = peak - batch_bytes
+    batch = f"{batch_size:.0f}"
+    if not capacity > 0:
+        return batch_bytes, fixed, math.nan, "unknown: the allocator states no capacity"
+    if batch_bytes <= 0:
+        return batch_bytes, fixed, math.nan, (f"unknown: no tensor live at the peak has the batch ({batch}) as its "
+                                              "first dimension")
+    frag = fragmentation if fragmentation == fragmentation else 0.0
+    usable = peak + max(capacity - peak, 0.0) * (1.0 - frag)
+    fits = math.floor(batch_size * (usable - fixed) / batch_bytes)
+    return batch_bytes, fixed, float(max(fits, 0)), (
+        f"{_gib(batch_bytes)} of the {_gib(peak)} peak are tensors whose first dimension is the batch ({batch}) and "
+        f"grow with it, {_gib(fixed)} do not; {_gib(usable)} of the {_gib(capacity)} capacity is usable at "
+        f"{100 * frag:.1f} % fragmentation")
+
+
+def _gib(value: float) -> str:
+    return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.1f} MiB"
+
+
+def _grouped(live: pd.DataFrame, before: float) -> tuple[tuple[Live, ...], tuple, tuple]:
+    """The live allocations grouped by op, shape, dtype and region, by op, and by region."""
+    keys = ["op", "shape", "dtype", "region"]
+    groups = live.groupby(keys, sort=False, dropna=False)["allocation_bytes"].agg(["sum", "size"]).reset_index()
+    rows = [Live(str(r.op) or None, str(r.shape) or None, str(r.dtype) or None, str(r.region) or "unknown",
+                 int(r.sum), int(r.size)) for r in groups.itertuples(index=False)]
+    if before > 0:
+        rows.append(Live(None, None, None, BEFORE_WINDOW, int(before), None))
+    rows.sort(key=lambda live: -live.bytes)
+    by_op = live[live["op"] != ""].groupby("op", sort=False)["allocation_bytes"].sum().sort_values(
+        ascending=False, kind="stable")
+    regions = live.assign(region=live["region"].replace("", "unknown")).groupby("region", sort=False)[
+        "allocation_bytes"].sum().to_dict()
+    if before > 0:
+        regions[BEFORE_WINDOW] = before
+    by_region = tuple(sorted(((str(k), int(v)) for k, v in regions.items()), key=lambda item: -item[1]))
+    return tuple(rows[:TOP_AT_PEAK]), tuple((str(k), int(v)) for k, v in by_op.items()), by_region
+
+
+def step_table(name: str, events: pd.DataFrame, steps: pd.DataFrame, origin_ns: int) -> pd.DataFrame:
+    """Per step: the peak bytes in use in it (what it entered with counts) and the bytes still in use at
+    its end; NaN where no event before the step's end says."""
+    known = events[events["bytes_in_use"].notna()]
+    times = known["start_ns"].to_numpy(dtype=np.int64)
+    in_use = known["bytes_in_use"].to_numpy(dtype=np.float64)
+    rows = []
+    for step, start, end in zip(steps["step"], steps["start_ns"], steps["end_ns"]):
+        first, last = np.searchsorted(times, start, side="left"), np.searchsorted(times, end, side="left")
+        entering = in_use[first - 1] if first > 0 else np.nan
+        inside = in_use[first:last]
+        peak = max(float(inside.max()) if inside.size else np.nan, entering) if first > 0 else (
+            float(inside.max()) if inside.size else np.nan)
+        rows.append((name, int(step), (start - origin_ns) / NS_PER_MS, (end - origin_ns) / NS_PER_MS, peak,
+                     in_use[last - 1] if last > 0 else np.nan))
+    return pd.DataFrame(rows, columns=STEP_COLUMNS)
+
+
+def growth_per_step(end_bytes: np.ndarray) -> float:
+    """Bytes held at step end growing step after step (the first step left out: it may build what the
+    others reuse): each end at least the one before, half of them more, by `MIN_GROWTH_BYTES_PER_STEP`
+    a step or more; NaN otherwise."""
+    ends = end_bytes[1:]
+    ends = ends[~np.isnan(ends)]
+    if ends.size < MIN_GROWTH_STEPS:
+        return math.nan
+    steps = np.diff(ends)
+    per_step = float(ends[-1] - ends[0]) / (ends.size - 1)
+    if (steps < 0).any() or (steps > 0).sum() * 2 < steps.size or per_step < MIN_GROWTH_BYTES_PER_STEP:
+        return math.nan
+    return per_step
+
+
+def allocator_peak(name: str, events: pd.DataFrame, steps: pd.DataFrame, batch_size: float,
+                   stated_capacity: tuple[float, str], origin_ns: int) -> tuple[AllocatorPeak, pd.DataFrame] | None:
+    """One allocator's peak and steps from its events in time order; None where no event states its bytes."""
+    events = events.reset_index(drop=True)
+    in_use = events["bytes_in_use"].to_numpy(dtype=np.float64)
+    if not (~np.isnan(in_use)).any():
+        return None
+    at = int(np.nanargmax(in_use))  # the first time the peak is reached
+    peak = float(in_use[at])
+    live = live_at(events, at)
+    before = max(peak - float(live["allocation_bytes"].sum()), 0.0)
+    available = float(events["bytes_available"].iat[at])
+    capacity, source = ((peak + available, "the allocator's bytes in use + bytes available at the peak")
+                        if available == available else stated_capacity)
+    fragmentation = float(events["fragmentation"].iat[at])
+    batch_bytes, fixed, max_batch, basis = headroom(live, peak, capacity, fragmentation, batch_size)
+    top, by_op, by_region = _grouped(live, before)
+    at_ns = int(events["start_ns"].iat[at])
+    step = step_of(np.array([at_ns]), steps)[0]
+    op = str(events["op"].iat[at]) or None
+    per_step = step_table(name, events, steps, origin_ns)
+    return AllocatorPeak(
+        name=name, peak_bytes=int(peak), peak_time_ms=(at_ns - origin_ns) / NS_PER_MS,
+        peak_step=int(step) if step == step else None, peak_op=op, capacity_bytes=capacity, capacity_source=source,
+        fragmentation=fragmentation, batch_bytes=batch_bytes, fixed_bytes=fixed, max_batch=max_batch,
+        headroom=basis, top_at_peak=top, by_op=by_op, by_region=by_region, events=len(events),
+        growth_bytes_per_step=growth_per_step(per_step["end_bytes"].to_numpy(dtype=np.float64))), per_step
+
+
+def timeline(events: pd.DataFrame, steps: pd.DataFrame, origin_ns: int) -> pd.DataFrame:
+    """The allocator events as memory.csv has them: times in ms from the window's start, with their step."""
+    times = events["start_ns"].to_numpy(dtype=np.int64)
+    step = step_of(times, steps)
+    return pd.DataFrame({
+        "allocator": events["allocator"].to_numpy(), "time_ms": (times - origin_ns) / NS_PER_MS,
+        "step": pd.arrays.IntegerArray(np.nan_to_num(step).astype(np.int64), np.isnan(step)),
+        "activity": np.where(events["allocation"].to_numpy(dtype=bool), "allocation", "deallocation"),
+        "bytes_in_use": events["bytes_in_use"].to_numpy(), "bytes": events["allocation_bytes"].to_numpy(),
+        "requested_bytes": events["requested_bytes"].to_numpy(), "op": events["op"].to_numpy(),
+        "region": events["region"].to_numpy(), "dtype": events["dtype"].to_numpy(),
+        "shape": events["shape"].to_numpy(), "fragmentation": events["fragmentation"].to_numpy(),
+        "bytes_available": events["bytes_available"].to_numpy()}, columns=TIMELINE_COLUMNS)
+
+
+def stated_capacity(name: str, samplers: dict[str, pd.DataFrame], run: RunRecord | None) -> tuple[float, str]:
+    """An allocator's memory where its events do not state it: for `GPU_<i>_bfc`, the GPU sampler's
+    mem_total_bytes, else run.json's `device.gpus[i].memory_bytes`; for the host's allocators, run.json's
+    `device.memory_bytes`; NaN where neither says."""
+    device = run.device if run is not None else {}
+    found = GPU_ALLOCATOR.match(name)
+    if found is None:
+        if name in HOST_ALLOCATORS and _positive(device.get("memory_bytes")):
+            return float(device["memory_bytes"]), "run.json device.memory_bytes"
+        return math.nan, ""
+    index = int(found.group(1))
+    frame = samplers.get(f"gpu{index}")
+    if frame is not None and "mem_total_bytes" in frame and frame["mem_total_bytes"].notna().any():
+        return float(frame["mem_total_bytes"].max()), f"gpu{index}.csv mem_total_bytes"
+    gpus = device.get("gpus") or []
+    gpu = gpus[index] if isinstance(gpus, list) and index < len(gpus) and isinstance(gpus[index], dict) else {}
+    if _positive(gpu.get("memory_bytes")):
+        return float(gpu["memory_bytes"]), f"run.json device.gpus[{index}].memory_bytes"
+    return math.nan, ""
+
+
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def allocator_report(events: pd.DataFrame, steps: pd.DataFrame, origin_ns: int, batch_size: float = math.nan,
+                     samplers: dict[str, pd.DataFrame] | None = None, run: RunRecord | None = None
+                     ) -> tuple[tuple[AllocatorPeak, ...], pd.DataFrame, pd.DataFrame]:
+    """Every allocator's peak (the largest peak first), the timeline and the per-step table."""
+    peaks, tables = [], []
+    for name, mine in events.groupby("allocator", sort=True):
+        made = allocator_peak(str(name), mine, steps, batch_size, stated_capacity(str(name), samplers or {}, run),
+                              origin_ns)
+        if made is not None:
+            peaks.append(made[0])
+            tables.append(made[1])
+    peaks.sort(key=lambda peak: -peak.peak_bytes)
+    table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=STEP_COLUMNS)
+    return tuple(peaks), timeline(events, steps, origin_ns), table
+
+
+# The sampled memories: the process's RSS on the host; per GPU, TensorFlow's own figure where sampled,
+# else the process's, else the whole device's.
+SAMPLED_COLUMNS = {"host": (("proc_rss_bytes", "process RSS"),),
+                   "gpu": (("tf_mem_current_bytes", "TensorFlow's GPU memory"),
+                           ("proc_mem_bytes", "the process's GPU memory"), ("mem_used_bytes", "GPU memory used"))}
+
+
+def epoch_ends_s(steps_table: pd.DataFrame | None) -> list[float]:
+    """Each epoch's end on the samplers' clock, from steps.csv: the next epoch's first step, the last
+    epoch's last step's end."""
+    if steps_table is None or steps_table.empty:
+        return []
+    starts = steps_table.groupby("epoch")["start_time_s"].min().sort_index()
+    last = steps_table.sort_values("start_time_s").iloc[-1]
+    return [*starts.iloc[1:].tolist(), float(last["start_time_s"]) + float(last["step_ms"]) / 1000.0]
+
+
+def epoch_growth(ends: list[float]) -> float:
+    """Bytes per epoch where each epoch (the first one's end left out) ends higher than the one before,
+    by `MIN_EPOCH_GROWTH_SHARE` of the first in all; NaN otherwise."""
+    values = np.array([v for v in ends[1:] if v == v], dtype=np.float64)
+    if len(ends) < MIN_GROWTH_EPOCHS or values.size < 2 or not (np.diff(values) > 0).all():
+        return math.nan
+    if values[-1] - values[0] < MIN_EPOCH_GROWTH_SHARE * values[0]:
+        return math.nan
+    return float(values[-1] - values[0]) / (values.size - 1)
+
+
+def sampled_memory(samplers: dict[str, pd.DataFrame], steps_table: pd.DataFrame | None) -> tuple[SampledMemory, ...]:
+    """The process's RSS and each GPU's memory over the run, at each epoch's end, and their growth."""
+    ends = epoch_ends_s(steps_table)
+    found = []
+    for sampler, frame in sorted(samplers.items(), key=lambda item: (item[0] != "host", item[0])):
+        kind = "host" if sampler == "host" else "gpu" if sampler.startswith("gpu") else None
+        if kind is None or TIME_COLUMN not in frame:
+            continue
+        for column, what in SAMPLED_COLUMNS[kind]:
+            if column not in frame or not frame[column].notna().any():
+                continue
+            samples = frame[[TIME_COLUMN, column]].dropna().sort_values(TIME_COLUMN)
+            times, values = samples[TIME_COLUMN].to_numpy(dtype=np.float64), samples[column].to_numpy(dtype=np.float64)
+            at_end = [float(values[i - 1]) if (i := np.searchsorted(times, end, side="right")) > 0 else math.nan
+                      for end in ends]
+            total, least = math.nan, math.nan
+            if kind == "host" and {"mem_used_bytes", "mem_available_bytes"} <= set(frame.columns):
+                machine = (frame["mem_used_bytes"] + frame["mem_available_bytes"]).dropna()
+                total = float(machine.max()) if not machine.empty else math.nan
+                least = float(frame["mem_available_bytes"].min())
+            elif kind == "gpu" and "mem_total_bytes" in frame:
+                total = float(frame["mem_total_bytes"].max())
+            found.append(SampledMemory(sampler, what, column, float(values[0]), float(values[-1]), float(values.max()),
+                                       total, least, tuple(at_end), epoch_growth(at_end)))
+            break
+    return tuple(found)
+
+
+def run_batch_size(run: RunRecord | None) -> float:
+    """This worker's batch size from run.json (NaN: not stated)."""
+    if run is None:
+        return math.nan
+    batch = run.raw.get("per_worker_batch_size") or run.config.get("batch_size")
+    return float(batch) if isinstance(batch, (int, float)) and not isinstance(batch, bool) and batch > 0 else math.nan
+
+
+def memory_report(inputs: RunInputs, steps: pd.DataFrame) -> MemoryReport | None:
+    """The memory of one worker's files: its trace's allocators over `steps`, its samplers over the run;
+    None where neither recorded any."""
+    view = inputs.trace
+    events = view.memory if view is not None else None
+    sampled = sampled_memory(inputs.samplers, inputs.steps_table)
+    if (events is None or events.empty) and not sampled:
+        return None
+    batch = run_batch_size(inputs.run)
+    if events is None or events.empty:
+        empty = pd.DataFrame(columns=TIMELINE_COLUMNS)
+        return MemoryReport((), empty, pd.DataFrame(columns=STEP_COLUMNS), sampled, batch)
+    assert view is not None
+    steps = steps[["step", "start_ns", "end_ns"]] if not steps.empty else pd.DataFrame(
+        columns=["step", "start_ns", "end_ns"])
+    peaks, table, per_step = allocator_report(events, steps, view.window[0], batch, inputs.samplers, inputs.run)
+    return MemoryReport(peaks, table, per_step, sampled, batch)
