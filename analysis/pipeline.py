@@ -31,6 +31,7 @@ from analysis.breakdown.eager import EagerOps, eager_ops
 from analysis.breakdown.epochs import epoch_tables
 from analysis.breakdown.input_parts import mean_input_parts, split_input
 from analysis.breakdown.input_stages import STAGE_COLUMNS, InputStages, input_stages
+from analysis.breakdown.memory import MemoryReport, memory_report
 from analysis.breakdown.ops import OP_COLUMNS, OP_KEYS, op_table
 from analysis.breakdown.spread import spread
 from analysis.breakdown.workers import WORKER_KEYS, worker_row
@@ -94,6 +95,7 @@ class Analysis(Rendered):
     tensorflow: SecondOpinion | None = None  # TensorFlow's own analysis beside the trace, beside devprof's figures
     roofline: dict | None = None  # ceilings, FLOPs per step and MFU from the ops' costs (docs/json.md `roofline`)
     spread: dict | None = None  # the steady steps' median, p90 and slow steps with their cause (docs/json.md `spread`)
+    memory: MemoryReport | None = None  # each allocator's peak, what held it, the batch headroom (docs/json.md `memory`)
 
     @property
     def eager(self) -> EagerOps | None:
@@ -315,7 +317,8 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofli
     mean = {**chosen.mean, **mean_input_parts(chosen.steady), "device_step_ms": devices.busiest_step_ms}
     facts = worker_facts(mean, source, run, machine, trace_facts(view, source.steps, devices.rows, stages.prefetches),
                          devices, stages.slowest, ops, eager_ops(view, chosen.used), epochs.idle_stretch, roof,
-                         *_measured_matrix_ceilings(inputs, peak), traced_steps=len(source.steps))
+                         *_measured_matrix_ceilings(inputs, peak), traced_steps=len(source.steps),
+                         memory=memory_report(inputs, source.steps))
     verdict = rules.make_verdict(mean, facts, steps_used=len(chosen.steady), compile_steps=chosen.compile_steps,
                                  utilization=evidence, min_steps=_min_steps(source))
     verdict["step_basis"] = source.basis
@@ -328,7 +331,7 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofli
         path=source.path, step_source=source.kind, step_name=source.step_name, device=source.device,
         producer=source.producer, host=host, host_files=location.host_files if location is not None else (),
         notes=notes, steps=steps, steps_per_call=source.steps_per_call, mean=mean, steps_used=len(chosen.steady),
-        verdict=verdict, findings=rules.findings(facts), facts=facts, devices=devices.rows,
+        verdict=verdict, findings=rules.findings(facts), facts=facts, devices=devices.rows, memory=facts.memory,
         kernel_launch=devices.kernel_launch, workers=pd.DataFrame(columns=WORKER_KEYS), straggler=None, ops=ops,
         input_stages=stages.table, utilization=machine, utilization_evidence=evidence, epochs=epochs.epochs,
         reconciliation=epochs.reconciliation, samplers=inputs.samplers, epoch_starts_s=epochs.starts_s,

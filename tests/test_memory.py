@@ -187,3 +187,77 @@ def test_the_samplers_memory_over_the_run_and_its_growth_across_epochs():
     assert gpu_memory.what == "GPU memory used" and gpu_memory.total_bytes == 16e9
     assert math.isnan(gpu_memory.growth_bytes_per_epoch)
     assert sampled_memory({}, steps) == ()
+
+
+# ---------------------------------------------------------------- findings
+
+def _facts(trace, *, batch: float = 8, steps: int = 3, sampled=(), producer: str = "devprof"):
+    import dataclasses
+
+    from views import facts_from_mean
+
+    from analysis.breakdown.memory import MemoryReport
+
+    peaks, timeline, per_step = _report(trace, batch=batch, steps=steps)
+    report = MemoryReport(peaks, timeline, per_step, tuple(sampled), batch)
+    return dataclasses.replace(facts_from_mean({"input_pct": 2.0, "compute_pct": 90.0, "host_pct": 8.0}),
+                               memory=report, producer=producer, device="gpu")
+
+
+def _memory_findings(facts) -> dict:
+    from analysis.rules import table as rules
+
+    return {f["rule"]: f for f in rules.findings(facts) if "memory" in f["rule"]}
+
+
+def test_a_peak_well_inside_its_capacity_gives_no_memory_finding(memory_trace):
+    assert _memory_findings(_facts(memory_trace)) == {}
+
+
+@pytest.mark.parametrize("rule, trace_options", [
+    ("memory_near_capacity", dict(capacity=12 * MiB, fragmentation=0.1)),  # 11 MiB of 12: 92 %
+    ("memory_fragmentation", dict(fragmentation=0.4)),  # 69 % of the capacity, 40 % fragmented
+    ("memory_growth", dict(steps=6, extra_step=None, leak_bytes=4096)),
+    ("memory_one_holder", dict(extra_bytes=16 * MiB, capacity=64 * MiB)),  # the Fill: 16 of 24 MiB + 512
+])
+def test_each_memory_finding_fires_alone_on_the_trace_that_shows_it(tmp_path, rule, trace_options):
+    trace = write_memory_trace(tmp_path / "t.xplane.pb", **trace_options)
+    found = _memory_findings(_facts(trace, steps=trace_options.get("steps", 3)))
+    assert list(found) == [rule]
+    finding = found[rule]
+    # they save no step time: no saving is claimed, and none enters the verdict
+    assert finding["saving_ms"] is None and finding["saving_pct"] is None
+    assert finding["evidence"] and finding["advice"]
+
+
+def test_the_memory_findings_state_their_numbers_and_fix_in_the_programs_terms(tmp_path):
+    near = write_memory_trace(tmp_path / "near.xplane.pb", capacity=12 * MiB, fragmentation=0.1)
+    finding = _memory_findings(_facts(near))["memory_near_capacity"]
+    assert finding["severity"] == "critical"
+    assert "GPU_0_bfc peaked at 11.0 MiB of its 12.0 MiB (92 %) at step 1" in finding["evidence"]
+    assert "gradient_tape/conv/Conv2DBackpropInput" in finding["evidence"]
+    # 80 % of 12 MiB less the 7 MiB that do not grow, over 4 MiB + 512 per 8 images: 5 images
+    assert "a batch of 5 (`--batch-size 5`)" in finding["advice"] and "tf.recompute_grad" in finding["advice"]
+    keras = _memory_findings(_facts(near, producer="keras"))["memory_near_capacity"]["advice"]
+    assert "`batch_size=5` in `fit`" in keras and "--batch-size" not in keras
+    leak = write_memory_trace(tmp_path / "leak.xplane.pb", steps=6, extra_step=None, leak_bytes=4096)
+    growth = _memory_findings(_facts(leak, steps=6))["memory_growth"]
+    assert "by 4.0 KiB a step" in growth["evidence"] and "float(loss)" in growth["advice"]
+    holder = write_memory_trace(tmp_path / "holder.xplane.pb", extra_bytes=16 * MiB, capacity=64 * MiB)
+    one = _memory_findings(_facts(holder))["memory_one_holder"]
+    assert one["evidence"].startswith("extra/Fill holds 16.0 MiB of GPU_0_bfc's 24.0 MiB peak (67 %) in [4194304] float")
+    assert "made once outside the step" in one["advice"]  # its tensor does not grow with the batch
+
+
+def test_host_memory_pressure_and_epoch_growth_come_from_the_samplers(memory_trace):
+    from analysis.breakdown.memory import SampledMemory
+    from analysis.rules import table as rules
+
+    tight = SampledMemory("host", "process RSS", "proc_rss_bytes", 1e9, 6e9, 6.5e9, 8e9, 0.4e9, (), math.nan)
+    found = {f["rule"]: f for f in rules.findings(_facts(memory_trace, sampled=[tight]))}
+    assert list(found) == ["host_memory_pressure"]
+    assert "fell to 381.5 MiB of 7.45 GiB (5 %)" in found["host_memory_pressure"]["evidence"]
+    assert ".cache(filename)" in found["host_memory_pressure"]["advice"]
+    roomy = SampledMemory("host", "process RSS", "proc_rss_bytes", 1e9, 1e9, 1e9, 8e9, 2e9, (1e9, 1.2e9, 1.4e9), 0.2e9)
+    found = {f["rule"]: f for f in rules.findings(_facts(memory_trace, sampled=[roomy]))}
+    assert list(found) == ["memory_growth"] and "epoch after epoch" in found["memory_growth"]["evidence"]

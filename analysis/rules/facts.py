@@ -19,6 +19,7 @@ from analysis.breakdown.devices import DeviceTable
 from analysis.breakdown.eager import EagerOps
 from analysis.breakdown.idle import IdleStretch
 from analysis.breakdown.input_stages import SlowestStage, stage_kinds
+from analysis.breakdown.memory import MemoryReport
 from analysis.breakdown.ops import eigen_dense_pct
 from analysis.breakdown.roofline import BelowRoofline, below_roofline
 from analysis.read.run_files import RunRecord
@@ -72,6 +73,7 @@ class Facts:
     eager: EagerOps | None = None  # ops executed eagerly in the steady steps (None: none, or no trace)
     idle_stretch: IdleStretch | None = None  # the longest stretch outside steps where the process sat idle
     below_roofline: tuple[BelowRoofline, ...] = ()  # ops holding much of the step far under their ceiling
+    memory: MemoryReport | None = None  # the allocators' peaks and the sampled memory (None: not recorded)
     # What the savings need beyond shares (NaN, (): unknown): the mean step (per call), how many steps
     # the window traced, the host's kernel-launch time per call (the floor host overhead cannot go
     # below), the matrix ops' share of the step and the measured matrix ceilings per dtype.
@@ -216,7 +218,8 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, de
                input_copy_pct=None, input_wait_ms=None, eager: EagerOps | None = None,
                idle_stretch: IdleStretch | None = None, below_roofline: tuple[BelowRoofline, ...] = (),
                step_ms=None, traced_steps=0, launch_ms=None, matrix_pct=None, matrix_ceilings=None,
-               ceilings_source: str | None = None, mfu_scope: str | None = None) -> Facts:
+               ceilings_source: str | None = None, mfu_scope: str | None = None,
+               memory: MemoryReport | None = None) -> Facts:
     """The rules' view of one breakdown. Numbers may be missing (None, NaN: unknown); compute
     defaults to what input and host leave; `trace` holds what a trace shows (its `prefetches`
     wins over `prefetches`)."""
@@ -266,6 +269,7 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, de
         matrix_ceilings=_measured_rates(matrix_ceilings),
         ceilings_source=ceilings_source,
         mfu_scope=mfu_scope or "the epoch runs",
+        memory=memory,
     )
 
 
@@ -298,7 +302,8 @@ def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | No
                  trace: TraceFacts, devices: DeviceTable, stage: SlowestStage | None, ops: pd.DataFrame,
                  eager: EagerOps | None = None, idle_stretch: IdleStretch | None = None,
                  roofline: dict | None = None, measured: dict[str, float] | None = None,
-                 measured_source: str | None = None, traced_steps: int = 0) -> Facts:
+                 measured_source: str | None = None, traced_steps: int = 0,
+                 memory: MemoryReport | None = None) -> Facts:
     """The facts of one worker's analysis: its steady mean, its run's settings, its utilization
     headline, what its trace shows and where its process sat idle."""
     config = run.config if run is not None else {}
@@ -323,4 +328,5 @@ def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | No
         launch_ms=(devices.kernel_launch or {}).get("ms_per_step", math.nan),  # per row of steps: per call
         matrix_pct=matrix_share_pct(ops, _float(mean.get("compute_pct"))),
         matrix_ceilings=measured, ceilings_source=measured_source,
-        mfu_scope=f"the costed ops ({(roofline or {}).get('achieved_over') or 'some of op time'}) run")
+        mfu_scope=f"the costed ops ({(roofline or {}).get('achieved_over') or 'some of op time'}) run",
+        memory=memory)

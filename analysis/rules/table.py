@@ -25,6 +25,7 @@ import pandas as pd
 from analysis.breakdown.idle import IDLE_CPU_PCT, MIN_IDLE_S
 from analysis.breakdown.input_stages import STAGE_FAMILIES, SlowestStage, has_stage
 from analysis.breakdown.roofline import BELOW_ROOFLINE_MIN_SHARE, BELOW_ROOFLINE_PCT, BelowRoofline
+from analysis.rules import memory as memory_rules
 from analysis.rules import programs as program_facts
 from analysis.rules import savings
 from analysis.rules.devices import facts_for
@@ -678,6 +679,26 @@ RULES: list[Rule] = [
          lambda f: "leave headroom: a smaller --batch-size or mixed precision",
          severity="critical", finding=True,
          description=f"device memory peak within {100 * (1 - MEMORY_NEAR_LIMIT):.0f} % of the device's limit"),
+    # The allocators' own events (trace) and the samplers' memory; none saves step time (saving_ms null).
+    Rule("memory_near_capacity", "compute", lambda f: memory_rules.near_capacity(f) is not None,
+         memory_rules.near_capacity_headline, memory_rules.near_capacity_fix, severity="critical", finding=True,
+         description=f"an allocator's peak bytes in use >= {100 * memory_rules.NEAR_CAPACITY_SHARE:.0f} % of the "
+                     "capacity it states (or the device's memory)"),
+    Rule("memory_fragmentation", "compute", lambda f: memory_rules.fragmented(f) is not None,
+         memory_rules.fragmentation_headline, memory_rules.fragmentation_fix, finding=True,
+         description=f"an allocator >= {100 * memory_rules.FRAGMENTED:.0f} % fragmented at a peak holding >= "
+                     f"{100 * memory_rules.FRAGMENTATION_FULL_SHARE:.0f} % of its capacity"),
+    Rule("memory_growth", "host", lambda f: memory_rules.growing(f) is not None,
+         memory_rules.growth_headline, memory_rules.growth_fix, finding=True,
+         description="bytes held at step end growing step after step (trace), or the sampled memory at epoch end "
+                     "growing epoch after epoch"),
+    Rule("memory_one_holder", "compute", lambda f: memory_rules.one_holder(f) is not None,
+         memory_rules.one_holder_headline, memory_rules.one_holder_fix, severity="info", finding=True,
+         description=f"one op's tensors hold >= {100 * memory_rules.ONE_HOLDER_SHARE:.0f} % of an allocator's peak"),
+    Rule("host_memory_pressure", "host", lambda f: memory_rules.host_pressure(f) is not None,
+         memory_rules.host_pressure_headline, memory_rules.host_pressure_fix, finding=True,
+         description=f"the machine's available memory under {100 * memory_rules.LOW_AVAILABLE_SHARE:.0f} % of it "
+                     "(host sampler)"),
 ]
 RULES_BY_ID = {rule.id: rule for rule in RULES}
 

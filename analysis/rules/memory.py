@@ -1,0 +1,204 @@
+"""The memory findings' conditions, evidence and fixes (their entries are in `rules/table.py`).
+
+Each reads `Facts.memory` (`breakdown/memory.py`): the allocators' peaks from the trace and the
+sampled memory of the run. An allocator or sampler that recorded nothing keeps its rule silent.
+None saves step time: they are about fitting in memory, not speed.
+"""
+
+from __future__ import annotations
+
+import math
+
+from analysis.breakdown.memory import AllocatorPeak, SampledMemory, first_dimension
+from analysis.rules.facts import Facts
+
+NEAR_CAPACITY_SHARE = 0.90  # a peak within 10 % of the capacity: one larger batch from an out-of-memory error
+FRAGMENTED = 0.30  # the allocator's fragmentation at the peak (1 - largest free chunk / free bytes)
+FRAGMENTATION_FULL_SHARE = 0.50  # ... where the peak holds at least half the capacity: the pieces matter
+ONE_HOLDER_SHARE = 0.50  # one op's tensors hold at least half of the peak
+ONE_HOLDER_MIN_BYTES = 2**20  # of a peak of at least this much (a pinned pool of a few KiB is no story)
+LOW_AVAILABLE_SHARE = 0.10  # the machine's available memory under 10 % of it
+
+
+def _gib(value: float) -> str:
+    if value >= 2**30:
+        return f"{value / 2**30:.2f} GiB"
+    return f"{value / 2**20:.1f} MiB" if value >= 2**20 else f"{value / 2**10:.1f} KiB"
+
+
+def _allocators(facts: Facts) -> tuple[AllocatorPeak, ...]:
+    return facts.memory.allocators if facts.memory is not None else ()
+
+
+def _sampled(facts: Facts) -> tuple[SampledMemory, ...]:
+    return facts.memory.sampled if facts.memory is not None else ()
+
+
+def _at(peak: AllocatorPeak) -> str:
+    step = f"step {peak.peak_step}" if peak.peak_step is not None else "between steps"
+    return f"{step}, {peak.peak_time_ms:.1f} ms into the window" + (f", in {peak.peak_op}" if peak.peak_op else "")
+
+
+# -- memory_near_capacity
+
+def near_capacity(facts: Facts) -> AllocatorPeak | None:
+    return next((p for p in _allocators(facts) if p.capacity_share >= NEAR_CAPACITY_SHARE), None)
+
+
+def near_capacity_headline(facts: Facts) -> str:
+    peak = near_capacity(facts)
+    assert peak is not None
+    return (f"{peak.name} peaked at {_gib(peak.peak_bytes)} of its {_gib(peak.capacity_bytes)} "
+            f"({100 * peak.capacity_share:.0f} %) at {_at(peak)}: a slightly larger batch or model runs out of memory.")
+
+
+def _batch_words(facts: Facts, batch: str) -> str:
+    return {"devprof": f"`--batch-size {batch}`", "keras": f"`batch_size={batch}` in `fit` (or `.batch({batch})` on "
+                                                           "its dataset)",
+            "tensorflow": f"`.batch({batch})` in the tf.data pipeline", "jax": f"a batch of {batch}"}.get(
+        facts.producer, f"a batch of {batch}")
+
+
+def _recompute(facts: Facts) -> str:
+    if facts.producer == "jax":
+        return "recompute activations in the backward pass (`jax.checkpoint` on the large blocks)"
+    return "recompute activations in the backward pass (`tf.recompute_grad` on the large blocks)"
+
+
+def _precision(facts: Facts) -> str:
+    if facts.producer == "devprof":
+        return "`--precision mixed_float16` (`mixed_bfloat16` on TPUs and CPUs with bfloat16 units)"
+    if facts.producer == "jax":
+        return "bfloat16 activations"
+    return "`keras.mixed_precision.set_global_policy(\"mixed_float16\")`"
+
+
+SAFE_SHARE = 0.80  # the batch advised keeps the peak at this share of the capacity
+
+
+def near_capacity_fix(facts: Facts) -> str:
+    peak = near_capacity(facts)
+    assert peak is not None
+    batch = facts.memory.batch_size if facts.memory is not None else math.nan
+    smaller = "a smaller batch"
+    if peak.batch_bytes > 0 and batch == batch:
+        safe = math.floor(batch * (SAFE_SHARE * peak.capacity_bytes - peak.fixed_bytes) / peak.batch_bytes)
+        if 1 <= safe < batch:
+            smaller = f"a batch of {safe} ({_batch_words(facts, str(safe))}) keeps the peak near {100 * SAFE_SHARE:.0f} %"
+    return (f"leave headroom: {smaller}, mixed precision to halve the activations ({_precision(facts)}), or "
+            f"{_recompute(facts)}")
+
+
+# -- memory_fragmentation
+
+def fragmented(facts: Facts) -> AllocatorPeak | None:
+    return next((p for p in _allocators(facts) if p.fragmentation >= FRAGMENTED
+                 and p.capacity_share >= FRAGMENTATION_FULL_SHARE), None)
+
+
+def fragmentation_headline(facts: Facts) -> str:
+    peak = fragmented(facts)
+    assert peak is not None
+    free = peak.capacity_bytes - peak.peak_bytes
+    return (f"{peak.name} was {100 * peak.fragmentation:.0f} % fragmented at its peak ({_gib(peak.peak_bytes)} of "
+            f"{_gib(peak.capacity_bytes)}): of its {_gib(free)} free, only about {_gib(free * (1 - peak.fragmentation))}"
+            " is one piece, so a large tensor can fail to allocate although the total is free.")
+
+
+def fragmentation_fix(facts: Facts) -> str:
+    peak = fragmented(facts)
+    gpu = peak is not None and peak.name.startswith("GPU_")
+    shapes = ("keep tensor shapes the same from step to step (`drop_remainder=True` in `.batch`, padded "
+              "sequence lengths), so freed blocks fit the next step's tensors")
+    if gpu:
+        return (f"{shapes}; on a GPU, set `TF_GPU_ALLOCATOR=cuda_malloc_async` before TensorFlow starts (CUDA's "
+                "stream-ordered allocator returns freed memory to one pool)")
+    return shapes
+
+
+# -- memory_growth
+
+def growing(facts: Facts) -> tuple[str, float, str] | None:
+    """(what grows, bytes per unit, the unit) for the first allocator or sampler that grows."""
+    for peak in _allocators(facts):
+        if peak.growth_bytes_per_step == peak.growth_bytes_per_step:
+            return f"{peak.name}'s bytes held at the end of each step", peak.growth_bytes_per_step, "step"
+    for sampled in _sampled(facts):
+        if sampled.growth_bytes_per_epoch == sampled.growth_bytes_per_epoch:
+            return (f"The {sampled.what} ({sampled.sampler}) at the end of each epoch", sampled.growth_bytes_per_epoch,
+                    "epoch")
+    return None
+
+
+def growth_headline(facts: Facts) -> str:
+    found = growing(facts)
+    assert found is not None
+    what, per, unit = found
+    return (f"{what[0].upper()}{what[1:]} grow{'s' if unit == 'epoch' else ''} {unit} after {unit}, by {_gib(per)} a "
+            f"{unit}: something keeps tensors or objects from every {unit} (a leak candidate).")
+
+
+def growth_fix(facts: Facts) -> str:
+    if facts.producer == "jax":
+        return ("keep no arrays from one step to the next: append `float(loss)` (or `jax.device_get` every N steps), "
+                "not the device arrays, to Python lists")
+    keras = " and no callback that stores every batch's outputs" if facts.producer == "keras" else ""
+    return ("keep no tensors from one step to the next: append `float(loss)` or update a `keras.metrics.Mean`, "
+            f"not the loss or output tensors, to Python lists{keras}; create tensors and variables once, "
+            "outside the step")
+
+
+# -- memory_one_holder
+
+def one_holder(facts: Facts) -> tuple[AllocatorPeak, str, int] | None:
+    """(the allocator, the op, its bytes) where one op's live tensors hold most of a peak."""
+    for peak in _allocators(facts):
+        if peak.by_op and peak.peak_bytes >= ONE_HOLDER_MIN_BYTES and \
+                peak.by_op[0][1] >= ONE_HOLDER_SHARE * peak.peak_bytes:
+            return peak, peak.by_op[0][0], peak.by_op[0][1]
+    return None
+
+
+def one_holder_headline(facts: Facts) -> str:
+    found = one_holder(facts)
+    assert found is not None
+    peak, op, held = found
+    tensors = [live for live in peak.top_at_peak if live.op == op]
+    shapes = ", ".join(f"{live.shape} {live.dtype}" for live in tensors[:2] if live.shape)
+    return (f"{op} holds {_gib(held)} of {peak.name}'s {_gib(peak.peak_bytes)} peak "
+            f"({100 * held / peak.peak_bytes:.0f} %)" + (f" in {shapes}" if shapes else "") + ".")
+
+
+def one_holder_fix(facts: Facts) -> str:
+    found = one_holder(facts)
+    assert found is not None
+    peak, op, _ = found
+    batch = facts.memory.batch_size if facts.memory is not None else math.nan
+    scaled = any(live.op == op and live.shape and first_dimension(live.shape) == batch for live in peak.top_at_peak)
+    if scaled:
+        return (f"{op}'s tensors grow with the batch: a smaller batch ({_batch_words(facts, 'N')}) or "
+                f"{_recompute(facts)} shrinks them; mixed precision halves them ({_precision(facts)})")
+    return (f"look at {op}: a tensor of fixed size made in every step (a `tf.fill`, `tf.zeros` or a lookup table) can "
+            "be made once outside the step, smaller, or in a lower precision")
+
+
+# -- host_memory_pressure
+
+def host_pressure(facts: Facts) -> SampledMemory | None:
+    return next((s for s in _sampled(facts) if s.sampler == "host" and s.total_bytes > 0
+                 and s.min_available_bytes < LOW_AVAILABLE_SHARE * s.total_bytes), None)
+
+
+def host_pressure_headline(facts: Facts) -> str:
+    host = host_pressure(facts)
+    assert host is not None
+    return (f"The machine's available memory fell to {_gib(host.min_available_bytes)} of {_gib(host.total_bytes)} "
+            f"({100 * host.min_available_bytes / host.total_bytes:.0f} %) while the training process's RSS peaked at "
+            f"{_gib(host.peak_bytes)}: the system swaps or kills processes.")
+
+
+def host_pressure_fix(facts: Facts) -> str:
+    if facts.producer == "jax":
+        return "hold less on the host: load the data set in pieces instead of whole, and fewer batches prefetched"
+    return ("hold less on the host: `.cache(filename)` on disk instead of `.cache()` in memory, a smaller `.shuffle()` "
+            "buffer, fewer prefetched batches and parallel calls in the tf.data pipeline; or a machine with more memory")
