@@ -413,6 +413,15 @@ def _run_notes(run: RunRecord | None) -> tuple[str, ...]:
                 "the figures cover the steps written before it",)
     if run is not None and run.status == "running":
         return ("the run is still running (run.json status 'running'): the figures cover the steps written so far",)
+    if run is not None and run.status == "failed":
+        error = run.raw.get("error")
+        why = f": {' '.join(error.split())[:300]}" if isinstance(error, str) and error.strip() else ""
+        return (f"the run failed (run.json status 'failed'){why}; the figures cover the steps written before it",)
+    if run is not None and run.status == "interrupted":
+        by = run.raw.get("interrupted_by")
+        how = f" by {by}" if isinstance(by, str) and by.isidentifier() else ""
+        return (f"the run was interrupted{how} (run.json status 'interrupted'); the figures cover the steps "
+                "written before it",)
     return ()
 
 

@@ -163,35 +163,57 @@ class ProfileWindow:
         self.written = True
 
     def _trace_failed(self, exc: Exception) -> None:
-        """The trace could not be written: a warning, and run.json says the trace is incomplete.
+        """The trace could not be written: a warning, never the run's failure; run.json says the
+        trace is incomplete and why (`trace_error`).
 
         A part-written file is renamed `*.xplane.pb.partial`, so that readers of the run (which
-        look for `*.xplane.pb`) do not trip over it. A full disk also fails the run, as it would
-        at the next write of steps.csv: `WriteError`, after the warning is recorded.
+        look for `*.xplane.pb`) do not trip over it. On a full disk it is deleted instead: no
+        reader can use half a trace, and steps.csv and run.json need the space it took.
         """
         from profiler import rundir
 
         self.notes["trace_complete"] = False
-        partial = self._set_aside_partial_trace()
-        if partial:
-            self.notes["partial_trace"] = partial
-        self._warn(f"profiler failed to write its trace ({_reason(exc)})"
-                   + (f"; the part written is kept as {partial}" if partial else ""))
+        self.notes["trace_error"] = _reason(exc)
         if rundir.is_disk_full(exc):
-            raise rundir.WriteError(f"cannot write the profiler trace in {self.logdir}: {_reason(exc)}") from exc
+            freed = self._remove_partial_trace()
+            kept = f"; the part written ({freed:,} bytes) is deleted to leave the space to training" if freed else ""
+        else:
+            partial = self._set_aside_partial_trace()
+            if partial:
+                self.notes["partial_trace"] = partial
+            kept = f"; the part written is kept as {partial}" if partial else ""
+        self._warn(f"profiler failed to write its trace ({_reason(exc)}){kept}; training goes on without a trace")
 
-    def _set_aside_partial_trace(self) -> str | None:
-        started = self.started_at_s
+    def _partial_traces(self):
+        """This session's `*.xplane.pb` files (older sessions' traces are whole)."""
         for path in Path(self.logdir).glob("plugins/profile/*/*.xplane.pb"):
             try:
-                if path.stat().st_mtime + 1.0 < started:
-                    continue  # an older session's trace, whole
+                if path.stat().st_mtime + 1.0 >= self.started_at_s:
+                    yield path
+            except OSError:
+                continue
+
+    def _set_aside_partial_trace(self) -> str | None:
+        for path in self._partial_traces():
+            try:
                 target = path.with_name(path.name + ".partial")
                 path.rename(target)
                 return str(target.relative_to(self.logdir))
             except OSError:
                 continue
         return None
+
+    def _remove_partial_trace(self) -> int:
+        """Delete this session's part-written trace; the bytes freed."""
+        freed = 0
+        for path in list(self._partial_traces()):
+            try:
+                size = path.stat().st_size
+                path.unlink()
+                freed += size
+            except OSError:
+                continue
+        return freed
 
     def describe(self) -> None:
         """Record the trace's path, size and event count. Reading the trace takes tens of

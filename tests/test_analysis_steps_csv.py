@@ -80,3 +80,33 @@ def test_advice_speaks_the_language_of_the_program_that_recorded_the_run(tmp_pat
     assert result.verdict["bound"] == "host", result.verdict
     text = " ".join(result.verdict["advice"])
     assert wanted in result.verdict["advice"][0] and foreign not in text, text
+
+
+@pytest.mark.parametrize("status, profiler, said, unsaid", [
+    # The trace could not be written (a full disk): the reason, and how the run ended; no hint to trace it.
+    ({"status": "failed", "error": "WriteError: cannot write run/steps.csv: [Errno 28] No space left on device"},
+     {"enabled": True, "window": [1, 6], "trace_complete": False,
+      "trace_error": "ResourceExhaustedError: run/vm.xplane.pb; No space left on device"},
+     ["the profiler window ran but its trace could not be written (ResourceExhaustedError: run/vm.xplane.pb; "
+      "No space left on device)",
+      "the run failed (run.json status 'failed'): WriteError: cannot write run/steps.csv: [Errno 28] No space"],
+     "run with the profiler window"),
+    # A run recorded before `trace_error`: its warning says why, and the part set aside is named.
+    ({"status": "complete"},
+     {"enabled": True, "trace_complete": False, "partial_trace": "plugins/profile/s/vm.xplane.pb.partial",
+      "warnings": ["profiler failed to write its trace (OSError: File too large)"]},
+     ["the profiler window ran but left no readable trace (profiler failed to write its trace (OSError: File too "
+      "large)); the part written is set aside as plugins/profile/s/vm.xplane.pb.partial"],
+     "run with the profiler window"),
+    ({"status": "interrupted", "interrupted_by": "SIGTERM"}, {"enabled": False},
+     ["run with the profiler window", "the run was interrupted by SIGTERM (run.json status 'interrupted')"],
+     "could not be written"),
+])
+def test_a_run_without_a_trace_says_why_and_how_it_ended(tmp_path, status, profiler, said, unsaid):
+    import analysis
+
+    run = make_run(tmp_path, input_ms=1.0, call_ms=10.0, other_ms=1.0)
+    meta = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**meta, **status, "profiler": profiler}))
+    notes = " ".join(analysis.analyze(run).notes)
+    assert all(part in notes for part in said) and unsaid not in notes, notes

@@ -396,6 +396,10 @@ class RunRecord:
         return section(self.raw, "model")
 
     @property
+    def profiler(self) -> dict:
+        return section(self.raw, "profiler")
+
+    @property
     def peak(self) -> dict | None:
         return self.raw.get("peak")
 

@@ -53,21 +53,47 @@ def find_steps(inputs: RunInputs, step_name: str | None = None) -> StepSource:
         return replace(source, producer=recording_program(inputs.run, inputs.trace.producer)) \
             if inputs.run_dir is not None else source
     note = STEPS_CSV_COMPUTE_NOTE
+    unwritten = trace_write_failure(inputs.run)
     if inputs.trace_error is not None:
         note = (f"the profiler trace is truncated or corrupt ({inputs.trace_error}); breakdown from steps.csv, "
                 "where compute is the time in the step call")
+    elif unwritten is not None:
+        note = f"{unwritten}; breakdown from steps.csv, where compute is the time in the step call"
     if inputs.steps_table is None or inputs.steps_table.empty:
         status = inputs.run.status if inputs.run is not None else None
         lost = inputs.run.ended_unrecorded if inputs.run is not None else None
         what = f"no steps (the run ended without recording its end: {lost})" if lost else \
             "no steps yet (the run is still running)" if status == "running" else \
             f"no steps (no usable rows; run.json status {status!r})" if status else "no steps (no usable rows)"
+        none = f"no profiler trace ({unwritten})" if unwritten else "no profiler trace"
         if inputs.steps_table is None:
-            raise TraceError(f"{inputs.run_dir} has no profiler trace and no steps.csv")
-        raise TraceError(f"{inputs.run_dir} has no profiler trace and steps.csv has {what}")
+            raise TraceError(f"{inputs.run_dir} has {none} and no steps.csv")
+        raise TraceError(f"{inputs.run_dir} has {none} and steps.csv has {what}")
     device = str((inputs.run.device if inputs.run is not None else {}).get("kind") or "unknown")
     return StepSource("steps_csv", "steps.csv", device, steps_from_csv(inputs.steps_table), inputs.source, (note,),
                       producer=recording_program(inputs.run, "unknown"))
+
+
+def trace_write_failure(run) -> str | None:
+    """What run.json says of a profiler window whose trace could not be written (a full disk), or
+    None: such a run had its window, and the reason is what to show, not a hint to trace it."""
+    profiler = run.profiler if run is not None else {}
+    error = profiler.get("trace_error")
+    partial = profiler.get("partial_trace")
+    if not error and not partial and profiler.get("trace_complete") is not False:
+        return None
+    kept = f"; the part written is set aside as {partial}" if isinstance(partial, str) and partial else ""
+    if isinstance(error, str) and error:
+        return f"the profiler window ran but its trace could not be written ({_one_line(error)}){kept}"
+    # Runs recorded before `trace_error`, or a trace that vanished: the profiler's warning says why.
+    said = next((w for w in profiler.get("warnings") or () if isinstance(w, str) and "trace" in w), None)
+    return f"the profiler window ran but left no readable trace ({_one_line(said or 'run.json does not say why')}){kept}"
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    """run.json's words, as one line of bounded length (the file may come from anywhere)."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def recording_program(run, trace_producer: str) -> str:
