@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import signal
 import time
 from dataclasses import asdict
@@ -71,10 +72,7 @@ class Run(Session):
         except data_mod.DataError as exc:
             raise UsageError(str(exc)) from None
         if arrays is not None and cfg.train.batch_size > len(arrays.x_train):
-            raise UsageError(f"--batch-size {cfg.train.batch_size:,} is more than the {len(arrays.x_train):,} training "
-                             f"images: every step would be one short batch of all of them (use --batch-size "
-                             f"{len(arrays.x_train)} or fewer"
-                             f"{', or a larger --limit-images' if cfg.limit_images is not None else ''})")
+            self._short_batch(len(arrays.x_train), example_bytes(arrays.x_train))
         if cluster is not None:
             self.path = self.job_dir / cluster.name
         else:
@@ -89,6 +87,21 @@ class Run(Session):
         if slow:
             self.console.warn(f"warning: {slow}")
         return resolved, arrays
+
+    def _short_batch(self, images: int, per_example: int) -> None:
+        """A batch beyond the training images: each epoch is one short batch of all of them, as Keras
+        and tf.data run it, with a notice. Refused where it cannot run: several workers train on full
+        batches only, and a batch that size could not be allocated here (a mistyped size)."""
+        cfg = self.config
+        batch = cfg.train.batch_size
+        why = ("several workers train on full batches only" if cfg.cluster is not None
+               else batch_memory_problem(batch, per_example))
+        if why:
+            raise UsageError(f"--batch-size {batch:,} is more than the {images:,} training images, and {why} "
+                             f"(use --batch-size {images} or fewer"
+                             f"{', or a larger --limit-images' if cfg.limit_images is not None else ''})")
+        self.console.notice(f"notice: --batch-size {batch:,} is more than the {images:,} training images: each "
+                            f"epoch is one short batch of {images:,}")
 
     def _prepare_user_model(self):
         """--model (and --dataset, --loss): load the user's functions, build the model once to
@@ -114,6 +127,9 @@ class Run(Session):
                     arrays = data_mod.load("cifar10", cfg.data_dir, cfg.limit_images, cfg.train.seed,
                                            notice=self.console.notice, limit_test_images=cfg.limit_test_images)
                 else:
+                    too_big = batch_memory_problem(cfg.train.batch_size, 4 * math.prod(um.shapes(model)[0]))
+                    if too_big and not cfg.limit_images:  # before making a full batch of synthetic examples
+                        raise UsageError(f"--batch-size {cfg.train.batch_size:,}: {too_big}")
                     train = cfg.limit_images or um.default_images(model, cfg.train.batch_size)
                     test = cfg.limit_test_images or max(1, min(cfg.train.validation_images, train // 5))
                     arrays = um.synthetic_arrays(model, classification, train, test, cfg.train.seed)
@@ -342,6 +358,22 @@ class Run(Session):
             meta["injected"] = {"input_delay_ms": train.inject_input_delay_ms,
                                 "host_delay_ms": train.inject_host_delay_ms}
         return meta
+
+
+def example_bytes(x) -> int:
+    """Bytes of one example as the pipeline gives it (float32)."""
+    return 4 * max(1, math.prod(x.shape[1:]))
+
+
+def batch_memory_problem(batch_size: int, per_example: int) -> str | None:
+    """Why a full batch of `batch_size` examples could not be allocated in this machine's memory, or None."""
+    import psutil
+
+    need, memory = batch_size * per_example, psutil.virtual_memory().total
+    if need <= memory:
+        return None
+    return (f"a full batch of that size needs {need / 2**30:,.0f} GiB as float32, more than this machine's "
+            f"{memory / 2**30:,.0f} GiB of memory")
 
 
 def _shape(value):

@@ -24,7 +24,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     g.add_argument("--data", choices=["auto", "cifar10", "synthetic"], default="auto",
                    help="auto: local CIFAR-10 if found, else synthetic")
     g.add_argument("--data-dir", default=None, help="folder holding CIFAR-10 (python or binary version)")
-    g.add_argument("--limit-images", type=int, default=None, help="train on the first N images")
+    g.add_argument("--limit-images", type=int, default=None,
+                   help="train on the first N images (fewer than --batch-size: one short batch of N per epoch)")
     g.add_argument("--limit-test-images", type=int, default=None, metavar="N",
                    help="validate and test on the first N test images (default: all; validation uses at most 1,000)")
     g.add_argument("--model", default=None, metavar="MODULE:FUNCTION",
