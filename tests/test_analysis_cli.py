@@ -90,7 +90,13 @@ def test_json_contract(capsys):
     assert set(result) == {"schema_version", "source", "step_source", "step_name", "device", "notes", "steps", "mean",
                            "steps_used", "verdict", "utilization", "findings", "devices", "kernel_launch", "workers",
                            "straggler", "straggler_reason", "ops", "input_stages", "input_bottleneck", "eager",
-                           "slowest_workers", "worker_distribution", "roofline", "spread"}
+                           "slowest_workers", "worker_distribution", "roofline", "spread", "memory"}
+    # the allocators' events of the CPU run (mklcpu): the keys docs/json.md names
+    assert set(result["memory"]) == {"allocators", "batch_size", "samplers"}
+    for allocator in result["memory"]["allocators"]:
+        assert {"name", "peak_bytes", "peak_step", "peak_op", "capacity_bytes", "fragmentation", "batch_bytes",
+                "fixed_bytes", "max_batch", "top_at_peak"} <= set(allocator)
+        assert all(set(live) == {"op", "shape", "dtype", "region", "bytes", "count"} for live in allocator["top_at_peak"])
     assert result["eager"] is None and result["slowest_workers"] == [] and result["worker_distribution"] is None
     assert {"op", "type", "device", "count_per_step", "ms_per_step", "compute_pct", "program_id", "executions_per_step",
             "kernel", "program", "dtype", "kind", "flops_per_step", "bytes_per_step", "flops_per_second",

@@ -261,3 +261,77 @@ def test_host_memory_pressure_and_epoch_growth_come_from_the_samplers(memory_tra
     roomy = SampledMemory("host", "process RSS", "proc_rss_bytes", 1e9, 1e9, 1e9, 8e9, 2e9, (1e9, 1.2e9, 1.4e9), 0.2e9)
     found = {f["rule"]: f for f in rules.findings(_facts(memory_trace, sampled=[roomy]))}
     assert list(found) == ["memory_growth"] and "epoch after epoch" in found["memory_growth"]["evidence"]
+
+
+# ---------------------------------------------------------------- outputs
+
+def _run_dir(root):
+    """A run directory around the memory trace: batch 8, three epochs of steps, a host sampler whose
+    machine runs low on memory in the last epoch."""
+    import json
+
+    import pandas as pd
+
+    run = root / "run"
+    trace = write_memory_trace(run / "plugins" / "profile" / "s" / "memory-host.xplane.pb")
+    (run / "run.json").write_text(json.dumps({
+        "status": "complete", "config": {"batch_size": 8, "precision": "float32"},
+        "device": {"kind": "gpu", "name": "Test GPU", "gpus": [{"name": "Test GPU", "memory_bytes": 16 * MiB}]},
+        "steps_per_epoch": 4, "epochs": [{"epoch": e, "seconds": 4.0, "images": 32} for e in (1, 2, 3)]}))
+    rows = [f"{e},{e * 4 + k},1,{1_700_000_000 + e * 4 + k:.6f},1.0,8.0,1.0,10.0,8" for e in range(3) for k in range(4)]
+    (run / "steps.csv").write_text("epoch,step,steps,start_time_s,input_ms,call_ms,other_host_ms,step_ms,images\n"
+                                   + "\n".join(rows) + "\n")
+    (run / "utilization").mkdir()
+    times = 1_700_000_000 + np.arange(0.0, 12.0, 0.5)
+    pd.DataFrame({"time_s": times, "cpu_pct": 50.0, "proc_cpu_pct": 100.0, "proc_rss_bytes": 2e9,
+                  "mem_used_bytes": 7.5e9, "mem_available_bytes": np.where(times > times[0] + 9, 0.3e9, 3e9)}).to_csv(
+        run / "utilization" / "host.csv", index=False)
+    return run, trace
+
+
+def test_analyze_reports_the_memory_in_json_csv_text_and_html(tmp_path, capsys):
+    import json
+
+    import pandas as pd
+
+    from analysis import analyze
+    from profiler.cli import main
+
+    run, trace = _run_dir(tmp_path)
+    result = analyze(run)
+    assert result.memory is not None and result.memory.batch_size == 8
+    document = result.to_json()["memory"]
+    gpu = document["allocators"][0]
+    assert {key: gpu[key] for key in ("name", "peak_bytes", "peak_step", "peak_op", "capacity_bytes",
+                                      "fragmentation", "batch_bytes", "fixed_bytes", "max_batch")} == {
+        "name": GPU, "peak_bytes": 11 * MiB + 512, "peak_step": 1, "peak_op": "gradient_tape/conv/Conv2DBackpropInput",
+        "capacity_bytes": 16 * MiB, "fragmentation": 0.25, "batch_bytes": 4 * MiB + 512, "fixed_bytes": 7 * MiB,
+        "max_batch": 15}
+    assert gpu["top_at_peak"][0] == {"op": None, "shape": None, "dtype": None, "region": "before the window",
+                                     "bytes": 4 * MiB, "count": None}
+    assert gpu["top_at_peak"][1]["op"] == "extra/Fill" and [s["end_bytes"] for s in gpu["steps"]] == [4 * MiB] * 3
+    assert document["samplers"][0]["min_available_bytes"] == 0.3e9
+    assert [f["rule"] for f in result.findings if f["rule"] == "host_memory_pressure"] == ["host_memory_pressure"]
+    json.dumps(result.to_json())  # plain JSON
+    assert main(["analyze", str(run)]) == 0
+    text = capsys.readouterr().out
+    assert "GPU_0_bfc: peak 11.0 MiB of 16.0 MiB (69 %) at step 1 (24.0 ms into the window)" in text
+    assert "headroom: a batch of about 15 fits (today 8)" in text
+    assert "live at the peak: 4.0 MiB allocated before the traced window; 3.0 MiB extra/Fill [786432] float" in text
+    timeline = pd.read_csv(run / "analysis" / "memory.csv")
+    assert len(timeline) == 32 and timeline["bytes_in_use"].max() == 11 * MiB + 512
+    peak_row = timeline.loc[timeline["bytes_in_use"].idxmax()]
+    assert peak_row["step"] == 1 and peak_row["op"] == "gradient_tape/conv/Conv2DBackpropInput"
+    page = (run / "analysis" / "report.html").read_text()
+    assert 'id="memory"' in page and 'aria-label="GPU_0_bfc: bytes in use over the traced window"' in page
+    assert "peak 11 MiB</text>" in page and page.count("<title>step 1: peak 11.0 MiB, 4.0 MiB held at its end") == 1
+    assert "<script" not in page
+
+
+def test_a_trace_without_allocator_events_and_no_samplers_has_no_memory(tmp_path):
+    from trace_fixtures import write_grouped_host_trace
+
+    from analysis import analyze
+
+    result = analyze(write_grouped_host_trace(tmp_path / "t.xplane.pb"))
+    assert result.memory is None and result.to_json()["memory"] is None and "memory (" not in result.render("text")

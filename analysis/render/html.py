@@ -38,6 +38,7 @@ from analysis.render.html_charts import (
     heat_map,
     legend,
     lines,
+    memory_timeline,
     nice_ticks,
     num,
     roofline,
@@ -91,6 +92,8 @@ td.name{overflow-wrap:anywhere;max-width:520px}
 td.path{overflow-wrap:normal}
 tr.straggler td{background:#fdecec;font-weight:600}
 tr:nth-child(even) td{background:#fbfbfb}
+.memrow{display:grid;grid-template-columns:minmax(0,11fr) minmax(0,9fr);gap:0 16px;align-items:start}
+@media (max-width:800px){.memrow{grid-template-columns:1fr}}
 .kv{display:grid;grid-template-columns:repeat(auto-fill,minmax(330px,1fr));gap:0 24px}
 .kv table{width:100%}
 .kv td:first-child{color:#555;white-space:nowrap;width:40%}
@@ -215,6 +218,7 @@ def render_analysis(analysis) -> str:
         _epochs(analysis),
         _devices(analysis),
         _workers(analysis),
+        _memory(analysis),
         _roofline(analysis),
         _ops(analysis),
         _stages(analysis),
@@ -618,6 +622,51 @@ def _worker_heat_map(analysis) -> str:
                             "step time without collective wait, per worker and step")
     return ('<p class="caption">Step time without collective wait, per worker (rows) and step (columns); '
             f"outlined: the straggler and workers scoring {MARK_SCORE:g} or more.</p>" + chart)
+
+
+MEMORY_STEPS_SHOWN = 12  # steps whose peak and held bytes a caption lists; the JSON has every one
+
+
+def _memory(analysis) -> str:
+    """Each allocator's bytes in use over the traced window (steps shaded, the peak marked) beside the
+    table of what was live at the peak; the sampled memory of the run in a line."""
+    memory = analysis.memory
+    if memory is None:
+        return ""
+    out = []
+    if not memory.allocators:
+        out.append(_missing("Allocators: not recorded (the trace holds no MemoryAllocation events)."))
+    for peak in memory.allocators:
+        events = memory.timeline[memory.timeline["allocator"] == peak.name]
+        steps = memory.steps[memory.steps["allocator"] == peak.name]
+        bands = [Band(float(s.start_ms), float(s.end_ms), f"step {s.step}",
+                      f"step {s.step}: peak {tables.size(s.peak_bytes)}, {tables.size(s.end_bytes)} held at its end")
+                 for s in steps.itertuples(index=False)]
+        held = "; ".join(f"{tables.live_name(live)}: {tables.size(live.bytes)}" for live in peak.top_at_peak[:3])
+        chart = memory_timeline(events["time_ms"].to_numpy(dtype=float), events["bytes_in_use"].to_numpy(dtype=float),
+                                bands, (peak.peak_time_ms, float(peak.peak_bytes), f"{tables.peak_sentence(peak)}. {held}"),
+                                f"{peak.name}: bytes in use over the traced window", capacity=peak.capacity_bytes)
+        live = pd.DataFrame([{"op": item.op or "(allocated before the window)",
+                              "tensor": " ".join(part for part in (item.shape, item.dtype) if part)
+                              + (f" x{item.count}" if item.count and item.count > 1 else ""),
+                              "region": item.region if item.op else "", "size": tables.size(item.bytes),
+                              "%": f"{100 * item.bytes / peak.peak_bytes:.1f}"} for item in peak.top_at_peak])
+        ends = ", ".join(f"{tables.size(v)}" for v in steps["end_bytes"].head(MEMORY_STEPS_SHOWN))
+        more = "" if len(steps) <= MEMORY_STEPS_SHOWN else f" (first {MEMORY_STEPS_SHOWN} of {len(steps)})"
+        growth = (f" Held at step end grows {tables.size(peak.growth_bytes_per_step)} a step."
+                  if peak.growth_bytes_per_step == peak.growth_bytes_per_step else "")
+        out.append(f"<h3>{esc(peak.name)}</h3>"
+                   f'<p class="caption">{esc(tables.peak_sentence(peak))}. '
+                   f"{esc(tables.headroom_sentence(peak, memory.batch_size))}.</p>"
+                   f'<div class="memrow"><div>{chart}'
+                   + (f'<p class="caption">Held at each step\'s end{esc(more)}: {esc(ends)}.{esc(growth)}</p>'
+                      if ends else "")
+                   + f"</div><div><p class=\"caption\">Live at the peak, the largest first:</p>"
+                   f"{_table(live, name_columns=('op',), right=('size', '%'))}</div></div>")
+    out += [f'<p class="caption">{esc(line[0].upper() + line[1:])}.</p>' for line in tables.sampled_memory_lines(memory)]
+    return _section("Memory", '<p class="caption">From the allocators\' own events in the trace (every event in '
+                    "memory.csv): bytes in use after each allocation and deallocation, the steps shaded, the peak "
+                    "marked (hover it for what held it).</p>", *out, anchor="memory")
 
 
 # The roofline columns of the op table (analysis/breakdown/roofline.py): four shown in the table, the rest in the

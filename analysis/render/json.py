@@ -106,6 +106,7 @@ def analysis_document(analysis) -> dict:
         "roofline": jsonable(analysis.roofline),
         "spread": jsonable(analysis.spread),
         "utilization": jsonable(dict(analysis.utilization)),
+        "memory": jsonable(analysis.memory.as_dict()) if analysis.memory is not None else None,
     }
     if analysis.epochs is not None:
         result["epochs"] = records(analysis.epochs, ("epoch", "calls", "steps", "images"))

@@ -89,6 +89,10 @@ def render_analysis(analysis, plot_names: list[str] | None = None) -> str:
                 f" The first {MAX_MARKDOWN_EPOCHS} of {len(analysis.epochs)} epochs; every one is in "
                 "epoch_breakdown.csv." if len(analysis.epochs) > MAX_MARKDOWN_EPOCHS else ""), "",
                 markdown_table(tables.epochs_table(analysis).head(MAX_MARKDOWN_EPOCHS)), ""]
+    memory = tables.memory_lines(analysis)
+    if memory:  # indented lines belong to the allocator above them
+        out += ["## Memory", "", *(f"{'  ' if line.startswith('    ') else ''}- {escape(line.strip())}"
+                                   for line in memory[2:]), ""]
     if analysis.reconciliation is not None and not analysis.reconciliation.empty:
         out += ["## Trace vs steps.csv", "", markdown_table(analysis.reconciliation.round(3)), ""]
     for name in plot_names or []:

@@ -35,6 +35,8 @@ def write_outputs(analysis, out_dir: str | Path) -> list[Path]:
         plot_names.append(plots.plot_epoch_breakdown(analysis.epochs, out_dir / "epoch_breakdown.png").name)
     if not analysis.workers.empty:  # every worker, however many; the reports show the slowest
         written.append(write_text_atomically(out_dir / "workers.csv", csv_text(analysis.workers)))
+    if analysis.memory is not None and not analysis.memory.timeline.empty:  # every allocator event of the trace
+        written.append(write_text_atomically(out_dir / "memory.csv", csv_text(analysis.memory.timeline)))
     if analysis.reconciliation is not None:
         written.append(write_text_atomically(out_dir / "trace_vs_steps.csv", csv_text(analysis.reconciliation)))
     if analysis.samplers:

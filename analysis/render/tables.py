@@ -349,3 +349,73 @@ def _pair(a, b) -> str:
     return "-" if pd.isna(a) else f"{a:.0f}/{b:.0f}"
 
 
+
+
+MEMORY_LIVE_SHOWN = 3  # live groups named per allocator in text; the HTML table and the JSON have ten
+
+
+def size(value) -> str:
+    """Bytes in binary units: 266.7 MiB, 4.77 GiB, 10.5 KiB; '-' for none."""
+    if value is None or value != value:
+        return "-"
+    for factor, unit, digits in ((2**40, "TiB", 2), (2**30, "GiB", 2), (2**20, "MiB", 1), (2**10, "KiB", 1)):
+        if abs(value) >= factor:
+            return f"{value / factor:.{digits}f} {unit}"
+    return f"{value:.0f} B"
+
+
+def live_name(live) -> str:
+    """One group of allocations live at a peak, as a line names it."""
+    if live.op is None:
+        return "allocated before the traced window"
+    what = " ".join(part for part in (live.shape, live.dtype) if part)
+    many = f" x{live.count}" if live.count and live.count > 1 else ""
+    return f"{live.op}" + (f" {what}" if what else "") + f" ({live.region}{many})"
+
+
+def peak_sentence(peak) -> str:
+    """An allocator's peak, against its capacity where stated, and where it fell."""
+    share = f" of {size(peak.capacity_bytes)} ({100 * peak.capacity_share:.0f} %)" if peak.capacity_bytes > 0 else ""
+    step = f"step {peak.peak_step}" if peak.peak_step is not None else "between steps"
+    op = f", in {peak.peak_op}" if peak.peak_op else ""
+    frag = f"; fragmentation {100 * peak.fragmentation:.1f} %" if peak.fragmentation == peak.fragmentation else ""
+    return f"peak {size(peak.peak_bytes)}{share} at {step} ({peak.peak_time_ms:.1f} ms into the window){op}{frag}"
+
+
+def headroom_sentence(peak, batch: float) -> str:
+    if peak.max_batch == peak.max_batch:
+        return f"headroom: a batch of about {peak.max_batch:.0f} fits (today {batch:.0f}): {peak.headroom}"
+    return f"headroom: {peak.headroom}"
+
+
+def memory_lines(analysis) -> list[str]:
+    """Each allocator's peak, what held it, its headroom and growth; the sampled memory over the run."""
+    memory = analysis.memory
+    if memory is None:
+        return []
+    out = ["", "memory (the allocators' own events in the traced window; every event in memory.csv):"]
+    if not memory.allocators:
+        out[-1] = "memory:"
+        out.append("  allocators: not recorded (no MemoryAllocation events traced)")
+    for peak in memory.allocators:
+        out.append(f"  {peak.name}: {peak_sentence(peak)}")
+        live = "; ".join(f"{size(item.bytes)} {live_name(item)}" for item in peak.top_at_peak[:MEMORY_LIVE_SHOWN])
+        out.append(f"    live at the peak: {live}")
+        out.append(f"    {headroom_sentence(peak, memory.batch_size)}")
+        if peak.growth_bytes_per_step == peak.growth_bytes_per_step:
+            out.append(f"    held at step end grows {size(peak.growth_bytes_per_step)} a step")
+    out += [f"  {line}" for line in sampled_memory_lines(memory)]
+    return out
+
+
+def sampled_memory_lines(memory) -> list[str]:
+    """Each sampled memory over the run: its peak, at each epoch's end, its growth."""
+    out = []
+    for sampled in memory.sampled:
+        grows = (f", growing {size(sampled.growth_bytes_per_epoch)} an epoch"
+                 if sampled.growth_bytes_per_epoch == sampled.growth_bytes_per_epoch else "")
+        total = f" of {size(sampled.total_bytes)}" if sampled.total_bytes == sampled.total_bytes else ""
+        ends = ", ".join(size(v) for v in sampled.epoch_end_bytes)
+        out.append(f"{sampled.what} ({sampled.sampler}.csv): peak {size(sampled.peak_bytes)}{total}"
+                   + (f"; at each epoch's end {ends}" if ends else "") + grows)
+    return out

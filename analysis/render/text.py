@@ -50,6 +50,7 @@ def render_analysis(analysis) -> str:
             f"trace vs steps.csv on {len(rec)} traced steps: step time differs by "
             f"{rec['step_diff_pct'].abs().mean():.1f} % on average, input by {rec['input_diff_pct'].abs().mean():.1f} % of step time"
         )
+    out += tables.memory_lines(analysis)
     out += ["", f"verdict: {tables.verdict_title(verdict)}", verdict["evidence"], *tables.verdict_saving_lines(verdict)]
     if verdict["advice"]:
         out += ["advice:", *(f"  - {item}" for item in verdict["advice"])]
