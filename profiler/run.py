@@ -313,7 +313,9 @@ class Run(Session):
                 self._profiler_warning(f"profile window {start}:{stop} is never reached: the run has "
                                        f"{total} steps; no trace will be written")
             else:
-                self._open_window(start, min(stop, total), resolved.kind, cfg.train.steps_per_execution)
+                # A call never crosses an epoch: with N > the epoch's steps, each call is one epoch.
+                per_call = min(cfg.train.steps_per_execution, trainer.steps_per_epoch)
+                self._open_window(start, min(stop, total), resolved.kind, per_call)
         self._save()
         trainer.fit()
         if arrays is None:  # the user's dataset: no test set

@@ -11,6 +11,9 @@ from pathlib import Path
 
 DEFAULT_WARMUP_STEPS = 5
 DEFAULT_WINDOW_STEPS = 10
+# A verdict needs 3 steady calls (analysis.rules.table.MIN_STEADY_STEPS); two spare for a call cut
+# by the window's end or traced again.
+MIN_WINDOW_CALLS = 5
 VIEWER_EVENT_LIMIT = 1_000_000  # XProf's trace viewer shows at most this many events per device
 # Events one traced training step of the seed CNN (batch 100) adds, per tracer. Measured with
 # TF 2.21 on 2-core CPUs: host tracer (level 2) about 500 per step on one device, where Adam is
@@ -53,14 +56,29 @@ def parse_window(text: str) -> tuple[int, int]:
     return start, stop
 
 
+def window_calls(steps_per_call: int = 1) -> int:
+    """Calls the default window traces: ten steps' worth, and never fewer than `MIN_WINDOW_CALLS`,
+    so that a run of several steps per call still has the steady calls a verdict needs."""
+    return max(MIN_WINDOW_CALLS, -(-DEFAULT_WINDOW_STEPS // max(1, steps_per_call)))
+
+
 def default_window(steps_per_epoch: int, steps_per_call: int = 1, total_steps: int | None = None) -> tuple[int, int]:
-    """Ten steps after warm-up in the first epoch, clipped for short epochs. When one call runs
-    several steps, the window starts at the second call: the first one compiles, and a window
-    inside it would trace nothing else."""
-    if steps_per_call > 1 and steps_per_call < (total_steps or steps_per_epoch):
-        return steps_per_call, min(steps_per_call + DEFAULT_WINDOW_STEPS, total_steps or steps_per_epoch)
+    """The default window, in whole calls: `window_calls` calls after warm-up (five steps, fewer in a
+    short first epoch), clipped to the run. When one call runs several steps, the window starts at
+    the second call: the first one compiles, and a window inside it would trace nothing else.
+    A call never crosses an epoch: an epoch ends with a shorter call where N does not divide it."""
+    total = total_steps or steps_per_epoch
+    per_call = max(1, min(steps_per_call, steps_per_epoch))
+    if per_call > 1 and per_call < total:
+        wanted = 2 + window_calls(per_call)
+        starts = []
+        for epoch_start in range(0, total, max(1, steps_per_epoch)):
+            starts += range(epoch_start, min(epoch_start + steps_per_epoch, total), per_call)
+            if len(starts) >= wanted:
+                break
+        return starts[1], starts[wanted - 1] if len(starts) >= wanted else total
     warmup = min(DEFAULT_WARMUP_STEPS, max(steps_per_epoch // 4, 1 if steps_per_epoch > 1 else 0))
-    return warmup, min(warmup + DEFAULT_WINDOW_STEPS, steps_per_epoch)
+    return warmup, min(warmup + window_calls(1), steps_per_epoch)
 
 
 def compile_only_window(start: int, stop: int, steps_per_call: int = 1, option: str = "--profile-steps") -> str | None:
@@ -70,7 +88,7 @@ def compile_only_window(start: int, stop: int, steps_per_call: int = 1, option: 
     if start >= steps_per_call or stop > steps_per_call:
         return None
     first = "step 0" if steps_per_call == 1 else f"the first call (steps 0-{steps_per_call - 1})"
-    suggested = f"{steps_per_call}:{steps_per_call * (1 + DEFAULT_WINDOW_STEPS)}"
+    suggested = f"{steps_per_call}:{steps_per_call * (1 + window_calls(steps_per_call))}"
     example = f"{option} {suggested}" if option.startswith("--") else f'{option}="{suggested}"'
     return (f"profile window {start}:{stop} traces only {first}, which traces and compiles the training "
             f"function: its time is not a steady step's; trace the steps after it (e.g. {example})")

@@ -335,3 +335,79 @@ def test_a_trace_without_allocator_events_and_no_samplers_has_no_memory(tmp_path
 
     result = analyze(write_grouped_host_trace(tmp_path / "t.xplane.pb"))
     assert result.memory is None and result.to_json()["memory"] is None and "memory (" not in result.render("text")
+
+
+# ---------------------------------------------------------------- injected truth (TensorFlow)
+
+HELD_BYTES = 64 * MiB
+
+
+def _traced_steps(logdir, hold: bool):
+    """Four steps of a tf.function (two 512x512 matmuls) under the profiler, with step markers; with
+    `hold`, the step first fills a 64 MiB tensor that it reads only at its end: held across the step."""
+    import tensorflow as tf
+
+    def matmuls(x):
+        y = tf.matmul(x, x)
+        return tf.reduce_sum(tf.matmul(y, y))
+
+    @tf.function
+    def held_step(x):
+        held = tf.fill([HELD_BYTES // 4], x[0, 0])
+        with tf.control_dependencies([held]):
+            out = matmuls(x)
+        return out + tf.reduce_max(held)
+
+    step = held_step if hold else tf.function(matmuls)
+    x = tf.random.stateless_uniform((512, 512), seed=(1, 2))
+    step(x)  # traced before the window
+    tf.profiler.experimental.start(str(logdir))
+    for k in range(4):
+        with tf.profiler.experimental.Trace("train", step_num=k, _r=1):
+            step(x).numpy()
+    tf.profiler.experimental.stop()
+    return logdir
+
+
+@pytest.mark.slow
+def test_a_tensor_held_across_the_step_moves_the_peak_by_its_size_and_is_named(tmp_path):
+    from analysis import analyze
+
+    plain = analyze(_traced_steps(tmp_path / "plain", hold=False)).memory
+    held = analyze(_traced_steps(tmp_path / "held", hold=True)).memory
+    assert plain is not None and held is not None, "TensorFlow's CPU allocator wrote no memory events"
+    before, after = plain.allocators[0], held.allocators[0]
+    assert after.name == before.name
+    assert after.peak_bytes - before.peak_bytes == HELD_BYTES
+    assert after.by_op[0] == ("Fill", HELD_BYTES)
+    live = after.top_at_peak[0]
+    assert (live.op, live.shape, live.dtype, live.bytes) == ("Fill", f"[{HELD_BYTES // 4}]", "float", HELD_BYTES)
+    result = analyze(tmp_path / "held")
+    holder = [f for f in result.findings if f["rule"] == "memory_one_holder"]
+    assert holder and holder[0]["evidence"].startswith("Fill holds 64.0 MiB")
+
+
+@pytest.mark.slow
+def test_the_memory_chart_opens_in_chromium_without_errors_and_is_drawn(tmp_path):
+    import io
+
+    import browser
+    from PIL import Image
+
+    from analysis import analyze
+
+    run, _ = _run_dir(tmp_path)
+    report = analyze(run).to_html(tmp_path / "report.html")
+    loaded = browser.load(report, boxes=("#memory svg", "#memory table"))
+    assert loaded.errors == [] and loaded.requests == []
+    chart, table = loaded.boxes["#memory svg"], loaded.boxes["#memory table"]
+    assert chart is not None and table is not None and chart["height"] > 150
+    assert table["x"] > chart["x"] + chart["width"] - 1  # the table of what was live beside the chart
+    image = Image.open(io.BytesIO(loaded.screenshot)).convert("RGB")
+    scale = image.width / 1280
+    crop = image.crop(tuple(int(v * scale) for v in (chart["x"], chart["y"], chart["x"] + chart["width"],
+                                                      chart["y"] + chart["height"])))
+    pixels = np.asarray(crop, dtype=int)
+    red = (pixels[..., 0] > 180) & (pixels[..., 1] < 90) & (pixels[..., 2] < 90)  # the peak's mark
+    blue = (pixels[..., 2] > 150) & (pixels[..., 0] < 80)  # bytes in use
+    assert red.sum() > 20 and blue.sum() > 200

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from test_run import default_sigint
 
+from analysis.rules import table as rules
 from profiler import cli, tracing
 
 REPO = Path(__file__).resolve().parents[1]
@@ -358,10 +359,11 @@ def test_capture_wants_a_grpc_address(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_call_reaching_into_the_window_is_traced(tmp_path):
-    # Calls of 20 steps jump from step 20 to 40, over the end of the default window 20:30 (which
-    # skips the compiling first call): the window widens to the call that covers it.
+    # Calls of 20 steps jump from step 20 to 40, over the end of the window 20:30: the window widens
+    # to the call that covers it.
     rc = cli.main(["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "6000", "--epochs", "1",
-                   "--steps-per-execution", "20", "--no-sample", "--quiet", "--out", str(tmp_path), "--run-name", "r"])
+                   "--steps-per-execution", "20", "--profile-steps", "20:30", "--no-sample", "--quiet",
+                   "--out", str(tmp_path), "--run-name", "r"])
     assert rc == 0
     prof = json.loads((tmp_path / "r" / "run.json").read_text())["profiler"]
     assert prof["window"] == [20, 30]
@@ -371,14 +373,37 @@ def test_a_call_reaching_into_the_window_is_traced(tmp_path):
 
 
 @pytest.mark.parametrize("steps_per_epoch, steps_per_call, total, window", [
-    (100, 1, 100, (5, 15)),
+    (100, 1, 100, (5, 15)),     # ten calls of one step after warm-up
     (8, 1, 8, (2, 8)),
-    (100, 20, 100, (20, 30)),
-    (10, 20, 40, (20, 30)),     # calls cross epochs: the second call is in epoch 2
-    (100, 4, 100, (4, 14)),
+    (100, 20, 100, (20, 100)),  # five calls after the compiling one, clipped to the run's four
+    (10, 20, 40, (10, 40)),     # a call never crosses an epoch: calls of 10, the second in epoch 2
+    (100, 4, 100, (4, 24)),     # five calls: ten steps would be three
+    (100, 5, 100, (5, 30)),     # ten steps would be two calls, too few steady ones for a verdict
+    (100, 10, 1000, (10, 60)),  # ten steps would be one call
+    (22, 5, 44, (5, 27)),       # the epoch's last call runs 2 steps; the fifth call starts epoch 2
     (20, 20, 20, (5, 15)),      # one call in the whole run: nothing after it to trace
 ])
-def test_the_default_window_skips_the_compiling_call(steps_per_epoch, steps_per_call, total, window):
+def test_the_default_window_is_whole_calls_after_the_compiling_one(steps_per_epoch, steps_per_call, total, window):
     start, stop = tracing.default_window(steps_per_epoch, steps_per_call, total)
     assert (start, stop) == window
-    assert (tracing.compile_only_window(start, stop, steps_per_call) is None) == (steps_per_call < total)
+    per_call = min(steps_per_call, steps_per_epoch)
+    assert (tracing.compile_only_window(start, stop, per_call) is None) == (per_call < total)
+
+
+@pytest.mark.slow
+def test_the_default_window_of_several_steps_per_call_gives_a_verdict(tmp_path):
+    """With 5 steps per call, ten steps were two steady calls and no verdict; the default window
+    counts calls, so the verdict has the steady calls it needs."""
+    import analysis
+
+    rc = cli.main(["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "300", "--limit-test-images",
+                   "100", "--batch-size", "10", "--epochs", "1", "--steps-per-execution", "5", "--no-sample",
+                   "--quiet", "--out", str(tmp_path), "--run-name", "r"])
+    assert rc == 0
+    prof = profiler_meta(tmp_path / "r")
+    assert prof["window"] == [5, 30] and prof["first_step"] == 5 and prof["last_step"] == 29
+    assert not prof.get("warnings")
+    result = analysis.analyze(tmp_path / "r")
+    assert result.step_source == "markers" and result.steps_per_call == 5
+    assert result.steps_used >= rules.MIN_STEADY_STEPS and result.verdict["bound"] is not None, result.verdict
+    assert not result.verdict.get("single_step")

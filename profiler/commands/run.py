@@ -78,7 +78,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     g = run.add_argument_group("profiler")
     g.add_argument("--no-profile", dest="profile", action="store_false", help="no profiler window")
     g.add_argument("--profile-steps", default=None, metavar="START:STOP",
-                   help="global steps to trace, STOP exclusive (default: 10 steps after warm-up in epoch 1; with --steps-per-execution N > 1, from the second call, step N)")
+                   help="global steps to trace, STOP exclusive (default: whole calls after warm-up, 10 steps' worth and at least 5 calls; with --steps-per-execution N > 1, from the second call, step N)")
     add_tracer_options(g)
     g.add_argument("--onednn-kernels", action="store_true",
                    help="CPU: keep oneDNN's line for each primitive it runs (ONEDNN_VERBOSE=profile_exec) in "
