@@ -151,6 +151,19 @@ def test_a_capacity_is_unknown_where_neither_the_trace_nor_the_run_states_it():
     assert stated_capacity("GPU_1_bfc", {"gpu1": gpu1}, None) == (8.0 * 2**30, "gpu1.csv mem_total_bytes")
 
 
+def test_each_steps_peak_counts_what_it_entered_with_and_its_end_is_the_last_value_before_it():
+    import pandas as pd
+
+    from analysis.breakdown.memory import step_table
+
+    events = pd.DataFrame({"start_ns": [5, 10, 20, 30, 40, 50], "bytes_in_use": [1.0, 5, 3, math.nan, 7, 2]})
+    steps = pd.DataFrame({"step": range(6), "start_ns": [0, 12, 25, 41, 100, -20], "end_ns": [12, 25, 41, 60, 110, -10]})
+    table = step_table("a", events, steps, 0)
+    # a step with no event holds what the one before left; one before every event is unknown, not 0
+    assert table["peak_bytes"].tolist()[:5] == [5, 5, 7, 7, 2] and table["end_bytes"].tolist()[:5] == [5, 3, 7, 2, 2]
+    assert math.isnan(table["peak_bytes"].iat[5]) and math.isnan(table["end_bytes"].iat[5])
+
+
 def test_bytes_held_at_step_end_growing_step_after_step_is_growth(tmp_path):
     leaking = write_memory_trace(tmp_path / "leak.xplane.pb", steps=6, extra_step=None, leak_bytes=4096)
     peaks, _, per_step = _report(leaking, steps=6)

@@ -237,17 +237,22 @@ def step_table(name: str, events: pd.DataFrame, steps: pd.DataFrame, origin_ns: 
     its end; NaN where no event before the step's end says."""
     known = events[events["bytes_in_use"].notna()]
     times = known["start_ns"].to_numpy(dtype=np.int64)
-    in_use = known["bytes_in_use"].to_numpy(dtype=np.float64)
-    rows = []
-    for step, start, end in zip(steps["step"], steps["start_ns"], steps["end_ns"]):
-        first, last = np.searchsorted(times, start, side="left"), np.searchsorted(times, end, side="left")
-        entering = in_use[first - 1] if first > 0 else np.nan
-        inside = in_use[first:last]
-        peak = max(float(inside.max()) if inside.size else np.nan, entering) if first > 0 else (
-            float(inside.max()) if inside.size else np.nan)
-        rows.append((name, int(step), (start - origin_ns) / NS_PER_MS, (end - origin_ns) / NS_PER_MS, peak,
-                     in_use[last - 1] if last > 0 else np.nan))
-    return pd.DataFrame(rows, columns=STEP_COLUMNS)
+    in_use = np.append(known["bytes_in_use"].to_numpy(dtype=np.float64), np.nan)  # [-1]: before any event
+    starts, ends = steps["start_ns"].to_numpy(dtype=np.int64), steps["end_ns"].to_numpy(dtype=np.int64)
+    first, last = np.searchsorted(times, starts, side="left"), np.searchsorted(times, ends, side="left")
+    entering, end_bytes = in_use[first - 1], in_use[last - 1]  # index -1: NaN, nothing before
+    inside = np.full(starts.size, np.nan)
+    has = last > first
+    if has.any():  # the largest value after an event of each step that has one
+        order = np.argsort(first[has], kind="stable")
+        bounds = np.column_stack([first[has][order], last[has][order]]).ravel()
+        # reduceat over [first, last) of each step (the segments between steps are skipped); the NaN
+        # appended at the end keeps every bound a valid index
+        inside[np.flatnonzero(has)[order]] = np.maximum.reduceat(in_use, bounds)[::2]
+    peak = np.fmax(inside, entering)
+    return pd.DataFrame({"allocator": name, "step": steps["step"].to_numpy(dtype=np.int64),
+                         "start_ms": (starts - origin_ns) / NS_PER_MS, "end_ms": (ends - origin_ns) / NS_PER_MS,
+                         "peak_bytes": peak, "end_bytes": end_bytes}, columns=STEP_COLUMNS)
 
 
 def growth_per_step(end_bytes: np.ndarray) -> float:
