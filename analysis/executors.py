@@ -22,10 +22,35 @@ from typing import Any
 
 DASK_INSTALL = 'pip install -e ".[cluster]" (or pip install distributed)'
 SCHEDULER_TIMEOUT_S = 10.0  # connecting to the scheduler, and waiting for its first worker
+DASK_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")  # Dask's connections between machines
+ADDRESS_EXAMPLE = "write tcp://HOST:PORT, e.g. tcp://127.0.0.1:8786"
 
 
 class SchedulerError(RuntimeError):
-    """No Dask cluster to run on: not installed, no answer, or no worker. The message is one line."""
+    """No Dask cluster to run on: not installed, a bad address, no answer, or no worker. The message is
+    one line."""
+
+
+def check_address(address: str) -> str:
+    """`address` as Dask reads it (`tcp://host:port`, or `host:port`); SchedulerError saying what is
+    wrong with it, before any connection is tried (an http:// address is the dashboard's)."""
+    text = address.strip()
+    if not text:
+        raise SchedulerError(f"{address!r} is empty: {ADDRESS_EXAMPLE}")
+    scheme, sep, location = text.partition("://")
+    if not sep:
+        scheme, location = "tcp", text
+    scheme = scheme.lower()
+    if scheme in ("http", "https"):
+        raise SchedulerError(f"{address!r} is a web address; a Dask scheduler listens on tcp:// (the dashboard's "
+                             f"address is not the scheduler's): {ADDRESS_EXAMPLE}")
+    if scheme not in DASK_SCHEMES:
+        raise SchedulerError(f"{address!r}: Dask has no {scheme}:// connections (it has "
+                             f"{', '.join(s + '://' for s in DASK_SCHEMES)}): {ADDRESS_EXAMPLE}")
+    host, colon, port = location.rpartition(":")
+    if not colon or not host.strip("[]") or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise SchedulerError(f"{address!r} is not HOST:PORT: {ADDRESS_EXAMPLE}")
+    return text
 
 
 @dataclass(frozen=True)
@@ -67,7 +92,12 @@ def local_pool(count: int) -> Iterator[Executor]:
 @contextlib.contextmanager
 def dask_executor(address: str, timeout_s: float | None = None) -> Iterator[Executor]:
     """An executor on the Dask scheduler at `address` (`tcp://host:8786`); `SchedulerError` when
-    Dask is not installed, the scheduler does not answer within `timeout_s`, or it has no worker."""
+    Dask is not installed, the address is not one, the scheduler does not answer within `timeout_s`,
+    or it has no worker."""
+    try:
+        address = check_address(address)
+    except SchedulerError as exc:
+        raise SchedulerError(f"Dask scheduler address {exc}") from None
     try:
         import distributed
     except ImportError:
@@ -98,10 +128,16 @@ def _connect(distributed: Any, address: str, timeout_s: float) -> Any:
     made: dict[str, Any] = {}
 
     def connect() -> None:
+        # Made in two steps to hold the client when its start fails: left to the garbage collector, its
+        # clean-up at exit waits 20 s for a loop that has stopped, then prints a traceback.
+        client = distributed.Client.__new__(distributed.Client)
         try:
-            made["client"] = distributed.Client(address, timeout=timeout_s, set_as_default=False)
+            client.__init__(address, timeout=timeout_s, set_as_default=False)
+            made["client"] = client
         except Exception as exc:  # OSError, TimeoutError, ValueError for a bad address, ...
             made["error"] = exc
+            with contextlib.suppress(Exception):
+                client.close(timeout=1)
 
     thread = threading.Thread(target=connect, name="devprof-dask-connect", daemon=True)
     thread.start()
@@ -110,4 +146,6 @@ def _connect(distributed: Any, address: str, timeout_s: float) -> Any:
         return made["client"]
     error = made.get("error")
     reason = (str(error).splitlines()[0] or type(error).__name__) if error is not None else "it does not answer"
-    raise SchedulerError(f"no Dask scheduler answers at {address} within {timeout_s:g} s: {reason}")
+    if error is None or isinstance(error, OSError):
+        raise SchedulerError(f"no Dask scheduler answers at {address} within {timeout_s:g} s: {reason}")
+    raise SchedulerError(f"cannot connect to a Dask scheduler at {address}: {reason}")  # its address or TLS setup

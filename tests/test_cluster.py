@@ -339,6 +339,32 @@ def test_a_dask_worker_killed_mid_job_still_gives_every_workers_result(tmp_path,
     assert remote.straggler["worker"] == 5
 
 
+def test_an_empty_scheduler_address_is_a_usage_error(job16, capsys):
+    assert main(["analyze", str(job16.path), "--scheduler", ""]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --scheduler '' is empty: write tcp://HOST:PORT")
+
+
+def _analyze_command(path, *options: str) -> list[str]:
+    return [sys.executable, "-m", "profiler", "analyze", str(path), *options]
+
+
+@pytest.mark.slow  # runs devprof analyze as its own process, to see what it prints as it exits
+def test_a_bad_scheduler_address_is_one_error_line_and_nothing_at_exit(tmp_path):
+    # 'foo' and http:// are refused before connecting; tls:// without certificates fails in Dask's client
+    addresses = {"foo": "error: --scheduler 'foo' is not HOST:PORT",
+                 "http://127.0.0.1:8787/status": "error: --scheduler 'http://127.0.0.1:8787/status' is a web address",
+                 f"tls://127.0.0.1:{_free_port()}": "error: cannot connect to a Dask scheduler at tls://"}
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    runs = {address: subprocess.Popen(_analyze_command(tmp_path, "--scheduler", address), stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, cwd=REPO, env=env) for address in addresses}
+    for address, process in runs.items():
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 2, (address, err)
+        assert err.count("\n") == 1 and err.startswith(addresses[address]), (address, err)  # no Client.__del__ traceback
+        assert out == ""
+
+
 @pytest.mark.slow  # opens the report in headless Chromium
 def test_the_heat_map_opens_in_chromium_without_errors(local16, tmp_path):
     import browser

@@ -100,6 +100,13 @@ def handle(args: argparse.Namespace) -> int:
         peak = _ceilings(args)
     except ValueError as exc:
         return error(str(exc))
+    if args.scheduler is not None:
+        from analysis.executors import SchedulerError, check_address
+
+        try:
+            check_address(args.scheduler)
+        except SchedulerError as exc:
+            return error(f"--scheduler {exc}")
     if args.output:
         try:
             args.format = format_of_output(args.output, "analysis", args.format)
@@ -109,7 +116,7 @@ def handle(args: argparse.Namespace) -> int:
         return error(f"no such file or directory: {path}", hint="pass a run directory, log folder or .xplane.pb file")
     try:
         with file_warnings():
-            if args.scheduler:
+            if args.scheduler is not None:
                 from analysis.executors import SchedulerError, dask_executor
 
                 try:
