@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
@@ -27,8 +28,8 @@ ADDRESS_EXAMPLE = "write tcp://HOST:PORT, e.g. tcp://127.0.0.1:8786"
 
 
 class SchedulerError(RuntimeError):
-    """No Dask cluster to run on: not installed, a bad address, no answer, or no worker. The message is
-    one line."""
+    """No Dask cluster to run on: not installed, a bad address, no answer, no worker, or a path the
+    workers cannot see. The message is one line."""
 
 
 def check_address(address: str) -> str:
@@ -90,10 +91,11 @@ def local_pool(count: int) -> Iterator[Executor]:
 
 
 @contextlib.contextmanager
-def dask_executor(address: str, timeout_s: float | None = None) -> Iterator[Executor]:
+def dask_executor(address: str, timeout_s: float | None = None, paths: Sequence[str | Path] = ()) -> Iterator[Executor]:
     """An executor on the Dask scheduler at `address` (`tcp://host:8786`); `SchedulerError` when
     Dask is not installed, the address is not one, the scheduler does not answer within `timeout_s`,
-    or it has no worker."""
+    it has no worker, or one of its workers cannot see one of `paths` (absolute: the ones the tasks
+    will read)."""
     try:
         address = check_address(address)
     except SchedulerError as exc:
@@ -114,11 +116,26 @@ def dask_executor(address: str, timeout_s: float | None = None) -> Iterator[Exec
             except Exception:
                 raise SchedulerError(f"the Dask scheduler at {address} has no worker (waited {timeout_s:g} s): "
                                      "start some with 'dask worker " + address + "'") from None
+            _check_paths(client, address, paths)
             yield client.get_executor(pure=False)
         finally:
             client.close()
     finally:
         logger.setLevel(level)
+
+
+def _check_paths(client: Any, address: str, paths: Sequence[str | Path]) -> None:
+    """SchedulerError naming the Dask workers that cannot see one of `paths`: each task reads its
+    worker's files where they lie, at the same path on every Dask worker."""
+    for path in paths:
+        seen = client.run(os.path.exists, str(path), on_error="ignore")  # a worker that just left says nothing
+        blind = sorted(worker for worker, exists in seen.items() if not exists)
+        if blind:
+            named = ", ".join(blind[:3]) + (f" and {len(blind) - 3} more" if len(blind) > 3 else "")
+            raise SchedulerError(f"{len(blind)} of {len(seen)} Dask worker{'s' if len(seen) != 1 else ''} at "
+                                 f"{address} cannot see {path} ({named}): every Dask worker reads the job's files at "
+                                 "the path this machine does; put them on storage every worker mounts at that path "
+                                 "(NFS, a mounted bucket)")
 
 
 def _connect(distributed: Any, address: str, timeout_s: float) -> Any:

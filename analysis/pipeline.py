@@ -136,10 +136,13 @@ def analyze(path: str | Path, step_name: str | None = None, processes: int | Non
     with one row per worker and the straggler; its worker files are analysed in parallel
     processes when they are big enough to pay for it (`processes` sets how many; 1: in this one),
     or by `executor` (any `concurrent.futures.Executor`, e.g. a Dask client's `get_executor()`),
-    one task per worker that sends back that worker's summary, never its events. `peak` gives the
-    roofline's ceilings (`roofline.ceilings_from_peak`, `ceilings_from_tflops`) over the run's own."""
+    one task per worker that sends back that worker's summary, never its events, and reads its files at
+    their absolute path on this machine. `peak` gives the roofline's ceilings
+    (`roofline.ceilings_from_peak`, `ceilings_from_tflops`) over the run's own."""
     check_step_name(step_name)
     path = checked_path(path, "path")
+    if executor is not None:  # its tasks may run in other folders, or on other machines
+        path = path.absolute()
     if processes is not None:
         wrong = f"processes must be a whole number of processes, 1 or more (or None: devprof picks), got {processes!r}"
         if isinstance(processes, bool) or not isinstance(processes, int):

@@ -365,6 +365,31 @@ def test_a_bad_scheduler_address_is_one_error_line_and_nothing_at_exit(tmp_path)
         assert out == ""
 
 
+@pytest.mark.slow  # starts a Dask scheduler and two worker processes
+def test_the_dask_workers_get_the_jobs_absolute_path_and_a_path_they_cannot_see_is_named(tmp_path, dask_cluster,
+                                                                                       capsys, monkeypatch):
+    job = write_job(tmp_path, workers=3, slow={})
+    monkeypatch.chdir(tmp_path)  # the Dask workers run in the repository's folder, not this one
+    assert main(["analyze", job.path.name, "--scheduler", dask_cluster.address, "--format", "json",
+                 "--out", "out"]) == 0
+    remote = json.loads(capsys.readouterr().out)
+    assert [w["status"] for w in remote["workers"]] == ["ok"] * 3
+    assert remote["source"].startswith(str(job.path.absolute()))
+    # A folder only this process sees: its own open descriptor, which the Dask workers do not have.
+    descriptor = os.open(job.path, os.O_RDONLY | os.O_DIRECTORY)
+    private = 987
+    os.dup2(descriptor, private)
+    try:
+        assert main(["analyze", f"/proc/self/fd/{private}", "--scheduler", dask_cluster.address]) == 2
+    finally:
+        os.close(private)
+        os.close(descriptor)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"error: 2 of 2 Dask workers at {dask_cluster.address} cannot see /proc/self/fd/{private} ")
+    assert "(NFS, a mounted bucket)" in err
+
+
 @pytest.mark.slow  # opens the report in headless Chromium
 def test_the_heat_map_opens_in_chromium_without_errors(local16, tmp_path):
     import browser

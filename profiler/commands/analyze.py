@@ -46,7 +46,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                               "'input>20,host>15' (parts: input, compute, host, collective)")
     analyze.add_argument("--scheduler", metavar="ADDRESS", default=None,
                          help="analyse a job's workers on the Dask cluster whose scheduler is at ADDRESS "
-                              "(tcp://host:8786), each where its trace lies (a path the cluster's workers can read); "
+                              "(tcp://host:8786), each where its trace lies: every Dask worker must see PATH at its "
+                              "absolute path on this machine (shared storage); "
                               "default: processes on this machine. Needs pip install -e '.[cluster]'")
     peak = analyze.add_mutually_exclusive_group()
     peak.add_argument("--peak-tflops", metavar="TFLOPS", default=None,
@@ -120,7 +121,8 @@ def handle(args: argparse.Namespace) -> int:
                 from analysis.executors import SchedulerError, dask_executor
 
                 try:
-                    with dask_executor(args.scheduler) as executor:
+                    # The Dask workers read the files at this machine's absolute path, not in their own folder.
+                    with dask_executor(args.scheduler, paths=[path.absolute()]) as executor:
                         result = analysis.analyze(path, args.step_name, executor=executor, peak=peak)
                 except SchedulerError as exc:
                     return error(str(exc))
