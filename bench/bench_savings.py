@@ -327,7 +327,8 @@ def compare(cause: str, out: Path, before: Program, after: Callable[[str, object
             read: Callable[[object], tuple[str, str, float, str]] | None = None) -> Result:
     """Record `before`, read its estimate, record the fixed program `after(advice, analysis)`, measure;
     `reps` times, alternated (before, after, before, after, ...), so that the machine's load drifts over
-    both alike. The estimate and each program's step time are the means over the repetitions."""
+    both alike. Each pair gives an estimate and a measured saving (mean steady step before minus after);
+    the result is their medians over the pairs, so one pair caught by a burst of load does not decide it."""
     estimates, befores, afters = [], [], []
     rule = source = advice = fix = ""
     for rep in range(reps):
@@ -340,9 +341,9 @@ def compare(cause: str, out: Path, before: Program, after: Callable[[str, object
         afters.append(step_ms(b, per_image_batch=before.batch if per_image else None))
         print(f"[{cause}] {rep}: {source} {rule}: estimate {saving:.2f} ms; before {befores[-1]:.2f} ms, after "
               f"({fix}) {afters[-1]:.2f} ms: measured {befores[-1] - afters[-1]:.2f} ms", flush=True)
-    mean = lambda values: sum(values) / len(values)  # noqa: E731
-    result = Result(cause, rule, source, mean(estimates), mean(befores) - mean(afters), mean(befores), mean(afters),
-                    advice, fix, list(zip(estimates, befores, afters)))
+    median = statistics.median
+    result = Result(cause, rule, source, median(estimates), median([b - a for b, a in zip(befores, afters)]),
+                    median(befores), median(afters), advice, fix, list(zip(estimates, befores, afters)))
     print(f"[{cause}] advice: {advice}\n[{cause}] estimate {result.estimate_ms:.2f} ms, measured "
           f"{result.measured_ms:.2f} ms, error {result.error_ms:+.2f} ms ({'within' if result.within else 'beyond'} "
           f"{result.allowed_ms:.2f} ms)", flush=True)
@@ -535,8 +536,8 @@ def table(results: list[Result]) -> str:
     for r in results:
         rows.append(f"| {r.cause} | {r.source} `{r.rule}` | {r.estimate_ms:.2f} | {r.measured_ms:.2f} | {_error(r)} | "
                     f"{'yes' if r.within else '**no**'} (±{r.allowed_ms:.2f}) |")
-    rows += ["", "| cause | fix applied | before ms/step | after ms/step | per repetition: estimate, before, after "
-             "(ms) |", "|---|---|---|---|---|"]
+    rows += ["", "| cause | fix applied | before ms/step (median) | after ms/step (median) | per pair: estimate, "
+             "before, after (ms) |", "|---|---|---|---|---|"]
     for r in results:
         reps = "; ".join(f"{e:.2f}, {b:.2f}, {a:.2f}" for e, b, a in r.reps)
         note = f"; {r.note}" if r.note else ""
@@ -582,9 +583,9 @@ def main(argv=None) -> int:
                + (f" --reps {args.reps}" if args.reps != 2 else ""))
     text = (f"{SECTION}\n\n`{command}` ({minutes:.1f} min, {args.reps} before/after pairs per cause, alternated), "
             f"{machine()}; load average {load:.1f} at the start and {os.getloadavg()[0]:.1f} at the end (other jobs "
-            f"on the machine); {peak_line()}. Each cause's estimate is the mean of its repetitions' estimates; "
-            f"measured = mean before - mean after; within tolerance: |error| <= max({TOLERANCE_PCT:g} % of the "
-            f"estimate, {TOLERANCE_MS:g} ms).\n\n{table(results)}\n")
+            f"on the machine); {peak_line()}. Per pair, measured = the mean steady step before minus after; a "
+            f"cause's estimate and measured saving are the medians over its pairs; within tolerance: |error| <= "
+            f"max({TOLERANCE_PCT:g} % of the estimate, {TOLERANCE_MS:g} ms).\n\n{table(results)}\n")
     print(text)
     if not args.no_write:
         write_section(Path(args.benchmarks), text)
