@@ -5,7 +5,8 @@ a summary of each other one (`pipeline.WorkerSummary`: a few columns of its stea
 never their events, so the client's memory grows by little per worker. Without an executor, a local process pool (or this process, for
 small traces) runs them; `dask_executor(address)` runs them on a Dask cluster, each task reading
 its trace where it lies (the path must be readable by the cluster's workers). Dask reschedules
-the tasks of a worker process that dies.
+the tasks of a worker process that dies; when the cluster has had no worker for a while, the job's
+pending tasks fail instead of waiting for one for ever.
 """
 
 from __future__ import annotations
@@ -15,14 +16,16 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import CancelledError, Executor, Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 DASK_INSTALL = 'pip install -e ".[cluster]" (or pip install distributed)'
-SCHEDULER_TIMEOUT_S = 10.0  # connecting to the scheduler, and waiting for its first worker
+SCHEDULER_TIMEOUT_S = 10.0  # connecting to the scheduler, waiting for its first worker, and for one to come back
+WATCH_INTERVAL_S = 0.5  # how often the cluster's workers are counted while tasks are pending
 DASK_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")  # Dask's connections between machines
 ADDRESS_EXAMPLE = "write tcp://HOST:PORT, e.g. tcp://127.0.0.1:8786"
 
@@ -30,6 +33,10 @@ ADDRESS_EXAMPLE = "write tcp://HOST:PORT, e.g. tcp://127.0.0.1:8786"
 class SchedulerError(RuntimeError):
     """No Dask cluster to run on: not installed, a bad address, no answer, no worker, or a path the
     workers cannot see. The message is one line."""
+
+
+class LostWorkers(SchedulerError):
+    """The cluster lost its workers while the job's tasks were pending, and none came back."""
 
 
 def check_address(address: str) -> str:
@@ -95,7 +102,7 @@ def dask_executor(address: str, timeout_s: float | None = None, paths: Sequence[
     """An executor on the Dask scheduler at `address` (`tcp://host:8786`); `SchedulerError` when
     Dask is not installed, the address is not one, the scheduler does not answer within `timeout_s`,
     it has no worker, or one of its workers cannot see one of `paths` (absolute: the ones the tasks
-    will read)."""
+    will read). `LostWorkers` when the cluster has had no worker for `timeout_s` while tasks wait."""
     try:
         address = check_address(address)
     except SchedulerError as exc:
@@ -105,9 +112,11 @@ def dask_executor(address: str, timeout_s: float | None = None, paths: Sequence[
     except ImportError:
         raise SchedulerError(f"--scheduler needs Dask's distributed package: {DASK_INSTALL}") from None
     timeout_s = SCHEDULER_TIMEOUT_S if timeout_s is None else timeout_s
-    logger = logging.getLogger("distributed")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)  # its connection retries and shutdown chatter are not the user's
+    # Its connection retries and shutdown chatter are not the user's (Dask sets some of its loggers' levels).
+    names = ["distributed", *(name for name in logging.root.manager.loggerDict if name.startswith("distributed."))]
+    levels = {name: logging.getLogger(name).level for name in names}
+    for name in names:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         client = _connect(distributed, address, timeout_s)
         try:
@@ -117,11 +126,27 @@ def dask_executor(address: str, timeout_s: float | None = None, paths: Sequence[
                 raise SchedulerError(f"the Dask scheduler at {address} has no worker (waited {timeout_s:g} s): "
                                      "start some with 'dask worker " + address + "'") from None
             _check_paths(client, address, paths)
-            yield client.get_executor(pure=False)
+            executor = _WatchedExecutor(client, address, timeout_s)
+            try:
+                yield executor
+            except CancelledError:
+                if executor.lost is not None:
+                    raise LostWorkers(executor.lost) from None
+                if client.status != "running":  # the client cancels every task when it loses the scheduler
+                    raise LostWorkers(f"lost the Dask scheduler at {address} while the job's tasks ran (it "
+                                      "stopped, or its host cannot be reached)") from None
+                raise
+            except distributed.KilledWorker as exc:  # a task whose every worker died running it
+                last, count = getattr(exc.last_worker, "address", exc.last_worker), exc.allowed_failures + 1
+                raise LostWorkers(f"{count} Dask worker{'s' if count != 1 else ''} died running one task of the job "
+                                  f"(the last: {last}), and Dask gave it up; their logs say why") from None
+            finally:
+                executor.shutdown(wait=False)
         finally:
             client.close()
     finally:
-        logger.setLevel(level)
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
 
 
 def _check_paths(client: Any, address: str, paths: Sequence[str | Path]) -> None:
@@ -136,6 +161,67 @@ def _check_paths(client: Any, address: str, paths: Sequence[str | Path]) -> None
                                  f"{address} cannot see {path} ({named}): every Dask worker reads the job's files at "
                                  "the path this machine does; put them on storage every worker mounts at that path "
                                  "(NFS, a mounted bucket)")
+
+
+class _WatchedExecutor(Executor):
+    """Dask's executor, and a thread that fails the pending tasks once the cluster has had no worker for
+    `grace_s`: Dask keeps a task whose workers all died waiting for a new one, for ever."""
+
+    def __init__(self, client: Any, address: str, grace_s: float):
+        self._inner = client.get_executor(pure=False)
+        self._client, self._address, self._grace_s = client, address, grace_s
+        self._pending: set[Future] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.lost: str | None = None  # why the pending tasks were cancelled
+        self._watcher = threading.Thread(target=self._watch, name="devprof-dask-watch", daemon=True)
+        self._watcher.start()
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        if self.lost is not None:
+            raise LostWorkers(self.lost)
+        future = self._inner.submit(fn, *args, **kwargs)
+        with self._lock:
+            self._pending.add(future)
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, future: Future) -> None:
+        with self._lock:
+            self._pending.discard(future)
+
+    def _workers(self) -> int:
+        try:
+            return len(self._client.nthreads(callback_timeout=max(1.0, self._grace_s / 2)))
+        except Exception:  # noqa: BLE001 - a scheduler that does not answer has no worker to give
+            return 0
+
+    def _watch(self) -> None:
+        since = None  # when the cluster was first seen without a worker
+        while not self._stop.wait(WATCH_INTERVAL_S):
+            with self._lock:
+                waiting = len(self._pending)
+            if not waiting:
+                since = None
+                continue
+            now = time.monotonic()
+            if self._workers():
+                since = None
+                continue
+            since = now if since is None else since
+            if now - since >= self._grace_s:
+                self.lost = (f"the Dask cluster at {self._address} lost its last worker, and none came back within "
+                             f"{self._grace_s:g} s; {waiting} of the job's tasks were not done (start workers with "
+                             f"'dask worker {self._address}' and analyse again)")
+                with self._lock:
+                    pending = list(self._pending)
+                for future in pending:
+                    future.cancel()
+                return
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._stop.set()
+        self._inner.shutdown(wait=wait)
 
 
 def _connect(distributed: Any, address: str, timeout_s: float) -> Any:

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,14 +251,14 @@ def test_a_scheduler_that_does_not_answer_is_one_error_line(job16, capsys, monke
 
 
 class DaskCluster:
-    """`dask scheduler` and two `dask worker` processes (no nanny: a killed one stays dead) on 127.0.0.1."""
+    """`dask scheduler` and `workers` `dask worker` processes (no nanny: a killed one stays dead) on 127.0.0.1."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, workers: int = 2):
         self.port = _free_port()
         self.address = f"tcp://127.0.0.1:{self.port}"
         env = dict(os.environ, PYTHONPATH=str(REPO), DASK_DISTRIBUTED__WORKER__DAEMON="False")
         dask = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
-        self.logs = [open(folder / name, "w") for name in ("scheduler.log", "worker0.log", "worker1.log")]
+        self.logs = [open(folder / name, "w") for name in ("scheduler.log", *(f"worker{i}.log" for i in range(workers)))]
         self.scheduler = subprocess.Popen([*dask, "--host", "127.0.0.1", "--port", str(self.port),
                                            "--dashboard-address", ":0", "--no-show"], stdout=self.logs[0],
                                           stderr=subprocess.STDOUT, env=env, cwd=REPO)
@@ -269,7 +270,7 @@ class DaskCluster:
         import distributed
 
         with distributed.Client(self.address, timeout=60) as client:
-            client.wait_for_workers(2, timeout=120)
+            client.wait_for_workers(workers, timeout=120)
 
     def close(self) -> None:
         for process in (*self.workers, self.scheduler):
@@ -388,6 +389,38 @@ def test_the_dask_workers_get_the_jobs_absolute_path_and_a_path_they_cannot_see_
     assert err.count("\n") == 1
     assert err.startswith(f"error: 2 of 2 Dask workers at {dask_cluster.address} cannot see /proc/self/fd/{private} ")
     assert "(NFS, a mounted bucket)" in err
+
+
+@pytest.mark.slow  # starts a Dask scheduler, one worker and devprof analyze, and kills the worker mid-job
+def test_the_last_dask_worker_killed_mid_job_ends_analyze_with_one_error_line(tmp_path):
+    import distributed
+
+    job = write_job(tmp_path, steps=400)  # a few seconds of tasks for one Dask worker
+    cluster = DaskCluster(tmp_path, workers=1)
+    analyze = None
+    try:
+        analyze = subprocess.Popen(_analyze_command(job.path, "--scheduler", cluster.address, "--format", "json"),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                                   env=dict(os.environ, PYTHONPATH=str(REPO)))
+        with distributed.Client(cluster.address, timeout=60) as client:
+            deadline = time.monotonic() + 120
+            while not any(client.processing().values()):  # the job's first task is on the worker
+                assert analyze.poll() is None, f"analyze ended before its tasks ran: {analyze.stderr.read()}"
+                assert time.monotonic() < deadline, "analyze sent no task in 120 s"
+                time.sleep(0.05)
+            os.kill(cluster.workers[0].pid, signal.SIGKILL)
+            killed = time.monotonic()
+            _, err = analyze.communicate(timeout=120)  # a hang fails here
+            after_kill_s = time.monotonic() - killed
+    finally:
+        if analyze is not None and analyze.poll() is None:
+            analyze.kill()
+        cluster.close()
+    assert analyze.returncode == 1, err
+    assert err.count("\n") == 1
+    assert err.startswith(f"error: the Dask cluster at {cluster.address} lost its last worker, and none came back "
+                          "within 10 s; ")
+    assert after_kill_s < 30  # 10 s without a worker, then the error: a wide margin for a loaded machine
 
 
 @pytest.mark.slow  # opens the report in headless Chromium

@@ -17,6 +17,7 @@ from profiler.commands.common import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_REGRESSION,
+    EXIT_USAGE,
     add_format_option,
     error,
     file_warnings,
@@ -118,14 +119,14 @@ def handle(args: argparse.Namespace) -> int:
     try:
         with file_warnings():
             if args.scheduler is not None:
-                from analysis.executors import SchedulerError, dask_executor
+                from analysis.executors import LostWorkers, SchedulerError, dask_executor
 
                 try:
                     # The Dask workers read the files at this machine's absolute path, not in their own folder.
                     with dask_executor(args.scheduler, paths=[path.absolute()]) as executor:
                         result = analysis.analyze(path, args.step_name, executor=executor, peak=peak)
                 except SchedulerError as exc:
-                    return error(str(exc))
+                    return error(str(exc), code=EXIT_FAILURE if isinstance(exc, LostWorkers) else EXIT_USAGE)
             else:
                 result = analysis.analyze(path, args.step_name, peak=peak)
     except TraceError as exc:
