@@ -5,6 +5,7 @@ worked out by hand (tests/memory_fixtures.py); XProf's Memory Profile tool is th
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -353,6 +354,7 @@ def test_a_trace_without_allocator_events_and_no_samplers_has_no_memory(tmp_path
 # ---------------------------------------------------------------- injected truth (TensorFlow)
 
 HELD_BYTES = 64 * MiB
+BATCHES = (16, 64)
 
 
 def _traced_steps(logdir, hold: bool):
@@ -379,25 +381,81 @@ def _traced_steps(logdir, hold: bool):
         with tf.profiler.experimental.Trace("train", step_num=k, _r=1):
             step(x).numpy()
     tf.profiler.experimental.stop()
-    return logdir
+
+
+def _conv_steps(logdir, batch: int):
+    """Three training steps of a small conv model at `batch` under the profiler, with step markers."""
+    import keras
+    import tensorflow as tf
+
+    model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Conv2D(32, 3, activation="relu"),
+                              keras.layers.Conv2D(32, 3, activation="relu"), keras.layers.GlobalAveragePooling2D(),
+                              keras.layers.Dense(10)])
+    optimizer, loss_fn = keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        return loss
+
+    x, y = tf.random.stateless_uniform((batch, 32, 32, 3), seed=(1, 2)), tf.zeros((batch,), tf.int32)
+    step(x, y)
+    tf.profiler.experimental.start(str(logdir))
+    for k in range(3):
+        with tf.profiler.experimental.Trace("train", step_num=k, _r=1):
+            step(x, y).numpy()
+    tf.profiler.experimental.stop()
+
+
+def make_injected_traces(root: str) -> None:
+    """Every trace of the injected-truth test, in one fresh process: the allocator's chunks depend on
+    what it served before (a chunk under twice the request is not split), so the batches come first."""
+    from pathlib import Path
+
+    root_path = Path(root)
+    for batch in BATCHES:
+        _conv_steps(root_path / f"b{batch}", batch)
+    _traced_steps(root_path / "plain", hold=False)
+    _traced_steps(root_path / "held", hold=True)
+
+
+def _peak_of(logdir, batch: float = math.nan):
+    from analysis import analyze
+    from analysis.breakdown.memory import allocator_report
+
+    result = analyze(logdir)
+    view = TraceView(read_trace(logdir))
+    return allocator_report(view.memory, result.steps[["step", "start_ns", "end_ns"]], view.window[0], batch)[0][0]
 
 
 @pytest.mark.slow
-def test_a_tensor_held_across_the_step_moves_the_peak_by_its_size_and_is_named(tmp_path):
+def test_injected_memory_moves_the_peak_by_its_size_and_the_batch_part_by_the_batch(tmp_path):
+    """A tensor held across the step moves the peak by its size and is named; one model at two batches
+    moves the batch part by their ratio, and the smaller one's headroom predicts the larger one's peak."""
+    import os
+    import subprocess
+    import sys
+
     from analysis import analyze
 
-    plain = analyze(_traced_steps(tmp_path / "plain", hold=False)).memory
-    held = analyze(_traced_steps(tmp_path / "held", hold=True)).memory
-    assert plain is not None and held is not None, "TensorFlow's CPU allocator wrote no memory events"
-    before, after = plain.allocators[0], held.allocators[0]
+    tests = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests), str(tests.parent)])}
+    subprocess.run([sys.executable, "-c", f"import test_memory; test_memory.make_injected_traces({str(tmp_path)!r})"],
+                   check=True, env=env, cwd=tmp_path)
+    before, after = _peak_of(tmp_path / "plain"), _peak_of(tmp_path / "held")
     assert after.name == before.name
     assert after.peak_bytes - before.peak_bytes == HELD_BYTES
     assert after.by_op[0] == ("Fill", HELD_BYTES)
     live = after.top_at_peak[0]
     assert (live.op, live.shape, live.dtype, live.bytes) == ("Fill", f"[{HELD_BYTES // 4}]", "float", HELD_BYTES)
-    result = analyze(tmp_path / "held")
-    holder = [f for f in result.findings if f["rule"] == "memory_one_holder"]
+    holder = [f for f in analyze(tmp_path / "held").findings if f["rule"] == "memory_one_holder"]
     assert holder and holder[0]["evidence"].startswith("Fill holds 64.0 MiB")
+    small, large = (_peak_of(tmp_path / f"b{batch}", float(batch)) for batch in BATCHES)
+    ratio = BATCHES[1] / BATCHES[0]
+    assert small.batch_bytes > 0 and large.batch_bytes == pytest.approx(ratio * small.batch_bytes, rel=0.02)
+    assert small.fixed_bytes + small.batch_bytes * ratio == pytest.approx(large.peak_bytes, rel=0.10)
 
 
 @pytest.mark.slow
