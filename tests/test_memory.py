@@ -482,3 +482,25 @@ def test_the_memory_chart_opens_in_chromium_without_errors_and_is_drawn(tmp_path
     red = (pixels[..., 0] > 180) & (pixels[..., 1] < 90) & (pixels[..., 2] < 90)  # the peak's mark
     blue = (pixels[..., 2] > 150) & (pixels[..., 0] < 80)  # bytes in use
     assert red.sum() > 20 and blue.sum() > 200
+
+
+def test_allocator_events_keep_their_stats_where_the_trace_drops_events_with_impossible_times(tmp_path):
+    import warnings
+
+    from trace_fixtures import _Plane, _write_space, _xspace_class
+
+    space = _xspace_class()()
+    host = _Plane(space, 0, "/host:CPU")
+    line = host.line(1, "tf_Compute/1", 10**9)
+    for k in range(20):
+        host.event(line, "ExecutorState::Process", 10**9 + 100 * k, 10**9 + 100 * k + 50)
+    host.event(line, "MemoryAllocation", 10**9 + 3000, 10**9 + 3000, allocator_name="cpu", bytes_allocated=512,
+               allocation_bytes=512, tf_op="Cast")
+    host.finish()
+    # an event with a negative duration before the allocation: dropped, and the rows after it renumbered
+    line.events.insert(0, line.events[0].__class__(metadata_id=1, offset_ps=0, duration_ps=-5000))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        view = TraceView(read_trace(_write_space(space, tmp_path / "t.xplane.pb")))
+    memory = view.memory
+    assert len(memory) == 1 and memory["op"].iat[0] == "Cast" and memory["bytes_in_use"].iat[0] == 512
