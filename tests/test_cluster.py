@@ -273,14 +273,17 @@ class DaskCluster:
             client.wait_for_workers(workers, timeout=120)
 
     def close(self) -> None:
-        for process in (*self.workers, self.scheduler):
-            if process.poll() is None:
-                process.terminate()
-        for process in (*self.workers, self.scheduler):
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        # The workers first: a worker told to close by its scheduler while it handles SIGTERM can hang.
+        for group in (self.workers, [self.scheduler]):
+            for process in group:
+                if process.poll() is None:
+                    process.terminate()
+            for process in group:
+                try:
+                    process.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
         for log in self.logs:
             log.close()
 
