@@ -9,6 +9,7 @@ machine-readable output is `--format json` with a top-level `schema_version`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from profiler import quiet
@@ -35,6 +36,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_BROKEN_PIPE = 141  # as a shell reports a program ended by SIGPIPE
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so Python's flush at exit does not fail on the closed pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run `devprof` with `argv` (default: the process's arguments); returns the exit code."""
     # TensorFlow's C++ INFO/WARNING lines would bury the progress output; commands that
@@ -54,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `devprof analyze ... | head`: the reader has all it wanted
+        _stdout_to_devnull()
+        return EXIT_BROKEN_PIPE
     except Exception as exc:  # noqa: BLE001 - a bug still gets one line; DEVPROF_DEBUG=1 shows the traceback
         if quiet.debug():
             raise

@@ -179,3 +179,18 @@ def test_an_xla_compiled_step_on_a_cpu_shows_its_programs_instructions_as_ops(tm
     assert list(ops.index[:3]) == ["convolution.1", "MatMul.4", "transpose_copy_fusion"], result.ops
     assert ops.loc["convolution.1", "ms_per_step"] == pytest.approx(4.0) and set(ops["type"]) == {"XLA"}
     assert not any(op.startswith(("__inference", "end: ", "ThunkExecutor")) for op in ops.index)
+
+
+def test_a_reader_that_closes_the_pipe_early_ends_devprof_quietly(tmp_path, capsys, monkeypatch):
+    """`devprof analyze ... | head`: 'error: analyze failed: BrokenPipeError' was printed."""
+    from profiler import cli
+
+    def closed_pipe(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    parser = cli.build_parser()
+    parser._subparsers._group_actions[0].choices["analyze"].set_defaults(handler=closed_pipe)
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(cli, "_stdout_to_devnull", lambda: None)  # pytest's own stdout stays as it is
+    assert cli.main(["analyze", str(tmp_path / "t.xplane.pb")]) == cli.EXIT_BROKEN_PIPE
+    assert "error" not in capsys.readouterr().err
