@@ -30,21 +30,17 @@ The rules (docs/rules.md, "FLOPs of XLA programs"):
   (a 1-D s8/u8 buffer: cuBLAS' and cuDNN's scratch, often larger than the matrices, and not
   traffic of the math).
 
-The HloProto classes are TensorFlow's generated `hlo_pb2` (and what it imports), built from
-their serialized descriptors into a private descriptor pool: TensorFlow itself is never
-imported. Without those files the costs are unknown, with one note.
+The HloProto classes are devprof's own (`analysis.read.xla_proto`, generated from a trimmed,
+wire-compatible copy of XLA's schema), so the costs need no TensorFlow. Without a protobuf runtime
+they can load with, the costs are unknown, with one note.
 """
 
 from __future__ import annotations
 
-import ast
 import functools
-import importlib
-import importlib.util
 import json
 import math
 import re
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -87,67 +83,27 @@ DTYPE_NAMES = {"PRED": "bool", "BF16": "bfloat16", "F16": "float16", "F32": "flo
 _WIDTH = re.compile(r"^[A-Z]+?(\d+)")
 _SMALL_FLOAT = re.compile(r"^F(\d+)(E\d+M\d+\w*)$")
 
-HLO_MODULE_FILE = Path("compiler") / "xla" / "service" / "hlo_pb2.py"
 
+# ---------------------------------------------------------------- the HloProto classes
 
 class _Unavailable(Exception):
     """The HloProto classes cannot be had here."""
 
 
-# ---------------------------------------------------------------- the HloProto class, without TensorFlow
-
-def _serialized_descriptor(path: Path) -> tuple[bytes, list[str]]:
-    """A generated `_pb2.py`'s serialized file descriptor and the modules it imports, read from its
-    source (never run: its imports would run TensorFlow's `__init__`)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    serialized, imports = None, []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "AddSerializedFile" and node.args:
-            serialized = ast.literal_eval(node.args[0])
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("tensorflow", "google"):
-            imports += [f"{node.module}.{alias.name}" for alias in node.names if alias.name.endswith("_pb2")]
-    if not isinstance(serialized, bytes):
-        raise _Unavailable(f"{path} holds no serialized descriptor devprof can read")
-    return serialized, imports
-
-
 @functools.lru_cache(maxsize=1)
+def _protos() -> tuple[Any, Any]:
+    """devprof's generated `hlo_pb2` and `xla_data_pb2`, imported on first use (protobuf costs import
+    time that traces without XLA programs need not pay); raises `_Unavailable`."""
+    try:
+        from analysis.read.xla_proto import hlo_pb2, xla_data_pb2
+    except Exception as exc:  # no protobuf, or one older than the generated code (its VersionError)
+        raise _Unavailable(f"XLA's HloProto classes could not be loaded ({type(exc).__name__}: {exc})") from None
+    return hlo_pb2, xla_data_pb2
+
+
 def hlo_proto_class() -> Any:
-    """XLA's `HloProto` message class, from the files TensorFlow ships; raises `_Unavailable`."""
-    try:
-        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-    except ImportError:
-        raise _Unavailable("the protobuf package is not installed") from None
-    spec = importlib.util.find_spec("tensorflow")  # finds the package without importing it
-    if spec is None or not spec.submodule_search_locations:
-        raise _Unavailable("TensorFlow is not installed: its HloProto definition is what reads XLA's programs")
-    root = Path(list(spec.submodule_search_locations)[0])
-    pool = descriptor_pool.DescriptorPool()
-    added: set[str] = set()
-
-    def add(module: str) -> None:
-        if module in added:
-            return
-        added.add(module)
-        if module.startswith("google."):  # protobuf's own well-known types: light to import
-            serialized = importlib.import_module(module).DESCRIPTOR.serialized_pb
-        else:
-            path = root.joinpath(*module.split(".")[1:]).with_suffix(".py")
-            if not path.is_file():
-                raise _Unavailable(f"TensorFlow's {path.name} is missing (looked for {path})")
-            serialized, imports = _serialized_descriptor(path)
-            for dependency in imports:
-                add(dependency)
-        file = descriptor_pb2.FileDescriptorProto.FromString(serialized)
-        pool.Add(file)
-
-    try:
-        add("tensorflow." + ".".join(HLO_MODULE_FILE.with_suffix("").parts))
-        return message_factory.GetMessageClass(pool.FindMessageTypeByName("xla.HloProto"))
-    except _Unavailable:
-        raise
-    except Exception as exc:  # a descriptor this protobuf cannot build, a file of another layout
-        raise _Unavailable(f"TensorFlow's HloProto definition could not be loaded ({type(exc).__name__}: {exc})") from None
+    """XLA's `HloProto` message class; raises `_Unavailable`."""
+    return _protos()[0].HloProto
 
 
 # ---------------------------------------------------------------- shapes
@@ -155,8 +111,7 @@ def hlo_proto_class() -> Any:
 @functools.lru_cache(maxsize=None)
 def _type_info(element_type: int) -> tuple[str, float]:
     """(dtype name, bytes per element) of an xla PrimitiveType number; ("", nan) for tuples and tokens."""
-    types = hlo_proto_class().DESCRIPTOR.file.pool.FindEnumTypeByName("xla.PrimitiveType")
-    name = types.values_by_number.get(element_type)
+    name = _protos()[1].PrimitiveType.DESCRIPTOR.values_by_number.get(element_type)
     label = name.name if name is not None else ""
     if label == "PRED":
         return "bool", 1.0
@@ -408,8 +363,8 @@ def hlo_costs(source) -> pd.DataFrame:
     `source`: the `Trace` the read stage made (its file's metadata is read again, a scan that
     skips every event; the instructions its kernels name in `hlo_op` get rows too), or a trace
     file's path, XSpace bytes or message. A trace without HLO gives no rows. Where the rows are
-    not all there, `table.attrs["note"]` says why in one line ("" otherwise): TensorFlow's HloProto
-    definition missing (no rows at all), programs whose `Hlo Proto` could not be parsed (also one
+    not all there, `table.attrs["note"]` says why in one line ("" otherwise): the HloProto classes
+    not loadable (no protobuf runtime they accept: no rows at all), programs whose `Hlo Proto` could not be parsed (also one
     warning).
     """
     planes = trace_reader.plane_metadata(source, lambda name: name == METADATA_PLANE, (HLO_PROTO_STAT,))
