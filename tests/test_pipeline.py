@@ -53,7 +53,8 @@ def test_every_registered_format_renders_what_it_says(device_trace):
     for entry in render.REGISTRY:
         for kind in entry.renders:
             assert callable(render.renderer(entry.name, kind)), (entry.name, kind)
-        assert render.format_for_path(f"out{entry.suffixes[0]}", "comparison") == entry.name
+        for suffix in entry.suffixes[:1]:  # a format without its own extension (summary) is asked for by name
+            assert render.format_for_path(f"out{suffix}", entry.renders[-1]) == entry.name
     with pytest.raises(ValueError, match="unknown format"):
         render.render(result, "yaml")
     steps = pd.read_csv(io.StringIO(result.render("csv")))

@@ -29,6 +29,8 @@ REGISTRY = (
     Format("json", ("analysis", "comparison"), (".json",)),
     Format("csv", ("analysis", "comparison"), (".csv",)),
     Format("html", ("analysis", "comparison"), (".html", ".htm")),
+    # JSON too, but `.json` asks for the full document: the summary is asked for by name only.
+    Format("summary", ("analysis",)),
 )
 
 
