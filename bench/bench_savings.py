@@ -296,14 +296,14 @@ PART_OF_RULE = {"host_bound": "host", "input_bound": "input", "input_bound_high"
 
 def estimate(a, rules: tuple[str, ...]) -> tuple[str, str, float, str]:
     """(rule, source, saving_ms, advice) for the first of `rules` that the verdict's cause or a finding
-    names; else the part's own estimate where a rule is a part's (source "part", the verdict named
-    another cause); NaN where none applies."""
+    names (in that order: each rule's estimate models its own fix); else the part's own estimate where
+    a rule is a part's (source "part", the verdict named another cause); NaN where none applies."""
     from analysis.rules import table
 
     verdict = a.verdict
-    if verdict.get("cause") in rules and verdict.get("saving_ms") is not None:
-        return verdict["cause"], "verdict", float(verdict["saving_ms"]), " ".join(verdict.get("advice") or [])
     for rule in rules:
+        if verdict.get("cause") == rule and verdict.get("saving_ms") is not None:
+            return rule, "verdict", float(verdict["saving_ms"]), " ".join(verdict.get("advice") or [])
         for finding in a.findings:
             if finding["rule"] == rule and finding.get("saving_ms") is not None:
                 return rule, "finding", float(finding["saving_ms"]), finding["advice"]
