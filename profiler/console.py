@@ -65,6 +65,9 @@ class Console:
     def epoch_end(self, r: EpochResult) -> None:
         self.bar = None
         self._last_line = None
-        self.print(f"{r.steps}/{r.steps} - {r.seconds:.1f}s - loss: {r.loss:.4f} - accuracy: {r.accuracy:.4f}"
-                   f" - val_loss: {r.val_loss:.4f} - val_accuracy: {r.val_accuracy:.4f}"
-                   f" - {r.seconds:.2f} s/epoch - {r.images_per_second:.0f} images/s")
+        # A metric the run does not compute (no validation data with --dataset) is left out, not "nan".
+        metrics = " - ".join(f"{name}: {value:.4f}" for name, value in (
+            ("loss", r.loss), ("accuracy", r.accuracy), ("val_loss", r.val_loss), ("val_accuracy", r.val_accuracy))
+            if value == value)
+        self.print(f"{r.steps}/{r.steps} - {r.seconds:.1f}s" + (f" - {metrics}" if metrics else "")
+                   + f" - {r.seconds:.2f} s/epoch - {r.images_per_second:.0f} images/s")

@@ -194,3 +194,21 @@ def test_a_reader_that_closes_the_pipe_early_ends_devprof_quietly(tmp_path, caps
     monkeypatch.setattr(cli, "_stdout_to_devnull", lambda: None)  # pytest's own stdout stays as it is
     assert cli.main(["analyze", str(tmp_path / "t.xplane.pb")]) == cli.EXIT_BROKEN_PIPE
     assert "error" not in capsys.readouterr().err
+
+
+def test_the_epoch_line_leaves_out_metrics_the_run_does_not_compute():
+    """`--dataset` runs have no validation data: they printed 'val_loss: nan - val_accuracy: nan'."""
+    import io
+    import math
+
+    from models.training import EpochResult
+    from profiler.console import Console
+
+    stream = io.StringIO()
+    console = Console(False, stream=stream)
+    console.epoch_end(EpochResult(1, 3.0, 2.9, 100, 34.5, 0.25, 0.5, math.nan, math.nan, steps=10))
+    line = stream.getvalue().strip()
+    assert "nan" not in line and "loss: 0.2500 - accuracy: 0.5000" in line and "val_" not in line, line
+    stream.truncate(0)
+    console.epoch_end(EpochResult(1, 3.0, 2.9, 100, 34.5, 0.25, 0.5, 0.75, 0.4, steps=10))
+    assert "val_loss: 0.7500 - val_accuracy: 0.4000" in stream.getvalue()
