@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 
 from models.training import EpochResult, StepRecord
-from profiler import rundir, samplers, tracing
+from profiler import oom, rundir, samplers, tracing
 from profiler.console import Console
 from profiler.scalars import Scalars
 from profiler.version import __version__
@@ -233,6 +233,9 @@ class Session:
             self.meta["status"] = "failed"
             self.meta["error"] = f"{type(exc).__name__}: {exc}"
             self.meta["traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            found = oom.oom_record(exc)
+            if found is not None:
+                self.meta["oom"] = found
 
     def _close(self, strict: bool = False) -> None:
         """Stop the profiler and samplers and close the files, once. With `strict`, a file that

@@ -120,6 +120,38 @@ class SampledMemory:
 
 
 @dataclass(frozen=True)
+class OomAtFailure:
+    """The out-of-memory error that ended the run (run.json `oom`) and what held the memory then: the
+    trace's allocator at its last event before the failure where the window covered it, else the
+    samplers' last values before it."""
+
+    bytes: int | None  # the allocation that failed (None: the message does not say)
+    shape: tuple[int, ...] | None
+    dtype: str | None
+    op: str | None
+    allocator: str | None
+    device: str | None
+    time_s: float  # when the error ended the run (Unix seconds; NaN: not recorded)
+    source: str  # "trace", "samplers" or "none": where `held` comes from
+    held_allocator: str | None = None  # trace: the allocator whose state is shown
+    held_bytes: float = math.nan  # trace: its bytes in use at its last event before the failure
+    capacity_bytes: float = math.nan  # trace: its capacity (bytes in use + available), NaN: not stated
+    before_failure_ms: float = math.nan  # trace: how long before the failure that event was
+    top: tuple[Live, ...] = ()  # trace: the largest groups live then
+    sampled: tuple[tuple[str, str, float, float], ...] = ()  # samplers: (sampler, what, last bytes, total bytes)
+
+    def as_dict(self) -> dict:
+        return {"bytes": self.bytes, "shape": list(self.shape) if self.shape is not None else None,
+                "dtype": self.dtype, "op": self.op, "allocator": self.allocator, "device": self.device,
+                "source": self.source, "held_allocator": self.held_allocator,
+                "held_bytes": _int_or_none(self.held_bytes), "capacity_bytes": _int_or_none(self.capacity_bytes),
+                "before_failure_ms": _float_or_none(self.before_failure_ms),
+                "top_at_failure": [live.as_dict() for live in self.top],
+                "samplers": [{"sampler": s, "what": w, "last_bytes": _int_or_none(v), "total_bytes": _int_or_none(t)}
+                             for s, w, v, t in self.sampled]}
+
+
+@dataclass(frozen=True)
 class MemoryReport:
     """Every allocator of the trace and every sampled memory of the run (docs/json.md `memory`)."""
 
@@ -128,11 +160,13 @@ class MemoryReport:
     steps: pd.DataFrame  # STEP_COLUMNS: per allocator and step
     sampled: tuple[SampledMemory, ...]
     batch_size: float  # NaN: not known
+    oom: OomAtFailure | None = None  # the out-of-memory error that ended the run, if one did
 
     def as_dict(self) -> dict:
         return {"allocators": [a.as_dict(self.steps) for a in self.allocators],
                 "batch_size": _int_or_none(self.batch_size),
-                "samplers": [s.as_dict() for s in self.sampled]}
+                "samplers": [s.as_dict() for s in self.sampled],
+                "oom": self.oom.as_dict() if self.oom is not None else None}
 
 
 def _int_or_none(value) -> int | None:
@@ -419,20 +453,108 @@ def run_batch_size(run: RunRecord | None) -> float:
     return float(batch) if isinstance(batch, (int, float)) and not isinstance(batch, bool) and batch > 0 else math.nan
 
 
+# The trace covers a failure up to this long after its last event: the error is timed when the run
+# records it, a little after the allocation failed, and the window stops after that.
+OOM_COVER_SLACK_NS = 1_000_000_000
+
+
+def run_oom(run: RunRecord | None) -> dict | None:
+    """run.json's `oom` where a failed run has one (profiler/oom.py writes it)."""
+    if run is None or run.status != "failed" or not isinstance(run.raw.get("oom"), dict):
+        return None
+    return run.raw["oom"]
+
+
+def _typed(value, kind):
+    return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+
+def _held_in_trace(events: pd.DataFrame, at_ns: int, allocator: str | None) -> dict | None:
+    """The named allocator's (else the fullest one's) state at its last event at or before `at_ns`."""
+    best = None
+    for name, mine in events[events["start_ns"] <= at_ns].groupby("allocator", sort=True):
+        mine = mine.reset_index(drop=True)
+        known = mine["bytes_in_use"].notna().to_numpy()
+        if not known.any():
+            continue
+        at = int(np.flatnonzero(known)[-1])
+        in_use = float(mine["bytes_in_use"].iat[at])
+        if name == allocator or (best is None or (best["name"] != allocator and in_use > best["in_use"])):
+            best = {"name": str(name), "events": mine, "at": at, "in_use": in_use}
+        if name == allocator:
+            break
+    if best is None:
+        return None
+    mine, at, in_use = best["events"], best["at"], best["in_use"]
+    live = live_at(mine, len(mine) - 1)
+    top, _, _ = _grouped(live, max(in_use - float(live["allocation_bytes"].sum()), 0.0))
+    available = float(mine["bytes_available"].iat[at])
+    return {"held_allocator": best["name"], "held_bytes": in_use,
+            "capacity_bytes": in_use + available if available == available else math.nan,
+            "before_failure_ms": (at_ns - int(mine["start_ns"].iat[len(mine) - 1])) / NS_PER_MS, "top": top}
+
+
+def _held_in_samplers(samplers: dict[str, pd.DataFrame], time_s: float) -> tuple:
+    """Each sampler's memory at its last sample before `time_s` (its last sample where not timed)."""
+    found = []
+    for sampler, frame in sorted(samplers.items(), key=lambda item: (item[0] != "host", item[0])):
+        kind = "host" if sampler == "host" else "gpu" if sampler.startswith("gpu") else None
+        if kind is None or TIME_COLUMN not in frame:
+            continue
+        before = frame[frame[TIME_COLUMN] <= time_s] if time_s == time_s else frame
+        for column, what in SAMPLED_COLUMNS[kind]:
+            if column not in before or not before[column].notna().any():
+                continue
+            last = float(before.sort_values(TIME_COLUMN)[column].dropna().iat[-1])
+            total = math.nan
+            if kind == "gpu" and "mem_total_bytes" in frame and frame["mem_total_bytes"].notna().any():
+                total = float(frame["mem_total_bytes"].max())
+            elif kind == "host" and {"mem_used_bytes", "mem_available_bytes"} <= set(frame.columns):
+                machine = (frame["mem_used_bytes"] + frame["mem_available_bytes"]).dropna()
+                total = float(machine.max()) if not machine.empty else math.nan
+            found.append((sampler, what, last, total))
+            break
+    return tuple(found)
+
+
+def oom_at_failure(oom: dict, events: pd.DataFrame | None, window: tuple[int, int] | None,
+                   samplers: dict[str, pd.DataFrame]) -> OomAtFailure:
+    """What held the memory when the run ran out of it: from the trace where its window covered the
+    failure's time, else from the samplers."""
+    size = _typed(oom.get("bytes"), int)
+    shape = oom.get("shape")
+    shape = tuple(shape) if isinstance(shape, list) and all(_typed(d, int) is not None for d in shape) else None
+    text = {key: _typed(oom.get(key), str) for key in ("dtype", "op", "allocator", "device")}
+    time_s = _typed(oom.get("time_s"), (int, float))
+    time_s = float(time_s) if time_s is not None else math.nan
+    made = dict(bytes=size, shape=shape, **text, time_s=time_s)
+    if events is not None and not events.empty and window is not None and time_s == time_s:
+        at_ns = int(time_s * 1e9)
+        if window[0] <= at_ns <= window[1] + OOM_COVER_SLACK_NS:
+            held = _held_in_trace(events, at_ns, text["allocator"])
+            if held is not None:
+                return OomAtFailure(**made, source="trace", **held)
+    sampled = _held_in_samplers(samplers, time_s)
+    return OomAtFailure(**made, source="samplers" if sampled else "none", sampled=sampled)
+
+
 def memory_report(inputs: RunInputs, steps: pd.DataFrame) -> MemoryReport | None:
-    """The memory of one worker's files: its trace's allocators over `steps`, its samplers over the run;
-    None where neither recorded any."""
+    """The memory of one worker's files: its trace's allocators over `steps`, its samplers over the run,
+    the out-of-memory error that ended it; None where none of them recorded any."""
     view = inputs.trace
     events = view.memory if view is not None else None
     sampled = sampled_memory(inputs.samplers, inputs.steps_table)
-    if (events is None or events.empty) and not sampled:
+    oom = run_oom(inputs.run)
+    if (events is None or events.empty) and not sampled and oom is None:
         return None
     batch = run_batch_size(inputs.run)
+    failure = oom_at_failure(oom, events, view.window if view is not None else None,
+                             inputs.samplers) if oom is not None else None
     if events is None or events.empty:
         empty = pd.DataFrame(columns=TIMELINE_COLUMNS)
-        return MemoryReport((), empty, pd.DataFrame(columns=STEP_COLUMNS), sampled, batch)
+        return MemoryReport((), empty, pd.DataFrame(columns=STEP_COLUMNS), sampled, batch, failure)
     assert view is not None
     steps = steps[["step", "start_ns", "end_ns"]] if not steps.empty else pd.DataFrame(
         columns=["step", "start_ns", "end_ns"])
     peaks, table, per_step = allocator_report(events, steps, view.window[0], batch, inputs.samplers, inputs.run)
-    return MemoryReport(peaks, table, per_step, sampled, batch)
+    return MemoryReport(peaks, table, per_step, sampled, batch, failure)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from analysis.breakdown.memory import AllocatorPeak, SampledMemory, first_dimension
+from analysis.breakdown.memory import AllocatorPeak, OomAtFailure, SampledMemory, first_dimension
 from analysis.rules.facts import Facts
 
 NEAR_CAPACITY_SHARE = 0.90  # a peak within 10 % of the capacity: one larger batch from an out-of-memory error
@@ -202,3 +202,51 @@ def host_pressure_fix(facts: Facts) -> str:
         return "hold less on the host: load the data set in pieces instead of whole, and fewer batches prefetched"
     return ("hold less on the host: `.cache(filename)` on disk instead of `.cache()` in memory, a smaller `.shuffle()` "
             "buffer, fewer prefetched batches and parallel calls in the tf.data pipeline; or a machine with more memory")
+
+
+# -- memory_oom
+
+def oom(facts: Facts) -> OomAtFailure | None:
+    return facts.memory.oom if facts.memory is not None else None
+
+
+def _live_words(top) -> str:
+    parts = []
+    for live in top[:3]:
+        if live.op is None:
+            parts.append(f"{_gib(live.bytes)} allocated before the traced window")
+        else:
+            tensor = " ".join(v for v in (live.shape, live.dtype) if v)
+            parts.append(f"{_gib(live.bytes)} {live.op}" + (f" {tensor}" if tensor else ""))
+    return "; ".join(parts)
+
+
+def oom_headline(facts: Facts) -> str:
+    failure = oom(facts)
+    assert failure is not None
+    size = f"{_gib(failure.bytes)} ({failure.bytes:,} bytes)" if failure.bytes is not None else "memory"
+    tensor = " ".join(v for v in ((f"[{','.join(map(str, failure.shape))}]" if failure.shape is not None else None),
+                                  failure.dtype) if v)
+    what = f"The run ran out of memory allocating {size}" + (f" for a {tensor} tensor" if tensor else "")
+    what += (f" in {failure.op}" if failure.op else "") + (f" on {failure.allocator}" if failure.allocator else "")
+    if failure.source == "trace":
+        of = f" of its {_gib(failure.capacity_bytes)}" if failure.capacity_bytes > 0 else ""
+        held = (f"{failure.held_allocator} held {_gib(failure.held_bytes)}{of} then (the trace's last event, "
+                f"{failure.before_failure_ms:.1f} ms before the failure)")
+        top = _live_words(failure.top)
+        return f"{what}. {held}" + (f": {top}." if top else ".")
+    if failure.source == "samplers":
+        values = "; ".join(f"{what_} ({sampler}) {_gib(last)}" + (f" of {_gib(total)}" if total > 0 else "")
+                           for sampler, what_, last, total in failure.sampled)
+        return (f"{what}. The trace does not cover the failure; the samplers' last values before it: {values}.")
+    return f"{what}. Neither a trace nor a sampler recorded the memory when it happened."
+
+
+def oom_fix(facts: Facts) -> str:
+    failure = oom(facts)
+    assert failure is not None
+    gpu = (failure.allocator or "").startswith("GPU_") or "GPU" in (failure.device or "")
+    allocator = ("; on a GPU, `TF_GPU_ALLOCATOR=cuda_malloc_async` before TensorFlow starts where fragmentation "
+                 "leaves no piece large enough") if gpu else ""
+    return (f"make the step fit: a smaller batch ({_batch_words(facts, 'N')}), mixed precision to halve the "
+            f"activations ({_precision(facts)}), or {_recompute(facts)}{allocator}")

@@ -680,6 +680,10 @@ RULES: list[Rule] = [
          severity="critical", finding=True,
          description=f"device memory peak within {100 * (1 - MEMORY_NEAR_LIMIT):.0f} % of the device's limit"),
     # The allocators' own events (trace) and the samplers' memory; none saves step time (saving_ms null).
+    Rule("memory_oom", "compute", lambda f: memory_rules.oom(f) is not None,
+         memory_rules.oom_headline, memory_rules.oom_fix, severity="critical", finding=True,
+         description="the run ended with an out-of-memory error (run.json `oom`): the allocation that failed and "
+                     "what held the memory then (trace, else samplers)"),
     Rule("memory_near_capacity", "compute", lambda f: memory_rules.near_capacity(f) is not None,
          memory_rules.near_capacity_headline, memory_rules.near_capacity_fix, severity="critical", finding=True,
          description=f"an allocator's peak bytes in use >= {100 * memory_rules.NEAR_CAPACITY_SHARE:.0f} % of the "
