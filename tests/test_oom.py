@@ -161,7 +161,7 @@ def test_an_oom_after_the_traced_window_is_told_from_the_samplers(tmp_path):
     # 15 s after the window: the trace says nothing of it; the samplers' last values before it do
     run = _failed_run(tmp_path, at_ns=ABSOLUTE_BASE_NS + 15 * 10**9)
     result, finding = _oom_finding(run)
-    assert "The trace does not cover the failure; the samplers' last values before it: process RSS (host) 2.79 GiB of 7.45 GiB; " \
+    assert "No allocator events were traced at the failure; the samplers' last values before it: process RSS (host) 2.79 GiB of 7.45 GiB; " \
            "GPU memory used (gpu0) 15.0 MiB of 16.0 MiB." in finding["evidence"]
     document = result.to_json()["memory"]["oom"]
     assert document["source"] == "samplers" and document["top_at_failure"] == []
@@ -172,7 +172,7 @@ def test_an_oom_after_the_traced_window_is_told_from_the_samplers(tmp_path):
 def test_an_oom_without_a_trace_is_told_from_the_samplers(tmp_path):
     run = _failed_run(tmp_path, at_ns=ABSOLUTE_BASE_NS + 5 * 10**9, trace=False)
     result, finding = _oom_finding(run)
-    assert f"in {OOM_OP} on GPU_0_bfc. The trace does not cover the failure" in finding["evidence"]
+    assert f"in {OOM_OP} on GPU_0_bfc. No allocator events were traced at the failure" in finding["evidence"]
     assert "process RSS (host) 1.86 GiB of 7.45 GiB; GPU memory used (gpu0) 10.0 MiB of 16.0 MiB." in finding["evidence"]
 
 

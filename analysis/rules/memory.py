@@ -238,7 +238,7 @@ def oom_headline(facts: Facts) -> str:
     if failure.source == "samplers":
         values = "; ".join(f"{what_} ({sampler}) {_gib(last)}" + (f" of {_gib(total)}" if total > 0 else "")
                            for sampler, what_, last, total in failure.sampled)
-        return (f"{what}. The trace does not cover the failure; the samplers' last values before it: {values}.")
+        return (f"{what}. No allocator events were traced at the failure; the samplers' last values before it: {values}.")
     return f"{what}. Neither a trace nor a sampler recorded the memory when it happened."
 
 
