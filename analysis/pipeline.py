@@ -13,6 +13,7 @@ Render modules (`analysis.render`) only format an `Analysis`; nothing here print
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 import os
@@ -128,6 +129,31 @@ class Analysis(Rendered):
 
         return outputs.write_outputs(self, out_dir)
 
+    def to_perfetto(self, path: str | Path, events: str = "ops", step_name: str | None = None) -> Path:
+        """The analysis as a Perfetto trace at `path` (ui.perfetto.dev opens it): one process per worker
+        or host with its steps and their parts, devices' busy and idle spans, findings, sampler and
+        allocator counters, and the trace's own events (`events`: `ops`, `all` or `none`); the trace
+        files are read again. `step_name`: as given to `analyze`, for a job's other workers."""
+        return write_perfetto(self, path, events, step_name).path
+
+
+def write_perfetto(analysis: Analysis, path: str | Path, events: str = "ops", step_name: str | None = None,
+                   inputs: RunInputs | None = None):
+    """`Analysis.to_perfetto`, returning what the trace holds (`analysis.render.perfetto.Written`); `inputs`:
+    the analysis' own files as `analyze_and_read` kept them, not read again."""
+    from analysis import timeline
+
+    return timeline.write_perfetto(analysis, path, functools.partial(analyze_inputs, step_name=step_name), events,
+                                   inputs)
+
+
+def analyze_and_read(path: str | Path, step_name: str | None = None,
+                     peak: roofline.Ceilings | None = None) -> tuple[Analysis, RunInputs | None]:
+    """`analyze(path)` and, for one worker's files, those files as read, trace included (for an export that
+    draws the trace's events, so that it does not read them again); None for a job or a session of
+    several hosts, whose workers are read one at a time by the export."""
+    return _analyzed(path, step_name, None, None, peak, keep=True)
+
 
 def analyze(path: str | Path, step_name: str | None = None, processes: int | None = None,
             executor: Executor | None = None, peak: roofline.Ceilings | None = None) -> Analysis:
@@ -139,6 +165,12 @@ def analyze(path: str | Path, step_name: str | None = None, processes: int | Non
     one task per worker that sends back that worker's summary, never its events, and reads its files at
     their absolute path on this machine. `peak` gives the roofline's ceilings
     (`roofline.ceilings_from_peak`, `ceilings_from_tflops`) over the run's own."""
+    return _analyzed(path, step_name, processes, executor, peak)[0]
+
+
+def _analyzed(path: str | Path, step_name: str | None, processes: int | None, executor: Executor | None,
+              peak: roofline.Ceilings | None, keep: bool = False) -> tuple[Analysis, RunInputs | None]:
+    """`analyze`, and with `keep` one worker's files as read (None for a job or a session)."""
     check_step_name(step_name)
     path = checked_path(path, "path")
     if executor is not None:  # its tasks may run in other folders, or on other machines
@@ -151,16 +183,19 @@ def analyze(path: str | Path, step_name: str | None = None, processes: int | Non
             raise ValueError(wrong)
     workers = run_files.worker_dirs(path) if path.is_dir() else []
     if workers and not (path / run_files.STEPS_CSV).is_file():
-        return _analyze_job(path, workers, step_name, processes, executor, peak)
+        return _analyze_job(path, workers, step_name, processes, executor, peak), None
     host_files = _session_files(path)
     if len(host_files) < 2:
-        return analyze_worker(path, step_name, peak)
+        if not keep:
+            return analyze_worker(path, step_name, peak), None
+        inputs = read_inputs(path)
+        return analyze_inputs(inputs, step_name, peak), inputs
     results = _analyze_each([path, *host_files[1:]], step_name, processes, executor, peak)
     chief = results[0]
     if isinstance(chief, WorkerFailure):
         raise chief.error or TraceError(chief.message)
     assert isinstance(chief, Analysis)  # the first task is the chief's: its whole analysis
-    return assemble_session(chief, results[1:])
+    return assemble_session(chief, results[1:]), None
 
 
 # A process pool pays for itself once a worker's trace takes a second or more to analyse (about 4 MB).

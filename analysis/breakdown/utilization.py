@@ -133,6 +133,18 @@ def per_window(samplers: dict[str, pd.DataFrame], starts_s, ends_s) -> tuple[pd.
     return out, (float(np.median(periods)) if periods else math.nan)
 
 
+def trace_clock_offset_s(steps: pd.DataFrame, table: pd.DataFrame) -> float | None:
+    """The samplers' wall clock minus the trace's clock, in s: the mean gap between the starts of the
+    steps both the trace (`steps`) and steps.csv (`table`, indexed by step) hold; None where none is in both."""
+    if "start_ns" not in steps:
+        return None
+    common = steps["step"].isin(table.index)
+    if not common.any():
+        return None
+    return float((table.loc[steps.loc[common, "step"], "start_time_s"].to_numpy()
+                  - steps.loc[common, "start_ns"].to_numpy() / 1e9).mean())
+
+
 def steps_with_utilization(steps: pd.DataFrame, steps_table: pd.DataFrame | None, samplers: dict[str, pd.DataFrame],
                            from_csv: bool) -> tuple[pd.DataFrame, str | None]:
     """(the steps with the samplers' time-weighted means over each step, a note on their resolution).
@@ -143,11 +155,9 @@ def steps_with_utilization(steps: pd.DataFrame, steps_table: pd.DataFrame | None
     if from_csv:
         starts_s = steps_table["start_time_s"].to_numpy(dtype=float)
     else:
-        common = steps["step"].isin(table.index)
-        if not common.any():
+        offset = trace_clock_offset_s(steps, table)
+        if offset is None:
             return steps, None
-        offset = float((table.loc[steps.loc[common, "step"], "start_time_s"].to_numpy()
-                        - steps.loc[common, "start_ns"].to_numpy() / 1e9).mean())
         starts_s = steps["start_ns"].to_numpy(dtype=float) / 1e9 + offset
     if len(starts_s) != len(steps):
         return steps, None

@@ -13,6 +13,7 @@ never imported.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from analysis.comparison.op_diff import op_diff_runs
 from analysis.comparison.reading import RunRead, read_external, read_run, validate_external
 from analysis.comparison.rows import COMPONENTS, external_rows, run_row, steady_components, steady_epochs
 from analysis.comparison.table import compare, flags_for, pick_baseline, speedups, warnings
-from analysis.pipeline import checked_path
+from analysis.pipeline import analyze, analyze_inputs, checked_path
 from analysis.read import run_files
 from analysis.render import Rendered
 from analysis.rules.table import suggest_steps_per_execution
@@ -55,6 +56,21 @@ class Comparison(Rendered):
     def warnings(self) -> list[str]:
         return warnings(self.table)
 
+    def to_perfetto(self, path: str | Path, events: str = "ops") -> Path:
+        """Every compared run as a Perfetto trace at `path`: each run's processes (a job: one per worker),
+        named by the run, as `Analysis.to_perfetto` draws them; the runs are analysed again."""
+        return write_perfetto(self, path, events).path
+
+
+
+def write_perfetto(comparison: Comparison, path: str | Path, events: str = "ops"):
+    """`Comparison.to_perfetto`, returning what the trace holds (`analysis.render.perfetto.Written`)."""
+    from analysis import timeline
+
+    runs = [(str(run), functools.partial(analyze, where, processes=1))
+            for run, where in zip(comparison.table["run"], comparison.table["path"])
+            if isinstance(where, str) and where]  # a timing measured elsewhere has no timeline
+    return timeline.write_runs(runs, path, analyze_inputs, events)
 
 
 def compare_runs(runs, externals=(), baseline: str | None = None) -> pd.DataFrame:

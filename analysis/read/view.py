@@ -30,6 +30,10 @@ MEMORY_COLUMNS = {"allocator": object, "start_ns": "int64", "allocation": bool, 
                   "allocation_bytes": float, "fragmentation": float, "address": float, "op": object,
                   "region": object, "dtype": object, "shape": object, "group_id": float}
 STAGE_RE = re.compile(tf_producer.INPUT_STAGE)
+HOST_OP_RE = re.compile(tf_producer.XPROF_HOST_OP)
+TPU_PLANE = re.compile("TPU", re.IGNORECASE)
+# What a timeline of the trace's own events needs of each (analysis/render/perfetto.py).
+TIMELINE_COLUMNS = ["plane", "line", "plane_name", "line_name", "name", "start_ns", "end_ns"]
 
 
 def intervals(frame: pd.DataFrame) -> iv.Intervals:
@@ -119,7 +123,7 @@ class TraceView:
         on_device = self.on_device
         if on_device.empty:
             return on_device
-        is_tpu = on_device["plane_name"].astype(str).str.contains("TPU", case=False).to_numpy()
+        is_tpu = matches(on_device["plane_name"], TPU_PLANE, search=True).to_numpy()  # once per plane name
         stream = matches(on_device["line_name"], planes.STREAM_LINE).to_numpy()
         derived = ((on_device["line_id"].astype("int64") >= planes.DERIVED_LINE_MIN_ID)
                    | on_device["line_name"].isin(planes.DERIVED_LINE_NAMES)).to_numpy()
@@ -235,6 +239,23 @@ class TraceView:
             "shape": stats["shape"].to_numpy(), "group_id": events["group_id"].to_numpy(dtype=np.float64,
                                                                                          na_value=np.nan)})
         return frame.sort_values("start_ns", kind="stable").reset_index(drop=True)
+
+    def timeline_events(self, which: str = "ops") -> pd.DataFrame:
+        """The trace's own events to show beside the analysis, in file order (`TIMELINE_COLUMNS`):
+        `ops`, the devices' own activity (`device`) and the host's op events (XProf's op time:
+        TensorFlow ops, tf.data stages, host memcpy); `all`, every event of every plane and line."""
+        if which == "all":
+            return self.events[TIMELINE_COLUMNS]
+        if which != "ops":
+            raise ValueError(f"events to show are 'ops' or 'all', not {which!r}")
+        host_ops = self.host[matches(self.host["name"], HOST_OP_RE)]
+        index = self.events.index
+        if isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1:
+            keep = np.zeros(len(index), dtype=bool)
+            keep[host_ops.index.to_numpy()] = True
+            keep[self.device.index.to_numpy()] = True
+            return self.events.loc[keep, TIMELINE_COLUMNS]
+        return pd.concat([host_ops, self.device])[TIMELINE_COLUMNS].sort_index(kind="stable")
 
     @functools.cached_property
     def window(self) -> tuple[int, int]:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from analysis.render import format_for_path, format_of_output, formats_for
+from profiler.commands import perfetto_option
 from profiler.commands.common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -57,6 +58,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     peak.add_argument("--peak-file", metavar="FILE", default=None,
                       help="the ceilings for the roofline from a 'devprof peak --format json' result measured on the "
                            "device the trace comes from")
+    perfetto_option.add_options(analyze)
     analyze.set_defaults(handler=handle)
     return analyze
 
@@ -114,8 +116,12 @@ def handle(args: argparse.Namespace) -> int:
             args.format = format_of_output(args.output, "analysis", args.format)
         except ValueError as exc:
             return error(str(exc))
+    problem = perfetto_option.usage_error(args)
+    if problem is not None:
+        return error(problem)
     if not path.exists():
         return error(f"no such file or directory: {path}", hint="pass a run directory, log folder or .xplane.pb file")
+    kept = None  # the analysed worker's files, for the Perfetto trace
     try:
         with file_warnings():
             if args.scheduler is not None:
@@ -127,6 +133,10 @@ def handle(args: argparse.Namespace) -> int:
                         result = analysis.analyze(path, args.step_name, executor=executor, peak=peak)
                 except SchedulerError as exc:
                     return error(str(exc), code=EXIT_FAILURE if isinstance(exc, LostWorkers) else EXIT_USAGE)
+            elif args.perfetto is not None:  # the trace's events are drawn too: keep them from the analysis' read
+                from analysis.pipeline import analyze_and_read
+
+                result, kept = analyze_and_read(path, args.step_name, peak=peak)
             else:
                 result = analysis.analyze(path, args.step_name, peak=peak)
     except TraceError as exc:
@@ -151,6 +161,10 @@ def handle(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
+    failed = None
+    if args.perfetto is not None:  # before the files: the trace's events are let go before the plots are drawn
+        failed = perfetto_option.write(args, result, kept)
+        kept = None
     out_dir = Path(args.out) if args.out else result.out_dir
     if out_dir is not None:
         try:
@@ -161,6 +175,8 @@ def handle(args: argparse.Namespace) -> int:
                               "write to", code=EXIT_FAILURE)
         if args.format == "text" and written:
             print(f"wrote {len(written)} files to {out_dir}", file=sys.stderr if output is not None else sys.stdout)
+    if failed is not None:
+        return failed
     if limits:
         from analysis.comparison.gate import over_limits
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from analysis.render import format_for_path, format_of_output, formats_for
 from analysis.render.files import is_stream
+from profiler.commands import perfetto_option
 from profiler.commands.common import (
     EXIT_OK,
     EXIT_REGRESSION,
@@ -51,6 +52,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     compare.add_argument("--plot", default=None, metavar="PNG",
                          help="write the seconds-per-epoch bar chart here (default: <output>.png when --output "
                               "is given)")
+    perfetto_option.add_options(compare)
     compare.set_defaults(handler=handle)
     return compare
 
@@ -70,6 +72,9 @@ def handle(args: argparse.Namespace) -> int:
             args.format = format_of_output(args.output, "comparison", args.format)
         except ValueError as exc:
             return error(str(exc))
+    problem = perfetto_option.usage_error(args)
+    if problem is not None:
+        return error(problem)
     try:
         with file_warnings():
             result = compare.compare_paths(args.runs, args.external, args.baseline, ops=args.ops)
@@ -113,6 +118,10 @@ def handle(args: argparse.Namespace) -> int:
     if args.format in ("json", "csv") or output is not None:
         for line in compare.warnings(table):  # text and markdown carry them already
             print(line, file=sys.stderr)
+    if args.perfetto is not None:
+        failed = perfetto_option.write(args, result)
+        if failed is not None:
+            return failed
     if regressions:
         print(f"regression: {'; '.join(regressions)}", file=sys.stderr)
         return EXIT_REGRESSION
