@@ -9,6 +9,25 @@ import pytest
 
 import analysis
 from analysis.read.trace import TraceError
+from test_safety_round_three_files import BASE_NS, MS
+
+
+def _marked_trace(tmp_path, second_line: str, step, steps: int = 6):
+    """A CPU trace of `steps` 10 ms steps with `train` markers; `step(host, python, other, t)` adds each
+    step's events on the Python thread and on a second thread named `second_line`."""
+    from test_safety_round_three_files import _Plane, _write_space, _xspace_class
+
+    space = _xspace_class()()
+    space.hostnames.append("host")
+    host = _Plane(space, 0, "/host:CPU")
+    python = host.line(100, "python", BASE_NS)
+    other = host.line(101, second_line, BASE_NS)
+    for k in range(steps):
+        t = BASE_NS + 10 * MS + k * 10 * MS
+        host.event(python, "train", t, t + 10 * MS, step_num=k, _r=1)
+        step(host, python, other, t)
+    host.finish()
+    return _write_space(space, tmp_path / "t.xplane.pb")
 
 
 def _sparse(path, size: int) -> None:
@@ -77,20 +96,11 @@ def test_no_two_modules_of_the_profiler_import_each_other():
 
 
 def test_a_step_name_that_matches_an_op_says_so_and_names_the_markers(tmp_path):
-    from test_safety_round_three_files import BASE_NS, MS, _Plane, _write_space, _xspace_class
-
-    space = _xspace_class()()
-    space.hostnames.append("host")
-    host = _Plane(space, 0, "/host:CPU")
-    python = host.line(100, "python", BASE_NS)
-    worker = host.line(101, "tf_Compute/1", BASE_NS)
-    for k in range(6):
-        t = BASE_NS + 10 * MS + k * 10 * MS
-        host.event(python, "train", t, t + 10 * MS, step_num=k, _r=1)
+    def step(host, python, worker, t):
         host.event(python, "IteratorGetNext", t, t + 2 * MS)
         host.event(worker, "model/conv2d/Relu:_MklNativeFusedConv2D", t + 2 * MS, t + 7 * MS)
-    host.finish()
-    trace = _write_space(space, tmp_path / "t.xplane.pb")
+
+    trace = _marked_trace(tmp_path, "tf_Compute/1", step)
     result = analysis.analyze(trace, step_name="Conv2D")
     note = next(n for n in result.notes if "--step-name" in n)
     assert "matches none of the trace's step markers ('train')" in note
@@ -155,16 +165,8 @@ def test_run_files_that_are_no_regular_files_are_named_not_skipped_in_silence(tm
 def test_an_xla_compiled_step_on_a_cpu_shows_its_programs_instructions_as_ops(tmp_path):
     """`--jit-compile` on a CPU: the op table was the function call alone (or two trivial ops);
     XLA's CPU runtime records each instruction inside `ThunkExecutor::Execute`."""
-    from test_safety_round_three_files import BASE_NS, MS, _Plane, _write_space, _xspace_class
 
-    space = _xspace_class()()
-    space.hostnames.append("host")
-    host = _Plane(space, 0, "/host:CPU")
-    python = host.line(100, "python", BASE_NS)
-    pool = host.line(101, "tf_numa_-1_Eigen/1", BASE_NS)
-    for k in range(6):
-        t = BASE_NS + 10 * MS + k * 10 * MS
-        host.event(python, "train", t, t + 10 * MS, step_num=k, _r=1)
+    def step(host, python, pool, t):
         host.event(python, "IteratorGetNext", t, t + 1 * MS)
         host.event(python, "__inference_step_9:__inference_step_9", t + 1 * MS, t + 9 * MS)
         host.event(python, "ThunkExecutor::Execute", t + 1 * MS, t + 9 * MS)
@@ -173,8 +175,8 @@ def test_an_xla_compiled_step_on_a_cpu_shows_its_programs_instructions_as_ops(tm
         host.event(python, "transpose_copy_fusion", t + 5 * MS, t + 6 * MS)
         host.event(pool, "ThunkExecutor::Execute", t + 6 * MS, t + 9 * MS)
         host.event(pool, "MatMul.4", t + 6 * MS, t + 8 * MS)
-    host.finish()
-    result = analysis.analyze(_write_space(space, tmp_path / "t.xplane.pb"))
+
+    result = analysis.analyze(_marked_trace(tmp_path, "tf_numa_-1_Eigen/1", step))
     ops = result.ops.set_index("op")
     assert list(ops.index[:3]) == ["convolution.1", "MatMul.4", "transpose_copy_fusion"], result.ops
     assert ops.loc["convolution.1", "ms_per_step"] == pytest.approx(4.0) and set(ops["type"]) == {"XLA"}
