@@ -446,7 +446,9 @@ def test_injected_memory_moves_the_peak_by_its_size_and_the_batch_part_by_the_ba
                    check=True, env=env, cwd=tmp_path)
     before, after = _peak_of(tmp_path / "plain"), _peak_of(tmp_path / "held")
     assert after.name == before.name
-    assert after.peak_bytes - before.peak_bytes == HELD_BYTES
+    # The held tensor moves the peak by its size; the step's own few MiB may peak at another moment beside
+    # it (one run: 63 MiB, the 1 MiB MatMul_1 output freed just before), never by more than they hold.
+    assert abs(after.peak_bytes - before.peak_bytes - HELD_BYTES) <= before.peak_bytes
     assert after.by_op[0] == ("Fill", HELD_BYTES)
     live = after.top_at_peak[0]
     assert (live.op, live.shape, live.dtype, live.bytes) == ("Fill", f"[{HELD_BYTES // 4}]", "float", HELD_BYTES)

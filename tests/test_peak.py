@@ -345,7 +345,9 @@ def test_conv_flops_count_a_direct_3x3_convolution():
     assert peak.conv_flops(64, iters=3) == 3 * peak.conv_flops(64)
 
 
-TIE = 1.05  # timing noise between two rates timed side by side
+# Timing noise between two rates timed side by side, and the few per cent an AMD EPYC's matmul still
+# gains from n=512 to 4096 after the search stops for growth under 10 % (200.8 against 217.8 GFLOP/s).
+TIE = 1.10
 
 
 @pytest.mark.slow
