@@ -91,27 +91,28 @@ def text(value, limit: int, middle: bool = False) -> str | None:
     return ELLIPSIS if _encoded(ELLIPSIS) <= limit else ""
 
 
-def number(value, significant: int = 4) -> float | None:
-    """A finite number to `significant` digits (at most 11 characters as JSON); None for what is
-    missing or not finite."""
+def _finite(value) -> float | None:
+    """`value` as a finite float; None for what is missing, a bool, not a number or not finite."""
     if value is None or isinstance(value, (bool, np.bool_)):
         return None
     try:
         value = float(value)
     except (TypeError, ValueError):
         return None
-    return float(f"{value:.{significant}g}") if math.isfinite(value) else None
+    return value if math.isfinite(value) else None
+
+
+def number(value, significant: int = 4) -> float | None:
+    """A finite number to `significant` digits (at most 11 characters as JSON); None for what is
+    missing or not finite."""
+    value = _finite(value)
+    return float(f"{value:.{significant}g}") if value is not None else None
 
 
 def count(value) -> int | None:
     """A whole number of things (bytes, steps); None where missing, not finite or beyond int64."""
-    if value is None or isinstance(value, (bool, np.bool_)):
-        return None
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return int(value) if math.isfinite(value) and abs(value) < 2 ** 63 else None
+    value = _finite(value)
+    return int(value) if value is not None and abs(value) < 2 ** 63 else None
 
 
 def _verdict(verdict: dict) -> dict:
