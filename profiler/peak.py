@@ -52,6 +52,10 @@ MAX_OP_S = 4.0  # a size whose one matmul would take longer is not tried
 REPEATS = 5
 MIN_REPEATS = 3  # a size's timed calls stop at 3 once they have taken SIZE_BUDGET_S
 SIZE_BUDGET_S = 4.0
+# Each dtype's best size (and the size its search stopped at) timed again, the dtypes in turn: measured one
+# after the other, a burst of load on one dtype's search set their ratio (an AMD EPYC: bfloat16 214 against
+# float32 236 GFLOP/s one day, 239 against 117 an hour later), and precision advice reads that ratio.
+CONFIRM_ROUNDS = 3
 # 2: sizes grow until the rate stops growing (format 1 stopped at the first slow size and
 # could sit below what training reached), so older cached peaks are measured again.
 # 3: measured with oneDNN's kernels where devprof run trains with them (`cpu_kernels`).
@@ -183,6 +187,33 @@ def measure_rate(make_runner: Callable[[int], Runner], sizes, work: Callable[[in
     if best is None:
         raise ValueError("no sizes to measure")
     return {**best, "stopped": stopped, "sizes": tried}
+
+
+def confirm_rates(make_runners: dict[str, Callable[[int], Runner]], results: dict[str, dict],
+                  work: Callable[[int, int], float], *, rounds: int = CONFIRM_ROUNDS, repeats: int = REPEATS,
+                  min_time_s: float = MIN_TIME_S, clock: Callable[[], float] = time.perf_counter) -> None:
+    """Time each dtype's best size, and the size its search stopped at, again: the dtypes in turn, `rounds`
+    times, in alternating order, so that the machine's load weighs on every dtype alike. A better rate
+    replaces the search's; `results[dtype]["confirmed"]` lists every timing."""
+    runs = {}
+    for dtype, result in results.items():
+        sizes = [result["size"]]
+        if result["stopped"] == "growth" and result["sizes"][-1]["size"] != result["size"]:
+            sizes.append(result["sizes"][-1]["size"])
+        for size in sizes:
+            run = make_runners[dtype](size)
+            run(1)
+            runs[(dtype, size)] = run
+    order = list(runs)
+    for index in range(rounds):
+        for dtype, size in order if index % 2 == 0 else order[::-1]:
+            iters, seconds = best_time(runs[(dtype, size)], repeats=repeats, min_time_s=min_time_s, clock=clock)
+            seconds = max(seconds, 1e-12)
+            rate = work(size, iters) / seconds
+            result = results[dtype]
+            result.setdefault("confirmed", []).append({"size": int(size), "per_second": rate})
+            if rate > result["per_second"]:
+                result.update(per_second=rate, size=int(size), iters=iters, seconds=seconds)
 
 
 # ---------------------------------------------------------------- TensorFlow runners
@@ -404,6 +435,7 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
     began = time.perf_counter()
     timing = {"repeats": repeats, "min_time_s": min_time_s, "max_op_s": max_op_s, "clock": clock}
     flops, matmul, unsupported = {}, {}, {}
+    matmul_results, conv_results = {}, {}
     for dtype in dtypes:
         if device == "cpu" and dtype == "bfloat16":
             reason = _no_bfloat16_units(cpu_flags)
@@ -418,20 +450,30 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
         except Exception as exc:  # noqa: BLE001 - an unsupported dtype is a fact, not a failure
             unsupported[dtype] = _failure(exc)
             continue
-        flops[dtype] = result["per_second"]
-        matmul[dtype] = _search_record(result, "n", dtype_began)
-    if "float32" in dtypes and "float32" not in flops:
+        matmul_results[dtype] = (result, dtype_began)
+    if "float32" in dtypes and "float32" not in matmul_results:
         raise PeakError(f"float32 matmul failed on {device}: {unsupported.get('float32')}")
     conv_rates, conv = {}, {}
-    for dtype in flops:
+    for dtype in matmul_results:
         dtype_began = time.perf_counter()
         try:
             result = measure_rate(conv_runner(device, dtype), conv_channels, conv_flops, growth=growth, **timing)
         except Exception as exc:  # noqa: BLE001 - the matmul still bounds the peak from below
             conv[dtype] = {"error": _failure(exc)}
             continue
+        conv_results[dtype] = (result, dtype_began)
+    if len(matmul_results) > 1:
+        confirm = {"rounds": CONFIRM_ROUNDS, "repeats": repeats, "min_time_s": min_time_s, "clock": clock}
+        confirm_rates({dtype: matmul_runner(device, dtype) for dtype in matmul_results},
+                      {dtype: result for dtype, (result, _) in matmul_results.items()}, matmul_flops, **confirm)
+        confirm_rates({dtype: conv_runner(device, dtype) for dtype in conv_results},
+                      {dtype: result for dtype, (result, _) in conv_results.items()}, conv_flops, **confirm)
+    for dtype, (result, dtype_began) in matmul_results.items():
+        flops[dtype] = result["per_second"]
+        matmul[dtype] = {**_search_record(result, "n", dtype_began), "confirmed": result.get("confirmed", [])}
+    for dtype, (result, dtype_began) in conv_results.items():
         conv_rates[dtype] = result["per_second"]
-        conv[dtype] = _search_record(result, "channels", dtype_began)
+        conv[dtype] = {**_search_record(result, "channels", dtype_began), "confirmed": result.get("confirmed", [])}
     best = {dtype: max(rate, conv_rates.get(dtype, 0.0)) for dtype, rate in flops.items()}
     nbytes = int(bandwidth_bytes or BANDWIDTH_BYTES[device])
     bandwidth = measure_rate(copy_runner(device), (nbytes,), copy_bytes, **timing)
@@ -476,6 +518,7 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
         "method": f"chained square matmuls in one tf.function on all threads, FLOP = 2 n^3; sizes grow until the "
                   f"next adds < {growth:.0%}; per size a warm-up, then best of {repeats} calls of >= {min_time_s} s; "
                   f"the same for chained 3x3 convolutions of growing channel counts (FLOP = 2 per multiply-add); "
+                  f"then each dtype's best size timed again {CONFIRM_ROUNDS} times, the dtypes in turn; "
                   f"the peak is the best over both, sizes and repeats; vector = K multiply-adds per element "
                   f"(x * a + b in up to {VECTOR_LANES} independent chains, averaged) over {nbytes} bytes, fused by "
                   f"XLA, K growing the same way; bandwidth = float32 v += ones in place, bytes read + written, "
