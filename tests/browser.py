@@ -42,6 +42,7 @@ class PageLoad:
     console: list[str] = field(default_factory=list)  # every console message
     screenshot: bytes = b""
     boxes: dict = field(default_factory=dict)  # CSS selector -> {x, y, width, height} in page pixels
+    values: dict = field(default_factory=dict)  # JavaScript expression -> its value (JSON-like)
     height: int = 0  # the page's full height in CSS pixels
 
 
@@ -127,8 +128,10 @@ class _Pipe:
                 self.process.stderr.close()
 
 
-def load(path: str | Path, *, width: int = 1280, height: int = 900, boxes: tuple[str, ...] = ()) -> PageLoad:
-    """Open `path` in headless Chromium at `width` x `height` and record what happens."""
+def load(path: str | Path, *, width: int = 1280, height: int = 900, boxes: tuple[str, ...] = (),
+         evaluate: tuple[str, ...] = ()) -> PageLoad:
+    """Open `path` in headless Chromium at `width` x `height` and record what happens; the value of each
+    expression in `evaluate`, run in the page once it has loaded, goes to `values`."""
     url = Path(path).resolve().as_uri()
     profile = tempfile.mkdtemp(prefix="devprof-chromium-")
     argv = [chromium_binary(), "--headless", "--disable-gpu", "--no-sandbox", "--remote-debugging-pipe",
@@ -155,6 +158,11 @@ def load(path: str | Path, *, width: int = 1280, height: int = 900, boxes: tuple
                 "y: r.top + scrollY, width: r.width, height: r.height}); })()"), "returnByValue": True}, session)
             value = found.get("result", {}).get("value")
             result.boxes[selector] = json.loads(value) if value else None
+        for expression in evaluate:
+            found = pipe.send("Runtime.evaluate", {"expression": expression, "returnByValue": True}, session)
+            if "exceptionDetails" in found:
+                raise RuntimeError(f"{expression}: {found['exceptionDetails']}")
+            result.values[expression] = found.get("result", {}).get("value")
         metrics = pipe.send("Page.getLayoutMetrics", session=session)
         size = metrics.get("cssContentSize") or metrics["contentSize"]
         result.height = int(size["height"])

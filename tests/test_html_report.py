@@ -247,3 +247,25 @@ def test_compare_report_loads_in_chromium(two_runs, tmp_path):
     path = analysis.compare([*two_runs]).to_html(tmp_path / "compare.html")
     loaded, box = _open(path, "#chart svg")
     assert box["y"] < 400 and _pixels_drawn(loaded.screenshot, box) > 0.02
+
+
+@pytest.mark.slow
+def test_a_wide_compare_table_is_not_cut_at_1400_px(tmp_path):
+    """Five runs with every column (samplers, memory, FLOP/s, MFU): the table uses the window's width
+    beyond the text column instead of scrolling inside it with the page's sides empty."""
+    import browser
+
+    summaries = {"host": {"metrics": {"cpu_pct": {"mean": 40.0, "p95": 90.0}, "proc_rss_bytes": {"max": 1e9}}},
+                 "gpu0": {"metrics": {"gpu_util_pct": {"mean": 30.0, "p95": 70.0}, "tf_mem_peak_bytes": {"max": 2e9}}}}
+    runs = [make_run(tmp_path, f"20250101-120000-gpu-{name}-workstation", kind="gpu", device=f"NVIDIA {name} PCIe",
+                     input_ms=1.0 + 5 * i, epoch_seconds=(2.0, 0.6 + 0.1 * i), summaries=summaries, flops_per_image=1e9,
+                     peak={"matmul_flops_per_second": {"float32": 8e12}})
+            for i, name in enumerate(("GTX-1060", "GTX-1080-Ti", "MX150", "RTX-3090", "A100-SXM4-80GB"))]
+    path = analysis.compare(runs).to_html(tmp_path / "compare.html")
+    box = ("(() => { const s = document.querySelector('#runs .scroll'); const r = s.getBoundingClientRect(); "
+           "return [s.scrollWidth, s.clientWidth, r.right, innerWidth]; })()")
+    loaded = browser.load(path, width=1400, evaluate=(box,))
+    assert loaded.errors == [], loaded.errors
+    scroll_width, client_width, right, window = loaded.values[box]
+    assert scroll_width <= client_width, f"the table is cut: {scroll_width} px wide in a box of {client_width} px"
+    assert right <= window

@@ -84,6 +84,9 @@ p,ul{margin:6px 0}
  padding:1px 5px;margin-right:6px}
 .warning .sev{background:#c77700}.error .sev,.critical .sev{background:#d62728}
 .scroll{overflow-x:auto}
+main>section>.scroll{--bleed:max(0px,(100vw - 1140px)/2);display:grid;width:calc(100vw - 48px);
+ margin-left:calc(-1 * var(--bleed));grid-template-columns:minmax(0,var(--bleed)) minmax(min-content,max-content)}
+main>section>.scroll>table{grid-column:2;background:#fff}
 table{border-collapse:collapse;font-size:12.5px;margin:6px 0}
 th,td{padding:3px 8px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
 th{background:#f3f3f3;font-weight:600;white-space:nowrap}
@@ -106,6 +109,7 @@ footer{margin-top:30px;color:#777;font-size:12px}
  section,figure,.finding,table{break-inside:avoid}
  h2{break-after:avoid}
  .scroll{overflow:visible}
+ main>section>.scroll{display:block;width:auto;margin-left:0}
  td.name{max-width:none}
 }
 """
