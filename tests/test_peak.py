@@ -581,3 +581,38 @@ def test_every_run_carries_the_devices_cached_peak(tmp_path, monkeypatch):
     assert "peak" not in starting_meta(other, {}, True)  # another device's peak is not this one's
     peak.cache_path("Test CPU 9000").write_text(json.dumps({**measured, "format": 1}))
     assert "peak" not in starting_meta(resolved, {}, True)  # a peak of an older method is not used
+
+
+def test_a_burst_of_load_during_one_dtypes_search_does_not_set_the_dtypes_ratio():
+    """bfloat16 runs twice as fast as float32, but a burst of load slows everything 3x while bfloat16's search
+    runs: searched one dtype after the other, bfloat16 reads 0.67x float32. Timed again in turns, the ratio is 2."""
+    fake = FakeDevice()
+    burst = {"on": False}
+    base = fake.matmul_runner
+
+    def matmul_runner(device, dtype):
+        make = base(device, dtype)
+
+        def make_sized(n):
+            run = make(n)
+
+            def timed(iters):
+                began = fake.now
+                run(iters)
+                elapsed = fake.now - began
+                fake.now += elapsed * ((3.0 if burst["on"] else 1.0) / (2.0 if dtype == "bfloat16" else 1.0) - 1.0)
+
+            return timed
+
+        burst["on"] = dtype == "bfloat16" and not any(call[1] == "bfloat16" for call in fake.calls)
+        return make_sized
+
+    result = peak.measure_peak("cpu", ("float32", "bfloat16"), sizes=(128, 256), conv_channels=(16, 32),
+                               bandwidth_bytes=2**20, name="x", cpu_flags=lambda: {"avx512_bf16"},
+                               **{**fake.runners(), "matmul_runner": matmul_runner})
+    searched = {dtype: max(row["per_second"] for row in result["matmul"][dtype]["sizes"]) for dtype in
+                ("float32", "bfloat16")}
+    assert searched["bfloat16"] / searched["float32"] == pytest.approx(2 / 3)  # the burst, without the turns
+    rates = result["matmul_flops_per_second"]
+    assert rates["bfloat16"] / rates["float32"] == pytest.approx(2.0)
+    assert len(result["matmul"]["bfloat16"]["confirmed"]) == peak.CONFIRM_ROUNDS * 2  # best size and the one after
