@@ -296,3 +296,42 @@ def test_no_ceiling_warning_for_integer_ops_or_a_sliver_of_the_time(base):
     bulk = ops.iloc[[0]].assign(op="model/half/Op", dtype="float16", ms_per_step=5.0)
     page = html.render_analysis(with_roofline(base, pd.concat([ops, bulk], ignore_index=True), roofline_info()))
     assert "Unknown ceilings (float16 (none given))" in page
+
+
+# Each text of the roofline that some other element covers, as Chromium hit-tests it at the centre of each glyph.
+COVERED_TEXTS = """(() => {
+  const covered = [];
+  for (const text of document.querySelectorAll('#roofline svg text')) {
+    text.scrollIntoView({block: 'center'});
+    const matrix = text.getScreenCTM();
+    for (let i = 0; i < text.getNumberOfChars(); i++) {
+      const box = text.getExtentOfChar(i);
+      const at = new DOMPoint(box.x + box.width / 2, box.y + box.height / 2).matrixTransform(matrix);
+      const hit = document.elementFromPoint(at.x, at.y);
+      if (hit && !text.contains(hit)) {
+        covered.push(text.textContent + ' under a ' + hit.tagName + ' (' + (hit.parentNode.className.baseVal || '') + ')');
+        break;
+      }
+    }
+  }
+  return covered;
+})()"""
+
+
+@pytest.mark.slow
+def test_no_roofline_label_is_under_a_circle(base, tmp_path):
+    """Busy ops crowd the memory slope where its label is written and each other's numbers: every
+    label is drawn above every circle."""
+    import browser
+
+    ops = cost_ops()
+    relu = ops.iloc[2].to_dict()
+    crowd = [{**relu, "op": f"model/crowd_{i}/Relu", "intensity": intensity, "ms_per_step": ms,
+              "flops_per_second": 9e11 * intensity * share, "ceiling_pct": 100 * share}
+             for i, (intensity, ms, share) in enumerate([(0.5, 3.0, 0.9), (0.6, 0.4, 0.3), (0.7, 2.0, 0.5),
+                                                         (0.55, 1.5, 0.2), (0.9, 4.0, 0.95), (1.2, 0.6, 0.1)])]
+    ops = pd.concat([ops, pd.DataFrame(crowd)], ignore_index=True)
+    path = with_roofline(base, ops, roofline_info()).to_html(tmp_path / "crowded.html")
+    loaded = browser.load(path, width=1000, evaluate=(COVERED_TEXTS,))
+    assert loaded.errors == [], loaded.errors
+    assert loaded.values[COVERED_TEXTS] == []

@@ -529,6 +529,7 @@ def roofline(points: list[RoofPoint], roofs: list[Roof], label: str, *, height: 
         for (_, text, color), y in zip(ceiling_labels, placed):
             out.append(f'<text class="ceiling" x="{left + plot_w + 6}" y="{y:.2f}" fill="{color}">{esc(text)}</text>')
     angle = -math.degrees(math.atan2(plot_h / (y_hi - y_lo), plot_w / (x_hi - x_lo)))
+    on_top: list[str] = []  # labels inside the plot: drawn after every circle, never under one
     for number, (bandwidth, dtypes) in enumerate(slope_labels.items()):
         # Near the slope's lower end, where no ceiling label is; written along it.
         start = max(x_min, y_min / bandwidth) * 10 ** (0.25 + 0.5 * number)
@@ -536,14 +537,13 @@ def roofline(points: list[RoofPoint], roofs: list[Roof], label: str, *, height: 
             continue
         x, y = x_of(start), y_of(bandwidth * start)
         names = "" if len(slope_labels) == 1 else " ".join(dtypes) + " "
-        out.append(f'<text class="ceiling" transform="translate({x:.2f} {y - 6:.2f}) rotate({angle:.1f})" '
-                   f'fill="{MEMORY_COLOR}" {halo}>{esc(names)}memory {esc(si(bandwidth, "B/s"))}</text>')
+        on_top.append(f'<text class="ceiling" transform="translate({x:.2f} {y - 6:.2f}) rotate({angle:.1f})" '
+                      f'fill="{MEMORY_COLOR}" {halo}>{esc(names)}memory {esc(si(bandwidth, "B/s"))}</text>')
     if points:
         largest = max(p.ms_per_step for p in points)
         max_r = 18.0
         out.append('<g class="ops" stroke-width="1">')
         ranks = {id(p): n for n, p in enumerate(labelled, 1)}
-        numbers = []
         for point in sorted(points, key=lambda p: -p.ms_per_step):
             # Area proportional to time; at least MIN_R, so that every op can be seen and hovered.
             r = max(MIN_R, max_r * math.sqrt(point.ms_per_step / largest))
@@ -552,15 +552,15 @@ def roofline(points: list[RoofPoint], roofs: list[Roof], label: str, *, height: 
             out.append(f'<g class="op"><title>{esc(point.title)}</title><circle cx="{cx:.2f}" cy="{cy:.2f}" '
                        f'r="{r:.3f}" fill="{color}" fill-opacity="0.55" stroke="{color}"/></g>')
             if id(point) in ranks:
-                numbers.append(f'<text class="op-rank" x="{cx + 0.7 * r + 1:.2f}" y="{cy - 0.7 * r - 1:.2f}" '
-                               f'font-weight="700" fill="#000" {halo}>{ranks[id(point)]}</text>')
+                on_top.append(f'<text class="op-rank" x="{cx + 0.7 * r + 1:.2f}" y="{cy - 0.7 * r - 1:.2f}" '
+                              f'font-weight="700" fill="#000" {halo}>{ranks[id(point)]}</text>')
         out.append("</g>")
-        out += numbers
-        for n, point in enumerate(labelled, 1):
-            y = height + 4 + 17 * n
-            note = f'<tspan fill="#555">{esc(point.note)}</tspan>' if point.note else ""
-            out.append(f'<text x="{left}" y="{y}"><tspan font-weight="700">{n}</tspan>'
-                       f'<tspan class="op-label" x="{left + 18}">{esc(point.label)}</tspan>{note}</text>')
+    out += on_top
+    for n, point in enumerate(labelled, 1):
+        y = height + 4 + 17 * n
+        note = f'<tspan fill="#555">{esc(point.note)}</tspan>' if point.note else ""
+        out.append(f'<text x="{left}" y="{y}"><tspan font-weight="700">{n}</tspan>'
+                   f'<tspan class="op-label" x="{left + 18}">{esc(point.label)}</tspan>{note}</text>')
     out.append("</svg>")
     return "".join(out)
 
