@@ -433,7 +433,8 @@ class ProfileSession(Session):
         self._epoch_values.update(numbers)
         self._run_values.update(numbers)
         if self.scalars is not None and self.global_step >= self._next_scalars:
-            self.scalars.step(self.global_step, **numbers)
+            scalars, step = self.scalars, self.global_step
+            self._write_scalars(lambda: scalars.step(step, **numbers))
             every = self.config.scalars_every
             self._next_scalars = (self.global_step // every + 1) * every
 

@@ -54,6 +54,10 @@ class Session:
         self.default_name: str | None = None  # the run's name was not given: `<time>-<device>-<host>`
         self.crash_log: rundir.CrashLog | None = None
         self.write_errors: list[str] = []  # files that could not be written from other threads
+        # TensorBoard scalars held while the trace records: each write runs eager TensorFlow ops (on a sampler's
+        # thread, or between steps) that the trace would show as the program's own eager work.
+        self._scalar_lock = threading.Lock()
+        self._held_scalars: list = []
         self._to_close: list | None = None
         self.recorded = False  # the last run.json, with how the run ended, was written
         self._finishing = False
@@ -145,17 +149,17 @@ class Session:
         if not cfg.sample:
             self.meta["samplers"] = {"enabled": False, "reason": "turned off with --no-sample"}
             return
-        lock = threading.Lock()
+        def system(name, step, row):
+            if self.write_errors:
+                return
+            try:
+                self.scalars.system(name, step, row)
+            except rundir.WriteError as exc:  # the run fails on it at the next epoch end
+                self.write_errors.append(str(exc))
 
-        def to_tensorboard(name, row):
+        def to_tensorboard(name, row):  # each sampler calls from its own thread
             step = self.current_step()
-            with lock:  # each sampler calls from its own thread
-                if self.write_errors:
-                    return
-                try:
-                    self.scalars.system(name, step, row)
-                except rundir.WriteError as exc:  # the run fails on it at the next epoch end
-                    self.write_errors.append(str(exc))
+            self._write_scalars(lambda: system(name, step, row))
 
         group = samplers.build_sampler_group(self.path / "utilization", resolved.kind, cfg.sample_interval,
                                              on_row=to_tensorboard,
@@ -181,9 +185,22 @@ class Session:
         if self.scalars is not None and values:
             every = self.config.scalars_every
             if next_step // every != (next_step - steps) // every:
-                self.scalars.step(next_step, **values)
+                scalars = self.scalars
+                self._write_scalars(lambda: scalars.step(next_step, **values))
         if self.window is not None:
             self.window.maybe_start(next_step)
+
+    def _write_scalars(self, write=None) -> None:
+        """Run `write` (a TensorBoard scalar write), and those held before it, unless the trace is recording:
+        then hold it."""
+        with self._scalar_lock:
+            if write is not None:
+                self._held_scalars.append(write)
+            if self.window is not None and self.window.active:
+                return
+            held, self._held_scalars = self._held_scalars, []
+            for each in held:
+                each()
 
     def record_step(self, record: StepRecord) -> None:
         """A finished step's timing (delivered when the next one begins): steps.csv, and the
@@ -191,6 +208,8 @@ class Session:
         self.steps.write(record)
         if self.window is not None:
             self.window.maybe_stop(record.step + record.steps)
+            if self._held_scalars and not self.window.active:
+                self._write_scalars()
 
     def record_epoch(self, result: EpochResult) -> None:
         self.meta["epochs"].append(result.as_dict())
@@ -246,6 +265,7 @@ class Session:
                               self._record_op_costs,
                               self._stop_samplers,
                               lambda: self.steps and self.steps.close(),
+                              lambda: self.scalars and self._write_scalars(),
                               lambda: self.scalars and self.scalars.close()]
         failures = []
         while self._to_close:  # each once, even when an interruption cuts this short and it is called again
