@@ -134,6 +134,34 @@ def _oom_finding(run):
     return result, found[0]
 
 
+def _text_memory(result) -> list[str]:
+    """The text report's memory lines, from its heading on."""
+    lines = result.render("text").splitlines()
+    return lines[next(i for i, line in enumerate(lines) if line.startswith("memory")):]
+
+
+def _html_oom(result) -> str:
+    """The HTML report's out-of-memory box, inside its memory section."""
+    import html as markup
+
+    from analysis.render import html
+
+    page = html.render_analysis(result)
+    section = page[page.index('id="memory"'):]
+    box = section[section.index('<div class="oom">'):section.index("</section>")]
+    end = box.find("<h3>", len('<div class="oom"><h3>'))  # the next allocator's heading
+    return markup.unescape(box[:end] if end > 0 else box)
+
+
+def _summary_oom(result) -> dict:
+    """The summary's `memory.oom`, the summary valid against its schema."""
+    from test_summary import rendered
+
+    document = rendered(result)
+    assert len(document["memory"]["allocators"]) == 1  # the oom takes the second one's room
+    return document["memory"]["oom"]
+
+
 def test_an_oom_inside_the_traced_window_is_told_from_the_trace(tmp_path):
     # step 1 starts at base + 20 ms; its Conv2DBackpropInput allocation (+5) reaches the peak; the
     # failure half a millisecond later, before the frees at +6
@@ -155,6 +183,18 @@ def test_an_oom_inside_the_traced_window_is_told_from_the_trace(tmp_path):
     assert holders == {(None, 4 * MiB), ("extra/Fill", 3 * MiB), ("model/conv/Conv2D", 2 * MiB),
                        (OOM_OP, 2 * MiB), ("model/dense/MatMul", 512)}
     json.dumps(result.to_json())
+    # Every report says it in its memory part, not only in the finding.
+    failed = f"784.0 MiB ({size:,} bytes) for a [128,64,224,224] half tensor in {OOM_OP} on GPU_0_bfc"
+    memory = _text_memory(result)
+    assert memory[1] == f"  out of memory, which ended the run: allocating {failed}"
+    assert memory[2] == "    held then: GPU_0_bfc 11.0 MiB of its 16.0 MiB (its last traced event, 0.5 ms before the failure)"
+    assert memory[3].startswith("    live then: 4.0 MiB allocated before the traced window; 3.0 MiB extra/Fill")
+    box = _html_oom(result)
+    assert f"The run failed allocating {failed}." in box and "Held then: GPU_0_bfc 11.0 MiB of its 16.0 MiB" in box
+    assert "extra/<wbr>Fill" in box and "<td class=\"n\">27.3</td>" in box  # 3 of the 11 MiB held
+    assert _summary_oom(result) == {"bytes": size, "op": OOM_OP, "allocator": GPU, "source": "trace",
+                                    "held_by": GPU, "held_bytes": 11 * MiB + 512, "capacity_bytes": 16 * MiB,
+                                    "top": [{"op": None, "bytes": 4 * MiB}]}
 
 
 def test_an_oom_after_the_traced_window_is_told_from_the_samplers(tmp_path):
@@ -167,6 +207,17 @@ def test_an_oom_after_the_traced_window_is_told_from_the_samplers(tmp_path):
     assert document["source"] == "samplers" and document["top_at_failure"] == []
     assert document["samplers"][1] == {"sampler": "gpu0", "what": "GPU memory used", "last_bytes": 15 * MiB,
                                        "total_bytes": 16 * MiB}
+    held = ("held then (no allocator event traced at the failure; each sampler's last value before it): process RSS "
+            "(host) 2.79 GiB of 7.45 GiB; GPU memory used (gpu0) 15.0 MiB of 16.0 MiB")
+    memory = _text_memory(result)
+    assert memory[1].startswith("  out of memory, which ended the run: allocating 784.0 MiB") and memory[2] == f"    {held}"
+    assert "live then" not in memory[3]
+    box = _html_oom(result)
+    assert f"in {OOM_OP} on GPU_0_bfc." in box and f"H{held[1:]}." in box and "<table" not in box
+    # The GPU's sampler: the allocation failed on a GPU.
+    assert _summary_oom(result) | {"bytes": None} == {"bytes": None, "op": OOM_OP, "allocator": GPU,
+                                                      "source": "samplers", "held_by": "gpu0", "held_bytes": 15 * MiB,
+                                                      "capacity_bytes": 16 * MiB, "top": []}
 
 
 def test_an_oom_without_a_trace_is_told_from_the_samplers(tmp_path):

@@ -19,7 +19,7 @@ from test_run_files import make_run, step_line
 from test_safety_round_three_files import marker_trace
 
 import analysis
-from analysis.breakdown.memory import AllocatorPeak, MemoryReport
+from analysis.breakdown.memory import AllocatorPeak, Live, MemoryReport, OomAtFailure
 from analysis.render import summary
 from profiler import cli
 
@@ -135,9 +135,9 @@ def _long(i: int, piece: str, n: int = 5000) -> str:
     return (f"scope_{i}/" + piece * n)[:n]
 
 
-def hostile(base, piece: str):
+def hostile(base, piece: str, oom: bool = False):
     """`base` with every list hundreds long, every string 5,000 characters of `piece`, every number at its
-    longest: as large an analysis as the summary can be given."""
+    longest: as large an analysis as the summary can be given (with an out-of-memory error where `oom`)."""
     fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
     many = range(500)
     fields.update(
@@ -164,14 +164,21 @@ def hostile(base, piece: str):
         capacity_bytes=HUGE, capacity_source=_long(3, piece), fragmentation=BIG, batch_bytes=BIG, fixed_bytes=BIG,
         max_batch=HUGE, headroom=_long(4, piece), top_at_peak=(), by_op=(), by_region=(), events=1,
         growth_bytes_per_step=BIG)
+    failure = OomAtFailure(
+        bytes=HUGE, shape=(HUGE,) * 100, dtype=_long(5, piece), op=_long(6, piece), allocator=_long(7, piece),
+        device=_long(8, piece), time_s=BIG, source=_long(9, piece), held_allocator=_long(10, piece), held_bytes=HUGE,
+        capacity_bytes=HUGE, before_failure_ms=BIG,
+        top=(Live(_long(11, piece), _long(12, piece), _long(13, piece), _long(14, piece), HUGE, HUGE),) * 100,
+        sampled=((_long(15, piece), _long(16, piece), HUGE, HUGE),) * 100)
     fields["memory"] = MemoryReport(allocators=(peak,) * 200, timeline=pd.DataFrame(), steps=pd.DataFrame(),
-                                    sampled=(), batch_size=HUGE)
+                                    sampled=(), batch_size=HUGE, oom=failure if oom else None)
     return types.SimpleNamespace(**fields, input_bottleneck={"stage": _long(5, piece), "ms_per_batch": BIG})
 
 
+@pytest.mark.parametrize("oom", [False, True], ids=["", "oom"])
 @pytest.mark.parametrize("piece", ["abcde", "é😀\"\\\x01/"], ids=["ascii", "escapes-and-multibyte"])
-def test_the_summary_stays_under_8_kb_on_a_hostile_analysis(cpu, piece):
-    text = summary.render_analysis(hostile(cpu, piece))
+def test_the_summary_stays_under_8_kb_on_a_hostile_analysis(cpu, piece, oom):
+    text = summary.render_analysis(hostile(cpu, piece, oom))
     assert len(text.encode("utf-8")) <= summary.MAX_BYTES
     document = json.loads(text)
     assert len(document["findings"]) == summary.TOP_FINDINGS and len(document["ops"]) == summary.TOP_OPS

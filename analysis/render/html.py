@@ -79,6 +79,9 @@ p,ul{margin:6px 0}
 .caption{font-size:13px;color:#444}
 .missing{color:#8a5a00;background:#fff8e6;border:1px solid #f0d9a8;padding:6px 10px;display:inline-block}
 .finding{margin:8px 0;padding:6px 10px;border-left:4px solid #bbb;background:#fafafa}
+.oom{border-left:6px solid #d62728;background:#fdf0f0;padding:4px 14px 8px;margin:10px 0}
+.oom h3{color:#a51d1d}
+.oom table{background:#fff}
 .finding.warning{border-color:#e08a00}.finding.error,.finding.critical{border-color:#d62728}
 .sev{font-size:11px;text-transform:uppercase;font-weight:600;color:#fff;background:#888;border-radius:3px;
  padding:1px 5px;margin-right:6px}
@@ -631,13 +634,37 @@ def _worker_heat_map(analysis) -> str:
 MEMORY_STEPS_SHOWN = 12  # steps whose peak and held bytes a caption lists; the JSON has every one
 
 
+def _live_frame(groups, total: float) -> pd.DataFrame:
+    """Groups of live allocations as table rows, with their share of `total` bytes."""
+    return pd.DataFrame([{"op": item.op or "(allocated before the window)",
+                          "tensor": " ".join(part for part in (item.shape, item.dtype) if part)
+                          + (f" x{item.count}" if item.count and item.count > 1 else ""),
+                          "region": item.region if item.op else "", "size": tables.size(item.bytes),
+                          "%": f"{100 * item.bytes / total:.1f}" if total > 0 else "-"} for item in groups])
+
+
+def _oom(memory) -> str:
+    """The out-of-memory error that ended the run: the allocation that failed and what held the memory."""
+    failure = memory.oom
+    if failure is None:
+        return ""
+    held = tables.oom_held(failure)
+    table = ""
+    if failure.top:
+        table = ('<p class="caption">Live then, the largest first:</p>'
+                 + _table(_live_frame(failure.top, failure.held_bytes), name_columns=("op",), right=("size", "%")))
+    return (f'<div class="oom"><h3>Out of memory: the run ended here</h3><p>The run failed '
+            f"{esc(tables.oom_allocation(failure))}.</p><p>{esc(held[:1].upper() + held[1:])}.</p>{table}</div>")
+
+
 def _memory(analysis) -> str:
     """Each allocator's bytes in use over the traced window (steps shaded, the peak marked) beside the
-    table of what was live at the peak; the sampled memory of the run in a line."""
+    table of what was live at the peak; the sampled memory of the run in a line; first, the
+    out-of-memory error that ended the run, if one did."""
     memory = analysis.memory
     if memory is None:
         return ""
-    out = []
+    out = [_oom(memory)]
     if not memory.allocators:
         out.append(_missing("Allocators: not recorded (the trace holds no MemoryAllocation events)."))
     for peak in memory.allocators:
@@ -650,11 +677,7 @@ def _memory(analysis) -> str:
         chart = memory_timeline(events["time_ms"].to_numpy(dtype=float), events["bytes_in_use"].to_numpy(dtype=float),
                                 bands, (peak.peak_time_ms, float(peak.peak_bytes), f"{tables.peak_sentence(peak)}. {held}"),
                                 f"{peak.name}: bytes in use over the traced window", capacity=peak.capacity_bytes)
-        live = pd.DataFrame([{"op": item.op or "(allocated before the window)",
-                              "tensor": " ".join(part for part in (item.shape, item.dtype) if part)
-                              + (f" x{item.count}" if item.count and item.count > 1 else ""),
-                              "region": item.region if item.op else "", "size": tables.size(item.bytes),
-                              "%": f"{100 * item.bytes / peak.peak_bytes:.1f}"} for item in peak.top_at_peak])
+        live = _live_frame(peak.top_at_peak, peak.peak_bytes)
         ends = ", ".join(f"{tables.size(v)}" for v in steps["end_bytes"].head(MEMORY_STEPS_SHOWN))
         more = "" if len(steps) <= MEMORY_STEPS_SHOWN else f" (first {MEMORY_STEPS_SHOWN} of {len(steps)})"
         growth = (f" Held at step end grows {tables.size(peak.growth_bytes_per_step)} a step."

@@ -1,6 +1,7 @@
 """The summary for agents (`--format summary`, schema `devprof.summary/1`, docs/json.md and
 docs/summary.schema.json): the verdict and its saving, the findings ranked, the top ops with their
-roofline share, the spread, memory and utilization headlines, in at most `MAX_BYTES`.
+roofline share, the spread, memory (an out-of-memory error that ended the run included) and utilization
+headlines, in at most `MAX_BYTES`.
 
 Bounded by construction, never by cutting the document afterwards: at most `TOP_*` items of each
 list, every string cut to a byte budget as JSON encodes it (UTF-8, escapes included), every number
@@ -25,7 +26,8 @@ MAX_BYTES = 8192
 TOP_FINDINGS = 5
 TOP_OPS = 8
 TOP_OUTLIERS = 3
-TOP_ALLOCATORS = 2
+TOP_ALLOCATORS = 2  # 1 where the run ended out of memory: `oom` takes the other's room
+TOP_OOM_HELD = 1  # the largest group live when the allocation failed (the full JSON lists more)
 TOP_NOTES = 2
 
 # Byte budgets of strings, quotes included.
@@ -173,15 +175,35 @@ def _spread(spread: dict | None) -> dict | None:
                          "cause": text(item.get("cause"), WORD)} for item in outliers[:TOP_OUTLIERS]]}
 
 
+def _oom(failure) -> dict | None:
+    """The allocation that ended the run and what held the memory then: the allocator and its largest
+    live groups from the trace, else the sampler of the failing device (the host's otherwise)."""
+    if failure is None:
+        return None
+    held_by, held, capacity = failure.held_allocator, failure.held_bytes, failure.capacity_bytes
+    if failure.source == "samplers" and failure.sampled:
+        gpu = (failure.allocator or "").startswith("GPU_") or "GPU" in (failure.device or "")
+        sampler, _, held, capacity = next((s for s in failure.sampled if s[0].startswith("gpu") == gpu),
+                                          failure.sampled[0])
+        held_by = sampler
+    return {"bytes": count(failure.bytes), "op": text(failure.op, NAME, middle=True),
+            "allocator": text(failure.allocator, LABEL, middle=True), "source": text(failure.source, WORD),
+            "held_by": text(held_by, LABEL, middle=True), "held_bytes": count(held),
+            "capacity_bytes": count(capacity),
+            "top": [{"op": text(live.op, NAME, middle=True), "bytes": count(live.bytes)}
+                    for live in failure.top[:TOP_OOM_HELD]]}
+
+
 def _memory(memory) -> dict | None:
     if memory is None:
         return None
     allocators = list(memory.allocators)
+    shown = TOP_ALLOCATORS - (memory.oom is not None)
     return {"allocators": [{"name": text(a.name, NAME, middle=True), "peak_bytes": count(a.peak_bytes),
                             "capacity_bytes": count(a.capacity_bytes), "peak_step": count(a.peak_step),
                             "peak_op": text(a.peak_op, NAME, middle=True), "max_batch": count(a.max_batch)}
-                           for a in allocators[:TOP_ALLOCATORS]],
-            "allocators_total": len(allocators), "batch_size": count(memory.batch_size)}
+                           for a in allocators[:shown]],
+            "allocators_total": len(allocators), "batch_size": count(memory.batch_size), "oom": _oom(memory.oom)}
 
 
 def _workers(analysis) -> dict | None:

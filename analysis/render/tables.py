@@ -388,14 +388,50 @@ def headroom_sentence(peak, batch: float) -> str:
     return f"headroom: {peak.headroom}"
 
 
+def oom_allocation(failure) -> str:
+    """The allocation that failed: its size, tensor, op and allocator, as far as TensorFlow's message said."""
+    size_ = f"{size(failure.bytes)} ({failure.bytes:,} bytes)" if failure.bytes is not None else "memory"
+    shape = f"[{','.join(map(str, failure.shape))}]" if failure.shape is not None else None
+    tensor = " ".join(v for v in (shape, failure.dtype) if v)
+    where = failure.allocator or failure.device
+    return (f"allocating {size_}" + (f" for a {tensor} tensor" if tensor else "")
+            + (f" in {failure.op}" if failure.op else "") + (f" on {where}" if where else ""))
+
+
+def oom_held(failure) -> str:
+    """What held the memory when the allocation failed: the trace's allocator, else the samplers."""
+    if failure.source == "trace":
+        of = f" of its {size(failure.capacity_bytes)}" if failure.capacity_bytes > 0 else ""
+        return (f"held then: {failure.held_allocator} {size(failure.held_bytes)}{of} (its last traced event, "
+                f"{failure.before_failure_ms:.1f} ms before the failure)")
+    if failure.source == "samplers":
+        values = "; ".join(f"{what} ({sampler}) {size(last)}" + (f" of {size(total)}" if total > 0 else "")
+                           for sampler, what, last, total in failure.sampled)
+        return f"held then (no allocator event traced at the failure; each sampler's last value before it): {values}"
+    return "held then: not recorded (neither a trace nor a sampler covered the failure)"
+
+
+def oom_lines(memory) -> list[str]:
+    """The out-of-memory error that ended the run, first in the memory lines (indented: its details)."""
+    failure = memory.oom
+    if failure is None:
+        return []
+    out = [f"out of memory, which ended the run: {oom_allocation(failure)}", f"  {oom_held(failure)}"]
+    if failure.top:
+        live = "; ".join(f"{size(item.bytes)} {live_name(item)}" for item in failure.top[:MEMORY_LIVE_SHOWN])
+        out.append(f"  live then: {live}")
+    return out
+
+
 def memory_lines(analysis) -> list[str]:
     """Each allocator's peak, what held it, its headroom and growth; the sampled memory over the run."""
     memory = analysis.memory
     if memory is None:
         return []
     out = ["", "memory (the allocators' own events in the traced window; every event in memory.csv):"]
+    out += [f"  {line}" for line in oom_lines(memory)]
     if not memory.allocators:
-        out[-1] = "memory:"
+        out[1] = "memory:"
         out.append("  allocators: not recorded (no MemoryAllocation events traced)")
     for peak in memory.allocators:
         out.append(f"  {peak.name}: {peak_sentence(peak)}")
