@@ -89,6 +89,20 @@ def test_a_finding_that_saves_more_leads_the_verdict():
     assert found[0]["rule"] == "eager_execution" and found[0]["saving_ms"] == pytest.approx(35.0)
 
 
+def test_compiling_an_eager_cpu_step_keeps_its_ops_less_the_eager_floor_run_side_by_side():
+    # 100 ms: 60 of eager ops (300 calls, each paying at least 0.02 ms of eager runtime), the rest Python between
+    # them and dispatch. Compiled on 2 cores: (60 - 300 x 0.02) x (1 + 1/2) / 2 = 40.5 ms, less the 1 ms launch floor.
+    eager = EagerOps(op_time_pct=100.0, ms_per_step=60.0, step_pct=60.0, ops=(("MatMul", 30.0),), calls_per_step=300.0,
+                     call_floor_ms=0.02)
+    verdict, found = verdict_of(100.0, compute=90.0, host=10.0, eager=eager, device="cpu", cpu_cores=2,
+                                launch_ms=1.0)
+    saving = next(f for f in found if f["rule"] == "eager_execution")["saving_ms"]
+    assert saving == pytest.approx(100.0 - 40.5 - 1.0)
+    assert verdict["saving_ms"] == pytest.approx(saving)
+    one_core, _ = verdict_of(100.0, compute=90.0, host=10.0, eager=eager, device="cpu", cpu_cores=1, launch_ms=1.0)
+    assert one_core["saving_ms"] == pytest.approx(100.0 - 54.0 - 1.0)  # nothing runs side by side on one core
+
+
 def test_findings_are_ordered_by_saving_and_the_verdict_saves_at_least_as_much():
     _, found = verdict_of(40.0, input_wait=4.0, compute=26.0, host=10.0, prefetches=False, retrace_steps=2,
                           retrace_ms=8.0, traced_steps=20, other_cpu_pct=40.0, proc_cpu_pct=100.0, cpu_cores=4.0,

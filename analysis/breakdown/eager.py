@@ -51,6 +51,7 @@ HOST_OP_RE = re.compile(tf_producer.XPROF_HOST_OP)
 TF_OP_RE = re.compile(tf_producer.XPROF_TF_OP)
 EAGER_CALL_RE = re.compile(tf_producer.EAGER_CALL)
 TOP_OPS = 3
+CALL_FLOOR_PERCENTILE = 10
 
 
 @dataclass(frozen=True)
@@ -64,9 +65,14 @@ class EagerOps:
     # TensorFlow's overview page's shares (module docstring); NaN where no such op was recorded.
     host_op_time_eager_pct: float = math.nan
     device_op_time_eager_pct: float = math.nan
+    calls_per_step: float = math.nan  # eager op calls per training step
+    # The eager runtime's cost of a call that does next to nothing (the 10th percentile of the calls'
+    # durations): what each call pays that the op inside a compiled step does not.
+    call_floor_ms: float = math.nan
 
     def as_dict(self) -> dict:
         return {"op_time_pct": self.op_time_pct, "ms_per_step": self.ms_per_step, "step_pct": self.step_pct,
+                "calls_per_step": self.calls_per_step, "call_floor_ms": self.call_floor_ms,
                 "ops": [{"op": op, "ms_per_step": ms} for op, ms in self.ops],
                 "host_op_time_eager_pct": self.host_op_time_eager_pct,
                 "device_op_time_eager_pct": self.device_op_time_eager_pct}
@@ -233,8 +239,11 @@ def eager_ops(view: TraceView | None, steps: pd.DataFrame) -> EagerOps | None:
     per_op = (eager[inside].groupby(op[~is_input & ~is_function][inside].to_numpy())["duration_ns"].sum()
               .sort_values(ascending=False, kind="stable"))
     top = tuple((str(name), float(ns) / NS_PER_MS / training_steps) for name, ns in per_op.head(TOP_OPS).items())
+    durations = eager["duration_ns"].to_numpy(dtype=np.int64)[inside]
+    floor_ms = float(np.percentile(durations, CALL_FLOOR_PERCENTILE)) / NS_PER_MS if durations.size else math.nan
     host_pct, device_pct = tf_eager_shares(view)
     return EagerOps(op_time_pct=100.0 * eager_ns / (eager_ns + function_ns),
                     ms_per_step=eager_ns / NS_PER_MS / training_steps,
                     step_pct=100.0 * eager_ns / step_ns if step_ns > 0 else 0.0, ops=top,
-                    host_op_time_eager_pct=host_pct, device_op_time_eager_pct=device_pct)
+                    host_op_time_eager_pct=host_pct, device_op_time_eager_pct=device_pct,
+                    calls_per_step=durations.size / training_steps, call_floor_ms=floor_ms)
