@@ -266,3 +266,16 @@ def test_the_input_fix_counts_the_stage_it_takes_out_or_spreads_over_the_cores()
     # A serial map on 4 cores: 1 + 30 / 4 = 8.5 ms per batch against 6 ms of the rest.
     spread, _ = verdict_of(37.0, slowest_input_stage=serial_stage, cpu_cores=4.0, device="gpu", **common)
     assert spread["saving_ms"] == pytest.approx(37.0 - 8.5)
+
+
+def test_spreading_a_cpu_pipeline_over_the_cores_saves_no_more_than_the_busy_cores_allow():
+    # A prefetched serial map of 33 ms a batch holds a 34 ms step (20 ms the rest). On 4 idle cores, spreading
+    # it leaves 33 / 4 = 8.25 ms a batch: the step becomes the rest, 20 ms. But where the process already keeps
+    # 1.45 of 2 cores busy, its work needs 1.45 / 2 of the step however it is spread (whatever others take).
+    stage = SlowestStage("Iterator::Root::Map", 13.0, ms_per_batch=33.0)
+    common = dict(input_wait=13.0, compute=20.0, host=1.0, prefetches=True, slowest_input_stage=stage, device="cpu")
+    idle, _ = verdict_of(34.0, cpu_cores=4.0, proc_cpu_pct=145.0, other_cpu_pct=0.0, **common)
+    busy, _ = verdict_of(34.0, cpu_cores=2.0, proc_cpu_pct=145.0, other_cpu_pct=6.0, **common)
+    assert idle["saving_ms"] == pytest.approx(13.0)
+    assert busy["saving_ms"] == pytest.approx(34.0 - 34.0 * 1.45 / 2.0)
+    assert "does not shrink it" in busy["saving_basis"]

@@ -113,12 +113,15 @@ def input_wait(facts: Facts, fix_stage: bool = True) -> Saving:
         produce = 100.0  # a batch per step now
         kept = 0.0 if stage.runs_python or not _known(cores) else stage_pct / cores
         after = produce - stage_pct + kept
-        saving = _clip(100.0 - max(rest, after), wait)
+        # Spreading the stage over the cores moves work, it does not remove it (Python taken out does).
+        floor = _cpu_floor_pct(facts) if on_cpu and not stage.runs_python else 0.0
+        saving = _clip(100.0 - max(rest, after, floor), wait)
         how = ("rewriting it without Python" if stage.runs_python else f"running it on the {cores:.0f} cores"
                if _known(cores) else "parallelising it")
         return Saving(saving, f"the pipeline already prefetches and makes one batch per step; its slowest stage "
                               f"takes {_ms(facts, stage_pct)} per batch, and {how} leaves the pipeline "
-                              f"{_ms(facts, after)} per batch against {_ms(facts, rest)} for the rest of the step")
+                              f"{_ms(facts, after)} per batch against {_ms(facts, rest)} for the rest of the step"
+                              f"{_cpu_floor_text(facts, floor, max(rest, after))}")
     # No prefetch: the pipeline makes each batch while the loop waits, `wait` per batch. The advice also
     # fixes the stage that holds the wait: Python taken out of the pipeline, a serial map run on the cores.
     produce, how = wait, ""
@@ -130,13 +133,32 @@ def input_wait(facts: Facts, fix_stage: bool = True) -> Saving:
             produce = wait - held + held / cores
             how = f"; with its serial {stage.kind} ({_ms(facts, held)}) on the {cores:.0f} cores"
     shared = _pipeline_cpu_pct(facts, produce) / cores if on_cpu and _known(cores) else 0.0
-    saving = _clip(100.0 - max(rest + shared, produce), wait)
+    removes_python = produce < wait and stage is not None and stage.runs_python
+    floor = _cpu_floor_pct(facts) if on_cpu and not removes_python else 0.0
+    saving = _clip(100.0 - max(rest + shared, produce, floor), wait)
     cpu = (f"; on the CPU its work takes {_ms(facts, shared)} of the {cores:.0f} cores' time from compute"
            if shared > 0 else "; its work takes no CPU time from compute (the process's CPU shows none)"
            if on_cpu and _known(cores) else "")
     made = f"the pipeline makes a batch in {_ms(facts, wait)}{how}, {_ms(facts, produce)}; " if how else ""
     return Saving(saving, f"{made}prefetching overlaps the pipeline's {_ms(facts, produce)} per batch with the rest "
-                          f"of the step ({_ms(facts, rest)}){cpu}")
+                          f"of the step ({_ms(facts, rest)}){cpu}{_cpu_floor_text(facts, floor, max(rest + shared, produce))}")
+
+
+def _cpu_floor_pct(facts: Facts) -> float:
+    """On a CPU, the shortest step the process's measured CPU work allows on all the cores: a fix that moves
+    work between threads cannot go below it (0 where unknown). Not the cores other processes leave: a process
+    with more threads ready to run gets a larger share of a busy machine (that loss is `cpu_contention`'s)."""
+    used, cores = facts.proc_cpu_pct, _cores(facts)
+    if not (_known(used) and _known(cores)) or used <= 0:
+        return 0.0
+    return used / cores
+
+
+def _cpu_floor_text(facts: Facts, floor: float, otherwise: float) -> str:
+    if floor <= otherwise:
+        return ""
+    return (f"; but the process already keeps {facts.proc_cpu_pct / 100.0:.1f} of the {_cores(facts):.0f} cores "
+            f"busy, and spreading work over them does not shrink it: the step stays at least {_ms(facts, floor)}")
 
 
 def _pipeline_cpu_pct(facts: Facts, wait: float) -> float:
