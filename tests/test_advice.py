@@ -279,3 +279,14 @@ def test_spreading_a_cpu_pipeline_over_the_cores_saves_no_more_than_the_busy_cor
     assert idle["saving_ms"] == pytest.approx(13.0)
     assert busy["saving_ms"] == pytest.approx(34.0 - 34.0 * 1.45 / 2.0)
     assert "does not shrink it" in busy["saving_basis"]
+
+
+def test_several_steps_per_call_also_save_the_calls_own_dispatch_counted_as_compute():
+    # On a CPU the call's set-up before its first op and tear-down after its last are compute (as XProf counts
+    # them), yet a call of k steps pays them once: 2 ms of it adds 2 x (1 - 1/k) to the host part's saving.
+    common = dict(compute=20.0, host=10.0, device="cpu", cpu_cores=2)
+    without, _ = verdict_of(30.0, **common)
+    with_entry, _ = verdict_of(30.0, call_entry_exit_ms=2.0, **common)
+    k = int(re.search(r"(\d+) steps per call", without["saving_basis"]).group(1))
+    assert with_entry["saving_ms"] - without["saving_ms"] == pytest.approx(2.0 * (1 - 1 / k))
+    assert "dispatch around its ops" in with_entry["saving_basis"]

@@ -3,19 +3,18 @@ is documented; the facts themselves come from traces as the rules expect."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
 import pandas as pd
 import pytest
-
-import dataclasses
+from views import facts_from_mean, view_of
 
 from analysis.breakdown.eager import EagerOps
 from analysis.rules import facts as trace_facts
 from analysis.rules import table as rules
 from analysis.rules.facts import Facts
-from views import facts_from_mean, view_of
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "rules.md"
 MS = 1_000_000
@@ -118,6 +117,21 @@ def test_a_sync_in_every_step_is_found_and_one_in_some_steps_is_not():
     prints = events([("train/PrintV2:PrintV2", "/host:CPU", "python", 0, 0, k * 10 * MS + MS, k * 10 * MS + 2 * MS)
                      for k in range(3)])
     assert trace_facts.syncs_in_every_step(view_of(prints), STEPS) == "train/PrintV2:PrintV2"
+
+
+def test_the_calls_entry_and_exit_are_the_compute_before_its_first_op_and_after_its_last():
+    from analysis.steps.host import call_entry_exit_ms
+
+    # Each 10 ms step's call computes 9 ms; its ops (on an executor thread) run from 1.5 ms to 8 ms in: 2.5 ms of
+    # the call is its own set-up and tear-down. Python before the call (the step's first 0.5 ms) is not compute.
+    rows = [(name, "/host:CPU", "tf_Compute", 0, 1, k * 10 * MS + start, k * 10 * MS + end)
+            for k in range(3) for name, start, end in (("dense/MatMul:MatMul", 1_500_000, 6 * MS),
+                                                      ("dense/Relu:Relu", 6 * MS, 8 * MS))]
+    steps = STEPS.assign(compute_ms=9.0)
+    assert call_entry_exit_ms(view_of(events(rows)), steps) == pytest.approx(9.0 - 6.5)
+    assert math.isnan(call_entry_exit_ms(view_of(events([("x", "/host:CPU", "python", 0, 0, 0, 1)])), steps))
+    gpu = events(rows + [("fusion", "/device:GPU:0", "Stream #13(Compute)", 1, 2, 0, 5_000)])
+    assert math.isnan(call_entry_exit_ms(view_of(gpu), steps))  # a device's steps compute on the device
 
 
 def test_kernel_counts_and_lengths_leave_out_copies():

@@ -25,6 +25,7 @@ from analysis.breakdown.roofline import BelowRoofline, below_roofline
 from analysis.read.run_files import RunRecord
 from analysis.read.view import TraceView, matches
 from analysis.rules.devices import facts_for
+from analysis.steps.host import call_entry_exit_ms, complete_steps
 from analysis.steps.sources import StepSource
 
 
@@ -80,6 +81,7 @@ class Facts:
     step_ms: float = math.nan
     traced_steps: int = 0
     launch_ms: float = math.nan
+    call_entry_exit_ms: float = math.nan  # on a CPU, compute per call before its first op and after its last
     matrix_pct: float = math.nan
     matrix_ceilings: tuple[tuple[str, float], ...] = ()
     ceilings_source: str | None = None
@@ -102,6 +104,7 @@ class TraceFacts:
     idle_host_pct: float = math.nan  # the busiest device's step idle for the host
     prefetches: bool | None = None  # whether the traced tf.data pipeline prefetches (None: no stages)
     input_stage_kinds: tuple[str, ...] | None = None  # the kinds of tf.data stage traced (None: no stages)
+    call_entry_exit_ms: float = math.nan  # on a CPU, compute per call before its first op and after its last
 
 
 # Host work that makes the host wait for the device, or for its output, inside a step.
@@ -190,6 +193,11 @@ def _is_number(value) -> bool:
         return False
 
 
+def _steady(steps: pd.DataFrame) -> pd.DataFrame:
+    whole = complete_steps(steps)
+    return whole[~whole["first_call"].astype(bool)] if "first_call" in whole else whole
+
+
 def trace_facts(view: TraceView | None, steps: pd.DataFrame, devices: pd.DataFrame,
                 prefetching: bool | None) -> TraceFacts:
     """The facts of one trace's steps and device rows (all unknown without a trace)."""
@@ -198,7 +206,8 @@ def trace_facts(view: TraceView | None, steps: pd.DataFrame, devices: pd.DataFra
     retrace_steps, retrace_ms = retracing(steps)
     per_step, mean_us = kernels(view, steps)
     return TraceFacts(retrace_steps, retrace_ms, syncs_in_every_step(view, steps), per_step, mean_us,
-                      idle_waiting_for_host_pct(devices), prefetching, stage_kinds(view))
+                      idle_waiting_for_host_pct(devices), prefetching, stage_kinds(view),
+                      call_entry_exit_ms(view, _steady(steps)))
 
 
 def _float(value, default: float = math.nan) -> float:
@@ -265,6 +274,7 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, de
         step_ms=_float(step_ms),
         traced_steps=int(traced_steps or 0),
         launch_ms=_float(launch_ms),
+        call_entry_exit_ms=_float(trace.call_entry_exit_ms),
         matrix_pct=_float(matrix_pct),
         matrix_ceilings=_measured_rates(matrix_ceilings),
         ceilings_source=ceilings_source,

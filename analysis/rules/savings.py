@@ -245,9 +245,18 @@ def host_part(facts: Facts, suggested_steps_per_call: int) -> Saving:
                                     f"{_ms(facts, host - floor)} of host overhead{floor_text}")
     now = max(1, facts.steps_per_call)
     later = max(now, suggested_steps_per_call)
-    saving = (host - floor) * (1.0 - now / later)
+    entry = _call_entry_exit_pct(facts)
+    saving = (host - floor + entry) * (1.0 - now / later)
+    inside = f" and the call's own {_ms(facts, entry)} of dispatch around its ops" if entry > 0 else ""
     return Saving(saving, f"{later} steps per call pay the {_ms(facts, host - floor)} of per-call Python and "
-                          f"dispatch once per {later} steps instead of once per {now}{floor_text}")
+                          f"dispatch{inside} once per {later} steps instead of once per {now}{floor_text}")
+
+
+def _call_entry_exit_pct(facts: Facts) -> float:
+    """On a CPU, the call's compute before its first op and after its last, in % of the step (0: unknown)."""
+    if not (_known(facts.call_entry_exit_ms) and _known(facts.step_ms)) or facts.step_ms <= 0:
+        return 0.0
+    return 100.0 * facts.call_entry_exit_ms / facts.step_ms
 
 
 def collective_part(facts: Facts) -> Saving:

@@ -164,6 +164,33 @@ def _linked_to_own_step(other: pd.DataFrame, producers: pd.DataFrame) -> iv.Inte
     return iv.union(starts, ends)
 
 
+def call_entry_exit_ms(view: TraceView, steps: pd.DataFrame) -> float:
+    """On a CPU, the mean time per row of `steps` (a call) that compute spends before the call's first op and
+    after its last: the call's own dispatch (argument checks, the executor's set-up and tear-down, the wake-up
+    of its threads after the host's gap), which the breakdown counts as compute (as XProf does) and a call of
+    several steps pays once. NaN on devices, or where no op is traced."""
+    if not view.device.empty or view.host.empty or steps.empty or "compute_ms" not in steps:
+        return float("nan")
+    ops = view.host[matches(view.host["name"], TF_OP_RE)]
+    if ops.empty:
+        return float("nan")
+    order = np.argsort(ops["start_ns"].to_numpy(dtype=np.int64), kind="stable")
+    op_starts = ops["start_ns"].to_numpy(dtype=np.int64)[order]
+    op_ends = ops["end_ns"].to_numpy(dtype=np.int64)[order]
+    starts = steps["start_ns"].to_numpy(dtype=np.int64)
+    ends = steps["marker_end_ns"].to_numpy(dtype=np.int64) if "marker_end_ns" in steps \
+        else steps["end_ns"].to_numpy(dtype=np.int64)
+    first = np.searchsorted(op_starts, starts, side="left")
+    last = np.searchsorted(op_starts, ends, side="left")
+    spans = []
+    for low, high, compute_ms, end in zip(first, last, steps["compute_ms"].to_numpy(dtype=float), ends):
+        if high <= low:
+            continue
+        span_ns = min(int(op_ends[low:high].max()), int(end)) - int(op_starts[low])
+        spans.append(max(0.0, compute_ms - span_ns / NS_PER_MS))
+    return float(np.mean(spans)) if spans else float("nan")
+
+
 def step_breakdown(markers: pd.DataFrame, input_: iv.Intervals, compute: iv.Intervals, compile_: iv.Intervals,
                    collective: iv.Intervals | None = None, overlapped: iv.Intervals | None = None) -> pd.DataFrame:
     """Per-step input/compute/collective/host/compile in ms from category intervals.
