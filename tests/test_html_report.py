@@ -139,6 +139,48 @@ def test_compare_page(two_runs):
     assert all(why.split(":")[0] in page for why in comparison.table["why"])
 
 
+# Default run names (profiler/rundir.py): a date stamp, then the device and host. Runs started in the same
+# second get -2, -3; what tells these four apart is the time or the number at the end.
+STAMPED = {"20250101-093015-gpu-gpu-1060-workstation": ("093015",),
+           "20250101-093015-gpu-gpu-1060-workstation-2": ("093015", "-2"),
+           "20250101-093015-gpu-gpu-1060-workstation-3": ("093015", "-3"),
+           "20250101-154500-gpu-gpu-1060-workstation": ("154500",)}
+
+
+@pytest.fixture
+def stamped_runs(tmp_path):
+    return [make_run(tmp_path / "runs", name, kind="gpu", device="NVIDIA GeForce GTX 1060", input_ms=1.0 + 5 * i,
+                     epoch_seconds=(2.0, 0.6 + 0.1 * i)) for i, name in enumerate(STAMPED)]
+
+
+def _bar_labels(page: str) -> dict[str, str]:
+    """The compare chart's run name (its tooltip's start) -> the label drawn beside its bar."""
+    import html as html_lib
+
+    chart = page[page.index('id="chart"'):page.index('id="runs"')]
+    rows = re.findall(r"<g><title>([^<]*)</title><text[^>]*>([^<]*)</text>", chart)
+    return {html_lib.unescape(title).split(" (")[0].removesuffix(" *"): html_lib.unescape(label)
+            for title, label in rows}
+
+
+def test_compare_chart_labels_keep_what_tells_default_run_names_apart(stamped_runs):
+    """The names share their first 30 characters: cut at their end they read the same. The labels lose the
+    shared start instead, stay unique, keep each run's time and number, and the tooltip has the whole name."""
+    page = html.render_comparison(analysis.compare(stamped_runs))
+    labels = _bar_labels(page)
+    assert sorted(labels) == sorted(STAMPED), labels
+    assert len(set(labels.values())) == len(labels), f"two runs have the same label: {labels}"
+    for name, parts in STAMPED.items():
+        label = labels[name].removesuffix(" *")
+        assert len(label) <= 32 and all(part in label for part in parts), (name, label)
+        assert label.endswith(parts[-1]) or len(parts) == 1, (name, label)
+    from analysis.render.html_charts import text_width  # the label column is as wide as its longest label
+
+    chart = page[page.index('id="chart"'):page.index('id="runs"')]
+    for x, label in re.findall(r'<text class="label" x="([\d.]+)"[^>]*text-anchor="end"[^>]*>([^<]*)</text>', chart):
+        assert float(x) - text_width(label) >= 0, f"{label!r} would start left of the chart"
+
+
 def test_cli_output_file_takes_its_format_from_the_extension(gpu_trace, tmp_path, capsys):
     report = tmp_path / "out" / "report.html"
     assert cli.main(["analyze", str(gpu_trace.path), "-o", str(report)]) == 0
@@ -269,3 +311,32 @@ def test_a_wide_compare_table_is_not_cut_at_1400_px(tmp_path):
     scroll_width, client_width, right, window = loaded.values[box]
     assert scroll_width <= client_width, f"the table is cut: {scroll_width} px wide in a box of {client_width} px"
     assert right <= window
+
+
+LABEL_BOXES = """(() => {
+  const out = [];
+  for (const svg of document.querySelectorAll('#chart svg')) {
+    const s = svg.getBoundingClientRect();
+    const bars = Math.min(...[...svg.querySelectorAll('rect')].map(r => r.getBoundingClientRect().left));
+    for (const text of svg.querySelectorAll('g > text:first-of-type')) {
+      const r = text.getBoundingClientRect();
+      out.push({label: text.textContent, left: r.left - s.left, right: s.right - r.right,
+                gap: bars - r.right, top: r.top - s.top, bottom: s.bottom - r.bottom});
+    }
+  }
+  return out;
+})()"""
+
+
+@pytest.mark.slow
+def test_compare_chart_labels_lie_inside_the_chart_in_chromium(stamped_runs, tmp_path):
+    """Each run's label, as the browser lays it out, lies within its SVG and ends before the bars begin."""
+    import browser
+
+    path = analysis.compare(stamped_runs).to_html(tmp_path / "compare.html")
+    loaded = browser.load(path, width=1000, evaluate=(LABEL_BOXES,))
+    assert loaded.errors == [], loaded.errors
+    boxes = loaded.values[LABEL_BOXES]
+    assert len(boxes) == len(STAMPED), boxes
+    outside = [b for b in boxes if min(b["left"], b["right"], b["top"], b["bottom"]) < 0 or b["gap"] < 0]
+    assert not outside, f"labels past the chart's edge or over the bars: {outside}"

@@ -134,3 +134,20 @@ def test_stage_names_nested_hundreds_deep_are_told_apart():
     short = distinct_names(stages, 60)
     assert len(set(short)) == 4 and all(len(name) <= 60 for name in short), short
     assert [name.rsplit("::", 1)[-1] for name in short] == ["TensorSlice", "Map", "BatchV2", "Shuffle"]
+
+
+def test_chart_labels_drop_the_start_run_names_share_and_stay_distinct():
+    """hbars' labels (the compare chart): default run names share their date stamp, device and host."""
+    from analysis.render.names import distinct_labels
+
+    stamp = "20250101-120000-gpu-gpu-1060-workstation"
+    assert distinct_labels([stamp, f"{stamp}-2", f"{stamp}-3 *"], 32) == [
+        "…workstation", "…workstation-2", "…workstation-3 *"]
+    host = "gpu-gpu-1060-workstation.lab.example.com"  # the time tells them apart: the shared end goes too
+    short = distinct_labels([f"20250101-{t}-{host}" for t in ("093015", "120000", "154500")], 32)
+    assert short == ["…093015…", "…120000…", "…154500…"]
+    assert distinct_labels(["fast", "slow_input"], 32) == ["fast", "slow_input"]  # names that fit stay whole
+    assert distinct_labels(["a" * 50], 32) == ["a" * 15 + "…" + "a" * 16]  # one name: its middle goes
+    # The difference in a middle that the cut would remove: the labels show that stretch instead.
+    pair = distinct_labels(["x" * 20 + "A" + "y" * 40, "x" * 20 + "B" + "y" * 40], 20)
+    assert len(set(pair)) == 2 and "A" in pair[0] and "B" in pair[1] and all(len(s) <= 20 for s in pair), pair

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from analysis.render.names import distinct_labels, middle_cut
 from analysis.render.plots import EPOCH_LEVEL_COLOR, PART_COLORS, min_max_points
 
 MAX_BARS = 300
@@ -26,6 +27,27 @@ COMPILE_PATTERN = "compile-hatch"
 OUTLIER_COLOR = "#e6007e"  # steps over 1.5x the median: apart from every part's colour
 SERIES_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
                  "#bcbd22", "#7f7f7f")
+
+
+_NARROW = frozenset("'ijlIJ .,:;/\\|")  # advance widths in em, rounded up from DejaVu Sans (Linux's sans-serif)
+_SEMI = frozenset('ft-()[]r"*_`!')
+_WIDE = frozenset("mwMW%@#+<=>^~")
+
+
+def text_width(text: str, size: float = 12.0) -> float:
+    """An upper estimate of `text`'s width at font size `size` in the charts' sans-serif font
+    (DejaVu Sans, the widest common one, is the fallback of system-ui on Linux)."""
+    em = 0.0
+    for char in text:
+        if char in _NARROW:
+            em += 0.34
+        elif char in _SEMI:
+            em += 0.52
+        elif char in _WIDE:
+            em += 1.0
+        else:
+            em += (0.8 if char.isupper() or char == "&" else 0.7) if char.isascii() else 1.0
+    return em * size
 
 
 def esc(value) -> str:
@@ -270,11 +292,27 @@ def _finite_runs(mask: np.ndarray) -> list[np.ndarray]:
     return np.split(index, np.flatnonzero(np.diff(index) > 1) + 1)
 
 
+LABEL_CHARS = 32  # characters of an hbars row's label (distinct_labels: the part that tells rows apart)
+LABEL_WIDTH = 300  # viewBox units of the label column at most
+
+
+def _fit(label: str, width: float) -> str:
+    """`label` cut in its middle until `text_width` puts it within `width` (wide characters)."""
+    limit = len(label)
+    while limit > 3 and text_width(middle_cut(label, limit)) > width:
+        limit -= 1
+    return middle_cut(label, limit)
+
+
 def hbars(rows: list[tuple[str, tuple[float, ...], str, float]], parts: list[tuple[str, str]], unit: str,
           label: str) -> str:
     """Horizontal stacked bars, one per row: (label, part values, tooltip, total drawn at the bar's end).
-    A row whose parts are all missing is drawn as one outlined bar of its total."""
-    left, row_h = 220, 30
+    A row whose parts are all missing is drawn as one outlined bar of its total. Labels too long lose
+    what every row shares (`distinct_labels`), the tooltip keeps the whole; the label column is as
+    wide as the longest label shown, so none starts past the chart's left edge."""
+    row_h = 30
+    shown = [_fit(name, LABEL_WIDTH) for name in distinct_labels([name for name, *_ in rows], LABEL_CHARS)]
+    left = max(LEFT, math.ceil(max((text_width(name) for name in shown), default=0.0)) + 8 + 8)
     height = 20 + row_h * len(rows) + 34
     totals = [t for *_, t in rows if t == t]
     ticks = nice_ticks(max(totals, default=1.0) * 1.08)
@@ -290,9 +328,9 @@ def hbars(rows: list[tuple[str, tuple[float, ...], str, float]], parts: list[tup
                f'{esc(unit)}</text>')
     for i, (name, values, title, total) in enumerate(rows):
         y = 20 + i * row_h + 4
-        shown = name if len(name) <= 32 else name[:31] + "\u2026"
         out.append(f'<g><title>{esc(title)}</title>')
-        out.append(f'<text x="{left - 8}" y="{y + 15}" text-anchor="end" fill="#222">{esc(shown)}</text>')
+        out.append(f'<text class="label" x="{left - 8}" y="{y + 15}" text-anchor="end" fill="#222">{esc(shown[i])}'
+                   '</text>')
         x = float(left)
         if all(not (v == v) for v in values):
             if total == total:

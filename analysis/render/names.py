@@ -164,4 +164,79 @@ def distinct_names(names: list, limit: int) -> list:
     return out
 
 
-__all__ = ["ELLIPSIS", "distinct_names", "middle_cut"]
+_LABEL_SEPARATORS = frozenset("-_./: ")  # run names: 20250101-120000-gpu-host.example.com
+
+
+def _shared_cut(texts: list[str]) -> int:
+    """How many leading characters every one of `texts` shares and may lose: up to a separator's end,
+    and never so many that a text is left without a letter or digit."""
+    shared = min(len(t) for t in texts)
+    for i in range(shared):
+        if any(t[i] != texts[0][i] for t in texts):
+            shared = i
+            break
+    for cut in range(shared, 0, -1):
+        if texts[0][cut - 1] in _LABEL_SEPARATORS and all(any(c.isalnum() for c in t[cut:]) for t in texts):
+            return cut
+    return 0
+
+
+def _cut_between_words(text: str, limit: int) -> str:
+    """`text` cut in its middle to at most `limit` characters, the cut moved to the nearest separators
+    when that keeps at least half of each side: `093015-gpu-gpu…workstation-2`."""
+    if len(text) <= limit:
+        return text
+    head_n = (limit - 1) // 2
+    tail_n = limit - 1 - head_n
+    head, tail = text[:head_n], text[len(text) - tail_n:]
+    if text[head_n] not in _LABEL_SEPARATORS:
+        cut = max((k for k, c in enumerate(head) if c in _LABEL_SEPARATORS), default=-1)
+        head = head[:cut] if cut >= head_n // 2 else head
+    if text[len(text) - tail_n - 1] not in _LABEL_SEPARATORS:
+        cut = next((k for k, c in enumerate(tail) if c in _LABEL_SEPARATORS), len(tail))
+        tail = tail[cut + 1:] if cut < tail_n // 2 else tail
+    return head.rstrip("".join(_LABEL_SEPARATORS)) + ELLIPSIS + tail.lstrip("".join(_LABEL_SEPARATORS))
+
+
+def distinct_labels(names: list[str], limit: int) -> list[str]:
+    """Labels of at most `limit` characters for a chart's rows, each telling its row from the others.
+
+    Run names that share a long start (`20250101-120000-gpu-workstation`, `...-workstation-2`) differ at
+    their end or in their middle: cutting each at `limit` keeps only the shared start. When a name is
+    too long, every label loses the start all the names share (up to a separator, `…` in its place),
+    then if still too long the shared end, then its own middle; labels that would still be equal show
+    the stretch where their names differ. Names that all fit are kept whole."""
+    texts = [str(name) for name in names]
+    if all(len(t) <= limit for t in texts):
+        return texts
+    distinct = sorted(set(texts))
+    if len(distinct) < 2:
+        return [middle_cut(t, limit) for t in texts]
+    head = _shared_cut(distinct)
+    head = head if head > len(ELLIPSIS) + 2 else 0
+    cores = {t: t[head:] for t in distinct}
+    tail = 0
+    if any(len(core) + (1 if head else 0) > limit for core in cores.values()):
+        tail = _shared_cut([core[::-1] for core in cores.values()])
+        tail = tail if tail > len(ELLIPSIS) + 2 else 0
+    marks = (1 if head else 0) + (1 if tail else 0)
+
+    def label(core: str) -> str:
+        return (ELLIPSIS if head else "") + _cut_between_words(core, max(3, limit - marks)) + (
+            ELLIPSIS if tail else "")
+
+    shown = {t: label(core[:len(core) - tail]) for t, core in cores.items()}
+    groups: dict[str, list[str]] = {}
+    for t in distinct:
+        groups.setdefault(shown[t], []).append(t)
+    for same in (g for g in groups.values() if len(g) > 1):  # what tells them apart was in the middle cut out
+        for t in same:
+            first = min(next((i for i, (a, b) in enumerate(zip(t, o)) if a != b), min(len(t), len(o)))
+                        for o in same if o != t)
+            start = max(0, min(first - (limit - 2) // 2, len(t) - (limit - 2)))
+            window = t[start:start + limit - 2]
+            shown[t] = (ELLIPSIS if start else "") + window + (ELLIPSIS if start + len(window) < len(t) else "")
+    return [shown[t] for t in texts]
+
+
+__all__ = ["ELLIPSIS", "distinct_labels", "distinct_names", "middle_cut"]
