@@ -11,13 +11,15 @@ Before and after are recorded alike and alternated, `--reps` pairs, so the machi
 over both.
 
 Causes: slow_map (a map of matmuls on one core, slower than the step, behind a prefetch; fix:
-num_parallel_calls), no_prefetch (8 ms of CPU work per batch, no prefetch), no_prefetch_read (an
+num_parallel_calls), python_map (a map that runs 40 ms of Python a batch behind a prefetch; fix:
+the Python moved out of the pipeline), no_prefetch (8 ms of CPU work per batch, no prefetch), no_prefetch_read (an
 8 ms wait per batch, no prefetch), loop_sleep (20 ms in the loop; fix: the advised steps per
 call), numpy_every_step (gradients through `.numpy()` into a histogram every step; fix: every N
 steps as advised), tiny_batch (batch 8; fix: steps per call), tiny_batch_larger (batch 8; fix:
 batch 128), eager (no tf.function), contention (two busy loops beside training; fix: stop them),
-float32_kept and bfloat16_back (the precision advice with the cached `devprof peak` in run.json,
-checked against the other dtype's run).
+float32_run and bfloat16_run (the estimate of moving to the other dtype, from the cached `devprof
+peak` in run.json, checked against the other dtype's run). tiny_batch_larger is measured but carries no
+estimate: devprof advises a larger batch without saying what it would save.
 
     .venv/bin/python bench/bench_savings.py                       # every cause, the table into BENCHMARKS.md
     .venv/bin/python bench/bench_savings.py --causes loop_sleep,eager --no-write
@@ -395,6 +397,14 @@ def slow_map(out: Path, reps: int = 2) -> Result:
                    ("input_bound_high", "input_bound"), reps=reps)
 
 
+def python_map(out: Path, reps: int = 2, wait_ms: float = 40.0) -> Result:
+    """The pipeline prefetches, but its map runs Python (`tf.numpy_function`) that waits 40 ms a batch; the advice
+    for a Python stage: move it out of the pipeline (precompute, then `.cache()`): the map is gone."""
+    before = Program(map_wait_ms=wait_ms)
+    return compare("python_map", out, before, changed(before, "the Python map precomputed", map_wait_ms=0.0),
+                   ("input_bound_high", "input_bound"), reps=reps)
+
+
 def no_prefetch(out: Path, reps: int = 2) -> Result:
     """A map of 8 ms of CPU work a batch and no prefetch: the loop waits for every batch."""
     before = Program(map_ms=8.0, prefetch=False)
@@ -434,8 +444,9 @@ def tiny_batch(out: Path, reps: int = 2) -> Result:
 def tiny_batch_larger(out: Path, reps: int = 2) -> Result:
     """Batch 8 again; the other advised fix, a 16 times larger batch, measured per image times 8."""
     before = Program(batch=8)
+    no_estimate = lambda a: ("larger batch", "no estimate", math.nan, "")  # noqa: E731
     return compare("tiny_batch_larger", out, before, changed(before, "batch 128", batch=128), HOST_RULES,
-                   per_image=True, reps=reps)
+                   per_image=True, reps=reps, read=no_estimate)
 
 
 def eager(out: Path, reps: int = 2, width: int = WIDTH) -> Result:
@@ -470,28 +481,28 @@ def _precision_note(result: Result) -> Result:
     return result
 
 
-def float32_kept(out: Path, reps: int = 2) -> Result:
-    """float32, with the run's measured peak: the advice on bfloat16, and the estimate of switching
-    (negative where it says bfloat16 is slower) against the measured mixed_bfloat16 run."""
+def float32_run(out: Path, reps: int = 2) -> Result:
+    """float32, with the run's measured peak: the estimate of switching to mixed_bfloat16 (negative where the
+    measured ceilings say bfloat16 is slower, and the advice then keeps float32) against the measured run."""
     before = Program(precision="float32")
-    return _precision_note(compare("float32_kept", out, before,
+    return _precision_note(compare("float32_run", out, before,
                                    changed(before, "mixed_bfloat16", precision="mixed_bfloat16"), (), reps=reps,
                                    read=_precision_change))
 
 
-def bfloat16_back(out: Path, reps: int = 2) -> Result:
-    """mixed_bfloat16, with the run's measured peak: where it says bfloat16 is slower, the finding's
-    estimate of going back against the measured float32 run."""
+def bfloat16_run(out: Path, reps: int = 2) -> Result:
+    """mixed_bfloat16, with the run's measured peak: the estimate of going back to float32 (positive where the
+    measured ceilings say bfloat16 is slower: `bf16_without_matrix_units`) against the measured float32 run."""
     before = Program(precision="mixed_bfloat16")
-    return _precision_note(compare("bfloat16_back", out, before, changed(before, "float32", precision="float32"),
-                                   ("bf16_without_matrix_units",), reps=reps))
+    return _precision_note(compare("bfloat16_run", out, before, changed(before, "float32", precision="float32"),
+                                   (), reps=reps, read=_precision_change))
 
 
 CAUSES: dict[str, Callable[..., Result]] = {
-    "slow_map": slow_map, "no_prefetch": no_prefetch, "no_prefetch_read": no_prefetch_read, "loop_sleep": loop_sleep,
+    "slow_map": slow_map, "python_map": python_map, "no_prefetch": no_prefetch, "no_prefetch_read": no_prefetch_read, "loop_sleep": loop_sleep,
     "numpy_every_step": numpy_every_step, "tiny_batch": tiny_batch, "tiny_batch_larger": tiny_batch_larger,
     "eager": eager, "contention": contention,
-    "float32_kept": float32_kept, "bfloat16_back": bfloat16_back,
+    "float32_run": float32_run, "bfloat16_run": bfloat16_run,
 }
 
 
@@ -534,6 +545,9 @@ def table(results: list[Result]) -> str:
     rows = ["| cause | verdict/finding | estimate ms | measured ms | error | within tolerance |",
             "|---|---|---|---|---|---|"]
     for r in results:
+        if r.estimate_ms != r.estimate_ms:
+            rows.append(f"| {r.cause} | {r.source} (`{r.rule}`) | – | {r.measured_ms:.2f} | – | – |")
+            continue
         rows.append(f"| {r.cause} | {r.source} `{r.rule}` | {r.estimate_ms:.2f} | {r.measured_ms:.2f} | {_error(r)} | "
                     f"{'yes' if r.within else '**no**'} (±{r.allowed_ms:.2f}) |")
     rows += ["", "| cause | fix applied | before ms/step (median) | after ms/step (median) | per pair: estimate, "
