@@ -15,7 +15,6 @@ import sys
 from profiler import quiet
 from profiler.commands import COMMANDS
 from profiler.commands.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, error
-from profiler.version import __version__
 
 
 class _Parser(argparse.ArgumentParser):
@@ -26,10 +25,23 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+class _Version(argparse.Action):
+    """`--version`, reading the package metadata only when asked (importlib.metadata slows every start)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from profiler.version import __version__
+
+        parser._print_message(f"devprof {__version__}\n", sys.stdout)
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The one `devprof` parser: global options and every subcommand."""
     parser = _Parser(prog="devprof", description="Profile TensorFlow training and say why a device is slow.")
-    parser.add_argument("--version", action="version", version=f"devprof {__version__}")
+    parser.add_argument("--version", action=_Version, help="show program's version number and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for command in COMMANDS:
         command.add_parser(sub)

@@ -9,8 +9,6 @@ import contextlib
 import sys
 import warnings
 
-from analysis.read.run_files import SCHEMA_VERSION, RunFileWarning
-
 EXIT_OK = 0
 EXIT_FAILURE = 1  # the command ran and failed (training crashed, nothing to analyse, ...)
 EXIT_USAGE = 2  # bad options or input: a missing path, an unknown device, an existing run name
@@ -46,6 +44,8 @@ def warn(message: str) -> None:
 @contextlib.contextmanager
 def file_warnings():
     """Show what the readers skipped in run files as `warning: ...` lines (one per file and problem)."""
+    from analysis.read.run_files import RunFileWarning  # here, not at the top: it imports pandas (slow --help)
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RunFileWarning)
         try:
@@ -61,6 +61,8 @@ def file_warnings():
 
 def with_schema(payload: dict) -> dict:
     """`payload` with `schema_version` as its first key."""
+    from analysis.read.run_files import SCHEMA_VERSION
+
     return {"schema_version": SCHEMA_VERSION, **payload}
 
 
