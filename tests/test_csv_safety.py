@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.render.csv_safety import needs_quote, neutralize_cell, neutralize_frame
+from analysis.render.csv_safety import frame_csv, needs_quote, neutralize_cell, neutralize_frame
 
 
 @pytest.mark.parametrize("text", ['=HYPERLINK("http://x","click")', "=1+2", "+1+2", "-1+2", "@SUM(A1:A2)",
@@ -87,3 +87,55 @@ def test_the_csvs_a_run_writes_hold_numbers_only(tmp_path):
     with pytest.raises(ValueError):
         format_value("=1+2")
     assert format_value(-1.5) == "-1.5"
+
+
+# ---------------------------------------------------------------- frame_csv: the same text, faster
+
+def _frames() -> dict[str, pd.DataFrame]:
+    rng = np.random.default_rng(0)
+    floats = rng.integers(0, 2**64, 20_000, dtype=np.uint64).view(np.float64)  # every exponent
+    floats = np.concatenate([floats[np.isfinite(floats)], [0.0, -0.0, np.inf, -np.inf, np.nan, 1e16, 1e-5, 0.1]])
+    return {
+        "every kind": pd.DataFrame({
+            "run": ["=1+2", "base", "@x", "a,b", 'q"t', "line\nbreak", "cr\rx", "", None, " sp"] * 3,
+            "seconds": [-1.0, 2.0, np.nan, 1e16, -0.0, 0.1, 1e-7, np.inf, 3.0, 4.0] * 3,
+            "images": list(range(30)), "flag": [True, False] * 15, "n": pd.array([1, None, 3] * 10, dtype="Int64"),
+            "cat": pd.Categorical(["=b", "b", None] * 10), "text": pd.Series(["@c", None, "d,e"] * 10, dtype="string"),
+            "s": pd.Series(["-1.5", "+3", "-x"] * 10, dtype="str"), "u": np.arange(30, dtype=np.uint64)}),
+        "floats of every size": pd.DataFrame({"a": floats, "b": floats[::-1]}),
+        "1 and 1.0 in one object column": pd.DataFrame({"a": pd.Series([1, 1.0, "x", True], dtype=object), "b": 1}),
+        "no rows": pd.DataFrame({"a": pd.Series([], dtype=object), "b": pd.Series([], dtype=float)}),
+        "one column (a lone empty cell is quoted)": pd.DataFrame({"a": ["", "x"]}),
+        "names to neutralise and quote": pd.DataFrame({"=evil": ["x"], "a,b": [1.5]}),
+        "names that are numbers": pd.DataFrame({0: ["x"], 1: [1.5]}),
+        "float32": pd.DataFrame({"a": np.array([0.1], dtype=np.float32), "b": [1]}),
+        "nothing but missing": pd.DataFrame({"a": [None, None], "b": [np.nan, np.nan]}),
+        "lists": pd.DataFrame({"a": [[1, 2], [3]], "b": [1, 2]}),
+        "categories that are numbers": pd.DataFrame({"a": pd.Categorical([1, 2]), "b": [1, 2]}),
+    }
+
+
+@pytest.mark.parametrize("name", list(_frames()))
+def test_frame_csv_is_the_text_pandas_writes(name):
+    frame = _frames()[name]
+    assert frame_csv(frame) == neutralize_frame(frame).to_csv(index=False)
+
+
+def test_frame_csv_writes_a_long_frame_faster():
+    """memory.csv holds every allocator event; per distinct text and Python's float repr it is
+    several times quicker than pandas (measured 0.19 s against 0.81 s at 48,000 rows)."""
+    import time
+
+    rows = 60_000
+    frame = pd.DataFrame({"allocator": pd.Series(["mklcpu", "cpu"] * (rows // 2), dtype="str"),
+                          "time_ms": np.arange(rows) / 7.0, "bytes": np.arange(rows, dtype=float) * 256.0,
+                          "op": pd.Series(["Conv2D", None, "=x"] * (rows // 3) + ["y"] * (rows % 3), dtype=object),
+                          "step": pd.array(np.arange(rows), dtype="Int64")})
+    start = time.perf_counter()
+    fast = frame_csv(frame)
+    fast_s = time.perf_counter() - start
+    start = time.perf_counter()
+    slow = neutralize_frame(frame).to_csv(index=False)
+    slow_s = time.perf_counter() - start
+    assert fast == slow
+    assert fast_s < slow_s, (fast_s, slow_s)

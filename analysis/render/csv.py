@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.render.csv_safety import neutralize_frame
+from analysis.render.csv_safety import frame_csv
 
 
 def render_analysis(analysis) -> str:
-    return neutralize_frame(analysis.steps).to_csv(index=False)
+    return frame_csv(analysis.steps)
 
 
 def comparison_frame(table: pd.DataFrame) -> pd.DataFrame:
@@ -29,4 +29,4 @@ def comparison_frame(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def render_comparison(comparison) -> str:
-    return neutralize_frame(comparison_frame(comparison.table)).to_csv(index=False)
+    return frame_csv(comparison_frame(comparison.table))
