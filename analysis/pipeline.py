@@ -123,11 +123,11 @@ class Analysis(Rendered):
         folder = self.job_dir or self.run_dir
         return folder / "analysis" if folder is not None else None
 
-    def write(self, out_dir: str | Path) -> list[Path]:
-        """CSVs, plots, report.md and analysis.json under `out_dir`."""
+    def write(self, out_dir: str | Path, plotter=None) -> list[Path]:
+        """CSVs, plots, report.md and analysis.json under `out_dir` (`plotter`: `outputs.write_outputs`)."""
         from analysis.render import outputs
 
-        return outputs.write_outputs(self, out_dir)
+        return outputs.write_outputs(self, out_dir, plotter)
 
     def to_perfetto(self, path: str | Path, events: str = "ops", step_name: str | None = None) -> Path:
         """The analysis as a Perfetto trace at `path` (ui.perfetto.dev opens it): one process per worker

@@ -9,11 +9,15 @@
      no plots),
    - `plots`: the plots `devprof analyze` draws (`plot_step_breakdown`, `plot_epoch_breakdown`) on
      the analysed steps, read from CSV,
-   - `command`: the whole `devprof analyze RUN --out DIR` (stdout discarded),
+   - `command`: the whole `devprof analyze RUN --out DIR` (stdout discarded; its PNGs drawn by the plot
+     helper process, analysis/render/plot_process.py); `command-serial` the same with
+     DEVPROF_PLOT_PROCESS=0 (drawn in the one process); `command-baseline` the command of a
+     `git archive` of --command-baseline REV,
    - `xprof`: `xprof.convert.raw_to_tool_data.xspace_to_tool_data([XPLANE],
      "input_pipeline_analyzer", {"use_saved_result": False})`, XProf's step breakdown.
-   Wall time of the work itself (after imports), of the whole process, and the process's peak
-   RSS (`os.wait4`'s `ru_maxrss` of that one child).
+   Wall time of the work itself (after imports), of the whole process, its CPU time, and the process's
+   peak RSS (`os.wait4`'s `ru_maxrss` of that one child: with the plot helper, the larger of the two
+   processes' peaks; the helper's own peak and private memory are measured apart, once per size).
 3. Times plotting alone at 100, 800, 1,000 and 3,000 synthetic steps and on a 50,000-row sampler
    CSV, in one process, alternating with an older `analysis/plots.py` when --plots-baseline REV is
    given.
@@ -22,12 +26,15 @@
    XProf, a linear fit and log-log slope per task, and with --plot PNG the two curves.
 5. With --stages: time and RSS after each stage of `read_trace`, then of the whole `analyze`; with
    --cprofile: cProfile of `analyze`, the functions with the most own and cumulative time.
+6. With --scale and --startup N: the start-up on its own: `devprof --help` and `devprof analyze --help`
+   (best of N), and the command's import tree (`python -X importtime`) by package, now and at
+   --command-baseline.
 
 Prints Markdown tables of medians and ratios, and the command that made them:
 
     python bench/bench_trace_scale.py [--cache /tmp/devprof-bench-trace-scale] [--repeats 5]
         [--profile-steps 10:1010] [--host-tracer-level 2] [--plots-baseline REV] [--trace-baseline REV]
-        [--stages] [--cprofile] [--scale STEPS,... --plot PNG --results JSONL]
+        [--stages] [--cprofile] [--scale STEPS,... --plot PNG --results JSONL --command-baseline REV --startup N]
 
 Children import the tree this script sits in (PYTHONPATH), so a copy of the repository at one
 commit (`git archive`) measures that commit while the checkout changes.
@@ -56,6 +63,8 @@ TASK_LABELS = {
     "analyze-baseline": "devprof read + analysis, `analysis/trace.py` of --trace-baseline",
     "plots": "devprof plots alone (step and epoch breakdown PNGs)",
     "command": "whole `devprof analyze RUN --out DIR`",
+    "command-serial": "the same, plots drawn in the one process (`DEVPROF_PLOT_PROCESS=0`)",
+    "command-baseline": "the same command at --command-baseline",
     "xprof": "XProf `input_pipeline_analyzer` (`xspace_to_tool_data`)",
 }
 MIB = 1024 * 1024
@@ -140,6 +149,9 @@ def child(task: str, paths: list[str]) -> None:
                                                       {"use_saved_result": False})
         seconds = time.perf_counter() - start
         extra = {"output_bytes": len(data or b"")}
+    elif task == "helper":
+        helper_usage(paths[0], paths[1])
+        return
     elif task == "stages":
         stages(paths[0])
         return
@@ -170,6 +182,94 @@ def prepare(run: str, cache: Path) -> None:
     steps.to_csv(cache / "steps.csv", index=False)
     result.epochs.to_csv(cache / "epochs.csv", index=False)
     print(json.dumps({"events": count, "xplane": xplane, "steps": len(steps), "step_source": kind}))
+
+
+def helper_usage(run: str, out: str) -> None:
+    """The whole command in this process (one thread, so it starts its plot helper): the helper's own
+    peak RSS and CPU time (`os.wait4`), which the command's `ru_maxrss` folds into a maximum, not a sum."""
+    import contextlib
+    import io
+    import resource
+
+    from analysis.render import plot_process
+
+    started, memory = [], {}
+    real_start, real_close = plot_process.start, plot_process.PlotProcess.close
+
+    def start():
+        started.append(real_start())
+        return started[-1]
+
+    def close(helper):  # the helper has drawn and waits to be ended: what of its memory is its own
+        try:
+            with open(f"/proc/{helper.pid}/smaps_rollup") as rollup:
+                fields = dict(line.split(":", 1) for line in rollup.read().splitlines()[1:])
+            memory["helper_pss_mib"] = int(fields["Pss"].split()[0]) / 1024
+            memory["helper_private_mib"] = sum(int(fields[key].split()[0]) for key in ("Private_Clean", "Private_Dirty")) / 1024
+        except (OSError, KeyError, ValueError):
+            pass
+        real_close(helper)
+
+    plot_process.start = start
+    plot_process.PlotProcess.close = close
+    from profiler import cli
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = cli.main(["analyze", run, "--out", out])
+    usage = started[0].rusage if started and started[0] is not None else None
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"code": code, "helper": usage is not None,
+                      "helper_peak_mib": usage.ru_maxrss / 1024 if usage else None,
+                      "helper_cpu_s": usage.ru_utime + usage.ru_stime if usage else None,
+                      "main_peak_mib": own.ru_maxrss / 1024, "main_cpu_s": own.ru_utime + own.ru_stime, **memory}))
+
+
+def _import_tree(stderr: str) -> list[tuple[int, int, int, str]]:
+    """`python -X importtime` lines as (level, self µs, cumulative µs, module)."""
+    rows = []
+    for line in stderr.splitlines():
+        if not line.startswith("import time:") or "imported package" in line:
+            continue
+        own, cumulative, name = line[len("import time:"):].split("|")
+        indent = len(name) - len(name.lstrip())
+        rows.append(((indent - 1) // 2, int(own), int(cumulative), name.strip()))
+    return rows
+
+
+def startup(args, run: Path, scratch: str, baseline: Path | None) -> None:
+    """Start-up on its own: `--help` times, and the import tree of the whole command (`-X importtime`,
+    plots drawn in the one process so that one tree holds every import), now and at --command-baseline."""
+    trees = [("now", None)] + ([("baseline", baseline)] if baseline else [])
+    print(f"\nstart-up: process time, best of {args.startup} (median)\n")
+    print("| command | " + " | ".join(label for label, _ in trees) + " |")
+    print("|---|" + "---:|" * len(trees))
+    for argv in (["--help"], ["analyze", "--help"]):
+        cells = []
+        for _, tree in trees:
+            walls = [measure([sys.executable, "-m", "profiler", *argv], cwd=tree)["wall_s"] for _ in range(args.startup)]
+            cells.append(f"{min(walls):.2f} ({_median(walls):.2f})")
+        print(f"| `devprof {' '.join(argv)}` | " + " | ".join(cells) + " |")
+    for label, tree in trees:
+        done = subprocess.run([sys.executable, "-X", "importtime", "-m", "profiler", "analyze", str(run), "--out", scratch],
+                              cwd=tree or REPO, capture_output=True, text=True,
+                              env={**_child_env(tree), "DEVPROF_PLOT_PROCESS": "0"})
+        rows = _import_tree(done.stderr)
+        total = sum(cumulative for level, _, cumulative, _ in rows if level == 0)
+        by_root: dict[str, int] = {}
+        for _, own, _, name in rows:
+            root = name.split(".")[0]
+            root = root if root in ("numpy", "pandas", "matplotlib", "PIL", "analysis", "profiler") else "other"
+            by_root[root] = by_root.get(root, 0) + own
+        print(f"\nimports of `devprof analyze RUN --out DIR` ({label}, plots drawn in the one process): "
+              f"{total / 1e6:.2f} s in all\n")
+        print("| package (own time of its modules) | s | share |")
+        print("|---|---:|---:|")
+        for root, own in sorted(by_root.items(), key=lambda item: -item[1]):
+            print(f"| {root} | {own / 1e6:.3f} | {own / total:.0%} |")
+        print("\n| imported by the command itself (cumulative) | s |")
+        print("|---|---:|")
+        for _, _, cumulative, name in sorted((r for r in rows if r[0] == 0), key=lambda r: -r[2])[:10]:
+            print(f"| `{name}` | {cumulative / 1e6:.3f} |")
 
 
 def stages(run: str) -> None:
@@ -285,17 +385,39 @@ def _python(*args: str) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), "--child", *args]
 
 
-def _child_env() -> dict:
-    """The environment of every child: it imports the tree this script sits in (also `devprof`, whose
-    editable install would otherwise point at the checkout it was installed from)."""
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+def _child_env(tree: Path | None = None) -> dict:
+    """The environment of every child: it imports the tree this script sits in, or `tree` (also `devprof`,
+    whose editable install would otherwise point at the checkout it was installed from)."""
+    return {**os.environ,
+            "PYTHONPATH": os.pathsep.join([str(tree or REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
 
 
-def measure(command: list[str]) -> dict:
-    """Run one fresh subprocess: its wall time, its own peak RSS, and what it printed last (JSON)."""
+def _tree_at(revision: str) -> Path:
+    """The repository as of a git revision, in a temporary folder (for the command of --command-baseline)."""
+    folder = Path(tempfile.mkdtemp(prefix="devprof-command-baseline-"))
+    archive = subprocess.run(["git", "archive", revision], cwd=REPO, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    return folder
+
+
+def _command(task: str, run: Path, out: str, baseline: Path | None) -> tuple[list[str], dict, Path | None]:
+    """The whole `devprof analyze RUN --out DIR`: as it is (plots drawn by the helper process), with
+    the plots drawn in the one process (`command-serial`), or at --command-baseline."""
+    argv = [sys.executable, "-m", "profiler", "analyze", str(run), "--out", out]
+    if task == "command-serial":
+        return argv, {"DEVPROF_PLOT_PROCESS": "0"}, None
+    if task == "command-baseline":
+        return argv, {}, baseline
+    return argv, {}, None
+
+
+def measure(command: list[str], env: dict | None = None, cwd: Path | None = None) -> dict:
+    """Run one fresh subprocess: its wall time, CPU time and peak RSS (of it and the children it waited
+    for: their largest, not their sum), and what it printed last (JSON)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:  # pipes could fill and block
         start = time.perf_counter()
-        process = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=err, text=True, env=_child_env())
+        process = subprocess.Popen(command, cwd=cwd or REPO, stdout=out, stderr=err, text=True,
+                                   env={**_child_env(cwd), **(env or {})})
         _, status, usage = os.wait4(process.pid, 0)
         wall = time.perf_counter() - start
         process.returncode = os.waitstatus_to_exitcode(status)
@@ -303,7 +425,8 @@ def measure(command: list[str]) -> dict:
         printed, errors = out.read(), err.read()
     if process.returncode != 0:
         raise SystemExit(f"{shlex.join(command)} failed ({process.returncode}):\n{errors[-3000:]}")
-    result = {"wall_s": wall, "peak_mib": usage.ru_maxrss / 1024}  # ru_maxrss is in KiB on Linux
+    result = {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
+              "peak_mib": usage.ru_maxrss / 1024}  # ru_maxrss is in KiB on Linux
     last = printed.strip().splitlines()[-1] if printed.strip() else ""
     if last.startswith("{"):
         result.update(json.loads(last))
@@ -374,14 +497,19 @@ def scale(args, tasks: list[str], argv: list[str] | None) -> int:
               file=sys.stderr)
     results = {(steps, task): [] for steps in args.scale for task in tasks}
     log = args.results.open("a") if args.results else None
+    baseline = _tree_at(args.command_baseline) if "command-baseline" in tasks else None
     with tempfile.TemporaryDirectory(prefix="devprof-trace-scale-out-") as scratch:
-        def command(task, run, facts):
+        def command(task, run, facts) -> tuple[list[str], dict, Path | None]:
+            if task.startswith("command"):
+                return _command(task, run, scratch, baseline)
             return {"analyze": lambda: _python("analyze", str(run)),
                     "analyze-baseline": lambda: _python("analyze-baseline", str(run), args.trace_baseline or "HEAD"),
-                    "command": lambda: [sys.executable, "-m", "profiler", "analyze", str(run), "--out", scratch],
-                    "xprof": lambda: _python("xprof", facts["xplane"])}[task]()
+                    "xprof": lambda: _python("xprof", facts["xplane"])}[task](), {}, None
 
-        measure(command("analyze", *runs[args.scale[0]]))  # warm the interpreter's bytecode
+        for task in {"analyze", *(t for t in tasks if t.startswith("command"))}:  # warm the interpreter's bytecode
+            measure(*command(task, *runs[args.scale[0]]))
+        if args.startup:
+            startup(args, runs[args.scale[0]][0], scratch, baseline)
         for repeat in range(args.repeats):
             # Sizes alternate too: small to large, then large to small.
             sizes = args.scale if repeat % 2 == 0 else args.scale[::-1]
@@ -389,7 +517,7 @@ def scale(args, tasks: list[str], argv: list[str] | None) -> int:
                 run, facts = runs[steps]
                 shift = (repeat + index) % len(tasks)
                 for task in tasks[shift:] + tasks[:shift]:
-                    result = measure(command(task, run, facts))
+                    result = measure(*command(task, run, facts))
                     results[(steps, task)].append(result)
                     if log:
                         log.write(json.dumps({"steps": steps, "events": facts["events"], "task": task,
@@ -398,7 +526,26 @@ def scale(args, tasks: list[str], argv: list[str] | None) -> int:
                     work = f"{result['seconds']:.2f} s work, " if "seconds" in result else ""
                     print(f"repeat {repeat + 1}, {facts['events']:,} events, {task}: {work}"
                           f"{result['wall_s']:.2f} s process, {result['peak_mib']:.0f} MiB peak", file=sys.stderr)
+        helpers = ({steps: measure(_python("helper", str(run), scratch)) for steps, (run, _) in runs.items()}
+                   if "command" in tasks else {})
     report_scale(runs, results, tasks, args, argv)
+    if helpers:
+        print("\nthe plot helper of the whole command, one run per size in a fresh process: each process's own peak "
+              "RSS and CPU time (the command's peak RSS above is the larger of the two, not their sum)\n")
+        print("| events | command process: peak RSS MiB | CPU s | helper: peak RSS MiB | its own (private) MiB | CPU s "
+              "| command's peak + helper's own MiB |" + (" that / XProf's peak (median) |" if "xprof" in tasks else ""))
+        print("|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if "xprof" in tasks else ""))
+        for steps, helper in helpers.items():
+            if not helper.get("helper"):
+                print(f"| {runs[steps][1]['events']:,} | {helper['main_peak_mib']:.0f} | {helper['main_cpu_s']:.2f} | "
+                      "no helper | | |")
+                continue
+            own = helper.get("helper_private_mib", helper["helper_peak_mib"])
+            both = helper["main_peak_mib"] + own
+            xprof = (f" {both / _median([r['peak_mib'] for r in results[(steps, 'xprof')]]):.2f} |"
+                     if "xprof" in tasks else "")
+            print(f"| {runs[steps][1]['events']:,} | {helper['main_peak_mib']:.0f} | {helper['main_cpu_s']:.2f} | "
+                  f"{helper['helper_peak_mib']:.0f} | {own:.0f} | {helper['helper_cpu_s']:.2f} | {both:.0f} |{xprof}")
     return 0
 
 
@@ -426,21 +573,23 @@ def _series(results, runs, task, key, stat=statistics.median):
 def report_scale(runs, results, tasks, args, argv) -> None:
     events = [facts["events"] for _, facts in runs.values()]
     print(f"\n{args.repeats} repeats per size, sizes and tasks alternated, each in a fresh process\n")
-    print("| events | MB | task | work s (median) | range | process s | peak RSS MiB | range | µs / event (process) |")
-    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+    print("| events | MB | task | work s (median) | range | process s | range | CPU s | peak RSS MiB | range "
+          "| µs / event (process) |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for steps, (run, facts) in runs.items():
         size = Path(facts["xplane"]).stat().st_size / 1e6
         for task in tasks:
             rows = results[(steps, task)]
             work = [r.get("seconds", r["wall_s"]) for r in rows]
             walls, peaks = [r["wall_s"] for r in rows], [r["peak_mib"] for r in rows]
+            cpu = _median([r.get("cpu_s", float("nan")) for r in rows])
             print(f"| {facts['events']:,} | {size:.0f} | {TASK_LABELS[task]} | {_median(work):.2f} | {_spread(work)} | "
-                  f"{_median(walls):.2f} | {_median(peaks):.0f} | {_spread(peaks, 0)} | "
+                  f"{_median(walls):.2f} | {_spread(walls)} | {cpu:.2f} | {_median(peaks):.0f} | {_spread(peaks, 0)} | "
                   f"{_median(walls) / facts['events'] * 1e6:.2f} |")
     if "xprof" in tasks:
         print("\nratios to XProf's converter, per repeat (side by side), median and range:\n")
-        print("| events | task | work time | process time | peak RSS |")
-        print("|---:|---|---:|---:|---:|")
+        print("| events | task | work time | process time | CPU time | peak RSS |")
+        print("|---:|---|---:|---:|---:|---:|")
         for steps, (run, facts) in runs.items():
             xprof_rows = results[(steps, "xprof")]
             for task in tasks:
@@ -451,8 +600,9 @@ def report_scale(runs, results, tasks, args, argv) -> None:
                 peaks = [r["peak_mib"] / x["peak_mib"] for r, x in zip(rows, xprof_rows)]
                 work = ([r["seconds"] / x["seconds"] for r, x in zip(rows, xprof_rows)] if "seconds" in rows[0] else None)
                 work_cell = f"{_median(work):.2f} ({_spread(work)})" if work else "–"
+                cpu = [r.get("cpu_s", float("nan")) / x.get("cpu_s", float("nan")) for r, x in zip(rows, xprof_rows)]
                 print(f"| {facts['events']:,} | {task} | {work_cell} | {_median(walls):.2f} ({_spread(walls)}) | "
-                      f"{_median(peaks):.2f} ({_spread(peaks)}) |")
+                      f"{_median(cpu):.2f} | {_median(peaks):.2f} ({_spread(peaks)}) |")
     print("\nbest (least disturbed) process time of the repeats, per size, and its ratio to XProf's best:\n")
     print("| events | " + " | ".join(TASK_LABELS[t] for t in tasks) + " |")
     print("|---:|" + "---:|" * len(tasks))
@@ -487,7 +637,9 @@ def plot_scale(runs, results, tasks, path: Path) -> None:
     events = [facts["events"] / 1e6 for _, facts in runs.values()]
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     labels = {"analyze": "devprof read + analysis", "analyze-baseline": "devprof, older trace.py",
-              "command": "devprof analyze (whole command)", "xprof": "XProf input_pipeline_analyzer", "plots": "plots"}
+              "command": "devprof analyze (whole command)", "xprof": "XProf input_pipeline_analyzer", "plots": "plots",
+              "command-serial": "devprof analyze, plots in the one process",
+              "command-baseline": "devprof analyze at --command-baseline"}
     for task in tasks:
         style = {"marker": "o" if task != "xprof" else "s", "linestyle": "--" if task == "command" else "-"}
         left.plot(events, _series(results, runs, task, "wall_s", min), label=labels[task], **style)
@@ -513,7 +665,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-steps", default="10:1010", help="the run's profiler window START:STOP")
     parser.add_argument("--host-tracer-level", type=int, default=2, choices=(1, 2, 3))
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {','.join(TASKS)}")
+    parser.add_argument("--tasks", default=",".join(TASKS),
+                        help=f"comma-separated subset of {','.join(TASKS)}; with --scale also command-serial "
+                             "(the plots drawn in the command's own process)")
     parser.add_argument("--plot-repeats", type=int, default=3, help="repeats of the plot-size timings (0: skip)")
     parser.add_argument("--plots-baseline", metavar="REV", help="also time analysis/plots.py as of this git revision")
     parser.add_argument("--trace-baseline", metavar="REV",
@@ -524,6 +678,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, help="with --scale: append every measurement to this JSON-lines file")
     parser.add_argument("--report-only", action="store_true",
                         help="with --scale and --results: report and plot the measurements in --results, run nothing")
+    parser.add_argument("--command-baseline", metavar="REV",
+                        help="with --scale: also time the whole command as of this git revision (task command-baseline)")
+    parser.add_argument("--startup", type=int, nargs="?", const=5, default=0, metavar="REPEATS",
+                        help="with --scale: time `devprof --help` and list the command's imports (python -X importtime)")
     parser.add_argument("--stages", action="store_true", help="time and RSS after each stage of read + analysis")
     parser.add_argument("--cprofile", type=int, nargs="?", const=25, default=0, metavar="TOP",
                         help="cProfile analyze and print the TOP functions")
@@ -536,6 +694,8 @@ def main(argv: list[str] | None = None) -> int:
     tasks = [task.strip() for task in args.tasks.split(",") if task.strip()]
     if args.trace_baseline and "analyze-baseline" not in tasks:
         tasks.insert(1, "analyze-baseline")
+    if args.command_baseline and "command-baseline" not in tasks:
+        tasks.append("command-baseline")
     if args.scale:
         return scale(args, tasks, argv)
 

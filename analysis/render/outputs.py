@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.render import html, markdown, plots
+from analysis.render import html, markdown, plot_process, plots
 from analysis.render import json as json_format
-from analysis.render.csv_safety import neutralize_frame
+from analysis.render.csv_safety import frame_csv
 from analysis.render.files import OutsideRunError, check_inside, temporary_path, write_text_atomically
 
 __all__ = ["OutsideRunError", "check_inside", "csv_text", "temporary_path", "write_outputs", "write_text_atomically"]
@@ -17,35 +17,44 @@ __all__ = ["OutsideRunError", "check_inside", "csv_text", "temporary_path", "wri
 
 def csv_text(frame: pd.DataFrame) -> str:
     """A frame as devprof writes every CSV: text cells that a spreadsheet would run as formulas quoted."""
-    return neutralize_frame(frame).to_csv(index=False)
+    return frame_csv(frame)
 
 
-def write_outputs(analysis, out_dir: str | Path) -> list[Path]:
-    """Every file under `out_dir`; returns their paths."""
+def write_outputs(analysis, out_dir: str | Path, plotter=None) -> list[Path]:
+    """Every file under `out_dir`; returns their paths. `plotter` (`plot_process.start()`): draws the
+    PNGs in another process while the other files are written here."""
     out_dir = Path(out_dir)
     check_inside(out_dir, analysis.job_dir or analysis.run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    written.append(write_text_atomically(out_dir / "step_breakdown.csv", csv_text(analysis.steps)))
+    jobs: list[tuple[str, tuple]] = [("plot_step_breakdown", (analysis.steps, out_dir / "step_breakdown.png"))]
+    if analysis.epochs is not None:
+        jobs.append(("plot_epoch_breakdown", (analysis.epochs, out_dir / "epoch_breakdown.png")))
+    if analysis.samplers:
+        jobs.append(("plot_utilization", (analysis.samplers, list(analysis.epoch_starts_s), out_dir / "utilization.png")))
+    if plotter is not None:
+        plotter.draw(jobs)
+    written = [write_text_atomically(out_dir / "step_breakdown.csv", csv_text(analysis.steps))]
     if not analysis.ops.empty:
         written.append(write_text_atomically(out_dir / "ops.csv", csv_text(analysis.ops)))
-    plot_names = [plots.plot_step_breakdown(analysis.steps, out_dir / "step_breakdown.png").name]
     if analysis.epochs is not None:
         written.append(write_text_atomically(out_dir / "epoch_breakdown.csv", csv_text(analysis.epochs)))
-        plot_names.append(plots.plot_epoch_breakdown(analysis.epochs, out_dir / "epoch_breakdown.png").name)
     if not analysis.workers.empty:  # every worker, however many; the reports show the slowest
         written.append(write_text_atomically(out_dir / "workers.csv", csv_text(analysis.workers)))
     if analysis.memory is not None and not analysis.memory.timeline.empty:  # every allocator event of the trace
         written.append(write_text_atomically(out_dir / "memory.csv", csv_text(analysis.memory.timeline)))
     if analysis.reconciliation is not None:
         written.append(write_text_atomically(out_dir / "trace_vs_steps.csv", csv_text(analysis.reconciliation)))
-    if analysis.samplers:
-        plot_names.append(
-            plots.plot_utilization(analysis.samplers, list(analysis.epoch_starts_s), out_dir / "utilization.png").name
-        )
-    written += [out_dir / name for name in plot_names]
-    written.append(write_text_atomically(out_dir / "report.md", markdown.render_analysis(analysis, plot_names)))
-    written.append(write_text_atomically(out_dir / "report.html", html.render_analysis(analysis)))
+    plot_names = [path.name for _, (*_, path) in jobs]
+    reports = [write_text_atomically(out_dir / "report.md", markdown.render_analysis(analysis, plot_names)),
+               write_text_atomically(out_dir / "report.html", html.render_analysis(analysis))]
     document = json_format.dumps(json_format.analysis_document(analysis))
-    written.append(write_text_atomically(out_dir / "analysis.json", document))
-    return written
+    reports.append(write_text_atomically(out_dir / "analysis.json", document))
+    drawn = None
+    if plotter is not None:
+        try:
+            drawn = plotter.wait()
+        except plot_process.HelperLost:  # drawn here instead
+            pass
+    if drawn is None:
+        drawn = [getattr(plots, name)(*args) for name, args in jobs]
+    return written + drawn + reports

@@ -81,8 +81,31 @@ def _ceilings(args: argparse.Namespace):
     return None
 
 
+def _writes_files(args: argparse.Namespace) -> bool:
+    """Whether the command will likely write its folder of files (PNGs among them): --out, or a path
+    in a run directory or a job. A wrong guess costs only the helper's work on another core."""
+    if args.out:
+        return True
+    path = Path(args.path).absolute()
+    if path.is_dir() and next(path.glob("worker-*"), None) is not None:
+        return True
+    return any((folder / "run.json").is_file() for folder in (path, *path.parents))
+
+
 def handle(args: argparse.Namespace) -> int:
     """Analyse `args.path`; print the summary and write outputs where asked."""
+    from analysis.render import plot_process
+
+    # Before numpy is imported (a fork of one thread): matplotlib loads in the helper while the trace is read.
+    plotter = plot_process.start() if _writes_files(args) else None
+    try:
+        return _handle(args, plotter)
+    finally:
+        if plotter is not None:
+            plotter.close()
+
+
+def _handle(args: argparse.Namespace, plotter) -> int:
     import analysis
     from analysis.read.trace import TraceError
 
@@ -168,7 +191,7 @@ def handle(args: argparse.Namespace) -> int:
     out_dir = Path(args.out) if args.out else result.out_dir
     if out_dir is not None:
         try:
-            written = result.write(out_dir)
+            written = result.write(out_dir, plotter)
         except OSError as exc:
             return error(f"cannot write the output files to {out_dir}: {exc.strerror or exc}",
                          hint="the analysis is printed above; pass --out DIR to write them to a folder you can "

@@ -1,0 +1,187 @@
+"""The PNG plots of `devprof analyze`, drawn by a second process while this one reads the trace.
+
+matplotlib's import (about 0.45 s) and drawing the plots (about 0.25 s) were half of the
+command's fixed cost. `start()` forks a helper before this process imports numpy and pandas
+(one thread, so the fork is safe); the helper imports matplotlib while the trace is read, then
+draws the PNGs it is sent while this process writes the CSVs and reports, on another core. The
+result is the same files: the same plot functions draw them. Where there is no second core or
+no fork, other threads run, the helper is lost, or DEVPROF_PLOT_PROCESS=0, the plots are drawn
+here as before.
+
+Nothing heavy is imported at module level: the fork must come before numpy.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import struct
+import threading
+from pathlib import Path
+from types import ModuleType
+
+PLOTS = ("plot_step_breakdown", "plot_epoch_breakdown", "plot_utilization")  # analysis.render.plots
+_LENGTH = struct.Struct("<Q")
+
+
+class HelperLost(RuntimeError):
+    """The helper ended without an answer (killed, crashed)."""
+
+
+ENV_VAR = "DEVPROF_PLOT_PROCESS"  # 0: draw in this process
+WAIT_S = 120.0  # drawing takes under a second; a helper that takes this long is given up on
+
+
+def _single_threaded_linux() -> bool:
+    """Whether this is Linux and the process has one thread: a fork of a process with other threads
+    (numpy's, TensorFlow's) can deadlock in the child on a lock one of them held."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1 and len(os.sched_getaffinity(0)) >= 2
+    except (AttributeError, OSError):
+        return False
+
+
+def start() -> PlotProcess | None:
+    """A helper process, or None where it would not help (one core) or is not safe (not Linux, other
+    threads running) or cannot start."""
+    if os.environ.get(ENV_VAR, "").strip() == "0" or not hasattr(os, "fork") or not _single_threaded_linux():
+        return None
+    try:
+        from_parent, to_child = os.pipe()  # (read, write)
+        from_child, to_parent = os.pipe()
+    except OSError:
+        return None
+    try:
+        pid = os.fork()
+    except OSError:
+        for fd in (to_child, from_parent, from_child, to_parent):
+            os.close(fd)
+        return None
+    if pid == 0:  # the helper: never returns into the caller's code
+        code = 1
+        try:
+            os.close(to_child)
+            os.close(from_child)
+            _serve(from_parent, to_parent)
+            code = 0
+        except BaseException:  # noqa: BLE001 - Ctrl-C or a lost parent: the parent draws or reports
+            pass
+        finally:
+            os._exit(code)  # not the parent's atexit handlers nor its buffered stdout
+    os.close(from_parent)
+    os.close(to_parent)
+    return PlotProcess(pid, to_child, from_child)
+
+
+def _serve(request_fd: int, reply_fd: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it ends this one
+    failed: BaseException | None = None
+    drawing: ModuleType | None = None
+    try:
+        import matplotlib.backends.backend_agg  # noqa: F401 - the slow imports, while the parent reads
+        import matplotlib.figure  # noqa: F401
+
+        from analysis.render import plots as drawing
+    except BaseException as exc:  # noqa: BLE001 - reported when asked to draw
+        failed = exc
+    payload = _receive(request_fd)
+    if payload is None:
+        return
+    reply: tuple[str, object]
+    try:
+        if drawing is None:
+            raise failed or HelperLost("no plots module")
+        jobs = pickle.loads(payload)
+        reply = ("ok", [getattr(drawing, name)(*args) for name, args in jobs if name in PLOTS])
+    except BaseException as exc:  # noqa: BLE001 - the parent raises it, as drawing there would have
+        reply = ("error", exc)
+    try:
+        data = pickle.dumps(reply)
+    except Exception:  # noqa: BLE001 - an exception that does not pickle: its text
+        data = pickle.dumps(("error", RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}")))
+    _send(reply_fd, data)
+    _read(request_fd, 1)  # until the parent closes (it kills this process): its memory can be read until then
+
+
+def _send(fd: int, data: bytes) -> None:
+    view = memoryview(_LENGTH.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read(fd: int, size: int) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _receive(fd: int) -> bytes | None:
+    header = _read(fd, _LENGTH.size)
+    return None if header is None else _read(fd, _LENGTH.unpack(header)[0])
+
+
+class PlotProcess:
+    """The parent's handle on the helper: `draw` once, `wait` for the paths, `close` always."""
+
+    def __init__(self, pid: int, to_child: int, from_child: int):
+        self.pid, self._to_child, self._from_child = pid, to_child, from_child
+        self._sender: threading.Thread | None = None
+        self._sent: BaseException | None = None
+        self._closed = False
+        self.rusage: object = None  # os.wait4's, once it has ended
+
+    def draw(self, jobs: list[tuple[str, tuple]]) -> None:
+        """Send `(plot function name, args)` jobs; sent from a thread, so a large request does not
+        wait for the helper to finish its imports."""
+        data = pickle.dumps(jobs, protocol=pickle.HIGHEST_PROTOCOL)
+
+        def send():
+            try:
+                _send(self._to_child, data)
+            except OSError as exc:
+                self._sent = exc
+
+        self._sender = threading.Thread(target=send, name="devprof-plot-request", daemon=True)
+        self._sender.start()
+
+    def wait(self) -> list[Path]:
+        """The paths the helper drew; its exception raised here; `HelperLost` when it ended without
+        an answer or gave none in `WAIT_S`."""
+        reply = None
+        if self._sender is not None:
+            self._sender.join(WAIT_S)
+        if self._sent is None and select.select([self._from_child], [], [], WAIT_S)[0]:
+            reply = _receive(self._from_child)
+        self.close()
+        if reply is None:
+            raise HelperLost("the plot process ended without drawing")
+        status, value = pickle.loads(reply)
+        if status == "error":
+            raise value
+        return value
+
+    def close(self) -> None:
+        """End the helper (at once, whatever it is doing) and reap it."""
+        if self._closed:
+            return
+        self._closed = True
+        for fd in (self._to_child, self._from_child):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            self.rusage = os.wait4(self.pid, 0)[2]  # its CPU time and peak RSS, for the benchmarks
+        except ChildProcessError:
+            pass

@@ -1,0 +1,131 @@
+"""`devprof analyze` draws its PNGs in a helper process: the same files, matplotlib never imported by
+the command itself, errors reported as before, and a helper that is lost or unused leaves nothing behind.
+
+The helper starts only in a process with one thread, which a pytest process is not (numpy's): each
+test runs the command in a fresh Python.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from memory_fixtures import write_memory_trace
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # starts subprocesses
+
+
+def _run_dir(root: Path) -> Path:
+    """A run directory (trace with allocator events, steps.csv, run.json, a host sampler): every PNG and CSV."""
+    run = root / "run"
+    write_memory_trace(run / "plugins" / "profile" / "s1" / "host.xplane.pb", steps=4)
+    t = 1_700_000_000.0
+    rows = [dict(epoch=1 + step // 2, step=step, steps=1, start_time_s=t + 0.02 * step, input_ms=1.0, call_ms=10.0,
+                 other_host_ms=0.5, step_ms=11.5, images=8) for step in range(4)]
+    pd.DataFrame(rows).to_csv(run / "steps.csv", index=False)
+    epochs = [{"epoch": 1, "seconds": 0.05, "train_seconds": 0.04, "images": 16},
+              {"epoch": 2, "seconds": 0.05, "train_seconds": 0.04, "images": 16}]
+    (run / "run.json").write_text(json.dumps({"status": "complete", "device": {"kind": "cpu"}, "epochs": epochs}))
+    (run / "utilization").mkdir()
+    pd.DataFrame({"time_s": [t + 0.01 * i for i in range(10)], "cpu_pct": 50.0}).to_csv(
+        run / "utilization" / "host.csv", index=False)
+    return run
+
+
+def _python(code: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO, timeout=180,
+                          env={**os.environ, **(env or {})})
+
+
+COMMAND = """
+import json, sys
+from analysis.render import plot_process
+started = []
+real_start = plot_process.start
+def start():
+    helper = real_start()
+    started.append(helper is not None)
+    return helper
+plot_process.start = start
+from profiler import cli
+code = cli.main(['analyze', *sys.argv[1:]])
+print(json.dumps({'code': code, 'helper': started, 'matplotlib': 'matplotlib' in sys.modules}), file=sys.stderr)
+"""
+
+
+def _report(done: subprocess.CompletedProcess) -> dict:
+    return json.loads(done.stderr.strip().splitlines()[-1])
+
+
+def test_the_helper_draws_the_same_files_and_the_command_never_imports_matplotlib(tmp_path):
+    run = _run_dir(tmp_path)
+    helped = _python(COMMAND, str(run), "--out", str(tmp_path / "helped"))
+    alone = _python(COMMAND, str(run), "--out", str(tmp_path / "alone"), env={"DEVPROF_PLOT_PROCESS": "0"})
+    assert _report(helped) == {"code": 0, "helper": [True], "matplotlib": False}, helped.stderr[-2000:]
+    assert _report(alone) == {"code": 0, "helper": [False], "matplotlib": True}, alone.stderr[-2000:]
+    names = sorted(p.name for p in (tmp_path / "alone").iterdir())
+    assert {"step_breakdown.png", "epoch_breakdown.png", "utilization.png", "memory.csv"} <= set(names)
+    assert sorted(p.name for p in (tmp_path / "helped").iterdir()) == names
+    for name in names:
+        assert (tmp_path / "helped" / name).read_bytes() == (tmp_path / "alone" / name).read_bytes(), name
+    assert helped.stdout.replace("helped", "alone") == alone.stdout
+
+
+def test_no_helper_where_no_files_are_written(tmp_path):
+    trace = write_memory_trace(tmp_path / "host.xplane.pb").path
+    done = _python(COMMAND, str(trace), "--format", "json")
+    assert _report(done) == {"code": 0, "helper": [], "matplotlib": False}, done.stderr[-2000:]
+
+
+def test_a_plot_that_cannot_be_written_is_the_same_error(tmp_path):
+    run = _run_dir(tmp_path)
+    for name in ("helped", "alone"):
+        (tmp_path / name / "step_breakdown.png").mkdir(parents=True)  # a folder where the PNG goes
+    helped = _python(COMMAND, str(run), "--out", str(tmp_path / "helped"))
+    alone = _python(COMMAND, str(run), "--out", str(tmp_path / "alone"), env={"DEVPROF_PLOT_PROCESS": "0"})
+    assert _report(helped)["code"] == _report(alone)["code"] == 1
+    assert _report(helped)["helper"] == [True]
+    error = [line for line in helped.stderr.splitlines() if line.startswith("error:")]
+    assert error and "cannot write the output files" in error[0]
+    assert error == [line.replace("alone", "helped") for line in alone.stderr.splitlines() if line.startswith("error:")]
+
+
+LOST_AND_UNUSED = """
+import os, signal, sys
+from analysis.render import plot_process
+unused = plot_process.start()
+assert unused is not None
+unused.close()  # never asked to draw: ended and reaped at once
+assert not os.path.exists(f'/proc/{unused.pid}'), 'left a zombie or a live helper'
+lost = plot_process.start()
+os.kill(lost.pid, signal.SIGKILL)
+import analysis
+from analysis.render import outputs
+result = analysis.analyze(sys.argv[1])
+written = outputs.write_outputs(result, sys.argv[2], lost)  # drawn here instead
+assert not os.path.exists(f'/proc/{lost.pid}')
+print(sorted(p.name for p in written))
+"""
+
+
+def test_a_lost_helper_is_drawn_here_and_an_unused_one_is_reaped(tmp_path):
+    run = _run_dir(tmp_path)
+    done = _python(LOST_AND_UNUSED, str(run), str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "step_breakdown.png" in done.stdout and "utilization.png" in done.stdout
+    assert (tmp_path / "out" / "epoch_breakdown.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_no_helper_in_a_process_with_other_threads():
+    done = _python("import numpy, threading, time\n"
+                   "threading.Thread(target=time.sleep, args=(2,), daemon=True).start()\n"
+                   "from analysis.render import plot_process\nprint(plot_process.start())")
+    assert done.returncode == 0 and done.stdout.strip() == "None", done.stderr
