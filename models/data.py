@@ -141,7 +141,10 @@ def _read_py_tar(path: Path):
 
             return [read(n) for n in PY_TRAIN_FILES], read(PY_TEST_FILE)
     except (tarfile.TarError, EOFError, OSError) as exc:
-        raise DataError(f"{path}: cannot read archive ({exc}); the file may be truncated") from None
+        # tarfile's "could not be opened" lists each compression it tried, a line each: the error is one line
+        reason = ("not a tar archive, gzipped or not" if str(exc).startswith("file could not be opened")
+                  else " ".join(str(exc).split()))
+        raise DataError(f"{path}: cannot read archive ({reason}); the file may be truncated") from None
 
 
 # ---------------------------------------------------------------- CIFAR-10, binary version

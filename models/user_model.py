@@ -38,6 +38,8 @@ def load_function(spec: str, option: str):
         raise ModelError(f"{option} wants MODULE:FUNCTION or FILE.py:FUNCTION, got {spec!r}")
     if target.endswith(".py") or os.sep in target or "/" in target:
         path = Path(target)
+        if path.is_dir():
+            raise ModelError(f"{option} {spec}: {path} is a folder, not a Python file")
         if not path.is_file():
             raise ModelError(f"{option} {spec}: no file {path}")
         module_name = f"devprof_user_{path.stem}"
@@ -51,6 +53,9 @@ def load_function(spec: str, option: str):
             sys.modules.pop(module_name, None)
             raise ModelError(f"{option} {spec}: importing {path} failed: {_one_line(exc)}") from None
     else:
+        if Path(target).is_file():  # `notes.txt:build` reads as the module `notes`, then its submodule `txt`
+            raise ModelError(f"{option} {spec}: {target} is not a Python file (.py): give FILE.py:FUNCTION or "
+                             "MODULE:FUNCTION")
         added = os.getcwd() not in sys.path
         if added:
             sys.path.insert(0, os.getcwd())

@@ -110,6 +110,8 @@ def profile(out: str | Path = "runs", run_name: str | None = None, *, profile_st
     between utilization samples, `sample=False` for none. `profiler_port`: a profiler server
     for `devprof capture`. `config`: anything worth keeping in run.json's `config`.
     """
+    if isinstance(out, bytes) or not isinstance(out, (str, os.PathLike)):  # str(None) would make a folder 'None'
+        raise TypeError(f"out must be a folder path, a str or os.PathLike (got {type(out).__name__} {out!r})")
     options = ProfileOptions(
         out=str(out), run_name=run_name, profile=profile, profile_steps=profile_steps,
         tracer=tracing.TracerOptions(host_tracer_level=host_tracer_level, device_tracer_level=device_tracer_level,

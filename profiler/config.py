@@ -17,6 +17,7 @@ class UsageError(Exception):
 
 
 NAME_MAX_BYTES = 255  # the longest file name Linux, macOS and Windows file systems take
+MAX_SEED = 2**32 - 1  # the largest seed Keras, NumPy and tf.data all take
 
 
 def check_finite(option: str, value: float, minimum: float = 0.0, unit: str = "") -> str | None:
@@ -127,6 +128,16 @@ class RunConfig:
             (self.scalars_every >= 1, f"--scalars-every must be at least 1 (got {self.scalars_every})"),
             (self.profiler_port is None or 1 <= self.profiler_port <= 65535,
              f"--profiler-port must be a port number from 1 to 65535 (got {self.profiler_port})"),
+            # Keras, NumPy and tf.data take seeds of 32 bits: outside them training failed after the run
+            # directory was made.
+            (0 <= t.seed <= MAX_SEED, f"--seed must be a whole number from 0 to {MAX_SEED} (got {t.seed})"),
+            # Options of the profiler window that --no-profile leaves without a window were ignored in silence.
+            (self.profile or self.profile_steps is None,
+             f"--profile-steps {self.profile_steps} sets the traced window and --no-profile traces none: "
+             "leave one of them out"),
+            (self.profile or not self.tracer.python_tracer_level,
+             "--python-tracer traces Python calls in the profiler window and --no-profile traces none: "
+             "leave one of them out"),
         ]
         for ok, message in checks:
             if not ok:

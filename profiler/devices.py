@@ -178,8 +178,7 @@ def resolve(device: str = "auto", gpus: int | None = None, tpu: str | None = Non
         if found:
             return _resolve_gpu(backend, found, gpus)
         if device == "gpu":
-            raise DeviceError(f"no GPU found; TensorFlow sees only {_seen(backend)} "
-                              "(install the 'gpu' extra and an NVIDIA driver, or use --device cpu)")
+            raise DeviceError(f"no GPU found; TensorFlow sees only {_seen(backend)} ({_no_gpu_hint()})")
     if gpus is not None:
         raise DeviceError("--gpus needs --device gpu (or auto with GPUs present)")
     backend.hide_gpus()
@@ -246,7 +245,7 @@ def _resolve_multi_worker(backend, device: str, gpus: int | None, cluster, timeo
         raise DeviceError("several workers train with MultiWorkerMirroredStrategy on CPUs or GPUs, not TPUs")
     found = backend.physical_devices("GPU") if device in ("gpu", "auto") else []
     if device == "gpu" and not found:
-        raise DeviceError(f"no GPU found on this worker; TensorFlow sees only {_seen(backend)}")
+        raise DeviceError(f"no GPU found on this worker; TensorFlow sees only {_seen(backend)} ({_no_gpu_hint()})")
     if gpus is not None and not found:
         raise DeviceError("--gpus needs --device gpu (or auto with GPUs present)")
     if gpus is not None and gpus > len(found):
@@ -282,6 +281,16 @@ def _resolve_multi_worker(backend, device: str, gpus: int | None, cluster, timeo
     if threads is not None:
         info.update(intra_op_threads=threads[0], inter_op_threads=threads[1])
     return Resolved(kind, strategy, info)
+
+
+def _no_gpu_hint(environ=None) -> str:
+    """What to do when TensorFlow sees no GPU: CUDA_VISIBLE_DEVICES set to none ('' or -1), or to ids
+    this machine does not have, hides them all, which the driver's own tools would not show."""
+    environ = os.environ if environ is None else environ
+    if "CUDA_VISIBLE_DEVICES" in environ:
+        return (f"CUDA_VISIBLE_DEVICES={environ['CUDA_VISIBLE_DEVICES']!r} is set and hides every GPU it does not "
+                "name: unset it or name the GPUs to use, or use --device cpu")
+    return "install the 'gpu' extra and an NVIDIA driver, or use --device cpu"
 
 
 def _seen(backend) -> str:

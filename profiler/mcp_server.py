@@ -171,6 +171,8 @@ class Tools:
     def list_runs(self, root: str | None = None, limit: int = 100) -> str:
         limit = _bounded(limit, "limit", 1, MAX_LIST)
         folders = self.roots.folders if root is None else (self.roots.resolve(root),)
+        if root is not None and not folders[0].is_dir():  # was an empty list, as if the folder held no run
+            raise Refused(f"{root}: a file, not a folder; list_runs looks in a folder (analyze reads a file)")
         runs: dict[Path, dict] = {}
         for folder in folders:
             self._find_runs(folder, 0, runs)

@@ -34,7 +34,16 @@ _LEVELS = {"I": 0, "W": 1, "E": 2, "F": 3}
 
 
 def configure() -> None:
-    """Set TensorFlow's C++ log level unless the user chose one (call before TensorFlow is imported)."""
+    """Set TensorFlow's C++ log level unless the user chose one (call before TensorFlow is imported).
+
+    A value that is no whole number is level 0 to TensorFlow (every INFO line) and 2 to the filter
+    here: it is replaced by the default, with a warning unless it is empty (an unset variable's spelling)."""
+    value = os.environ.get(LOG_LEVEL_VAR)
+    if value is not None and not re.fullmatch(r"\s*[+-]?\d+\s*", value):
+        if value.strip():
+            print(f"warning: {LOG_LEVEL_VAR}={value!r} is not a log level (0 all, 1 warnings, 2 errors, 3 fatal "
+                  f"only): using {DEFAULT_LOG_LEVEL}", file=sys.stderr)
+        os.environ[LOG_LEVEL_VAR] = DEFAULT_LOG_LEVEL
     os.environ.setdefault(LOG_LEVEL_VAR, DEFAULT_LOG_LEVEL)
 
 
@@ -43,6 +52,23 @@ def log_level() -> int:
         return int(os.environ.get(LOG_LEVEL_VAR, DEFAULT_LOG_LEVEL))
     except ValueError:
         return int(DEFAULT_LOG_LEVEL)
+
+
+@contextlib.contextmanager
+def tensorflow_python_warnings_off():
+    """TensorFlow's Python log (`tf.get_logger()`) at errors only for the block: devprof's own measurements
+    that trace one `tf.function` per size would each print its "triggered tf.function retracing" warning,
+    advice for the user's code that does not apply (DEVPROF_DEBUG=1 or TF_CPP_MIN_LOG_LEVEL=0 keep it)."""
+    import logging
+
+    logger = logging.getLogger("tensorflow")
+    level = logger.level
+    if not verbose():
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 DEBUG_VAR = "DEVPROF_DEBUG"

@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from profiler import rundir, tracing
+from profiler import quiet, rundir, tracing
 from profiler.config import RunConfig, UsageError
 from profiler.console import Console
 from profiler.hooks import RunHooks
@@ -283,7 +283,8 @@ class Run(Session):
             from profiler import peak
 
             self.console.print("Measuring the device's peak matmul rate and memory bandwidth...")
-            self.meta["peak"] = peak.record_for_run(resolved.kind, resolved.info.get("name"))
+            with quiet.tensorflow_python_warnings_off():  # one tf.function per size tried: no retracing advice
+                self.meta["peak"] = peak.record_for_run(resolved.kind, resolved.info.get("name"))
             if self.meta["peak"].get("cache_error"):
                 self.console.warn(f"warning: {peak.not_cached_message(self.meta['peak']['cache_error'])}")
         self._start_recording(resolved)

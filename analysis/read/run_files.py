@@ -172,7 +172,8 @@ def read_json(path: Path, within: Path | None = None):
     """The JSON document in `path` (a regular file of at most RUN_JSON_MAX_BYTES, inside `within` when
     given); a RunFileError says why not."""
     try:
-        return json.loads(read_regular(path, RUN_JSON_MAX_BYTES, within).decode("utf-8"))
+        # utf-8-sig: a file saved by an editor that starts UTF-8 with a byte-order mark (Notepad, PowerShell)
+        return json.loads(read_regular(path, RUN_JSON_MAX_BYTES, within).decode("utf-8-sig"))
     except RecursionError:
         raise RunFileError(f"{path}: not valid JSON (nested too deeply)") from None
     except (ValueError, UnicodeDecodeError) as exc:
@@ -506,6 +507,8 @@ def read_steps_csv(path: str | Path) -> pd.DataFrame:
         raise RunFileError(f"{path}: not a CSV ({str(exc).splitlines()[0]})") from None
     frame.columns = [str(c).strip() for c in frame.columns]
     missing = [c for c in STEPS_COLUMNS if c not in frame.columns]
+    if len(missing) == len(STEPS_COLUMNS):
+        raise RunFileError(f"{path}: {_not_a_steps_header(raw)}")
     if missing:
         raise RunFileError(f"{path}: missing columns {', '.join(missing)}")
     frame = frame.loc[:, ~frame.columns.duplicated()][STEPS_COLUMNS]
@@ -523,6 +526,24 @@ def read_steps_csv(path: str | Path) -> pd.DataFrame:
 
 
 _BLANK_LINE = re.compile(rb"(?<=\n)[ \t\r]*\n")
+
+
+def _not_a_steps_header(raw: bytes) -> str:
+    """Why the first line of a steps.csv holds none of its columns: another encoding (a spreadsheet's
+    UTF-16 export), another separator (';' where the decimal mark is a comma), or no header at all."""
+    first = raw[: raw.find(b"\n")] if b"\n" in raw else raw
+    expected = f"expected the header {','.join(STEPS_COLUMNS)}"
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\0" in first:
+        return f"not UTF-8 text (UTF-16, or not text at all); {expected}: save it as UTF-8 CSV"
+    try:
+        header = first.decode("utf-8-sig").strip()
+    except UnicodeDecodeError:
+        return f"its first line is not UTF-8 text; {expected}"
+    for separator, name in ((";", "semicolons"), ("\t", "tabs")):
+        if separator in header and all(c in [cell.strip() for cell in header.split(separator)] for c in STEPS_COLUMNS):
+            return f"its columns are separated by {name}, not commas; {expected}"
+    shown = header if len(header) <= 60 else header[:57] + "..."
+    return f"its first line is not steps.csv's header (got {shown!r}); {expected}"
 
 
 def _one_row_per_step(frame: pd.DataFrame, path: Path) -> pd.DataFrame:

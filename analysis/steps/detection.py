@@ -134,7 +134,9 @@ def find_markers(view: TraceView, wanted: re.Pattern | None = None) -> DetectedS
     markers["step"] = markers["step_num"].astype("int64")
     markers["steps"] = _steps_per_call(markers)
     markers["end_ns"] = _marker_ends(markers)
-    markers["partial"] = False
+    # A marker of no duration (`with Trace(...): pass` before the step) holds no step of its own: the step
+    # runs to the next marker, and after the last one the trace does not say where it ends.
+    markers["partial"] = (markers["end_ns"] <= markers["start_ns"]).to_numpy()
     # A step that did not run (the data ran out, the loop broke out, the call raised): devprof's
     # recorder ends its marker with `steps=0`. Its start ends the step before it; it is no step.
     markers = markers[markers["steps"] > 0]

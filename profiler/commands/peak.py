@@ -89,7 +89,8 @@ def handle(args: argparse.Namespace) -> int:
     devices.prefer_onednn()  # the kernels `devprof run` trains with
     quiet.import_tensorflow()
     try:
-        with quiet.filtered_stderr():  # TensorFlow's native log lines while the kernels run
+        # TensorFlow's native log lines while the kernels run, and its retracing warnings for the sizes tried
+        with quiet.filtered_stderr(), quiet.tensorflow_python_warnings_off():
             peak = peak_mod.peak_for(args.device, refresh=args.refresh)
     except peak_mod.PeakError as exc:
         return error(str(exc))

@@ -8,6 +8,8 @@ import threading
 
 from profiler.commands.common import EXIT_FAILURE, EXIT_OK, error
 
+MAX_PORT = 65535
+
 
 def add_parser(sub) -> argparse.ArgumentParser:
     board = sub.add_parser("tensorboard", help="start TensorBoard on 127.0.0.1 over the runs",
@@ -22,6 +24,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def handle(args: argparse.Namespace) -> int:
     from profiler import quiet, tensorboard_server
 
+    if not 0 <= args.port <= MAX_PORT:  # a usage error, before TensorBoard is started to find it out
+        return error(f"--port must be a port number from 1 to {MAX_PORT}, or 0 for a free one (got {args.port})")
+    if os.path.exists(args.logdir) and not os.path.isdir(args.logdir):
+        return error(f"{args.logdir!r} is a file, not a folder", hint="pass the folder that holds the run directories")
     if not os.path.isdir(args.logdir):
         return error(f"no such folder {args.logdir!r}", hint="run 'devprof run' first, or pass the runs folder")
     with quiet.filtered_stderr_stream(tensorboard_server.XPROF_NOISE):
