@@ -239,3 +239,62 @@ def test_a_model_file_spec_naming_a_folder_says_so(tmp_path):
     (tmp_path / "pkg.py").mkdir()
     with pytest.raises(ModelError, match=r"pkg\.py is a folder, not a Python file"):
         load_function(f"{tmp_path / 'pkg.py'}:build", "--model")
+
+
+# ---------------------------------------------------------------- analyze and compare: outputs found wrong before the analysis
+
+
+def test_an_output_that_is_a_folder_or_an_out_that_is_a_file_is_a_usage_error_before_the_analysis(tmp_path, capsys):
+    """Were exit 1 after the whole analysis ('runs is a folder', '--out afile: File exists')."""
+    run = make_run(tmp_path / "run", [step_line(i) for i in range(6)])
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    line = one_usage_error(cli.main(["analyze", str(run), "-o", str(folder)]), capsys)
+    assert line == f"error: -o {folder}: is a folder; name the file, e.g. {folder / 'report.html'}"
+    line = one_usage_error(cli.main(["analyze", str(run), "--out", str(afile)]), capsys)
+    assert line.startswith(f"error: --out {afile}: is a file, not a folder")
+    line = one_usage_error(cli.main(["compare", str(run), "-o", str(folder)]), capsys)
+    assert line == f"error: -o {folder}: is a folder; name the file, e.g. {folder / 'compare.txt'}"
+    assert not (run / "analysis").exists() and list(folder.iterdir()) == [] and afile.read_text() == "x"
+
+
+def test_a_peak_file_entry_that_is_skipped_is_a_warning_line(tmp_path, capsys):
+    """Was Python's own warning format: 'analysis/read/run_files.py:191: RunFileWarning: ...' and its source line."""
+    run = make_run(tmp_path / "run", [step_line(i) for i in range(6)])
+    peak = tmp_path / "peak.json"
+    peak.write_text(json.dumps({"peak_flops_per_second": {"float32": 2e11, "bfloat16": "fast"}}))
+    code = cli.main(["analyze", str(run), "--format", "summary", "--peak-file", str(peak)])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert [line for line in err.splitlines() if "bfloat16" in line] == [
+        f"warning: {peak}: peak rates must be positive numbers (FLOP/s up to 1e+18, B/s up to 1e+16); ignored "
+        "peak_flops_per_second.bfloat16 'fast'"]
+    assert "RunFileWarning" not in err
+
+
+class _FullDisk:
+    """stdout redirected to a full disk (`> /dev/full`): every write fails with ENOSPC."""
+
+    def write(self, text):
+        raise OSError(28, "No space left on device")
+
+    def flush(self):
+        pass
+
+    def fileno(self):
+        raise ValueError("no descriptor")
+
+
+@pytest.mark.parametrize("command, what", [("analyze", "the analysis"), ("compare", "the comparison")])
+def test_stdout_on_a_full_disk_is_one_error_line(tmp_path, capsys, monkeypatch, command, what):
+    """Was 'error: analyze failed: OSError: [Errno 28] ... (set DEVPROF_DEBUG=1 for the traceback)', as for a bug."""
+    run = make_run(tmp_path / "run", [step_line(i) for i in range(6)])
+    args = [command, str(run)] + (["--format", "json"] if command == "analyze" else [])
+    monkeypatch.setattr("sys.stdout", _FullDisk())
+    code = cli.main(args)
+    err = capsys.readouterr().err
+    assert code == 1
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [
+        f"error: cannot write {what} to stdout: No space left on device"]

@@ -8,6 +8,7 @@ nothing can be analysed or the outputs cannot be written.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -22,6 +23,8 @@ from profiler.commands.common import (
     add_format_option,
     error,
     file_warnings,
+    output_file_problem,
+    write_stdout,
 )
 
 
@@ -81,6 +84,13 @@ def _ceilings(args: argparse.Namespace):
     return None
 
 
+def _out_dir_problem(out: str | None) -> str | None:
+    """Why `--out DIR` cannot hold the files, found before the analysis (was exit 1 after it, 'File exists')."""
+    if out is not None and os.path.exists(out) and not os.path.isdir(out):
+        return f"--out {out}: is a file, not a folder; name a folder for the CSVs, plots and report.md"
+    return None
+
+
 def _writes_files(args: argparse.Namespace) -> bool:
     """Whether the command will likely write its folder of files (PNGs among them): --out, or a path
     in a run directory or a job. A wrong guess costs only the helper's work on another core."""
@@ -124,7 +134,8 @@ def _handle(args: argparse.Namespace, plotter) -> int:
         except ValueError as exc:
             return error(f"--fail-on: {exc}")
     try:
-        peak = _ceilings(args)
+        with file_warnings():  # a --peak-file entry that is skipped: a `warning:` line, not Python's own format
+            peak = _ceilings(args)
     except ValueError as exc:
         return error(str(exc))
     if args.scheduler is not None:
@@ -139,7 +150,8 @@ def _handle(args: argparse.Namespace, plotter) -> int:
             args.format = format_of_output(args.output, "analysis", args.format)
         except ValueError as exc:
             return error(str(exc))
-    problem = perfetto_option.usage_error(args)
+    problem = (perfetto_option.usage_error(args) or output_file_problem("-o", args.output, "report.html")
+               or _out_dir_problem(args.out))
     if problem is not None:
         return error(problem)
     if not path.exists():
@@ -182,8 +194,9 @@ def _handle(args: argparse.Namespace, plotter) -> int:
             return error(f"cannot write {output}: {exc.strerror or exc}", code=EXIT_FAILURE)
         print(f"wrote {output}", file=sys.stderr)
     else:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        problem = write_stdout(text)
+        if problem is not None:
+            return error(f"cannot write the analysis to stdout: {problem}", code=EXIT_FAILURE)
     failed = None
     if args.perfetto is not None:  # before the files: the trace's events are let go before the plots are drawn
         failed = perfetto_option.write(args, result, kept)

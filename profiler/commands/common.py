@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import warnings
 
@@ -39,6 +40,33 @@ def error(message: str, hint: str | None = None, code: int = EXIT_USAGE) -> int:
 def warn(message: str) -> None:
     """Print `warning: <message>` on stderr."""
     print(f"warning: {message}", file=sys.stderr)
+
+
+def output_file_problem(option: str, path: str | None, example: str) -> str | None:
+    """Why `path` cannot be the file `option` (-o) names, before anything is read: a folder (was found out
+    only after the whole analysis, exit 1), or None."""
+    if path is not None and os.path.isdir(path):
+        return f"{option} {path}: is a folder; name the file, e.g. {os.path.join(path, example)}"
+    return None
+
+
+def write_stdout(text: str) -> str | None:
+    """Write `text` on stdout; why it could not be written (`> file` on a full disk), else None. A reader
+    that closed the pipe is the caller's (BrokenPipeError: exit 141, no line)."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        try:  # what is still buffered would fail again at exit, as "Exception ignored ..."
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass
+        return exc.strerror or str(exc)
+    return None
 
 
 @contextlib.contextmanager

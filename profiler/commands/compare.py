@@ -16,12 +16,15 @@ from analysis.render import format_for_path, format_of_output, formats_for
 from analysis.render.files import is_stream
 from profiler.commands import perfetto_option
 from profiler.commands.common import (
+    EXIT_FAILURE,
     EXIT_OK,
     EXIT_REGRESSION,
     DeprecatedAlias,
     add_format_option,
     error,
     file_warnings,
+    output_file_problem,
+    write_stdout,
 )
 
 
@@ -72,7 +75,7 @@ def handle(args: argparse.Namespace) -> int:
             args.format = format_of_output(args.output, "comparison", args.format)
         except ValueError as exc:
             return error(str(exc))
-    problem = perfetto_option.usage_error(args)
+    problem = perfetto_option.usage_error(args) or output_file_problem("-o", args.output, "compare.txt")
     if problem is not None:
         return error(problem)
     try:
@@ -114,7 +117,9 @@ def handle(args: argparse.Namespace) -> int:
             return error(f"cannot write {output}: {exc}")
         print(f"wrote {output}" + (f" and {plot}" if plot is not None else ""), file=sys.stderr)
     else:
-        sys.stdout.write(text)
+        problem = write_stdout(text)
+        if problem is not None:
+            return error(f"cannot write the comparison to stdout: {problem}", code=EXIT_FAILURE)
     if args.format in ("json", "csv") or output is not None:
         for line in compare.warnings(table):  # text and markdown carry them already
             print(line, file=sys.stderr)
