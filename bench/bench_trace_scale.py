@@ -393,7 +393,10 @@ def _child_env(tree: Path | None = None) -> dict:
 
 
 def _tree_at(revision: str) -> Path:
-    """The repository as of a git revision, in a temporary folder (for the command of --command-baseline)."""
+    """The repository as of a git revision, in a temporary folder (for the command of --command-baseline);
+    a folder named instead is used as it is (a tree with some changes taken out)."""
+    if Path(revision).is_dir():
+        return Path(revision).resolve()
     folder = Path(tempfile.mkdtemp(prefix="devprof-command-baseline-"))
     archive = subprocess.run(["git", "archive", revision], cwd=REPO, capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
@@ -679,7 +682,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true",
                         help="with --scale and --results: report and plot the measurements in --results, run nothing")
     parser.add_argument("--command-baseline", metavar="REV",
-                        help="with --scale: also time the whole command as of this git revision (task command-baseline)")
+                        help="with --scale: also time the whole command as of this git revision, or in this folder "
+                             "holding a copy of the repository (task command-baseline)")
     parser.add_argument("--startup", type=int, nargs="?", const=5, default=0, metavar="REPEATS",
                         help="with --scale: time `devprof --help` and list the command's imports (python -X importtime)")
     parser.add_argument("--stages", action="store_true", help="time and RSS after each stage of read + analysis")
