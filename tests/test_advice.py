@@ -253,6 +253,10 @@ def test_a_pipeline_that_waits_takes_no_cores_from_compute_and_one_that_computes
     assert sleeps["saving_ms"] == pytest.approx(10.0)
     assert computes["saving_ms"] == pytest.approx(5.0)
     assert "takes no CPU time from compute" in sleeps["saving_basis"]
+    # Compute's threads wait on each other: its ops' own time is 27 ms, not 2 x 18 = 36. The same 126.6 % of
+    # process CPU (38 core-ms) then leaves 38 - 27 - 2 = 9 ms for the pipeline, which costs compute 4.5 ms.
+    waiting_threads, _ = verdict_of(30.0, proc_cpu_pct=126.6, op_ms=27.0, **common)
+    assert waiting_threads["saving_ms"] == pytest.approx(30.0 - (20.0 + (37.98 - 27.0 - 2.0) / 2), abs=0.01)
 
 
 def test_the_input_fix_counts_the_stage_it_takes_out_or_spreads_over_the_cores():

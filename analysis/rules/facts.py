@@ -82,6 +82,7 @@ class Facts:
     traced_steps: int = 0
     launch_ms: float = math.nan
     call_entry_exit_ms: float = math.nan  # on a CPU, compute per call before its first op and after its last
+    op_ms: float = math.nan  # on a CPU, the ops' own time per call summed over threads: compute's CPU time
     matrix_pct: float = math.nan
     matrix_ceilings: tuple[tuple[str, float], ...] = ()
     ceilings_source: str | None = None
@@ -226,7 +227,7 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, de
                device_mem_peak_bytes=None, device_mem_total_bytes=None, eigen_dense_pct=None, input_wait_pct=None,
                input_copy_pct=None, input_wait_ms=None, eager: EagerOps | None = None,
                idle_stretch: IdleStretch | None = None, below_roofline: tuple[BelowRoofline, ...] = (),
-               step_ms=None, traced_steps=0, launch_ms=None, matrix_pct=None, matrix_ceilings=None,
+               step_ms=None, traced_steps=0, launch_ms=None, op_ms=None, matrix_pct=None, matrix_ceilings=None,
                ceilings_source: str | None = None, mfu_scope: str | None = None,
                memory: MemoryReport | None = None) -> Facts:
     """The rules' view of one breakdown. Numbers may be missing (None, NaN: unknown); compute
@@ -275,6 +276,7 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, de
         traced_steps=int(traced_steps or 0),
         launch_ms=_float(launch_ms),
         call_entry_exit_ms=_float(trace.call_entry_exit_ms),
+        op_ms=_float(op_ms),
         matrix_pct=_float(matrix_pct),
         matrix_ceilings=_measured_rates(matrix_ceilings),
         ceilings_source=ceilings_source,
@@ -295,6 +297,16 @@ def _measured_rates(rates) -> tuple[tuple[str, float], ...]:
 
 # Kernels and op types of matrix work (convolutions, matmuls, GEMMs): what a lower precision speeds up.
 MATRIX_OP_RE = re.compile(r"conv|matmul|gemm|einsum|dot|cijk|winograd|xmma|wgrad|dgrad", re.IGNORECASE)
+
+
+def cpu_op_ms(ops: pd.DataFrame, steps_per_call: int) -> float:
+    """The host ops' own time per call, summed over the threads they ran on (NaN: no ops): on a CPU, the
+    CPU time compute takes, which its wall time times the cores overstates where threads wait."""
+    if ops.empty or "ms_per_step" not in ops:
+        return math.nan
+    host = ops[ops["device"].astype(str).str.contains("CPU", case=False)] if "device" in ops else ops
+    total = float(host["ms_per_step"].sum())
+    return total * max(1, int(steps_per_call or 1)) if total > 0 else math.nan
 
 
 def matrix_share_pct(ops: pd.DataFrame, compute_pct: float) -> float:
@@ -336,6 +348,7 @@ def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | No
         mfu_pct=(roofline or {}).get("mfu_pct"), peak_dtype=(roofline or {}).get("dtype") or None,
         below_roofline=below_roofline(ops), step_ms=step_ms, traced_steps=traced_steps,
         launch_ms=(devices.kernel_launch or {}).get("ms_per_step", math.nan),  # per row of steps: per call
+        op_ms=cpu_op_ms(ops, source.steps_per_call) if source.device == "cpu" else math.nan,
         matrix_pct=matrix_share_pct(ops, _float(mean.get("compute_pct"))),
         matrix_ceilings=measured, ceilings_source=measured_source,
         mfu_scope=f"the costed ops ({(roofline or {}).get('achieved_over') or 'some of op time'}) run",

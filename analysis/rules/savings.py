@@ -163,13 +163,17 @@ def _cpu_floor_text(facts: Facts, floor: float, otherwise: float) -> str:
 
 def _pipeline_cpu_pct(facts: Facts, wait: float) -> float:
     """The pipeline's CPU time per step, in core-% of the step: the process's measured CPU less what
-    compute (on every core) and the host's one thread use; all of the wait on one core where the
-    process's CPU is unknown. A pipeline that waits (sleeps, reads) takes none."""
+    compute (its ops' own time summed over threads, else its time on every core) and the host's one
+    thread use; all of the wait on one core where the process's CPU is unknown. A pipeline that waits
+    (sleeps, reads) takes none."""
     cores, used = _cores(facts), facts.proc_cpu_pct
     if not (_known(used) and _known(cores) and _known(facts.compute_pct)):
         return wait
+    compute = cores * facts.compute_pct
+    if _known(facts.op_ms) and _known(facts.step_ms) and facts.step_ms > 0:
+        compute = min(compute, 100.0 * facts.op_ms / facts.step_ms)
     host = facts.host_pct if _known(facts.host_pct) else 0.0
-    return max(0.0, min(used - cores * facts.compute_pct - host, wait * cores))
+    return max(0.0, min(used - compute - host, wait * cores))
 
 
 def input_part(facts: Facts) -> Saving:
