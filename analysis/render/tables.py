@@ -384,7 +384,7 @@ def peak_sentence(peak) -> str:
 
 def headroom_sentence(peak, batch: float) -> str:
     if peak.max_batch == peak.max_batch:
-        return f"headroom: a batch of about {peak.max_batch:.0f} fits (today {batch:.0f}): {peak.headroom}"
+        return f"headroom: a batch of about {peak.max_batch:,.0f} fits (today {batch:,.0f}): {peak.headroom}"
     return f"headroom: {peak.headroom}"
 
 
