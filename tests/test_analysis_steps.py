@@ -58,17 +58,19 @@ def test_host_delay_is_host_not_input(analyses):
 
 
 @pytest.mark.slow
-def test_clean_loop_is_compute_bound(analyses):
-    """Compute is the clean loop's part; its input and host time are a fraction of the delays the
-    other loops inject. (A loaded machine can stretch a fetch of a few-ms step past the 5 % that
-    makes a verdict input-bound, so the verdict is held to the compute part only where it says so.)"""
+def test_clean_loop_computes_most_and_names_no_bound_its_fix_would_not_save(analyses):
+    """Compute is the clean loop's largest part; its input and host time are a fraction of the delays
+    the other loops inject. (A loaded machine can stretch a fetch of a few-ms step, and the call's own
+    dispatch, past the 5 % of the step that names a bound, so the verdict is held to its saving.)"""
     mean = analyses["clean"].mean
     assert mean["compute_ms"] > max(mean["input_ms"], mean["host_ms"]), mean
     assert mean["input_ms"] < fx.INPUT_DELAY_MS / 4 and mean["host_ms"] < fx.HOST_DELAY_MS / 4, mean
     verdict = analyses["clean"].verdict
     assert verdict["bound"] in ("compute", "input", "host"), verdict
     assert verdict["bound"] != "compute" or verdict["level"] is None, verdict
-    assert verdict["bound"] == "compute" or mean[f"{verdict['bound']}_ms"] >= 0.05 * mean["step_ms"], verdict
+    # A bound is named by what its fix saves (5 % of the step at least), not by its part's share: several steps
+    # per call also save the call's own dispatch, which a CPU breakdown counts as compute.
+    assert verdict["bound"] == "compute" or verdict["saving_ms"] >= 0.05 * mean["step_ms"], verdict
 
 
 @pytest.mark.slow
