@@ -71,6 +71,16 @@ def test_a_run_json_saved_with_a_byte_order_mark_is_read(tmp_path):
     assert run_files.read_peak_file(peak)["peak_flops_per_second"] == {"float32": 1e12}
 
 
+def test_an_unknown_run_status_is_said_and_read_as_unknown(tmp_path):
+    """Was ignored without a word: a run.json `status` that no devprof writes."""
+    run = make_run(tmp_path / "run", [step_line(i) for i in range(6)])
+    path = run / "run.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "status": "exploded"}))
+    with pytest.warns(run_files.RunFileWarning, match="'status' must be one of running, complete, failed, interrupted"):
+        meta = run_files.read_run_json(path)
+    assert meta["status"] is None
+
+
 def _steps_csv(tmp_path, data: bytes):
     path = tmp_path / "steps.csv"
     path.write_bytes(data)

@@ -292,8 +292,15 @@ def plausible_number(value, limit: float) -> float | None:
     return number if math.isfinite(number) and 0 < number <= limit else None
 
 
+RUN_STATUSES = ("running", "complete", "failed", "interrupted")  # run.json `status` (docs/json.md)
+
+
 def _checked(meta: dict, path: Path) -> dict:
     meta = dict(meta)
+    if "status" in meta and meta["status"] not in RUN_STATUSES:
+        warn(f"{path}: 'status' must be one of {', '.join(RUN_STATUSES)}, got {_shown(meta['status'])}: read as "
+             "unknown")
+        meta["status"] = None
     for key in RUN_JSON_OBJECTS:
         if key in meta and meta[key] is not None and not isinstance(meta[key], dict):
             warn(f"{path}: '{key}' must be an object, got {_shown(meta[key])}: ignored")
