@@ -5,11 +5,13 @@ is NaN where the trace cannot tell (the rules then say so, and rank it last). Ea
 models what the fix changes and nothing else:
 
 - prefetching overlaps the pipeline's work with the rest of the step, so the step becomes the
-  longer of the two; on a CPU the pipeline's work also takes cores from compute;
+  longer of the two; on a CPU the pipeline's work also takes cores from compute, and no fix that
+  moves work between threads goes below the process's measured CPU work spread over the cores;
 - several steps per call pay per-call Python and dispatch once per call, down to the launch
-  floor of the step's kernels;
-- compiling an all-eager step leaves, on a CPU, only the ops' own time (the Python between ops and
-  the eager runtime's dispatch around each go);
+  floor of the step's kernels (on a CPU, with the call's own set-up and tear-down, which the
+  breakdown counts as compute);
+- compiling an all-eager step leaves, on a CPU, only the ops' own time less the eager runtime's
+  floor per call, run side by side (the Python between ops and the dispatch around each go);
 - mixed precision changes the matrix ops' time by the ratio of the *measured* ceilings;
 - an op below its roofline is taken to half its ceiling (what tuned kernels reach), not all of it.
 
