@@ -308,3 +308,12 @@ def test_stdout_on_a_full_disk_is_one_error_line(tmp_path, capsys, monkeypatch, 
     assert code == 1
     assert [line for line in err.splitlines() if line.startswith("error:")] == [
         f"error: cannot write {what} to stdout: No space left on device"]
+
+
+def test_a_run_path_that_links_to_itself_is_named_as_a_link_not_as_missing(tmp_path, capsys):
+    """Was `no such file or directory`: exists() follows the link, and a loop leads nowhere."""
+    loop = tmp_path / "run"
+    loop.symlink_to(loop)
+    assert cli.main(["analyze", str(loop)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {loop} is a link that leads nowhere (to {loop}: a loop of links or a missing target)"]

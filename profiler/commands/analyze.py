@@ -155,6 +155,9 @@ def _handle(args: argparse.Namespace, plotter) -> int:
     if problem is not None:
         return error(problem)
     if not path.exists():
+        if path.is_symlink():  # exists() follows the link: a loop or a missing target reads as no file
+            return error(f"{path} is a link that leads nowhere (to {os.readlink(path)}: a loop of links or a missing "
+                         "target)")
         return error(f"no such file or directory: {path}", hint="pass a run directory, log folder or .xplane.pb file")
     kept = None  # the analysed worker's files, for the Perfetto trace
     try:
