@@ -25,7 +25,7 @@ from analysis.breakdown.roofline import BelowRoofline, below_roofline
 from analysis.read.run_files import RunRecord
 from analysis.read.view import TraceView, matches
 from analysis.rules.devices import facts_for
-from analysis.steps.host import call_entry_exit_ms, complete_steps
+from analysis.steps.host import call_entry_exit_ms, steady_steps
 from analysis.steps.sources import StepSource
 
 
@@ -194,11 +194,6 @@ def _is_number(value) -> bool:
         return False
 
 
-def _steady(steps: pd.DataFrame) -> pd.DataFrame:
-    whole = complete_steps(steps)
-    return whole[~whole["first_call"].astype(bool)] if "first_call" in whole else whole
-
-
 def trace_facts(view: TraceView | None, steps: pd.DataFrame, devices: pd.DataFrame,
                 prefetching: bool | None) -> TraceFacts:
     """The facts of one trace's steps and device rows (all unknown without a trace)."""
@@ -208,7 +203,7 @@ def trace_facts(view: TraceView | None, steps: pd.DataFrame, devices: pd.DataFra
     per_step, mean_us = kernels(view, steps)
     return TraceFacts(retrace_steps, retrace_ms, syncs_in_every_step(view, steps), per_step, mean_us,
                       idle_waiting_for_host_pct(devices), prefetching, stage_kinds(view),
-                      call_entry_exit_ms(view, _steady(steps)))
+                      call_entry_exit_ms(view, steady_steps(steps)))
 
 
 def _float(value, default: float = math.nan) -> float:
