@@ -1,5 +1,3 @@
-import sys
+from profiler.cli import program
 
-from profiler.cli import main
-
-sys.exit(main())
+program()

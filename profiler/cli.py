@@ -1,7 +1,7 @@
 """The `devprof` command line: one parser, one subcommand module each under `profiler.commands`.
 
-`main(argv=None) -> int` is the only entry point (the `devprof` script and `python -m
-profiler`). Conventions shared by every subcommand live in `profiler.commands.common`:
+`main(argv=None) -> int` is the only entry point; `program()` runs it as the `devprof` script and
+`python -m profiler` do. Conventions shared by every subcommand live in `profiler.commands.common`:
 errors are one `error: ...` line on stderr, exit code 2 for bad usage and 1 for a failure,
 machine-readable output is `--format json` with a top-level `schema_version`.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 
 from profiler import quiet
 from profiler.commands import COMMANDS
@@ -60,8 +61,28 @@ def _stdout_to_devnull() -> None:
         pass
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run `devprof` with `argv` (default: the process's arguments); returns the exit code."""
+# Commands that only read files and write others: once they have flushed their output, the process
+# ends without freeing the analysis object by object (0.12 s of the 3 s a 1M-event trace takes).
+QUICK_EXIT_COMMANDS = frozenset({"analyze", "compare"})
+
+
+def program() -> None:
+    """`devprof` as a program: `main()` on the process's arguments, then the process's exit."""
+    command: list[str] = []
+    code = main(ran=command)
+    if command and command[0] in QUICK_EXIT_COMMANDS and threading.active_count() == 1:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            sys.exit(code)  # the usual exit reports it as before
+        os._exit(code)
+    sys.exit(code)
+
+
+def main(argv: list[str] | None = None, ran: list[str] | None = None) -> int:
+    """Run `devprof` with `argv` (default: the process's arguments); returns the exit code. `ran`
+    (a list) gets the name of the command that ran."""
     # TensorFlow's C++ INFO/WARNING lines would bury the progress output; commands that
     # start TensorFlow do it through `quiet.import_tensorflow`, which holds the lines it prints
     # before its log is set up to the same level (TF_CPP_MIN_LOG_LEVEL=0 or DEVPROF_DEBUG=1
@@ -75,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_USAGE
+    if ran is not None:
+        ran.append(args.command)
     try:
         return args.handler(args)
     except KeyboardInterrupt:
@@ -91,4 +114,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    program()

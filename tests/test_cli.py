@@ -203,3 +203,57 @@ def test_error_helper_prints_one_line_and_returns_the_exit_code(capsys):
     assert common.error("it broke", hint="try again", code=common.EXIT_FAILURE) == 1
     assert common.error("bad option") == 2
     assert capsys.readouterr().err == "error: it broke (try again)\nerror: bad option\n"
+
+
+# ---------------------------------------------------------------- the program's exit
+
+
+class _Exited(Exception):
+    def __init__(self, how: str, code):
+        super().__init__(how, code)
+        self.how, self.code = how, code
+
+
+@pytest.fixture
+def exits(monkeypatch):
+    """`program()`'s ending, recorded instead of ending pytest: ("os._exit" or "sys.exit", code)."""
+
+    def quick(code):
+        raise _Exited("os._exit", code)
+
+    def usual(code=0):
+        raise _Exited("sys.exit", code)
+
+    monkeypatch.setattr(cli.os, "_exit", quick)
+    monkeypatch.setattr(cli.sys, "exit", usual)
+
+
+@pytest.mark.parametrize(("argv", "how", "code"), [
+    (["compare", "--external", str(SEED_TABLE)], "os._exit", 0),  # read-only: no freeing object by object
+    (["compare", "--external", "no-such-table.csv"], "os._exit", 2),
+    (["devices", "--format", "json"], "sys.exit", 0),  # others end as Python ends
+])
+def test_the_program_ends_read_only_commands_at_once_after_their_output(fake_devices, exits, monkeypatch, capsys,
+                                                                        argv, how, code):
+    monkeypatch.setattr(sys, "argv", ["devprof", *argv])
+    with pytest.raises(_Exited) as ended:
+        cli.program()
+    assert (ended.value.how, ended.value.code) == (how, code)
+    out = capsys.readouterr().out
+    assert ("Test CPU" in out) if argv[0] == "devices" else (code != 0 or "i7-9700K" in out)
+
+
+def test_the_program_ends_as_python_does_while_another_thread_runs(exits, monkeypatch, capsys):
+    import threading
+
+    monkeypatch.setattr(sys, "argv", ["devprof", "compare", "--external", str(SEED_TABLE)])
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        with pytest.raises(_Exited) as ended:
+            cli.program()
+    finally:
+        release.set()
+        other.join()
+    assert (ended.value.how, ended.value.code) == ("sys.exit", 0)

@@ -5,9 +5,12 @@ cut-short files, and with TensorFlow, Keras and protobuf made unimportable."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +18,7 @@ import pandas as pd
 import pytest
 
 import trace_fixtures as fx
-from analysis.read import trace
+from analysis.read import forked, trace
 from analysis.read import xplane_wire as wire
 
 REPO = Path(__file__).resolve().parents[1]
@@ -122,6 +125,14 @@ def test_long_lines_are_split_into_blocks_and_joined(tmp_path, monkeypatch):
     for name, value in (("SERIAL_BYTES", 64), ("WINDOW_BYTES", 5000), ("BLOCK_BYTES", 96),
                         ("CHUNK_EVENTS", 70), ("BATCH_EVENTS", 150)):
         monkeypatch.setattr(wire, name, value)
+    space = _long_space()
+    path = tmp_path / "long.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    _assert_matches(path, space)
+
+
+def _long_space():
+    """Three long lines of random events and stats, with strings that look like events."""
     rng = np.random.default_rng(7)
     space = fx._xspace_class()()
     plane = space.planes.add(id=1, name="/host:CPU")
@@ -147,9 +158,131 @@ def test_long_lines_are_split_into_blocks_and_joined(tmp_path, monkeypatch):
                     stat.str_value = decoy.decode("latin-1") if rng.random() < 0.3 else "a" * int(rng.integers(0, 400))
                 else:
                     stat.bytes_value = (decoy, leaping)[int(rng.integers(0, 2))] * int(rng.integers(1, 4))
-    path = tmp_path / "long.xplane.pb"
-    path.write_bytes(space.SerializeToString())
-    _assert_matches(path, space)
+    return space
+
+
+def _decoded_fields(space) -> dict:
+    return {**{name: value for name, value in vars(space.events).items()}, "stat_values": list(space.stat_values),
+            "stat_name_code": space.stat_name_code, "stat_names": space.stat_names,
+            "lines": [vars(line) for line in space.lines]}
+
+
+def _assert_same_decoding(one, other) -> None:
+    first, second = _decoded_fields(one), _decoded_fields(other)
+    assert first.keys() == second.keys()
+    for name, value in first.items():
+        if isinstance(value, np.ndarray):
+            assert value.dtype == second[name].dtype and np.array_equal(value, second[name]), name
+        else:
+            assert value == second[name], name
+
+
+@pytest.fixture
+def halves_of_small_traces(monkeypatch):
+    """Chunks of 70 events, halved from any size; records what each forked child answered."""
+    monkeypatch.setattr(wire, "CHUNK_EVENTS", 70)
+    monkeypatch.setattr(wire, "HALVES_MIN_EVENTS", 0)
+    answers = []
+    result = forked.ForkedHalf.result
+
+    def recorded(self):
+        answer = result(self)
+        answers.append(None if answer is None else {name: len(column) for name, column in answer.items()})
+        return answer
+
+    monkeypatch.setattr(forked.ForkedHalf, "result", recorded)
+    return answers
+
+
+def _no_children_left() -> bool:
+    """No child process, not even one ended and never reaped."""
+    import psutil
+
+    return not psutil.Process().children()
+
+
+@pytest.mark.parametrize("names", [trace.EVENT_STAT_COLUMNS, None], ids=["kept stats", "every stat"])
+def test_the_second_half_decoded_by_a_forked_child_is_the_same(halves_of_small_traces, names):
+    data = _long_space().SerializeToString()
+    alone = wire.decode_xspace(data, names, halves=False)
+    halved = wire.decode_xspace(data, names, halves=True)
+    assert len(halves_of_small_traces) == 1 and isinstance(halves_of_small_traces[0], dict)  # the child answered
+    assert 0 < halves_of_small_traces[0]["stat_event"] < halved.events.stat_event.size
+    _assert_same_decoding(alone, halved)
+    assert _no_children_left()
+
+
+def test_a_child_that_fails_leaves_its_half_to_this_process(halves_of_small_traces, monkeypatch):
+    parent = os.getpid()
+    joined = wire._EventBatches._joined
+
+    def failing_in_the_child(self):
+        if os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's out-of-memory killer would
+        return joined(self)
+
+    monkeypatch.setattr(wire._EventBatches, "_joined", failing_in_the_child)
+    data = _long_space().SerializeToString()
+    halved = wire.decode_xspace(data, trace.EVENT_STAT_COLUMNS, halves=True)
+    assert halves_of_small_traces == [None]
+    _assert_same_decoding(wire.decode_xspace(data, trace.EVENT_STAT_COLUMNS, halves=False), halved)
+    assert _no_children_left()
+
+
+def test_a_corrupt_second_half_is_the_same_error_with_a_child(halves_of_small_traces):
+    data = bytearray(_long_space().SerializeToString())
+    spans = wire.decode_xspace(bytes(data), None, halves=False).events
+    short_texts = (spans.stat_kind == wire.STAT_STR) & (spans.stat_stop - spans.stat_start < 128)
+    late = int(np.flatnonzero(short_texts)[-1])
+    tag = int(spans.stat_start[late]) - 2  # before its one-byte length
+    assert data[tag] == 0x2A
+    data[tag] = 0x2F  # field 5 with wire type 7, which XSpace never uses: found only when the stat is decoded
+    errors = []
+    for halves in (False, True):
+        with pytest.raises(wire.WireError) as raised:
+            wire.decode_xspace(bytes(data), None, halves=halves)
+        errors.append(str(raised.value))
+    assert errors[0] == errors[1] and halves_of_small_traces == [None]
+    assert _no_children_left()
+
+
+def test_ctrl_c_while_this_process_decodes_its_half_ends_the_child(halves_of_small_traces, monkeypatch):
+    parent = os.getpid()
+    decode = wire._EventBatches._decode_chunk
+
+    def interrupted_here(self, *chunk):
+        if os.getpid() == parent:
+            raise KeyboardInterrupt
+        return decode(self, *chunk)
+
+    monkeypatch.setattr(wire._EventBatches, "_decode_chunk", interrupted_here)
+    with pytest.raises(KeyboardInterrupt):
+        wire.decode_xspace(_long_space().SerializeToString(), None, halves=True)
+    assert _no_children_left()
+
+
+def test_a_child_decodes_only_where_a_fork_is_safe(monkeypatch):
+    monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.delenv(forked.ENV_VAR, raising=False)
+    assert forked.can_fork()
+    monkeypatch.setenv(forked.ENV_VAR, "0")
+    assert not forked.can_fork()
+    monkeypatch.delenv(forked.ENV_VAR)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert not forked.can_fork()  # one core: nothing to share
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        assert not forked.can_fork()  # another thread may hold a lock the child would wait on forever
+    finally:
+        release.set()
+        other.join()
+    assert forked.can_fork()
+    monkeypatch.setitem(sys.modules, "tensorflow", object())
+    assert not forked.can_fork()
 
 
 def test_a_cut_file_is_unreadable_wherever_protobuf_says_so(tmp_path):

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis.read import forked
+
 WIRE_VARINT, WIRE_FIXED64, WIRE_LEN, WIRE_FIXED32 = 0, 1, 2, 5
 
 # XStat value kinds (their field numbers); 0: no value.
@@ -470,8 +472,12 @@ def _file_order(rounds: list[np.ndarray], count: int) -> np.ndarray:
     return order
 
 
-def _decode_stats(data: np.ndarray, starts: np.ndarray, stops: np.ndarray):
-    """metadata_id, value kind, numeric value (or a double's bits) and str/bytes span of each XStat."""
+def _decode_stats(data: np.ndarray, starts: np.ndarray, stops: np.ndarray, wanted=None):
+    """metadata_id, value kind, numeric value (or a double's bits) and str/bytes span of each XStat.
+
+    `wanted(ids, rows) -> bool mask`: after the first field, a stat that began with its metadata id
+    (as every profiler writes them) and is not wanted has the rest of its fields skipped; only its
+    id is decoded."""
     count = starts.size
     metadata_id = np.zeros(count, dtype=np.uint64)
     kind = np.zeros(count, dtype=np.int8)
@@ -502,15 +508,27 @@ def _decode_stats(data: np.ndarray, starts: np.ndarray, stops: np.ndarray):
             text_start[rows] = after[text]
             text_stop[rows] = nxt[text]
         position[active] = nxt
-        active = active[nxt < stops[active]]
+        going = nxt < stops[active]
+        if wanted is not None:
+            named = np.flatnonzero(chosen & going)
+            going[named] = wanted(value[named].view(np.int64), active[named])
+            wanted = None
+        active = active[going]
     return metadata_id.view(np.int64), kind, number_value, text_start, text_stop
 
 
-class _EventBatches:
-    """Collects event spans line by line and decodes them a batch at a time."""
+# Events from which the second half is decoded by a forked child (forked.py) where it can be: below
+# this, the fork and the pipe cost more than the half saves.
+HALVES_MIN_EVENTS = 1 << 17
 
-    def __init__(self, buf, data: np.ndarray, wanted_stat_names):
+
+class _EventBatches:
+    """Collects event spans line by line and decodes them a batch at a time, or with `halves` all at
+    the end, the second half in a forked child while this process decodes the first."""
+
+    def __init__(self, buf, data: np.ndarray, wanted_stat_names, halves: bool = False):
         self.buf, self.data, self.wanted_stat_names = buf, data, wanted_stat_names
+        self.halves = halves
         self.wanted_ids: list[np.ndarray] = []  # per plane: the stat metadata ids to keep
         self.tags: list[np.ndarray] = []  # event tag positions of the lines not decoded yet
         self.pending_events = 0
@@ -533,29 +551,62 @@ class _EventBatches:
         return pos, tags.size
 
     def flush_if_full(self) -> None:
-        if self.pending_events >= BATCH_EVENTS:
+        if self.pending_events >= BATCH_EVENTS and not self.halves:
             self.flush()
 
     def _keep(self, event_plane: np.ndarray, stat_id: np.ndarray) -> np.ndarray:
         if self.wanted_stat_names is None:
             return np.ones(stat_id.size, dtype=bool)
         keep = np.zeros(stat_id.size, dtype=bool)
-        for plane in np.unique(event_plane):
-            rows = event_plane == plane
+        for plane, rows in _by_plane(event_plane, np.arange(stat_id.size)):
             keep[rows] = np.isin(stat_id[rows], self.wanted_ids[plane])
         return keep
 
-    def flush(self) -> None:
+    def _pending_chunks(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The located events not decoded yet, as (tags, line rows, planes) of CHUNK_EVENTS each."""
         if not self.tags:
-            return
+            return []
         tags = np.concatenate(self.tags)
         self.tags, self.pending_events = [], 0
         rows, planes, counts = (np.array(column, dtype=np.int64) for column in zip(*self.pending))
         self.pending = []
         line_row, event_plane = np.repeat(rows, counts), np.repeat(planes, counts)
-        for first in range(0, tags.size, CHUNK_EVENTS):
-            chunk = slice(first, first + CHUNK_EVENTS)
-            self.parts.append(self._decode_chunk(tags[chunk], line_row[chunk], event_plane[chunk]))
+        return [(tags[first:first + CHUNK_EVENTS], line_row[first:first + CHUNK_EVENTS],
+                 event_plane[first:first + CHUNK_EVENTS]) for first in range(0, tags.size, CHUNK_EVENTS)]
+
+    def flush(self) -> None:
+        for chunk in self._pending_chunks():
+            self.parts.append(self._decode_chunk(*chunk))
+
+    def _decode_in_halves(self) -> None:
+        """The pending events, the second half's chunks decoded by a forked child and joined there
+        (its `stat_event`s counted from where that half starts); the child's part is one part here.
+        Without an answer from the child, this process decodes that half too."""
+        chunks = self._pending_chunks()
+        # Halved by bytes, not events: the work follows the bytes (events with more stats cost more).
+        ends = np.cumsum([int(self.data.size if tags[-1] + 1 >= self.data.size else tags[-1]) - int(tags[0]) + 1
+                          for tags, _, _ in chunks])
+        half = int(np.searchsorted(ends, ends[-1] / 2))
+        second_first = self.first_event + sum(tags.size for tags, _, _ in chunks[:half])
+
+        def decode_second_half() -> dict:
+            self.first_event = second_first
+            self.parts = [self._decode_chunk(*chunk) for chunk in chunks[half:]]
+            return self._joined()
+
+        child = forked.ForkedHalf(decode_second_half)
+        try:
+            for chunk in chunks[:half]:
+                self.parts.append(self._decode_chunk(*chunk))
+            theirs = child.result()
+        finally:
+            child.close()
+        if isinstance(theirs, dict):
+            self.parts.append(theirs)
+            self.first_event += sum(tags.size for tags, _, _ in chunks[half:])
+        else:
+            for chunk in chunks[half:]:
+                self.parts.append(self._decode_chunk(*chunk))
 
     def _decode_chunk(self, tags: np.ndarray, line_row: np.ndarray, event_plane: np.ndarray) -> dict:
         size, starts = _varints(self.data, tags + 1)
@@ -565,8 +616,10 @@ class _EventBatches:
             stat_event, stat_start, stat_stop = (np.concatenate(column) for column in zip(*stat_rounds))
         else:
             stat_event = stat_start = stat_stop = np.zeros(0, dtype=np.int64)
-        stat_id, kind, number, text_start, text_stop = _decode_stats(self.data, stat_start, stat_stop)
-        keep = self._keep(event_plane[stat_event], stat_id)
+        stat_plane = event_plane[stat_event]
+        wanted = None if self.wanted_stat_names is None else (lambda ids, rows: self._keep(stat_plane[rows], ids))
+        stat_id, kind, number, text_start, text_stop = _decode_stats(self.data, stat_start, stat_stop, wanted)
+        keep = self._keep(stat_plane, stat_id)
         # Stats were found round by round; the kept ones go back in file order.
         kept_per_round = np.split(keep, np.cumsum([events.size for events, _, _ in stat_rounds])[:-1])
         keep = np.flatnonzero(keep)[_file_order(
@@ -581,7 +634,13 @@ class _EventBatches:
         return part
 
     def columns(self) -> EventColumns:
-        self.flush()
+        if self.halves and self.pending_events >= HALVES_MIN_EVENTS:
+            self._decode_in_halves()
+        else:
+            self.flush()
+        return EventColumns(**self._joined())
+
+    def _joined(self) -> dict[str, np.ndarray]:
         dtypes = {"line_row": np.int64, "metadata_id": np.int64, "offset_ps": np.int64, "duration_ps": np.int64,
                   "stat_event": np.int64, "stat_metadata_id": np.int64, "stat_kind": np.int8,
                   "stat_number": np.uint64, "stat_start": np.int64, "stat_stop": np.int64}
@@ -592,7 +651,7 @@ class _EventBatches:
             del pieces
             release_freed_memory()  # the pieces' pages, before the next column is joined
         self.parts = []
-        return EventColumns(**joined)
+        return joined
 
 
 # ---------------------------------------------------------------- the space
@@ -609,13 +668,15 @@ def check_xspace_layout(buf) -> None:
             raise WireError(f"field {number} (wire type {wire}) at the top level: not an XSpace trace")
 
 
-def decode_xspace(buf, wanted_stat_names=None, number_stat_names=()) -> DecodedSpace:
+def decode_xspace(buf, wanted_stat_names=None, number_stat_names=(), halves: bool | None = None) -> DecodedSpace:
     """Decode an XSpace held in `buf` (bytes, or an mmap of the file).
 
     `wanted_stat_names`: the event stats to keep (by name); None keeps every stat.
     `number_stat_names`: kept stats read as numbers from `stat_kind`/`stat_number`; their
     `stat_values` are made only where the value is not a number (boxing millions of ids costs
     more memory than the whole events table). Every other kept stat's value is in `stat_values`.
+    `halves`: decode the second half of the events in a forked child (None: where `forked.can_fork()`;
+    the same result either way).
     Raises `WireError` for bytes that are not a well-formed XSpace.
     """
     check_xspace_layout(buf)
@@ -623,7 +684,9 @@ def decode_xspace(buf, wanted_stat_names=None, number_stat_names=()) -> DecodedS
     planes: list[PlaneInfo] = []
     lines: list[LineInfo] = []
     hostnames: list[str] = []
-    batches = _EventBatches(buf, data, None if wanted_stat_names is None else frozenset(wanted_stat_names))
+    if halves is None:
+        halves = len(buf) >= HALVES_MIN_EVENTS * 16 and forked.can_fork()  # a traced event takes 16 bytes or more
+    batches = _EventBatches(buf, data, None if wanted_stat_names is None else frozenset(wanted_stat_names), halves)
     try:
         for number, wire, start, stop in _fields(buf, 0, len(buf)):
             if number == 1 and wire == WIRE_LEN:
@@ -645,9 +708,16 @@ def decode_xspace(buf, wanted_stat_names=None, number_stat_names=()) -> DecodedS
 
 
 def _by_plane(stat_plane: np.ndarray, rows: np.ndarray):
-    """(plane, rows of that plane) for the given rows."""
+    """(plane, rows of that plane) for the given rows; the planes present are counted, not sorted
+    (a sort of millions of rows cost more than the rest of the naming)."""
     planes_of_rows = stat_plane[rows]
-    for plane in np.unique(planes_of_rows).tolist():
+    if not planes_of_rows.size:
+        return
+    present = np.flatnonzero(np.bincount(planes_of_rows))
+    if present.size == 1:
+        yield int(present[0]), rows
+        return
+    for plane in present.tolist():
         yield plane, rows[planes_of_rows == plane]
 
 
@@ -704,8 +774,8 @@ def _stat_name_codes(stat_id: np.ndarray, stat_plane: np.ndarray, planes: list[P
             local[unknown] = keys.size + inverse
             labels += [str(key) for key in distinct.tolist()]
         per_plane.append((rows, local, labels))
-    categories = sorted({name for _, local, labels in per_plane for name in np.array(labels, dtype=object)[np.unique(local)]}
-                        if per_plane else set())
+    categories = sorted({labels[code] for _, local, labels in per_plane
+                         for code in np.flatnonzero(np.bincount(local, minlength=len(labels))).tolist()})
     position = {name: code for code, name in enumerate(categories)}
     codes = np.zeros(stat_id.size, dtype=np.int64)
     for rows, local, labels in per_plane:

@@ -1,0 +1,127 @@
+"""Half of a numpy computation in a forked child, sent back through a pipe.
+
+Reading a trace is numpy work on one core; its second half can run on another core in a child
+forked from this process, which sees the trace's bytes and the first half's inputs without a
+copy. The child's arrays come back through a pipe out of band (pickle protocol 5), written once
+and read once into their final buffers.
+
+Whatever goes wrong in the child (an exception, a kill, memory) reads as no answer: the caller
+computes that half itself, so the result and its errors are those of one process.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import struct
+import sys
+import threading
+from collections.abc import Callable
+
+ENV_VAR = "DEVPROF_READ_PROCESS"  # 0: read in this one process
+_COUNT = struct.Struct("<Q")
+
+
+def can_fork() -> bool:
+    """Whether a forked child can share the work: Linux's fork, two cores or more, and no other Python
+    thread or TensorFlow in this process (a lock one of their threads held stays held in the child)."""
+    if os.environ.get(ENV_VAR, "").strip() == "0" or not hasattr(os, "fork"):
+        return False
+    if threading.active_count() != 1 or "tensorflow" in sys.modules:
+        return False
+    multiprocessing = sys.modules.get("multiprocessing")
+    if multiprocessing is not None and multiprocessing.parent_process() is not None:
+        return False  # a pool's worker: its siblings have the other cores
+    try:
+        return len(os.sched_getaffinity(0)) >= 2
+    except (AttributeError, OSError):
+        return False
+
+
+class ForkedHalf:
+    """A child running `work()` (it returns picklable data, numpy arrays out of band); `result()` is
+    its answer or None, `close()` ends and reaps it."""
+
+    def __init__(self, work: Callable[[], object]):
+        self.pid = 0
+        read_fd, write_fd = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(read_fd)
+            os.close(write_fd)
+            self.fd = -1
+            return
+        if pid == 0:  # the child: never returns into the caller's code
+            code = 1
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends this one
+                os.close(read_fd)
+                _send(write_fd, work())
+                code = 0
+            except BaseException:  # noqa: BLE001 - the parent computes this half itself
+                pass
+            finally:
+                os._exit(code)  # not the parent's atexit handlers nor its buffered output
+        os.close(write_fd)
+        self.pid, self.fd = pid, read_fd
+
+    def result(self) -> object | None:
+        """The child's answer, or None where it gave none (it failed, was killed, or never started)."""
+        if self.fd < 0:
+            return None
+        try:
+            return _receive(self.fd)
+        except (OSError, EOFError, ValueError, pickle.UnpicklingError, struct.error):
+            return None
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if self.pid:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                pass
+            self.pid = 0
+
+
+def _send(fd: int, value: object) -> None:
+    buffers: list[pickle.PickleBuffer] = []
+    header = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    views = [memoryview(header), *(buffer.raw() for buffer in buffers)]
+    _write(fd, _COUNT.pack(len(views)) + b"".join(_COUNT.pack(view.nbytes) for view in views))
+    for view in views:
+        _write(fd, view)
+
+
+def _write(fd: int, data) -> None:
+    view = memoryview(data).cast("B")
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _receive(fd: int) -> object:
+    (count,) = _COUNT.unpack(_read(fd, _COUNT.size))
+    sizes = struct.unpack(f"<{count}Q", _read(fd, _COUNT.size * count))
+    header, *buffers = (_read(fd, size) for size in sizes)
+    return pickle.loads(header, buffers=buffers)
+
+
+def _read(fd: int, size: int) -> bytearray:
+    data = bytearray(size)
+    view, done = memoryview(data), 0
+    while done < size:
+        got = os.readv(fd, [view[done:]])
+        if not got:
+            raise EOFError("the child ended before its answer")
+        done += got
+    return data
