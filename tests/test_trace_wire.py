@@ -187,7 +187,7 @@ def halves_of_small_traces(monkeypatch):
 
     def recorded(self):
         answer = result(self)
-        answers.append(None if answer is None else {name: len(column) for name, column in answer.items()})
+        answers.append(None if answer is None else {"stat_event": sum(len(part["stat_event"]) for part in answer)})
         return answer
 
     monkeypatch.setattr(forked.ForkedHalf, "result", recorded)
@@ -214,14 +214,14 @@ def test_the_second_half_decoded_by_a_forked_child_is_the_same(halves_of_small_t
 
 def test_a_child_that_fails_leaves_its_half_to_this_process(halves_of_small_traces, monkeypatch):
     parent = os.getpid()
-    joined = wire._EventBatches._joined
+    decode = wire._EventBatches._decode_chunk
 
-    def failing_in_the_child(self):
+    def failing_in_the_child(self, *chunk):
         if os.getpid() != parent:
             os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's out-of-memory killer would
-        return joined(self)
+        return decode(self, *chunk)
 
-    monkeypatch.setattr(wire._EventBatches, "_joined", failing_in_the_child)
+    monkeypatch.setattr(wire._EventBatches, "_decode_chunk", failing_in_the_child)
     data = _long_space().SerializeToString()
     halved = wire.decode_xspace(data, trace.EVENT_STAT_COLUMNS, halves=True)
     assert halves_of_small_traces == [None]

@@ -46,6 +46,7 @@ class ForkedHalf:
     def __init__(self, work: Callable[[], object]):
         self.pid = 0
         read_fd, write_fd = os.pipe()
+        _widen(read_fd)
         try:
             pid = os.fork()
         except OSError:
@@ -125,3 +126,13 @@ def _read(fd: int, size: int) -> bytearray:
             raise EOFError("the child ended before its answer")
         done += got
     return data
+
+
+def _widen(fd: int) -> None:
+    """A pipe of 1 MiB where Linux allows it: 16 times fewer turns of writer and reader than 64 KiB."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+    except (ImportError, OSError):
+        pass
