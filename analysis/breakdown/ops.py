@@ -129,15 +129,17 @@ def _self_ns(ops: pd.DataFrame) -> np.ndarray:
     starts = ops["start_ns"].to_numpy(dtype=np.int64)
     ends = ops["end_ns"].to_numpy(dtype=np.int64)
     threads = (ops["plane"].to_numpy(dtype=np.int64) << 32) + ops["line"].to_numpy(dtype=np.int64)
-    self_ns = ends - starts
+    self_ns = (ends - starts).tolist()
+    # Python ints in lists: a numpy scalar read per event costs several times more.
+    thread, begin, end = threads.tolist(), starts.tolist(), ends.tolist()
     stack: list[int] = []
-    for i in range(starts.size):
-        while stack and (threads[stack[-1]] != threads[i] or ends[stack[-1]] <= starts[i]):
+    for i in range(len(begin)):
+        while stack and (thread[stack[-1]] != thread[i] or end[stack[-1]] <= begin[i]):
             stack.pop()
         if stack:
-            self_ns[stack[-1]] -= min(ends[i], ends[stack[-1]]) - starts[i]
+            self_ns[stack[-1]] -= min(end[i], end[stack[-1]]) - begin[i]
         stack.append(i)
-    return np.maximum(self_ns, 0)
+    return np.maximum(np.array(self_ns, dtype=np.int64), 0)
 
 
 def op_table(view: TraceView, steps: pd.DataFrame, device: str) -> pd.DataFrame:
