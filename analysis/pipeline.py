@@ -18,6 +18,7 @@ import math
 import numbers
 import os
 import re
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,16 +148,17 @@ def write_perfetto(analysis: Analysis, path: str | Path, events: str = "ops", st
                                    inputs)
 
 
-def analyze_and_read(path: str | Path, step_name: str | None = None,
-                     peak: roofline.Ceilings | None = None) -> tuple[Analysis, RunInputs | None]:
+def analyze_and_read(path: str | Path, step_name: str | None = None, peak: roofline.Ceilings | None = None,
+                     after_read: Callable[[], object] | None = None) -> tuple[Analysis, RunInputs | None]:
     """`analyze(path)` and, for one worker's files, those files as read, trace included (for an export that
     draws the trace's events, so that it does not read them again); None for a job or a session of
     several hosts, whose workers are read one at a time by the export."""
-    return _analyzed(path, step_name, None, None, peak, keep=True)
+    return _analyzed(path, step_name, None, None, peak, keep=True, after_read=after_read)
 
 
 def analyze(path: str | Path, step_name: str | None = None, processes: int | None = None,
-            executor: Executor | None = None, peak: roofline.Ceilings | None = None) -> Analysis:
+            executor: Executor | None = None, peak: roofline.Ceilings | None = None,
+            after_read: Callable[[], object] | None = None) -> Analysis:
     """Find the steps at `path` and break them down; `step_name` (a regex) picks the marker or
     program that stands for a step. A multi-worker job or session is worker 0's breakdown
     with one row per worker and the straggler; its worker files are analysed in parallel
@@ -164,13 +166,17 @@ def analyze(path: str | Path, step_name: str | None = None, processes: int | Non
     or by `executor` (any `concurrent.futures.Executor`, e.g. a Dask client's `get_executor()`),
     one task per worker that sends back that worker's summary, never its events, and reads its files at
     their absolute path on this machine. `peak` gives the roofline's ceilings
-    (`roofline.ceilings_from_peak`, `ceilings_from_tflops`) over the run's own."""
-    return _analyzed(path, step_name, processes, executor, peak)[0]
+    (`roofline.ceilings_from_peak`, `ceilings_from_tflops`) over the run's own. `after_read()` is called
+    once one worker's files are read, before they are analysed (for a job or a session: before its workers
+    are); the command starts its plot process there, on the core the reading used."""
+    return _analyzed(path, step_name, processes, executor, peak, after_read=after_read)[0]
 
 
 def _analyzed(path: str | Path, step_name: str | None, processes: int | None, executor: Executor | None,
-              peak: roofline.Ceilings | None, keep: bool = False) -> tuple[Analysis, RunInputs | None]:
+              peak: roofline.Ceilings | None, keep: bool = False,
+              after_read: Callable[[], object] | None = None) -> tuple[Analysis, RunInputs | None]:
     """`analyze`, and with `keep` one worker's files as read (None for a job or a session)."""
+    read = after_read or (lambda: None)
     check_step_name(step_name)
     path = checked_path(path, "path")
     if executor is not None:  # its tasks may run in other folders, or on other machines
@@ -183,13 +189,14 @@ def _analyzed(path: str | Path, step_name: str | None, processes: int | None, ex
             raise ValueError(wrong)
     workers = run_files.worker_dirs(path) if path.is_dir() else []
     if workers and not (path / run_files.STEPS_CSV).is_file():
+        read()
         return _analyze_job(path, workers, step_name, processes, executor, peak), None
     host_files = _session_files(path)
     if len(host_files) < 2:
-        if not keep:
-            return analyze_worker(path, step_name, peak), None
         inputs = read_inputs(path)
-        return analyze_inputs(inputs, step_name, peak), inputs
+        read()
+        return analyze_inputs(inputs, step_name, peak), inputs if keep else None
+    read()
     results = _analyze_each([path, *host_files[1:]], step_name, processes, executor, peak)
     chief = results[0]
     if isinstance(chief, WorkerFailure):

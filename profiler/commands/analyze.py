@@ -104,18 +104,35 @@ def _writes_files(args: argparse.Namespace) -> bool:
 
 def handle(args: argparse.Namespace) -> int:
     """Analyse `args.path`; print the summary and write outputs where asked."""
-    from analysis.render import plot_process
-
-    # Before numpy is imported (a fork of one thread): matplotlib loads in the helper while the trace is read.
-    plotter = plot_process.start() if _writes_files(args) else None
+    # numpy's BLAS threads would make every fork below unsafe; the analysis multiplies no large matrices.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    plotter = _LaterPlotter(_writes_files(args))
     try:
         return _handle(args, plotter)
     finally:
-        if plotter is not None:
-            plotter.close()
+        plotter.close()
 
 
-def _handle(args: argparse.Namespace, plotter) -> int:
+class _LaterPlotter:
+    """The plot helper (`plot_process`), started once the trace is read: the reading has both cores (its
+    second half is decoded by a forked child), then the helper loads matplotlib while the trace is
+    analysed, sharing the modules this process has loaded."""
+
+    def __init__(self, wanted: bool):
+        self.wanted, self.process = wanted, None
+
+    def start(self) -> None:
+        if self.wanted:
+            from analysis.render import plot_process
+
+            self.wanted, self.process = False, plot_process.start()
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.process.close()
+
+
+def _handle(args: argparse.Namespace, plotter: _LaterPlotter) -> int:
     import analysis
     from analysis.read.trace import TraceError
 
@@ -174,9 +191,9 @@ def _handle(args: argparse.Namespace, plotter) -> int:
             elif args.perfetto is not None:  # the trace's events are drawn too: keep them from the analysis' read
                 from analysis.pipeline import analyze_and_read
 
-                result, kept = analyze_and_read(path, args.step_name, peak=peak)
+                result, kept = analyze_and_read(path, args.step_name, peak=peak, after_read=plotter.start)
             else:
-                result = analysis.analyze(path, args.step_name, peak=peak)
+                result = analysis.analyze(path, args.step_name, peak=peak, after_read=plotter.start)
     except TraceError as exc:
         return error(str(exc), code=EXIT_FAILURE)
     except (OSError, ValueError) as exc:
@@ -207,7 +224,8 @@ def _handle(args: argparse.Namespace, plotter) -> int:
     out_dir = Path(args.out) if args.out else result.out_dir
     if out_dir is not None:
         try:
-            written = result.write(out_dir, plotter)
+            plotter.start()  # where the reading did not (a trace that failed to read stops before)
+            written = result.write(out_dir, plotter.process)
         except OSError as exc:
             return error(f"cannot write the output files to {out_dir}: {exc.strerror or exc}",
                          hint="the analysis is printed above; pass --out DIR to write them to a folder you can "
