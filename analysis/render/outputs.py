@@ -31,10 +31,6 @@ def write_outputs(analysis, out_dir: str | Path, plotter=None) -> list[Path]:
         jobs.append(("plot_epoch_breakdown", (analysis.epochs, out_dir / "epoch_breakdown.png")))
     if analysis.samplers:
         jobs.append(("plot_utilization", (analysis.samplers, list(analysis.epoch_starts_s), out_dir / "utilization.png")))
-    timeline = analysis.memory.timeline if analysis.memory is not None else pd.DataFrame()
-    helped_csv = plotter is not None and not timeline.empty
-    if helped_csv:  # every allocator event of the trace, the largest CSV: the helper writes it beside the PNGs
-        jobs.append((plot_process.WRITE_CSV, (timeline, out_dir / "memory.csv")))
     if plotter is not None:
         plotter.draw(jobs)
     written = [write_text_atomically(out_dir / "step_breakdown.csv", csv_text(analysis.steps))]
@@ -44,11 +40,11 @@ def write_outputs(analysis, out_dir: str | Path, plotter=None) -> list[Path]:
         written.append(write_text_atomically(out_dir / "epoch_breakdown.csv", csv_text(analysis.epochs)))
     if not analysis.workers.empty:  # every worker, however many; the reports show the slowest
         written.append(write_text_atomically(out_dir / "workers.csv", csv_text(analysis.workers)))
-    if not timeline.empty and not helped_csv:
-        written.append(write_text_atomically(out_dir / "memory.csv", csv_text(timeline)))
+    if analysis.memory is not None and not analysis.memory.timeline.empty:  # every allocator event of the trace
+        written.append(write_text_atomically(out_dir / "memory.csv", csv_text(analysis.memory.timeline)))
     if analysis.reconciliation is not None:
         written.append(write_text_atomically(out_dir / "trace_vs_steps.csv", csv_text(analysis.reconciliation)))
-    plot_names = [path.name for name, (*_, path) in jobs if name != plot_process.WRITE_CSV]
+    plot_names = [path.name for _, (*_, path) in jobs]
     reports = [write_text_atomically(out_dir / "report.md", markdown.render_analysis(analysis, plot_names)),
                write_text_atomically(out_dir / "report.html", html.render_analysis(analysis))]
     document = json_format.dumps(json_format.analysis_document(analysis))
@@ -60,6 +56,5 @@ def write_outputs(analysis, out_dir: str | Path, plotter=None) -> list[Path]:
         except plot_process.HelperLost:  # drawn here instead
             pass
     if drawn is None:
-        drawn = [plot_process.write_csv(*args) if name == plot_process.WRITE_CSV else getattr(plots, name)(*args)
-                 for name, args in jobs]
+        drawn = [getattr(plots, name)(*args) for name, args in jobs]
     return written + drawn + reports

@@ -24,9 +24,6 @@ from pathlib import Path
 from types import ModuleType
 
 PLOTS = ("plot_step_breakdown", "plot_epoch_breakdown", "plot_utilization")  # analysis.render.plots
-# A CSV the helper writes while this process renders the reports (`write_csv(frame, path)`): the
-# allocator timeline, the largest, is a third of the files' time.
-WRITE_CSV = "write_csv"
 _LENGTH = struct.Struct("<Q")
 
 
@@ -98,8 +95,7 @@ def _serve(request_fd: int, reply_fd: int) -> None:
         if drawing is None:
             raise failed or HelperLost("no plots module")
         jobs = pickle.loads(payload)
-        reply = ("ok", [write_csv(*args) if name == WRITE_CSV else getattr(drawing, name)(*args)
-                        for name, args in jobs if name in PLOTS or name == WRITE_CSV])
+        reply = ("ok", [getattr(drawing, name)(*args) for name, args in jobs if name in PLOTS])
     except BaseException as exc:  # noqa: BLE001 - the parent raises it, as drawing there would have
         reply = ("error", exc)
     try:
@@ -108,14 +104,6 @@ def _serve(request_fd: int, reply_fd: int) -> None:
         data = pickle.dumps(("error", RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}")))
     _send(reply_fd, data)
     _read(request_fd, 1)  # until the parent closes (it kills this process): its memory can be read until then
-
-
-def write_csv(frame, path: Path) -> Path:
-    """A frame written as every devprof CSV is (`outputs.csv_text`), atomically."""
-    from analysis.render.csv_safety import frame_csv
-    from analysis.render.files import write_text_atomically
-
-    return write_text_atomically(path, frame_csv(frame))
 
 
 def _send(fd: int, data: bytes) -> None:
