@@ -38,10 +38,11 @@ from analysis.breakdown.ops import OP_COLUMNS, OP_KEYS, op_table
 from analysis.breakdown.spread import spread
 from analysis.breakdown.workers import WORKER_KEYS, worker_row
 from analysis.executors import WorkerFailure
-from analysis.read import run_files
+from analysis.read import forked, run_files
 from analysis.read.inputs import RunInputs, read_inputs
 from analysis.read.run_files import RunRecord
 from analysis.read.trace import TraceError
+from analysis.read.view import TraceView
 from analysis.render import Rendered
 from analysis.rules import straggler as straggler_rule
 from analysis.rules import table as rules
@@ -205,6 +206,9 @@ def _analyzed(path: str | Path, step_name: str | None, processes: int | None, ex
     return assemble_session(chief, results[1:]), None
 
 
+# Events from which a trace's tf.data stages and eager execution are analysed by a forked child
+# (`forked.Beside`): below, the fork costs more than it saves.
+BESIDE_MIN_EVENTS = 1 << 18
 # A process pool pays for itself once a worker's trace takes a second or more to analyse (about 4 MB).
 POOL_MIN_TRACE_BYTES = 4 * 2**20
 # Peak memory of reading and analysing a trace, per byte of .xplane.pb: measured 13x with the wide
@@ -353,17 +357,17 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofli
     epochs = epoch_tables(inputs, source.steps if source.kind != "steps_csv" else None)
     steps, utilization_note = utilization.steps_with_utilization(source.steps, inputs.steps_table, inputs.samplers,
                                                                  source.kind == "steps_csv")
-    devices = device_table(view, source.steps, chosen.used, source.step_name)
-    ops, roof = _ops_on_the_roofline(inputs, chosen.used, source.device, peak)
-    stages = input_stages(view, chosen.used) if view is not None \
-        else InputStages(pd.DataFrame(columns=STAGE_COLUMNS), None, None)
+    with _stages_and_eager(view, chosen.used) as beside:
+        devices = device_table(view, source.steps, chosen.used, source.step_name)
+        ops, roof = _ops_on_the_roofline(inputs, chosen.used, source.device, peak)
+        memory = memory_report(inputs, source.steps)
+        stages, eager = beside.result()
     machine = utilization.headline(inputs.summaries)
     evidence = utilization.evidence(inputs.summaries)
     mean = {**chosen.mean, **mean_input_parts(chosen.steady), "device_step_ms": devices.busiest_step_ms}
     facts = worker_facts(mean, source, run, machine, trace_facts(view, source.steps, devices.rows, stages.prefetches),
-                         devices, stages.slowest, ops, eager_ops(view, chosen.used), epochs.idle_stretch, roof,
-                         *_measured_matrix_ceilings(inputs, peak), traced_steps=len(source.steps),
-                         memory=memory_report(inputs, source.steps))
+                         devices, stages.slowest, ops, eager, epochs.idle_stretch, roof,
+                         *_measured_matrix_ceilings(inputs, peak), traced_steps=len(source.steps), memory=memory)
     verdict = rules.make_verdict(mean, facts, steps_used=len(chosen.steady), compile_steps=chosen.compile_steps,
                                  utilization=evidence, min_steps=_min_steps(source))
     verdict["step_basis"] = source.basis
@@ -381,6 +385,18 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofli
         input_stages=stages.table, utilization=machine, utilization_evidence=evidence, epochs=epochs.epochs,
         reconciliation=epochs.reconciliation, samplers=inputs.samplers, epoch_starts_s=epochs.starts_s,
         run_dir=inputs.run_dir, record=run, tensorflow=tf, roofline=roof, spread=spread(chosen.steady, devices.work))
+
+
+def _stages_and_eager(view: TraceView | None, used: pd.DataFrame
+                      ) -> forked.Beside[tuple[InputStages, EagerOps | None]]:
+    """The tf.data stages and eager execution of the `used` steps, analysed by a forked child while this
+    process does the rest (a third of the analysis of a large trace, on the other core)."""
+    def work() -> tuple[InputStages, EagerOps | None]:
+        stages = input_stages(view, used) if view is not None \
+            else InputStages(pd.DataFrame(columns=STAGE_COLUMNS), None, None)
+        return stages, eager_ops(view, used)
+
+    return forked.Beside(work, fork=view is not None and len(view.events) >= BESIDE_MIN_EVENTS and forked.can_fork())
 
 
 def _ops_on_the_roofline(inputs: RunInputs, used: pd.DataFrame, device: str, peak: roofline.Ceilings | None

@@ -1,8 +1,8 @@
-"""Half of a numpy computation in a forked child, sent back through a pipe.
+"""Part of a numpy computation in a forked child, sent back through a pipe.
 
-Reading a trace is numpy work on one core; its second half can run on another core in a child
-forked from this process, which sees the trace's bytes and the first half's inputs without a
-copy. The child's arrays come back through a pipe out of band (pickle protocol 5), written once
+Reading and analysing a trace is numpy work on one core; part of it (the second half of the
+events' decoding, some analysis stages) can run on another core in a child forked from this
+process, which sees the trace and what was computed before without a copy. The child's arrays come back through a pipe out of band (pickle protocol 5), written once
 and read once into their final buffers.
 
 Whatever goes wrong in the child (an exception, a kill, memory) reads as no answer: the caller
@@ -17,9 +17,11 @@ import signal
 import struct
 import sys
 import threading
+import warnings
 from collections.abc import Callable
+from typing import Generic, TypeVar, cast
 
-ENV_VAR = "DEVPROF_READ_PROCESS"  # 0: read in this one process
+ENV_VAR = "DEVPROF_FORK"  # 0: all the reading and analysis in this one process
 _COUNT = struct.Struct("<Q")
 
 
@@ -93,6 +95,47 @@ class ForkedHalf:
             except ChildProcessError:
                 pass
             self.pid = 0
+
+
+T = TypeVar("T")
+
+
+class Beside(Generic[T]):
+    """`work()` computed by a forked child while this process goes on (`fork`), or here, when `result()`
+    asks for it, where it was not forked or the child gave no answer. Warnings the child's work raised
+    are raised again here, so that they are reported as if the work had run here."""
+
+    def __init__(self, work: Callable[[], T], fork: bool):
+        self.work = work
+        self.child = ForkedHalf(lambda: _with_warnings(work)) if fork else None
+
+    def result(self) -> T:
+        answer = self.child.result() if self.child is not None else None
+        self.child = None
+        if not isinstance(answer, tuple):
+            return self.work()
+        value, caught = answer
+        for message in caught:
+            warnings.warn(message, stacklevel=2)
+        return cast(T, value)
+
+    def close(self) -> None:
+        if self.child is not None:
+            self.child.close()
+            self.child = None
+
+    def __enter__(self) -> Beside[T]:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def _with_warnings(work: Callable[[], object]) -> tuple[object, list[Warning]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        value = work()
+    return value, [item.message for item in caught if isinstance(item.message, Warning)]
 
 
 def _send(fd: int, value: object) -> None:

@@ -1,0 +1,101 @@
+"""Work done by a forked child (`analysis.read.forked`): the child's answer is the one this process
+would compute, its warnings are reported here, and a child that gives no answer leaves its work to
+this process; the analysis with its tf.data stages and eager execution analysed by a child is the
+analysis without."""
+
+from __future__ import annotations
+
+import os
+import signal
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import pipeline
+from analysis.read import forked
+from analysis.read.run_files import RunFileWarning
+from test_input_stages import write_prefetched_map_loop
+
+
+@pytest.fixture
+def answers(monkeypatch):
+    """What each forked child answered (None: nothing)."""
+    seen = []
+    result = forked.ForkedHalf.result
+
+    def recorded(self):
+        answer = result(self)
+        seen.append(answer is not None)
+        return answer
+
+    monkeypatch.setattr(forked.ForkedHalf, "result", recorded)
+    return seen
+
+
+def test_the_childs_answer_and_its_warnings_are_this_processs(answers):
+    parent = os.getpid()
+
+    def work():
+        warnings.warn(RunFileWarning("steps.csv: 2 rows skipped"), stacklevel=1)
+        return os.getpid(), np.arange(100_000) * 3
+
+    with pytest.warns(RunFileWarning, match="2 rows skipped"):
+        with forked.Beside(work, fork=True) as beside:
+            pid, values = beside.result()
+    assert answers == [True] and pid != parent  # computed by the child
+    assert np.array_equal(values, np.arange(100_000) * 3)
+    assert not _children()
+
+
+def test_a_child_that_gives_no_answer_leaves_the_work_here(answers):
+    parent = os.getpid()
+
+    def work():
+        if os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return os.getpid()
+
+    with forked.Beside(work, fork=True) as beside:
+        assert beside.result() == parent
+    assert answers == [False] and not _children()
+
+
+def test_an_error_in_the_work_is_raised_here_as_without_a_child(answers):
+    def work():
+        raise ValueError("a stage that cannot be analysed")
+
+    with pytest.raises(ValueError, match="cannot be analysed"):
+        with forked.Beside(work, fork=True) as beside:
+            beside.result()
+    assert answers == [False] and not _children()
+
+
+def test_without_a_fork_the_work_is_done_when_asked(answers):
+    done = []
+    with forked.Beside(lambda: done.append(os.getpid()) or "here", fork=False) as beside:
+        assert done == []
+        assert beside.result() == "here"
+    assert done == [os.getpid()] and answers == []
+
+
+def test_the_analysis_is_the_same_with_its_stages_analysed_by_a_child(tmp_path, monkeypatch, answers):
+    trace = write_prefetched_map_loop(tmp_path / "loop.xplane.pb", steps=8)
+    monkeypatch.setattr(forked, "can_fork", lambda: False)
+    alone = pipeline.analyze(trace)
+    assert answers == []
+    monkeypatch.setattr(forked, "can_fork", lambda: True)
+    monkeypatch.setattr(pipeline, "BESIDE_MIN_EVENTS", 0)
+    beside = pipeline.analyze(trace)
+    assert answers == [True]
+    assert not alone.input_stages.empty  # the child had stages to find
+    pd.testing.assert_frame_equal(beside.input_stages, alone.input_stages)
+    assert beside.render("json") == alone.render("json")
+    assert beside.findings == alone.findings and beside.verdict == alone.verdict
+
+
+def _children() -> list:
+    import psutil
+
+    return psutil.Process().children()
