@@ -11,7 +11,8 @@
      the analysed steps, read from CSV,
    - `command`: the whole `devprof analyze RUN --out DIR` (stdout discarded; its PNGs drawn by the plot
      helper process, analysis/render/plot_process.py); `command-serial` the same with
-     DEVPROF_PLOT_PROCESS=0 (drawn in the one process); `command-baseline` the command of a
+     DEVPROF_PLOT_PROCESS=0 (drawn in the one process); `command-one-process` with DEVPROF_FORK=0 too
+     (no forked child decoding half the events or analysing the tf.data stages); `command-baseline` the command of a
      `git archive` of --command-baseline REV,
    - `xprof`: `xprof.convert.raw_to_tool_data.xspace_to_tool_data([XPLANE],
      "input_pipeline_analyzer", {"use_saved_result": False})`, XProf's step breakdown.
@@ -64,6 +65,7 @@ TASK_LABELS = {
     "plots": "devprof plots alone (step and epoch breakdown PNGs)",
     "command": "whole `devprof analyze RUN --out DIR`",
     "command-serial": "the same, plots drawn in the one process (`DEVPROF_PLOT_PROCESS=0`)",
+    "command-one-process": "the same, all in one process (`DEVPROF_FORK=0 DEVPROF_PLOT_PROCESS=0`)",
     "command-baseline": "the same command at --command-baseline",
     "xprof": "XProf `input_pipeline_analyzer` (`xspace_to_tool_data`)",
 }
@@ -390,9 +392,20 @@ def _python(*args: str) -> list[str]:
 
 def _child_env(tree: Path | None = None) -> dict:
     """The environment of every child: it imports the tree this script sits in, or `tree` (also `devprof`,
-    whose editable install would otherwise point at the checkout it was installed from)."""
-    return {**os.environ,
+    whose editable install would otherwise point at the checkout it was installed from), from its bytecode
+    (`compiled`), as an installed package is."""
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    return {**environment,
             "PYTHONPATH": os.pathsep.join([str(tree or REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+
+
+def compiled(tree: Path) -> None:
+    """Byte-compile the tree's packages, as `pip install` leaves them: where PYTHONDONTWRITEBYTECODE is set,
+    every child would otherwise compile devprof's sources again (0.14 s of each command), while XProf's
+    converter, installed, runs from its bytecode."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *(str(tree / package) for package in
+                                                               ("analysis", "profiler", "models"))],
+                   check=True, capture_output=True)
 
 
 def _tree_at(revision: str) -> Path:
@@ -412,6 +425,8 @@ def _command(task: str, run: Path, out: str, baseline: Path | None) -> tuple[lis
     argv = [sys.executable, "-m", "profiler", "analyze", str(run), "--out", out]
     if task == "command-serial":
         return argv, {"DEVPROF_PLOT_PROCESS": "0"}, None
+    if task == "command-one-process":
+        return argv, {"DEVPROF_PLOT_PROCESS": "0", "DEVPROF_FORK": "0"}, None
     if task == "command-baseline":
         return argv, {}, baseline
     return argv, {}, None
@@ -504,6 +519,9 @@ def scale(args, tasks: list[str], argv: list[str] | None) -> int:
     results = {(steps, task): [] for steps in args.scale for task in tasks}
     log = args.results.open("a") if args.results else None
     baseline = _tree_at(args.command_baseline) if "command-baseline" in tasks else None
+    for tree in (REPO, baseline):
+        if tree is not None:
+            compiled(tree)
     with tempfile.TemporaryDirectory(prefix="devprof-trace-scale-out-") as scratch:
         def command(task, run, facts) -> tuple[list[str], dict, Path | None]:
             if task.startswith("command"):
@@ -645,6 +663,7 @@ def plot_scale(runs, results, tasks, path: Path) -> None:
     labels = {"analyze": "devprof read + analysis", "analyze-baseline": "devprof, older trace.py",
               "command": "devprof analyze (whole command)", "xprof": "XProf input_pipeline_analyzer", "plots": "plots",
               "command-serial": "devprof analyze, plots in the one process",
+              "command-one-process": "devprof analyze, all in one process",
               "command-baseline": "devprof analyze at --command-baseline"}
     for task in tasks:
         style = {"marker": "o" if task != "xprof" else "s", "linestyle": "--" if task == "command" else "-"}
@@ -672,7 +691,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host-tracer-level", type=int, default=2, choices=(1, 2, 3))
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--tasks", default=",".join(TASKS),
-                        help=f"comma-separated subset of {','.join(TASKS)}; with --scale also command-serial "
+                        help=f"comma-separated subset of {','.join(TASKS)}; with --scale also command-serial, command-one-process "
                              "(the plots drawn in the command's own process)")
     parser.add_argument("--plot-repeats", type=int, default=3, help="repeats of the plot-size timings (0: skip)")
     parser.add_argument("--plots-baseline", metavar="REV", help="also time analysis/plots.py as of this git revision")
