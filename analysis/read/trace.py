@@ -431,10 +431,8 @@ def _event_name_codes(space: wire.DecodedSpace, plane_of: np.ndarray) -> pd.Cate
         ids = np.fromiter(plane.event_names.keys(), dtype=np.int64, count=len(plane.event_names))
         plane_codes = np.searchsorted(categories, np.array(list(plane.event_names.values()), dtype=object))
         order = np.argsort(ids, kind="stable")
-        ids, plane_codes = ids[order], plane_codes[order]
-        wanted = metadata_id[first:last]
-        position = np.minimum(np.searchsorted(ids, wanted), ids.size - 1)
-        codes[first:last] = np.where(ids[position] == wanted, plane_codes[position], missing)
+        ids, plane_codes = ids[order], np.append(plane_codes[order], missing)
+        codes[first:last] = plane_codes[wire.positions(ids, metadata_id[first:last])]  # -1: the appended `missing`
     return pd.Categorical.from_codes(codes, categories=categories)
 
 

@@ -724,7 +724,7 @@ def _by_plane(stat_plane: np.ndarray, rows: np.ndarray | None):
         yield plane, every[planes_of_rows == plane]
 
 
-def _positions(keys: np.ndarray, ids: np.ndarray) -> np.ndarray:
+def positions(keys: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Each id's position in the sorted `keys`, -1 where it is not one of them: by a table where the
     keys are small (metadata ids count up from 1), else by binary search."""
     if not keys.size:
@@ -780,7 +780,7 @@ def _stat_name_codes(stat_id: np.ndarray, stat_plane: np.ndarray, planes: list[P
         names = planes[plane].stat_names
         keys = np.array(sorted(names), dtype=np.int64)
         ids = stat_id[rows]
-        local = _positions(keys, ids)
+        local = positions(keys, ids)
         labels = [names[key] for key in keys.tolist()]
         unknown = np.flatnonzero(local < 0)
         if unknown.size:  # ids without metadata are named by their number
