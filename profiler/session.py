@@ -199,8 +199,11 @@ class Session:
             if self.window is not None and self.window.active:
                 return
             held, self._held_scalars = self._held_scalars, []
-            for each in held:
-                each()
+            for each in held:  # each one written, whichever thread flushes them; a failure fails the run later
+                try:
+                    each()
+                except rundir.WriteError as exc:
+                    self.write_errors.append(str(exc))
 
     def record_step(self, record: StepRecord) -> None:
         """A finished step's timing (delivered when the next one begins): steps.csv, and the

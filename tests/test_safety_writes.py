@@ -247,3 +247,38 @@ def test_a_complete_trace_says_so(tmp_path):
     assert rc == 0
     prof = json.loads((path / "run.json").read_text())["profiler"]
     assert prof["trace_complete"] is True and (path / prof["trace"]).is_file()
+
+
+def test_a_held_scalar_write_that_fails_neither_drops_the_others_nor_raises_on_the_flushing_thread():
+    """Scalars held while the trace records are flushed together, maybe from a sampler's thread: a write
+    that fails is recorded to fail the run (as a sampler's own does), and the writes after it still run."""
+    import threading
+    from types import SimpleNamespace
+
+    from profiler.session import Session
+
+    session = Session(SimpleNamespace(quiet=True))
+    session.window = SimpleNamespace(active=True)
+    written = []
+
+    def failing():
+        raise rundir.WriteError(f"cannot write TensorBoard scalars: {FULL}")
+
+    for write in (lambda: written.append(1), failing, lambda: written.append(3)):
+        session._write_scalars(write)
+    assert written == []  # held while the trace records
+    session.window.active = False
+    raised = []
+    flusher = threading.Thread(target=lambda: _record_raise(session._write_scalars, raised))
+    flusher.start()
+    flusher.join()
+    assert raised == [] and written == [1, 3]
+    assert session.write_errors == [f"cannot write TensorBoard scalars: {FULL}"]
+    assert session._background_write_errors() == session.write_errors
+
+
+def _record_raise(call, raised: list) -> None:
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001 - what would surface on a sampler's thread
+        raised.append(exc)
