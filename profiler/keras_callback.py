@@ -42,6 +42,7 @@ class KerasCallback(keras.callbacks.Callback):
                              sample=sample, sample_interval=sample_interval, profiler_port=profiler_port,
                              host_tracer_level=host_tracer_level, device_tracer_level=device_tracer_level,
                              python_tracer_level=python_tracer_level, scalars_every=scalars_every, quiet=quiet)
+        api.profile(**self._options).config.check()  # a wrong option is refused here, not when fit() starts
         self._config = dict(config or {})
         self.batch_size = None if batch_size is None else api.whole_number(batch_size, "batch_size", 1)
         self.session: api.ProfileSession | None = None

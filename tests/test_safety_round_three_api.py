@@ -273,3 +273,13 @@ def test_sessions_started_in_the_same_second_without_a_name_each_get_a_folder(tm
                 pass
     folders = sorted(tmp_path.iterdir())
     assert len(folders) == 3 and all(read_meta(folder)["status"] == "complete" for folder in folders), folders
+
+
+@pytest.mark.slow  # imports TensorFlow
+@pytest.mark.parametrize(("options", "named"), [({"profile_steps": "x"}, "profile_steps"),
+                                                ({"sample_interval": 0}, "sample_interval"),
+                                                ({"run_name": "a/b"}, "run_name")])
+def test_keras_callback_refuses_a_wrong_option_when_made_not_when_fit_starts(tmp_path, options, named):
+    with pytest.raises(ValueError, match=named):
+        profiler.KerasCallback(tmp_path, **options)
+    assert not list(tmp_path.iterdir())  # nothing was written
