@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import threading
 
@@ -22,7 +23,11 @@ class _Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one `error: ...` line (argparse prints the whole usage)."""
 
     def error(self, message):
-        error(message, hint=f"see '{self.prog} --help'")
+        hint = f"see '{self.prog} --help'"
+        missing = re.match(r"argument (--[\w-]+)(?:/\S+)?: expected one argument", message)
+        if missing:  # also what argparse says of a value that begins with '-', as `--profile-steps -1:2`
+            hint = f"a value that begins with '-' is written {missing.group(1)}=VALUE; {hint}"
+        error(message, hint=hint)
         raise SystemExit(EXIT_USAGE)
 
 

@@ -317,3 +317,10 @@ def test_a_run_path_that_links_to_itself_is_named_as_a_link_not_as_missing(tmp_p
     assert cli.main(["analyze", str(loop)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: {loop} is a link that leads nowhere (to {loop}: a loop of links or a missing target)"]
+
+
+@pytest.mark.parametrize("argv", [["run", "--profile-steps", "-1:2"], ["analyze", "runs/a", "--step-name", "-train"]])
+def test_a_value_that_begins_with_a_dash_is_told_how_to_write_it(argv, capsys):
+    line = one_usage_error(cli.main(argv), capsys)
+    option = argv[-2]
+    assert f"argument {option}: expected one argument" in line and f"is written {option}=VALUE" in line
