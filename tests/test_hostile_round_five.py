@@ -324,3 +324,16 @@ def test_a_value_that_begins_with_a_dash_is_told_how_to_write_it(argv, capsys):
     line = one_usage_error(cli.main(argv), capsys)
     option = argv[-2]
     assert f"argument {option}: expected one argument" in line and f"is written {option}=VALUE" in line
+
+
+def test_two_folders_naming_the_same_worker_read_the_one_devprof_writes_and_say_so(tmp_path):
+    for name in ("worker-00", "worker-0", "worker-1", "worker-001", "worker-2"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / run_files.RUN_JSON).write_text("{}")
+    with pytest.warns(run_files.RunFileWarning) as caught:
+        workers = run_files.worker_dirs(tmp_path)
+    assert [path.name for path in workers] == ["worker-0", "worker-1", "worker-2"]
+    messages = sorted(str(item.message) for item in caught)
+    assert len(messages) == 2
+    assert "worker-0, worker-00 all name worker 0; worker-0 is read" in messages[0]
+    assert "worker-1, worker-001 all name worker 1; worker-1 is read" in messages[1]

@@ -58,12 +58,20 @@ WORKER_DIR_PREFIX = "worker-"
 
 def worker_dirs(run_dir: str | Path) -> list[Path]:
     """The `worker-<i>/` run directories of a multi-worker run, in worker order (empty for one worker)."""
-    found = []
+    found: dict[int, list[Path]] = {}
     for child in Path(run_dir).glob(f"{WORKER_DIR_PREFIX}*"):
         index = child.name[len(WORKER_DIR_PREFIX):]
-        if child.is_dir() and index.isdigit() and (child / RUN_JSON).is_file():
-            found.append((int(index), child))
-    return [path for _, path in sorted(found)]
+        if child.is_dir() and index.isdigit() and index.isascii() and (child / RUN_JSON).is_file():
+            found.setdefault(int(index), []).append(child)
+    chosen = []
+    for number, paths in sorted(found.items()):
+        # `worker-0` and a copy named `worker-00` are the same worker: the name devprof writes is read
+        paths.sort(key=lambda path: (path.name != f"{WORKER_DIR_PREFIX}{number}", path.name))
+        if len(paths) > 1:
+            warn(f"{run_dir}: {', '.join(path.name for path in paths)} all name worker {number}; "
+                 f"{paths[0].name} is read, the others are left out")
+        chosen.append(paths[0])
+    return chosen
 
 
 def host_columns(cpu_count: int) -> list[str]:
