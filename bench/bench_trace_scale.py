@@ -432,6 +432,36 @@ def _command(task: str, run: Path, out: str, baseline: Path | None) -> tuple[lis
     return argv, {}, None
 
 
+def summed_pss(command: list[str], env: dict | None = None, cwd: Path | None = None) -> tuple[float, int]:
+    """The peak, in MiB, of the summed PSS of a process and all its descendants, sampled every 10 ms (a
+    fork's shared pages count once over its processes, unlike the sum of their RSS), and how many there were."""
+    import psutil
+
+    def pss(pid: int) -> int:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as rollup:
+                return next((int(line.split()[1]) * 1024 for line in rollup if line.startswith("Pss:")), 0)
+        except OSError:
+            return 0
+
+    peak, count = 0, 0
+    process = subprocess.Popen(command, cwd=cwd or REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env={**_child_env(cwd), **(env or {})})
+    root = psutil.Process(process.pid)
+    while process.poll() is None:
+        try:
+            processes = [process.pid, *(child.pid for child in root.children(recursive=True))]
+        except psutil.NoSuchProcess:
+            break
+        total = sum(pss(pid) for pid in processes)
+        if total > peak:
+            peak, count = total, len(processes)
+        time.sleep(0.01)
+    if process.returncode != 0:
+        raise SystemExit(f"{shlex.join(command)} failed ({process.returncode})")
+    return peak / MIB, count
+
+
 def measure(command: list[str], env: dict | None = None, cwd: Path | None = None) -> dict:
     """Run one fresh subprocess: its wall time, CPU time and peak RSS (of it and the children it waited
     for: their largest, not their sum), and what it printed last (JSON)."""
@@ -552,7 +582,17 @@ def scale(args, tasks: list[str], argv: list[str] | None) -> int:
                           f"{result['wall_s']:.2f} s process, {result['peak_mib']:.0f} MiB peak", file=sys.stderr)
         helpers = ({steps: measure(_python("helper", str(run), scratch)) for steps, (run, _) in runs.items()}
                    if "command" in tasks else {})
+        together = ({steps: (summed_pss(*command("command", run, facts)), summed_pss(*command("xprof", run, facts)))
+                     for steps, (run, facts) in runs.items()} if {"command", "xprof"} <= set(tasks) else {})
     report_scale(runs, results, tasks, args, argv)
+    if together:
+        print("\nall the command's processes together (it, the child decoding half the events, the child analysing the "
+              "tf.data stages, the plot helper): the peak of their summed PSS (proportional set size: a page two "
+              "processes share counts half in each), sampled every 10 ms, one run per size\n")
+        print("| events | whole command: summed PSS MiB | processes then | XProf: PSS MiB | command / XProf |")
+        print("|---:|---:|---:|---:|---:|")
+        for steps, ((mine, processes), (theirs, _)) in sorted(together.items()):
+            print(f"| {runs[steps][1]['events']:,} | {mine:.0f} | {processes} | {theirs:.0f} | {mine / theirs:.2f} |")
     if helpers:
         print("\nthe plot helper of the whole command, one run per size in a fresh process: each process's own peak "
               "RSS and CPU time (the command's peak RSS above is the larger of the two, not their sum)\n")
