@@ -99,3 +99,25 @@ def _children() -> list:
     import psutil
 
     return psutil.Process().children()
+
+
+def test_the_command_begins_decoding_before_its_imports_and_prints_the_same(tmp_path, monkeypatch, capsys, answers):
+    from analysis.read import xplane_wire as wire
+    from profiler import cli
+
+    write_prefetched_map_loop(tmp_path / "run" / "plugins" / "profile" / "s1" / "host.xplane.pb", steps=8)
+    monkeypatch.setattr(wire, "CHUNK_EVENTS", 16)
+    monkeypatch.setattr(wire, "HALVES_MIN_EVENTS", 0)
+    monkeypatch.setattr(forked, "can_fork", lambda: True)
+    taken = []
+    take = wire.take
+    monkeypatch.setattr(wire, "take", lambda *args: taken.append(take(*args)) or taken[-1])
+    printed = {}
+    for fork in ("1", "0"):
+        monkeypatch.setenv(forked.ENV_VAR, fork)
+        assert cli.main(["analyze", str(tmp_path / "run"), "--format", "json"]) == 0
+        printed[fork] = capsys.readouterr().out
+    assert [begun is not None for begun in taken] == [True, False]  # begun with DEVPROF_FORK=1 only
+    assert answers[0] is True  # its child answered
+    assert printed["1"] == printed["0"] and '"verdict"' in printed["1"]
+    assert not wire._BEGUN and not _children()

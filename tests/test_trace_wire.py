@@ -395,3 +395,51 @@ def test_a_view_of_the_map_left_behind_does_not_fail_the_read(tmp_path, monkeypa
         gc.enable()
     pd.testing.assert_frame_equal(read.events, expected)
     assert maps[0].closed == (how == "cycle")  # collected and unmapped at once, or left to close with its view
+
+
+@pytest.fixture
+def early(halves_of_small_traces, monkeypatch, tmp_path):
+    """A trace file of the long lines, decoding begun where a fork is allowed; every begun decode ended after."""
+    monkeypatch.setattr(forked, "can_fork", lambda: True)
+    path = tmp_path / "long.xplane.pb"
+    path.write_bytes(_long_space().SerializeToString())
+    yield path
+    wire.discard_begun()
+    assert _no_children_left()
+
+
+def test_a_decode_begun_early_is_finished_by_the_read_with_the_same_tables(early, halves_of_small_traces):
+    alone = trace.read_trace(early)
+    assert wire.begin(early, trace.READ_STATS, trace.READ_NUMBERS)
+    begun = trace.read_trace(early)
+    assert halves_of_small_traces[-1] is not None  # the early child answered
+    assert not wire._BEGUN  # taken
+    pd.testing.assert_frame_equal(begun.events, alone.events)
+    pd.testing.assert_frame_equal(begun.memory, alone.memory)
+    assert begun.hostnames == alone.hostnames
+
+
+def test_a_decode_begun_for_a_file_that_changed_since_is_not_used(early, halves_of_small_traces):
+    assert wire.begin(early, trace.READ_STATS, trace.READ_NUMBERS)
+    space = _long_space()
+    space.hostnames.append("changed")
+    early.write_bytes(space.SerializeToString())
+    os.utime(early, ns=(1, 1))
+    read = trace.read_trace(early)
+    assert read.hostnames[-1] == "changed" and len(wire._BEGUN) == 1  # read afresh; the begun one left over
+    wire.discard_begun()
+    assert not wire._BEGUN and _no_children_left()
+
+
+def test_nothing_is_begun_for_what_the_read_would_refuse(tmp_path, monkeypatch, early):
+    junk = tmp_path / "junk.xplane.pb"
+    junk.write_bytes(b"\x00" * (wire.HALVES_MIN_EVENTS * 16 + 10))
+    fifo = tmp_path / "fifo.xplane.pb"
+    os.mkfifo(fifo)
+    for path in (junk, fifo, tmp_path / "missing.xplane.pb"):
+        assert not wire.begin(path, trace.READ_STATS, trace.READ_NUMBERS)
+    assert not wire._BEGUN and _no_children_left()
+    with pytest.raises(trace.TraceUnreadable, match="not a readable XSpace"):
+        trace.read_trace(junk)
+    monkeypatch.setattr(forked, "can_fork", lambda: False)
+    assert not wire.begin(early, trace.READ_STATS, trace.READ_NUMBERS)

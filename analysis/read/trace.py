@@ -22,6 +22,15 @@ import pandas as pd
 from analysis.read import run_files
 from analysis.read import xplane_wire as wire
 from analysis.read.run_files import warn
+from analysis.read.stat_names import (  # also trace's own names: the stats read_trace decodes
+    EVENT_STAT_COLUMNS,
+    ID_STAT_COLUMNS,
+    MEMORY_STAT_COLUMNS,
+    MEMORY_TEXT_STATS,
+    NUMERIC_STAT_COLUMNS,
+    READ_NUMBERS,
+    READ_STATS,
+)
 
 # The largest trace devprof reads (docs/run-directory.md): reading takes about 8 bytes of memory per
 # byte of trace, so a bigger one would not fit in a large machine's memory anyway.
@@ -37,36 +46,6 @@ GZIP_SUFFIX = ".gz"
 
 TRACE_SUFFIX = ".xplane.pb"
 PROFILE_SUBDIR = Path("plugins") / "profile"
-
-# Stats copied into columns of the events table because the analyses key on them.
-EVENT_STAT_COLUMNS = (
-    "step_num",
-    "_r",
-    "steps",
-    "group_id",
-    "_p",
-    "_c",
-    "tf_function_call",
-    "iter_num",
-    "correlation_id",
-    "tf_op",  # on device kernels: the framework op that launched them ("name:Type", "XlaModule:" for JAX)
-    "hlo_op",
-    "module_name",  # on host program executions (XLA's ExecuteThunks): which program ran
-    "program_id",  # on device kernels of XLA programs
-    "level 0",  # on device kernels of TensorFlow up to about 2.5: what `tf_op` says in later ones
-    "is_eager",  # on ops and kernels, where the profiler grouped events at capture (TensorFlow up to about 2.5)
-    "is_func",  # on `EagerExecute`: 1 where the call ran a tf.function, 0 an op
-)
-# Of those, the ones read as numbers (nullable floats) and as ids (nullable uint64); the others are texts.
-NUMERIC_STAT_COLUMNS = ("step_num", "_r", "steps", "group_id", "iter_num", "program_id", "is_eager", "is_func")
-ID_STAT_COLUMNS = ("_p", "_c", "correlation_id")
-# Stats of the allocators' events (TensorFlow's MemoryAllocation / MemoryDeallocation), read in the same
-# pass into `Trace.memory`, one row per event that names its allocator, not into a column of every event;
-# their op is the `tf_op` column, their group `group_id`. Texts: the allocator, region and shape.
-MEMORY_STAT_COLUMNS = ("allocator_name", "bytes_reserved", "bytes_allocated", "bytes_available", "peak_bytes_in_use",
-                       "requested_bytes", "allocation_bytes", "fragmentation", "addr", "region_type", "data_type",
-                       "shape")
-MEMORY_TEXT_STATS = ("allocator_name", "region_type", "shape")
 
 
 class TraceError(Exception):
@@ -251,13 +230,27 @@ def _unreadable(xplane: Path, size: int, why: str) -> TraceUnreadable:
 
 
 def _decode_file(xplane: Path, names, number_names=()) -> wire.DecodedSpace:
-    """Decode one `.xplane.pb`; a truncated or foreign file raises `TraceUnreadable`."""
-    # A memory map, not a copy: the file's pages are read as the decoder reaches them.
-    size, buffer = _open_trace(xplane)
-    try:
-        space = _decode(buffer, names, lambda why: _unreadable(xplane, size, why), number_names)
-    finally:
-        _close_map(buffer)
+    """Decode one `.xplane.pb`; a truncated or foreign file raises `TraceUnreadable`. A decode the
+    command began before its imports (`wire.begin`) is finished instead."""
+    begun = wire.take(xplane, names, number_names)
+    if begun is not None:
+        located, buffer = begun
+        del begun
+        size = len(buffer)
+        try:
+            space = located.finish(number_names)
+        except wire.WireError as exc:
+            raise _unreadable(xplane, size, str(exc)) from None
+        finally:
+            del located
+            _close_map(buffer)
+    else:
+        # A memory map, not a copy: the file's pages are read as the decoder reaches them.
+        size, buffer = _open_trace(xplane)
+        try:
+            space = _decode(buffer, names, lambda why: _unreadable(xplane, size, why), number_names)
+        finally:
+            _close_map(buffer)
     if not space.planes:
         raise TraceUnreadable(f"{xplane} holds no profiler planes ({size} bytes): truncated or not an XSpace trace")
     return space
@@ -689,9 +682,7 @@ def xspace_to_tables(source) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, 
 def read_trace(path: str | Path) -> Trace:
     """Locate and parse a trace; see `locate_trace` for the accepted paths."""
     location = locate_trace(path)
-    memory_numbers = tuple(c for c in MEMORY_STAT_COLUMNS if c not in MEMORY_TEXT_STATS)
-    space = _decode_file(location.xplane, EVENT_STAT_COLUMNS + MEMORY_STAT_COLUMNS,
-                         NUMERIC_STAT_COLUMNS + ID_STAT_COLUMNS + memory_numbers)
+    space = _decode_file(location.xplane, READ_STATS, READ_NUMBERS)
     planes, lines, events, kept = _event_tables(space, str(location.xplane))
     memory = memory_stats(space, kept)
     hostnames = space.hostnames
