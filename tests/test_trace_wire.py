@@ -185,8 +185,8 @@ def halves_of_small_traces(monkeypatch):
     answers = []
     result = forked.ForkedHalf.result
 
-    def recorded(self):
-        answer = result(self)
+    def recorded(self, *args):
+        answer = result(self, *args)
         answers.append(None if answer is None else {"stat_event": sum(len(part["stat_event"]) for part in answer)})
         return answer
 
@@ -202,12 +202,22 @@ def _no_children_left() -> bool:
 
 
 @pytest.mark.parametrize("names", [trace.EVENT_STAT_COLUMNS, None], ids=["kept stats", "every stat"])
-def test_the_second_half_decoded_by_a_forked_child_is_the_same(halves_of_small_traces, names):
+@pytest.mark.parametrize("placing", ["read into place", "refused", "not where read"])
+def test_the_second_half_decoded_by_a_forked_child_is_the_same(halves_of_small_traces, monkeypatch, names, placing):
+    """The child's arrays are read straight into the columns; where that cannot be (`_place` refuses, or
+    they are found elsewhere), they are joined as parts: the same columns each way."""
+    place, as_sent = wire._EventBatches._place, wire._EventBatches._placed_as_sent
+    placed = []
+    monkeypatch.setattr(wire._EventBatches, "_place", lambda self, sizes: None if placing == "refused" else
+                        place(self, sizes))
+    monkeypatch.setattr(wire._EventBatches, "_placed_as_sent", lambda self, answer: placed.append(
+        as_sent(self, answer)) or (placed[-1] and placing != "not where read"))
     data = _long_space().SerializeToString()
     alone = wire.decode_xspace(data, names, halves=False)
     halved = wire.decode_xspace(data, names, halves=True)
     assert len(halves_of_small_traces) == 1 and isinstance(halves_of_small_traces[0], dict)  # the child answered
     assert 0 < halves_of_small_traces[0]["stat_event"] < halved.events.stat_event.size
+    assert placed == ([] if placing == "refused" else [True])  # read into place, and found there
     _assert_same_decoding(alone, halved)
     assert _no_children_left()
 

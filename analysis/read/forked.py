@@ -21,6 +21,7 @@ import warnings
 from collections.abc import Callable
 from typing import Generic, TypeVar, cast
 
+Placer = Callable[[list[int]], "list[memoryview] | None"]
 ENV_VAR = "DEVPROF_FORK"  # 0: all the reading and analysis in this one process
 _COUNT = struct.Struct("<Q")
 
@@ -70,12 +71,15 @@ class ForkedHalf:
         os.close(write_fd)
         self.pid, self.fd = pid, read_fd
 
-    def result(self) -> object | None:
-        """The child's answer, or None where it gave none (it failed, was killed, or never started)."""
+    def result(self, place: Placer | None = None) -> object | None:
+        """The child's answer, or None where it gave none (it failed, was killed, or never started).
+        `place(sizes)`: where its out-of-band buffers (their sizes in bytes, in pickling order) are to be
+        read, writable memoryviews of those sizes (the arrays it sent are then views of them), or None
+        for buffers of their own."""
         if self.fd < 0:
             return None
         try:
-            return _receive(self.fd)
+            return _receive(self.fd, place)
         except (OSError, EOFError, ValueError, pickle.UnpicklingError, struct.error):
             return None
         finally:
@@ -153,22 +157,34 @@ def _write(fd: int, data) -> None:
         view = view[os.write(fd, view):]
 
 
-def _receive(fd: int) -> object:
+def _receive(fd: int, place: Placer | None = None) -> object:
     (count,) = _COUNT.unpack(_read(fd, _COUNT.size))
     sizes = struct.unpack(f"<{count}Q", _read(fd, _COUNT.size * count))
-    header, *buffers = (_read(fd, size) for size in sizes)
+    header = _read(fd, sizes[0])
+    views = place(list(sizes[1:])) if place is not None else None
+    buffers: list[bytearray] | list[memoryview]
+    if views is None:
+        buffers = [_read(fd, size) for size in sizes[1:]]
+    else:
+        for view in views:
+            _read_into(fd, view)
+        buffers = views
     return pickle.loads(header, buffers=buffers)
 
 
 def _read(fd: int, size: int) -> bytearray:
     data = bytearray(size)
-    view, done = memoryview(data), 0
-    while done < size:
+    _read_into(fd, memoryview(data))
+    return data
+
+
+def _read_into(fd: int, view: memoryview) -> None:
+    view, done = view.cast("B"), 0
+    while done < view.nbytes:
         got = os.readv(fd, [view[done:]])
         if not got:
             raise EOFError("the child ended before its answer")
         done += got
-    return data
 
 
 def _widen(fd: int) -> None:

@@ -527,6 +527,12 @@ HALVES_MIN_EVENTS = 1 << 17
 CHILD_SHARE = 0.4
 
 
+# A decoded chunk's columns, in the order `_decode_chunk` makes them.
+PART_COLUMNS = {"line_row": np.int64, "metadata_id": np.int64, "offset_ps": np.int64, "duration_ps": np.int64,
+                "stat_event": np.int64, "stat_metadata_id": np.int64, "stat_kind": np.int8, "stat_number": np.uint64,
+                "stat_start": np.int64, "stat_stop": np.int64}
+
+
 class _EventBatches:
     """Collects event spans line by line and decodes them a batch at a time, or with `halves` all at
     the end, the second half in a forked child while this process decodes the first."""
@@ -535,6 +541,7 @@ class _EventBatches:
         self.buf, self.data, self.wanted_stat_names = buf, data, wanted_stat_names
         self.halves = halves
         self.split: tuple[list, list] | None = None  # the chunks decoded here, and the child's
+        self.placed: dict[str, np.ndarray] | None = None  # the columns whole, the child's part read into them
         self.child: forked.ForkedHalf | None = None
         self.wanted_ids: list[np.ndarray] = []  # per plane: the stat metadata ids to keep
         self.tags: list[np.ndarray] = []  # event tag positions of the lines not decoded yet
@@ -608,15 +615,64 @@ class _EventBatches:
         try:
             for chunk in mine:
                 self.parts.append(self._decode_chunk(*chunk))
-            answer = self.child.result() if self.child is not None else None
+            answer = self.child.result(self._place) if self.child is not None else None
         finally:
             self.close()
+        if isinstance(answer, list) and self.placed is not None and not self._placed_as_sent(answer):
+            self.placed = None  # its arrays are not where they were to be read: joined as parts instead
         if isinstance(answer, list):
-            self.parts += answer
+            if self.placed is None:
+                self.parts += answer
+            else:
+                self.parts = []
             self.first_event += sum(tags.size for tags, _, _ in theirs)
         else:
+            self.placed = None
             for chunk in theirs:
                 self.parts.append(self._decode_chunk(*chunk))
+
+    def _place(self, sizes: list[int]) -> list[memoryview] | None:
+        """The columns whole, this process's parts copied in, and where the child's arrays (parts of
+        `PART_COLUMNS`, in that order) are read: straight into their place, instead of joined after."""
+        keys = list(PART_COLUMNS)
+        itemsizes = [np.dtype(PART_COLUMNS[key]).itemsize for key in keys]
+        if not sizes or len(sizes) % len(keys) or any(size % itemsizes[i % len(keys)] for i, size in enumerate(sizes)):
+            return None
+        incoming = dict.fromkeys(keys, 0)
+        for i, size in enumerate(sizes):
+            incoming[keys[i % len(keys)]] += size // itemsizes[i % len(keys)]
+        columns, cursor = {}, {}
+        for key in keys:
+            own = [part[key] for part in self.parts]
+            column = np.empty(sum(array.size for array in own) + incoming[key], dtype=PART_COLUMNS[key])
+            at = 0
+            for array in own:
+                column[at:at + array.size] = array
+                at += array.size
+            columns[key], cursor[key] = column, at
+        views = []
+        for i, size in enumerate(sizes):
+            key = keys[i % len(keys)]
+            count = size // itemsizes[i % len(keys)]
+            views.append(columns[key][cursor[key]:cursor[key] + count].data.cast("B"))
+            cursor[key] += count
+        self.placed = columns
+        return views
+
+    def _placed_as_sent(self, answer: list[dict]) -> bool:
+        """Whether each array of the child's answer is the slice of its column it was read into."""
+        assert self.placed is not None
+        cursor = {key: column.size - sum(part[key].size for part in answer) for key, column in self.placed.items()}
+        for part in answer:
+            if list(part) != list(PART_COLUMNS):
+                return False
+            for key, array in part.items():
+                column = self.placed[key]
+                expected = column[cursor[key]:cursor[key] + array.size]
+                if array.dtype != column.dtype or (array.size and array.ctypes.data != expected.ctypes.data):
+                    return False
+                cursor[key] += array.size
+        return True
 
     def close(self) -> None:
         """End the child, if one was forked (its answer is lost)."""
@@ -659,11 +715,11 @@ class _EventBatches:
         return EventColumns(**self._joined())
 
     def _joined(self) -> dict[str, np.ndarray]:
-        dtypes = {"line_row": np.int64, "metadata_id": np.int64, "offset_ps": np.int64, "duration_ps": np.int64,
-                  "stat_event": np.int64, "stat_metadata_id": np.int64, "stat_kind": np.int8,
-                  "stat_number": np.uint64, "stat_start": np.int64, "stat_stop": np.int64}
+        if self.placed is not None:
+            placed, self.placed = self.placed, None
+            return placed
         joined = {}
-        for key, dtype in dtypes.items():
+        for key, dtype in PART_COLUMNS.items():
             pieces = [part.pop(key) for part in self.parts]
             joined[key] = np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
             del pieces
