@@ -662,10 +662,10 @@ class _EventBatches:
     def _placed_as_sent(self, answer: list[dict]) -> bool:
         """Whether each array of the child's answer is the slice of its column it was read into."""
         assert self.placed is not None
+        if any(not isinstance(part, dict) or list(part) != list(PART_COLUMNS) for part in answer):
+            return False
         cursor = {key: column.size - sum(part[key].size for part in answer) for key, column in self.placed.items()}
         for part in answer:
-            if list(part) != list(PART_COLUMNS):
-                return False
             for key, array in part.items():
                 column = self.placed[key]
                 expected = column[cursor[key]:cursor[key] + array.size]
