@@ -843,7 +843,7 @@ def begin(path, wanted_stat_names, number_stat_names=()) -> bool:
         located = _located(buf, wanted_stat_names, halves=True)
         if located.batches is not None and located.batches.pending_events >= HALVES_MIN_EVENTS:
             located.batches.start_halves(EARLY_CHILD_SHARE)
-    except (OSError, ValueError, IndexError):  # WireError is a ValueError
+    except (OSError, ValueError, IndexError, MemoryError):  # WireError is a ValueError; the read reports it
         if buf is not None:
             import gc
 
