@@ -29,10 +29,10 @@ import pandas as pd
 from analysis import executors
 from analysis.breakdown import cluster, onednn, roofline, utilization
 from analysis.breakdown.devices import device_table
-from analysis.breakdown.eager import EagerOps, eager_ops
+from analysis.breakdown.eager import EagerOps, eager_ops, tf_eager_shares
 from analysis.breakdown.epochs import epoch_tables
 from analysis.breakdown.input_parts import mean_input_parts, split_input
-from analysis.breakdown.input_stages import STAGE_COLUMNS, InputStages, input_stages
+from analysis.breakdown.input_stages import STAGE_COLUMNS, InputStages, input_stages, stage_times
 from analysis.breakdown.memory import MemoryReport, memory_report
 from analysis.breakdown.ops import OP_COLUMNS, OP_KEYS, op_table
 from analysis.breakdown.spread import spread
@@ -358,18 +358,18 @@ def analyze_worker(path: str | Path, step_name: str | None = None, peak: rooflin
 def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofline.Ceilings | None = None) -> Analysis:
     """The analysis of one worker's files, read once: each stage a function of typed values."""
     view, run = inputs.trace, inputs.run
-    source = split_input(view, find_steps(inputs, step_name))
-    chosen = choose_steps(source.steps)
-    epochs = epoch_tables(inputs, source.steps if source.kind != "steps_csv" else None)
-    steps, utilization_note = utilization.steps_with_utilization(source.steps, inputs.steps_table, inputs.samplers,
-                                                                 source.kind == "steps_csv")
-    with _stages_and_eager(view, chosen.used) as beside:
+    with _stages_and_eager(view) as beside:  # forked first: part of its work needs no steps
+        source = split_input(view, find_steps(inputs, step_name))
+        chosen = choose_steps(source.steps)
+        beside.give(chosen.used)
+        epochs = epoch_tables(inputs, source.steps if source.kind != "steps_csv" else None)
+        steps, utilization_note = utilization.steps_with_utilization(source.steps, inputs.steps_table,
+                                                                     inputs.samplers, source.kind == "steps_csv")
         devices = device_table(view, source.steps, chosen.used, source.step_name)
         ops, roof = _ops_on_the_roofline(inputs, chosen.used, source.device, peak)
         memory = memory_report(inputs, source.steps)
         stages, eager = beside.result()
-    machine = utilization.headline(inputs.summaries)
-    evidence = utilization.evidence(inputs.summaries)
+    machine, evidence = utilization.headline(inputs.summaries), utilization.evidence(inputs.summaries)
     mean = {**chosen.mean, **mean_input_parts(chosen.steady), "device_step_ms": devices.busiest_step_ms}
     facts = worker_facts(mean, source, run, machine, trace_facts(view, source.steps, devices.rows, stages.prefetches),
                          devices, stages.slowest, ops, eager, epochs.idle_stretch, roof,
@@ -393,16 +393,22 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofli
         run_dir=inputs.run_dir, record=run, tensorflow=tf, roofline=roof, spread=spread(chosen.steady, devices.work))
 
 
-def _stages_and_eager(view: TraceView | None, used: pd.DataFrame
-                      ) -> forked.Beside[tuple[InputStages, EagerOps | None]]:
-    """The tf.data stages and eager execution of the `used` steps, analysed by a forked child while this
-    process does the rest (a third of the analysis of a large trace, on the other core)."""
-    def work() -> tuple[InputStages, EagerOps | None]:
-        stages = input_stages(view, used) if view is not None \
-            else InputStages(pd.DataFrame(columns=STAGE_COLUMNS), None, None)
-        return stages, eager_ops(view, used)
+def _stages_and_eager(view: TraceView | None) -> forked.Beside[tuple[InputStages, EagerOps | None]]:
+    """The tf.data stages and eager execution of the steps `give`n (the steady ones), analysed by a child
+    forked before they are found (their parts that need no steps, a sixth of the analysis of a large
+    trace, begin at once) while this process finds the steps and does the rest, on the other core."""
+    fork = view is not None and len(view.events) >= BESIDE_MIN_EVENTS and forked.can_fork()
 
-    return forked.Beside(work, fork=view is not None and len(view.events) >= BESIDE_MIN_EVENTS and forked.can_fork())
+    def work(given) -> tuple[InputStages, EagerOps | None]:
+        if view is None:
+            return InputStages(pd.DataFrame(columns=STAGE_COLUMNS), None, None), eager_ops(view, given())
+        # In the child, what needs no steps first, while this process finds them; here, only what is used.
+        times = stage_times(view) if fork and not view.stages.empty else None
+        shares = tf_eager_shares(view) if fork and not view.host.empty else None
+        used = given()
+        return input_stages(view, used, times), eager_ops(view, used, shares)
+
+    return forked.Beside(work, fork=fork)
 
 
 def _ops_on_the_roofline(inputs: RunInputs, used: pd.DataFrame, device: str, peak: roofline.Ceilings | None

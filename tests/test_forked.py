@@ -37,44 +37,61 @@ def answers(monkeypatch):
 def test_the_childs_answer_and_its_warnings_are_this_processs(answers):
     parent = os.getpid()
 
-    def work():
+    def work(given):
         warnings.warn(RunFileWarning("steps.csv: 2 rows skipped"), stacklevel=1)
-        return os.getpid(), np.arange(100_000) * 3
+        before = np.arange(100_000) * 3  # what needs nothing given
+        return os.getpid(), before + given()
 
     with pytest.warns(RunFileWarning, match="2 rows skipped"):
         with forked.Beside(work, fork=True) as beside:
+            beside.give(np.ones(100_000, dtype=np.int64))
             pid, values = beside.result()
-    assert answers == [True] and pid != parent  # computed by the child
-    assert np.array_equal(values, np.arange(100_000) * 3)
+    assert answers == [True] and pid != parent  # computed by the child, with what this process gave it
+    assert np.array_equal(values, np.arange(100_000) * 3 + 1)
     assert not _children()
 
 
 def test_a_child_that_gives_no_answer_leaves_the_work_here(answers):
     parent = os.getpid()
 
-    def work():
+    def work(given):
         if os.getpid() != parent:
             os.kill(os.getpid(), signal.SIGKILL)
-        return os.getpid()
+        return os.getpid(), given()
 
     with forked.Beside(work, fork=True) as beside:
-        assert beside.result() == parent
+        beside.give("steps")
+        assert beside.result() == (parent, "steps")
     assert answers == [False] and not _children()
 
 
 def test_an_error_in_the_work_is_raised_here_as_without_a_child(answers):
-    def work():
+    def work(given):
         raise ValueError("a stage that cannot be analysed")
 
     with pytest.raises(ValueError, match="cannot be analysed"):
         with forked.Beside(work, fork=True) as beside:
+            beside.give(None)
             beside.result()
     assert answers == [False] and not _children()
 
 
+def test_a_child_whose_parent_gives_nothing_ends_without_an_answer(answers):
+    with forked.Beside(lambda given: given(), fork=True) as beside:
+        child = beside.child.pid
+    assert answers == [] and not psutil_alive(child)
+
+
+def psutil_alive(pid: int) -> bool:
+    import psutil
+
+    return psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+
+
 def test_without_a_fork_the_work_is_done_when_asked(answers):
     done = []
-    with forked.Beside(lambda: done.append(os.getpid()) or "here", fork=False) as beside:
+    with forked.Beside(lambda given: done.append(os.getpid()) or given(), fork=False) as beside:
+        beside.give("here")
         assert done == []
         assert beside.result() == "here"
     assert done == [os.getpid()] and answers == []

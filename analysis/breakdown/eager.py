@@ -206,9 +206,11 @@ def tf_eager_shares(view: TraceView) -> tuple[float, float]:
     return host_pct, device_pct
 
 
-def eager_ops(view: TraceView | None, steps: pd.DataFrame) -> EagerOps | None:
+def eager_ops(view: TraceView | None, steps: pd.DataFrame,
+              shares: tuple[float, float] | None = None) -> EagerOps | None:
     """Eager execution inside `steps` (their `start_ns`, `end_ns`, `steps`); None without a trace,
-    steps, or any eager call in them."""
+    steps, or any eager call in them. `shares`: `tf_eager_shares(view)`, where it was worked out before
+    the steps were known."""
     if view is None or steps.empty or view.host.empty:
         return None
     calls = view.host[matches(view.host["name"], EAGER_RE)]
@@ -241,7 +243,7 @@ def eager_ops(view: TraceView | None, steps: pd.DataFrame) -> EagerOps | None:
     top = tuple((str(name), float(ns) / NS_PER_MS / training_steps) for name, ns in per_op.head(TOP_OPS).items())
     durations = eager["duration_ns"].to_numpy(dtype=np.int64)[inside]
     floor_ms = float(np.percentile(durations, CALL_FLOOR_PERCENTILE)) / NS_PER_MS if durations.size else math.nan
-    host_pct, device_pct = tf_eager_shares(view)
+    host_pct, device_pct = tf_eager_shares(view) if shares is None else shares
     return EagerOps(op_time_pct=100.0 * eager_ns / (eager_ns + function_ns),
                     ms_per_step=eager_ns / NS_PER_MS / training_steps,
                     step_pct=100.0 * eager_ns / step_ns if step_ns > 0 else 0.0, ops=top,

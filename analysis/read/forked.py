@@ -105,25 +105,63 @@ T = TypeVar("T")
 
 
 class Beside(Generic[T]):
-    """`work()` computed by a forked child while this process goes on (`fork`), or here, when `result()`
-    asks for it, where it was not forked or the child gave no answer. Warnings the child's work raised
-    are raised again here, so that they are reported as if the work had run here."""
+    """`work(given)` computed by a forked child while this process goes on (`fork`), or here, when
+    `result()` asks for it, where it was not forked or the child gave no answer. `given()` is what this
+    process `give`s once it has it (the child waits for it there): the work that needs it can begin
+    before it is known. Warnings the child's work raised are raised again here, so that they are
+    reported as if the work had run here."""
 
-    def __init__(self, work: Callable[[], T], fork: bool):
+    def __init__(self, work: Callable[[Callable[[], object]], T], fork: bool):
         self.work = work
-        self.child = ForkedHalf(lambda: _with_warnings(work)) if fork else None
+        self._given: list[object] = []
+        self._to_child = -1
+        self.child: ForkedHalf | None = None
+        if not fork:
+            return
+        from_parent, to_child = os.pipe()
+        _widen(from_parent)
+
+        def in_child() -> tuple[object, list[Warning]]:
+            os.close(to_child)
+            return _with_warnings(lambda: work(lambda: _receive(from_parent)))
+
+        self.child = ForkedHalf(in_child)
+        os.close(from_parent)
+        self._to_child = to_child
+
+    def give(self, value: object) -> None:
+        """What `given()` returns, to the child (and kept here, should the work be done here)."""
+        self._given = [value]
+        if self._to_child >= 0:
+            try:
+                _send(self._to_child, value)
+            except (OSError, pickle.PicklingError):  # the child is gone, or cannot have it: done here
+                if self.child is not None:
+                    self.child.close()
+                    self.child = None
+            finally:
+                os.close(self._to_child)
+                self._to_child = -1
 
     def result(self) -> T:
         answer = self.child.result() if self.child is not None else None
-        self.child = None
+        self.close()
         if not isinstance(answer, tuple):
-            return self.work()
+            return self.work(self._given_here)
         value, caught = answer
         for message in caught:
             warnings.warn(message, stacklevel=2)
         return cast(T, value)
 
+    def _given_here(self) -> object:
+        if not self._given:
+            raise RuntimeError("the work asked for what was never given")
+        return self._given[0]
+
     def close(self) -> None:
+        if self._to_child >= 0:
+            os.close(self._to_child)
+            self._to_child = -1
         if self.child is not None:
             self.child.close()
             self.child = None
