@@ -1,9 +1,9 @@
 """The PNG plots of `devprof analyze`, drawn by a second process while this one analyses the trace.
 
 matplotlib's import (about 0.45 s) and drawing the plots (about 0.25 s) were half of the
-command's fixed cost. The command calls `start()` once the trace's events are decoded (the
-decoding uses both cores); the forked helper shares the numpy and pandas this process loaded,
-imports matplotlib while the trace is analysed, then draws the PNGs it is sent while this process writes the CSVs
+command's fixed cost. The command calls `start()` once the trace is read (the reading uses both
+cores); the forked helper shares the numpy and pandas this process loaded, imports matplotlib
+while the trace is analysed, then draws the PNGs it is sent while this process writes the CSVs
 and reports, on another core. The result is the same files: the same plot functions draw them.
 A fork needs a process of one thread (the command sets OPENBLAS_NUM_THREADS=1 before numpy
 starts its own). Where there is no second core or no fork, other threads run, the helper is

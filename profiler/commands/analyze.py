@@ -148,9 +148,9 @@ def _single_trace(path: Path) -> Path | None:
 
 
 class _LaterPlotter:
-    """The plot helper (`plot_process`), started once the trace's events are decoded: the decoding has
-    both cores (a forked child decodes most of them), then the helper loads matplotlib while the trace
-    is analysed, sharing the modules this process has loaded."""
+    """The plot helper (`plot_process`), started once the trace is read: the reading has both cores (its
+    second half is decoded by a forked child), then the helper loads matplotlib while the trace is
+    analysed, sharing the modules this process has loaded."""
 
     def __init__(self, wanted: bool):
         self.wanted, self.process = wanted, None
