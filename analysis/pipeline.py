@@ -168,9 +168,8 @@ def analyze(path: str | Path, step_name: str | None = None, processes: int | Non
     one task per worker that sends back that worker's summary, never its events, and reads its files at
     their absolute path on this machine. `peak` gives the roofline's ceilings
     (`roofline.ceilings_from_peak`, `ceilings_from_tflops`) over the run's own. `after_read()` is called
-    once, as soon as one worker's trace is decoded (or its files read, without a trace), before it is
-    analysed (for a job or a session: before its workers are); the command starts its plot process
-    there, on the core the decoding used."""
+    once one worker's files are read, before they are analysed (for a job or a session: before its workers
+    are); the command starts its plot process there, on the core the reading used."""
     return _analyzed(path, step_name, processes, executor, peak, after_read=after_read)[0]
 
 
@@ -178,12 +177,7 @@ def _analyzed(path: str | Path, step_name: str | None, processes: int | None, ex
               peak: roofline.Ceilings | None, keep: bool = False,
               after_read: Callable[[], object] | None = None) -> tuple[Analysis, RunInputs | None]:
     """`analyze`, and with `keep` one worker's files as read (None for a job or a session)."""
-    called: list[object] = []
-
-    def read() -> None:  # once: as soon as the trace is decoded where there is one, else once the files are read
-        if after_read is not None and not called:
-            called.append(after_read())
-
+    read = after_read or (lambda: None)
     check_step_name(step_name)
     path = checked_path(path, "path")
     if executor is not None:  # its tasks may run in other folders, or on other machines
@@ -200,7 +194,7 @@ def _analyzed(path: str | Path, step_name: str | None, processes: int | None, ex
         return _analyze_job(path, workers, step_name, processes, executor, peak), None
     host_files = _session_files(path)
     if len(host_files) < 2:
-        inputs = read_inputs(path, after_decode=read)
+        inputs = read_inputs(path)
         read()
         return analyze_inputs(inputs, step_name, peak), inputs if keep else None
     read()

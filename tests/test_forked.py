@@ -138,16 +138,3 @@ def test_the_command_begins_decoding_before_its_imports_and_prints_the_same(tmp_
     assert answers[0] is True  # its child answered
     assert printed["1"] == printed["0"] and '"verdict"' in printed["1"]
     assert not wire._BEGUN and not _children()
-
-
-def test_after_read_is_called_once_as_soon_as_the_events_are_decoded(tmp_path, monkeypatch):
-    from analysis.read import trace as trace_module
-
-    path = write_prefetched_map_loop(tmp_path / "loop.xplane.pb")
-    seen = []
-    tables = trace_module._event_tables
-    monkeypatch.setattr(trace_module, "_event_tables", lambda *args: seen.append("tables") or tables(*args))
-    analyze_inputs = pipeline.analyze_inputs
-    monkeypatch.setattr(pipeline, "analyze_inputs", lambda *args: seen.append("analysis") or analyze_inputs(*args))
-    pipeline.analyze(path, after_read=lambda: seen.append("after_read"))
-    assert seen == ["after_read", "tables", "analysis"]

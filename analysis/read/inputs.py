@@ -9,7 +9,6 @@ summaries made once. No later stage opens a file.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,17 +63,16 @@ def is_run_dir(path: Path) -> bool:
     return path.is_dir() and (path / run_files.STEPS_CSV).is_file() and (path / run_files.RUN_JSON).is_file()
 
 
-def read_inputs(path: str | Path, *, trace: bool = True, after_decode: Callable[[], object] | None = None) -> RunInputs:
+def read_inputs(path: str | Path, *, trace: bool = True) -> RunInputs:
     """The trace at `path` and, where it lies in a devprof run directory (or `path` is one), that
     run's files. A run directory without a readable trace is analysed from its steps.csv: a
     trace that is there but cannot be parsed (a full disk cuts it short) is kept as
-    `trace_error`, never passed off as no trace. `trace=False` reads only the run's files.
-    `after_decode()`: called once the trace's events are decoded, before they are made tables."""
+    `trace_error`, never passed off as no trace. `trace=False` reads only the run's files."""
     path = Path(path)
     view, error = None, None
     if trace:
         try:
-            view = TraceView(read_trace(path, after_decode))
+            view = TraceView(read_trace(path))
         except TraceNotFound as exc:
             if not is_run_dir(path):
                 odd = run_files.irregular_run_files(path) if path.is_dir() else []

@@ -13,7 +13,6 @@ import gc
 import mmap
 import os
 import stat
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -680,13 +679,10 @@ def xspace_to_tables(source) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, 
     return _tables(_decoded(source, EVENT_STAT_COLUMNS))
 
 
-def read_trace(path: str | Path, after_decode: Callable[[], object] | None = None) -> Trace:
-    """Locate and parse a trace; see `locate_trace` for the accepted paths. `after_decode()` is called once
-    the events are decoded, before their tables are made."""
+def read_trace(path: str | Path) -> Trace:
+    """Locate and parse a trace; see `locate_trace` for the accepted paths."""
     location = locate_trace(path)
     space = _decode_file(location.xplane, READ_STATS, READ_NUMBERS)
-    if after_decode is not None:
-        after_decode()
     planes, lines, events, kept = _event_tables(space, str(location.xplane))
     memory = memory_stats(space, kept)
     hostnames = space.hostnames
