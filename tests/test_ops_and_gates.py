@@ -97,7 +97,9 @@ def test_the_slow_input_stage_is_named_with_its_cost(runs, capsys):
     stage = delayed["input_bottleneck"]
     assert stage is not None and stage["stage"].endswith("::Map"), delayed["input_stages"][:3]
     delay = runs["input_delay_ms"]
-    assert delay <= stage["ms_per_batch"] <= 1.25 * delay
+    # Its own time is its span less what the trace shows it waiting on: under load a sliver of the
+    # sleep's wrapper lands there (147.88 ms of a 148 ms sleep beside two CPU hogs).
+    assert 0.98 * delay <= stage["ms_per_batch"] <= 1.25 * delay
     assert delayed["input_stages"][0]["stage"] == stage["stage"]
     assert analyze_json(runs["f32"], capsys)["input_bottleneck"] is None
 
