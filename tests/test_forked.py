@@ -125,7 +125,8 @@ def test_the_command_begins_decoding_before_its_imports_and_prints_the_same(tmp_
     write_prefetched_map_loop(tmp_path / "run" / "plugins" / "profile" / "s1" / "host.xplane.pb", steps=8)
     monkeypatch.setattr(wire, "CHUNK_EVENTS", 16)
     monkeypatch.setattr(wire, "HALVES_MIN_EVENTS", 0)
-    monkeypatch.setattr(forked, "can_fork", lambda: True)
+    # a machine where a fork is safe, DEVPROF_FORK=0 still turning it off
+    monkeypatch.setattr(forked, "can_fork", lambda: os.environ.get(forked.ENV_VAR) != "0")
     taken = []
     take = wire.take
     monkeypatch.setattr(wire, "take", lambda *args: taken.append(take(*args)) or taken[-1])

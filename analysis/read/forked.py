@@ -1,9 +1,10 @@
 """Part of a numpy computation in a forked child, sent back through a pipe.
 
-Reading and analysing a trace is numpy work on one core; part of it (the second half of the
-events' decoding, some analysis stages) can run on another core in a child forked from this
-process, which sees the trace and what was computed before without a copy. The child's arrays come back through a pipe out of band (pickle protocol 5), written once
-and read once into their final buffers.
+Reading and analysing a trace is numpy work on one core; part of it (some of the events'
+decoding, some analysis stages) can run on another core in a child forked from this process,
+which sees the trace and what was computed before without a copy. The child's arrays come back
+through a pipe out of band (pickle protocol 5), written once and read once into their final
+buffers.
 
 Whatever goes wrong in the child (an exception, a kill, memory) reads as no answer: the caller
 computes that half itself, so the result and its errors are those of one process.

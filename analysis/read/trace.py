@@ -9,7 +9,6 @@ trace needs neither TensorFlow nor a protobuf library.
 
 from __future__ import annotations
 
-import gc
 import mmap
 import os
 import stat
@@ -32,9 +31,7 @@ from analysis.read.stat_names import (  # also trace's own names: the stats read
     READ_STATS,
 )
 
-# The largest trace devprof reads (docs/run-directory.md): reading takes about 8 bytes of memory per
-# byte of trace, so a bigger one would not fit in a large machine's memory anyway.
-TRACE_MAX_BYTES = 16 * 2**30
+TRACE_MAX_BYTES = wire.TRACE_MAX_BYTES
 # Event times no profiler writes: a negative duration, a start more than a second before its
 # line's start, or a start or end more than a day from the middle of its plane (a profile
 # session lasts seconds to minutes). Such events are dropped with one warning naming the trace.
@@ -243,31 +240,17 @@ def _decode_file(xplane: Path, names, number_names=()) -> wire.DecodedSpace:
             raise _unreadable(xplane, size, str(exc)) from None
         finally:
             del located
-            _close_map(buffer)
+            wire.close_map(buffer)
     else:
         # A memory map, not a copy: the file's pages are read as the decoder reaches them.
         size, buffer = _open_trace(xplane)
         try:
             space = _decode(buffer, names, lambda why: _unreadable(xplane, size, why), number_names)
         finally:
-            _close_map(buffer)
+            wire.close_map(buffer)
     if not space.planes:
         raise TraceUnreadable(f"{xplane} holds no profiler planes ({size} bytes): truncated or not an XSpace trace")
     return space
-
-
-def _close_map(buffer: mmap.mmap) -> None:
-    """Unmap the trace now if nothing views it any more. A numpy view the decoder made can outlive
-    it in a reference cycle until the garbage collector runs (later than usual where a library,
-    Dask's worker for one, tunes the collector): collected once, and if a view is still there the
-    map is left to close with it."""
-    for attempt in range(2):
-        try:
-            buffer.close()
-            return
-        except BufferError:
-            if attempt == 0:
-                gc.collect()
 
 
 def _decode(buf, names, error, number_names=()) -> wire.DecodedSpace:
@@ -333,7 +316,7 @@ def plane_metadata(source, wanted_plane=None, event_stat_names=()) -> list[wire.
     except wire.WireError as exc:
         raise _unreadable(xplane, size, str(exc)) from None
     finally:
-        _close_map(buffer)
+        wire.close_map(buffer)
 
 
 # A device plane's stated capabilities, as the profiler writes them (XProf's `kDevCap*` stats):

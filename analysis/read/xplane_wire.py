@@ -20,6 +20,7 @@ no Python object is made per event field.
 
 from __future__ import annotations
 
+import gc
 import mmap
 import os
 import stat
@@ -35,6 +36,9 @@ WIRE_VARINT, WIRE_FIXED64, WIRE_LEN, WIRE_FIXED32 = 0, 1, 2, 5
 # XStat value kinds (their field numbers); 0: no value.
 STAT_DOUBLE, STAT_UINT64, STAT_INT64, STAT_STR, STAT_BYTES, STAT_REF = 2, 3, 4, 5, 6, 7
 
+# The largest trace devprof reads (docs/run-directory.md): reading takes about 8 bytes of memory per
+# byte of trace, so a bigger one would not fit in a large machine's memory anyway.
+TRACE_MAX_BYTES = 16 * 2**30
 # Events decoded together: large enough that numpy's per-call cost vanishes, small enough to
 # keep the decoder's scratch arrays (about 100 bytes an event) small beside the tables.
 BATCH_EVENTS = 1 << 19
@@ -835,7 +839,7 @@ def begin(path, wanted_stat_names, number_stat_names=()) -> bool:
     for the same file and names. Only where a child can be forked and the file is big enough to pay
     for it; a file that cannot be read is left to the read that follows, to report as it always does."""
     key = _identity(path, wanted_stat_names, number_stat_names)
-    if key is None or not HALVES_MIN_EVENTS * 16 <= key[2] <= 2**34 or key in _BEGUN or not forked.can_fork():
+    if key is None or not HALVES_MIN_EVENTS * 16 <= key[2] <= TRACE_MAX_BYTES or key in _BEGUN or not forked.can_fork():
         return False
     buf = None
     try:
@@ -845,13 +849,7 @@ def begin(path, wanted_stat_names, number_stat_names=()) -> bool:
             located.batches.start_halves(EARLY_CHILD_SHARE)
     except (OSError, ValueError, IndexError, MemoryError):  # WireError is a ValueError; the read reports it
         if buf is not None:
-            import gc
-
-            gc.collect()  # views of the map in the exception's frames
-            try:
-                buf.close()
-            except BufferError:
-                pass
+            close_map(buf)
         return False
     _BEGUN[key] = (located, buf)
     return True
@@ -869,10 +867,7 @@ def discard_begun() -> None:
         located, buf = _BEGUN.popitem()[1]
         located.close()
         del located
-        try:
-            buf.close()
-        except BufferError:
-            pass
+        close_map(buf)
 
 
 def _by_plane(stat_plane: np.ndarray, rows: np.ndarray | None):
@@ -1056,6 +1051,20 @@ def release_freed_memory() -> None:
     new large blocks: without this, a trace's decoded columns count twice in peak memory."""
     if _TRIM is not None:
         _TRIM(0)
+
+
+def close_map(buffer: mmap.mmap) -> None:
+    """Unmap a trace now if nothing views it any more. A numpy view the decoder made can outlive
+    it in a reference cycle until the garbage collector runs (later than usual where a library,
+    Dask's worker for one, tunes the collector): collected once, and if a view is still there the
+    map is left to close with it."""
+    for attempt in range(2):
+        try:
+            buffer.close()
+            return
+        except BufferError:
+            if attempt == 0:
+                gc.collect()
 
 
 def open_trace_bytes(path: str | Path):

@@ -123,7 +123,7 @@ def _begin_reading(args: argparse.Namespace) -> bool:
     decodes most of its events), where the path names one trace plainly: the file, the only one in the
     folder, or the only one of a run directory's or log folder's `plugins/profile/<session>/`. The read
     finishes it, or reads as it always does where it found another file."""
-    if args.scheduler is not None or os.environ.get("DEVPROF_FORK", "").strip() == "0":
+    if args.scheduler is not None:  # the Dask workers read the trace
         return False
     trace = _single_trace(Path(args.path))
     if trace is None:
@@ -148,8 +148,8 @@ def _single_trace(path: Path) -> Path | None:
 
 
 class _LaterPlotter:
-    """The plot helper (`plot_process`), started once the trace is read: the reading has both cores (its
-    second half is decoded by a forked child), then the helper loads matplotlib while the trace is
+    """The plot helper (`plot_process`), started once the trace is read: the reading has both cores (a
+    forked child decodes most of the events), then the helper loads matplotlib while the trace is
     analysed, sharing the modules this process has loaded."""
 
     def __init__(self, wanted: bool):
