@@ -48,7 +48,7 @@ from analysis.rules import straggler as straggler_rule
 from analysis.rules import table as rules
 from analysis.rules.facts import Facts, trace_facts, worker_facts
 from analysis.rules.second_opinion import SecondOpinion, second_opinion
-from analysis.steps.host import choose_steps, one_step_capture, steady_steps
+from analysis.steps.host import choose_steps, one_step_capture, per_call_host_ms, steady_steps
 from analysis.steps.sources import find_steps
 
 
@@ -367,7 +367,8 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofli
     mean = {**chosen.mean, **mean_input_parts(chosen.steady), "device_step_ms": devices.busiest_step_ms}
     facts = worker_facts(mean, source, run, machine, trace_facts(view, source.steps, devices.rows, stages.prefetches),
                          devices, stages.slowest, ops, eager, epochs.idle_stretch, roof,
-                         *_measured_matrix_ceilings(inputs, peak), traced_steps=len(source.steps), memory=memory)
+                         *_measured_matrix_ceilings(inputs, peak), traced_steps=len(source.steps), memory=memory,
+                         host_per_call_ms=per_call_host_ms(chosen.steady))
     verdict = rules.make_verdict(mean, facts, steps_used=len(chosen.steady), compile_steps=chosen.compile_steps,
                                  utilization=evidence, min_steps=_min_steps(source))
     verdict["step_basis"] = source.basis
@@ -375,16 +376,20 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofli
     notes = (*source.notes, *([utilization_note] if utilization_note else []), *_run_notes(run), *devices.notes,
              *([tf.note] if tf is not None and tf.note else []))
     host = view.hostnames[0] if view is not None and view.hostnames else source.path.name.removesuffix(".xplane.pb")
-    location = view.trace.location if view is not None else None
     return Analysis(
         path=source.path, step_source=source.kind, step_name=source.step_name, device=source.device,
-        producer=source.producer, host=host, host_files=location.host_files if location is not None else (),
+        producer=source.producer, host=host, host_files=_host_files(view),
         notes=notes, steps=steps, steps_per_call=source.steps_per_call, mean=mean, steps_used=len(chosen.steady),
         verdict=verdict, findings=rules.findings(facts), facts=facts, devices=devices.rows, memory=facts.memory,
         kernel_launch=devices.kernel_launch, workers=pd.DataFrame(columns=WORKER_KEYS), straggler=None, ops=ops,
         input_stages=stages.table, utilization=machine, utilization_evidence=evidence, epochs=epochs.epochs,
         reconciliation=epochs.reconciliation, samplers=inputs.samplers, epoch_starts_s=epochs.starts_s,
         run_dir=inputs.run_dir, record=run, tensorflow=tf, roofline=roof, spread=spread(chosen.steady, devices.work))
+
+
+def _host_files(view: TraceView | None) -> tuple[Path, ...]:
+    location = view.trace.location if view is not None else None
+    return location.host_files if location is not None else ()
 
 
 def _stages_and_eager(view: TraceView | None) -> forked.Beside[tuple[InputStages, EagerOps | None]]:

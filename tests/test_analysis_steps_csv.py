@@ -11,13 +11,14 @@ from profiler import cli
 from analysis.read.run_files import STEPS_COLUMNS as STEP_COLUMNS
 
 
-def make_run(tmp_path, input_ms, call_ms, other_ms, calls=10, first_call_extra_ms=500.0):
+def make_run(tmp_path, input_ms, call_ms, other_ms, calls=10, first_call_extra_ms=500.0, stalls=None):
     rows = []
     t = 1_700_000_000.0
     for step in range(calls):
         call = call_ms + (first_call_extra_ms if step == 0 else 0.0)
-        total = input_ms + call + other_ms
-        rows.append([1, step, 1, t, input_ms, call, other_ms, total, 100])
+        other = other_ms + (stalls or {}).get(step, 0.0)
+        total = input_ms + call + other
+        rows.append([1, step, 1, t, input_ms, call, other, total, 100])
         t += total / 1e3
     run = tmp_path / "run"
     (run / "utilization").mkdir(parents=True)
@@ -54,6 +55,20 @@ def test_host_heavy_steps_csv_is_host_bound(tmp_path, capsys):
     report = analyze_json(make_run(tmp_path, input_ms=0.5, call_ms=50.0, other_ms=25.0), capsys)
     assert report["verdict"]["bound"] == "host"
     assert report["mean"]["host_pct"] == pytest.approx(100 * 25.0 / 75.5)
+
+
+@pytest.mark.parametrize("stalls, bound", [
+    ({6: 80.0}, "compute"),  # one call in 11 stalled
+    ({step: 80.0 / 11 for step in range(1, 12)}, "host"),  # every call pays it
+    ({2: 80.0 / 3, 5: 80.0 / 3, 8: 80.0 / 3}, "host"),  # every fourth call: it recurs
+])
+def test_one_stalled_call_is_no_per_call_overhead(tmp_path, capsys, stalls, bound):
+    """Several steps per call remove what the calls pay, not one call's stall (preempted, a GC
+    pause): the same mean host overhead is host-bound only where the calls keep paying it."""
+    report = analyze_json(make_run(tmp_path, input_ms=0.5, call_ms=50.0, other_ms=0.5, calls=12, stalls=stalls),
+                          capsys)
+    assert report["mean"]["host_ms"] == pytest.approx(0.5 + 80.0 / 11)
+    assert report["verdict"]["bound"] == bound, report["verdict"]
 
 
 def test_run_without_steps_is_a_clear_error(tmp_path, capsys):

@@ -400,7 +400,9 @@ def _analyze_json(path, capsys):
 def test_analysis_of_real_runs_finds_the_injected_cost(injected_runs, name, bound, capsys):
     path = injected_runs[name].attrs["path"]
     report = _analyze_json(path, capsys)
-    assert report["verdict"]["bound"] == bound
+    assert report["verdict"]["bound"] == bound, (
+        {key: report["verdict"][key] for key in ("cause", "evidence", "saving_basis")},
+        report["findings"], [(s["step"], s["host_ms"], s["compile_ms"]) for s in report["steps"]])
     steps = pd.read_csv(path / "steps.csv").set_index("step")
     traced = [s["step"] for s in report["steps"]]
     assert traced and set(traced) <= set(steps.index)

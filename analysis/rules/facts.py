@@ -82,11 +82,18 @@ class Facts:
     traced_steps: int = 0
     launch_ms: float = math.nan
     call_entry_exit_ms: float = math.nan  # on a CPU, compute per call before its first op and after its last
+    host_per_call_pct: float = math.nan  # host overhead every call pays, without calls stalled once
     op_ms: float = math.nan  # on a CPU, the ops' own time per call summed over threads: compute's CPU time
     matrix_pct: float = math.nan
     matrix_ceilings: tuple[tuple[str, float], ...] = ()
     ceilings_source: str | None = None
     mfu_scope: str = "the epoch runs"  # what `mfu_pct` covers: analyze's is over the costed ops only
+
+    def per_call_host_pct(self) -> float:
+        """Host overhead every call pays, in % of the mean step, where known (a call stalled once by
+        preemption or a GC pause is no cost that fewer calls remove)."""
+        typical = self.host_per_call_pct
+        return min(self.host_pct, typical) if typical == typical and self.host_pct == self.host_pct else self.host_pct
 
     def matrix_ceiling(self, dtype: str) -> float:
         """The measured matrix FLOP/s of `dtype` (NaN: not measured)."""
@@ -222,7 +229,8 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, de
                device_mem_peak_bytes=None, device_mem_total_bytes=None, eigen_dense_pct=None, input_wait_pct=None,
                input_copy_pct=None, input_wait_ms=None, eager: EagerOps | None = None,
                idle_stretch: IdleStretch | None = None, below_roofline: tuple[BelowRoofline, ...] = (),
-               step_ms=None, traced_steps=0, launch_ms=None, op_ms=None, matrix_pct=None, matrix_ceilings=None,
+               step_ms=None, traced_steps=0, launch_ms=None, host_per_call_pct=None, op_ms=None, matrix_pct=None,
+               matrix_ceilings=None,
                ceilings_source: str | None = None, mfu_scope: str | None = None,
                memory: MemoryReport | None = None) -> Facts:
     """The rules' view of one breakdown. Numbers may be missing (None, NaN: unknown); compute
@@ -271,6 +279,7 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, de
         traced_steps=int(traced_steps or 0),
         launch_ms=_float(launch_ms),
         call_entry_exit_ms=_float(trace.call_entry_exit_ms),
+        host_per_call_pct=_float(host_per_call_pct),
         op_ms=_float(op_ms),
         matrix_pct=_float(matrix_pct),
         matrix_ceilings=_measured_rates(matrix_ceilings),
@@ -320,7 +329,7 @@ def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | No
                  eager: EagerOps | None = None, idle_stretch: IdleStretch | None = None,
                  roofline: dict | None = None, measured: dict[str, float] | None = None,
                  measured_source: str | None = None, traced_steps: int = 0,
-                 memory: MemoryReport | None = None) -> Facts:
+                 memory: MemoryReport | None = None, host_per_call_ms: float = math.nan) -> Facts:
     """The facts of one worker's analysis: its steady mean, its run's settings, its utilization
     headline, what its trace shows and where its process sat idle."""
     config = run.config if run is not None else {}
@@ -343,6 +352,7 @@ def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | No
         mfu_pct=(roofline or {}).get("mfu_pct"), peak_dtype=(roofline or {}).get("dtype") or None,
         below_roofline=below_roofline(ops), step_ms=step_ms, traced_steps=traced_steps,
         launch_ms=(devices.kernel_launch or {}).get("ms_per_step", math.nan),  # per row of steps: per call
+        host_per_call_pct=100.0 * host_per_call_ms / step_ms if step_ms > 0 else math.nan,
         op_ms=cpu_op_ms(ops, source.steps_per_call) if source.device == "cpu" else math.nan,
         matrix_pct=matrix_share_pct(ops, _float(mean.get("compute_pct"))),
         matrix_ceilings=measured, ceilings_source=measured_source,

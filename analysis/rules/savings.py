@@ -192,7 +192,7 @@ def input_part(facts: Facts) -> Saving:
 
 def _launch_floor_pct(facts: Facts) -> float:
     if _known(facts.launch_ms) and _known(facts.step_ms) and facts.step_ms > 0:
-        return min(facts.host_pct, 100.0 * facts.launch_ms / facts.step_ms)
+        return min(facts.per_call_host_pct(), 100.0 * facts.launch_ms / facts.step_ms)
     return 0.0
 
 
@@ -249,6 +249,7 @@ def host_part(facts: Facts, suggested_steps_per_call: int) -> Saving:
                                            f"{_ms(facts, _compiled_ops_pct(facts))}{floor_text}")
         return Saving(host - floor, f"compiling the step removes the Python dispatch between its ops, "
                                     f"{_ms(facts, host - floor)} of host overhead{floor_text}")
+    host = facts.per_call_host_pct()
     now = max(1, facts.steps_per_call)
     later = max(now, suggested_steps_per_call)
     entry = _call_entry_exit_pct(facts)

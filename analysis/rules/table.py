@@ -342,7 +342,7 @@ def _wait_fix(facts: Facts) -> str:
 def _steps_per_call(facts: Facts) -> tuple[int, int]:
     """(steps per call now, the suggested --steps-per-execution)."""
     k = int(facts.steps_per_call or 1)
-    return k, suggest_steps_per_execution(facts.host_pct, facts.compute_pct, k, facts.steps_per_epoch)
+    return k, suggest_steps_per_execution(facts.per_call_host_pct(), facts.compute_pct, k, facts.steps_per_epoch)
 
 
 def _host_fix(facts: Facts) -> str:

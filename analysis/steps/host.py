@@ -165,8 +165,8 @@ def _linked_to_own_step(other: pd.DataFrame, producers: pd.DataFrame) -> iv.Inte
 
 
 def call_entry_exit_ms(view: TraceView, steps: pd.DataFrame) -> float:
-    """On a CPU, the mean time per row of `steps` (a call) that compute spends before the call's first op and
-    after its last: the call's own dispatch (argument checks, the executor's set-up and tear-down, the wake-up
+    """On a CPU, the time per row of `steps` (a call; `mean_without_stalls`) that compute spends before the
+    call's first op and after its last: the call's own dispatch (argument checks, the executor's set-up and tear-down, the wake-up
     of its threads after the host's gap), which the breakdown counts as compute (as XProf does) and a call of
     several steps pays once. NaN on devices, or where no op is traced."""
     if not view.device.empty or view.host.empty or steps.empty or "compute_ms" not in steps:
@@ -188,7 +188,7 @@ def call_entry_exit_ms(view: TraceView, steps: pd.DataFrame) -> float:
             continue
         span_ns = min(int(op_ends[low:high].max()), int(end)) - int(op_starts[low])
         spans.append(max(0.0, compute_ms - span_ns / NS_PER_MS))
-    return float(np.mean(spans)) if spans else float("nan")
+    return mean_without_stalls(spans) if spans else float("nan")
 
 
 def step_breakdown(markers: pd.DataFrame, input_: iv.Intervals, compute: iv.Intervals, compile_: iv.Intervals,
@@ -314,6 +314,29 @@ def mean_breakdown(steps: pd.DataFrame) -> dict[str, float]:
             mean[f"{part}_pct"] = 100.0 * float(steps[f"{part}_ms"].sum()) / total_ms if total_ms > 0 else 0.0
     mean["input_overlapped_ms"] = float(steps["input_overlapped_ms"].mean()) if "input_overlapped_ms" in steps else 0.0
     return mean
+
+
+STALL_FENCE_IQR = 3.0  # Tukey's far-out fence: Q3 + 3 IQR
+STALLS_PER_CALL = 0.1  # more calls than this beyond the fence recur: they are the calls' cost, not stalls
+
+
+def mean_without_stalls(values) -> float:
+    """The mean per call of a cost without the calls stalled once (preempted, a GC pause): those beyond
+    Tukey's far-out fence, where they are at most one call in ten. A cost fewer calls would remove is
+    what the calls pay each time, not what one of them waited."""
+    values = np.sort(np.asarray(values, dtype=float))
+    if values.size == 0:
+        return float("nan")
+    q1, q3 = np.percentile(values, [25, 75])
+    stalled = int((values > q3 + STALL_FENCE_IQR * (q3 - q1)).sum())
+    if stalled > int(STALLS_PER_CALL * values.size):
+        stalled = 0
+    return float(values[:values.size - stalled].mean())
+
+
+def per_call_host_ms(steps: pd.DataFrame) -> float:
+    """The host overhead every call pays (`mean_without_stalls`)."""
+    return mean_without_stalls(steps["host_ms"]) if "host_ms" in steps else float("nan")
 
 
 def one_step_capture(steps: pd.DataFrame, compile_share: float = 0.05) -> bool:
