@@ -677,6 +677,9 @@ def report_scale(runs, results, tasks, args, argv) -> None:
             ratio = (f" ({best[task][index] / best['xprof'][index]:.2f})" if "xprof" in tasks and task != "xprof" else "")
             cells.append(f"{best[task][index]:.2f}{ratio}")
         print(f"| {e:,} | " + " | ".join(cells) + " |")
+    if len(set(events)) < 2:
+        print(f"command: {shlex.join([Path(sys.executable).name, 'bench/' + Path(__file__).name, *(argv or sys.argv[1:])])}")
+        return  # one size has no growth to fit
     print("\ngrowth: least squares over the sizes (best process time, median peak RSS), and the log-log slope "
           "from the smallest to the largest trace (1.00 = linear):\n")
     print("| task | s per 1M events | fixed s | time slope | MiB per 1M events | fixed MiB | RSS slope |")

@@ -59,6 +59,7 @@ def test_host_heavy_steps_csv_is_host_bound(tmp_path, capsys):
 
 @pytest.mark.parametrize("stalls, bound", [
     ({6: 80.0}, "compute"),  # one call in 11 stalled
+    ({1: 40.0, 6: 40.0}, "compute"),  # two: the first traced call (the profiler starting) and a GC pause
     ({step: 80.0 / 11 for step in range(1, 12)}, "host"),  # every call pays it
     ({2: 80.0 / 3, 5: 80.0 / 3, 8: 80.0 / 3}, "host"),  # every fourth call: it recurs
 ])

@@ -317,12 +317,12 @@ def mean_breakdown(steps: pd.DataFrame) -> dict[str, float]:
 
 
 STALL_FENCE_IQR = 3.0  # Tukey's far-out fence: Q3 + 3 IQR
-STALLS_PER_CALL = 0.1  # more calls than this beyond the fence recur: they are the calls' cost, not stalls
+STALLS_PER_CALL = 0.2  # more calls than this beyond the fence recur: they are the calls' cost, not stalls
 
 
 def mean_without_stalls(values) -> float:
     """The mean per call of a cost without the calls stalled once (preempted, a GC pause): those beyond
-    Tukey's far-out fence, where they are at most one call in ten. A cost fewer calls would remove is
+    Tukey's far-out fence, where they are at most one call in five. A cost fewer calls would remove is
     what the calls pay each time, not what one of them waited."""
     values = np.sort(np.asarray(values, dtype=float))
     if values.size == 0:
