@@ -176,9 +176,35 @@ def test_slow_sizes_are_timed_fewer_times():
     fake = SaturatingDevice(rate_of=lambda n: 1e9)  # 2048: 17 s per matmul
     result = peak.measure_rate(fake.make, (512, 1024), peak.matmul_flops, clock=fake.clock, max_op_s=100)
     timed = {n: sum(1 for call in fake.calls if call[0] == n and not call[3]) for n in (512, 1024)}
-    # 512: 0.27 s a call, 5 calls fit in the size's budget; 1024: 2.1 s a call, 3 calls
-    assert timed == {512: peak.REPEATS, 1024: peak.MIN_REPEATS}
+    # 512: 0.27 s a call, 5 calls fit in the size's budget; 1024: 2.1 s a call, 3 calls; then the
+    # stop is decided on both timed again in turns
+    assert timed == {512: peak.REPEATS + peak.CONFIRM_ROUNDS, 1024: peak.MIN_REPEATS + peak.CONFIRM_ROUNDS}
     assert result["stopped"] == "growth"
+
+
+@pytest.mark.parametrize("busy", [1.5, 1.0])
+def test_a_busy_moment_on_one_size_does_not_end_the_search(busy):
+    """4096 runs 10 % faster than 2048, but its own timings fell in a busy moment (another job took the
+    cores, `busy` times slower) that ends when another size runs: timed again in turns with 2048, it
+    shows its rate and the search goes on to 8192 (1.0: the same search on a quiet machine)."""
+    fake = SaturatingDevice(rate_of={1024: 50e9, 2048: 90e9, 4096: 99e9, 8192: 99e9}.__getitem__)
+    make, state = fake.make, {"busy": False}
+
+    def make_busy(n):
+        run = make(n)
+
+        def busy_run(iters):
+            state["busy"] = n == 4096 and (state["busy"] or not any(call[0] == 4096 for call in fake.calls))
+            before = fake.now
+            run(iters)
+            fake.now = before + (fake.now - before) * (busy if state["busy"] else 1.0)
+
+        return busy_run
+
+    result = peak.measure_rate(make_busy, (1024, 2048, 4096, 8192), peak.matmul_flops, clock=fake.clock,
+                               max_op_s=100)
+    assert [row["size"] for row in result["sizes"]] == [1024, 2048, 4096, 8192]
+    assert result["stopped"] == "growth" and result["per_second"] == pytest.approx(99e9)
 
 
 def test_reported_peak_is_the_best_over_sizes_and_repeats():
