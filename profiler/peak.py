@@ -178,10 +178,10 @@ def measure_rate(make_runner: Callable[[int], Runner], sizes, work: Callable[[in
             # Timed seconds apart, a busy moment can fall on one size only: the stop is decided on
             # timings of both taken in turns.
             _retime_in_turns([(best, best_run), (row, run)], work, clock)
-        if best is not None and row["per_second"] < (1 + growth) * best["per_second"]:
-            best = max(best, row, key=lambda r: r["per_second"])
-            stopped = "growth"
-            break
+            if row["per_second"] < (1 + growth) * best["per_second"]:
+                best = max(best, row, key=lambda r: r["per_second"])
+                stopped = "growth"
+                break
         best, best_run = row, run
         if index + 1 < len(sizes):
             next_op_s = seconds / iters * work(sizes[index + 1], 1) / work(size, 1)
@@ -531,8 +531,8 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
         "threads": _threads(),
         "cpu_kernels": _cpu_kernels(device),
         "method": f"chained square matmuls in one tf.function on all threads, FLOP = 2 n^3; sizes grow until the "
-                  f"next adds < {growth:.0%} (both timed again in turns before it stops); per size a warm-up, then best of "
-                  f"{repeats} calls of >= {min_time_s} s; "
+                  f"next adds < {growth:.0%} (both timed again in turns before it stops); per size a warm-up, "
+                  f"then best of {repeats} calls of >= {min_time_s} s; "
                   f"the same for chained 3x3 convolutions of growing channel counts (FLOP = 2 per multiply-add); "
                   f"then each dtype's best size timed again {CONFIRM_ROUNDS} times, the dtypes in turn; "
                   f"the peak is the best over both, sizes and repeats; vector = K multiply-adds per element "

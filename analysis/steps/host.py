@@ -166,9 +166,9 @@ def _linked_to_own_step(other: pd.DataFrame, producers: pd.DataFrame) -> iv.Inte
 
 def call_entry_exit_ms(view: TraceView, steps: pd.DataFrame) -> float:
     """On a CPU, the time per row of `steps` (a call; `mean_without_stalls`) that compute spends before the
-    call's first op and after its last: the call's own dispatch (argument checks, the executor's set-up and tear-down, the wake-up
-    of its threads after the host's gap), which the breakdown counts as compute (as XProf does) and a call of
-    several steps pays once. NaN on devices, or where no op is traced."""
+    call's first op and after its last: the call's own dispatch (argument checks, the executor's set-up and
+    tear-down, the wake-up of its threads after the host's gap), which the breakdown counts as compute (as
+    XProf does) and a call of several steps pays once. NaN on devices, or where no op is traced."""
     if not view.device.empty or view.host.empty or steps.empty or "compute_ms" not in steps:
         return float("nan")
     ops = view.host[matches(view.host["name"], TF_OP_RE)]
@@ -188,7 +188,7 @@ def call_entry_exit_ms(view: TraceView, steps: pd.DataFrame) -> float:
             continue
         span_ns = min(int(op_ends[low:high].max()), int(end)) - int(op_starts[low])
         spans.append(max(0.0, compute_ms - span_ns / NS_PER_MS))
-    return mean_without_stalls(spans) if spans else float("nan")
+    return mean_without_stalls(spans)
 
 
 def step_breakdown(markers: pd.DataFrame, input_: iv.Intervals, compute: iv.Intervals, compile_: iv.Intervals,
