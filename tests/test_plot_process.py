@@ -129,3 +129,15 @@ def test_no_helper_in_a_process_with_other_threads():
                    "threading.Thread(target=time.sleep, args=(2,), daemon=True).start()\n"
                    "from analysis.render import plot_process\nprint(plot_process.start())")
     assert done.returncode == 0 and done.stdout.strip() == "None", done.stderr
+
+
+def test_the_helper_imports_matplotlib_without_its_3d_toolkit_and_says_nothing_of_it(tmp_path):
+    done = _python("import sys\nfrom analysis.render import plot_process\nplot_process.import_2d_matplotlib()\n"
+                   "from matplotlib.figure import Figure\n"
+                   "figure = Figure()\nfigure.add_subplot().plot([0, 1], [1, 0])\nfigure.savefig(sys.argv[1])\n"
+                   "print('mpl_toolkits.mplot3d.axes3d' in sys.modules, 'matplotlib.backends.backend_agg' in sys.modules)",
+                   str(tmp_path / "line.png"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "True"]
+    assert "Axes3D" not in done.stderr and "3D" not in done.stderr, done.stderr
+    assert (tmp_path / "line.png").read_bytes()[:4] == b"\x89PNG"
