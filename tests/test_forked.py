@@ -139,3 +139,31 @@ def test_the_command_begins_decoding_before_its_imports_and_prints_the_same(tmp_
     assert answers[0] is True  # its child answered
     assert printed["1"] == printed["0"] and '"verdict"' in printed["1"]
     assert not wire._BEGUN and not _children()
+
+
+@pytest.mark.parametrize("system", ["copies", "has no such call", "refuses", "copies part"])
+def test_the_childs_arrays_are_the_same_copied_from_it_or_sent_through_the_pipe(answers, monkeypatch, system):
+    """More buffers than one process_vm_readv call takes, of several kinds and an empty one; where the
+    system has no such call, refuses it or copies short, the pipe sends them all."""
+    calls = []
+    real = forked._process_vm_readv()
+    assert real is not None  # Linux: the copy is there to test
+
+    def vm_readv(pid, local, count, remote, remote_count, flags):
+        calls.append(count)
+        if system == "refuses" or (system == "copies part" and len(calls) == 2):
+            return -1
+        return real(pid, local, count, remote, remote_count, flags)
+
+    monkeypatch.setattr(forked, "_process_vm_readv", lambda: None if system == "has no such call" else vm_readv)
+    expected = [np.arange(1 + i % 7, dtype=np.int64) * i for i in range(forked.IOV_MAX + 100)]
+    expected += [np.linspace(0, 1, 300_001), np.array([], dtype=np.uint8), np.frombuffer(b"read-only", dtype=np.uint8)]
+    with forked.Beside(lambda given: [np.array(array) for array in expected], fork=True) as beside:
+        got = beside.result()
+    assert answers == [True]
+    assert len(got) == len(expected)
+    for mine, theirs in zip(expected, got):
+        assert mine.dtype == theirs.dtype and np.array_equal(mine, theirs)
+    assert calls == {"copies": [forked.IOV_MAX, 100 + 2], "has no such call": [], "refuses": [forked.IOV_MAX],
+                     "copies part": [forked.IOV_MAX, 100 + 2]}[system]
+    assert not _children()

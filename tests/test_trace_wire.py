@@ -203,11 +203,17 @@ def _no_children_left() -> bool:
 
 @pytest.mark.parametrize("names", [trace.EVENT_STAT_COLUMNS, None], ids=["kept stats", "every stat"])
 @pytest.mark.parametrize("placing", ["read into place", "refused", "not where read"])
-def test_the_second_half_decoded_by_a_forked_child_is_the_same(halves_of_small_traces, monkeypatch, names, placing):
+@pytest.mark.parametrize("copying", [True, False], ids=["copied from the child", "through the pipe"])
+def test_the_second_half_decoded_by_a_forked_child_is_the_same(halves_of_small_traces, monkeypatch, names, placing,
+                                                                copying):
     """The child's arrays are read straight into the columns; where that cannot be (`_place` refuses, or
-    they are found elsewhere), they are joined as parts: the same columns each way."""
+    they are found elsewhere), they are joined as parts: the same columns each way, copied from the
+    child's memory or, where the system refuses that, sent through the pipe."""
     place, as_sent = wire._EventBatches._place, wire._EventBatches._placed_as_sent
-    placed = []
+    placed, copied = [], []
+    copy_from = forked._copy_from
+    monkeypatch.setattr(forked, "_copy_from", lambda *args: copied.append(copying and copy_from(*args))
+                        or copied[-1])
     monkeypatch.setattr(wire._EventBatches, "_place", lambda self, sizes: None if placing == "refused" else
                         place(self, sizes))
     monkeypatch.setattr(wire._EventBatches, "_placed_as_sent", lambda self, answer: placed.append(
@@ -218,6 +224,7 @@ def test_the_second_half_decoded_by_a_forked_child_is_the_same(halves_of_small_t
     assert len(halves_of_small_traces) == 1 and isinstance(halves_of_small_traces[0], dict)  # the child answered
     assert 0 < halves_of_small_traces[0]["stat_event"] < halved.events.stat_event.size
     assert placed == ([] if placing == "refused" else [True])  # read into place, and found there
+    assert copied == [copying]
     _assert_same_decoding(alone, halved)
     assert _no_children_left()
 

@@ -3,8 +3,9 @@
 Reading and analysing a trace is numpy work on one core; part of it (some of the events'
 decoding, some analysis stages) can run on another core in a child forked from this process,
 which sees the trace and what was computed before without a copy. The child's arrays come back
-through a pipe out of band (pickle protocol 5), written once and read once into their final
-buffers.
+out of band (pickle protocol 5), copied once from its memory into their final buffers here
+(`process_vm_readv`: one copy, no turns of writer and reader), or, where the system refuses that
+(a container's seccomp, not Linux), through the pipe.
 
 Whatever goes wrong in the child (an exception, a kill, memory) reads as no answer: the caller
 computes that half itself, so the result and its errors are those of one process.
@@ -25,6 +26,8 @@ from typing import Generic, TypeVar, cast
 Placer = Callable[[list[int]], "list[memoryview] | None"]
 ENV_VAR = "DEVPROF_FORK"  # 0: all the reading and analysis in this one process
 _COUNT = struct.Struct("<Q")
+_COPIED, _USE_PIPE = b"c", b"p"  # this process's word to the child once it has its addresses
+IOV_MAX = 1024  # iovecs per process_vm_readv call (Linux's UIO_MAXIOV)
 
 
 def can_fork() -> bool:
@@ -49,13 +52,15 @@ class ForkedHalf:
 
     def __init__(self, work: Callable[[], object]):
         self.pid = 0
+        self.back = -1
         read_fd, write_fd = os.pipe()
+        back_read, back_write = os.pipe()  # this process's word to the child: copied, or send through the pipe
         _widen(read_fd)
         try:
             pid = os.fork()
         except OSError:
-            os.close(read_fd)
-            os.close(write_fd)
+            for fd in (read_fd, write_fd, back_read, back_write):
+                os.close(fd)
             self.fd = -1
             return
         if pid == 0:  # the child: never returns into the caller's code
@@ -63,14 +68,16 @@ class ForkedHalf:
             try:
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends this one
                 os.close(read_fd)
-                _send(write_fd, work())
+                os.close(back_write)
+                _send(write_fd, work(), back_read)
                 code = 0
             except BaseException:  # noqa: BLE001 - the parent computes this half itself
                 pass
             finally:
                 os._exit(code)  # not the parent's atexit handlers nor its buffered output
         os.close(write_fd)
-        self.pid, self.fd = pid, read_fd
+        os.close(back_read)
+        self.pid, self.fd, self.back = pid, read_fd, back_write
 
     def result(self, place: Placer | None = None) -> object | None:
         """The child's answer, or None where it gave none (it failed, was killed, or never started).
@@ -80,16 +87,17 @@ class ForkedHalf:
         if self.fd < 0:
             return None
         try:
-            return _receive(self.fd, place)
+            return _receive(self.fd, place, self.pid, self.back)
         except (OSError, EOFError, ValueError, pickle.UnpicklingError, struct.error):
             return None
         finally:
             self.close()
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        for fd in (self.fd, self.back):
+            if fd >= 0:
+                os.close(fd)
+        self.fd = self.back = -1
         if self.pid:
             try:
                 os.kill(self.pid, signal.SIGKILL)
@@ -181,12 +189,22 @@ def _with_warnings(work: Callable[[], object]) -> tuple[object, list[Warning]]:
     return value, [item.message for item in caught if isinstance(item.message, Warning)]
 
 
-def _send(fd: int, value: object) -> None:
+def _send(fd: int, value: object, back: int = -1) -> None:
+    """`value` pickled, then its buffers' addresses: the parent copies them from here and says so on
+    `back`, or asks for them through the pipe. The buffers live until then."""
     buffers: list[pickle.PickleBuffer] = []
     header = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
     views = [memoryview(header), *(buffer.raw() for buffer in buffers)]
     _write(fd, _COUNT.pack(len(views)) + b"".join(_COUNT.pack(view.nbytes) for view in views))
-    for view in views:
+    _write(fd, views[0])
+    if back >= 0 and len(views) > 1:
+        import numpy as np
+
+        _write(fd, b"".join(_COUNT.pack(np.frombuffer(view, dtype=np.uint8).ctypes.data if view.nbytes else 0)
+                            for view in views[1:]))
+        if os.read(back, 1) == _COPIED:
+            return
+    for view in views[1:]:
         _write(fd, view)
 
 
@@ -196,12 +214,21 @@ def _write(fd: int, data) -> None:
         view = view[os.write(fd, view):]
 
 
-def _receive(fd: int, place: Placer | None = None) -> object:
+def _receive(fd: int, place: Placer | None = None, pid: int = 0, back: int = -1) -> object:
     (count,) = _COUNT.unpack(_read(fd, _COUNT.size))
     sizes = struct.unpack(f"<{count}Q", _read(fd, _COUNT.size * count))
     header = _read(fd, sizes[0])
     views = place(list(sizes[1:])) if place is not None else None
     buffers: list[bytearray] | list[memoryview]
+    if back >= 0 and count > 1:
+        addresses = struct.unpack(f"<{count - 1}Q", _read(fd, _COUNT.size * (count - 1)))
+        if views is None:
+            buffers = [bytearray(size) for size in sizes[1:]]
+            views = [memoryview(buffer) for buffer in buffers]
+        if _copy_from(pid, addresses, views):
+            os.write(back, _COPIED)
+            return pickle.loads(header, buffers=views)
+        os.write(back, _USE_PIPE)
     if views is None:
         buffers = [_read(fd, size) for size in sizes[1:]]
     else:
@@ -209,6 +236,42 @@ def _receive(fd: int, place: Placer | None = None) -> object:
             _read_into(fd, view)
         buffers = views
     return pickle.loads(header, buffers=buffers)
+
+
+def _copy_from(pid: int, addresses: tuple[int, ...], views: list[memoryview]) -> bool:
+    """Whether the child's buffers at `addresses` were copied into `views` whole (process_vm_readv, in
+    batches of IOV_MAX); False where the system refuses it (a container's seccomp, no such call)."""
+    vm_readv = _process_vm_readv()
+    if vm_readv is None:
+        return False
+    import ctypes
+
+    import numpy as np
+
+    class IOVec(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
+
+    pairs = [(np.frombuffer(view, dtype=np.uint8).ctypes.data, address, view.nbytes)
+             for view, address in zip(views, addresses) if view.nbytes]
+    for first in range(0, len(pairs), IOV_MAX):
+        batch = pairs[first:first + IOV_MAX]
+        local = (IOVec * len(batch))(*[IOVec(here, size) for here, _, size in batch])
+        remote = (IOVec * len(batch))(*[IOVec(there, size) for _, there, size in batch])
+        if vm_readv(pid, local, len(batch), remote, len(batch), 0) != sum(size for *_, size in batch):
+            return False  # refused, or short: the pipe sends it all again
+    return True
+
+
+def _process_vm_readv():
+    try:
+        import ctypes
+
+        call = ctypes.CDLL(None, use_errno=True).process_vm_readv
+    except (OSError, AttributeError):  # not Linux, or a libc without it
+        return None
+    call.restype = ctypes.c_ssize_t
+    call.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+    return call
 
 
 def _read(fd: int, size: int) -> bytearray:
