@@ -18,6 +18,7 @@ class UsageError(Exception):
 
 NAME_MAX_BYTES = 255  # the longest file name Linux, macOS and Windows file systems take
 MAX_SEED = 2**32 - 1  # the largest seed Keras, NumPy and tf.data all take
+MAX_INJECTED_DELAY_MS = 60_000.0  # a cost injected in every step: more is a run that never ends
 
 
 def check_finite(option: str, value: float, minimum: float = 0.0, unit: str = "") -> str | None:
@@ -153,6 +154,11 @@ class RunConfig:
             problem = check_finite(option, value, minimum, unit)
             if problem:
                 raise UsageError(problem + (below if problem.startswith(f"{option} must be at least") else ""))
+        for option, value in (("--inject-input-delay-ms", t.inject_input_delay_ms),
+                              ("--inject-host-delay-ms", t.inject_host_delay_ms)):
+            if value > MAX_INJECTED_DELAY_MS:  # slept in every step: 1e9 ms was a run that never ended
+                raise UsageError(f"{option} must be at most {MAX_INJECTED_DELAY_MS:g} (a minute in every step; "
+                                 f"got {value:g})")
         if self.model is None and (self.dataset is not None or self.loss is not None):
             raise UsageError(f"{'--dataset' if self.dataset is not None else '--loss'} goes with --model "
                              "MODULE:FUNCTION (the CNN trains on CIFAR-10 or synthetic data with its own loss)")

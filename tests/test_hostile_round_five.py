@@ -337,3 +337,20 @@ def test_two_folders_naming_the_same_worker_read_the_one_devprof_writes_and_say_
     assert len(messages) == 2
     assert "worker-0, worker-00 all name worker 0; worker-0 is read" in messages[0]
     assert "worker-1, worker-001 all name worker 1; worker-1 is read" in messages[1]
+
+
+@pytest.mark.parametrize("option", ["--inject-input-delay-ms", "--inject-host-delay-ms"])
+@pytest.mark.parametrize("value", ["1e9", "60001"])
+def test_an_injected_delay_beyond_a_minute_a_step_is_a_usage_error(tmp_path, capsys, option, value):
+    """Was accepted: 1e9 ms slept in every step is a run that never ends."""
+    line = run_usage_error(capsys, tmp_path / "runs", option, value)
+    assert line == f"error: {option} must be at most 60000 (a minute in every step; got {float(value):g})"
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_sample_interval_with_no_sampling_is_a_usage_error(tmp_path, capsys):
+    """Was ignored in silence: --no-sample runs no sampler, so an interval says nothing."""
+    line = run_usage_error(capsys, tmp_path / "runs", "--sample-interval", "0.2")
+    assert line == ("error: --sample-interval 0.2 sets how often the samplers sample and --no-sample runs none: "
+                    "leave one of them out")
+    assert not (tmp_path / "runs").exists()
