@@ -111,6 +111,9 @@ def import_2d_matplotlib() -> None:
     `mpl_toolkits.mplot3d` only to register the "3d" projection, a quarter of its import time (0.08 of
     0.33 s); the helper draws 2-D plots and is its own process, so that import is refused here (matplotlib
     then warns that the 3-D projection is unavailable, which is on purpose and not shown)."""
+    from analysis.render import mpl_config
+
+    mpl_config.ensure_config_dir()
     sys.modules.setdefault("mpl_toolkits.mplot3d", None)  # None: `import` raises ImportError, which matplotlib catches
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Unable to import Axes3D")

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.read.run_files import UTILIZATION_COLUMNS
+from analysis.render import mpl_config
 from analysis.render.files import is_stream, open_stream, temporary_path
 
 PART_COLORS = {"input": "#d62728", "compute": "#2ca02c", "host": "#1f77b4", "collective": "#9467bd"}
@@ -33,6 +34,7 @@ WIDE_FIGURE = (12.0, 4.0)  # inches, for stacked areas
 def _subplots(figsize: tuple[float, float]):
     """A figure and its axes without pyplot: no backend to select, no registry of open figures
     to close, and a third less import time (`savefig` draws PNG with Agg)."""
+    mpl_config.ensure_config_dir()
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=figsize)
