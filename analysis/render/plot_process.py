@@ -114,7 +114,8 @@ def import_2d_matplotlib() -> None:
     from analysis.render import mpl_config
 
     mpl_config.ensure_config_dir()
-    sys.modules.setdefault("mpl_toolkits.mplot3d", None)  # None: `import` raises ImportError, which matplotlib catches
+    if "mpl_toolkits.mplot3d" not in sys.modules:  # None: `import` raises ImportError, which matplotlib catches
+        sys.modules["mpl_toolkits.mplot3d"] = None  # type: ignore[assignment]
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Unable to import Axes3D")
         import matplotlib.backends.backend_agg  # noqa: F401

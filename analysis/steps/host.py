@@ -110,11 +110,14 @@ def host_compute_intervals(view: TraceView, markers: pd.DataFrame) -> iv.Interva
     marker_thread_work = iv.intersect(intervals(host[on_marker_line & ~wrappers]), inside_markers)
 
     linked_producers = _producer_markers(host[on_marker_line & host["_p"].notna()], markers)
-    other = host[~on_marker_line]
-    if not linked_producers.empty and other["_c"].notna().any():
-        return iv.union_of(marker_thread_work, _linked_to_own_step(other, linked_producers))
-    is_execution = matches(other["name"], producers.pattern("host_execution")) | matches(other["name"], TF_OP_RE)
-    return iv.union_of(marker_thread_work, intervals(other[is_execution]))
+    # Masks over the whole table, and only the rows each branch uses taken: the other threads' events
+    # are most of a trace (a copy of them was a third of this function).
+    consumers = ~on_marker_line & host["_c"].notna()
+    if not linked_producers.empty and consumers.any():
+        return iv.union_of(marker_thread_work,
+                           _linked_to_own_step(host.loc[consumers, ["start_ns", "end_ns", "_c"]], linked_producers))
+    is_execution = matches(host["name"], producers.pattern("host_execution")) | matches(host["name"], TF_OP_RE)
+    return iv.union_of(marker_thread_work, intervals(host[~on_marker_line & is_execution]))
 
 
 def _callers(events: pd.DataFrame, markers: pd.DataFrame) -> pd.Series:
@@ -154,11 +157,10 @@ def _producer_markers(producing: pd.DataFrame, markers: pd.DataFrame) -> pd.Data
     return found[["_p", "marker_start_ns", "marker_end_ns"]].astype({"marker_start_ns": "int64", "marker_end_ns": "int64"})
 
 
-def _linked_to_own_step(other: pd.DataFrame, producers: pd.DataFrame) -> iv.Intervals:
-    """Spans whose `_c` names a producer in `producers`, clipped to the producer's marker."""
-    linked = other.loc[other["_c"].notna(), ["start_ns", "end_ns", "_c"]].merge(
-        producers, left_on="_c", right_on="_p", how="inner"
-    )
+def _linked_to_own_step(consumers: pd.DataFrame, producers: pd.DataFrame) -> iv.Intervals:
+    """Spans of `consumers` (`start_ns`, `end_ns`, `_c`) whose `_c` names a producer in `producers`,
+    clipped to the producer's marker."""
+    linked = consumers.merge(producers, left_on="_c", right_on="_p", how="inner")
     starts = np.maximum(linked["start_ns"].to_numpy(dtype=np.int64), linked["marker_start_ns"].to_numpy())
     ends = np.minimum(linked["end_ns"].to_numpy(dtype=np.int64), linked["marker_end_ns"].to_numpy())
     return iv.union(starts, ends)
