@@ -90,8 +90,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "with --workers N, worker i listens on PORT + i")
     g = run.add_argument_group("samplers")
     g.add_argument("--no-sample", dest="sample", action="store_false", help="no utilization sampling")
-    g.add_argument("--sample-interval", type=float, default=None,
-                   help="seconds between samples (default 0.5, minimum 0.05)")
+    g.add_argument("--sample-interval", type=float, default=0.5, action=_StoreGiven,
+                   help="seconds between samples (minimum 0.05)")
     run.set_defaults(handler=handle)
     global PARSER
     PARSER = run
@@ -99,6 +99,21 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 PARSER: argparse.ArgumentParser | None = None  # `devprof run`'s parser: the launcher passes its options on
+
+
+class _StoreGiven(argparse.Action):
+    """Stores the value, and that the option was given (`<dest>_given`): its default still shows in --help."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_given", True)
+
+
+def _a_valid_interval(seconds: float) -> bool:
+    from profiler import samplers
+    from profiler.config import check_finite
+
+    return check_finite("--sample-interval", seconds, samplers.MIN_INTERVAL_S, " s") is None
 
 
 def injection(text: str):
@@ -110,12 +125,6 @@ def injection(text: str):
         return parse_injection(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _sample_interval(args: argparse.Namespace) -> float:
-    from profiler import samplers
-
-    return samplers.DEFAULT_INTERVAL_S if args.sample_interval is None else args.sample_interval
 
 
 def build_config(args: argparse.Namespace, cluster=None):
@@ -133,7 +142,7 @@ def build_config(args: argparse.Namespace, cluster=None):
                           inject_host_delay_ms=args.inject_host_delay_ms.ms),
         profile=args.profile, profile_steps=args.profile_steps, tracer=tracer_options(args),
         profiler_port=args.profiler_port, scalars_every=args.scalars_every,
-        sample=args.sample, sample_interval=_sample_interval(args), measure_peak=args.measure_peak,
+        sample=args.sample, sample_interval=args.sample_interval, measure_peak=args.measure_peak,
         quiet=args.quiet, cluster=cluster, inject_input_worker=args.inject_input_delay_ms.worker,
         inject_host_worker=args.inject_host_delay_ms.worker, collective_timeout_s=args.collective_timeout_s,
         model=args.model, dataset=args.dataset, loss=args.loss, onednn_kernels=args.onednn_kernels,
@@ -146,7 +155,8 @@ def handle(args: argparse.Namespace) -> int:
     from profiler.config import UsageError
     from profiler.run import Run, Terminated
 
-    if not args.sample and args.sample_interval is not None:  # was ignored in silence
+    if not args.sample and getattr(args, "sample_interval_given", False) and _a_valid_interval(args.sample_interval):
+        # was ignored in silence (an interval that cannot work is refused as such, by the checks of every run)
         return error(f"--sample-interval {args.sample_interval:g} sets how often the samplers sample and --no-sample "
                      "runs none: leave one of them out")
     devices.prefer_onednn()  # before TensorFlow is imported, here or in the workers
