@@ -647,13 +647,15 @@ class _EventBatches:
             incoming[keys[i % len(keys)]] += size // itemsizes[i % len(keys)]
         columns, cursor = {}, {}
         for key in keys:
-            own = [part[key] for part in self.parts]
-            column = np.empty(sum(array.size for array in own) + incoming[key], dtype=PART_COLUMNS[key])
+            column = np.empty(sum(part[key].size for part in self.parts) + incoming[key], dtype=PART_COLUMNS[key])
             at = 0
-            for array in own:
-                column[at:at + array.size] = array
-                at += array.size
+            for part in self.parts:
+                size = part[key].size
+                column[at:at + size] = part[key]
+                part[key] = column[at:at + size]  # a view of its place from here on: its own array is freed
+                at += size
             columns[key], cursor[key] = column, at
+        release_freed_memory()  # before the child's arrays arrive: this process's parts are not held twice
         views = []
         for i, size in enumerate(sizes):
             key = keys[i % len(keys)]
