@@ -187,7 +187,7 @@ def halves_of_small_traces(monkeypatch):
 
     def recorded(self, *args):
         answer = result(self, *args)
-        answers.append(None if answer is None else {"stat_event": sum(len(part["stat_event"]) for part in answer)})
+        answers.append(None if answer is None else {"stat_event": sum(len(part["stat_event"]) for part in answer[0])})
         return answer
 
     monkeypatch.setattr(forked.ForkedHalf, "result", recorded)
@@ -243,6 +243,55 @@ def test_a_child_that_fails_leaves_its_half_to_this_process(halves_of_small_trac
     halved = wire.decode_xspace(data, trace.EVENT_STAT_COLUMNS, halves=True)
     assert halves_of_small_traces == [None]
     _assert_same_decoding(wire.decode_xspace(data, trace.EVENT_STAT_COLUMNS, halves=False), halved)
+    assert _no_children_left()
+
+
+def _two_planes_with_trailing_line_fields():
+    """The long lines, a second plane after them, and lines whose fields after their events (duration,
+    display id and name: after the events in field-number order) only the one who reads them on knows."""
+    space = _long_space()
+    for line in space.planes[0].lines:
+        line.duration_ps, line.display_id, line.display_name = 10**12, 7, f"shown {line.name}"
+    device = space.planes.add(id=2, name="/device:GPU:0")
+    device.stat_metadata[1].name = "correlation_id"
+    device.event_metadata[1].name = "kernel"
+    for line_id in range(2):
+        line = device.lines.add(id=line_id, name=f"stream {line_id}", timestamp_ns=5, display_name="after")
+        for i in range(150):
+            line.events.add(metadata_id=1, offset_ps=1000 * i, duration_ps=500).stats.add(metadata_id=1, uint64_value=i)
+    device.lines.add(id=9, name="no events", display_name="empty")
+    space.hostnames.append("host")
+    return space
+
+
+@pytest.mark.parametrize("share", [0.02, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9, 0.97, 0.999])
+@pytest.mark.parametrize("child", ["answers", "is killed"])
+def test_lines_left_to_the_child_from_any_byte_are_located_and_decoded_the_same(halves_of_small_traces, monkeypatch,
+                                                                                share, child):
+    """`begin` locates the events up to a byte and leaves the lines from there (and the rest of the line
+    that byte falls in) to the child, which locates and decodes them: the same events and lines, from
+    wherever the byte falls (in events, in a line's fields after them, in a plane's metadata), and the
+    same where the child is killed and the work is done here."""
+    parent = os.getpid()
+    decode = wire._EventBatches._decode_chunk
+
+    def killed_in_the_child(self, *chunk):
+        if child == "is killed" and os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return decode(self, *chunk)
+
+    monkeypatch.setattr(wire._EventBatches, "_decode_chunk", killed_in_the_child)
+    data = _two_planes_with_trailing_line_fields().SerializeToString()
+    alone = wire.decode_xspace(data, trace.READ_STATS, trace.READ_NUMBERS, halves=False)
+    located = wire._located(data, trace.READ_STATS, halves=True, limit=int(len(data) * (1 - share)))
+    assert located.batches is not None and located.batches.deferred  # something is the child's
+    located.batches.start_deferred()
+    begun = located.finish(trace.READ_NUMBERS)
+    _assert_same_decoding(alone, begun)
+    assert [line.display_name for line in begun.lines][-3:] == ["after", "after", "empty"]
+    assert halves_of_small_traces == ([None] if child == "is killed" else [halves_of_small_traces[0]])
+    if child == "answers":
+        assert halves_of_small_traces[0] is not None
     assert _no_children_left()
 
 

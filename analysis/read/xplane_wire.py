@@ -24,6 +24,7 @@ import gc
 import mmap
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -544,7 +545,7 @@ class _EventBatches:
     def __init__(self, buf, data: np.ndarray, wanted_stat_names, halves: bool = False):
         self.buf, self.data, self.wanted_stat_names = buf, data, wanted_stat_names
         self.halves = halves
-        self.split: tuple[list, list] | None = None  # the chunks decoded here, and the child's
+        self.split: list | None = None  # the chunks decoded here (the child has the rest: `rest`)
         self.placed: dict[str, np.ndarray] | None = None  # the columns whole, the child's part read into them
         self.child: forked.ForkedHalf | None = None
         self.wanted_ids: list[np.ndarray] = []  # per plane: the stat metadata ids to keep
@@ -553,6 +554,11 @@ class _EventBatches:
         self.pending: list[tuple[int, int, int]] = []  # (line row, plane, events) of the lines not decoded yet
         self.parts: list[dict] = []
         self.first_event = 0
+        # `limit`: a byte from which the lines are left to the child (`defer`), located by it and decoded
+        self.limit: int | None = None
+        self.deferred: list[tuple[int, int, int, int, int, LineInfo]] = []  # (row, plane, line, pos, stop, its info)
+        self.rest: Callable[[], tuple[list[dict], dict[int, LineInfo]]] | None = None  # the child's work, done here
+        self.located_lines: dict[int, LineInfo] = {}  # row -> the line as the child located it
 
     def add_plane(self, stat_names: dict[int, str]) -> None:
         if self.wanted_stat_names is not None:
@@ -567,6 +573,10 @@ class _EventBatches:
             self.pending.append((line_row, plane, tags.size))
             self.pending_events += tags.size
         return pos, tags.size
+
+    def defer(self, row: int, plane: int, line_index: int, pos: int, stop: int, line: LineInfo) -> None:
+        """A line from `pos` on (its events and fields up to `stop`) left to the child to locate."""
+        self.deferred.append((row, plane, line_index, pos, stop, line))
 
     def flush_if_full(self) -> None:
         if self.pending_events >= BATCH_EVENTS and not self.halves:
@@ -605,35 +615,53 @@ class _EventBatches:
         half = int(np.searchsorted(ends, ends[-1] * (1 - (CHILD_SHARE if child_share is None else child_share))))
         second_first = self.first_event + sum(tags.size for tags, _, _ in chunks[:half])
 
-        def decode_second_half() -> list[dict]:
+        def decode_second_half() -> tuple[list[dict], dict[int, LineInfo]]:
             self.first_event = second_first
-            return [self._decode_chunk(*chunk) for chunk in chunks[half:]]
+            return [self._decode_chunk(*chunk) for chunk in chunks[half:]], {}
 
-        self.split = (chunks[:half], chunks[half:])
+        self.split = chunks[:half]
+        self.rest = decode_second_half
         self.child = forked.ForkedHalf(decode_second_half)
 
+    def start_deferred(self) -> None:
+        """Fork the child that locates the lines left to it (`defer`) and decodes their events, while
+        `columns()` decodes the events located here: the child's share of the locating is done beside
+        this process's imports too."""
+        mine = self._pending_chunks()
+        after_mine = self.first_event + sum(tags.size for tags, _, _ in mine)
+
+        def locate_and_decode() -> tuple[list[dict], dict[int, LineInfo]]:
+            self.first_event, self.limit = after_mine, None
+            located = {row: _read_line(self.buf, pos, stop, plane, line_index, row, self, line=line)
+                       for row, plane, line_index, pos, stop, line in self.deferred}
+            return [self._decode_chunk(*chunk) for chunk in self._pending_chunks()], located
+
+        self.split = mine
+        self.rest = locate_and_decode
+        self.child = forked.ForkedHalf(locate_and_decode)
+
     def _finish_halves(self) -> None:
-        """The first part decoded here, then the child's answer; without one, its part decoded here too."""
-        assert self.split is not None
-        mine, theirs = self.split
+        """The first part decoded here, then the child's answer; without one, its part done here too."""
+        assert self.split is not None and self.rest is not None
         try:
-            for chunk in mine:
+            for chunk in self.split:
                 self.parts.append(self._decode_chunk(*chunk))
             answer = self.child.result(self._place) if self.child is not None else None
         finally:
             self.close()
-        if isinstance(answer, list) and self.placed is not None and not self._placed_as_sent(answer):
-            self.placed = None  # its arrays are not where they were to be read: joined as parts instead
-        if isinstance(answer, list):
-            if self.placed is None:
-                self.parts += answer
-            else:
-                self.parts = []
-            self.first_event += sum(tags.size for tags, _, _ in theirs)
-        else:
+        if not (isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[0], list)):
             self.placed = None
-            for chunk in theirs:
-                self.parts.append(self._decode_chunk(*chunk))
+            theirs, self.located_lines = self.rest()  # the same work, here
+            self.parts += theirs
+            return
+        theirs, self.located_lines = answer
+        if self.placed is not None and not self._placed_as_sent(theirs):
+            self.placed = None  # its arrays are not where they were to be read: joined as parts instead
+        if self.placed is None:
+            self.parts += theirs
+        else:
+            self.parts = []
+        self.first_event += sum(part["line_row"].size for part in theirs)
 
     def _place(self, sizes: list[int]) -> list[memoryview] | None:
         """The columns whole, this process's parts copied in, and where the child's arrays (parts of
@@ -781,6 +809,8 @@ class _Located:
         self.batches = None
         try:
             events = batches.columns()
+            for row, line in batches.located_lines.items():
+                lines[row] = line
             stat_plane = np.array([line.plane for line in lines], dtype=np.int64)[events.line_row[events.stat_event]]
             name_code, names = _stat_name_codes(events.stat_metadata_id, stat_plane, planes)
             number_codes = [code for code, name in enumerate(names) if name in number_stat_names]
@@ -801,13 +831,15 @@ class _Located:
             self.batches = None
 
 
-def _located(buf, wanted_stat_names, halves: bool) -> _Located:
+def _located(buf, wanted_stat_names, halves: bool, limit: int | None = None) -> _Located:
+    """The planes and lines read, and the events located (from `limit` on: left to a child, `defer`)."""
     check_xspace_layout(buf)
     planes: list[PlaneInfo] = []
     lines: list[LineInfo] = []
     hostnames: list[str] = []
     batches = _EventBatches(buf, np.frombuffer(buf, dtype=np.uint8),
                             None if wanted_stat_names is None else frozenset(wanted_stat_names), halves)
+    batches.limit = limit
     for number, wire, start, stop in _fields(buf, 0, len(buf)):
         if number == 1 and wire == WIRE_LEN:
             planes.append(_read_plane(buf, start, stop, len(planes), lines, batches))
@@ -818,9 +850,20 @@ def _located(buf, wanted_stat_names, halves: bool) -> _Located:
 
 # ---------------------------------------------------------------- a decode begun before the caller's imports
 
-# The child's share of a decode begun early: it has the caller's imports (pandas, the analysis: 0.35 s)
-# as a head start, so that both parts end together.
-EARLY_CHILD_SHARE = 0.75
+# A decode begun early: the child locates and decodes the file's last bytes while the caller imports
+# pandas and the analysis (about 0.3 s), worth locating and decoding about this many bytes of trace (on
+# any machine: both are the same kind of work), then locates and decodes the rest. So that both end
+# together, the child's share is half the file and half of that head start: 0.75 of a 32 MB trace (1M
+# events), 0.63 of 64 MB.
+IMPORTS_AS_TRACE_BYTES = 16_000_000
+EARLY_CHILD_SHARE_MAX = 0.8
+
+
+def early_child_share(size: int) -> float:
+    """The child's share of the bytes of a trace of `size` bytes whose decoding is begun early."""
+    return min(EARLY_CHILD_SHARE_MAX, 0.5 + IMPORTS_AS_TRACE_BYTES / (2 * max(size, 1)))
+
+
 _BEGUN: dict[tuple, tuple[_Located, mmap.mmap]] = {}  # (file identity, names) -> (the decode, its memory map)
 
 
@@ -836,8 +879,9 @@ def _identity(path, wanted_stat_names, number_stat_names) -> tuple | None:
 
 
 def begin(path, wanted_stat_names, number_stat_names=()) -> bool:
-    """Begin decoding the trace file at `path` now: its events located and a child forked that decodes
-    the last `EARLY_CHILD_SHARE` of them, while the caller goes on (imports pandas); `take` finishes it
+    """Begin decoding the trace file at `path` now: its first events located here and a child forked that
+    locates and decodes the rest (the last `early_child_share` of its bytes) while the caller goes on
+    (imports pandas); `take` finishes it
     for the same file and names. Only where a child can be forked and the file is big enough to pay
     for it; a file that cannot be read is left to the read that follows, to report as it always does."""
     key = _identity(path, wanted_stat_names, number_stat_names)
@@ -846,9 +890,13 @@ def begin(path, wanted_stat_names, number_stat_names=()) -> bool:
     buf = None
     try:
         buf = open_trace_bytes(path)
-        located = _located(buf, wanted_stat_names, halves=True)
-        if located.batches is not None and located.batches.pending_events >= HALVES_MIN_EVENTS:
-            located.batches.start_halves(EARLY_CHILD_SHARE)
+        share = early_child_share(len(buf))
+        located = _located(buf, wanted_stat_names, halves=True, limit=int(len(buf) * (1 - share)))
+        batches = located.batches
+        if batches is not None and batches.deferred:
+            batches.start_deferred()
+        elif batches is not None and batches.pending_events >= HALVES_MIN_EVENTS:
+            batches.start_halves(share)
     except (OSError, ValueError, IndexError, MemoryError):  # WireError is a ValueError; the read reports it
         if buf is not None:
             close_map(buf)
@@ -982,20 +1030,32 @@ def _read_plane(buf, start: int, stop: int, plane_index: int, lines: list, batch
     # Lines after the whole plane: which stats to keep is known by name only once stat_metadata is read.
     batches.add_plane(plane.stat_names)
     for line_index, (line_start, line_stop) in enumerate(line_spans):
-        lines.append(_read_line(buf, line_start, line_stop, plane_index, line_index, len(lines), batches))
+        row = len(lines)
+        if batches.limit is not None and line_start >= batches.limit:  # the child's, whole
+            line = LineInfo(plane_index, line_index, 0, "", "", 0, 0)
+            batches.defer(row, plane_index, line_index, line_start, line_stop, line)
+            lines.append(line)
+            continue
+        lines.append(_read_line(buf, line_start, line_stop, plane_index, line_index, row, batches,
+                                limit=batches.limit))
         batches.flush_if_full()
     return plane
 
 
 def _read_line(buf, start: int, stop: int, plane_index: int, line_index: int, row: int,
-               batches: _EventBatches) -> LineInfo:
-    line = LineInfo(plane_index, line_index, 0, "", "", 0, 0)
+               batches: _EventBatches, line: LineInfo | None = None, limit: int | None = None) -> LineInfo:
+    """The line whose fields lie in [start, stop) (`line`: its info so far, the line read on from `start`);
+    with `limit`, the events from that byte on and what follows them are left to `batches.defer`."""
+    line = line if line is not None else LineInfo(plane_index, line_index, 0, "", "", 0, 0)
     pos = start
     try:
         while pos < stop:
             if buf[pos] == 0x22:  # events: located here, decoded later with their batch
-                pos, added = batches.add_events(row, plane_index, pos, stop)
+                pos, added = batches.add_events(row, plane_index, pos, stop if limit is None else min(stop, limit))
                 line.events += added
+                if limit is not None and limit <= pos < stop and buf[pos] == 0x22:  # the rest is the child's
+                    batches.defer(row, plane_index, line_index, pos, stop, line)
+                    return line
                 if pos > stop:
                     raise WireError("field runs past the end of its message")
                 continue
