@@ -205,7 +205,7 @@ def _no_children_left() -> bool:
 @pytest.mark.parametrize("placing", ["read into place", "refused", "not where read"])
 @pytest.mark.parametrize("copying", [True, False], ids=["copied from the child", "through the pipe"])
 def test_the_second_half_decoded_by_a_forked_child_is_the_same(halves_of_small_traces, monkeypatch, names, placing,
-                                                                copying):
+                                                                copying, system_copies_from_a_child):
     """The child's arrays are read straight into the columns; where that cannot be (`_place` refuses, or
     they are found elsewhere), they are joined as parts: the same columns each way, copied from the
     child's memory or, where the system refuses that, sent through the pipe."""
@@ -224,7 +224,7 @@ def test_the_second_half_decoded_by_a_forked_child_is_the_same(halves_of_small_t
     assert len(halves_of_small_traces) == 1 and isinstance(halves_of_small_traces[0], dict)  # the child answered
     assert 0 < halves_of_small_traces[0]["stat_event"] < halved.events.stat_event.size
     assert placed == ([] if placing == "refused" else [True])  # read into place, and found there
-    assert copied == [copying]
+    assert copied == [copying and system_copies_from_a_child]
     _assert_same_decoding(alone, halved)
     assert _no_children_left()
 
