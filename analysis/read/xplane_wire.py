@@ -527,8 +527,8 @@ def _decode_stats(data: np.ndarray, starts: np.ndarray, stops: np.ndarray, wante
 # Events from which the second half is decoded by a forked child (forked.py) where it can be: below
 # this, the fork and the pipe cost more than the half saves.
 HALVES_MIN_EVENTS = 1 << 17
-# The child's share of the bytes: less than half, as its answer still has to cross the pipe (a
-# 1M-event trace: 0.13 s after 0.3 s of decoding).
+# The child's share of the bytes where both start together: less than half, as its answer still has to
+# come back (copied from its memory, or through the pipe).
 CHILD_SHARE = 0.4
 
 
@@ -881,9 +881,9 @@ def _identity(path, wanted_stat_names, number_stat_names) -> tuple | None:
 def begin(path, wanted_stat_names, number_stat_names=()) -> bool:
     """Begin decoding the trace file at `path` now: its first events located here and a child forked that
     locates and decodes the rest (the last `early_child_share` of its bytes) while the caller goes on
-    (imports pandas); `take` finishes it
-    for the same file and names. Only where a child can be forked and the file is big enough to pay
-    for it; a file that cannot be read is left to the read that follows, to report as it always does."""
+    (imports pandas); `take` finishes it for the same file and names. Only where a child can be forked
+    and the file is big enough to pay for it; a file that cannot be read is left to the read that
+    follows, to report as it always does."""
     key = _identity(path, wanted_stat_names, number_stat_names)
     if key is None or not HALVES_MIN_EVENTS * 16 <= key[2] <= TRACE_MAX_BYTES or key in _BEGUN or not forked.can_fork():
         return False
