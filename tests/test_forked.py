@@ -141,17 +141,19 @@ def test_the_command_begins_decoding_before_its_imports_and_prints_the_same(tmp_
     assert not wire._BEGUN and not _children()
 
 
-@pytest.mark.parametrize("system", ["copies", "has no such call", "refuses", "copies part"])
+@pytest.mark.parametrize("system", ["copies", "has no such call", "refuses", "copies part", "fails"])
 def test_the_childs_arrays_are_the_same_copied_from_it_or_sent_through_the_pipe(answers, monkeypatch, system,
                                                                               system_copies_from_a_child):
     """More buffers than one process_vm_readv call takes, of several kinds and an empty one; where the
-    system has no such call, refuses it or copies short, the pipe sends them all."""
+    system has no such call, refuses it, copies short or the call fails, the pipe sends them all."""
     calls = []
     real = forked._process_vm_readv()
     assert real is not None  # Linux: the copy is there to test
 
     def vm_readv(pid, local, count, remote, remote_count, flags):
         calls.append(count)
+        if system == "fails":
+            raise OSError("as a broken call would")
         if system == "refuses" or (system == "copies part" and len(calls) == 2):
             return -1
         return real(pid, local, count, remote, remote_count, flags)
@@ -166,5 +168,6 @@ def test_the_childs_arrays_are_the_same_copied_from_it_or_sent_through_the_pipe(
     for mine, theirs in zip(expected, got):
         assert mine.dtype == theirs.dtype and np.array_equal(mine, theirs)
     both = [forked.IOV_MAX, 100 + 2] if system_copies_from_a_child else [forked.IOV_MAX]  # else the first is refused
-    assert calls == {"copies": both, "has no such call": [], "refuses": [forked.IOV_MAX], "copies part": both}[system]
+    assert calls == {"copies": both, "has no such call": [], "refuses": [forked.IOV_MAX], "copies part": both,
+                     "fails": [forked.IOV_MAX]}[system]
     assert not _children()

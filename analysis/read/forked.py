@@ -225,7 +225,11 @@ def _receive(fd: int, place: Placer | None = None, pid: int = 0, back: int = -1)
         if views is None:
             buffers = [bytearray(size) for size in sizes[1:]]
             views = [memoryview(buffer) for buffer in buffers]
-        if _copy_from(pid, addresses, views):
+        try:
+            copied = _copy_from(pid, addresses, views)
+        except Exception:  # noqa: BLE001 - any failure of the copy: the pipe sends it instead
+            copied = False
+        if copied:
             os.write(back, _COPIED)
             return pickle.loads(header, buffers=views)
         os.write(back, _USE_PIPE)
