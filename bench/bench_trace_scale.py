@@ -198,8 +198,8 @@ def helper_usage(run: str, out: str) -> None:
     started, memory = [], {}
     real_start, real_close = plot_process.start, plot_process.PlotProcess.close
 
-    def start():
-        started.append(real_start())
+    def start(*args, **kwargs):
+        started.append(real_start(*args, **kwargs))
         return started[-1]
 
     def close(helper):  # the helper has drawn and waits to be ended: what of its memory is its own

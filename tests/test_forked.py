@@ -51,6 +51,30 @@ def test_the_childs_answer_and_its_warnings_are_this_processs(answers):
     assert not _children()
 
 
+@pytest.mark.parametrize("answered", [True, False])
+def test_what_waits_for_a_child_to_end_runs_once_after_the_first_one_has(answered, answers, monkeypatch):
+    monkeypatch.setattr(forked, "_WHEN_A_CHILD_ENDS", [])
+    parent, called = os.getpid(), []
+
+    def work(given):
+        if not answered and os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return "done"
+
+    forked.call_when_a_child_ends(lambda: 1 / 0)  # the helper's error, not the caller's
+    forked.call_when_a_child_ends(lambda: called.append(_children()))
+    with forked.Beside(work, fork=True) as beside:
+        beside.give(None)
+        assert called == []
+        assert beside.result() == "done"
+    assert answers == [answered]
+    assert called == [[]]  # once, with the child ended and reaped
+    with forked.Beside(work, fork=True) as beside:
+        beside.give(None)
+        beside.result()
+    assert called == [[]]
+
+
 def test_a_child_that_gives_no_answer_leaves_the_work_here(answers):
     parent = os.getpid()
 

@@ -50,8 +50,8 @@ import json, sys
 from analysis.render import plot_process
 started = []
 real_start = plot_process.start
-def start():
-    helper = real_start()
+def start(*args, **kwargs):
+    helper = real_start(*args, **kwargs)
     started.append(helper is not None)
     return helper
 plot_process.start = start
@@ -141,3 +141,83 @@ def test_the_helper_imports_matplotlib_without_its_3d_toolkit_and_says_nothing_o
     assert done.stdout.split() == ["False", "True"]
     assert "Axes3D" not in done.stderr and "3D" not in done.stderr, done.stderr
     assert (tmp_path / "line.png").read_bytes()[:4] == b"\x89PNG"
+
+
+WAITING = """
+import sys, time
+import analysis
+from analysis.render import outputs, plot_process
+
+def matplotlib_in(pid):
+    with open(f'/proc/{pid}/maps') as maps:
+        return 'ft2font' in maps.read()  # one of matplotlib's compiled modules
+
+result = analysis.analyze(sys.argv[1])
+helper = plot_process.start(wait=True)
+time.sleep(0.5)
+before = matplotlib_in(helper.pid)
+helper.go()
+helper.go()  # once is enough; a second does nothing
+deadline = time.monotonic() + 60
+while not matplotlib_in(helper.pid) and time.monotonic() < deadline:
+    time.sleep(0.02)
+after = matplotlib_in(helper.pid)
+helper.close()
+never_told = plot_process.start(wait=True)  # asked to draw without a go: drawing is one
+written = outputs.write_outputs(result, sys.argv[2], never_told)
+print(before, after, 'matplotlib' in sys.modules, sorted(p.name for p in written if p.suffix == '.png'))
+"""
+
+
+def test_a_waiting_helper_imports_nothing_until_it_is_told_to_go_or_asked_to_draw(tmp_path):
+    run = _run_dir(tmp_path)
+    done = _python(WAITING, str(run), str(tmp_path / "out"), env={"OPENBLAS_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, after, here, pngs = done.stdout.split(" ", 3)
+    assert (before, after, here) == ("False", "True", "False")
+    assert pngs.strip() == "['epoch_breakdown.png', 'step_breakdown.png', 'utilization.png']"
+
+
+ORDER = """
+import json, sys
+from analysis.read import xplane_wire as wire
+from analysis.render import plot_process
+import analysis.pipeline as pipeline
+wire.CHUNK_EVENTS, wire.HALVES_MIN_EVENTS = 16, 0  # a small trace read as a large one is: begun, in two parts
+events = []
+real_start, real_go, real_read = plot_process.start, plot_process.PlotProcess.go, pipeline.read_inputs
+
+def start(*args, **kwargs):
+    events.append(f"start wait={kwargs.get('wait', False)}")
+    return real_start(*args, **kwargs)
+
+def go(self):
+    if self._waiting:
+        events.append("go")
+    real_go(self)
+
+def read_inputs(*args):
+    events.append("read")
+    inputs = real_read(*args)
+    events.append("read done")
+    return inputs
+
+plot_process.start, plot_process.PlotProcess.go, pipeline.read_inputs = start, go, read_inputs
+from profiler import cli
+code = cli.main(['analyze', *sys.argv[1:]])
+print(json.dumps({'code': code, 'events': events, 'matplotlib': 'matplotlib' in sys.modules}), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("fork", ["1", "0"])
+def test_the_command_forks_the_helper_before_the_read_and_lets_it_go_once_a_core_is_free(tmp_path, fork):
+    """With the read's own child, the helper goes when that child has ended, while the read finishes here;
+    without one, once the trace is read."""
+    run = _run_dir(tmp_path)
+    # numpy is imported before the command sets this, which keeps its BLAS from starting threads
+    done = _python(ORDER, str(run), "--out", str(tmp_path / "out"), env={"DEVPROF_FORK": fork, "OPENBLAS_NUM_THREADS": "1"})
+    report = _report(done)
+    assert report["code"] == 0 and not report["matplotlib"], done.stderr[-2000:]
+    assert report["events"] == (["start wait=True", "read", "go", "read done"] if fork == "1"
+                                else ["start wait=True", "read", "read done", "go"])
+    assert (tmp_path / "out" / "step_breakdown.png").read_bytes()[:4] == b"\x89PNG"

@@ -46,6 +46,27 @@ def can_fork() -> bool:
         return False
 
 
+_WHEN_A_CHILD_ENDS: list[tuple[int, Callable[[], object]]] = []  # (the registering process, callback)
+
+
+def call_when_a_child_ends(callback: Callable[[], object]) -> None:
+    """Call `callback()` once, the first time a forked child of this process has answered and ended: its
+    core and its memory are free, so a helper kept idle while both cores were busy (and the memory at
+    its peak) can start its work. Errors of the callback are the helper's to report, not the caller's."""
+    _WHEN_A_CHILD_ENDS.append((os.getpid(), callback))
+
+
+def _a_child_ended() -> None:
+    pid = os.getpid()
+    due = [callback for owner, callback in _WHEN_A_CHILD_ENDS if owner == pid]  # not a forked child's copies
+    _WHEN_A_CHILD_ENDS.clear()
+    for callback in due:
+        try:
+            callback()
+        except Exception:  # noqa: BLE001 - see call_when_a_child_ends
+            pass
+
+
 class ForkedHalf:
     """A child running `work()` (it returns picklable data, numpy arrays out of band); `result()` is
     its answer or None, `close()` ends and reaps it."""
@@ -92,6 +113,7 @@ class ForkedHalf:
             return None
         finally:
             self.close()
+            _a_child_ended()
 
     def close(self) -> None:
         for fd in (self.fd, self.back):

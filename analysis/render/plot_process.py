@@ -1,13 +1,14 @@
 """The PNG plots of `devprof analyze`, drawn by a second process while this one analyses the trace.
 
 matplotlib's import (about 0.45 s) and drawing the plots (about 0.25 s) were half of the
-command's fixed cost. The command calls `start()` once the trace is read (the reading uses both
-cores); the forked helper shares the numpy and pandas this process loaded, imports matplotlib
-while the trace is analysed, then draws the PNGs it is sent while this process writes the CSVs
-and reports, on another core. The result is the same files: the same plot functions draw them.
-A fork needs a process of one thread (the command sets OPENBLAS_NUM_THREADS=1 before numpy
-starts its own). Where there is no second core or no fork, other threads run, the helper is
-lost, or DEVPROF_PLOT_PROCESS=0, the plots are drawn here as before.
+command's fixed cost. The helper is a fork of this process that imports matplotlib, then draws the
+PNGs it is sent while this process writes the CSVs and reports, on another core. The result is
+the same files: the same plot functions draw them. The command forks it before the trace is read,
+once pandas is loaded (shared with it) and before any event is decoded (so it holds none of the
+read's memory), and lets it begin its imports (`go`) when a core is free: when the read's own forked
+child has ended, or once the trace is read. A fork needs a process of one thread (the command
+sets OPENBLAS_NUM_THREADS=1 before numpy starts its own). Where there is no second core or no fork,
+other threads run, the helper is lost, or DEVPROF_PLOT_PROCESS=0, the plots are drawn here as before.
 
 Nothing heavy is imported at module level.
 """
@@ -27,6 +28,7 @@ from types import ModuleType
 
 PLOTS = ("plot_step_breakdown", "plot_epoch_breakdown", "plot_utilization")  # analysis.render.plots
 _LENGTH = struct.Struct("<Q")
+GO = b"g"  # to a helper started with `wait`: begin
 
 
 class HelperLost(RuntimeError):
@@ -46,9 +48,9 @@ def _single_threaded_linux() -> bool:
         return False
 
 
-def start() -> PlotProcess | None:
+def start(wait: bool = False) -> PlotProcess | None:
     """A helper process, or None where it would not help (one core) or is not safe (not Linux, other
-    threads running) or cannot start."""
+    threads running) or cannot start. With `wait`, it does nothing until `go()` (or `draw`)."""
     if os.environ.get(ENV_VAR, "").strip() == "0" or not hasattr(os, "fork") or not _single_threaded_linux():
         return None
     try:
@@ -67,7 +69,7 @@ def start() -> PlotProcess | None:
         try:
             os.close(to_child)
             os.close(from_child)
-            _serve(from_parent, to_parent)
+            _serve(from_parent, to_parent, wait)
             code = 0
         except BaseException:  # noqa: BLE001 - Ctrl-C or a lost parent: the parent draws or reports
             pass
@@ -75,11 +77,13 @@ def start() -> PlotProcess | None:
             os._exit(code)  # not the parent's atexit handlers nor its buffered stdout
     os.close(from_parent)
     os.close(to_parent)
-    return PlotProcess(pid, to_child, from_child)
+    return PlotProcess(pid, to_child, from_child, waiting=wait)
 
 
-def _serve(request_fd: int, reply_fd: int) -> None:
+def _serve(request_fd: int, reply_fd: int, wait: bool = False) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it ends this one
+    if wait and _read(request_fd, len(GO)) != GO:
+        return
     failed: BaseException | None = None
     drawing: ModuleType | None = None
     try:
@@ -147,16 +151,27 @@ def _receive(fd: int) -> bytes | None:
 class PlotProcess:
     """The parent's handle on the helper: `draw` once, `wait` for the paths, `close` always."""
 
-    def __init__(self, pid: int, to_child: int, from_child: int):
+    def __init__(self, pid: int, to_child: int, from_child: int, waiting: bool = False):
         self.pid, self._to_child, self._from_child = pid, to_child, from_child
+        self._waiting = waiting
         self._sender: threading.Thread | None = None
         self._sent: BaseException | None = None
         self._closed = False
         self.rusage: object = None  # os.wait4's, once it has ended
 
+    def go(self) -> None:
+        """Let a helper started with `wait` begin its imports (once; a lost helper is found by `wait`)."""
+        if self._waiting and not self._closed:
+            self._waiting = False
+            try:
+                os.write(self._to_child, GO)  # one byte into an empty pipe: never blocks
+            except OSError:
+                pass
+
     def draw(self, jobs: list[tuple[str, tuple]]) -> None:
         """Send `(plot function name, args)` jobs; sent from a thread, so a large request does not
         wait for the helper to finish its imports."""
+        self.go()
         data = pickle.dumps(jobs, protocol=pickle.HIGHEST_PROTOCOL)
 
         def send():

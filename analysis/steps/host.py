@@ -77,11 +77,13 @@ def compile_intervals(view: TraceView) -> iv.Intervals:
     return iv.union_of(*parts)
 
 
-def _traced_calls(tf_function_call: pd.Series) -> pd.Series:
-    """Whether each event's `tf_function_call` stat says the call was traced ("traced...")."""
-    present = tf_function_call[tf_function_call.notna()]
-    traced = present.astype("string").str.startswith("traced").astype(bool)
-    return traced.reindex(tf_function_call.index, fill_value=False)
+def _traced_calls(tf_function_call: pd.Series) -> np.ndarray:
+    """Whether each event's `tf_function_call` stat says the call was traced ("traced..."): a mask by
+    row (a reindex by label would build and keep an array of the whole table's index)."""
+    present = tf_function_call.notna().to_numpy()
+    traced = np.zeros(len(tf_function_call), dtype=bool)
+    traced[present] = tf_function_call[present].astype("string").str.startswith("traced").to_numpy(dtype=bool)
+    return traced
 
 
 def host_compute_intervals(view: TraceView, markers: pd.DataFrame) -> iv.Intervals:
@@ -104,8 +106,9 @@ def host_compute_intervals(view: TraceView, markers: pd.DataFrame) -> iv.Interva
     # Only the columns used here: a full-width copy of a multi-million-event table costs memory and time.
     host = view.host[["plane", "line", "name", "plane_name", "start_ns", "end_ns", "step_num", "_p", "_c"]]
     on_marker_line = on_lines(host, markers)
-    wrappers = matches(host["name"], producers.pattern("eager_wrapper")) | present(host["step_num"]) \
-        | _callers(host[on_marker_line], markers).reindex(host.index, fill_value=False)
+    callers = np.zeros(len(host), dtype=bool)
+    callers[np.flatnonzero(on_marker_line.to_numpy())] = _callers(host[on_marker_line], markers)
+    wrappers = matches(host["name"], producers.pattern("eager_wrapper")) | present(host["step_num"]) | callers
     inside_markers = iv.union(markers["start_ns"].to_numpy(), markers["marker_end_ns"].to_numpy())
     marker_thread_work = iv.intersect(intervals(host[on_marker_line & ~wrappers]), inside_markers)
 
@@ -114,25 +117,27 @@ def host_compute_intervals(view: TraceView, markers: pd.DataFrame) -> iv.Interva
     # are most of a trace (a copy of them was a third of this function).
     consumers = ~on_marker_line & host["_c"].notna()
     if not linked_producers.empty and consumers.any():
-        return iv.union_of(marker_thread_work,
-                           _linked_to_own_step(host.loc[consumers, ["start_ns", "end_ns", "_c"]], linked_producers))
+        return iv.union_of(marker_thread_work, _linked_to_own_step(host, consumers.to_numpy(), linked_producers))
     is_execution = matches(host["name"], producers.pattern("host_execution")) | matches(host["name"], TF_OP_RE)
     return iv.union_of(marker_thread_work, intervals(host[~on_marker_line & is_execution]))
 
 
-def _callers(events: pd.DataFrame, markers: pd.DataFrame) -> pd.Series:
-    """Events that start before a step on its thread and reach into it: the step's caller (Keras'
-    `train_function` call around the step group TensorFlow recorded in it), whose own time is dispatch."""
+def _callers(events: pd.DataFrame, markers: pd.DataFrame) -> np.ndarray:
+    """Which of `events` (a mask over its rows) start before a step on its thread and reach into it: the
+    step's caller (Keras' `train_function` call around the step group TensorFlow recorded in it), whose
+    own time is dispatch. By row, not by index label: a reindex of a million labels hashed them all."""
     threads = {"plane": "int64", "line": "int64"}
+    caller = np.zeros(len(events), dtype=bool)
     if events.empty or markers.empty:
-        return pd.Series(False, index=events.index)
+        return caller
+    left = events[["plane", "line", "start_ns", "end_ns"]].astype(threads).reset_index(drop=True)
     found = pd.merge_asof(
-        events[["plane", "line", "start_ns", "end_ns"]].astype(threads).reset_index().sort_values("start_ns", kind="stable"),
+        left.reset_index(names="row").sort_values("start_ns", kind="stable"),
         markers[["plane", "line", "start_ns"]].astype(threads).rename(columns={"start_ns": "step_ns"})
         .sort_values("step_ns", kind="stable"),
         left_on="start_ns", right_on="step_ns", by=["plane", "line"], direction="forward", allow_exact_matches=False)
-    caller = found["step_ns"].notna() & (found["step_ns"] < found["end_ns"])
-    return pd.Series(caller.to_numpy(), index=found["index"].to_numpy()).reindex(events.index, fill_value=False)
+    caller[found["row"].to_numpy()] = (found["step_ns"].notna() & (found["step_ns"] < found["end_ns"])).to_numpy()
+    return caller
 
 
 def _producer_markers(producing: pd.DataFrame, markers: pd.DataFrame) -> pd.DataFrame:
@@ -157,12 +162,19 @@ def _producer_markers(producing: pd.DataFrame, markers: pd.DataFrame) -> pd.Data
     return found[["_p", "marker_start_ns", "marker_end_ns"]].astype({"marker_start_ns": "int64", "marker_end_ns": "int64"})
 
 
-def _linked_to_own_step(consumers: pd.DataFrame, producers: pd.DataFrame) -> iv.Intervals:
-    """Spans of `consumers` (`start_ns`, `end_ns`, `_c`) whose `_c` names a producer in `producers`,
-    clipped to the producer's marker."""
-    linked = consumers.merge(producers, left_on="_c", right_on="_p", how="inner")
-    starts = np.maximum(linked["start_ns"].to_numpy(dtype=np.int64), linked["marker_start_ns"].to_numpy())
-    ends = np.minimum(linked["end_ns"].to_numpy(dtype=np.int64), linked["marker_end_ns"].to_numpy())
+def _linked_to_own_step(events: pd.DataFrame, consumers: np.ndarray, producers: pd.DataFrame) -> iv.Intervals:
+    """Spans of the `consumers` rows of `events` (`start_ns`, `end_ns`, `_c`) whose `_c` names a producer
+    in `producers` (each `_p` once), clipped to the producer's marker. Found by binary search over the
+    producers, not by a join: the consumers are most of a trace's events."""
+    rows = np.flatnonzero(consumers)
+    context = events["_c"].to_numpy(dtype=np.uint64, na_value=0)[rows]
+    keys = producers["_p"].to_numpy(dtype=np.uint64)
+    order = np.argsort(keys, kind="stable")
+    at = order[np.minimum(np.searchsorted(keys[order], context), keys.size - 1)]
+    linked = keys[at] == context
+    rows, at = rows[linked], at[linked]
+    starts = np.maximum(events["start_ns"].to_numpy(dtype=np.int64)[rows], producers["marker_start_ns"].to_numpy()[at])
+    ends = np.minimum(events["end_ns"].to_numpy(dtype=np.int64)[rows], producers["marker_end_ns"].to_numpy()[at])
     return iv.union(starts, ends)
 
 

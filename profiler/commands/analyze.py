@@ -107,7 +107,7 @@ def handle(args: argparse.Namespace) -> int:
     # numpy's BLAS threads would make every fork below unsafe; the analysis multiplies no large matrices.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     began = _begin_reading(args)
-    plotter = _LaterPlotter(_writes_files(args))
+    plotter = _Plotter(_writes_files(args))
     try:
         return _handle(args, plotter)
     finally:
@@ -147,26 +147,35 @@ def _single_trace(path: Path) -> Path | None:
     return found[0] if len(found) == 1 else None
 
 
-class _LaterPlotter:
-    """The plot helper (`plot_process`), started once the trace is read: the reading has both cores (a
-    forked child decodes most of the events), then the helper loads matplotlib while the trace is
-    analysed, sharing the modules this process has loaded."""
+class _Plotter:
+    """The plot helper (`plot_process`), forked before the trace is read: once pandas is loaded (which it
+    shares) and before any event is decoded (so it holds none of them). It loads matplotlib once a core is
+    free and the read's memory past its peak: when the read's forked child has ended, or once it is read."""
 
     def __init__(self, wanted: bool):
         self.wanted, self.process = wanted, None
 
-    def start(self) -> None:
+    def fork(self) -> None:
         if self.wanted:
-            from analysis.render import plot_process
+            import analysis.pipeline  # noqa: F401 - loaded once, shared with the helper, rather than in both
+            from analysis.read import forked
+            from analysis.render import plot_process, plots  # noqa: F401
 
-            self.wanted, self.process = False, plot_process.start()
+            self.wanted, self.process = False, plot_process.start(wait=True)
+            if self.process is not None:
+                forked.call_when_a_child_ends(self.process.go)
+
+    def start(self) -> None:
+        self.fork()
+        if self.process is not None:
+            self.process.go()
 
     def close(self) -> None:
         if self.process is not None:
             self.process.close()
 
 
-def _handle(args: argparse.Namespace, plotter: _LaterPlotter) -> int:
+def _handle(args: argparse.Namespace, plotter: _Plotter) -> int:
     import analysis
     from analysis.read.trace import TraceError
 
@@ -211,6 +220,7 @@ def _handle(args: argparse.Namespace, plotter: _LaterPlotter) -> int:
                          "target)")
         return error(f"no such file or directory: {path}", hint="pass a run directory, log folder or .xplane.pb file")
     kept = None  # the analysed worker's files, for the Perfetto trace
+    plotter.fork()
     try:
         with file_warnings():
             if args.scheduler is not None:
