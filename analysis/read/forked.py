@@ -220,10 +220,7 @@ def _send(fd: int, value: object, back: int = -1) -> None:
     _write(fd, _COUNT.pack(len(views)) + b"".join(_COUNT.pack(view.nbytes) for view in views))
     _write(fd, views[0])
     if back >= 0 and len(views) > 1:
-        import numpy as np
-
-        _write(fd, b"".join(_COUNT.pack(np.frombuffer(view, dtype=np.uint8).ctypes.data if view.nbytes else 0)
-                            for view in views[1:]))
+        _write(fd, b"".join(_COUNT.pack(_address(view)) for view in views[1:]))
         if os.read(back, 1) == _COPIED:
             return
     for view in views[1:]:
@@ -272,13 +269,10 @@ def _copy_from(pid: int, addresses: tuple[int, ...], views: list[memoryview]) ->
         return False
     import ctypes
 
-    import numpy as np
-
     class IOVec(ctypes.Structure):
         _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
 
-    pairs = [(np.frombuffer(view, dtype=np.uint8).ctypes.data, address, view.nbytes)
-             for view, address in zip(views, addresses) if view.nbytes]
+    pairs = [(_address(view), address, view.nbytes) for view, address in zip(views, addresses) if view.nbytes]
     for first in range(0, len(pairs), IOV_MAX):
         batch = pairs[first:first + IOV_MAX]
         local = (IOVec * len(batch))(*[IOVec(here, size) for here, _, size in batch])
@@ -286,6 +280,13 @@ def _copy_from(pid: int, addresses: tuple[int, ...], views: list[memoryview]) ->
         if vm_readv(pid, local, len(batch), remote, len(batch), 0) != sum(size for *_, size in batch):
             return False  # refused, or short: the pipe sends it all again
     return True
+
+
+def _address(view: memoryview) -> int:
+    """Where the buffer behind `view` starts in this process's memory (0 for an empty one)."""
+    import numpy as np
+
+    return np.frombuffer(view, dtype=np.uint8).ctypes.data if view.nbytes else 0
 
 
 def _process_vm_readv():

@@ -1036,17 +1036,17 @@ def _read_plane(buf, start: int, stop: int, plane_index: int, lines: list, batch
             batches.defer(row, plane_index, line_index, line_start, line_stop, line)
             lines.append(line)
             continue
-        lines.append(_read_line(buf, line_start, line_stop, plane_index, line_index, row, batches,
-                                limit=batches.limit))
+        lines.append(_read_line(buf, line_start, line_stop, plane_index, line_index, row, batches))
         batches.flush_if_full()
     return plane
 
 
 def _read_line(buf, start: int, stop: int, plane_index: int, line_index: int, row: int,
-               batches: _EventBatches, line: LineInfo | None = None, limit: int | None = None) -> LineInfo:
+               batches: _EventBatches, line: LineInfo | None = None) -> LineInfo:
     """The line whose fields lie in [start, stop) (`line`: its info so far, the line read on from `start`);
-    with `limit`, the events from that byte on and what follows them are left to `batches.defer`."""
+    with `batches.limit`, the events from that byte on and what follows them are left to `batches.defer`."""
     line = line if line is not None else LineInfo(plane_index, line_index, 0, "", "", 0, 0)
+    limit = batches.limit
     pos = start
     try:
         while pos < stop:

@@ -107,7 +107,7 @@ def host_compute_intervals(view: TraceView, markers: pd.DataFrame) -> iv.Interva
     host = view.host[["plane", "line", "name", "plane_name", "start_ns", "end_ns", "step_num", "_p", "_c"]]
     on_marker_line = on_lines(host, markers)
     callers = np.zeros(len(host), dtype=bool)
-    callers[np.flatnonzero(on_marker_line.to_numpy())] = _callers(host[on_marker_line], markers)
+    callers[on_marker_line.to_numpy()] = _callers(host[on_marker_line], markers)
     wrappers = matches(host["name"], producers.pattern("eager_wrapper")) | present(host["step_num"]) | callers
     inside_markers = iv.union(markers["start_ns"].to_numpy(), markers["marker_end_ns"].to_numpy())
     marker_thread_work = iv.intersect(intervals(host[on_marker_line & ~wrappers]), inside_markers)
@@ -130,9 +130,9 @@ def _callers(events: pd.DataFrame, markers: pd.DataFrame) -> np.ndarray:
     caller = np.zeros(len(events), dtype=bool)
     if events.empty or markers.empty:
         return caller
-    left = events[["plane", "line", "start_ns", "end_ns"]].astype(threads).reset_index(drop=True)
+    left = events[["plane", "line", "start_ns", "end_ns"]].astype(threads).assign(row=np.arange(len(events)))
     found = pd.merge_asof(
-        left.reset_index(names="row").sort_values("start_ns", kind="stable"),
+        left.sort_values("start_ns", kind="stable"),
         markers[["plane", "line", "start_ns"]].astype(threads).rename(columns={"start_ns": "step_ns"})
         .sort_values("step_ns", kind="stable"),
         left_on="start_ns", right_on="step_ns", by=["plane", "line"], direction="forward", allow_exact_matches=False)
