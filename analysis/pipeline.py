@@ -37,6 +37,7 @@ from analysis.breakdown.memory import MemoryReport, memory_report
 from analysis.breakdown.ops import OP_COLUMNS, OP_KEYS, op_table
 from analysis.breakdown.spread import spread
 from analysis.breakdown.workers import WORKER_KEYS, worker_row
+from analysis.breakdown.xprof_input import xprof_input_pct
 from analysis.executors import WorkerFailure
 from analysis.read import forked, run_files
 from analysis.read.inputs import RunInputs, read_inputs
@@ -46,8 +47,10 @@ from analysis.read.view import TraceView
 from analysis.render import Rendered
 from analysis.rules import straggler as straggler_rule
 from analysis.rules import table as rules
+from analysis.rules import xprof as xprof_rules
 from analysis.rules.facts import Facts, trace_facts, worker_facts
 from analysis.rules.second_opinion import SecondOpinion, second_opinion
+from analysis.rules.xprof import XProfReading
 from analysis.steps.host import choose_steps, one_step_capture, per_call_host_ms, steady_steps
 from analysis.steps.sources import find_steps
 
@@ -368,7 +371,8 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofli
     facts = worker_facts(mean, source, run, machine, trace_facts(view, source.steps, devices.rows, stages.prefetches),
                          devices, stages.slowest, ops, eager, epochs.idle_stretch, roof,
                          *_measured_matrix_ceilings(inputs, peak), traced_steps=len(source.steps), memory=memory,
-                         host_per_call_ms=per_call_host_ms(chosen.steady))
+                         host_per_call_ms=per_call_host_ms(chosen.steady),
+                         xprof=_xprof_reading(inputs, chosen.steady, source.kind))
     verdict = rules.make_verdict(mean, facts, steps_used=len(chosen.steady), compile_steps=chosen.compile_steps,
                                  utilization=evidence, min_steps=_min_steps(source))
     verdict["step_basis"] = source.basis
@@ -385,6 +389,13 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofli
         input_stages=stages.table, utilization=machine, utilization_evidence=evidence, epochs=epochs.epochs,
         reconciliation=epochs.reconciliation, samplers=inputs.samplers, epoch_starts_s=epochs.starts_s,
         run_dir=inputs.run_dir, record=run, tensorflow=tf, roofline=roof, spread=spread(chosen.steady, devices.work))
+
+
+def _xprof_reading(inputs: RunInputs, steady: pd.DataFrame, step_source: str) -> XProfReading | None:
+    """XProf's Overview reading: its own where TensorFlow wrote it at capture, else its definition applied."""
+    tf = inputs.tensorflow
+    return xprof_rules.reading(xprof_input_pct(inputs.trace, steady, step_source),
+                               tf.input_pct if tf is not None else None, tf.statement if tf is not None else "")
 
 
 def _host_files(view: TraceView | None) -> tuple[Path, ...]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -27,6 +28,9 @@ from analysis.read.view import TraceView, matches
 from analysis.rules.devices import facts_for
 from analysis.steps.host import call_entry_exit_ms, steady_steps
 from analysis.steps.sources import StepSource
+
+if TYPE_CHECKING:
+    from analysis.rules.xprof import XProfReading
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,8 @@ class Facts:
     producer: str = "unknown"  # who wrote the trace: devprof, tensorflow, keras, jax (see analysis.producers)
     device_recorded: bool | None = None  # False: the trace has device planes but none recorded activity
     collective_pct: float = 0.0
+    idle_pct: float = math.nan  # device idle whose cause the trace cannot tell (no host activity): part of host_pct
+    xprof: XProfReading | None = None  # XProf's Overview reading, from its own definitions (None: not reproducible)
     precision: str | None = None
     jit_compile: bool | None = None
     steps_per_call: int = 1
@@ -113,6 +119,7 @@ class TraceFacts:
     prefetches: bool | None = None  # whether the traced tf.data pipeline prefetches (None: no stages)
     input_stage_kinds: tuple[str, ...] | None = None  # the kinds of tf.data stage traced (None: no stages)
     call_entry_exit_ms: float = math.nan  # on a CPU, compute per call before its first op and after its last
+    host_recorded: bool = True  # whether the trace holds any host activity (threads' events) at all
 
 
 # Host work that makes the host wait for the device, or for its output, inside a step.
@@ -210,7 +217,7 @@ def trace_facts(view: TraceView | None, steps: pd.DataFrame, devices: pd.DataFra
     per_step, mean_us = kernels(view, steps)
     return TraceFacts(retrace_steps, retrace_ms, syncs_in_every_step(view, steps), per_step, mean_us,
                       idle_waiting_for_host_pct(devices), prefetching, stage_kinds(view),
-                      call_entry_exit_ms(view, steady_steps(steps)))
+                      call_entry_exit_ms(view, steady_steps(steps)), not view.host.empty)
 
 
 def _float(value, default: float = math.nan) -> float:
@@ -220,7 +227,8 @@ def _float(value, default: float = math.nan) -> float:
         return default
 
 
-def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, device: str | None = "",
+def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, idle_pct=None,
+               xprof: XProfReading | None = None, device: str | None = "",
                producer: str | None = "devprof", device_recorded: bool | None = None, precision: str | None = None,
                jit_compile: bool | None = None, steps_per_call=1, steps_per_epoch=None,
                slowest_input_stage: SlowestStage | None = None, trace: TraceFacts = TraceFacts(),
@@ -249,6 +257,8 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, de
         producer=str(producer or "devprof"),
         device_recorded=device_recorded if isinstance(device_recorded, bool) else None,
         collective_pct=_float(collective_pct, 0.0),
+        idle_pct=_float(idle_pct),
+        xprof=xprof,
         precision=precision,
         jit_compile=jit_compile,
         steps_per_call=int(steps_per_call) if _float(steps_per_call) == _float(steps_per_call) else 1,
@@ -329,7 +339,8 @@ def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | No
                  eager: EagerOps | None = None, idle_stretch: IdleStretch | None = None,
                  roofline: dict | None = None, measured: dict[str, float] | None = None,
                  measured_source: str | None = None, traced_steps: int = 0,
-                 memory: MemoryReport | None = None, host_per_call_ms: float = math.nan) -> Facts:
+                 memory: MemoryReport | None = None, host_per_call_ms: float = math.nan,
+                 xprof: XProfReading | None = None) -> Facts:
     """The facts of one worker's analysis: its steady mean, its run's settings, its utilization
     headline, what its trace shows and where its process sat idle."""
     config = run.config if run is not None else {}
@@ -341,6 +352,8 @@ def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | No
         input_wait_pct=share("input_wait_ms"), input_copy_pct=share("input_copy_ms"),
         input_wait_ms=mean.get("input_wait_ms"), eager=eager, idle_stretch=idle_stretch,
         collective_pct=mean.get("collective_pct"), device=source.device, producer=source.producer,
+        # Device steps with no host activity traced: the device's idle has no cause the trace can tell.
+        idle_pct=mean.get("host_pct") if source.basis == "device" and not trace.host_recorded else None,
         device_recorded=devices.recorded, precision=config.get("precision"), jit_compile=config.get("jit_compile"),
         steps_per_call=source.steps_per_call, steps_per_epoch=run.steps_per_epoch if run is not None else None,
         slowest_input_stage=stage, trace=trace, other_cpu_pct=machine.get("other_cpu_mean_pct"),
@@ -357,4 +370,4 @@ def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | No
         matrix_pct=matrix_share_pct(ops, _float(mean.get("compute_pct"))),
         matrix_ceilings=measured, ceilings_source=measured_source,
         mfu_scope=f"the costed ops ({(roofline or {}).get('achieved_over') or 'some of op time'}) run",
-        memory=memory)
+        memory=memory, xprof=xprof)

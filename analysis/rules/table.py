@@ -31,8 +31,9 @@ from analysis.rules import savings
 from analysis.rules.devices import facts_for
 from analysis.rules.facts import Facts, make_facts
 
-HIGH_INPUT_PCT = 20.0  # XProf's Overview cut-offs, for its reading of the step
-MODERATE_INPUT_PCT = 5.0
+MODERATE_INPUT_PCT = 5.0  # a wait this share of the step is worth the tf.data advice
+BOUND_PARTS = ("compute", "input", "host", "collective", "idle", "eager")  # a tie goes to the first
+HIGH_BOUND_PCT = 50.0  # a bound part holding at least this share of the step holds most of it: level high
 MIN_STEADY_STEPS = 3  # fewer steady steps than this give no verdict
 NICE_STEPS_PER_EXECUTION = (2, 4, 8, 16, 32, 50, 100, 200, 500, 1000)
 SEVERITIES = ("info", "warning", "critical")
@@ -244,15 +245,7 @@ def _copy_advice(facts: Facts) -> list[str]:
 
 
 def _input_fix(facts: Facts) -> str:
-    if _copy_dominates(facts):
-        return _copy_fix(facts)
-    if not _uses_tf_data(facts):
-        return _wait_fix(facts)
-    clauses = [INPUT_FIX[key] for key in _pipeline_changes(facts) if key in INPUT_FIX] or ["speed up its slowest stage"]
-    what = ", ".join(clauses[:-1]) + " and " + clauses[-1] if len(clauses) > 1 else clauses[0]
-    if facts.prefetches:
-        return f"the loop waits for batches although the pipeline prefetches: the pipeline itself is too slow; {what}"
-    return f"the loop waits for batches from the input pipeline: {what}"
+    return _copy_fix(facts) if _copy_dominates(facts) else _wait_only_fix(facts)
 
 
 def stage_advice(stage: SlowestStage) -> str:
@@ -419,13 +412,28 @@ def _host_more(facts: Facts) -> list[str]:
     return [_host_steps_per_call(facts), *_host_advice(facts)]
 
 
-def _input_headline(level: str) -> Callable[[Facts], str]:
-    def headline(facts: Facts) -> str:
-        how = "Highly" if level == "high" else "Moderately"
-        if _copy_dominates(facts):
-            return f"{how} input-bound: each step waits for its batch's copy to the device ({_copy_split(facts)})."
-        return f"{how} input-bound: the loop waits for the next batch."
-    return headline
+def _input_headline(facts: Facts) -> str:
+    share = f"Input-bound: input is {facts.input_pct:.0f} % of the step, its largest part"
+    if _copy_dominates(facts):
+        return f"{share}: each step waits for its batch's copy to the device ({_copy_split(facts)})."
+    return f"{share}: the loop waits for the next batch."
+
+
+def _wait_only_fix(facts: Facts) -> str:
+    """The host's wait's own fix (the copy's is `_copy_fix`)."""
+    if not _uses_tf_data(facts):
+        return _wait_fix(facts)
+    clauses = [INPUT_FIX[key] for key in _pipeline_changes(facts) if key in INPUT_FIX] or ["speed up its slowest stage"]
+    what = ", ".join(clauses[:-1]) + " and " + clauses[-1] if len(clauses) > 1 else clauses[0]
+    if facts.prefetches:
+        return f"the loop waits for batches although the pipeline prefetches: the pipeline itself is too slow; {what}"
+    return f"the loop waits for batches from the input pipeline: {what}"
+
+
+def _compute_words(facts: Facts) -> str:
+    kind = facts_for(facts.device).kind
+    return "the device's kernels" if kind in ("gpu", "tpu") else "TensorFlow's ops" if kind == "cpu" else \
+        "the step's math"
 
 
 EAGER_MIN_STEP_PCT = 5.0  # eager ops' share of step time that makes running them eagerly worth changing
@@ -565,30 +573,55 @@ def _idle_headline(facts: Facts) -> str:
 
 
 RULES: list[Rule] = [
-    Rule("input_bound_high", "input", lambda f: savings.input_part(f).pct >= savings.HIGH_SAVING_PCT,
-         _input_headline("high"), _input_fix, _input_more, bound="input", level="high", severity="critical",
-         description=f"fixing the exposed input saves the most, >= {savings.HIGH_SAVING_PCT:g} % of step time"),
-    Rule("input_bound", "input", lambda f: savings.input_part(f).pct >= savings.MIN_VERDICT_SAVING_PCT,
-         _input_headline("moderate"), _input_fix, _input_more, bound="input", level="moderate",
-         description=f"fixing the exposed input saves the most, >= {savings.MIN_VERDICT_SAVING_PCT:g} % of step time"),
-    Rule("collective_bound", "collective", lambda f: savings.collective_part(f).pct >= savings.MIN_VERDICT_SAVING_PCT,
-         lambda f: (f"Collective-bound: {f.collective_pct:.0f} % of the step waits in all-reduce for the other "
-                    "workers or devices."),
+    Rule("input_bound_high", "input", lambda f: _bound_rule_applies(f, "input", "high"),
+         _input_headline, _input_fix, _input_more, bound="input", level="high", severity="critical",
+         description=f"input (the host's wait for its batch, and batch copies no kernel hides) is the largest part "
+                     f"of the step and >= {HIGH_BOUND_PCT:g} % of it"),
+    Rule("input_bound", "input", lambda f: _bound_rule_applies(f, "input", "moderate"),
+         _input_headline, _input_fix, _input_more, bound="input", level="moderate",
+         description=f"input is the largest part of the step, under {HIGH_BOUND_PCT:g} % of it"),
+    Rule("collective_bound", "collective", lambda f: _bound_rule_applies(f, "collective"),
+         lambda f: (f"Collective-bound: {f.collective_pct:.0f} % of the step, its largest part, waits in all-reduce "
+                    "for the other workers or devices."),
          lambda f: ("find the worker or device the others wait for (in the workers or devices table, the one whose "
                     "step minus its collective wait stands out) and fix its cause; otherwise a larger per-worker "
                     "batch spreads each all-reduce over more images"),
-         bound="collective", description="fixing the straggler the workers wait for saves the most"),
-    Rule("host_bound", "host", lambda f: f.host_pct >= savings.MIN_VERDICT_SAVING_PCT,
-         lambda f: ("Host-bound: time goes to Python and dispatch between "
-                    f"{'jitted' if f.producer == 'jax' else 'TensorFlow'} calls, not to waiting for input; look at the "
-                    "training loop."),
+         bound="collective", description="the collective wait is the largest part of the step"),
+    Rule("host_bound", "host", lambda f: _bound_rule_applies(f, "host"),
+         lambda f: (f"Host-bound: host overhead is {part_shares(f)['host']:.0f} % of the step, its largest part: time "
+                    f"goes to Python and dispatch between {'jitted' if f.producer == 'jax' else 'TensorFlow'} calls, "
+                    "not to waiting for input; look at the training loop."),
          _host_fix, _host_more, bound="host",
-         description="removing host overhead (several steps per call, per-step Python work, eager ops) saves the most"),
-    Rule("compute_bound", "compute", lambda f: True,
-         lambda f: "Compute-bound: the step's math dominates; input and host overhead are small.",
+         description="host overhead (Python, dispatch, launches, the device idle waiting for the host) is the "
+                     "largest part of the step"),
+    Rule("eager_bound", "host", lambda f: _bound_rule_applies(f, "eager"),
+         lambda f: (f"Eager-bound: every op runs eagerly, one Python call each, and that is "
+                    f"{part_shares(f)['eager']:.0f} % of the step, its largest part."),
+         _eager_fix, _host_more, bound="eager",
+         description="the whole step runs eagerly (no compiled step) and that is the largest part of it"),
+    Rule("idle_bound", "idle", lambda f: _bound_rule_applies(f, "idle"),
+         lambda f: (f"Idle-bound: the device sits idle {part_shares(f)['idle']:.0f} % of the step, its largest part, "
+                    "and the trace records no host activity to tell what it waits for."),
+         lambda f: ("trace the host as well (host_tracer_level 2 or more), so the device's idle time can be told "
+                    "apart: waiting for input, for the host's Python and launches, or for another device"),
+         bound="idle", description="device idle whose cause the trace cannot tell (no host activity recorded) is "
+                                   "the largest part of the step"),
+    Rule("compute_bound", "compute", lambda f: _bound_rule_applies(f, "compute"),
+         lambda f: f"Compute-bound: {_compute_words(f)} take {part_shares(f)['compute']:.0f} % of the step, its "
+                   "largest part.",
          _compute_fix, _compute_advice, bound="compute",
-         severity="info", description=f"no fix saves {savings.MIN_VERDICT_SAVING_PCT:g} % of step time, or the "
-                                      "compute's own (roofline, measured precision) saves the most"),
+         severity="info", description="the step's math (device kernels; on a CPU, TensorFlow's ops) is the largest "
+                                      "part of the step"),
+    # The two halves of input as fixes of their own: their cures differ (FIXES, `verdict.fixes`).
+    Rule("input_copy", "input", lambda f: savings.input_copy(f).pct > 0,
+         lambda f: f"Each step waits for its batch's copy to the device ({_copy_split(f)}).",
+         _copy_fix, _copy_advice,
+         description="a batch's host-to-device copy that no kernel overlaps: hidden by prefetching to the device"),
+    Rule("input_wait", "input", lambda f: _wait_pct(f) > 0,
+         lambda f: f"The loop waits {_wait_pct(f):.1f} % of the step for its next batch from the input pipeline.",
+         _wait_only_fix, _wait_advice,
+         description="the host's wait for the iterator: hidden by prefetching, up to the rate the pipeline makes a "
+                     "batch"),
     Rule("epoch_level_work", "epoch_level", lambda f: False,
          lambda f: "Time outside the training steps dominates the gap.",
          lambda f: "time outside the training steps (validation, iterator set-up): validate less often or on "
@@ -756,6 +789,49 @@ def part_savings(facts: Facts) -> dict[str, savings.Saving]:
             "collective": savings.collective_part(facts), "compute": savings.compute_part(facts)}
 
 
+
+
+def part_shares(facts: Facts) -> dict[str, float]:
+    """Each part's share of the step, the parts `verdict.bound` is chosen from: device idle whose cause
+    the trace cannot tell is `idle` (not host overhead), and a step that runs wholly eagerly is `eager`
+    (its host overhead, and on a CPU its ops, are the eager runtime's)."""
+    shares = {"compute": facts.compute_pct, "input": facts.input_pct, "host": facts.host_pct,
+              "collective": facts.collective_pct}
+    idle = facts.idle_pct
+    if idle == idle and idle > 0 and shares["host"] == shares["host"]:
+        shares["idle"] = min(idle, shares["host"])
+        shares["host"] -= shares["idle"]
+    if savings.all_eager(facts) and shares["host"] == shares["host"]:
+        on_cpu = facts_for(facts.device).kind == "cpu"
+        shares["eager"] = shares.pop("host") + (shares.pop("compute") if on_cpu else 0.0)
+    return {part: float(pct) for part, pct in shares.items() if pct == pct}
+
+
+def bound_of(facts: Facts) -> tuple[str, float] | None:
+    """(the part with the largest share of the step, its share); None where no share is known. A part
+    without a known fix holds the step all the same."""
+    shares = part_shares(facts)
+    if not shares:
+        return None
+    part = max(shares, key=lambda name: (shares[name], -BOUND_PARTS.index(name)))
+    return part, shares[part]
+
+
+def _bound_level(pct: float) -> str:
+    return "high" if pct >= HIGH_BOUND_PCT else "moderate"
+
+
+def _bound_rule_applies(facts: Facts, part: str, level: str | None = None) -> bool:
+    bound = bound_of(facts)
+    return bound is not None and bound[0] == part and (level is None or _bound_level(bound[1]) == level)
+
+
+def _bound_rule_id(part: str, pct: float) -> str:
+    if part == "input":
+        return "input_bound_high" if _bound_level(pct) == "high" else "input_bound"
+    return f"{part}_bound"
+
+
 def _finding_part(rule: Rule, facts: Facts) -> str:
     if rule.id == "cpu_contention" and facts_for(facts.device).kind == "cpu":
         return "compute"  # on a CPU the other processes slow the math itself
@@ -763,82 +839,118 @@ def _finding_part(rule: Rule, facts: Facts) -> str:
 
 
 @dataclass(frozen=True)
-class Choice:
-    """The verdict's pick: the part of the step, the rule whose fix saves the most, and that saving."""
+class Fix:
+    """One change and what it would save per step: of a part of the step, or of a finding."""
 
-    bound: str
-    cause: str  # the rule whose fix gives the saving (a part's verdict rule or a finding)
+    rule: str  # the rule whose fix it is
+    part: str  # the part of the step it shortens
     saving: savings.Saving
 
 
-def choose(facts: Facts) -> Choice:
-    """The part whose fix would save the most; compute-bound where no fix saves
-    `MIN_VERDICT_SAVING_PCT` % of the step (the step's math holds it)."""
-    parts = part_savings(facts)
-    options = [Choice(part, _verdict_rule_id(part, saving), saving) for part, saving in parts.items()]
-    parts_rules = {o.cause for o in options}
-    options += [Choice(_finding_part(rule, facts), rule.id, finding_saving(rule, facts))
-                for rule in RULES if rule.finding and rule.component != "epoch_level" and rule.applies(facts)]
-    known = [o for o in options if o.saving.known]
-    # On a tie the finding wins: its evidence and fix are the more specific.
-    best = max(known, key=lambda o: (o.saving.pct, o.cause not in parts_rules), default=None)
-    if best is None or best.saving.pct < savings.MIN_VERDICT_SAVING_PCT:
-        return Choice("compute", "compute_bound", parts["compute"])
-    return best
+# What each fix does, as the headline names it beside the bound ("hiding the batch copy").
+FIX_NAMES: dict[str, Callable[[Facts], str]] = {
+    "input_copy": lambda f: "hiding the batch copy under the previous step's kernels (prefetch to the device)",
+    "input_wait": lambda f: "hiding the wait for the input pipeline",
+    "host_bound": lambda f: ("compiling the step" if savings.all_eager(f) else "running several steps per call"),
+    "collective_bound": lambda f: "fixing the worker or device the others wait for",
+    "compute_bound": lambda f: "speeding up the step's math",
+    "eager_execution": lambda f: "compiling the eagerly run ops into the step",
+    "cpu_contention": lambda f: "giving the job the cores other processes took",
+    "retracing": lambda f: "stopping the step from being traced again",
+    "host_sync": lambda f: "taking the host-device synchronisation out of every step",
+    "launch_bound": lambda f: "giving each kernel launch more work",
+    "fp32_on_matrix_units": lambda f: "a reduced precision on the matrix units",
+    "bf16_without_matrix_units": lambda f: "going back to float32",
+    "cpu_without_onednn": lambda f: "turning on oneDNN's kernels",
+    "no_prefetch": lambda f: "a prefetch at the end of the input pipeline",
+    "below_roofline": lambda f: "bringing the ops far below their roofline up",
+}
+COMPUTE_FINDINGS = ("below_roofline", "fp32_on_matrix_units", "bf16_without_matrix_units")
 
 
-def _verdict_rule_id(part: str, saving: savings.Saving) -> str:
-    if part == "input":
-        return "input_bound_high" if savings.level(saving) == "high" else "input_bound"
-    return f"{part}_bound"
+def candidate_fixes(facts: Facts) -> list[Fix]:
+    """Every fix devprof can estimate, largest saving first (unknown last): the exposed copy's and the
+    host's wait's apart (their cures differ), host overhead's, the collective wait's, and each finding's
+    that saves step time; compute's own only where no finding already carries it."""
+    fixes = [Fix("input_copy", "input", savings.input_copy(facts)),
+             Fix("input_wait", "input", savings.input_wait(facts)),
+             Fix("host_bound", "host", part_savings(facts)["host"]),
+             Fix("collective_bound", "collective", savings.collective_part(facts))]
+    found = [rule for rule in RULES if rule.finding and rule.component != "epoch_level" and rule.applies(facts)]
+    fixes += [Fix(rule.id, _finding_part(rule, facts), finding_saving(rule, facts)) for rule in found]
+    if not any(rule.id in COMPUTE_FINDINGS for rule in found):
+        fixes.append(Fix("compute_bound", "compute", savings.compute_part(facts)))
+    known = [fix for fix in fixes if fix.saving.known and fix.saving.pct > 0]
+    # On a tie a finding comes first: its evidence and fix are the more specific.
+    return sorted(known, key=lambda fix: (-fix.saving.pct, not RULES_BY_ID[fix.rule].finding))
+
+
+def verdict_fixes(facts: Facts) -> list[Fix]:
+    """The fixes that would save at least `MIN_VERDICT_SAVING_PCT` % of the step, largest first."""
+    return [fix for fix in candidate_fixes(facts) if fix.saving.pct >= savings.MIN_VERDICT_SAVING_PCT]
+
+
+def _fix_fields(fix: Fix, facts: Facts) -> dict:
+    clause = RULES_BY_ID[fix.rule].fix(facts)
+    return {"rule": fix.rule, "advice": f"{clause[0].upper()}{clause[1:]}.", **savings.as_fields(fix.saving, facts)}
 
 
 def verdict_rule(facts: Facts) -> Rule:
-    """The verdict rule of the part whose fix would save the most."""
-    choice = choose(facts)
-    return RULES_BY_ID[_verdict_rule_id(choice.bound, choice.saving)]
-
-
-def _level(choice: Choice) -> str | None:
-    if choice.bound == "compute" and choice.cause == "compute_bound" and not (
-            choice.saving.known and choice.saving.pct >= savings.MIN_VERDICT_SAVING_PCT):
-        return None  # nothing to fix but the math itself
-    return savings.level(choice.saving)
+    """The verdict rule of the part that holds the step."""
+    bound = bound_of(facts)
+    return RULES_BY_ID[_bound_rule_id(*bound) if bound is not None else "compute_bound"]
 
 
 def classify(facts: Facts) -> tuple[str | None, str | None]:
-    """(bound, level) of a breakdown."""
-    choice = choose(facts)
-    return choice.bound, _level(choice)
+    """(bound, level) of a breakdown: the largest part and whether it holds most of the step."""
+    bound = bound_of(facts)
+    return (bound[0], _bound_level(bound[1])) if bound is not None else (None, None)
 
 
-def xprof_reading(facts: Facts, bound: str | None, level: str | None) -> str | None:
-    """How XProf's Overview cut-offs read the step, where that differs from the verdict (None: the same)."""
-    input_pct = facts.input_pct
-    if not input_pct == input_pct or bound is None:
-        return None
-    xprof = ("high" if input_pct >= HIGH_INPUT_PCT else "moderate" if input_pct >= MODERATE_INPUT_PCT else None)
-    if xprof is None or (bound == "input" and level == xprof):
-        return None
-    if xprof is None and bound != "input":
-        return None
-    words = "highly" if xprof == "high" else "moderately"
-    cut = HIGH_INPUT_PCT if xprof == "high" else MODERATE_INPUT_PCT
-    if bound == "input":
-        return (f"XProf's Overview page reads this step as {words} input-bound (input {input_pct:.1f} % >= {cut:g} %); "
-                f"devprof grades it by what the fix would save.")
-    saving = savings.input_part(facts)
-    saved = f"; fixing the input would save about {saving.pct:.1f} % of it" if saving.known else ""
-    return (f"XProf's Overview page reads this step as {words} input-bound (input {input_pct:.1f} % >= {cut:g} %){saved}, "
-            f"less than fixing the {LABELS.get(bound, bound)} would.")
-
-
-LABELS = {"host": "host overhead", "collective": "collective wait", "compute": "compute", "input": "input"}
+def xprof_reading(facts: Facts, bound: str | None) -> str | None:
+    """XProf's Overview reading of the step, from XProf's own definitions (`analysis.rules.xprof`); None
+    where devprof cannot reproduce it or where XProf reads the step as the verdict does."""
+    return facts.xprof.sentence(bound) if facts.xprof is not None else None
 
 
 def fix_for(component: str, facts: Facts) -> str:
     """The one change that fits a component (compare's "why")."""
     return next(rule for rule in RULES if rule.component == component and not rule.finding).fix(facts)
+
+
+LABELS = {"host": "host overhead", "collective": "collective wait", "compute": "compute", "input": "input",
+          "idle": "device idle", "eager": "eager execution"}
+
+
+def _rule_name(facts: Facts) -> str:
+    return "its fix"
+
+
+def _saving_words(saving: savings.Saving, facts: Facts) -> str:
+    ms = saving.ms(facts)
+    return f"{ms:.2f} ms, {saving.pct:.0f} % of the step" if ms == ms else f"{saving.pct:.0f} % of the step"
+
+
+def _own_saving(part: str, facts: Facts) -> savings.Saving:
+    """A bound part's own estimate where no fix saves enough (for its basis)."""
+    if part in ("idle", "eager"):
+        return part_savings(facts)["host"] if part == "eager" else savings.Saving(
+            math.nan, "unknown: the trace does not tell what the device waits for")
+    return part_savings(facts)[part]
+
+
+def _verdict_advice(facts: Facts, rule: Rule, fixes: list[Fix]) -> list[str]:
+    """Each fix's change, largest saving first (the bound's own part in its detailed lines), then the
+    bound's own advice."""
+    lines: list[str] = []
+    for fix in fixes:
+        fix_rule = RULES_BY_ID[fix.rule]
+        own = fix.part == rule.bound or (rule.bound == "eager" and fix.part == "host")
+        lines += fix_rule.more(facts) if own and fix_rule.more(facts) else [_fix_fields(fix, facts)["advice"]]
+    lines += advice(facts, rule)
+    unique = list(dict.fromkeys(lines))
+    return [line for line in unique if not any(line != other and line.lower().rstrip(".") in other.lower()
+                                               for other in unique)]
 
 
 def advice(facts: Facts, rule: Rule) -> list[str]:
@@ -903,30 +1015,37 @@ def make_verdict(
                   "or --profile-steps")
         return {"bound": None, "level": None, "rule": None, "reason": reason, "evidence": f"{evidence}.",
                 "advice": []}
-    choice = choose(facts)
-    rule = RULES_BY_ID[_verdict_rule_id(choice.bound, choice.saving)]
-    if facts.device_recorded is False and rule.bound != "input":
+    bound = bound_of(facts)
+    if bound is None:
+        return {"bound": None, "level": None, "rule": None, "evidence": f"{evidence}.", "advice": [],
+                "reason": "no part of the step was measured"}
+    part, share = bound
+    rule = RULES_BY_ID[_bound_rule_id(part, share)]
+    if facts.device_recorded is False and part != "input":
         return {"bound": None, "level": None, "rule": None, "evidence": f"{evidence}.", "advice": [],
                 "reason": ("the device's activity was not recorded (its trace planes are empty), so compute and "
-                           "host overhead cannot be told apart; only input could be judged, and it is small")}
-    level = _level(choice)
+                           "host overhead cannot be told apart; only input could be judged, and it is not the "
+                           "largest part")}
+    fixes = verdict_fixes(facts)
+    first = fixes[0] if fixes else None
     headline = rule.headline(facts)
-    lines = advice(facts, rule)
-    if choice.cause != rule.id:  # a finding's fix saves the most: its evidence and fix lead
-        cause = RULES_BY_ID[choice.cause]
-        fix = cause.fix(facts)
-        headline = f"{headline} {cause.headline(facts)}"
-        lines = [f"{fix[0].upper()}{fix[1:]}.", *(line for line in lines if line.lower().rstrip(".") != fix.lower())]
-    elif rule.id == "compute_bound" and level is None:
-        largest = max(((part, s) for part, s in part_savings(facts).items() if part != "compute" and s.known),
-                      key=lambda item: item[1].pct, default=None)
-        if largest is not None:
-            headline += (f" No fix found would save {savings.MIN_VERDICT_SAVING_PCT:g} % of the step (the largest, "
-                         f"{LABELS[largest[0]]}'s, about {largest[1].pct:.1f} %).")
-    verdict: dict = {"bound": rule.bound, "level": level, "rule": rule.id, "cause": choice.cause,
-                     "evidence": f"{headline} {evidence}.", "advice": lines,
-                     **savings.as_fields(choice.saving, facts),
-                     "xprof_reading": xprof_reading(facts, rule.bound, level)}
+    if first is not None and first.part != part:
+        headline += (f" The largest fix we can estimate is {FIX_NAMES.get(first.rule, _rule_name)(facts)}: "
+                     f"{_saving_words(first.saving, facts)}.")
+    elif first is None:
+        best = next(iter(candidate_fixes(facts)), None)
+        largest = (f" (the largest, {FIX_NAMES.get(best.rule, _rule_name)(facts)}, about {best.saving.pct:.1f} %)"
+                   if best is not None else "")
+        headline += f" No fix we can estimate would save {savings.MIN_VERDICT_SAVING_PCT:g} % of the step{largest}."
+    if first is not None and RULES_BY_ID[first.rule].finding:
+        headline += f" {RULES_BY_ID[first.rule].headline(facts)}"
+    verdict: dict = {"bound": part, "bound_pct": round(share, 4), "level": _bound_level(share), "rule": rule.id,
+                     "cause": first.rule if first is not None else rule.id,
+                     "evidence": f"{headline} {evidence}.", "advice": _verdict_advice(facts, rule, fixes),
+                     **savings.as_fields(first.saving if first is not None else _own_saving(part, facts), facts),
+                     "fixes": [_fix_fields(fix, facts) for fix in fixes],
+                     "first_fix": _fix_fields(first, facts) if first is not None else None,
+                     "xprof_reading": xprof_reading(facts, part)}
     if steps_used == 1:
         verdict["single_step"] = True
         verdict["evidence"] += (f" Based on a single {unit}: there is no {unit}-to-{unit} spread to tell a typical "
