@@ -115,9 +115,11 @@ class Analysis(Rendered):
 
     @property
     def input_bottleneck(self) -> dict | None:
-        """The slowest tf.data stage when the steps wait for it (input-bound verdict, the host's wait
-        material and explained by the stage's own time), else None."""
-        if self.verdict.get("bound") != "input" or self.input_stages.empty or not rules.pipeline_is_the_cause(self.facts):
+        """The slowest tf.data stage when the steps wait for it (the host's wait is input-bound or one of
+        the verdict's fixes, material and explained by the stage's own time), else None."""
+        waits = self.verdict.get("bound") == "input" or any(
+            fix["rule"] == "input_wait" for fix in self.verdict.get("fixes") or ())
+        if not waits or self.input_stages.empty or not rules.pipeline_is_the_cause(self.facts):
             return None
         slowest = self.input_stages.iloc[0]
         return {"stage": str(slowest["stage"]), "ms_per_batch": float(slowest["ms_per_batch"])}

@@ -66,11 +66,10 @@ def test_clean_loop_computes_most_and_names_no_bound_its_fix_would_not_save(anal
     assert mean["compute_ms"] > max(mean["input_ms"], mean["host_ms"]), mean
     assert mean["input_ms"] < fx.INPUT_DELAY_MS / 4 and mean["host_ms"] < fx.HOST_DELAY_MS / 4, mean
     verdict = analyses["clean"].verdict
-    assert verdict["bound"] in ("compute", "input", "host"), verdict
-    assert verdict["bound"] != "compute" or verdict["level"] is None, verdict
-    # A bound is named by what its fix saves (5 % of the step at least), not by its part's share: several steps
-    # per call also save the call's own dispatch, which a CPU breakdown counts as compute.
-    assert verdict["bound"] == "compute" or verdict["saving_ms"] >= 0.05 * mean["step_ms"], verdict
+    # The bound is the largest part; what a fix would save is said apart (a loaded machine can stretch a
+    # fetch past 5 % of the step, so the fixes may list one).
+    assert verdict["bound"] == "compute" and verdict["bound_pct"] == pytest.approx(mean["compute_pct"], abs=1e-3)
+    assert all(fix["saving_ms"] >= 0.05 * mean["step_ms"] - 1e-6 for fix in verdict["fixes"]), verdict
 
 
 @pytest.mark.slow

@@ -24,11 +24,11 @@ def test_union_subtract_overlap():
 
 @pytest.mark.parametrize(
     "input_pct, host_pct, expected",
-    # The part whose fix saves the most wins, not the first cut-off crossed: 19.9 % input loses to
-    # 50 % host overhead, which several steps per call would mostly remove.
-    [(20.0, 0.0, ("input", "high")), (19.9, 50.0, ("host", "high")), (5.0, 0.0, ("input", "moderate")),
-     (4.9, 15.0, ("host", "moderate")), (0.0, 60.0, ("host", "high")), (4.9, 4.0, ("compute", None)),
-     (12.0, 8.0, ("input", "moderate"))],
+    # The part with the largest share holds the step (compute is what input and host leave), whatever
+    # its fix would save; it holds it "high" from half the step. A tie goes to compute.
+    [(20.0, 0.0, ("compute", "high")), (19.9, 50.0, ("host", "high")), (55.0, 10.0, ("input", "high")),
+     (40.0, 35.0, ("input", "moderate")), (4.9, 4.0, ("compute", "high")), (30.0, 40.0, ("host", "moderate")),
+     (50.0, 0.0, ("compute", "high"))],
 )
 def test_verdict_cutoffs(input_pct, host_pct, expected):
     assert classify(facts_from_mean({"input_pct": input_pct, "host_pct": host_pct})) == expected
@@ -38,10 +38,14 @@ def test_verdict_evidence_has_numbers():
     mean = {"step_ms": 10.0, "input_ms": 1.0, "compute_ms": 7.0, "host_ms": 2.0, "input_pct": 10.0,
             "compute_pct": 70.0, "host_pct": 20.0}
     verdict = make_verdict(mean, facts_from_mean(mean), steps_used=5, utilization={"mean host cpu": 42.0})
-    assert verdict["bound"] == "host" and verdict["level"] == "moderate"  # 20 % host beats 10 % input
+    # Compute holds the step; several steps per call is the largest fix, and the headline says both.
+    assert verdict["bound"] == "compute" and verdict["level"] == "high" and verdict["bound_pct"] == 70.0
+    assert verdict["first_fix"]["rule"] == "host_bound" and verdict["cause"] == "host_bound"
+    assert "The largest fix we can estimate is running several steps per call" in verdict["evidence"]
     assert "10.0 %" in verdict["evidence"] and "5 steps" in verdict["evidence"] and "42 %" in verdict["evidence"]
-    assert verdict["xprof_reading"].startswith("XProf's Overview page reads this step as moderately input-bound")
+    assert verdict["xprof_reading"] is None  # no XProf reading reproduced from a mean alone
     assert verdict["saving_pct"] > 10.0 and verdict["saving_ms"] == pytest.approx(verdict["saving_pct"] / 10.0)
+    assert verdict["saving_ms"] == verdict["first_fix"]["saving_ms"]
 
 
 def test_epoch_breakdown_adds_up():

@@ -881,8 +881,12 @@ def candidate_fixes(facts: Facts) -> list[Fix]:
     if not any(rule.id in COMPUTE_FINDINGS for rule in found):
         fixes.append(Fix("compute_bound", "compute", savings.compute_part(facts)))
     known = [fix for fix in fixes if fix.saving.known and fix.saving.pct > 0]
-    # On a tie a finding comes first: its evidence and fix are the more specific.
-    return sorted(known, key=lambda fix: (-fix.saving.pct, not RULES_BY_ID[fix.rule].finding))
+    # A finding that saves just what its part's own fix saves is that fix said again (no prefetch and the
+    # wait's fix; an all-eager step and compiling it): the part's, whose advice holds the finding's change.
+    parts = {(fix.part, round(fix.saving.pct, 9)) for fix in known if not RULES_BY_ID[fix.rule].finding}
+    distinct = [fix for fix in known if not (RULES_BY_ID[fix.rule].finding
+                                             and (fix.part, round(fix.saving.pct, 9)) in parts)]
+    return sorted(distinct, key=lambda fix: -fix.saving.pct)
 
 
 def verdict_fixes(facts: Facts) -> list[Fix]:
@@ -940,13 +944,13 @@ def _own_saving(part: str, facts: Facts) -> savings.Saving:
 
 
 def _verdict_advice(facts: Facts, rule: Rule, fixes: list[Fix]) -> list[str]:
-    """Each fix's change, largest saving first (the bound's own part in its detailed lines), then the
-    bound's own advice."""
+    """Each fix's change, largest saving first (the first, and the bound's own part, in their detailed
+    lines), then the bound's own advice."""
     lines: list[str] = []
-    for fix in fixes:
+    for i, fix in enumerate(fixes):
         fix_rule = RULES_BY_ID[fix.rule]
-        own = fix.part == rule.bound or (rule.bound == "eager" and fix.part == "host")
-        lines += fix_rule.more(facts) if own and fix_rule.more(facts) else [_fix_fields(fix, facts)["advice"]]
+        detailed = i == 0 or fix.part == rule.bound or (rule.bound == "eager" and fix.part == "host")
+        lines += fix_rule.more(facts) if detailed and fix_rule.more(facts) else [_fix_fields(fix, facts)["advice"]]
     lines += advice(facts, rule)
     unique = list(dict.fromkeys(lines))
     return [line for line in unique if not any(line != other and line.lower().rstrip(".") in other.lower()
