@@ -281,8 +281,9 @@ class Tools:
         applies, fix = None, None
         if result is not None:  # where it applies, the advice the analysis gave
             verdict = result.verdict
-            given = [item.get("advice") for item in result.findings if item.get("rule") == found.id]
-            if found.id in (verdict.get("rule"), verdict.get("cause")) and verdict.get("advice"):
+            given = [item.get("advice") for item in (*(verdict.get("fixes") or ()), *result.findings)
+                     if item.get("rule") == found.id]
+            if found.id == verdict.get("rule") and verdict.get("advice"):
                 given.append(verdict["advice"][0])
             applies = bool(given)
             fix = next((advice for advice in given if isinstance(advice, str)), None)
@@ -309,7 +310,7 @@ TOOL_DESCRIPTIONS = {
                "verdict and what its fix saves, the findings ranked by saving, the top ops with their roofline share, "
                "the spread of step times, memory and utilization headlines. `step_name` (a regex) picks the marker "
                "or program that stands for a step.",
-    "findings": "The verdict (bound, evidence, saving and its basis, advice) and every finding (rule, severity, "
+    "findings": "The verdict (bound, its share, evidence, the fixes ranked by saving, advice) and every finding (rule, severity, "
                 "evidence, saving, advice) of one run, in full.",
     "ops": "The ops of the steady steps, biggest first (up to `limit`): time per step, share, FLOPs, bytes, "
            "intensity, roofline bound and share of the ceiling; with the roofline's totals.",

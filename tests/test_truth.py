@@ -222,12 +222,27 @@ def test_keras_evaluation_groups_are_not_training_steps(tmp_path):
 
 
 def test_keras_groups_span_their_root_not_the_eager_ops_after_it(tmp_path):
-    # Four steps 10 ms apart: step k runs from its group's root to the next root; the summary ops
-    # TensorFlow puts in the group after train_function returns do not stretch the last step.
+    # Four steps 10 ms apart: a Keras step is its train_function's work (the group's root, 6.4 ms); the
+    # summary ops TensorFlow puts in the group after the call, and the next call's dispatch, are between steps.
     made = tf_fx.write_keras_cpu_capture(tmp_path / "h.xplane.pb", steps=4)
     data = _json(made.path)
-    assert [round(s["step_ms"], 6) for s in data["steps"]] == [10.0, 10.0, 10.0, made.step_ms]
+    assert [round(s["step_ms"], 6) for s in data["steps"]] == [made.step_ms] * 4
+    assert [round(s["between_steps_ms"], 6) for s in data["steps"]] == [3.6, 3.6, 3.6, 0.55]
     assert all(s["compute_ms"] == pytest.approx(made.compute_ms, abs=EXACT_MS) for s in data["steps"])
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_a_keras_group_running_on_into_the_callbacks_ends_with_train_function(tmp_path, steps):
+    # No `_r` root: the group's own events run 2 ms past train_function into the TensorBoard callback's
+    # WriteSummary. The step is the call's work from the group's start (6.4 ms and the call's 0.2 ms tail),
+    # not the group's span; the summary is between steps, named in a note.
+    made = tf_fx.write_keras_cpu_capture(tmp_path / "h.xplane.pb", steps=steps, root_marker=False, summary_ms=2.0)
+    data = _json(made.path)
+    assert [s["step_ms"] for s in data["steps"]] == pytest.approx([6.6] * steps, abs=1e-3)
+    assert data["steps"][-1]["between_steps_ms"] == pytest.approx(2.32, abs=1e-3)  # a 0.3 ms gap, a 2.02 ms summary
+    assert data["mean"]["host_ms"] == pytest.approx(6.6 - made.input_ms - made.compute_ms, abs=1e-3)
+    note = next(n for n in data["notes"] if n.startswith("between the steps"))
+    assert "WriteSummary:WriteSummary 2.00 ms" in note and "train_function" in note.split("heaviest")[0]
 
 
 def test_one_keras_train_function_call_without_groups_is_the_step(tmp_path):

@@ -223,6 +223,7 @@ class KerasCpuTrace:
 
 
 def write_keras_cpu_capture(path: str | Path, *, steps: int = 1, groups: bool = True, evaluation: bool = False,
+                            root_marker: bool = True, summary_ms: float = 0.03,
                             base_ns: int = ABSOLUTE_BASE_NS) -> KerasCpuTrace:
     """A Keras 2 `fit` on a CPU, as TensorFlow 2.4 wrote it for the TensorBoard callback: no step
     marker; per step a `train_function` call (`tf_function_call` stat) whose first 0.7 ms is
@@ -231,7 +232,9 @@ def write_keras_cpu_capture(path: str | Path, *, steps: int = 1, groups: bool = 
     `ExecutorState::Process` spans linked by `_c` (6.0 ms, of which a 0.1 ms `IteratorGetNext`),
     and after the call the eager summary ops TensorFlow puts in the same group. The window goes on
     with a summary flush. Without `groups`, no `group_id` or `_r` stats (a newer TensorFlow writes
-    none). With `evaluation`, a `test_function` call with its own group follows the last step."""
+    none). With `evaluation`, a `test_function` call with its own group follows the last step. Without
+    `root_marker`, the groups have no `_r` root (their events alone say where they run); `summary_ms` is
+    the TensorBoard callback's `WriteSummary` after each call, in the step's group."""
     space = _xspace_class()()
     space.hostnames.append("keras-cpu")
     host = _Plane(space, 0, "/host:CPU")
@@ -249,16 +252,16 @@ def write_keras_cpu_capture(path: str | Path, *, steps: int = 1, groups: bool = 
         host.event(python, "EagerKernelExecute", at, at + root, **group)
         producer = 7_000 + k
         host.event(python, "FunctionRun", at + _ns(0.01), at + _ns(0.08), _p=producer,
-                   **({"_r": 1} if groups else {}), **group)
+                   **({"_r": 1} if groups and root_marker else {}), **group)
         host.event(executor, "ExecutorState::Process", at + _ns(0.1), at + _ns(3.1), _c=producer, **group)
         host.event(executor, "IteratorGetNext:IteratorGetNext", at + _ns(0.1), at + _ns(0.2), **group)
         host.event(executor, "dense/MatMul:_MklMatMul", at + _ns(0.3), at + _ns(3.0), **group)
         host.event(executor, "ExecutorState::Process", at + _ns(3.2), at + _ns(6.2), _c=producer, **group)
         host.event(executor, "dense/MatMul_1:_MklMatMul", at + _ns(3.3), at + _ns(6.1), **group)
         after = t + dispatch + root + tail + _ns(0.3)
-        host.event(python, "EagerKernelExecute", after, after + _ns(0.05), **group)
-        host.event(python, "WriteSummary:WriteSummary", after + _ns(0.01), after + _ns(0.04), **group)
-    end = t0 + (steps - 1) * period + dispatch + root + tail + _ns(0.9)
+        host.event(python, "EagerKernelExecute", after, after + _ns(summary_ms + 0.02), **group)
+        host.event(python, "WriteSummary:WriteSummary", after + _ns(0.01), after + _ns(0.01 + summary_ms), **group)
+    end = t0 + (steps - 1) * period + dispatch + root + tail + _ns(0.9 + max(0.0, summary_ms - 0.03))
     host.event(python, "FlushSummaryWriter:FlushSummaryWriter", end - _ns(0.4), end)
     host.finish()
     return KerasCpuTrace(_write_space(space, path), 6.4, 0.1, 5.9, 7.3, (end - t0) / MS)

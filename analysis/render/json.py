@@ -12,7 +12,7 @@ from analysis.read.run_files import SCHEMA_VERSION
 from analysis.render import tables
 
 STEP_KEYS = ["step", "steps", "step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "compile_ms",
-             "partial", "input_wait_ms", "input_copy_ms"]
+             "partial", "input_wait_ms", "input_copy_ms", "between_steps_ms"]
 # Per-step utilization, where the run has samplers (analysis.utilization.per_window).
 UTILIZATION_KEYS = ["cpu_pct", "proc_cpu_pct", "proc_rss_bytes", "mem_used_bytes", "gpu_util_pct",
                     "gpu_mem_used_bytes", "mxu_util_pct"]

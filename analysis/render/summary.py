@@ -117,14 +117,20 @@ def count(value) -> int | None:
     return int(value) if value is not None and abs(value) < 2 ** 63 else None
 
 
+TOP_FIXES = 5  # the verdict's fixes in the summary, largest first (the analysis JSON has all)
+
+
 def _verdict(verdict: dict) -> dict:
     advice = verdict.get("advice") or []
-    return {"bound": text(verdict.get("bound"), WORD), "level": text(verdict.get("level"), WORD),
+    return {"bound": text(verdict.get("bound"), WORD), "bound_pct": number(verdict.get("bound_pct")),
+            "level": text(verdict.get("level"), WORD),
             "rule": text(verdict.get("rule"), ID), "cause": text(verdict.get("cause"), ID),
             "saving_ms": number(verdict.get("saving_ms")), "saving_pct": number(verdict.get("saving_pct")),
             "saving_basis": text(verdict.get("saving_basis"), SENTENCE),
             "evidence": text(verdict.get("evidence"), EVIDENCE),
             "fix": text(advice[0], FIX) if advice else None,
+            "fixes": [{"rule": text(fix.get("rule"), ID), "saving_ms": number(fix.get("saving_ms")),
+                       "saving_pct": number(fix.get("saving_pct"))} for fix in (verdict.get("fixes") or [])[:TOP_FIXES]],
             "xprof_reading": text(verdict.get("xprof_reading"), SENTENCE),
             "reason": text(verdict.get("reason"), SENTENCE)}
 

@@ -172,7 +172,9 @@ def header_lines(analysis) -> list[str]:
 def verdict_title(verdict: dict) -> str:
     if verdict["bound"] is None:
         return f"none ({verdict['reason']})"
-    return f"{verdict['bound']}-bound" + (f" ({verdict['level']})" if verdict["level"] else "")
+    pct = verdict.get("bound_pct")
+    share = f", {pct:.0f} % of the step" if isinstance(pct, (int, float)) else ""
+    return f"{verdict['bound']}-bound" + (f" ({verdict['level']}{share})" if verdict["level"] else "")
 
 
 def _si(value: float, unit: str) -> str:
@@ -263,9 +265,18 @@ def verdict_saving_lines(verdict: dict) -> list[str]:
     sentence = saving_sentence(verdict)
     basis = verdict.get("saving_basis")
     out = [f"saving: {sentence} ({basis})" if sentence else f"saving: unknown ({basis})"] if basis else []
+    fixes = verdict.get("fixes") or []
+    if len(fixes) > 1:
+        out.append("fixes, largest saving first: " + "; ".join(
+            f"{fix['rule']} {_fix_size(fix)}" for fix in fixes))
     if verdict.get("xprof_reading"):
         out.append(f"xprof: {verdict['xprof_reading']}")
     return out
+
+
+def _fix_size(fix: dict) -> str:
+    ms, pct = fix.get("saving_ms"), fix.get("saving_pct")
+    return f"{ms:.2f} ms ({pct:.0f} %)" if ms is not None else f"{pct:.0f} % of the step"
 
 
 def _finding_saving(finding: dict) -> str:

@@ -101,7 +101,8 @@ def _ends(starts: np.ndarray, own_ends: np.ndarray, consecutive: np.ndarray | No
     return ends
 
 
-def _frame(step, steps, name, plane, line, start, marker_end, partition: bool = False, partial=False) -> pd.DataFrame:
+def _frame(step, steps, name, plane, line, start, marker_end, partition: bool = False, partial=False,
+           keep_own_ends: bool = False) -> pd.DataFrame:
     count = len(np.atleast_1d(np.asarray(step)))
 
     def column(values, dtype=np.int64):
@@ -111,7 +112,9 @@ def _frame(step, steps, name, plane, line, start, marker_end, partition: bool = 
                           "line": column(line), "start_ns": column(start), "marker_end_ns": column(marker_end),
                           "partial": column(partial, bool)})
     frame = frame.sort_values("start_ns", kind="stable").reset_index(drop=True)
-    frame["end_ns"] = _ends(frame["start_ns"].to_numpy(), frame["marker_end_ns"].to_numpy(), partition=partition)
+    own_ends = frame["marker_end_ns"].to_numpy()
+    frame["end_ns"] = own_ends.copy() if keep_own_ends else _ends(frame["start_ns"].to_numpy(), own_ends,
+                                                                  partition=partition)
     return frame[STEP_COLUMNS]
 
 
@@ -203,15 +206,29 @@ def find_trace_groups(view: TraceView) -> DetectedSteps | None:
     if grouped["group_id"].nunique() < (1 if in_training.any() else 2):
         return None
     spans = grouped.groupby("group_id").agg(start_ns=("start_ns", "min"), marker_end_ns=("end_ns", "max"))
+    group_ends = spans["marker_end_ns"].copy()
     # A group with a root marker (`_r`, the function TensorFlow ran) spans the event around it, as
     # XProf's step does: the eager ops TensorFlow adds to the group after the function (a summary
     # write, a metric's reduction) are the host's work between steps.
     marked = _marked_roots(grouped)
     spans.loc[marked.index, ["start_ns", "marker_end_ns"]] = marked[["start_ns", "end_ns"]].to_numpy()
     roots = roots.set_index("group_id").loc[spans.index]
+    keras = bool(in_training.any())
+    if keras:
+        # Keras' step is its train_function: a group that runs on past the call (callbacks, summaries)
+        # ends with the call, and what follows is between steps.
+        calls = _enclosing_calls(host, roots.assign(start_ns=spans["start_ns"]).reset_index(),
+                                 keras_producer.TRAIN_FUNCTION)
+        call_end = pd.Series(calls["call_end_ns"].to_numpy(), index=spans.index)
+        inside = call_end.notna() & (call_end > spans["start_ns"])
+        spans.loc[inside, "marker_end_ns"] = np.minimum(spans.loc[inside, "marker_end_ns"],
+                                                        call_end[inside].astype(np.int64))
     partial = _cut_by_window(view, spans["start_ns"].to_numpy(), spans["marker_end_ns"].to_numpy())
     steps = _frame(spans.index.to_numpy(), 1, "group_id", roots["plane"], roots["line"], spans["start_ns"],
-                   spans["marker_end_ns"], partial=partial)
+                   spans["marker_end_ns"], partial=partial, keep_own_ends=keras)
+    if keras:
+        steps["run_on_end_ns"] = np.maximum(group_ends.reindex(steps["step"]).to_numpy(dtype=np.int64),
+                                            steps["end_ns"].to_numpy(dtype=np.int64))
     note = "steps are the trace's own step groups (group_id stats)"
     if in_training.any():
         note = ("steps are Keras' own: the step groups TensorFlow recorded inside its train_function (group_id "
@@ -238,9 +255,16 @@ def _keras_function_of(host: pd.DataFrame, events: pd.DataFrame) -> pd.Series:
     """The name of the Keras step function call (`train_function`, `test_function`, ...) that holds
     each event's start on its thread ('' where none does)."""
     pattern = re.compile(f"{keras_producer.TRAIN_FUNCTION.pattern}|{keras_producer.OTHER_FUNCTION.pattern}")
+    return _enclosing_calls(host, events, pattern)["call"]
+
+
+def _enclosing_calls(host: pd.DataFrame, events: pd.DataFrame, pattern: re.Pattern) -> pd.DataFrame:
+    """Per event (same index), the call named by `pattern` that holds its start on its thread:
+    `call` ('' where none does) and `call_end_ns` (NaN there)."""
     calls = host[matches(host["name"], pattern, search=True)]
     if calls.empty or events.empty:
-        return pd.Series("", index=events.index, dtype=object)
+        return pd.DataFrame({"call": pd.Series("", index=events.index, dtype=object),
+                             "call_end_ns": pd.Series(np.nan, index=events.index)})
     threads = {"plane": "int64", "line": "int64"}
     found = pd.merge_asof(
         events[["plane", "line", "start_ns"]].astype(threads).reset_index().sort_values("start_ns", kind="stable"),
@@ -250,7 +274,11 @@ def _keras_function_of(host: pd.DataFrame, events: pd.DataFrame) -> pd.Series:
         left_on="start_ns", right_on="call_ns", by=["plane", "line"], direction="backward")
     inside = found["call_ns"].notna() & (found["start_ns"] < found["call_end_ns"])
     names = found["call"].astype(object).where(inside, "")
-    return pd.Series(names.to_numpy(), index=found["index"].to_numpy()).reindex(events.index).fillna("")
+    ends = found["call_end_ns"].astype(float).where(inside)
+    return pd.DataFrame({"call": pd.Series(names.to_numpy(), index=found["index"].to_numpy())
+                         .reindex(events.index).fillna(""),
+                         "call_end_ns": pd.Series(ends.to_numpy(), index=found["index"].to_numpy())
+                         .reindex(events.index)})
 
 
 def _device_steps_line(view: TraceView) -> DetectedSteps | None:

@@ -269,18 +269,57 @@ def analyze_steps(view: TraceView, detected: DetectedSteps) -> StepAnalysis:
         overlapped = iv.intersect(input_, compute)
         input_ = iv.subtract(input_, compute)
     steps = step_breakdown(detected.steps, input_, compute, compile_intervals(view), collective, overlapped)
+    steps["between_steps_ms"] = between_steps_ms(detected.steps)
     # Markers number steps from the program's first call (step 0), which traces and compiles the
     # training function, however little of that the trace shows: never a steady step.
     steps["first_call"] = (steps["step"] == 0).to_numpy() if detected.method == "markers" else False
     notes = [detected.note] if detected.note else []
     if only_first_call(steps):
         notes.append(first_call_note(int(steps["steps"].max())))
+    if (steps["between_steps_ms"] > 0).any():
+        notes.append(between_steps_note(view, detected.steps, steps["between_steps_ms"]))
     if view.host.empty:
         notes.append("no host threads recorded: input waits and host overhead are unknown; what is not device work "
                      "is counted as host overhead")
     elif view.producer in ("tensorflow", "keras") and view.input_waits.empty:
         notes.append("no input-pipeline events recorded (IteratorGetNext): input counts only host-to-device copies")
     return StepAnalysis(view.kind, detected.method, detected.name, steps, detected, notes)
+
+
+BETWEEN_OPS_NAMED = 3
+
+
+def between_steps_ms(steps: pd.DataFrame) -> np.ndarray:
+    """Per step, the host's time after it that belongs to no step: to the next step's start, the last
+    one to where its step group ran on (`run_on_end_ns`: Keras' callbacks after train_function)."""
+    starts = steps["start_ns"].to_numpy(dtype=np.int64)
+    ends = steps["end_ns"].to_numpy(dtype=np.int64)
+    after = np.zeros(len(steps), dtype=np.int64)
+    if len(steps) > 1:
+        after[:-1] = np.maximum(starts[1:] - ends[:-1], 0)
+    if len(steps) and "run_on_end_ns" in steps:
+        after[-1] = max(int(steps["run_on_end_ns"].iloc[-1]) - int(ends[-1]), 0)
+    return after / NS_PER_MS
+
+
+def between_steps_note(view: TraceView, steps: pd.DataFrame, between_ms: pd.Series) -> str:
+    """What runs between the steps (the heaviest host ops there), said once."""
+    ends = steps["end_ns"].to_numpy(dtype=np.int64)
+    stops = ends + np.round(between_ms.to_numpy() * NS_PER_MS).astype(np.int64)
+    gaps = iv.union(ends, stops)
+    host = view.host
+    at = host["start_ns"].to_numpy(dtype=np.int64)
+    last = np.maximum(host["end_ns"].to_numpy(dtype=np.int64) - 1, at)
+    # Events wholly between steps: a call that runs on into the next step (its dispatch) is the step's.
+    inside = (iv.covered_before(gaps, at + 1) - iv.covered_before(gaps, at) > 0) & (
+        iv.covered_before(gaps, last + 1) - iv.covered_before(gaps, last) > 0) & (
+        iv.overlap(gaps, at, last + 1) == last + 1 - at)
+    events = host[inside]
+    heaviest = events.groupby(events["name"].astype(str))["duration_ns"].sum().nlargest(BETWEEN_OPS_NAMED)
+    named = ", ".join(f"{name} {ns / NS_PER_MS:.2f} ms" for name, ns in heaviest.items())
+    return (f"between the steps, outside them: {float(between_ms.mean()):.2f} ms per step (`steps[].between_steps_ms`)"
+            f" of host work that is not the step's, such as Keras' callbacks and summary writing after train_function"
+            + (f"; heaviest: {named}" if named else ""))
 
 
 def complete_steps(steps: pd.DataFrame) -> pd.DataFrame:

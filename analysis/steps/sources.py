@@ -131,6 +131,7 @@ def steps_from_csv(steps_table: pd.DataFrame) -> pd.DataFrame:
         "host_ms": steps_table["other_host_ms"],
         "compile_ms": 0.0,
         "collective_ms": 0.0,
+        "between_steps_ms": 0.0,  # steps.csv's steps follow one another
         "partial": False,
     }).reset_index(drop=True)
     first = frame.index[0]
