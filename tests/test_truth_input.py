@@ -222,7 +222,7 @@ def test_a_compiled_loop_has_no_eager_ops(tmp_path):
 
 
 def write_eager_gpu_loop(path: str | Path, *, steps: int = 6, step_ms: float = 20.0, gpu: bool = True,
-                         grouped: bool = False) -> Path:
+                         grouped: bool = False, markers: bool = True) -> Path:
     """A loop with markers `train`, `step_ms` each, as newer TensorFlow records it (no `is_eager`
     stats: XProf's grouping decides); `grouped`, as TensorFlow 2.5 did, grouped at capture: the
     `is_eager` stats say which op ran eagerly, no call says `is_func`, kernels name their op in
@@ -233,6 +233,7 @@ def write_eager_gpu_loop(path: str | Path, *, steps: int = 6, step_ms: float = 2
     [12.5, 13.5). On an executor thread the function's op `model/dense/MatMul:MatMul` [2, 3). With
     `gpu`, MatMul's launch (on the executor thread) runs a 2 ms kernel and Mul's (under its eager
     call) a 1 ms kernel, each with its `tf_op`, and a 0.3 ms input copy (no op) runs beside them.
+    Without `markers`, no step marker and no `group_id`: a capture in which TensorFlow found no step.
 
     devprof's share: 5 ms of eager calls of 5 + 6 ms (45 %). TensorFlow's: host op self time 0.2
     (IteratorGetNext, eager) + 0.6 (the tf.data stage) + 1 (MatMul) + 2 (LogicalAnd, eager) ms, so
@@ -247,7 +248,8 @@ def write_eager_gpu_loop(path: str | Path, *, steps: int = 6, step_ms: float = 2
     copies = device.line(8, "Stream #8(MemcpyH2D)", ABSOLUTE_BASE_NS) if device else None
     for k in range(steps):
         t = ABSOLUTE_BASE_NS + MS + k * _ns(step_ms)
-        host.event(python, "train", t, t + _ns(step_ms), step_num=k, _r=1)
+        if markers:
+            host.event(python, "train", t, t + _ns(step_ms), step_num=k, _r=1)
         for name, start, end, is_func in (("IteratorGetNext", 0, 1, 0), ("__inference_train_step_42", 1, 7, 1),
                                           ("LogicalAnd", 8, 12, 0), ("Mul", 12.5, 13.5, 0)):
             host.event(python, "EagerExecute", t + _ns(start), t + _ns(end), **({} if grouped else {"is_func": is_func}))
@@ -257,7 +259,7 @@ def write_eager_gpu_loop(path: str | Path, *, steps: int = 6, step_ms: float = 2
         host.event(python, "IteratorGetNext:IteratorGetNext", t + _ns(0.1), t + _ns(0.9), **stat(1))
         host.event(python, "Iterator::Root", t + _ns(0.2), t + _ns(0.8))
         host.event(python, "LogicalAnd:LogicalAnd", t + _ns(9), t + _ns(11), **stat(1))
-        host.event(executor, "ExecutorState::Process", t + _ns(1.5), t + _ns(6.5), **({"group_id": k} if grouped else {}))
+        host.event(executor, "ExecutorState::Process", t + _ns(1.5), t + _ns(6.5), **({"group_id": k} if grouped and markers else {}))
         host.event(executor, "model/dense/MatMul:MatMul", t + _ns(2), t + _ns(3), **stat(0))
         if device:
             host.event(executor, "cudaLaunchKernel", t + _ns(2.2), t + _ns(2.3), correlation_id=2 * k + 10)
@@ -287,6 +289,15 @@ def test_eager_share_on_tensorflows_definition(tmp_path, grouped):
     assert "45 % of the host's op time runs eagerly" in finding["evidence"]
     assert ("On TensorFlow's definition (its overview page's), 57.9 % of host and 33.3 % of device op time ran "
             "eagerly: it weighs only the op events TensorFlow records") in finding["evidence"], finding["evidence"]
+
+
+def test_eager_share_on_tensorflows_definition_without_steps(tmp_path):
+    """A capture grouped by TensorFlow that found no step (no marker, no group_id; its `is_eager` stats
+    written all the same): the window is one step, and TensorFlow's shares are its stats', as with steps."""
+    data = analyze(write_eager_gpu_loop(tmp_path / "w.xplane.pb", grouped=True, markers=False)).to_json()
+    assert data["step_source"] == "window", data["step_source"]
+    assert data["eager"]["host_op_time_eager_pct"] == 100 * 22 / 38
+    assert data["eager"]["device_op_time_eager_pct"] == 100 / 3
 
 
 def test_eager_share_on_tensorflows_definition_is_absent_where_not_recorded(tmp_path):

@@ -18,7 +18,8 @@ share of the self time of the host's op events (those its `ParseTfOpFullname` na
 "name:Type", tf.data's `Iterator::` stages, host memcpys; self time without the op events nested
 in them on their thread), and of the time of the device's events that name an op (`tf_op`,
 `level 0` in older traces). An op is eager where the event's `is_eager` stat says so, in a trace
-grouped at capture (TensorFlow up to about 2.5); else, as XProf's grouping decides it
+grouped at capture (TensorFlow up to about 2.5, which wrote no `is_func`; with or without a step
+found); else, as XProf's grouping decides it
 (`EventNode::IsEager`), where the nearest `EagerExecute` above the op on its thread (above a
 kernel's launch, for a kernel) has `is_func` 0. XProf keeps one flag per host op name (eager
 where one of its events was) and per device op (the flag of its last kernel to appear, each
@@ -170,7 +171,10 @@ def tf_eager_shares(view: TraceView) -> tuple[float, float]:
     kernels, op_stat = device[named], op_stat[named]
     # A trace grouped at capture keeps its `is_eager` stats; else XProf's grouping decides for the
     # "name:Type" ops and the kernels with a launch id, whatever their stat says.
-    grouped = "group_id" in view.events and bool(present(view.events["group_id"]).any())
+    # TensorFlow up to about 2.5 grouped at capture and wrote `is_eager` whether or not it found a step
+    # (no `group_id` then); it wrote no `is_func`, which XProf's own grouping needs.
+    grouped = ("group_id" in view.events and bool(present(view.events["group_id"]).any())) \
+        or not ("is_func" in host and bool(present(host["is_func"]).any()))
     has_id = "correlation_id" in host
     wanted = (matches(host["name"], HOST_OP_RE) | matches(host["name"], EAGER_CALL_RE)).to_numpy()
     if has_id and not kernels.empty:

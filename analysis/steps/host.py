@@ -316,10 +316,10 @@ def between_steps_note(view: TraceView, steps: pd.DataFrame, between_ms: pd.Seri
         iv.overlap(gaps, at, last + 1) == last + 1 - at)
     events = host[inside]
     heaviest = events.groupby(events["name"].astype(str))["duration_ns"].sum().nlargest(BETWEEN_OPS_NAMED)
-    named = ", ".join(f"{name} {ns / NS_PER_MS:.2f} ms" for name, ns in heaviest.items())
+    named = ", ".join(f"{name} {ns / NS_PER_MS / len(steps):.2f} ms" for name, ns in heaviest.items())
     return (f"between the steps, outside them: {float(between_ms.mean()):.2f} ms per step (`steps[].between_steps_ms`)"
             f" of host work that is not the step's, such as Keras' callbacks and summary writing after train_function"
-            + (f"; heaviest: {named}" if named else ""))
+            + (f"; heaviest, per step: {named}" if named else ""))
 
 
 def complete_steps(steps: pd.DataFrame) -> pd.DataFrame:
