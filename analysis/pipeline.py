@@ -37,7 +37,6 @@ from analysis.breakdown.memory import MemoryReport, memory_report
 from analysis.breakdown.ops import OP_COLUMNS, OP_KEYS, op_table
 from analysis.breakdown.spread import spread
 from analysis.breakdown.workers import WORKER_KEYS, worker_row
-from analysis.breakdown.xprof_input import xprof_input_pct
 from analysis.executors import WorkerFailure
 from analysis.read import forked, run_files
 from analysis.read.inputs import RunInputs, read_inputs
@@ -374,7 +373,7 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofli
                          devices, stages.slowest, ops, eager, epochs.idle_stretch, roof,
                          *_measured_matrix_ceilings(inputs, peak), traced_steps=len(source.steps), memory=memory,
                          host_per_call_ms=per_call_host_ms(chosen.steady),
-                         xprof=_xprof_reading(inputs, chosen.steady, source.kind))
+                         xprof=_xprof_reading(inputs))
     verdict = rules.make_verdict(mean, facts, steps_used=len(chosen.steady), compile_steps=chosen.compile_steps,
                                  utilization=evidence, min_steps=_min_steps(source))
     verdict["step_basis"] = source.basis
@@ -393,11 +392,10 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofli
         run_dir=inputs.run_dir, record=run, tensorflow=tf, roofline=roof, spread=spread(chosen.steady, devices.work))
 
 
-def _xprof_reading(inputs: RunInputs, steady: pd.DataFrame, step_source: str) -> XProfReading | None:
-    """XProf's Overview reading: its own where TensorFlow wrote it at capture, else its definition applied."""
+def _xprof_reading(inputs: RunInputs) -> XProfReading | None:
+    """XProf's Overview reading where TensorFlow wrote XProf's analysis beside the trace at capture."""
     tf = inputs.tensorflow
-    return xprof_rules.reading(xprof_input_pct(inputs.trace, steady, step_source),
-                               tf.input_pct if tf is not None else None, tf.statement if tf is not None else "")
+    return xprof_rules.reading(tf.input_pct, tf.statement) if tf is not None else None
 
 
 def _host_files(view: TraceView | None) -> tuple[Path, ...]:

@@ -410,3 +410,29 @@ def test_a_compiled_loop_is_not_called_eager():
 
     result = analyze(find_xplane(trace_logdir("clean"))).to_json()
     assert "eager_execution" not in [f["rule"] for f in result["findings"]], result["eager"]
+
+
+def test_xprof_reading_is_never_devprofs_input_under_xprofs_name(tmp_path):
+    """An exposed 1.29 ms copy is 9.9 % of devprof's input; XProf's converter reads the same trace as
+    NOT input-bound (its own grouping and classification): no sentence in XProf's name."""
+    path = write_copy_loop(tmp_path / "h.xplane.pb")
+    data = analyze(path).to_json()
+    assert data["mean"]["input_pct"] > 5.0 and data["verdict"]["xprof_reading"] is None
+    from xprof_oracle import xprof_steps
+
+    _, summary = xprof_steps(path)
+    assert "NOT input-bound" in summary["input_conclusion"], summary  # the oracle: XProf's own reading
+
+
+def test_xprof_reading_written_at_capture_is_quoted_where_it_differs(tmp_path):
+    from test_tf_analysis import input_result, write_overview
+
+    path = write_copy_loop(tmp_path / "plugins/profile/s/h.xplane.pb")
+    said = "Your program is HIGHLY input-bound because 25.0% of the total step time sampled is waiting for input."
+    write_overview(path, input_result(steps=6, step_ms=13.5, input_pct=25.0, hardware="GPU"), statement=said)
+    verdict = analyze(path).to_json()["verdict"]
+    assert verdict["bound"] == "compute" and verdict["xprof_reading"] == (
+        f"XProf's Overview page, as TensorFlow wrote it at capture, reads: \"{said}\"")
+    agrees = "Your program is NOT input-bound because only 1.0% of the total step time sampled is waiting for input."
+    write_overview(path, input_result(steps=6, step_ms=13.5, input_pct=1.0, hardware="GPU"), statement=agrees)
+    assert analyze(path).to_json()["verdict"]["xprof_reading"] is None
