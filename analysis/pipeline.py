@@ -372,8 +372,7 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofli
     facts = worker_facts(mean, source, run, machine, trace_facts(view, source.steps, devices.rows, stages.prefetches),
                          devices, stages.slowest, ops, eager, epochs.idle_stretch, roof,
                          *_measured_matrix_ceilings(inputs, peak), traced_steps=len(source.steps), memory=memory,
-                         host_per_call_ms=per_call_host_ms(chosen.steady),
-                         xprof=_xprof_reading(inputs))
+                         host_per_call_ms=per_call_host_ms(chosen.steady), xprof=_xprof_reading(inputs))
     verdict = rules.make_verdict(mean, facts, steps_used=len(chosen.steady), compile_steps=chosen.compile_steps,
                                  utilization=evidence, min_steps=_min_steps(source))
     verdict["step_basis"] = source.basis

@@ -118,7 +118,8 @@ def test_too_few_steady_steps_give_no_verdict(tmp_path, capsys):
     # One more steady call is enough.
     run = make_run(tmp_path / "enough", [*lines, step_line(3)])
     assert cli.main(["analyze", str(run), "--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out)["verdict"]["bound"] == "input"  # 1 of 10 ms: moderately
+    verdict = json.loads(capsys.readouterr().out)["verdict"]
+    assert verdict["bound"] == "compute" and verdict["first_fix"]["rule"] == "input_wait"  # 1 of 10 ms waits
 
 
 def contended_host_rows(cores=2, system_pct=98.0, proc_cores=1.0, samples=6):
