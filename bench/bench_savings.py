@@ -293,7 +293,8 @@ def step_ms(a, per_image_batch: int | None = None) -> float:
     return ms
 
 
-PART_OF_RULE = {"host_bound": "host", "input_bound": "input", "input_bound_high": "input", "compute_bound": "compute"}
+PART_OF_RULE = {"host_bound": "host", "input_wait": "input", "input_bound": "input", "input_bound_high": "input",
+                "compute_bound": "compute"}
 
 
 def estimate(a, rules: tuple[str, ...]) -> tuple[str, str, float, str]:
@@ -306,6 +307,9 @@ def estimate(a, rules: tuple[str, ...]) -> tuple[str, str, float, str]:
     for rule in rules:
         if verdict.get("cause") == rule and verdict.get("saving_ms") is not None:
             return rule, "verdict", float(verdict["saving_ms"]), " ".join(verdict.get("advice") or [])
+        for fix in verdict.get("fixes") or ():
+            if fix["rule"] == rule and fix.get("saving_ms") is not None:
+                return rule, "fix", float(fix["saving_ms"]), fix["advice"]
         for finding in a.findings:
             if finding["rule"] == rule and finding.get("saving_ms") is not None:
                 return rule, "finding", float(finding["saving_ms"]), finding["advice"]
@@ -386,7 +390,7 @@ def changed(before: Program, fix: str, **change) -> Callable[[str, object], tupl
 # Each takes the runs' folder and the repetitions, and returns its Result.
 
 HOST_RULES = ("host_bound",)
-INPUT_RULES = ("no_prefetch", "input_bound_high", "input_bound")
+INPUT_RULES = ("no_prefetch", "input_wait", "input_bound_high", "input_bound")
 
 
 def slow_map(out: Path, reps: int = 2) -> Result:
@@ -394,7 +398,7 @@ def slow_map(out: Path, reps: int = 2) -> Result:
     before = Program(map_matmuls=160)
     return compare("slow_map", out, before,
                    changed(before, "map(num_parallel_calls=AUTOTUNE)", map_parallel=True),
-                   ("input_bound_high", "input_bound"), reps=reps)
+                   ("input_wait", "input_bound_high", "input_bound"), reps=reps)
 
 
 def python_map(out: Path, reps: int = 2, wait_ms: float = 40.0) -> Result:
@@ -402,7 +406,7 @@ def python_map(out: Path, reps: int = 2, wait_ms: float = 40.0) -> Result:
     for a Python stage: move it out of the pipeline (precompute, then `.cache()`): the map is gone."""
     before = Program(map_wait_ms=wait_ms)
     return compare("python_map", out, before, changed(before, "the Python map precomputed", map_wait_ms=0.0),
-                   ("input_bound_high", "input_bound"), reps=reps)
+                   ("input_wait", "input_bound_high", "input_bound"), reps=reps)
 
 
 def no_prefetch(out: Path, reps: int = 2) -> Result:
