@@ -115,8 +115,8 @@ def test_json_contract(capsys):
         per_step_utilization = {"cpu_pct", "proc_cpu_pct", "proc_rss_bytes", "mem_used_bytes"}
         assert set(step) - per_step_utilization == {"step", "steps", "step_ms", "input_ms", "compute_ms",
                                                     "collective_ms", "host_ms", "compile_ms", "partial",
-                                                    "input_wait_ms", "input_copy_ms"}
-        assert step["partial"] is False
+                                                    "input_wait_ms", "input_copy_ms", "between_steps_ms"}
+        assert step["partial"] is False and step["between_steps_ms"] == 0.0  # markers follow one another
         assert step["input_wait_ms"] + step["input_copy_ms"] == pytest.approx(step["input_ms"])
         assert step["input_copy_ms"] == 0.0  # a CPU run: no copy to a device
         assert isinstance(step["step"], int) and step["steps"] == 1
