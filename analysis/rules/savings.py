@@ -30,7 +30,6 @@ SERIAL_MAP_KINDS = ("Map", "MapAndBatch")  # maps that run one element at a time
 ATTAINABLE_CEILING_PCT = 50.0  # what an op below its roofline is taken to reach once fixed
 ONEDNN_SPEEDUP = 1.4  # the seed CNN's dense ops with oneDNN, measured on a 2-core AVX2 CPU (BENCHMARKS.md)
 MIN_VERDICT_SAVING_PCT = 5.0  # a fix that saves less than this names no bound: the step's math holds it
-HIGH_SAVING_PCT = 20.0
 
 
 @dataclass(frozen=True)
@@ -393,10 +392,6 @@ def as_fields(saving: Saving, facts: Facts) -> dict:
 
 def _json(value: float) -> float | None:
     return round(float(value), 4) if value == value else None
-
-
-def level(saving: Saving) -> str:
-    return "high" if saving.known and saving.pct >= HIGH_SAVING_PCT else "moderate"
 
 
 def sentence(fields: dict, facts: Facts) -> str:

@@ -889,9 +889,9 @@ def candidate_fixes(facts: Facts) -> list[Fix]:
     return sorted(distinct, key=lambda fix: -fix.saving.pct)
 
 
-def verdict_fixes(facts: Facts) -> list[Fix]:
+def verdict_fixes(candidates: list[Fix]) -> list[Fix]:
     """The fixes that would save at least `MIN_VERDICT_SAVING_PCT` % of the step, largest first."""
-    return [fix for fix in candidate_fixes(facts) if fix.saving.pct >= savings.MIN_VERDICT_SAVING_PCT]
+    return [fix for fix in candidates if fix.saving.pct >= savings.MIN_VERDICT_SAVING_PCT]
 
 
 def _fix_fields(fix: Fix, facts: Facts) -> dict:
@@ -922,10 +922,6 @@ def fix_for(component: str, facts: Facts) -> str:
     return next(rule for rule in RULES if rule.component == component and not rule.finding).fix(facts)
 
 
-LABELS = {"host": "host overhead", "collective": "collective wait", "compute": "compute", "input": "input",
-          "idle": "device idle", "eager": "eager execution"}
-
-
 def _rule_name(facts: Facts) -> str:
     return "its fix"
 
@@ -950,7 +946,8 @@ def _verdict_advice(facts: Facts, rule: Rule, fixes: list[Fix]) -> list[str]:
     for i, fix in enumerate(fixes):
         fix_rule = RULES_BY_ID[fix.rule]
         detailed = i == 0 or fix.part == rule.bound or (rule.bound == "eager" and fix.part == "host")
-        lines += fix_rule.more(facts) if detailed and fix_rule.more(facts) else [_fix_fields(fix, facts)["advice"]]
+        more = fix_rule.more(facts) if detailed else []
+        lines += more or [_fix_fields(fix, facts)["advice"]]
     lines += advice(facts, rule)
     unique = list(dict.fromkeys(lines))
     return [line for line in unique if not any(line != other and line.lower().rstrip(".") in other.lower()
@@ -1030,14 +1027,15 @@ def make_verdict(
                 "reason": ("the device's activity was not recorded (its trace planes are empty), so compute and "
                            "host overhead cannot be told apart; only input could be judged, and it is not the "
                            "largest part")}
-    fixes = verdict_fixes(facts)
+    candidates = candidate_fixes(facts)
+    fixes = verdict_fixes(candidates)
     first = fixes[0] if fixes else None
     headline = rule.headline(facts)
     if first is not None and first.part != part:
         headline += (f" The largest fix we can estimate is {FIX_NAMES.get(first.rule, _rule_name)(facts)}: "
                      f"{_saving_words(first.saving, facts)}.")
     elif first is None:
-        best = next(iter(candidate_fixes(facts)), None)
+        best = next(iter(candidates), None)
         largest = (f" (the largest, {FIX_NAMES.get(best.rule, _rule_name)(facts)}, about {best.saving.pct:.1f} %)"
                    if best is not None else "")
         headline += f" No fix we can estimate would save {savings.MIN_VERDICT_SAVING_PCT:g} % of the step{largest}."
