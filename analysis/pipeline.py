@@ -28,12 +28,13 @@ import pandas as pd
 
 from analysis import executors
 from analysis.breakdown import cluster, onednn, roofline, utilization
+from analysis.breakdown import memory as memory_breakdown
 from analysis.breakdown.devices import device_table
 from analysis.breakdown.eager import EagerOps, eager_ops, tf_eager_shares
 from analysis.breakdown.epochs import epoch_tables
 from analysis.breakdown.input_parts import mean_input_parts, split_input
 from analysis.breakdown.input_stages import STAGE_COLUMNS, InputStages, input_stages, stage_times
-from analysis.breakdown.memory import MemoryReport, memory_report
+from analysis.breakdown.memory import MemoryReport, WorkerMemory, memory_report
 from analysis.breakdown.ops import OP_COLUMNS, OP_KEYS, op_table
 from analysis.breakdown.spread import spread
 from analysis.breakdown.workers import WORKER_KEYS, worker_row
@@ -282,15 +283,18 @@ class WorkerSummary:
     steady: pd.DataFrame  # SUMMARY_STEP_COLUMNS of its steady steps (those it has)
     utilization: dict[str, float]
     notes: tuple[str, ...]
+    memory: WorkerMemory | None = None  # its allocators' peaks (None: none traced)
 
     @classmethod
     def of(cls, analysis: Analysis) -> WorkerSummary:
         steady = steady_steps(analysis.steps)
         device = analysis.record.device if analysis.record is not None else {}
+        memory = analysis.memory
         return cls(path=analysis.path, step_source=analysis.step_source, host=analysis.host,
                    run_host=str(device["host"]) if device.get("host") else None, mean=analysis.mean,
                    steady=steady[[c for c in SUMMARY_STEP_COLUMNS if c in steady]].reset_index(drop=True),
-                   utilization=analysis.utilization, notes=analysis.notes)
+                   utilization=analysis.utilization, notes=analysis.notes,
+                   memory=WorkerMemory(None, memory.allocators, memory.steps) if memory and memory.allocators else None)
 
 
 Summarised = Analysis | WorkerSummary | WorkerFailure
@@ -509,7 +513,7 @@ def _run_notes(run: RunRecord | None) -> tuple[str, ...]:
 
 def assemble_session(chief: Analysis, others: list[Summarised]) -> Analysis:
     """Several hosts in one profile session: the chief's breakdown with one row per host trace."""
-    rows, steps = [], []
+    rows, steps, memory = [], [], []
     for a in (chief, *others):
         name = a.path.name.removesuffix(".xplane.pb")
         if isinstance(a, WorkerFailure):
@@ -518,11 +522,13 @@ def assemble_session(chief: Analysis, others: list[Summarised]) -> Analysis:
         summary = _summary(a)
         rows.append({**worker_row(name, summary.host, summary.mean, summary.steady), "status": cluster.OK})
         steps.append(cluster.worker_steps(name, summary.steady))
+        memory.append(dataclasses.replace(summary.memory, worker=name) if summary.memory else None)
     frame, worker_steps, missing_note = _job_frame(rows, steps, (), len(rows))
     ok = frame[frame["status"] == cluster.OK]
     straggler, reason = straggler_rule.find_straggler(ok)
     return dataclasses.replace(chief, workers=_shown(frame), straggler=straggler, straggler_reason=reason,
                                notes=(*chief.notes, *missing_note), worker_steps=worker_steps,
+                               memory=_every_worker_memory(chief.memory, memory),
                                slowest_workers=straggler_rule.slowest_workers(ok),
                                worker_distribution=cluster.distribution(frame))
 
@@ -638,13 +644,14 @@ def assemble_job(job_dir: Path, workers: list[Path], per_worker: list[Summarised
     if not isinstance(chief, Analysis):
         raise ValueError(f"{chief_dir.name} gives the job's breakdown: it needs its whole Analysis, not a summary")
     summaries = {w: _summary(a) for w, a in done}
-    rows, steps = [], []
+    rows, steps, memory = [], [], []
     for worker, analysis in zip(workers, per_worker):
         index = _worker_index(worker.name)
         if isinstance(analysis, WorkerFailure):
             rows.append(_failed_row(index, worker.name, f"unreadable: {analysis.message}"))
             continue
         summary = summaries[worker]
+        memory.append(dataclasses.replace(summary.memory, worker=index) if summary.memory else None)
         rows.append({**worker_row(index, summary.run_host or worker.name, summary.mean, summary.steady,
                                   summary.utilization.get("proc_cpu_mean_pct", math.nan)), "status": cluster.OK})
         steps.append(cluster.worker_steps(index, summary.steady))
@@ -677,10 +684,22 @@ def assemble_job(job_dir: Path, workers: list[Path], per_worker: list[Summarised
     if len(done) > 1 and all(a.step_source == "steps_csv" for _, a in done):
         straggler, reason = None, straggler_rule.NO_TRACE
     return dataclasses.replace(chief, job_dir=job_dir, workers=_shown(frame), straggler=straggler,
-                               straggler_reason=reason,
+                               straggler_reason=reason, memory=_every_worker_memory(chief.memory, memory),
                                utilization=machine, facts=facts, findings=findings, notes=notes,
                                worker_steps=worker_steps, slowest_workers=straggler_rule.slowest_workers(ok, other_cpu_pct=other_cpu),
                                worker_distribution=cluster.distribution(frame))
+
+
+def _every_worker_memory(chief: MemoryReport | None, workers: list[WorkerMemory | None]) -> MemoryReport | None:
+    """The chief's memory report with every worker's allocators (`memory.workers`), where several
+    workers were analysed and any of them traced its allocators."""
+    traced = tuple(worker for worker in workers if worker is not None)
+    if len(workers) < 2 or not traced:
+        return chief
+    if chief is None:
+        empty = pd.DataFrame(columns=memory_breakdown.STEP_COLUMNS)
+        chief = MemoryReport((), pd.DataFrame(columns=memory_breakdown.TIMELINE_COLUMNS), empty, (), math.nan)
+    return dataclasses.replace(chief, workers=traced)
 
 
 def _host_of(worker: Path, summary: WorkerSummary) -> str:

@@ -125,6 +125,13 @@ def test_analysis_names_the_worker_with_host_work_as_the_straggler(host_straggle
     # Ground truth: the 40 ms are worker 1's host time, and worker 0 spends them waiting in the all-reduce.
     assert rows[1]["host_ms"] >= 0.9 * INJECTED_MS and rows[0]["host_ms"] < INJECTED_MS / 2, rows  # a hog beside it shifts a little of the spin
     assert rows[0]["collective_ms"] > rows[1]["collective_ms"] + INJECTED_MS / 4, rows
+    # Every worker's memory, named by worker: each one's allocators as that worker's own analysis reads them.
+    memory = result["memory"]["workers"]
+    assert [w["worker"] for w in memory] == [0, 1]
+    for entry in memory:
+        own = analysis.analyze(job / f"worker-{entry['worker']}").memory
+        assert own is not None and own.allocators, f"worker {entry['worker']} traced no allocator"
+        assert {a["name"]: a["peak_bytes"] for a in entry["allocators"]} == {a.name: a.peak_bytes for a in own.allocators}
 
 
 @pytest.mark.slow

@@ -25,6 +25,11 @@ from analysis.read.run_files import TIME_COLUMN, RunRecord
 NS_PER_MS = 1e6
 TOP_AT_PEAK = 10  # groups of live allocations shown at the peak (JSON, HTML); the largest first
 BEFORE_WINDOW = "before the window"  # the region of the bytes in use that no allocation of the window explains
+# The allocator's reserved bytes (`bytes_reserved`: PJRT's stack, XLA's scratch) at the peak: they move without
+# allocation events of their own, so they are neither an op's nor from before the window (XProf's "stack").
+RESERVED = "reserved"
+# What holds most of a peak, by its live tensors (`Holder.kind`): the advice differs for each.
+WORKSPACE, BATCH_SIZED, FIXED, OP_TYPE, UNSCALED = "workspace", "batch", "fixed", "op_type", "tensor"
 # Steps whose end holds more than the step before, one after another: a leak candidate once the
 # growth reaches this many bytes per step (a scalar kept from every step is 256 bytes in a BFC allocator).
 MIN_GROWTH_BYTES_PER_STEP = 1024.0
@@ -55,6 +60,33 @@ class Live:
         return {"op": self.op, "shape": self.shape, "dtype": self.dtype, "region": self.region, "bytes": self.bytes,
                 "count": self.count}
 
+    @property
+    def in_window(self) -> bool:
+        """Whether these are allocations of the window (not bytes from before it, nor reserved)."""
+        return self.region not in (BEFORE_WINDOW, RESERVED)
+
+    @property
+    def unnamed(self) -> str:
+        """What bytes of no op are, in words."""
+        if self.region == RESERVED:
+            return "reserved by the allocator (stack and scratch, with no allocation events of their own)"
+        return "allocated before the traced window" if self.region == BEFORE_WINDOW else "no op named"
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The op whose tensors hold the most of a peak, and what kind of memory they are."""
+
+    op: str
+    bytes: int
+    kind: str  # WORKSPACE, BATCH_SIZED, FIXED, OP_TYPE or UNSCALED (the batch is unknown)
+    tensors: tuple[str, ...]  # its largest live tensors, "shape dtype (region)"
+    count: int  # its allocations live at the peak
+
+    def as_dict(self) -> dict:
+        return {"op": self.op, "bytes": self.bytes, "kind": self.kind, "tensors": list(self.tensors),
+                "count": self.count}
+
 
 @dataclass(frozen=True)
 class AllocatorPeak:
@@ -72,11 +104,20 @@ class AllocatorPeak:
     fixed_bytes: float  # the rest of the peak
     max_batch: float  # the largest batch that fits the capacity at today's fragmentation (NaN: unknown)
     headroom: str  # how max_batch was made, or why it is unknown
+    headroom_basis: str | None  # what max_batch was measured against (HEADROOM_BASES), None: unknown
     top_at_peak: tuple[Live, ...]  # the largest groups live at the peak, `before the window` among them
     by_op: tuple[tuple[str, int], ...]  # bytes live at the peak per op named, the largest first
     by_region: tuple[tuple[str, int], ...]  # per region (TensorFlow's region_type; `before the window`)
     events: int
     growth_bytes_per_step: float  # bytes held at step end, growing step after step (NaN: not growing or unknown)
+    lifetime_peak_bytes: float = math.nan  # the allocator's own peak since it started (`peak_bytes_in_use`)
+    reserved_bytes: float = 0.0  # of the peak: the allocator's reserved bytes (`RESERVED`)
+    holder: Holder | None = None  # the op whose tensors hold the most of the peak
+
+    @property
+    def lifetime_above_window(self) -> bool:
+        """Whether the allocator had held more before the window than at the window's peak."""
+        return self.lifetime_peak_bytes > self.peak_bytes
 
     @property
     def capacity_share(self) -> float:
@@ -90,7 +131,11 @@ class AllocatorPeak:
                 "fixed_bytes": _int_or_none(self.fixed_bytes), "max_batch": _int_or_none(self.max_batch),
                 "top_at_peak": [live.as_dict() for live in self.top_at_peak],
                 "peak_time_ms": self.peak_time_ms, "capacity_source": self.capacity_source,
-                "headroom": self.headroom, "by_region": dict(self.by_region), "events": self.events,
+                "headroom": self.headroom, "headroom_basis": self.headroom_basis,
+                "headroom_reason": self.headroom if self.headroom_basis is None else None,
+                "lifetime_peak_bytes": _int_or_none(self.lifetime_peak_bytes),
+                "holder": self.holder.as_dict() if self.holder is not None else None,
+                "by_region": dict(self.by_region), "events": self.events,
                 "growth_bytes_per_step": _float_or_none(self.growth_bytes_per_step),
                 "steps": [{"step": int(s), "peak_bytes": _int_or_none(p), "end_bytes": _int_or_none(e)}
                           for s, p, e in zip(mine["step"], mine["peak_bytes"], mine["end_bytes"])]}
@@ -152,6 +197,18 @@ class OomAtFailure:
 
 
 @dataclass(frozen=True)
+class WorkerMemory:
+    """One worker's allocators in a job (or one host's in a profile session of several)."""
+
+    worker: int | str | None  # None: a run of one worker
+    allocators: tuple[AllocatorPeak, ...]
+    steps: pd.DataFrame  # STEP_COLUMNS of its allocators
+
+    def as_dict(self) -> dict:
+        return {"worker": self.worker, "allocators": [a.as_dict(self.steps) for a in self.allocators]}
+
+
+@dataclass(frozen=True)
 class MemoryReport:
     """Every allocator of the trace and every sampled memory of the run (docs/json.md `memory`)."""
 
@@ -161,9 +218,17 @@ class MemoryReport:
     sampled: tuple[SampledMemory, ...]
     batch_size: float  # NaN: not known
     oom: OomAtFailure | None = None  # the out-of-memory error that ended the run, if one did
+    # Every worker's allocators, in worker order, where a job's (or a session's) workers were analysed;
+    # empty for one worker's run, whose allocators are the report's own.
+    workers: tuple[WorkerMemory, ...] = ()
+
+    @property
+    def every_worker(self) -> tuple[WorkerMemory, ...]:
+        return self.workers or (WorkerMemory(None, self.allocators, self.steps),)
 
     def as_dict(self) -> dict:
         return {"allocators": [a.as_dict(self.steps) for a in self.allocators],
+                "workers": [worker.as_dict() for worker in self.every_worker],
                 "batch_size": _int_or_none(self.batch_size),
                 "samplers": [s.as_dict() for s in self.sampled],
                 "oom": self.oom.as_dict() if self.oom is not None else None}
@@ -217,44 +282,137 @@ def first_dimension(shape: str) -> float:
     return float(found.group(1)) if found else math.nan
 
 
-def headroom(live: pd.DataFrame, peak: float, capacity: float, fragmentation: float,
-             batch_size: float) -> tuple[float, float, float, str]:
-    """(batch bytes, fixed bytes, the largest batch that fits, its basis). The batch part is the live
-    allocations whose first dimension is the batch size; the rest (bytes from before the window
-    included) does not grow with it. The batch that fits: fixed + batch bytes x (N / batch) within the
-    capacity less the share of its free bytes that today's fragmentation leaves in pieces."""
+# What `max_batch` is measured against: the allocator's own capacity (a device's memory), or, for the host's
+# allocators, whose capacity is the whole machine's memory shared with every other process, the memory the
+# machine had available at its least while the run ran.
+ALLOCATOR_CAPACITY, AVAILABLE_MEMORY = "allocator_capacity", "available_memory"
+HEADROOM_BASES = (ALLOCATOR_CAPACITY, AVAILABLE_MEMORY)
+
+
+@dataclass(frozen=True)
+class HostRoom:
+    """What the host sampler saw of the machine's memory while the run ran."""
+
+    available_bytes: float  # the machine's least available memory (NaN: not sampled)
+    rss_peak_bytes: float  # the training process's RSS at its peak (NaN: not sampled)
+
+    @classmethod
+    def of(cls, samplers: dict[str, pd.DataFrame]) -> HostRoom:
+        frame = samplers.get("host")
+        least = peak = math.nan
+        if frame is not None and "mem_available_bytes" in frame and frame["mem_available_bytes"].notna().any():
+            least = float(frame["mem_available_bytes"].min())
+        if frame is not None and "proc_rss_bytes" in frame and frame["proc_rss_bytes"].notna().any():
+            peak = float(frame["proc_rss_bytes"].max())
+        return cls(least, peak)
+
+
+def headroom(live: pd.DataFrame, peak: float, capacity: float, fragmentation: float, batch_size: float,
+             host: HostRoom | None = None) -> tuple[float, float, float, str, str | None]:
+    """(batch bytes, fixed bytes, the largest batch that fits, how, its basis: HEADROOM_BASES, None where
+    unknown). The batch part is the live allocations whose first dimension is the batch size; the rest
+    (bytes from before the window included) does not grow with it. On a device, the batch that fits:
+    fixed + batch bytes x (N / batch) within the capacity less the share of its free bytes that today's
+    fragmentation leaves in pieces. On the host (`host` given), the batch bytes may grow into the memory
+    the machine had available at its least, never into the whole RAM."""
     if not batch_size > 0:
-        return math.nan, math.nan, math.nan, "unknown: the batch size is not known (no run.json states it)"
+        return math.nan, math.nan, math.nan, "unknown: the batch size is not known (no run.json states it)", None
     scaled = live["shape"].map(first_dimension).to_numpy() == batch_size
     batch_bytes = float(live.loc[scaled, "allocation_bytes"].sum())
     fixed = peak - batch_bytes
     batch = f"{batch_size:.0f}"
-    if not capacity > 0:
-        return batch_bytes, fixed, math.nan, "unknown: the allocator states no capacity"
     if batch_bytes <= 0:
         return batch_bytes, fixed, math.nan, (f"unknown: no tensor live at the peak has the batch ({batch}) as its "
-                                              "first dimension")
+                                              "first dimension"), None
+    grows = (f"{_gib(batch_bytes)} of the {_gib(peak)} peak are tensors whose first dimension is the batch ({batch}) "
+             f"and grow with it, {_gib(fixed)} do not")
+    if host is not None:
+        if not host.available_bytes == host.available_bytes:
+            return batch_bytes, fixed, math.nan, (
+                "unknown: this allocator draws on the machine's memory, shared with every other process, and no host "
+                "sampler recorded how much of it was available (run with the samplers on)"), None
+        fits = math.floor(batch_size * (batch_bytes + host.available_bytes) / batch_bytes)
+        rss = (f"; the process's RSS peaked at {_gib(host.rss_peak_bytes)}, {host.rss_peak_bytes / peak:.1f}x this "
+               "allocator's peak" if host.rss_peak_bytes > 0 and peak > 0 else "")
+        return batch_bytes, fixed, float(max(fits, 0)), (
+            f"{grows}; the machine had {_gib(host.available_bytes)} available at its least while the run ran (host.csv "
+            f"mem_available_bytes), the room a larger batch can take{rss}"), AVAILABLE_MEMORY
+    if not capacity > 0:
+        return batch_bytes, fixed, math.nan, "unknown: the allocator states no capacity", None
     frag = fragmentation if fragmentation == fragmentation else 0.0
     usable = peak + max(capacity - peak, 0.0) * (1.0 - frag)
     fits = math.floor(batch_size * (usable - fixed) / batch_bytes)
     return batch_bytes, fixed, float(max(fits, 0)), (
-        f"{_gib(batch_bytes)} of the {_gib(peak)} peak are tensors whose first dimension is the batch ({batch}) and "
-        f"grow with it, {_gib(fixed)} do not; {_gib(usable)} of the {_gib(capacity)} capacity is usable at "
-        f"{100 * frag:.1f} % fragmentation")
+        f"{grows}; {_gib(usable)} of the {_gib(capacity)} capacity is usable at {100 * frag:.1f} % fragmentation"
+    ), ALLOCATOR_CAPACITY
+
+
+def _rank(shape: str) -> int:
+    """Dimensions of a shape as TensorFlow writes it ("[32,64,53,54]": 4; "[]": 0); -1 where not stated."""
+    inner = (shape or "").strip()
+    if not (inner.startswith("[") and inner.endswith("]")):
+        return -1
+    inner = inner[1:-1].strip()
+    return inner.count(",") + 1 if inner else 0
+
+
+OP_TYPE_NAME = re.compile(r"^[A-Z][A-Za-z0-9]*$")  # `Conv2D`, `MatMul`: an eager op's name is its type
+FLAT_DTYPES = ("uint8", "int8")  # a workspace is raw bytes
+
+
+def holder_kind(op: str, tensors: pd.DataFrame, batch_size: float) -> str:
+    """What an op's tensors live at a peak are, by most of their bytes: batch-sized (first dimension the
+    batch), a workspace (temporary flat bytes: a convolution algorithm's scratch), every op of a type
+    lumped together (an eager op's name is its type, one name for several layers' tensors of several
+    shapes), else of fixed size; `UNSCALED` where the batch is unknown and nothing else tells."""
+    weights = tensors["allocation_bytes"].to_numpy(dtype=np.float64)
+    total = float(weights.sum())
+
+    def most(mask) -> bool:
+        return total > 0 and float(weights[np.asarray(mask, dtype=bool)].sum()) >= 0.5 * total
+
+    shapes = tensors["shape"].astype(str)
+    if batch_size > 0 and most(shapes.map(first_dimension).to_numpy() == batch_size):
+        return BATCH_SIZED
+    ranks = shapes.map(_rank).to_numpy()
+    if most((tensors["region"].to_numpy() == "temp") & ((ranks <= 1) | tensors["dtype"].isin(FLAT_DTYPES).to_numpy())):
+        return WORKSPACE
+    if OP_TYPE_NAME.match(op) and shapes[ranks >= 0].nunique() > 1:
+        return OP_TYPE
+    return FIXED if batch_size > 0 else UNSCALED
+
+
+HOLDER_TENSORS = 3  # of the holder's live tensors named, the largest first
+
+
+def holder_of(live: pd.DataFrame, batch_size: float) -> Holder | None:
+    """The op whose live tensors hold the most of a peak (ties: the first allocated), and of what kind."""
+    named = live[live["op"] != ""]
+    if named.empty:
+        return None
+    by_op = named.groupby("op", sort=False)["allocation_bytes"].sum().sort_values(ascending=False, kind="stable")
+    op = str(by_op.index[0])
+    mine = named[named["op"] == op].sort_values("allocation_bytes", ascending=False, kind="stable")
+    tensors = tuple(dict.fromkeys(" ".join(part for part in (str(row.shape), str(row.dtype)) if part)
+                                  + f" ({row.region or 'unknown'})" for row in mine.itertuples(index=False)))
+    return Holder(op, int(by_op.iat[0]), holder_kind(op, mine, batch_size), tensors[:HOLDER_TENSORS], len(mine))
 
 
 def _gib(value: float) -> str:
     return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.1f} MiB"
 
 
-def _grouped(live: pd.DataFrame, before: float) -> tuple[tuple[Live, ...], tuple, tuple]:
-    """The live allocations grouped by op, shape, dtype and region, by op, and by region."""
+def _grouped(live: pd.DataFrame, before: float, reserved: float = 0.0) -> tuple[tuple[Live, ...], tuple, tuple]:
+    """The live allocations grouped by op, shape, dtype and region, by op, and by region; the bytes from
+    before the window and the allocator's reserved bytes, each a group of no op."""
     keys = ["op", "shape", "dtype", "region"]
     groups = live.groupby(keys, sort=False, dropna=False)["allocation_bytes"].agg(["sum", "size"]).reset_index()
     rows = [Live(str(r.op) or None, str(r.shape) or None, str(r.dtype) or None, str(r.region) or "unknown",
                  int(r.sum), int(r.size)) for r in groups.itertuples(index=False)]
     if before > 0:
         rows.append(Live(None, None, None, BEFORE_WINDOW, int(before), None))
+    if reserved > 0:
+        rows.append(Live(None, None, None, RESERVED, int(reserved), None))
     rows.sort(key=lambda live: -live.bytes)
     by_op = live[live["op"] != ""].groupby("op", sort=False)["allocation_bytes"].sum().sort_values(
         ascending=False, kind="stable")
@@ -262,6 +420,8 @@ def _grouped(live: pd.DataFrame, before: float) -> tuple[tuple[Live, ...], tuple
         "allocation_bytes"].sum().to_dict()
     if before > 0:
         regions[BEFORE_WINDOW] = before
+    if reserved > 0:
+        regions[RESERVED] = reserved
     by_region = tuple(sorted(((str(k), int(v)) for k, v in regions.items()), key=lambda item: -item[1]))
     return tuple(rows[:TOP_AT_PEAK]), tuple((str(k), int(v)) for k, v in by_op.items()), by_region
 
@@ -305,8 +465,10 @@ def growth_per_step(end_bytes: np.ndarray) -> float:
 
 
 def allocator_peak(name: str, events: pd.DataFrame, steps: pd.DataFrame, batch_size: float,
-                   stated_capacity: tuple[float, str], origin_ns: int) -> tuple[AllocatorPeak, pd.DataFrame] | None:
-    """One allocator's peak and steps from its events in time order; None where no event states its bytes."""
+                   stated_capacity: tuple[float, str], origin_ns: int, host: HostRoom | None = None
+                   ) -> tuple[AllocatorPeak, pd.DataFrame] | None:
+    """One allocator's peak and steps from its events in time order; None where no event states its bytes.
+    `host`: the machine's memory as sampled, for an allocator of the host's own memory."""
     events = events.reset_index(drop=True)
     in_use = events["bytes_in_use"].to_numpy(dtype=np.float64)
     if not (~np.isnan(in_use)).any():
@@ -314,13 +476,15 @@ def allocator_peak(name: str, events: pd.DataFrame, steps: pd.DataFrame, batch_s
     at = int(np.nanargmax(in_use))  # the first time the peak is reached
     peak = float(in_use[at])
     live = live_at(events, at)
-    before = max(peak - float(live["allocation_bytes"].sum()), 0.0)
+    reserved = float(np.nan_to_num(events["bytes_reserved"].iat[at])) if "bytes_reserved" in events else 0.0
+    before = max(peak - reserved - float(live["allocation_bytes"].sum()), 0.0)
     available = float(events["bytes_available"].iat[at])
     capacity, source = ((peak + available, "the allocator's bytes in use + bytes available at the peak")
                         if available == available else stated_capacity)
     fragmentation = float(events["fragmentation"].iat[at])
-    batch_bytes, fixed, max_batch, basis = headroom(live, peak, capacity, fragmentation, batch_size)
-    top, by_op, by_region = _grouped(live, before)
+    batch_bytes, fixed, max_batch, how, basis = headroom(live, peak, capacity, fragmentation, batch_size, host)
+    top, by_op, by_region = _grouped(live, before, reserved)
+    lifetime = events["peak_bytes_in_use"].max() if "peak_bytes_in_use" in events else math.nan
     at_ns = int(events["start_ns"].iat[at])
     step = step_of(np.array([at_ns]), steps)[0]
     op = str(events["op"].iat[at]) or None
@@ -329,8 +493,10 @@ def allocator_peak(name: str, events: pd.DataFrame, steps: pd.DataFrame, batch_s
         name=name, peak_bytes=int(peak), peak_time_ms=(at_ns - origin_ns) / NS_PER_MS,
         peak_step=int(step) if step == step else None, peak_op=op, capacity_bytes=capacity, capacity_source=source,
         fragmentation=fragmentation, batch_bytes=batch_bytes, fixed_bytes=fixed, max_batch=max_batch,
-        headroom=basis, top_at_peak=top, by_op=by_op, by_region=by_region, events=len(events),
-        growth_bytes_per_step=growth_per_step(per_step["end_bytes"].to_numpy(dtype=np.float64))), per_step
+        headroom=how, headroom_basis=basis, top_at_peak=top, by_op=by_op, by_region=by_region, events=len(events),
+        growth_bytes_per_step=growth_per_step(per_step["end_bytes"].to_numpy(dtype=np.float64)),
+        lifetime_peak_bytes=float(lifetime) if lifetime == lifetime else math.nan, reserved_bytes=reserved,
+        holder=holder_of(live, batch_size)), per_step
 
 
 def timeline(events: pd.DataFrame, steps: pd.DataFrame, origin_ns: int) -> pd.DataFrame:
@@ -378,13 +544,14 @@ def allocator_report(events: pd.DataFrame, steps: pd.DataFrame, origin_ns: int, 
                      ) -> tuple[tuple[AllocatorPeak, ...], pd.DataFrame, pd.DataFrame]:
     """Every allocator's peak (the largest peak first), the timeline and the per-step table."""
     peaks, tables = [], []
+    room = HostRoom.of(samplers or {})
     for name, mine in events.groupby("allocator", sort=True):
         made = allocator_peak(str(name), mine, steps, batch_size, stated_capacity(str(name), samplers or {}, run),
-                              origin_ns)
+                              origin_ns, room if str(name) in HOST_ALLOCATORS else None)
         if made is not None:
             peaks.append(made[0])
             tables.append(made[1])
-    peaks.sort(key=lambda peak: -peak.peak_bytes)
+    peaks.sort(key=lambda peak: (-peak.peak_bytes, peak.name))
     table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=STEP_COLUMNS)
     return tuple(peaks), timeline(events, steps, origin_ns), table
 

@@ -25,11 +25,13 @@ NUMERIC_STAT_COLUMNS = ("step_num", "_r", "steps", "group_id", "iter_num", "prog
 ID_STAT_COLUMNS = ("_p", "_c", "correlation_id")
 # Stats of the allocators' events (TensorFlow's MemoryAllocation / MemoryDeallocation), read in the same
 # pass into `Trace.memory`, one row per event that names its allocator, not into a column of every event;
-# their op is the `tf_op` column, their group `group_id`. Texts: the allocator, region and shape.
-MEMORY_STAT_COLUMNS = ("allocator_name", "bytes_reserved", "bytes_allocated", "bytes_available", "peak_bytes_in_use",
+# their op is the `tf_op` column, their group `group_id`. Texts: the allocator, region and shape. PJRT's
+# allocators (JAX on TPUs) name no allocator: their device is `index_on_host` (or `device_ordinal`).
+MEMORY_STAT_COLUMNS = ("allocator_name", "index_on_host", "device_ordinal", "bytes_reserved", "bytes_allocated", "bytes_available", "peak_bytes_in_use",
                        "requested_bytes", "allocation_bytes", "fragmentation", "addr", "region_type", "data_type",
                        "shape")
 MEMORY_TEXT_STATS = ("allocator_name", "region_type", "shape")
+MEMORY_KEY_STATS = ("allocator_name", "index_on_host", "device_ordinal")  # an allocator event states one of them
 
 # What read_trace asks the decoder for: the stats to keep, and those of them read as numbers.
 READ_STATS = EVENT_STAT_COLUMNS + MEMORY_STAT_COLUMNS

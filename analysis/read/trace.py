@@ -24,6 +24,7 @@ from analysis.read.run_files import warn
 from analysis.read.stat_names import (  # also trace's own names: the stats read_trace decodes
     EVENT_STAT_COLUMNS,
     ID_STAT_COLUMNS,
+    MEMORY_KEY_STATS,
     MEMORY_STAT_COLUMNS,
     MEMORY_TEXT_STATS,
     NUMERIC_STAT_COLUMNS,
@@ -600,10 +601,10 @@ def _stat_numbers(space: wire.DecodedSpace, rows: np.ndarray) -> np.ndarray:
 
 
 def memory_stats(space: wire.DecodedSpace, kept: np.ndarray | None = None) -> pd.DataFrame:
-    """The `MEMORY_STAT_COLUMNS` of each event that names its allocator: `event` (its row in the
+    """The `MEMORY_STAT_COLUMNS` of each event that names its allocator (or its device): `event` (its row in the
     events table, renumbered where `kept` says which events the table kept), numbers as float64 (NaN:
     not stated, never 0), texts as str ("" where not stated)."""
-    rows, events = _last_stats(space, "allocator_name")
+    events = np.unique(np.concatenate([_last_stats(space, key)[1] for key in MEMORY_KEY_STATS]))
     table: dict[str, np.ndarray] = {"event": events}
     for column in MEMORY_STAT_COLUMNS:
         rows, of_event = _last_stats(space, column)

@@ -26,12 +26,13 @@ NS_PER_MS = 1e6
 # The allocators' events (`TraceView.memory`): bytes in use is the allocator's bytes_allocated plus
 # bytes_reserved after the event (XProf's heap + stack), NaN where the event does not say.
 MEMORY_COLUMNS = {"allocator": object, "start_ns": "int64", "allocation": bool, "bytes_in_use": float,
-                  "bytes_available": float, "peak_bytes_in_use": float, "requested_bytes": float,
+                  "bytes_reserved": float, "bytes_available": float, "peak_bytes_in_use": float, "requested_bytes": float,
                   "allocation_bytes": float, "fragmentation": float, "address": float, "op": object,
                   "region": object, "dtype": object, "shape": object, "group_id": float}
 STAGE_RE = re.compile(tf_producer.INPUT_STAGE)
 HOST_OP_RE = re.compile(tf_producer.XPROF_HOST_OP)
 TPU_PLANE = re.compile("TPU", re.IGNORECASE)
+DEVICE_PLANE_INDEX = re.compile(r"^/device:([A-Z]+):(\d+)$")
 # What a timeline of the trace's own events needs of each (analysis/render/perfetto.py).
 TIMELINE_COLUMNS = ["plane", "line", "plane_name", "line_name", "name", "start_ns", "end_ns"]
 
@@ -228,8 +229,9 @@ class TraceView:
         dtype = stats["data_type"].map(lambda number: tf_producer.DATA_TYPES.get(int(number), "")
                                        if number == number else "")
         frame = pd.DataFrame({
-            "allocator": stats["allocator_name"].to_numpy(), "start_ns": events["start_ns"].to_numpy(dtype=np.int64),
-            "allocation": allocation, "bytes_in_use": in_use, "bytes_available": stats["bytes_available"].to_numpy(),
+            "allocator": self._allocator_names(stats), "start_ns": events["start_ns"].to_numpy(dtype=np.int64),
+            "allocation": allocation, "bytes_in_use": in_use,
+            "bytes_reserved": stats["bytes_reserved"].to_numpy(), "bytes_available": stats["bytes_available"].to_numpy(),
             "peak_bytes_in_use": stats["peak_bytes_in_use"].to_numpy(),
             "requested_bytes": stats["requested_bytes"].to_numpy(),
             "allocation_bytes": stats["allocation_bytes"].to_numpy(),
@@ -239,6 +241,21 @@ class TraceView:
             "shape": stats["shape"].to_numpy(), "group_id": events["group_id"].to_numpy(dtype=np.float64,
                                                                                          na_value=np.nan)})
         return frame.sort_values("start_ns", kind="stable").reset_index(drop=True)
+
+    def _allocator_names(self, stats: pd.DataFrame) -> np.ndarray:
+        """Each allocator event's allocator: its `allocator_name`; PJRT's (JAX on TPUs) name none but the
+        device, by `index_on_host` (else `device_ordinal`), named here as its device plane is (`TPU_0`)."""
+        names = stats["allocator_name"].to_numpy(dtype=object)
+        unnamed = names == ""
+        if not unnamed.any():
+            return names
+        index = stats["index_on_host"].where(stats["index_on_host"].notna(), stats["device_ordinal"]).to_numpy()
+        kinds = {int(found.group(2)): found.group(1) for name in self.trace.planes["plane_name"].astype(str)
+                 if (found := DEVICE_PLANE_INDEX.match(name))}
+        names = names.copy()
+        for i in np.flatnonzero(unnamed & ~np.isnan(index)):
+            names[i] = f"{kinds.get(int(index[i]), 'device')}_{int(index[i])}"
+        return names
 
     def timeline_events(self, which: str = "ops") -> pd.DataFrame:
         """The trace's own events to show beside the analysis, in file order (`TIMELINE_COLUMNS`):

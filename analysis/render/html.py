@@ -636,10 +636,10 @@ MEMORY_STEPS_SHOWN = 12  # steps whose peak and held bytes a caption lists; the 
 
 def _live_frame(groups, total: float) -> pd.DataFrame:
     """Groups of live allocations as table rows, with their share of `total` bytes."""
-    return pd.DataFrame([{"op": item.op or "(allocated before the window)",
+    return pd.DataFrame([{"op": item.op or f"({item.unnamed})",
                           "tensor": " ".join(part for part in (item.shape, item.dtype) if part)
                           + (f" x{item.count}" if item.count and item.count > 1 else ""),
-                          "region": item.region if item.op else "", "size": tables.size(item.bytes),
+                          "region": item.region if item.in_window else "", "size": tables.size(item.bytes),
                           "%": f"{100 * item.bytes / total:.1f}" if total > 0 else "-"} for item in groups])
 
 
@@ -690,6 +690,10 @@ def _memory(analysis) -> str:
                       if ends else "")
                    + f"</div><div><p class=\"caption\">Live at the peak, the largest first:</p>"
                    f"{_table(live, name_columns=('op',), right=('size', '%'))}</div></div>")
+    if memory.workers:
+        out.append(f"<h3>Every worker</h3><p class=\"caption\">The allocators above are "
+                   f"{esc(tables.worker_name(memory.workers[0].worker))}'s; each worker's peaks:</p><ul>"
+                   + "".join(f"<li>{esc(line)}</li>" for line in tables.worker_memory_lines(memory)) + "</ul>")
     out += [f'<p class="caption">{esc(line[0].upper() + line[1:])}.</p>' for line in tables.sampled_memory_lines(memory)]
     return _section("Memory", '<p class="caption">From the allocators\' own events in the trace (every event in '
                     "memory.csv): bytes in use after each allocation and deallocation, the steps shaded, the peak "

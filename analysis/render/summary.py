@@ -27,6 +27,7 @@ TOP_FINDINGS = 5
 TOP_OPS = 8
 TOP_OUTLIERS = 3
 TOP_ALLOCATORS = 2  # 1 where the run ended out of memory: `oom` takes the other's room
+TOP_WORKER_MEMORY = 8  # workers whose fullest allocator the summary names, in worker order
 TOP_OOM_HELD = 1  # the largest group live when the allocation failed (the full JSON lists more)
 TOP_NOTES = 2
 
@@ -209,7 +210,18 @@ def _memory(memory) -> dict | None:
                             "capacity_bytes": count(a.capacity_bytes), "peak_step": count(a.peak_step),
                             "peak_op": text(a.peak_op, NAME, middle=True), "max_batch": count(a.max_batch)}
                            for a in allocators[:shown]],
-            "allocators_total": len(allocators), "batch_size": count(memory.batch_size), "oom": _oom(memory.oom)}
+            "allocators_total": len(allocators), "batch_size": count(memory.batch_size), "oom": _oom(memory.oom),
+            "workers": [_worker_memory(worker) for worker in memory.workers[:TOP_WORKER_MEMORY]],
+            "workers_total": len(memory.workers)}
+
+
+def _worker_memory(worker) -> dict:
+    """A worker's fullest allocator: its peak against its capacity."""
+    fullest = worker.allocators[0] if worker.allocators else None
+    name = worker.worker if isinstance(worker.worker, int) else text(worker.worker, NAME, middle=True)
+    return {"worker": name, "allocator": text(fullest.name, NAME, middle=True) if fullest else None,
+            "peak_bytes": count(fullest.peak_bytes) if fullest else None,
+            "capacity_bytes": count(fullest.capacity_bytes) if fullest else None}
 
 
 def _workers(analysis) -> dict | None:

@@ -377,11 +377,11 @@ def size(value) -> str:
 
 def live_name(live) -> str:
     """One group of allocations live at a peak, as a line names it."""
-    if live.op is None:
-        return "allocated before the traced window"
+    if not live.in_window:
+        return live.unnamed
     what = " ".join(part for part in (live.shape, live.dtype) if part)
     many = f" x{live.count}" if live.count and live.count > 1 else ""
-    return f"{live.op}" + (f" {what}" if what else "") + f" ({live.region}{many})"
+    return (live.op or f"({live.unnamed})") + (f" {what}" if what else "") + f" ({live.region}{many})"
 
 
 def peak_sentence(peak) -> str:
@@ -390,12 +390,20 @@ def peak_sentence(peak) -> str:
     step = f"step {peak.peak_step}" if peak.peak_step is not None else "between steps"
     op = f", in {peak.peak_op}" if peak.peak_op else ""
     frag = f"; fragmentation {100 * peak.fragmentation:.1f} %" if peak.fragmentation == peak.fragmentation else ""
-    return f"peak {size(peak.peak_bytes)}{share} at {step} ({peak.peak_time_ms:.1f} ms into the window){op}{frag}"
+    lifetime = ""
+    if peak.lifetime_above_window:
+        of = f" ({100 * peak.lifetime_peak_bytes / peak.capacity_bytes:.1f} %)" if peak.capacity_bytes > 0 else ""
+        lifetime = f"; its own lifetime peak, before the window, was {size(peak.lifetime_peak_bytes)}{of}"
+    return (f"peak {size(peak.peak_bytes)}{share} at {step} ({peak.peak_time_ms:.1f} ms into the window){op}{frag}"
+            f"{lifetime}")
 
 
 def headroom_sentence(peak, batch: float) -> str:
     if peak.max_batch == peak.max_batch:
-        return f"headroom: a batch of about {peak.max_batch:,.0f} fits (today {batch:,.0f}): {peak.headroom}"
+        against = ("the machine's available memory" if peak.headroom_basis == "available_memory"
+                   else "the allocator's capacity")
+        return (f"headroom: a batch of about {peak.max_batch:,.0f} fits {against} (today {batch:,.0f}): "
+                f"{peak.headroom}")
     return f"headroom: {peak.headroom}"
 
 
@@ -451,7 +459,25 @@ def memory_lines(analysis) -> list[str]:
         out.append(f"    {headroom_sentence(peak, memory.batch_size)}")
         if peak.growth_bytes_per_step == peak.growth_bytes_per_step:
             out.append(f"    held at step end grows {size(peak.growth_bytes_per_step)} a step")
+    if memory.workers:
+        out.append(f"  every worker's allocators (the lines above are {worker_name(memory.workers[0].worker)}'s):")
+        out += [f"    {line}" for line in worker_memory_lines(memory)]
     out += [f"  {line}" for line in sampled_memory_lines(memory)]
+    return out
+
+
+def worker_name(worker) -> str:
+    return f"worker {worker}" if isinstance(worker, int) else str(worker)
+
+
+def worker_memory_lines(memory) -> list[str]:
+    """One line per worker of a job: each of its allocators' peak against its capacity."""
+    out = []
+    for worker in memory.workers:
+        peaks = "; ".join(f"{peak.name} {size(peak.peak_bytes)}" + (
+            f" of {size(peak.capacity_bytes)} ({100 * peak.capacity_share:.0f} %)" if peak.capacity_bytes > 0 else "")
+            for peak in worker.allocators)
+        out.append(f"{worker_name(worker.worker)}: {peaks or 'no allocator events traced'}")
     return out
 
 

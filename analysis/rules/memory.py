@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 
-from analysis.breakdown.memory import AllocatorPeak, OomAtFailure, SampledMemory, first_dimension
+from analysis.breakdown import memory as breakdown
+from analysis.breakdown.memory import AllocatorPeak, OomAtFailure, SampledMemory
 from analysis.rules.facts import Facts
 
 NEAR_CAPACITY_SHARE = 0.90  # a peak within 10 % of the capacity: one larger batch from an out-of-memory error
@@ -17,6 +18,7 @@ FRAGMENTED = 0.30  # the allocator's fragmentation at the peak (1 - largest free
 FRAGMENTATION_FULL_SHARE = 0.50  # ... where the peak holds at least half the capacity: the pieces matter
 ONE_HOLDER_SHARE = 0.50  # one op's tensors hold at least half of the peak
 ONE_HOLDER_MIN_BYTES = 2**20  # of a peak of at least this much (a pinned pool of a few KiB is no story)
+ONE_HOLDER_MIN_CAPACITY_SHARE = 0.01  # and at least this share of the capacity, where stated
 LOW_AVAILABLE_SHARE = 0.10  # the machine's available memory under 10 % of it
 
 
@@ -41,15 +43,33 @@ def _at(peak: AllocatorPeak) -> str:
 
 # -- memory_near_capacity
 
+def _lifetime_share(peak: AllocatorPeak) -> float:
+    return peak.lifetime_peak_bytes / peak.capacity_bytes if peak.capacity_bytes > 0 else math.nan
+
+
 def near_capacity(facts: Facts) -> AllocatorPeak | None:
-    return next((p for p in _allocators(facts) if p.capacity_share >= NEAR_CAPACITY_SHARE), None)
+    """The first allocator whose peak in the window, or its own lifetime peak before it, came within
+    10 % of its capacity."""
+    return next((p for p in _allocators(facts) if p.capacity_share >= NEAR_CAPACITY_SHARE
+                 or _lifetime_share(p) >= NEAR_CAPACITY_SHARE), None)
+
+
+def lifetime_words(peak: AllocatorPeak) -> str:
+    """The allocator's own peak since it started, where it is above the window's ('' where not)."""
+    if not peak.lifetime_above_window:
+        return ""
+    share = f" ({100 * _lifetime_share(peak):.1f} % of its capacity)" if peak.capacity_bytes > 0 else ""
+    return (f"before the traced window it had held {_gib(peak.lifetime_peak_bytes)}{share}, its own lifetime peak "
+            "(`peak_bytes_in_use`), more than at any time in the window")
 
 
 def near_capacity_headline(facts: Facts) -> str:
     peak = near_capacity(facts)
     assert peak is not None
+    lifetime = lifetime_words(peak)
     return (f"{peak.name} peaked at {_gib(peak.peak_bytes)} of its {_gib(peak.capacity_bytes)} "
-            f"({100 * peak.capacity_share:.0f} %) at {_at(peak)}: a slightly larger batch or model runs out of memory.")
+            f"({100 * peak.capacity_share:.0f} %) at {_at(peak)}" + (f"; {lifetime}" if lifetime else "")
+            + ": a slightly larger batch or model runs out of memory.")
 
 
 def _batch_words(facts: Facts, batch: str) -> str:
@@ -150,34 +170,67 @@ def growth_fix(facts: Facts) -> str:
 
 # -- memory_one_holder
 
-def one_holder(facts: Facts) -> tuple[AllocatorPeak, str, int] | None:
-    """(the allocator, the op, its bytes) where one op's live tensors hold most of a peak."""
+def one_holder(facts: Facts) -> tuple[AllocatorPeak, breakdown.Holder] | None:
+    """(the allocator, its holder) where one op's live tensors hold most of a peak, and enough of the
+    allocator's capacity to matter."""
     for peak in _allocators(facts):
-        if peak.by_op and peak.peak_bytes >= ONE_HOLDER_MIN_BYTES and \
-                peak.by_op[0][1] >= ONE_HOLDER_SHARE * peak.peak_bytes:
-            return peak, peak.by_op[0][0], peak.by_op[0][1]
+        holder = peak.holder
+        if holder is None or peak.peak_bytes < ONE_HOLDER_MIN_BYTES or holder.bytes < ONE_HOLDER_SHARE * peak.peak_bytes:
+            continue
+        if peak.capacity_bytes > 0 and holder.bytes < ONE_HOLDER_MIN_CAPACITY_SHARE * peak.capacity_bytes:
+            continue
+        return peak, holder
     return None
+
+
+HOLDER_WORDS = {breakdown.WORKSPACE: "as scratch workspace (temporary flat bytes: the algorithm's working memory)",
+                breakdown.BATCH_SIZED: "in tensors that grow with the batch",
+                breakdown.FIXED: "in tensors of a fixed size, the same whatever the batch",
+                breakdown.OP_TYPE: "summed over every op of that type: the trace ran it eagerly, where an op's name is "
+                                   "its type, so several layers' tensors share one name",
+                breakdown.UNSCALED: "in its tensors"}
 
 
 def one_holder_headline(facts: Facts) -> str:
     found = one_holder(facts)
     assert found is not None
-    peak, op, held = found
-    tensors = [live for live in peak.top_at_peak if live.op == op]
-    shapes = ", ".join(f"{live.shape} {live.dtype}" for live in tensors[:2] if live.shape)
-    return (f"{op} holds {_gib(held)} of {peak.name}'s {_gib(peak.peak_bytes)} peak "
-            f"({100 * held / peak.peak_bytes:.0f} %)" + (f" in {shapes}" if shapes else "") + ".")
+    peak, holder = found
+    tensors = ", ".join(holder.tensors)
+    return (f"{holder.op} holds {_gib(holder.bytes)} of {peak.name}'s {_gib(peak.peak_bytes)} peak "
+            f"({100 * holder.bytes / peak.peak_bytes:.0f} %) {HOLDER_WORDS[holder.kind]}"
+            + (f": {tensors}" if tensors else "") + ".")
+
+
+def _workspace_fix(facts: Facts, peak: AllocatorPeak, op: str) -> str:
+    if peak.name.startswith("GPU_") and facts.producer != "jax":
+        return (f"{op}'s workspace is the scratch memory of the convolution algorithm cuDNN's autotuner chose, the "
+                "fastest that fit; where memory is short, cap it before TensorFlow starts "
+                "(`TF_CUDNN_WORKSPACE_LIMIT_IN_MB=<MiB>`, 4096 by default) or turn autotuning off "
+                "(`TF_CUDNN_USE_AUTOTUNE=0`), and measure the step: a slower algorithm may be chosen")
+    if facts.producer == "jax" or peak.name.startswith(("TPU_", "GPU_")):
+        return (f"{op}'s workspace is scratch memory that XLA's autotuner or the op's library chose; where memory is "
+                "short, lower XLA's GPU autotuning (`XLA_FLAGS=--xla_gpu_autotune_level=0`) and measure the step")
+    return (f"{op}'s workspace is freed when the op ends: it matters only at the peak, and shrinks with the batch "
+            f"({_batch_words(facts, 'N')})")
 
 
 def one_holder_fix(facts: Facts) -> str:
     found = one_holder(facts)
     assert found is not None
-    peak, op, _ = found
-    batch = facts.memory.batch_size if facts.memory is not None else math.nan
-    scaled = any(live.op == op and live.shape and first_dimension(live.shape) == batch for live in peak.top_at_peak)
-    if scaled:
+    peak, holder = found
+    op = holder.op
+    if holder.kind == breakdown.BATCH_SIZED:
         return (f"{op}'s tensors grow with the batch: a smaller batch ({_batch_words(facts, 'N')}) or "
                 f"{_recompute(facts)} shrinks them; mixed precision halves them ({_precision(facts)})")
+    if holder.kind == breakdown.WORKSPACE:
+        return _workspace_fix(facts, peak, op)
+    if holder.kind == breakdown.OP_TYPE:
+        return (f"to see which layer's {op} holds it, run the step as a graph (`tf.function`; in Keras, no "
+                "`run_eagerly=True`), where each op is named by its layer")
+    if holder.kind == breakdown.UNSCALED:
+        return (f"look at {op}: where its first dimension is the batch, a smaller batch or mixed precision shrinks it; "
+                "where it is a tensor of fixed size made in every step, make it once outside the step (devprof could "
+                "not tell: no batch size is known; `devprof run --batch-size`, or `session.step(images=N)`)")
     return (f"look at {op}: a tensor of fixed size made in every step (a `tf.fill`, `tf.zeros` or a lookup table) can "
             "be made once outside the step, smaller, or in a lower precision")
 
@@ -213,11 +266,11 @@ def oom(facts: Facts) -> OomAtFailure | None:
 def _live_words(top) -> str:
     parts = []
     for live in top[:3]:
-        if live.op is None:
-            parts.append(f"{_gib(live.bytes)} allocated before the traced window")
+        if not live.in_window:
+            parts.append(f"{_gib(live.bytes)} {live.unnamed}")
         else:
             tensor = " ".join(v for v in (live.shape, live.dtype) if v)
-            parts.append(f"{_gib(live.bytes)} {live.op}" + (f" {tensor}" if tensor else ""))
+            parts.append(f"{_gib(live.bytes)} {live.op or '(no op named)'}" + (f" {tensor}" if tensor else ""))
     return "; ".join(parts)
 
 
