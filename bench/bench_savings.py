@@ -95,6 +95,7 @@ class Result:
     fix: str  # what was applied
     reps: list[tuple[float, float, float]] = dataclasses.field(default_factory=list)  # (estimate, before, after)
     note: str = ""
+    verdict: str = ""  # what the verdict said of the run before the fix: "bound (share), first fix"
 
     @property
     def error_ms(self) -> float:
@@ -328,6 +329,13 @@ def suggested_steps_per_call(advice: str) -> int:
     return int(match.group(1)) if match else 0
 
 
+def verdict_said(a) -> str:
+    """The part that holds the step and the first fix, as the verdict names them (the last pair's)."""
+    verdict = a.verdict
+    first = (verdict.get("first_fix") or {}).get("rule") or "none"
+    return f"{verdict.get('bound')} ({verdict.get('bound_pct') or 0:.0f} %), first fix `{first}`"
+
+
 def compare(cause: str, out: Path, before: Program, after: Callable[[str, object], tuple[Program, str]],
             rules: tuple[str, ...], per_image: bool = False, reps: int = 2,
             read: Callable[[object], tuple[str, str, float, str]] | None = None) -> Result:
@@ -336,9 +344,10 @@ def compare(cause: str, out: Path, before: Program, after: Callable[[str, object
     both alike. Each pair gives an estimate and a measured saving (mean steady step before minus after);
     the result is their medians over the pairs, so one pair caught by a burst of load does not decide it."""
     estimates, befores, afters = [], [], []
-    rule = source = advice = fix = ""
+    rule = source = advice = fix = said = ""
     for rep in range(reps):
         a = analyze(record(out, f"{cause}-before-{rep}", before))
+        said = verdict_said(a)
         rule, source, saving, advice = read(a) if read is not None else estimate(a, rules)
         fixed, fix = after(advice, a)
         b = analyze(record(out, f"{cause}-after-{rep}", fixed))
@@ -349,7 +358,7 @@ def compare(cause: str, out: Path, before: Program, after: Callable[[str, object
               f"({fix}) {afters[-1]:.2f} ms: measured {befores[-1] - afters[-1]:.2f} ms", flush=True)
     median = statistics.median
     result = Result(cause, rule, source, median(estimates), median([b - a for b, a in zip(befores, afters)]),
-                    median(befores), median(afters), advice, fix, list(zip(estimates, befores, afters)))
+                    median(befores), median(afters), advice, fix, list(zip(estimates, befores, afters)), verdict=said)
     print(f"[{cause}] advice: {advice}\n[{cause}] estimate {result.estimate_ms:.2f} ms, measured "
           f"{result.measured_ms:.2f} ms, error {result.error_ms:+.2f} ms ({'within' if result.within else 'beyond'} "
           f"{result.allowed_ms:.2f} ms)", flush=True)
@@ -546,14 +555,14 @@ def _error(r: Result) -> str:
 
 
 def table(results: list[Result]) -> str:
-    rows = ["| cause | verdict/finding | estimate ms | measured ms | error | within tolerance |",
-            "|---|---|---|---|---|---|"]
+    rows = ["| cause | verdict: bound, first fix | estimate read | estimate ms | measured ms | error | within tolerance |",
+            "|---|---|---|---|---|---|---|"]
     for r in results:
         if r.estimate_ms != r.estimate_ms:
-            rows.append(f"| {r.cause} | {r.source} (`{r.rule}`) | – | {r.measured_ms:.2f} | – | – |")
+            rows.append(f"| {r.cause} | {r.verdict} | {r.source} (`{r.rule}`) | – | {r.measured_ms:.2f} | – | – |")
             continue
-        rows.append(f"| {r.cause} | {r.source} `{r.rule}` | {r.estimate_ms:.2f} | {r.measured_ms:.2f} | {_error(r)} | "
-                    f"{'yes' if r.within else '**no**'} (±{r.allowed_ms:.2f}) |")
+        rows.append(f"| {r.cause} | {r.verdict} | {r.source} `{r.rule}` | {r.estimate_ms:.2f} | {r.measured_ms:.2f} | "
+                    f"{_error(r)} | {'yes' if r.within else '**no**'} (±{r.allowed_ms:.2f}) |")
     rows += ["", "| cause | fix applied | before ms/step (median) | after ms/step (median) | per pair: estimate, "
              "before, after (ms) |", "|---|---|---|---|---|"]
     for r in results:

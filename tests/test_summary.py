@@ -19,7 +19,7 @@ from test_run_files import make_run, step_line
 from test_safety_round_three_files import marker_trace
 
 import analysis
-from analysis.breakdown.memory import AllocatorPeak, Live, MemoryReport, OomAtFailure
+from analysis.breakdown.memory import AllocatorPeak, Live, MemoryReport, OomAtFailure, WorkerMemory
 from analysis.render import summary
 from profiler import cli
 
@@ -146,7 +146,9 @@ def hostile(base, piece: str, oom: bool = False):
         mean={f"{key}": BIG for key in ("step_ms", "input_pct", "compute_pct", "host_pct", "collective_pct")},
         verdict={key: _long(i, piece) for i, key in enumerate(
             ("bound", "level", "rule", "cause", "saving_basis", "evidence", "xprof_reading", "reason"))}
-        | {"saving_ms": BIG, "saving_pct": BIG, "advice": [_long(9, piece)] * 50},
+        | {"saving_ms": BIG, "saving_pct": BIG, "bound_pct": BIG, "advice": [_long(9, piece)] * 50,
+           "fixes": [{"rule": _long(i, piece), "advice": _long(i, piece), "saving_ms": BIG, "saving_pct": BIG,
+                      "saving_basis": _long(i, piece)} for i in many]},
         findings=[{"rule": _long(i, piece), "severity": _long(i, piece), "evidence": _long(i, piece),
                    "advice": _long(i, piece), "saving_ms": BIG, "saving_pct": BIG} for i in many],
         ops=pd.DataFrame({**{key: [_long(i, piece) for i in many]
@@ -162,16 +164,17 @@ def hostile(base, piece: str, oom: bool = False):
     peak = AllocatorPeak(
         name=_long(1, piece), peak_bytes=HUGE, peak_time_ms=BIG, peak_step=HUGE, peak_op=_long(2, piece),
         capacity_bytes=HUGE, capacity_source=_long(3, piece), fragmentation=BIG, batch_bytes=BIG, fixed_bytes=BIG,
-        max_batch=HUGE, headroom=_long(4, piece), top_at_peak=(), by_op=(), by_region=(), events=1,
-        growth_bytes_per_step=BIG)
+        max_batch=HUGE, headroom=_long(4, piece), headroom_basis=None, top_at_peak=(), by_op=(), by_region=(),
+        events=1, growth_bytes_per_step=BIG)
     failure = OomAtFailure(
         bytes=HUGE, shape=(HUGE,) * 100, dtype=_long(5, piece), op=_long(6, piece), allocator=_long(7, piece),
         device=_long(8, piece), time_s=BIG, source=_long(9, piece), held_allocator=_long(10, piece), held_bytes=HUGE,
         capacity_bytes=HUGE, before_failure_ms=BIG,
         top=(Live(_long(11, piece), _long(12, piece), _long(13, piece), _long(14, piece), HUGE, HUGE),) * 100,
         sampled=((_long(15, piece), _long(16, piece), HUGE, HUGE),) * 100)
+    workers = tuple(WorkerMemory(_long(i, piece), (peak,) * 200, pd.DataFrame()) for i in range(300))
     fields["memory"] = MemoryReport(allocators=(peak,) * 200, timeline=pd.DataFrame(), steps=pd.DataFrame(),
-                                    sampled=(), batch_size=HUGE, oom=failure if oom else None)
+                                    sampled=(), batch_size=HUGE, oom=failure if oom else None, workers=workers)
     return types.SimpleNamespace(**fields, input_bottleneck={"stage": _long(5, piece), "ms_per_batch": BIG})
 
 
@@ -182,7 +185,9 @@ def test_the_summary_stays_under_8_kb_on_a_hostile_analysis(cpu, piece, oom):
     assert len(text.encode("utf-8")) <= summary.MAX_BYTES
     document = json.loads(text)
     assert len(document["findings"]) == summary.TOP_FINDINGS and len(document["ops"]) == summary.TOP_OPS
+    assert len(document["verdict"]["fixes"]) == summary.TOP_FIXES
     assert document["findings_total"] == 500 and document["ops_total"] == 500 and document["notes_total"] == 300
+    assert document["memory"]["fullest_worker"]["peak_bytes"] == summary.count(HUGE)
     assert document["spread"]["outliers"] == 1000 and document["memory"]["allocators_total"] == 200
     assert document["workers"]["count"] == 300
 

@@ -24,10 +24,9 @@ SCHEMA = "devprof.summary/1"
 MAX_BYTES = 8192
 
 TOP_FINDINGS = 5
-TOP_OPS = 8
+TOP_OPS = 6
 TOP_OUTLIERS = 3
 TOP_ALLOCATORS = 2  # 1 where the run ended out of memory: `oom` takes the other's room
-TOP_WORKER_MEMORY = 8  # workers whose fullest allocator the summary names, in worker order
 TOP_OOM_HELD = 1  # the largest group live when the allocation failed (the full JSON lists more)
 TOP_NOTES = 2
 
@@ -38,6 +37,7 @@ LABEL = 24  # an op's type, program and device
 NAME = 48  # op, allocator, stage, step and worker names
 PATH = 100
 SENTENCE = 150
+BASIS = 100  # the verdict's saving basis: its start says what was assumed; the analysis JSON has all of it
 EVIDENCE = 280  # the verdict's headline and numbers
 FIX = 240  # the verdict's first advice: its cause's fix
 FINDING_TEXT = 128
@@ -118,7 +118,7 @@ def count(value) -> int | None:
     return int(value) if value is not None and abs(value) < 2 ** 63 else None
 
 
-TOP_FIXES = 5  # the verdict's fixes in the summary, largest first (the analysis JSON has all)
+TOP_FIXES = 3  # the verdict's fixes in the summary, largest first (the analysis JSON has all)
 
 
 def _verdict(verdict: dict) -> dict:
@@ -127,7 +127,7 @@ def _verdict(verdict: dict) -> dict:
             "level": text(verdict.get("level"), WORD),
             "rule": text(verdict.get("rule"), ID), "cause": text(verdict.get("cause"), ID),
             "saving_ms": number(verdict.get("saving_ms")), "saving_pct": number(verdict.get("saving_pct")),
-            "saving_basis": text(verdict.get("saving_basis"), SENTENCE),
+            "saving_basis": text(verdict.get("saving_basis"), BASIS),
             "evidence": text(verdict.get("evidence"), EVIDENCE),
             "fix": text(advice[0], FIX) if advice else None,
             "fixes": [{"rule": text(fix.get("rule"), ID), "saving_ms": number(fix.get("saving_ms")),
@@ -211,17 +211,19 @@ def _memory(memory) -> dict | None:
                             "peak_op": text(a.peak_op, NAME, middle=True), "max_batch": count(a.max_batch)}
                            for a in allocators[:shown]],
             "allocators_total": len(allocators), "batch_size": count(memory.batch_size), "oom": _oom(memory.oom),
-            "workers": [_worker_memory(worker) for worker in memory.workers[:TOP_WORKER_MEMORY]],
-            "workers_total": len(memory.workers)}
+            "fullest_worker": _fullest_worker(memory.workers)}
 
 
-def _worker_memory(worker) -> dict:
-    """A worker's fullest allocator: its peak against its capacity."""
-    fullest = worker.allocators[0] if worker.allocators else None
-    name = worker.worker if isinstance(worker.worker, int) else text(worker.worker, NAME, middle=True)
-    return {"worker": name, "allocator": text(fullest.name, NAME, middle=True) if fullest else None,
-            "peak_bytes": count(fullest.peak_bytes) if fullest else None,
-            "capacity_bytes": count(fullest.capacity_bytes) if fullest else None}
+def _fullest_worker(workers) -> dict | None:
+    """Of a job's workers, the allocator nearest its capacity (the largest peak where none states one)."""
+    held = [(worker, peak) for worker in workers for peak in worker.allocators]
+    if not held:
+        return None
+    worker, peak = max(held, key=lambda item: (item[1].capacity_share if item[1].capacity_bytes > 0 else -1.0,
+                                               item[1].peak_bytes))
+    name = worker.worker if isinstance(worker.worker, int) else text(worker.worker, LABEL, middle=True)
+    return {"worker": name, "allocator": text(peak.name, LABEL, middle=True), "peak_bytes": count(peak.peak_bytes),
+            "capacity_bytes": count(peak.capacity_bytes)}
 
 
 def _workers(analysis) -> dict | None:
