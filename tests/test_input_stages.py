@@ -78,6 +78,13 @@ def test_a_pipeline_that_prefetches_is_not_told_to_prefetch():
                               ("Iterator::Root::Prefetch::Map", 0, 1, 0, 5)])) is True
     assert prefetches(events([("Iterator::Model::MaxIntraOpParallelism::Prefetch", 0, 0, 0, 5)])) is True
     assert prefetches(events([("Other", 0, 0, 0, 5)])) is None
+    # a take, repeat, skip or shard after the prefetch passes its batches on: still prefetched
+    for after in ("FiniteTake", "ForeverRepeat", "FiniteSkip", "Shard"):
+        assert prefetches(events([(f"Iterator::Root::{after}", 0, 0, 0, 5),
+                                  (f"Iterator::Root::{after}::Prefetch", 0, 1, 0, 5),
+                                  (f"Iterator::Root::{after}::Prefetch::Map", 0, 2, 0, 5)])) is True, after
+    assert prefetches(events([("Iterator::Root::FiniteTake", 0, 0, 0, 5),
+                              ("Iterator::Root::FiniteTake::Map", 0, 1, 0, 5)])) is False
     mean = {"step_ms": 40.0, "input_ms": 30.0, "compute_ms": 8.0, "host_ms": 2.0, "input_pct": 75.0,
             "compute_pct": 20.0, "host_pct": 5.0}
     told = make_verdict(mean, facts_from_mean({**mean, "prefetches": True,

@@ -166,15 +166,29 @@ def test_each_steps_peak_counts_what_it_entered_with_and_its_end_is_the_last_val
 
 
 def test_bytes_held_at_step_end_growing_step_after_step_is_growth(tmp_path):
-    leaking = write_memory_trace(tmp_path / "leak.xplane.pb", steps=6, extra_step=None, leak_bytes=4096)
-    peaks, _, per_step = _report(leaking, steps=6)
+    leaking = write_memory_trace(tmp_path / "leak.xplane.pb", steps=10, extra_step=None, leak_bytes=4096)
+    peaks, _, per_step = _report(leaking, steps=10)
     gpu = next(p for p in peaks if p.name == GPU)
-    assert per_step[per_step["allocator"] == GPU]["end_bytes"].tolist() == [4 * MiB + 4096 * (k + 1) for k in range(6)]
-    assert gpu.growth_bytes_per_step == 4096
+    assert per_step[per_step["allocator"] == GPU]["end_bytes"].tolist() == [4 * MiB + 4096 * (k + 1) for k in range(10)]
+    assert gpu.growth_bytes_per_step == 4096 and gpu.growth_steps == 9
     # the kept tensors are live at the peak, in the last step
-    assert gpu.peak_step == 5 and dict(gpu.by_op)["loss/Identity"] == 5 * 4096
-    steady = write_memory_trace(tmp_path / "steady.xplane.pb", steps=6, extra_step=None)
-    assert all(math.isnan(p.growth_bytes_per_step) for p in _report(steady, steps=6)[0])
+    assert gpu.peak_step == 9 and dict(gpu.by_op)["loss/Identity"] == 9 * 4096
+    steady = write_memory_trace(tmp_path / "steady.xplane.pb", steps=10, extra_step=None)
+    assert all(math.isnan(p.growth_bytes_per_step) for p in _report(steady, steps=10)[0])
+    # too few steps to tell a leak from a plateau: not called one
+    short = write_memory_trace(tmp_path / "short.xplane.pb", steps=6, extra_step=None, leak_bytes=4096)
+    assert all(math.isnan(p.growth_bytes_per_step) for p in _report(short, steps=6)[0])
+
+
+def test_memory_that_levels_off_is_not_a_leak():
+    from analysis.breakdown.memory import growth_per_step
+
+    mib = float(MiB)
+    # a window of 5 calls: 434, 434, 500, 500, 502 MiB; over 14 the same program levels off at 502
+    plateau = np.array([434, 434, 500, 500, 502, 502, 502, 503, 503, 503, 503, 503, 503, 503], dtype=float) * mib
+    assert math.isnan(growth_per_step(plateau[:5])) and math.isnan(growth_per_step(plateau))
+    leak = 434 * mib + 4 * mib * np.arange(14)
+    assert growth_per_step(leak) == 4 * mib
 
 
 def test_the_samplers_memory_over_the_run_and_its_growth_across_epochs():
@@ -231,7 +245,7 @@ def test_a_peak_well_inside_its_capacity_gives_no_memory_finding(memory_trace):
 @pytest.mark.parametrize("rule, trace_options", [
     ("memory_near_capacity", dict(capacity=12 * MiB, fragmentation=0.1)),  # 11 MiB of 12: 92 %
     ("memory_fragmentation", dict(fragmentation=0.4)),  # 69 % of the capacity, 40 % fragmented
-    ("memory_growth", dict(steps=6, extra_step=None, leak_bytes=4096)),
+    ("memory_growth", dict(steps=10, extra_step=None, leak_bytes=4096)),
     ("memory_one_holder", dict(extra_bytes=16 * MiB, capacity=64 * MiB)),  # the Fill: 16 of 24 MiB + 512
 ])
 def test_each_memory_finding_fires_alone_on_the_trace_that_shows_it(tmp_path, rule, trace_options):
@@ -254,9 +268,10 @@ def test_the_memory_findings_state_their_numbers_and_fix_in_the_programs_terms(t
     assert "a batch of 5 (`--batch-size 5`)" in finding["advice"] and "tf.recompute_grad" in finding["advice"]
     keras = _memory_findings(_facts(near, producer="keras"))["memory_near_capacity"]["advice"]
     assert "`batch_size=5` in `fit`" in keras and "--batch-size" not in keras
-    leak = write_memory_trace(tmp_path / "leak.xplane.pb", steps=6, extra_step=None, leak_bytes=4096)
-    growth = _memory_findings(_facts(leak, steps=6))["memory_growth"]
+    leak = write_memory_trace(tmp_path / "leak.xplane.pb", steps=10, extra_step=None, leak_bytes=4096)
+    growth = _memory_findings(_facts(leak, steps=10))["memory_growth"]
     assert "by 4.0 KiB a step" in growth["evidence"] and "float(loss)" in growth["advice"]
+    assert "at the end of each of 9 steps (the first left out)" in growth["evidence"]
     holder = write_memory_trace(tmp_path / "holder.xplane.pb", extra_bytes=16 * MiB, capacity=64 * MiB)
     one = _memory_findings(_facts(holder))["memory_one_holder"]
     assert one["evidence"].startswith("extra/Fill holds 16.0 MiB of GPU_0_bfc's 24.0 MiB peak (67 %) in tensors of a "

@@ -119,7 +119,8 @@ def test_the_finding_names_the_ops_far_below_their_ceiling(tmp_path):
     assert evidence.startswith("net/conv2/Conv2DBackpropFilter (_MklConv2DBackpropFilter, float32, oneDNN) runs at "
                                "25 % of its compute ceiling")
     assert "net/conv2/BiasAdd 38 % of its ceiling" in evidence and "Relu" not in evidence  # relu is at 80 %
-    assert "oneDNN has no faster kernel for this Conv2DBackpropFilter on" in found["below_roofline"]["advice"]
+    # no kernel log: which oneDNN kernel ran it is unknown, and said so, never "no faster kernel"
+    assert "which oneDNN kernel ran this Conv2DBackpropFilter was not recorded" in found["below_roofline"]["advice"]
 
 
 def test_no_finding_when_every_op_is_near_its_ceiling(tmp_path):

@@ -191,16 +191,21 @@ def training_steps(steps: pd.DataFrame) -> int:
 # Stages that wrap a pipeline without transforming it: the one the loop reads from is below them.
 ITERATOR_WRAPPERS = {"Iterator", "Root", "Model", "MaxIntraOpParallelism", "PrivateThreadPool", "Options",
                      "ModelDataset"}
+# Stages that pass their input's elements on as they come, doing no work per element: a prefetch below
+# them (`.prefetch(AUTOTUNE).take(n)`, `.repeat()`, `.shard()`) still has the next batch ready.
+PASS_THROUGH = {"Take", "FiniteTake", "Repeat", "FiniteRepeat", "ForeverRepeat", "Skip", "FiniteSkip", "Shard"}
 
 
 def prefetches(view: TraceView) -> bool | None:
     """Whether the stage the loop reads from is a prefetch (None when the trace has no tf.data stages):
-    a slow stage after the prefetch (`...prefetch().map(slow)`) is not prefetched."""
+    a slow stage after the prefetch (`...prefetch().map(slow)`) is not prefetched; a take, repeat, skip
+    or shard after it passes the prefetched batches on."""
     stages = view.stages
     if stages.empty:
         return None
     names = stages["name"].drop_duplicates().astype(str)
-    tops = {next((part.split("[")[0] for part in name.split("::") if part.split("[")[0] not in ITERATOR_WRAPPERS), "")
+    skipped = ITERATOR_WRAPPERS | PASS_THROUGH
+    tops = {next((part.split("[")[0] for part in name.split("::") if part.split("[")[0] not in skipped), "")
             for name in names}
     tops.discard("")
     if not tops:

@@ -33,7 +33,10 @@ WORKSPACE, BATCH_SIZED, FIXED, OP_TYPE, UNSCALED = "workspace", "batch", "fixed"
 # Steps whose end holds more than the step before, one after another: a leak candidate once the
 # growth reaches this many bytes per step (a scalar kept from every step is 256 bytes in a BFC allocator).
 MIN_GROWTH_BYTES_PER_STEP = 1024.0
-MIN_GROWTH_STEPS = 3
+# Step ends (after the first) needed to tell a leak from memory that levels off (caches and pools filling
+# over the first few calls: 434, 434, 500, 500, 502 MiB is a plateau, seen whole over 14 calls).
+MIN_GROWTH_STEPS = 8
+PLATEAU_SHARE = 0.5  # the later half of the ends growing at under half the earlier half's rate: levelling off
 # Across epochs (samplers): at least this many epochs, each ending higher than the one before (the
 # first one's end is left out: caches and compiled graphs fill it), by this share of the first.
 MIN_GROWTH_EPOCHS = 3
@@ -111,6 +114,7 @@ class AllocatorPeak:
     events: int
     growth_bytes_per_step: float  # bytes held at step end, growing step after step (NaN: not growing or unknown)
     lifetime_peak_bytes: float = math.nan  # the allocator's own peak since it started (`peak_bytes_in_use`)
+    growth_steps: int = 0  # the step ends the growth was judged over
     reserved_bytes: float = 0.0  # of the peak: the allocator's reserved bytes (`RESERVED`)
     holder: Holder | None = None  # the op whose tensors hold the most of the peak
 
@@ -136,7 +140,7 @@ class AllocatorPeak:
                 "lifetime_peak_bytes": _int_or_none(self.lifetime_peak_bytes),
                 "holder": self.holder.as_dict() if self.holder is not None else None,
                 "by_region": dict(self.by_region), "events": self.events,
-                "growth_bytes_per_step": _float_or_none(self.growth_bytes_per_step),
+                "growth_bytes_per_step": _float_or_none(self.growth_bytes_per_step), "growth_steps": self.growth_steps,
                 "steps": [{"step": int(s), "peak_bytes": _int_or_none(p), "end_bytes": _int_or_none(e)}
                           for s, p, e in zip(mine["step"], mine["peak_bytes"], mine["end_bytes"])]}
 
@@ -451,8 +455,9 @@ def step_table(name: str, events: pd.DataFrame, steps: pd.DataFrame, origin_ns: 
 
 def growth_per_step(end_bytes: np.ndarray) -> float:
     """Bytes held at step end growing step after step (the first step left out: it may build what the
-    others reuse): each end at least the one before, half of them more, by `MIN_GROWTH_BYTES_PER_STEP`
-    a step or more; NaN otherwise."""
+    others reuse): over `MIN_GROWTH_STEPS` ends or more, each at least the one before, half of them more,
+    by `MIN_GROWTH_BYTES_PER_STEP` a step or more, and not levelling off (the later half growing at least
+    `PLATEAU_SHARE` as fast as the earlier); NaN otherwise."""
     ends = end_bytes[1:]
     ends = ends[~np.isnan(ends)]
     if ends.size < MIN_GROWTH_STEPS:
@@ -461,7 +466,15 @@ def growth_per_step(end_bytes: np.ndarray) -> float:
     per_step = float(ends[-1] - ends[0]) / (ends.size - 1)
     if (steps < 0).any() or (steps > 0).sum() * 2 < steps.size or per_step < MIN_GROWTH_BYTES_PER_STEP:
         return math.nan
-    return per_step
+    half = ends.size // 2
+    earlier = float(ends[half] - ends[0]) / half
+    later = float(ends[-1] - ends[half]) / (ends.size - 1 - half)
+    return per_step if later >= PLATEAU_SHARE * earlier else math.nan
+
+
+def growth_steps(end_bytes: np.ndarray) -> int:
+    """The step ends `growth_per_step` reads (the first step's left out)."""
+    return int((~np.isnan(end_bytes[1:])).sum())
 
 
 def allocator_peak(name: str, events: pd.DataFrame, steps: pd.DataFrame, batch_size: float,
@@ -495,6 +508,7 @@ def allocator_peak(name: str, events: pd.DataFrame, steps: pd.DataFrame, batch_s
         fragmentation=fragmentation, batch_bytes=batch_bytes, fixed_bytes=fixed, max_batch=max_batch,
         headroom=how, headroom_basis=basis, top_at_peak=top, by_op=by_op, by_region=by_region, events=len(events),
         growth_bytes_per_step=growth_per_step(per_step["end_bytes"].to_numpy(dtype=np.float64)),
+        growth_steps=growth_steps(per_step["end_bytes"].to_numpy(dtype=np.float64)),
         lifetime_peak_bytes=float(lifetime) if lifetime == lifetime else math.nan, reserved_bytes=reserved,
         holder=holder_of(live, batch_size)), per_step
 

@@ -334,6 +334,22 @@ def matrix_share_pct(ops: pd.DataFrame, compute_pct: float) -> float:
     return float(compute_pct * ops.loc[matrix, "ms_per_step"].sum() / ops["ms_per_step"].sum())
 
 
+# The policy a run computes in, from the dtype most of its costed ops' FLOPs run in (a program of the
+# user's own states no policy): the dtype the trace shows decides, so the run is never told to use it.
+POLICY_OF_DTYPE = {"bfloat16": "mixed_bfloat16", "float16": "mixed_float16", "half": "mixed_float16",
+                   "float64": "float64", "double": "float64"}
+
+
+def run_precision(config: dict, trace_dtype: str | None) -> str | None:
+    """The run's precision: run.json's policy, else what the trace's ops compute in; float64 in the
+    trace whatever the policy says (a model made float64 by mistake computes in it)."""
+    traced = POLICY_OF_DTYPE.get(trace_dtype or "")
+    if traced == "float64":
+        return traced
+    stated = config.get("precision")
+    return stated if isinstance(stated, str) and stated else traced
+
+
 def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | None, machine: dict[str, float],
                  trace: TraceFacts, devices: DeviceTable, stage: SlowestStage | None, ops: pd.DataFrame,
                  eager: EagerOps | None = None, idle_stretch: IdleStretch | None = None,
@@ -354,7 +370,8 @@ def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | No
         collective_pct=mean.get("collective_pct"), device=source.device, producer=source.producer,
         # Device steps with no host activity traced: the device's idle has no cause the trace can tell.
         idle_pct=mean.get("host_pct") if source.basis == "device" and not trace.host_recorded else None,
-        device_recorded=devices.recorded, precision=config.get("precision"), jit_compile=config.get("jit_compile"),
+        device_recorded=devices.recorded, precision=run_precision(config, (roofline or {}).get("dtype")),
+        jit_compile=config.get("jit_compile"),
         steps_per_call=source.steps_per_call, steps_per_epoch=run.steps_per_epoch if run is not None else None,
         slowest_input_stage=stage, trace=trace, other_cpu_pct=machine.get("other_cpu_mean_pct"),
         proc_cpu_pct=machine.get("proc_cpu_mean_pct"), cpu_cores=machine.get("cpu_cores"),

@@ -142,7 +142,8 @@ def growing(facts: Facts) -> tuple[str, float, str] | None:
     """(what grows, bytes per unit, the unit) for the first allocator or sampler that grows."""
     for peak in _allocators(facts):
         if peak.growth_bytes_per_step == peak.growth_bytes_per_step:
-            return f"{peak.name}'s bytes held at the end of each step", peak.growth_bytes_per_step, "step"
+            return (f"{peak.name}'s bytes held at the end of each of {peak.growth_steps} steps (the first left out)",
+                    peak.growth_bytes_per_step, "step")
     for sampled in _sampled(facts):
         if sampled.growth_bytes_per_epoch == sampled.growth_bytes_per_epoch:
             return (f"The {sampled.what} ({sampled.sampler}) at the end of each epoch", sampled.growth_bytes_per_epoch,

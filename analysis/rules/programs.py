@@ -53,3 +53,13 @@ def steps_per_call(producer: str | None, k: int) -> str:
 def precision(producer: str | None, policy: str) -> str:
     dtype = policy.removeprefix("mixed_")
     return program(producer).precision.format(policy=policy, policy_dtype=dtype)
+
+
+def float32(producer: str | None) -> str:
+    """How a program that computes in float64 goes back to float32."""
+    if producer == "jax":
+        return "float32 arrays (`jax.config.update(\"jax_enable_x64\", False)`, or `.astype(jnp.float32)` on the data)"
+    if producer == "devprof":
+        return "a model and data in float32 (`--precision float32`)"
+    return ("`keras.backend.set_floatx(\"float32\")` before the model is built, and float32 data "
+            "(`tf.cast(x, tf.float32)` in the pipeline)")

@@ -433,7 +433,7 @@ def _wait_only_fix(facts: Facts) -> str:
 def _compute_words(facts: Facts) -> str:
     kind = facts_for(facts.device).kind
     return "the device's kernels" if kind in ("gpu", "tpu") else "TensorFlow's ops" if kind == "cpu" else \
-        "the step's math"
+        "the step's ops"
 
 
 EAGER_MIN_STEP_PCT = 5.0  # eager ops' share of step time that makes running them eagerly worth changing
@@ -522,17 +522,26 @@ def _roofline_fix(facts: Facts) -> str:
         if op.kernel == "Eigen":
             return "set TF_ENABLE_ONEDNN_OPTS=1 before TensorFlow is imported: oneDNN's kernels are faster"
         ratio = savings.precision_ratio(facts)
-        measured_faster = savings.precision_dtypes(facts)[0] == "float32" and ratio == ratio and ratio > 1.0
+        measured_faster = (savings.precision_dtypes(facts)[0] == "float32" and op.dtype in ("", "float32")
+                           and ratio == ratio and ratio > 1.0)
+        wide = bool(facts.bfloat16_units) or bool(facts.matrix_units)  # AVX-512 BF16 or AMX: brgemm kernels exist
         faster = (f"bfloat16 ({_precision_change(facts, 'bfloat16')}: {savings.ceilings_text(facts)})"
-                  if measured_faster else "a CPU with AVX-512 or AMX, where oneDNN has faster (brgemm) kernels for it")
+                  if measured_faster else "a faster device" if wide else
+                  "a CPU with AVX-512 or AMX, where oneDNN has faster (brgemm) kernels for it")
         op_type = re.sub(r"^_(Mkl)?(Native)?", "", op.type)
         implementation = op.kernel.removeprefix("oneDNN").strip()  # "oneDNN jit:avx2": named by its log
         if not implementation:
-            return (f"oneDNN has no faster kernel for this {op_type} on this CPU (devprof run --onednn-kernels "
-                    f"names the implementation that ran it: jit:avx2, brgemm, ...): try a larger batch, or {faster}")
+            log = ("`devprof run --onednn-kernels`" if facts.producer == "devprof"
+                   else "`ONEDNN_VERBOSE=1` in the environment")
+            return (f"which oneDNN kernel ran this {op_type} was not recorded ({log} logs it; brgemm kernels are the "
+                    f"fast kind): try a larger batch, or {faster}")
         if BRGEMM_RE.search(implementation):
             return (f"oneDNN ran this {op_type} with {implementation}, a brgemm kernel, its fastest kind on this CPU: "
                     f"try a larger batch, or {faster}")
+        if wide:
+            return (f"oneDNN ran this {op_type} with {implementation}, not one of the brgemm kernels (brg_conv_*, "
+                    "brg:*) this CPU has: its shapes may not fit them; try channels in multiples of 16 and a larger "
+                    f"batch, or {faster}")
         return (f"oneDNN ran this {op_type} with {implementation}, not one of its brgemm kernels (brg_conv_*, "
                 f"brg:*), which are the fast ones: this CPU has none for it (an AVX2 CPU falls back to jit:avx2 for "
                 f"backward weights; AVX-512 and AMX CPUs have brgemm ones); try a larger batch, or {faster}")
@@ -676,8 +685,14 @@ RULES: list[Rule] = [
          severity="warning", finding=True,
          description="a reduced precision whose measured matrix ceiling is below float32's, or bfloat16 on a CPU "
                      "that emulates it"),
+    Rule("float64_math", "compute", lambda f: f.precision == "float64",
+         lambda f: ("The matrix ops compute in float64: no oneDNN, cuDNN or tensor-core kernel takes it, and a float64 "
+                    "vector holds half the numbers a float32 one does."),
+         lambda f: f"compute in float32: {program_facts.float32(f.producer)}",
+         severity="warning", finding=True,
+         description="the dtype most of the costed ops' FLOPs run in is float64 (a model made float64 by mistake)"),
     Rule("cpu_without_onednn", "compute",
-         lambda f: f.device == "cpu" and f.eigen_dense_pct >= EIGEN_DENSE_MIN_PCT,
+         lambda f: f.device == "cpu" and f.eigen_dense_pct >= EIGEN_DENSE_MIN_PCT and f.precision != "float64",
          lambda f: (f"{f.eigen_dense_pct:.0f} % of the step's op time is in TensorFlow's Eigen convolution and "
                     "matmul kernels: its oneDNN kernels were off (TensorFlow turns them on itself only on CPUs "
                     "with AVX-512 VNNI, bfloat16 or AMX units)."),
@@ -753,6 +768,7 @@ FINDING_SAVINGS: dict[str, Callable[[Facts], savings.Saving]] = {
     "launch_bound": savings.idle_for_host,
     "fp32_on_matrix_units": savings.precision_saving,
     "bf16_without_matrix_units": savings.precision_saving,
+    "float64_math": savings.float64_saving,
     "cpu_without_onednn": savings.onednn,
     "eager_execution": lambda f: savings.eager(f, _steps_per_call(f)[1]),
     "no_prefetch": savings.prefetch_only,
@@ -865,7 +881,7 @@ FIX_NAMES: dict[str, Callable[[Facts], str]] = {
     "no_prefetch": lambda f: "a prefetch at the end of the input pipeline",
     "below_roofline": lambda f: "bringing the ops far below their roofline up",
 }
-COMPUTE_FINDINGS = ("below_roofline", "fp32_on_matrix_units", "bf16_without_matrix_units")
+COMPUTE_FINDINGS = ("below_roofline", "fp32_on_matrix_units", "bf16_without_matrix_units", "float64_math")
 
 
 def candidate_fixes(facts: Facts) -> list[Fix]:
@@ -886,7 +902,36 @@ def candidate_fixes(facts: Facts) -> list[Fix]:
     parts = {(fix.part, round(fix.saving.pct, 9)) for fix in known if not RULES_BY_ID[fix.rule].finding}
     distinct = [fix for fix in known if not (RULES_BY_ID[fix.rule].finding
                                              and (fix.part, round(fix.saving.pct, 9)) in parts)]
-    return sorted(distinct, key=lambda fix: -fix.saving.pct)
+    return ranked_fixes(distinct, facts.step_ms)
+
+
+# Savings this close are one within the noise of two identical runs: max(10 % of the larger, 1 ms).
+TIE_SHARE, TIE_MS = 0.10, 1.0
+# Fixes whose savings tie go in this order: the cheaper, surer change first (a pipeline or loop setting
+# whose saving is measured time, then a change to the program, then a change of precision or kernels
+# whose saving is modelled from ceilings); fixes not listed follow, larger saving first.
+TIE_ORDER = ("no_prefetch", "input_copy", "input_wait", "retracing", "host_sync", "host_bound", "launch_bound",
+             "eager_execution", "cpu_contention", "collective_bound", "cpu_without_onednn", "below_roofline",
+             "fp32_on_matrix_units", "bf16_without_matrix_units", "float64_math", "compute_bound")
+
+
+def _tie_rank(rule: str) -> int:
+    return TIE_ORDER.index(rule) if rule in TIE_ORDER else len(TIE_ORDER)
+
+
+def ranked_fixes(fixes: list[Fix], step_ms: float) -> list[Fix]:
+    """Largest saving first; fixes within max(`TIE_SHARE` of the largest, `TIE_MS`) of the largest left
+    tie and go in `TIE_ORDER`, so that two identical runs whose savings differ by noise give the same
+    first fix."""
+    ms_pct = 100.0 * TIE_MS / step_ms if step_ms == step_ms and step_ms > 0 else 0.0
+    left = sorted(fixes, key=lambda fix: -fix.saving.pct)
+    out: list[Fix] = []
+    while left:
+        lead = left[0].saving.pct
+        tied = [fix for fix in left if fix.saving.pct >= lead - max(TIE_SHARE * lead, ms_pct)]
+        out += sorted(tied, key=lambda fix: (_tie_rank(fix.rule), -fix.saving.pct))
+        left = [fix for fix in left if fix not in tied]
+    return out
 
 
 def verdict_fixes(candidates: list[Fix]) -> list[Fix]:
@@ -1031,14 +1076,20 @@ def make_verdict(
     fixes = verdict_fixes(candidates)
     first = fixes[0] if fixes else None
     headline = rule.headline(facts)
-    if first is not None and first.part != part:
+    largest = max(fixes, key=lambda fix: fix.saving.pct) if fixes else None
+    if first is not None and largest is not None and largest is not first:
+        headline += (f" The fix to make first is {FIX_NAMES.get(first.rule, _rule_name)(facts)}: "
+                     f"{_saving_words(first.saving, facts)}, within noise of the largest "
+                     f"({FIX_NAMES.get(largest.rule, _rule_name)(facts)}, {_saving_words(largest.saving, facts)}) "
+                     "and the surer change.")
+    elif first is not None and first.part != part:
         headline += (f" The largest fix we can estimate is {FIX_NAMES.get(first.rule, _rule_name)(facts)}: "
                      f"{_saving_words(first.saving, facts)}.")
     elif first is None:
-        best = next(iter(candidates), None)
-        largest = (f" (the largest, {FIX_NAMES.get(best.rule, _rule_name)(facts)}, about {best.saving.pct:.1f} %)"
-                   if best is not None else "")
-        headline += f" No fix we can estimate would save {savings.MIN_VERDICT_SAVING_PCT:g} % of the step{largest}."
+        best = max(candidates, key=lambda fix: fix.saving.pct) if candidates else None
+        best_words = (f" (the largest, {FIX_NAMES.get(best.rule, _rule_name)(facts)}, about {best.saving.pct:.1f} %)"
+                      if best is not None else "")
+        headline += f" No fix we can estimate would save {savings.MIN_VERDICT_SAVING_PCT:g} % of the step{best_words}."
     if first is not None and RULES_BY_ID[first.rule].finding:
         headline += f" {RULES_BY_ID[first.rule].headline(facts)}"
     verdict: dict = {"bound": part, "bound_pct": round(share, 4), "level": _bound_level(share), "rule": rule.id,
