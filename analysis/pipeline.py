@@ -469,17 +469,20 @@ def _min_steps(source) -> int:
     return 1 if source.kind == "window" or one_step_capture(source.steps) else rules.MIN_STEADY_STEPS
 
 
-def _measured_matrix_ceilings(inputs: RunInputs, peak: roofline.Ceilings | None) -> tuple[dict[str, float], str | None]:
-    """The matrix FLOP/s measured (or given) per dtype, and their source: what precision advice compares.
-    A ceiling given for every dtype at once, or stated by the trace, says nothing of one dtype against another."""
+def _measured_matrix_ceilings(inputs: RunInputs, peak: roofline.Ceilings | None
+                              ) -> tuple[dict[str, float], str | None, tuple]:
+    """The matrix FLOP/s measured (or given) per dtype, their source, and what the smallest matrix ops
+    `devprof peak` timed reached per dtype: what precision advice compares. A ceiling given for every
+    dtype at once, or stated by the trace, says nothing of one dtype against another."""
     run = inputs.run
     ceilings = peak if peak is not None else roofline.ceilings_from_peak(run.peak if run is not None else None,
                                                                            "run.json peak")
     if ceilings is None:
-        return {}, None
+        return {}, None, ()
     rates = {dtype: values.get("matrix_flops_per_second", math.nan) for dtype, values in ceilings.by_dtype.items()
              if dtype != roofline.ANY_DTYPE}
-    return rates, ceilings.source
+    small = roofline.smallest_matrix_rates(run.peak) if peak is None and run is not None else ()
+    return rates, ceilings.source, small
 
 
 def _model_flops_per_step(run: RunRecord | None) -> float:

@@ -76,7 +76,7 @@ FLOAT, UINT8, INT32 = 1, 4, 3
 
 
 def write_memory_trace(path: str | Path, *, steps: int = 3, batch: int = 8, capacity: int = 16 * MiB,
-                       fragmentation: float = 0.25, extra_step: int | None = 1, extra_bytes: int = 3 * MiB,
+                       fragmentation: float = 0.25, extra_step: int | str | None = 1, extra_bytes: int = 3 * MiB,
                        leak_bytes: int = 0, base_ns: int = ABSOLUTE_BASE_NS, allocator: str = GPU,
                        extra_op: str = "extra/Fill", extra_shape: str | None = None, extra_dtype: int = 1,
                        extra_region: str = "output", lifetime_peak: int = 13 * MiB) -> MemoryTrace:
@@ -88,7 +88,7 @@ def write_memory_trace(path: str | Path, *, steps: int = 3, batch: int = 8, capa
     +3; +4 `model/dense/MatMul` [batch,10] float (320 bytes asked, 512 allocated); +5
     `gradient_tape/conv/Conv2DBackpropInput` [batch,64,32,32]: the step's peak; +6, +6.1, +6.2 the
     three freed. In `extra_step` an `extra/Fill` of `extra_bytes` ([n] float) is made at +0.5 and freed
-    at +6.5: held across the step's peak. With `leak_bytes`, a `loss/Identity` scalar of that many
+    at +6.5: held across the step's peak (in every step with `extra_step="every"`). With `leak_bytes`, a `loss/Identity` scalar of that many
     bytes is made at +7 each step and never freed. Every event states `fragmentation`, bytes
     available = `capacity` - bytes in use, and a lifetime peak above the window's (13 MiB at least,
     which the window's peak is not read from). gpu_host_bfc: 1 KiB from before, one 256-byte
@@ -114,7 +114,7 @@ def write_memory_trace(path: str | Path, *, steps: int = 3, batch: int = 8, capa
         at = lambda ms: t + int(round(ms * MS))  # noqa: E731 - the step's own clock
         host.event(python, "train", t, t + 10 * MS - 100_000, step_num=k, _r=1)
         pinned.allocate(at(0.2), 9000 + k, "SameWorkerRecvDone", "[]", INT32, 4, 256, "dynamic", k)
-        extra = extra_step == k
+        extra = extra_step == k or extra_step == "every"
         if extra:
             gpu.allocate(at(0.5), 5000, extra_op, extra_shape or f"[{extra_bytes // 4}]", extra_dtype, extra_bytes,
                          extra_bytes, extra_region, k)

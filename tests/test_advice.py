@@ -390,3 +390,35 @@ def test_a_run_in_bfloat16_by_its_trace_is_not_told_to_use_bfloat16():
     for line in verdict["advice"] + [f["advice"] for f in found]:
         assert "set_global_policy(\"mixed_bfloat16\")" not in line, line
     assert "fp32_on_matrix_units" not in {f["rule"] for f in found}
+
+
+AMX_CEILINGS = (("bfloat16", 4.01e12), ("float32", 4.6e11))  # 8.7x at the sizes devprof peak reached its peak
+AMX_SMALL = (("conv", "float32", 3.0e11), ("conv", "bfloat16", 6.0e11),  # 2x on its smallest convolutions
+             ("matmul", "float32", 4.0e11), ("matmul", "bfloat16", 1.2e12))
+
+
+def test_a_precision_estimate_holds_to_what_small_ops_reach_and_does_not_outrank_a_sleep():
+    # A program that sleeps 15 ms in its loop: host 15.7 of 43.4 ms, its convolutions 24.6 ms. At the
+    # ceilings' 8.7x, bfloat16 would save 21.8 ms and outrank the sleep; its small convolutions reach 2x.
+    common = dict(input_wait=0.0, compute=27.7, host=15.7, device="cpu", producer="tensorflow", precision="float32",
+                  matrix_units=("bfloat16",), bfloat16_units=("amx_bf16",), matrix_ceilings=AMX_CEILINGS,
+                  matrix_pct=100.0 * 24.6 / 43.4)
+    verdict, found = verdict_of(43.4, small_matrix_rates=AMX_SMALL, **common)
+    precision = next(f for f in found if f["rule"] == "fp32_on_matrix_units")
+    assert precision["saving_ms"] == pytest.approx(24.6 * (1 - 1 / 2.0))
+    assert "smallest convolutions, 2.00x" in precision["saving_basis"] and "up to 21.78 ms" in precision["saving_basis"]
+    assert verdict["first_fix"]["rule"] == "host_bound", verdict["fixes"]
+    # without the small sizes, the ceilings' ratio is said to be an upper bound
+    _, unbounded = verdict_of(43.4, **common)
+    basis = next(f for f in unbounded if f["rule"] == "fp32_on_matrix_units")["saving_basis"]
+    assert "8.72x, an upper bound that only large shapes reach" in basis
+
+
+def test_the_smallest_sizes_devprof_peak_timed_are_read_from_its_result():
+    from analysis.breakdown.roofline import smallest_matrix_rates
+
+    peak = {"conv": {"float32": {"sizes": [{"size": 128, "per_second": 2e11}, {"size": 64, "per_second": 1e11}]},
+                     "bfloat16": {"sizes": [{"size": 64, "per_second": 3e11}]}},
+            "matmul": {"float32": {"sizes": []}, "bfloat16": "broken"}}
+    assert smallest_matrix_rates(peak) == (("conv", "float32", 1e11), ("conv", "bfloat16", 3e11))
+    assert smallest_matrix_rates(None) == () and smallest_matrix_rates({"conv": "x"}) == ()

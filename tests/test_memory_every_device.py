@@ -124,7 +124,7 @@ def test_a_single_runs_memory_workers_is_its_own_allocators(tmp_path):
 
 # ---------------------------------------------------------------- what holds the memory
 
-def _holder_finding(tmp_path, batch: float = 8, **options) -> dict | None:
+def _holder_finding(tmp_path, batch: float = 8, holder_op_ms: float = math.nan, **options) -> dict | None:
     import dataclasses
 
     from views import facts_from_mean
@@ -141,7 +141,7 @@ def _holder_finding(tmp_path, batch: float = 8, **options) -> dict | None:
     peaks, timeline, per_step = allocator_report(view.memory, steps, view.window[0], batch)
     facts = dataclasses.replace(facts_from_mean({"input_pct": 2.0, "compute_pct": 90.0, "host_pct": 8.0}),
                                 memory=MemoryReport(peaks, timeline, per_step, (), batch), producer="devprof",
-                                device="gpu")
+                                device="gpu", holder_op_ms=holder_op_ms, step_ms=10.0)
     return next((f for f in rules.findings(facts) if f["rule"] == "memory_one_holder"), None)
 
 
@@ -166,6 +166,19 @@ def test_a_fixed_tensor_made_every_step_is_advised_to_be_made_once(tmp_path):
     found = _holder_finding(tmp_path, extra_bytes=40 * MiB, capacity=256 * MiB)
     assert found is not None and "in tensors of a fixed size" in found["evidence"]
     assert "made once outside the step" in found["advice"]
+
+
+def test_a_fixed_tensor_made_in_every_step_saves_its_ops_time_made_once(tmp_path):
+    every = _holder_finding(tmp_path, extra_step="every", extra_bytes=40 * MiB, capacity=256 * MiB, holder_op_ms=3.5)
+    assert every is not None and every["saving_ms"] == pytest.approx(3.5) and every["saving_pct"] == pytest.approx(35.0)
+    assert "made the tensor in all 3 traced steps" in every["saving_basis"]
+    # made in one step of three: no step time to save by making it once
+    once = _holder_finding(tmp_path, extra_bytes=40 * MiB, capacity=256 * MiB, holder_op_ms=3.5)
+    assert once is not None and once["saving_ms"] is None
+    # a batch-sized holder: the fix is about memory, not time
+    batch = _holder_finding(tmp_path, extra_step="every", extra_op="model/big/MatMul", extra_bytes=40 * MiB,
+                            extra_shape="[8,1310720]", capacity=256 * MiB, holder_op_ms=3.5)
+    assert batch is not None and batch["saving_ms"] is None
 
 
 def test_without_a_batch_size_a_holder_is_not_called_fixed(tmp_path):

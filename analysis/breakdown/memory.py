@@ -12,6 +12,7 @@ the window, and are said to be, never given to an op.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -85,10 +86,16 @@ class Holder:
     kind: str  # WORKSPACE, BATCH_SIZED, FIXED, OP_TYPE or UNSCALED (the batch is unknown)
     tensors: tuple[str, ...]  # its largest live tensors, "shape dtype (region)"
     count: int  # its allocations live at the peak
+    steps_made: int = 0  # the traced steps in which the op allocated
+    steps: int = 0  # the traced steps
+
+    @property
+    def made_every_step(self) -> bool:
+        return self.steps >= 2 and self.steps_made == self.steps
 
     def as_dict(self) -> dict:
         return {"op": self.op, "bytes": self.bytes, "kind": self.kind, "tensors": list(self.tensors),
-                "count": self.count}
+                "count": self.count, "steps_made": self.steps_made, "steps": self.steps}
 
 
 @dataclass(frozen=True)
@@ -389,6 +396,15 @@ def holder_kind(op: str, tensors: pd.DataFrame, batch_size: float) -> str:
 HOLDER_TENSORS = 3  # of the holder's live tensors named, the largest first
 
 
+def _with_steps(holder: Holder | None, events: pd.DataFrame, steps: pd.DataFrame) -> Holder | None:
+    """The holder with the traced steps it allocated in (a tensor made in every step or once)."""
+    if holder is None or steps.empty:
+        return holder
+    mine = events[events["allocation"].to_numpy(dtype=bool) & (events["op"] == holder.op).to_numpy()]
+    made = step_of(mine["start_ns"].to_numpy(dtype=np.int64), steps)
+    return dataclasses.replace(holder, steps_made=int(np.unique(made[~np.isnan(made)]).size), steps=len(steps))
+
+
 def holder_of(live: pd.DataFrame, batch_size: float) -> Holder | None:
     """The op whose live tensors hold the most of a peak (ties: the first allocated), and of what kind."""
     named = live[live["op"] != ""]
@@ -510,7 +526,7 @@ def allocator_peak(name: str, events: pd.DataFrame, steps: pd.DataFrame, batch_s
         growth_bytes_per_step=growth_per_step(per_step["end_bytes"].to_numpy(dtype=np.float64)),
         growth_steps=growth_steps(per_step["end_bytes"].to_numpy(dtype=np.float64)),
         lifetime_peak_bytes=float(lifetime) if lifetime == lifetime else math.nan, reserved_bytes=reserved,
-        holder=holder_of(live, batch_size)), per_step
+        holder=_with_steps(holder_of(live, batch_size), events, steps)), per_step
 
 
 def timeline(events: pd.DataFrame, steps: pd.DataFrame, origin_ns: int) -> pd.DataFrame:

@@ -99,6 +99,26 @@ def ceilings_from_peak(peak: dict | None, source: str) -> Ceilings | None:
     return result if result.known() else None
 
 
+def smallest_matrix_rates(peak: dict | None) -> tuple[tuple[str, str, float], ...]:
+    """(kind, dtype, FLOP/s) at the smallest size `devprof peak` timed each kind of matrix op (matmul,
+    conv) in each dtype: what small ops reach, nearer a model's own layers than the peak's sizes."""
+    if not isinstance(peak, dict):
+        return ()
+    found = []
+    for kind in ("conv", "matmul"):
+        results = peak.get(kind)
+        for dtype, result in (results.items() if isinstance(results, dict) else ()):
+            sizes = result.get("sizes") if isinstance(result, dict) else None
+            if not isinstance(sizes, list) or not sizes or not isinstance(sizes[0], dict):
+                continue
+            smallest = min((s for s in sizes if isinstance(s, dict) and _finite(s.get("size"))),
+                           key=lambda s: s["size"], default=None)
+            rate = _or_nan(smallest.get("per_second")) if smallest else math.nan
+            if _finite(rate) and rate > 0:
+                found.append((kind, str(dtype), float(rate)))
+    return tuple(found)
+
+
 def _peak_cores(peak: dict) -> float:
     """The cores a CPU peak's matmuls ran on: TensorFlow's intra-op threads (0: one per core), at most
     the cores the process could use; NaN for a GPU peak or one that does not say."""

@@ -92,6 +92,9 @@ class Facts:
     op_ms: float = math.nan  # on a CPU, the ops' own time per call summed over threads: compute's CPU time
     matrix_pct: float = math.nan
     matrix_ceilings: tuple[tuple[str, float], ...] = ()
+    holder_op_ms: float = math.nan  # the op holding most of an allocator's peak: its time per step (ops table)
+    # (kind, dtype, FLOP/s) at the smallest convolution and matmul `devprof peak` timed (empty: unknown)
+    small_matrix_rates: tuple[tuple[str, str, float], ...] = ()
     ceilings_source: str | None = None
     mfu_scope: str = "the epoch runs"  # what `mfu_pct` covers: analyze's is over the costed ops only
 
@@ -104,6 +107,14 @@ class Facts:
     def matrix_ceiling(self, dtype: str) -> float:
         """The measured matrix FLOP/s of `dtype` (NaN: not measured)."""
         return next((rate for name, rate in self.matrix_ceilings if name == dtype), math.nan)
+
+    def small_ratio(self, now: str, other: str) -> tuple[float, str]:
+        """`other`'s rate over `now`'s on the smallest matrix ops `devprof peak` timed, the lower of the
+        kinds measured in both, and that kind (NaN, "": not measured)."""
+        rates = {(kind, dtype): rate for kind, dtype, rate in self.small_matrix_rates}
+        ratios = [(rates[(kind, other)] / rates[(kind, now)], kind) for kind in ("conv", "matmul")
+                  if (kind, now) in rates and (kind, other) in rates]
+        return min(ratios) if ratios else (math.nan, "")
 
 
 @dataclass(frozen=True)
@@ -238,7 +249,7 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, id
                input_copy_pct=None, input_wait_ms=None, eager: EagerOps | None = None,
                idle_stretch: IdleStretch | None = None, below_roofline: tuple[BelowRoofline, ...] = (),
                step_ms=None, traced_steps=0, launch_ms=None, host_per_call_pct=None, op_ms=None, matrix_pct=None,
-               matrix_ceilings=None,
+               matrix_ceilings=None, small_matrix_rates=None, holder_op_ms=None,
                ceilings_source: str | None = None, mfu_scope: str | None = None,
                memory: MemoryReport | None = None) -> Facts:
     """The rules' view of one breakdown. Numbers may be missing (None, NaN: unknown); compute
@@ -293,6 +304,8 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, id
         op_ms=_float(op_ms),
         matrix_pct=_float(matrix_pct),
         matrix_ceilings=_measured_rates(matrix_ceilings),
+        small_matrix_rates=tuple(small_matrix_rates or ()),
+        holder_op_ms=_float(holder_op_ms),
         ceilings_source=ceilings_source,
         mfu_scope=mfu_scope or "the epoch runs",
         memory=memory,
@@ -340,6 +353,15 @@ POLICY_OF_DTYPE = {"bfloat16": "mixed_bfloat16", "float16": "mixed_float16", "ha
                    "float64": "float64", "double": "float64"}
 
 
+def holder_op_ms(memory: MemoryReport | None, ops: pd.DataFrame) -> float:
+    """The time per step of the op that holds the most of the first allocator's peak that names one."""
+    holder = next((peak.holder for peak in (memory.allocators if memory is not None else ()) if peak.holder), None)
+    if holder is None or ops.empty or "op" not in ops:
+        return math.nan
+    mine = ops.loc[ops["op"].astype(str) == holder.op, "ms_per_step"]
+    return float(mine.sum()) if not mine.empty else math.nan
+
+
 def run_precision(config: dict, trace_dtype: str | None) -> str | None:
     """The run's precision: run.json's policy, else what the trace's ops compute in; float64 in the
     trace whatever the policy says (a model made float64 by mistake computes in it)."""
@@ -354,7 +376,7 @@ def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | No
                  trace: TraceFacts, devices: DeviceTable, stage: SlowestStage | None, ops: pd.DataFrame,
                  eager: EagerOps | None = None, idle_stretch: IdleStretch | None = None,
                  roofline: dict | None = None, measured: dict[str, float] | None = None,
-                 measured_source: str | None = None, traced_steps: int = 0,
+                 measured_source: str | None = None, small_measured: tuple = (), traced_steps: int = 0,
                  memory: MemoryReport | None = None, host_per_call_ms: float = math.nan,
                  xprof: XProfReading | None = None) -> Facts:
     """The facts of one worker's analysis: its steady mean, its run's settings, its utilization
@@ -385,6 +407,7 @@ def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | No
         host_per_call_pct=100.0 * host_per_call_ms / step_ms if step_ms > 0 else math.nan,
         op_ms=cpu_op_ms(ops, source.steps_per_call) if source.device == "cpu" else math.nan,
         matrix_pct=matrix_share_pct(ops, _float(mean.get("compute_pct"))),
-        matrix_ceilings=measured, ceilings_source=measured_source,
+        matrix_ceilings=measured, ceilings_source=measured_source, small_matrix_rates=small_measured,
+        holder_op_ms=holder_op_ms(memory, ops),
         mfu_scope=f"the costed ops ({(roofline or {}).get('achieved_over') or 'some of op time'}) run",
         memory=memory, xprof=xprof)

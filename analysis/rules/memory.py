@@ -2,7 +2,8 @@
 
 Each reads `Facts.memory` (`breakdown/memory.py`): the allocators' peaks from the trace and the
 sampled memory of the run. An allocator or sampler that recorded nothing keeps its rule silent.
-None saves step time: they are about fitting in memory, not speed.
+They are about fitting in memory, not speed: only a fixed tensor made in every step (`memory_one_holder`)
+saves step time, its op's, once made once.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import math
 from analysis.breakdown import memory as breakdown
 from analysis.breakdown.memory import AllocatorPeak, OomAtFailure, SampledMemory
 from analysis.rules.facts import Facts
+from analysis.rules.savings import Saving
 
 NEAR_CAPACITY_SHARE = 0.90  # a peak within 10 % of the capacity: one larger batch from an out-of-memory error
 FRAGMENTED = 0.30  # the allocator's fragmentation at the peak (1 - largest free chunk / free bytes)
@@ -190,6 +192,22 @@ HOLDER_WORDS = {breakdown.WORKSPACE: "as scratch workspace (temporary flat bytes
                 breakdown.OP_TYPE: "summed over every op of that type: the trace ran it eagerly, where an op's name is "
                                    "its type, so several layers' tensors share one name",
                 breakdown.UNSCALED: "in its tensors"}
+
+
+def one_holder_saving(facts: Facts) -> Saving:
+    """A tensor of fixed size made in every step, made once: the producing op's time per step."""
+    found = one_holder(facts)
+    if found is None:
+        return Saving(math.nan, "no holder")
+    _, holder = found
+    if holder.kind != breakdown.FIXED or not holder.made_every_step:
+        return Saving(math.nan, "saves no step time: it is about fitting in memory")
+    ms, step = facts.holder_op_ms, facts.step_ms
+    if not (ms > 0 and step > 0):
+        return Saving(math.nan, f"unknown: the trace times no op named {holder.op}")
+    return Saving(100.0 * min(ms, step) / step, (
+        f"{holder.op}'s {ms:.2f} ms a step, paid once instead (it made the tensor in all {holder.steps} traced "
+        "steps); what reads the tensor still runs"))
 
 
 def one_holder_headline(facts: Facts) -> str:

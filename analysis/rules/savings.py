@@ -314,7 +314,9 @@ def ceilings_text(facts: Facts) -> str:
 
 
 def precision_saving(facts: Facts) -> Saving:
-    """Moving the matrix ops to the other dtype, by the ratio of the measured ceilings (negative: slower)."""
+    """Moving the matrix ops to the other dtype (negative: slower). The measured ceilings' ratio is what
+    the largest shapes reach, an upper bound for a model's own smaller ops; where `devprof peak` timed
+    small ones in both dtypes, the lower of the two ratios is the estimate, and the bound is said."""
     ratio = precision_ratio(facts)
     now, other = precision_dtypes(facts)
     if not _known(ratio):
@@ -323,8 +325,16 @@ def precision_saving(facts: Facts) -> Saving:
     matrix = facts.matrix_pct
     if not _known(matrix) or matrix <= 0:
         return Saving(math.nan, f"{ceilings_text(facts)}; the trace shows no matrix op time to apply them to")
-    return Saving(matrix * (1.0 - 1.0 / ratio), f"the matrix ops ({_ms(facts, matrix)}) in {other} at the "
-                                                f"measured ceilings' ratio: {ceilings_text(facts)}")
+    small, kind = facts.small_ratio(now, other)
+    at_ceilings = matrix * (1.0 - 1.0 / ratio)
+    if _known(small) and abs(1.0 - 1.0 / small) < abs(1.0 - 1.0 / ratio):
+        bound = "a gain" if ratio > 1.0 else "a loss"
+        return Saving(matrix * (1.0 - 1.0 / small), (
+            f"the matrix ops ({_ms(facts, matrix)}) in {other} at the ratio `devprof peak` measured on its smallest "
+            f"{'convolutions' if kind == 'conv' else 'matmuls'}, {small:.2f}x; at the ceilings' ratio, {ratio:.2f}x, "
+            f"{bound} of up to {_ms(facts, abs(at_ceilings))}, which only large shapes reach ({ceilings_text(facts)})"))
+    return Saving(at_ceilings, f"the matrix ops ({_ms(facts, matrix)}) in {other} at the measured ceilings' ratio, "
+                               f"{ratio:.2f}x, an upper bound that only large shapes reach: {ceilings_text(facts)}")
 
 
 FLOAT64_SPEEDUP = 2.0  # at least: a float64 vector holds half the numbers a float32 one does

@@ -769,6 +769,7 @@ FINDING_SAVINGS: dict[str, Callable[[Facts], savings.Saving]] = {
     "fp32_on_matrix_units": savings.precision_saving,
     "bf16_without_matrix_units": savings.precision_saving,
     "float64_math": savings.float64_saving,
+    "memory_one_holder": memory_rules.one_holder_saving,
     "cpu_without_onednn": savings.onednn,
     "eager_execution": lambda f: savings.eager(f, _steps_per_call(f)[1]),
     "no_prefetch": savings.prefetch_only,
