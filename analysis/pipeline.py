@@ -361,7 +361,7 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofli
     """The analysis of one worker's files, read once: each stage a function of typed values."""
     view, run = inputs.trace, inputs.run
     with _stages_and_eager(view) as beside:  # forked first: part of its work needs no steps
-        source = split_input(view, find_steps(inputs, step_name))
+        source = split_input(view, find_steps(inputs, step_name), inputs.steps_table)
         chosen = choose_steps(source.steps)
         beside.give(chosen.used)
         epochs = epoch_tables(inputs, source.steps if source.kind != "steps_csv" else None)

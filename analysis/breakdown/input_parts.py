@@ -53,9 +53,42 @@ def with_input_parts(view: TraceView | None, steps: pd.DataFrame) -> pd.DataFram
     return out
 
 
-def split_input(view: TraceView | None, source: StepSource) -> StepSource:
-    """`source` with its steps' input split (`with_input_parts`)."""
-    return dataclasses.replace(source, steps=with_input_parts(view, source.steps))
+# steps.csv's wait for the loop's own iterator, as a share of its step, from which it is input the trace
+# cannot see: below it, the two clocks' disagreement.
+ITERATOR_WAIT_MIN_PCT = 5.0
+
+
+def python_iterator_wait(steps: pd.DataFrame, steps_table: pd.DataFrame | None) -> tuple[pd.DataFrame, str | None]:
+    """Where the trace records no input at all (no tf.data iterator: the loop iterates a Python
+    generator or numpy batches) but steps.csv timed the loop's wait for its iterator, that wait is
+    input, not host overhead: each traced step takes its steps.csv `input_ms` (at most its host time)
+    from host into input. The steps, and a note where it did."""
+    needed = {"step", "input_ms", "step_ms"}
+    if steps_table is None or steps.empty or not needed <= set(steps_table.columns) or "host_ms" not in steps \
+            or steps["input_ms"].sum() > 0:
+        return steps, None
+    csv = steps_table.drop_duplicates("step", keep="last").set_index("step")
+    waited = steps["step"].map(csv["input_ms"]).astype(float).fillna(0.0).clip(lower=0.0)
+    waited = np.minimum(waited.to_numpy(), steps["host_ms"].to_numpy(dtype=float))
+    matched = steps["step"].isin(csv.index).to_numpy()
+    share = 100.0 * waited[matched].sum() / max(float(steps.loc[matched, "step_ms"].sum()), 1e-9)
+    if not matched.any() or share < ITERATOR_WAIT_MIN_PCT:
+        return steps, None
+    out = steps.copy()
+    out["input_ms"] = out["input_ms"] + waited
+    out["host_ms"] = out["host_ms"] - waited
+    return out, (f"the trace records no input pipeline, but the loop waited for its iterator {share:.1f} % of the step "
+                 "(steps.csv input_ms, a Python generator or numpy batches): that wait is input, taken from host")
+
+
+def split_input(view: TraceView | None, source: StepSource, steps_table: pd.DataFrame | None = None) -> StepSource:
+    """`source` with its steps' input split (`with_input_parts`), the wait for a Python iterator that
+    only steps.csv timed counted as input (`python_iterator_wait`)."""
+    steps, note = (python_iterator_wait(source.steps, steps_table) if source.kind != "steps_csv"
+                   else (source.steps, None))
+    notes = (*source.notes, note) if note else source.notes
+    return dataclasses.replace(source, steps=with_input_parts(view, steps), notes=notes,
+                               python_iterator=note is not None)
 
 
 def mean_input_parts(steady: pd.DataFrame) -> dict[str, float]:

@@ -93,6 +93,8 @@ class Facts:
     matrix_pct: float = math.nan
     matrix_ceilings: tuple[tuple[str, float], ...] = ()
     holder_op_ms: float = math.nan  # the op holding most of an allocator's peak: its time per step (ops table)
+    python_iterator: bool = False  # the input is the loop's wait for a Python iterator (steps.csv), no tf.data
+    job_workers_here: int = 0  # the other workers of this worker's job on its machine (run.json `worker`)
     # (kind, dtype, FLOP/s) at the smallest convolution and matmul `devprof peak` timed (empty: unknown)
     small_matrix_rates: tuple[tuple[str, str, float], ...] = ()
     ceilings_source: str | None = None
@@ -249,7 +251,8 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, id
                input_copy_pct=None, input_wait_ms=None, eager: EagerOps | None = None,
                idle_stretch: IdleStretch | None = None, below_roofline: tuple[BelowRoofline, ...] = (),
                step_ms=None, traced_steps=0, launch_ms=None, host_per_call_pct=None, op_ms=None, matrix_pct=None,
-               matrix_ceilings=None, small_matrix_rates=None, holder_op_ms=None,
+               matrix_ceilings=None, small_matrix_rates=None, holder_op_ms=None, python_iterator=False,
+               job_workers_here=0,
                ceilings_source: str | None = None, mfu_scope: str | None = None,
                memory: MemoryReport | None = None) -> Facts:
     """The rules' view of one breakdown. Numbers may be missing (None, NaN: unknown); compute
@@ -306,6 +309,8 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, id
         matrix_ceilings=_measured_rates(matrix_ceilings),
         small_matrix_rates=tuple(small_matrix_rates or ()),
         holder_op_ms=_float(holder_op_ms),
+        python_iterator=bool(python_iterator),
+        job_workers_here=int(job_workers_here or 0),
         ceilings_source=ceilings_source,
         mfu_scope=mfu_scope or "the epoch runs",
         memory=memory,
@@ -362,6 +367,17 @@ def holder_op_ms(memory: MemoryReport | None, ops: pd.DataFrame) -> float:
     return float(mine.sum()) if not mine.empty else math.nan
 
 
+def job_workers_here(run: RunRecord | None) -> int:
+    """The other workers of this worker's job that run on its machine: those whose address (run.json
+    `worker.addresses`) has this worker's host."""
+    worker = run.raw.get("worker") if run is not None else None
+    if not isinstance(worker, dict) or not isinstance(worker.get("addresses"), list):
+        return 0
+    mine = str(worker.get("address") or "").rsplit(":", 1)[0]
+    hosts = [str(address).rsplit(":", 1)[0] for address in worker["addresses"]]
+    return max(0, hosts.count(mine) - 1) if mine else 0
+
+
 def run_precision(config: dict, trace_dtype: str | None) -> str | None:
     """The run's precision: run.json's policy, else what the trace's ops compute in; float64 in the
     trace whatever the policy says (a model made float64 by mistake computes in it)."""
@@ -408,6 +424,7 @@ def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | No
         op_ms=cpu_op_ms(ops, source.steps_per_call) if source.device == "cpu" else math.nan,
         matrix_pct=matrix_share_pct(ops, _float(mean.get("compute_pct"))),
         matrix_ceilings=measured, ceilings_source=measured_source, small_matrix_rates=small_measured,
-        holder_op_ms=holder_op_ms(memory, ops),
+        holder_op_ms=holder_op_ms(memory, ops), python_iterator=source.python_iterator,
+        job_workers_here=job_workers_here(run),
         mfu_scope=f"the costed ops ({(roofline or {}).get('achieved_over') or 'some of op time'}) run",
         memory=memory, xprof=xprof)

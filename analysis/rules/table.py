@@ -419,8 +419,21 @@ def _input_headline(facts: Facts) -> str:
     return f"{share}: the loop waits for the next batch."
 
 
+def _contention_fix(facts: Facts) -> str:
+    if facts.job_workers_here:
+        workers = "`--workers`" if facts.producer == "devprof" else "workers"
+        return (f"the job's own workers share this machine's cores: run fewer {workers} per machine (one per machine, "
+                "or each with its own cores), or analyse the whole job, which counts its workers as the job's")
+    return ("another job competes for the CPU: measure on an otherwise idle machine, or give the training "
+            "job its own cores (taskset, container CPU limits)")
+
+
 def _wait_only_fix(facts: Facts) -> str:
     """The host's wait's own fix (the copy's is `_copy_fix`)."""
+    if facts.python_iterator:
+        return ("the loop waits for batches from a Python iterator (a generator or numpy batches, not tf.data): build "
+                "them in tf.data (`tf.data.Dataset.from_tensor_slices(...)`, `.map(fn, num_parallel_calls="
+                "tf.data.AUTOTUNE)`, `.prefetch(tf.data.AUTOTUNE)`), or precompute them once")
     if not _uses_tf_data(facts):
         return _wait_fix(facts)
     clauses = [INPUT_FIX[key] for key in _pipeline_changes(facts) if key in INPUT_FIX] or ["speed up its slowest stage"]
@@ -640,9 +653,11 @@ RULES: list[Rule] = [
          lambda f: f.other_cpu_pct >= CONTENTION_PCT,
          lambda f: (f"Other processes took {f.other_cpu_pct:.0f} % of the machine's CPU "
                     f"(about {f.other_cpu_pct * f.cpu_cores / 100:.1f} of {f.cpu_cores:.0f} cores) while training "
-                    f"used {f.proc_cpu_pct / 100:.1f} cores: the timings include waiting for CPU."),
-         lambda f: ("another job competes for the CPU: measure on an otherwise idle machine, or give the training "
-                    "job its own cores (taskset, container CPU limits)"),
+                    f"used {f.proc_cpu_pct / 100:.1f} cores: the timings include waiting for CPU."
+                    + (f" This machine runs {f.job_workers_here} other worker{'s' if f.job_workers_here > 1 else ''} "
+                       f"of the same job, which {'are' if f.job_workers_here > 1 else 'is'} among them."
+                       if f.job_workers_here else "")),
+         _contention_fix,
          severity="warning", finding=True,
          description=f"other processes use >= {CONTENTION_PCT:g} % of the machine's CPU during the run"),
     Rule("retracing", "host", lambda f: f.retrace_steps > 0,

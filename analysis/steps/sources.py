@@ -33,6 +33,7 @@ class StepSource:
     notes: tuple[str, ...] = ()
     detected: DetectedSteps | None = None  # how a trace's steps were found (None for steps.csv)
     producer: str = "devprof"  # who wrote the trace (TraceView.producer); steps.csv: devprof's recorder
+    python_iterator: bool = False  # the loop's input came from a Python iterator only steps.csv timed
 
     @property
     def steps_per_call(self) -> int:
