@@ -18,7 +18,11 @@ call), numpy_every_step (gradients through `.numpy()` into a histogram every ste
 steps as advised), tiny_batch (batch 8; fix: steps per call), tiny_batch_larger (batch 8; fix:
 batch 128), eager (no tf.function), contention (two busy loops beside training; fix: stop them),
 float32_run and bfloat16_run (the estimate of moving to the other dtype, from the cached `devprof
-peak` in run.json, checked against the other dtype's run). tiny_batch_larger is measured but carries no
+peak` in run.json, checked against the other dtype's run), loop_sleep_bf16 (a 15 ms sleep in the loop;
+the change measured is mixed_bfloat16, ranked below the sleep's fix where it saves less),
+python_generator (NumPy batches from a Python generator through `session.iterate()`, 15 ms of work
+each; fix: precomputed), fill_every_step (a 256 MiB `tf.fill` in every step; fix: made once),
+float64_model (layers made float64 by mistake; fix: float32). tiny_batch_larger is measured but carries no
 estimate: devprof advises a larger batch without saying what it would save.
 
     .venv/bin/python bench/bench_savings.py                       # every cause, the table into BENCHMARKS.md
@@ -78,6 +82,11 @@ class Program:
     steps_per_call: int = 1
     precision: str = "float32"
     hogs: int = 0  # busy-loop processes competing for the CPU
+    fill_mib: int = 0  # a tensor of this many MiB filled in every step and read once (a fixed tensor made every step)
+    fill_once: bool = False  # ... made once, outside the step (the advised fix)
+    floatx: str = "float32"  # Keras' floatx when the model is built ("float64": made float64 by mistake)
+    generator: bool = False  # batches from a Python generator through `session.iterate()`, not tf.data
+    generator_ms: float = 0.0  # its NumPy work per batch (0: the batches precomputed, the advised fix)
     sample: bool = True
     sample_interval: float = 0.1
 
@@ -164,20 +173,45 @@ def dataset(program: Program, batches: int):
     return ds.prefetch(tf.data.AUTOTUNE) if program.prefetch else ds
 
 
+def numpy_batches(program: Program, batches: int):
+    """A Python generator of NumPy batches, each after `generator_ms` of NumPy work (precomputed where 0)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(program.batch, FEATURES)).astype("float32")
+    y = rng.integers(0, CLASSES, size=program.batch).astype("int32")
+    for _ in range(batches):
+        if program.generator_ms:
+            end = time.perf_counter() + program.generator_ms / 1e3
+            while time.perf_counter() < end:  # augmentation in NumPy, one core, under the GIL
+                x = np.tanh(x) * 1.0001
+        yield x, y
+
+
 def build(program: Program):
-    """(step function, variables): `step(iterator)` runs `steps_per_call` training steps."""
+    """(step function, model, one step): `step(iterator)` runs `steps_per_call` training steps;
+    `one_step(x, y)` one, for batches the loop hands it."""
     import tensorflow as tf
 
     width = program.width
-    model = tf.keras.Sequential([tf.keras.Input(shape=(FEATURES,)), tf.keras.layers.Dense(width, activation="relu"),
-                                 tf.keras.layers.Dense(width, activation="relu"), tf.keras.layers.Dense(CLASSES)])
+    # float64 by mistake: layers made in it, as `set_floatx("float64")` makes them (a global policy, which the
+    # recording sets, would override floatx)
+    dtype = {"dtype": program.floatx} if program.floatx != "float32" else {}
+    model = tf.keras.Sequential([tf.keras.Input(shape=(FEATURES,)), tf.keras.layers.Dense(width, activation="relu", **dtype),
+                                 tf.keras.layers.Dense(width, activation="relu", **dtype),
+                                 tf.keras.layers.Dense(CLASSES, **dtype)])
     optimizer = tf.keras.optimizers.Adam()
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    fill = program.fill_mib * 2**20 // 4
+    made_once = tf.fill([fill], 1.0) if fill and program.fill_once else None
 
     def one_step(x, y):
         with tf.GradientTape() as tape:
             logits = model(x, training=True)
             loss = loss_fn(y, tf.cast(logits, tf.float32))
+            if fill:  # a tensor of fixed size: made in every step from the batch, or once
+                held = made_once if made_once is not None else tf.fill([fill], tf.cast(x[0, 0], tf.float32))
+                loss = loss + 1e-30 * tf.reduce_max(held)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss, grads
@@ -192,7 +226,7 @@ def build(program: Program):
             loss, grads = one_step(*next(iterator))
         return loss, grads
 
-    return (call if program.eager else tf.function(call)), model
+    return (call if program.eager else tf.function(call)), model, (one_step if program.eager else tf.function(one_step))
 
 
 @contextlib.contextmanager
@@ -235,14 +269,19 @@ def record(out: Path, name: str, program: Program) -> Path:
     k = program.steps_per_call
     calls = program.steps // k
     with precision_policy(program.precision):
-        step, model = build(program)
-        data = dataset(program, calls * k + 2)
-        iterator = iter(data)
+        step, model, one_step = build(program)
+        data = dataset(program, calls * k + 2) if not program.generator else None
+        iterator = iter(data) if data is not None else None
         with hogs(program.hogs), profiler.profile(
                 out, run_name=name, profile_steps=program.window, sample=program.sample,
                 sample_interval=program.sample_interval, quiet=True,
                 config={"model": "mlp", "batch_size": program.batch, "precision": program.precision,
                         "steps_per_execution": k}) as session:
+            if program.generator:  # the loop hands each batch to the step
+                for x, y in session.iterate(numpy_batches(program, calls)):
+                    with session.step(images=program.batch):
+                        one_step(x, y)
+                return Path(out) / name
             for call in range(calls):
                 with session.step(images=program.batch * k, steps=k):
                     loss, grads = step(iterator)
@@ -262,7 +301,7 @@ def unprofiled_step_ms(programs: list[Program], blocks: int = 8, steps: int = 10
     runs = []
     for program in programs:
         with precision_policy(program.precision):
-            step, _ = build(program)
+            step, _, _ = build(program)
         iterator = iter(dataset(program, blocks * steps + 1))
         step(iterator)  # traces the step
         runs.append((step, iterator))
@@ -511,11 +550,43 @@ def bfloat16_run(out: Path, reps: int = 2) -> Result:
                                    (), reps=reps, read=_precision_change))
 
 
+def loop_sleep_bf16(out: Path, reps: int = 2) -> Result:
+    """time.sleep(15 ms) in the loop; the change measured is mixed_bfloat16, the estimate devprof gives for it
+    (ranked below the sleep's own fix where it saves less)."""
+    before = Program(loop_sleep_ms=15.0)
+    return compare("loop_sleep_bf16", out, before, changed(before, "mixed_bfloat16", precision="mixed_bfloat16"),
+                   (), reps=reps, read=_precision_change)
+
+
+def python_generator(out: Path, reps: int = 2) -> Result:
+    """Batches from a Python generator (15 ms of NumPy a batch) through `session.iterate()`, no tf.data; the
+    advice: build them in tf.data or precompute them: precomputed."""
+    before = Program(generator=True, generator_ms=15.0)
+    return compare("python_generator", out, before, changed(before, "the batches precomputed", generator_ms=0.0),
+                   ("input_wait", "input_bound_high", "input_bound"), reps=reps)
+
+
+def fill_every_step(out: Path, reps: int = 2) -> Result:
+    """A 256 MiB `tf.fill` made in every step (a fixed tensor); the advice: make it once."""
+    before = Program(fill_mib=256)
+    return compare("fill_every_step", out, before, changed(before, "the tensor made once", fill_once=True),
+                   ("memory_one_holder",), reps=reps)
+
+
+def float64_model(out: Path, reps: int = 2) -> Result:
+    """A model made float64 by mistake (`set_floatx("float64")`); the advice: float32."""
+    before = Program(floatx="float64")
+    return compare("float64_model", out, before, changed(before, "float32", floatx="float32"), ("float64_math",),
+                   reps=reps)
+
+
 CAUSES: dict[str, Callable[..., Result]] = {
     "slow_map": slow_map, "python_map": python_map, "no_prefetch": no_prefetch, "no_prefetch_read": no_prefetch_read, "loop_sleep": loop_sleep,
     "numpy_every_step": numpy_every_step, "tiny_batch": tiny_batch, "tiny_batch_larger": tiny_batch_larger,
     "eager": eager, "contention": contention,
     "float32_run": float32_run, "bfloat16_run": bfloat16_run,
+    "loop_sleep_bf16": loop_sleep_bf16, "python_generator": python_generator, "fill_every_step": fill_every_step,
+    "float64_model": float64_model,
 }
 
 

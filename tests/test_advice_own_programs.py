@@ -77,3 +77,12 @@ def test_a_jobs_own_worker_on_the_machine_is_not_called_another_job(tmp_path):
     assert "fewer `--workers` per machine" in found["advice"] and "another job" not in found["advice"]
     alone = {f["rule"]: f for f in rules.findings(make_facts(**common))}["cpu_contention"]
     assert "another job competes" in alone["advice"] and "worker" not in alone["evidence"]
+
+
+def test_a_python_iterators_wait_is_advised_for_what_it_is_and_saved_whole(tmp_path):
+    result = analyze(_run_without_tf_data(tmp_path, iterator_ms=7.0))
+    verdict = result.verdict
+    assert verdict["first_fix"]["saving_ms"] == pytest.approx(7.0)  # precomputed, the wait goes whole
+    assert "Python iterator" in verdict["first_fix"]["saving_basis"]
+    assert not any(".prefetch(tf.data.AUTOTUNE)` as the last stage" in line for line in verdict["advice"])
+    assert any("holds the GIL" in line for line in verdict["advice"]), verdict["advice"]

@@ -94,6 +94,9 @@ def input_wait(facts: Facts, fix_stage: bool = True) -> Saving:
     wait = _wait_pct(facts)
     if not _known(wait) or wait <= 0:
         return Saving(0.0 if _known(wait) else math.nan, "the loop does not wait for its batches")
+    if facts.python_iterator:  # its Python, under the GIL, goes once the batches are precomputed or made by tf.data
+        return Saving(wait, f"the {_ms(facts, wait)} the loop waits for its Python iterator, gone once the batches "
+                            "are precomputed (or made by tf.data's parallel ops instead of Python)")
     rest = 100.0 - facts.input_pct  # compute, host overhead and collectives: what prefetching hides it under
     cores = _cores(facts)
     on_cpu = facts_for(facts.device).kind == "cpu"

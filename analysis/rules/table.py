@@ -313,6 +313,11 @@ def _input_more(facts: Facts) -> list[str]:
 
 
 def _wait_advice(facts: Facts) -> list[str]:
+    if facts.python_iterator:
+        fix = _wait_only_fix(facts)
+        return [f"{fix[0].upper()}{fix[1:]}.",
+                "Python work per batch holds the GIL and runs on one core: vectorize it over the whole data set "
+                "once, or express it in TensorFlow ops inside `.map`, where tf.data runs it in parallel."]
     if not _uses_tf_data(facts):
         fix = _wait_fix(facts)
         return [f"{fix[0].upper()}{fix[1:]}.",
