@@ -86,3 +86,27 @@ def test_a_python_iterators_wait_is_advised_for_what_it_is_and_saved_whole(tmp_p
     assert "Python iterator" in verdict["first_fix"]["saving_basis"]
     assert not any(".prefetch(tf.data.AUTOTUNE)` as the last stage" in line for line in verdict["advice"])
     assert any("holds the GIL" in line for line in verdict["advice"]), verdict["advice"]
+
+
+def _config(run: Path, **config) -> Path:
+    meta = json.loads((run / "run.json").read_text())
+    meta["config"].update(config)
+    (run / "run.json").write_text(json.dumps(meta))
+    return run
+
+
+@pytest.mark.parametrize("setting, slow_config, said", [
+    ("xla", {"jit_compile": True}, "XLA is the slower setting on this device, so leave it off"),
+    ("precision", {"precision": "mixed_bfloat16"}, "this one computes in mixed_bfloat16, the faster one in float32"),
+])
+def test_compare_names_the_setting_that_makes_a_run_slower(tmp_path, capsys, setting, slow_config, said):
+    from test_compare import make_run, run_cli
+
+    fast = make_run(tmp_path, "plain", device="Test CPU")
+    slow = _config(make_run(tmp_path, f"with_{setting}", device="Test CPU", call_ms=300.0,
+                            epoch_seconds=(4.0, 3.0, 3.0)), **slow_config)
+    code, out, err = run_cli([fast, slow, "--format", "json"], capsys)
+    assert code == 0, err
+    why = {row["run"]: row["why"] for row in json.loads(out)["rows"]}[f"with_{setting}"]
+    assert "compute explains" in why and said in why, why
+    assert "a faster device" not in why

@@ -98,7 +98,26 @@ def explain(row: dict | pd.Series, fastest: dict | pd.Series) -> str:
     training = " of training" if separate else ""
     return (f"{head}; {LABELS[part]} explains {share:.0f} % of the {total:.3g} {unit} gap{training} "
             f"({mine:.3g} vs {theirs:.3g} {unit}; {row[f'{part}_pct']:.0f} % {_short(part)} in its epoch{offset})"
-            f"{level}; {advice(row, part)}")
+            f"{level}; {_setting_advice(row, fastest, part) or advice(row, part)}")
+
+
+def _setting_advice(row, fastest, part: str) -> str | None:
+    """Where the slower run differs from the fastest on the same kind of device by a setting that changes
+    its compute (XLA, precision), that setting is the slower one here: the advice says so."""
+    if part != "compute" or row.get("kind") != fastest.get("kind"):
+        return None
+    mine, theirs = bool(row.get("jit_compile")), bool(fastest.get("jit_compile"))
+    if mine != theirs:
+        if mine:
+            return ("the runs differ in XLA: this one compiles the step with XLA (`--jit-compile`, `jit_compile=True`) "
+                    "and the faster one does not: XLA is the slower setting on this device, so leave it off")
+        return ("the runs differ in XLA: the faster one compiles the step with XLA (`--jit-compile`, "
+                "`jit_compile=True`): turn it on")
+    now, other = row.get("precision") or "float32", fastest.get("precision") or "float32"
+    if now != other:
+        return (f"the runs differ in precision: this one computes in {now}, the faster one in {other}, which is the "
+                f"faster setting on this device: use {other}")
+    return None
 
 
 TRAINING_PARTS = ("input", "compute", "collective", "host")

@@ -523,9 +523,12 @@ def _host_programs(view: TraceView, wanted: re.Pattern | None) -> DetectedSteps 
     if name is None:
         return None
     is_program = matches(executions.loc[executions["key"] == name, "name"], producers.pattern("program")).any()
-    what = "an XLA program run from the host" if is_program else (
-        "a TensorFlow op, not a step: one execution of one op" if TF_OP_NAME.search(name)
-        else "a host event matching --step-name, not a program or step marker")
+    if wanted is not None and not is_program and TF_OP_NAME.search(name):
+        # One execution of one op is no step: every other op of the step would read as host overhead.
+        raise TraceError(f"--step-name {wanted.pattern!r} matches a TensorFlow op ({name}), not a step; a step is a "
+                         f"step marker, a tf.function call or a program: {', '.join(candidate_names(view)[:8]) or 'none'}")
+    what = "an XLA program run from the host" if is_program else "a host event matching --step-name, not a program " \
+        "or step marker"
     found = _kth_on_each_thread(executions[executions["key"] == name], name, what, view=view)
     if found is not None:
         found.candidates = executions
