@@ -82,8 +82,22 @@ def processes(analysis, analyse: Analyse, events: str = "ops",
         except (TraceError, ValueError, OSError) as exc:
             run_files.warn(f"{path}: not in the Perfetto trace: {exc}")
             continue
+        if own is None and analysis.job_dir is not None:
+            mine = _with_job_machine_findings(mine, analysis)
         yield timeline(_name(label, mine), mine, inputs, events)
         del inputs
+
+
+# Findings about the machine, not the worker: the job judges them once, counting its own workers as the job.
+MACHINE_FINDINGS = ("cpu_contention",)
+
+
+def _with_job_machine_findings(worker, job):
+    """A job's other worker as the job's JSON and text see it: its machine findings the job's own, so the
+    job's workers are never each other's "other processes" in one view and strangers in another."""
+    said = {finding["rule"]: finding for finding in job.findings if finding["rule"] in MACHINE_FINDINGS}
+    kept = [finding for finding in worker.findings if finding["rule"] not in MACHINE_FINDINGS]
+    return replace(worker, findings=[*kept, *said.values()])
 
 
 def _name(label: str, analysis) -> str:

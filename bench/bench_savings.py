@@ -22,7 +22,9 @@ peak` in run.json, checked against the other dtype's run), loop_sleep_bf16 (a 15
 the change measured is mixed_bfloat16, ranked below the sleep's fix where it saves less),
 python_generator (NumPy batches from a Python generator through `session.iterate()`, 15 ms of work
 each; fix: precomputed), fill_every_step (a 256 MiB `tf.fill` in every step; fix: made once),
-float64_model (layers made float64 by mistake; fix: float32). tiny_batch_larger is measured but carries no
+float64_model (layers made float64 by mistake; fix: float32); python_generator_bf16 and
+fill_every_step_bf16 (those programs with mixed_bfloat16 applied: the precision estimate must hold
+beside the injected problem). tiny_batch_larger is measured but carries no
 estimate: devprof advises a larger batch without saying what it would save.
 
     .venv/bin/python bench/bench_savings.py                       # every cause, the table into BENCHMARKS.md
@@ -550,12 +552,19 @@ def bfloat16_run(out: Path, reps: int = 2) -> Result:
                                    (), reps=reps, read=_precision_change))
 
 
-def loop_sleep_bf16(out: Path, reps: int = 2) -> Result:
-    """time.sleep(15 ms) in the loop; the change measured is mixed_bfloat16, the estimate devprof gives for it
-    (ranked below the sleep's own fix where it saves less)."""
-    before = Program(loop_sleep_ms=15.0)
-    return compare("loop_sleep_bf16", out, before, changed(before, "mixed_bfloat16", precision="mixed_bfloat16"),
-                   (), reps=reps, read=_precision_change)
+def _bf16_applied(cause: str, before: Program) -> Callable[[Path, int], Result]:
+    """A program with one injected problem; the change measured is mixed_bfloat16, against the estimate devprof
+    gives for it (which must hold, and rank below the problem's own fix where it saves less)."""
+    def run(out: Path, reps: int = 2) -> Result:
+        return compare(cause, out, before, changed(before, "mixed_bfloat16", precision="mixed_bfloat16"), (),
+                       reps=reps, read=_precision_change)
+    run.__doc__ = f"{cause}: {before}, mixed_bfloat16 applied"
+    return run
+
+
+loop_sleep_bf16 = _bf16_applied("loop_sleep_bf16", Program(loop_sleep_ms=15.0))  # a 15 ms sleep in the loop
+python_generator_bf16 = _bf16_applied("python_generator_bf16", Program(generator=True, generator_ms=15.0))
+fill_every_step_bf16 = _bf16_applied("fill_every_step_bf16", Program(fill_mib=256))
 
 
 def python_generator(out: Path, reps: int = 2) -> Result:
@@ -586,7 +595,8 @@ CAUSES: dict[str, Callable[..., Result]] = {
     "eager": eager, "contention": contention,
     "float32_run": float32_run, "bfloat16_run": bfloat16_run,
     "loop_sleep_bf16": loop_sleep_bf16, "python_generator": python_generator, "fill_every_step": fill_every_step,
-    "float64_model": float64_model,
+    "float64_model": float64_model, "python_generator_bf16": python_generator_bf16,
+    "fill_every_step_bf16": fill_every_step_bf16,
 }
 
 

@@ -349,3 +349,17 @@ def test_a_table_of_timelines_alone_writes_without_any_file_read(tmp_path):
     assert (written.processes, written.slices) == (1, 2 + 3 + 1 + 2)
     back = read_back(tmp_path / "t.pftrace")
     assert back.on("p", "steps")["args"].iloc[1]["outlier_cause"] == "device"
+
+
+def test_a_jobs_perfetto_trace_lists_the_machine_findings_its_json_does(tmp_path):
+    # Two workers on one 2-core machine, each using one core: alone, each sees the other as "other processes";
+    # the job counts both as the job, and its Perfetto trace says the same as its JSON.
+    job = write_job(tmp_path)
+    alone = analysis.analyze(job.path / "worker-1")
+    assert "cpu_contention" in {f["rule"] for f in alone.findings}
+    result = analysis.analyze(job.path)
+    assert "cpu_contention" not in {f["rule"] for f in result.findings}
+    back = read_back(result.to_perfetto(tmp_path / "t.pftrace", events="none"))
+    for process in back.processes:
+        names = set(back.on(process, "findings")["name"]) if "findings" in back.children(process) else set()
+        assert "cpu_contention" not in names, (process, names)
