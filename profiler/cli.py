@@ -71,8 +71,21 @@ def _stdout_to_devnull() -> None:
 QUICK_EXIT_COMMANDS = frozenset({"analyze", "compare"})
 
 
+def _console_shows_what_it_can() -> None:
+    """A console whose encoding cannot show a character (PYTHONIOENCODING=ascii, a latin-1 terminal) gets
+    a replacement for it, not an error that loses the whole report."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="replace")
+            except (ValueError, OSError):
+                pass
+
+
 def program() -> None:
     """`devprof` as a program: `main()` on the process's arguments, then the process's exit."""
+    _console_shows_what_it_can()
     command: list[str] = []
     code = main(ran=command)
     if command and command[0] in QUICK_EXIT_COMMANDS and threading.active_count() == 1:

@@ -161,9 +161,23 @@ def _fields(buf, pos: int, end: int):
         raise WireError("field runs past the end of its message")
 
 
+# Characters a terminal, a CSV reader or a browser acts on rather than shows: C0 and C1 controls, DEL,
+# line and paragraph separators, the bidirectional overrides and isolates. A trace from anyone may hold
+# them in its names (an ESC sequence retitles a terminal or writes its clipboard): each is kept, as a
+# visible escape, so every output shows what the trace says and none of them acts.
+_INVISIBLE = [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029, *range(0x202A, 0x202F),
+              *range(0x2066, 0x206A)]
+_VISIBLE = {code: (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}") for code in _INVISIBLE}
+
+
+def visible(text: str) -> str:
+    """`text` with the characters that act instead of showing (`_INVISIBLE`) as visible escapes."""
+    return text.translate(_VISIBLE) if not text.isprintable() else text
+
+
 def _text(buf, start: int, stop: int) -> str:
     try:
-        return bytes(buf[start:stop]).decode("utf-8")
+        return visible(bytes(buf[start:stop]).decode("utf-8"))
     except UnicodeDecodeError:
         raise WireError("a string field is not UTF-8") from None
 
@@ -978,7 +992,7 @@ def _stat_values(buf, events: EventColumns, stat_plane: np.ndarray, planes: list
             value = decoded.get(key)
             if value is None:
                 try:
-                    value = decoded[key] = raw.decode("utf-8") if text else raw.hex()
+                    value = decoded[key] = visible(raw.decode("utf-8")) if text else raw.hex()
                 except UnicodeDecodeError:
                     raise WireError("a string field is not UTF-8") from None
             values[row] = value
