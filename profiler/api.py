@@ -45,7 +45,7 @@ class ProfileOptions:
     tracer: tracing.TracerOptions = field(default_factory=tracing.TracerOptions)
     profiler_port: int | None = None
     sample: bool = True
-    sample_interval: float = samplers.DEFAULT_INTERVAL_S
+    sample_interval: float | None = None  # None: the samplers' default
     scalars_every: int = 100  # TensorBoard writes cost about a millisecond: not every 10 ms step
     quiet: bool = False
     cluster: cluster_mod.Cluster | None = None
@@ -66,14 +66,18 @@ class ProfileOptions:
                 raise ValueError(in_api_terms(str(exc))) from None
         if self.profile and self.tracer.problem():
             raise ValueError(self.tracer.problem())
+        if not self.sample and self.sample_interval is not None:
+            # one rule with `devprof run --no-sample --sample-interval`: an interval for no sampler is a mistake
+            raise ValueError(f"sample_interval={self.sample_interval!r} sets how often the samplers sample and "
+                             "sample=False runs none: leave one of them out")
         if self.sample:
-            interval = self.sample_interval
+            interval = self.sample_interval if self.sample_interval is not None else samplers.DEFAULT_INTERVAL_S
             if isinstance(interval, bool) or not isinstance(interval, (int, float)):
                 # float('1') would take a string; the CLI parses text, the API takes numbers, as its other options
                 raise TypeError(f"sample_interval must be a number of seconds (got {type(interval).__name__} "
                                 f"{interval!r})")
             try:
-                samplers.validate_interval(self.sample_interval)
+                samplers.validate_interval(interval)
             except ValueError as exc:
                 raise ValueError(f"sample_interval: {exc}") from None
         if isinstance(self.scalars_every, bool) or not isinstance(self.scalars_every, int) or self.scalars_every < 1:
@@ -98,7 +102,7 @@ def in_api_terms(message: str) -> str:
 
 
 def profile(out: str | Path = "runs", run_name: str | None = None, *, profile_steps: str | None = None,
-            profile: bool = True, sample: bool = True, sample_interval: float = samplers.DEFAULT_INTERVAL_S,
+            profile: bool = True, sample: bool = True, sample_interval: float | None = None,
             profiler_port: int | None = None, host_tracer_level: int = 2, device_tracer_level: int = 1,
             python_tracer_level: int = 0, scalars_every: int = 100, config: dict | None = None,
             quiet: bool = False) -> "ProfileSession":
@@ -107,7 +111,7 @@ def profile(out: str | Path = "runs", run_name: str | None = None, *, profile_st
     `out`: the folder runs go into; `run_name`: the run's folder (default
     `<time>-<device>-<host>`; never overwritten). `profile_steps="START:STOP"`: the global
     steps to trace (default: 5:15), `profile=False` for no trace. `sample_interval` seconds
-    between utilization samples, `sample=False` for none. `profiler_port`: a profiler server
+    between utilization samples (default 0.5), `sample=False` for none. `profiler_port`: a profiler server
     for `devprof capture`. `config`: anything worth keeping in run.json's `config`.
     """
     if isinstance(out, bytes) or not isinstance(out, (str, os.PathLike)):  # str(None) would make a folder 'None'
@@ -184,6 +188,8 @@ class ProfileSession(Session):
                 except cluster_mod.ClusterError as exc:
                     raise ValueError(str(exc)) from None
             cfg.check()
+            if cfg.sample_interval is None:
+                cfg.sample_interval = samplers.DEFAULT_INTERVAL_S
             self._check_paths()
         except (ValueError, rundir.OutputError, rundir.RunExistsError) as exc:
             raise type(exc)(in_api_terms(str(exc))) from None

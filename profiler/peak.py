@@ -504,9 +504,14 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
         except Exception as exc:  # noqa: BLE001 - an unknown vector ceiling is a fact, not a failure
             vector[dtype] = {"error": _failure(exc)}
             continue
-        vector_rates[dtype] = result["per_second"]
         vector[dtype] = {**_search_record(result, "k", dtype_began), "lanes": vector_lanes(result["size"]),
                          "elements": elements, "fused": getattr(make, "fused", None)}
+        from analysis.breakdown.roofline import search_gave_up
+
+        if search_gave_up(vector[dtype]):  # it timed its slowest kernel only: no ceiling
+            vector[dtype]["unknown"] = "the search stopped at its first size: too slow to measure a ceiling"
+        else:
+            vector_rates[dtype] = result["per_second"]
         if getattr(make, "fusion_error", None):
             vector[dtype]["fusion_error"] = make.fusion_error  # type: ignore[attr-defined]
     return {

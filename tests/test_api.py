@@ -59,7 +59,10 @@ def test_profile_options_are_checked_before_anything_is_written(tmp_path):
                             (dict(profiler_port=70000), "profiler_port must be a port number"),
                             (dict(profile_steps=(1, 5)), r"profile_steps wants START:STOP \(e.g. 5:15\), got tuple"),
                             (dict(host_tracer_level=9), r"host_tracer_level must be one of 0, 1, 2, 3 \(got 9\)"),
-                            (dict(python_tracer_level="yes"), "python_tracer_level must be one of 0, 1")):
+                            (dict(python_tracer_level="yes"), "python_tracer_level must be one of 0, 1"),
+                            # one rule with `devprof run --no-sample --sample-interval 1`
+                            (dict(sample=False, sample_interval=1.0),
+                             r"sample_interval=1.0 sets how often the samplers sample and sample=False runs none")):
         with pytest.raises(ValueError, match=message):
             with profiler.profile(tmp_path / "runs", **kwargs):
                 pass

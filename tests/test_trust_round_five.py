@@ -102,3 +102,44 @@ def test_a_console_that_cannot_show_a_character_still_gets_the_whole_report(trac
     assert proc.returncode == 0, err
     assert "UnicodeEncodeError" not in err and "verdict:" in out and "top ops" in out
     assert_inert(out, "stdout")
+
+
+def _memory_run(root: Path, images: list[int]) -> Path:
+    from memory_fixtures import write_memory_trace
+
+    run = root / "run"
+    write_memory_trace(run / "plugins" / "profile" / "s" / "h.xplane.pb")
+    (run / "run.json").write_text(json.dumps({"status": "complete", "config": {}}))  # profile(): no batch size
+    rows = [f"1,{k},1,{1_700_000_000 + k:.6f},1.0,8.0,1.0,10.0,{n}" for k, n in enumerate(images)]
+    (run / "steps.csv").write_text("epoch,step,steps,start_time_s,input_ms,call_ms,other_host_ms,step_ms,images\n"
+                                   + "\n".join(rows) + "\n")
+    return run
+
+
+def test_the_images_every_step_recorded_are_the_batch_size_for_headroom(tmp_path):
+    from memory_fixtures import GPU
+
+    memory = analysis.analyze(_memory_run(tmp_path / "same", [8, 8, 8])).to_json()["memory"]
+    gpu = next(a for a in memory["allocators"] if a["name"] == GPU)
+    assert memory["batch_size"] == 8 and gpu["max_batch"] == 15  # as where run.json states batch 8
+    # steps of different sizes (a last, partial batch) state no one batch size
+    uneven = analysis.analyze(_memory_run(tmp_path / "uneven", [8, 8, 3])).to_json()["memory"]
+    assert uneven["batch_size"] is None
+    assert "steps.csv's images per step are not one number" in uneven["allocators"][0]["headroom_reason"]
+
+
+def test_a_ceiling_the_peak_search_could_not_measure_is_unknown_not_a_number():
+    import math
+
+    from analysis.breakdown.roofline import ceilings_from_peak
+
+    peak = {"device": "cpu", "ceilings": {"bfloat16": {"matrix_flops_per_second": 4e12, "vector_flops_per_second": 1.3e9,
+                                                       "memory_bytes_per_second": 5e10},
+                                          "float32": {"matrix_flops_per_second": 4e11, "vector_flops_per_second": 2e11,
+                                                      "memory_bytes_per_second": 5e10}},
+            "vector": {"bfloat16": {"k": 1, "stopped": "time", "sizes": [{"size": 1, "per_second": 1.3e9}]},
+                       "float32": {"k": 16, "stopped": "time", "sizes": [{"size": 1}, {"size": 4}, {"size": 16}]}}}
+    ceilings = ceilings_from_peak(peak, "cache")
+    assert math.isnan(ceilings.of("bfloat16")["vector_flops_per_second"])  # K 1-1: it gave up
+    assert ceilings.of("float32")["vector_flops_per_second"] == 2e11  # it grew, then stopped: measured
+    assert ceilings.of("bfloat16")["matrix_flops_per_second"] == 4e12

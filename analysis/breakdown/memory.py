@@ -327,7 +327,8 @@ def headroom(live: pd.DataFrame, peak: float, capacity: float, fragmentation: fl
     fragmentation leaves in pieces. On the host (`host` given), the batch bytes may grow into the memory
     the machine had available at its least, never into the whole RAM."""
     if not batch_size > 0:
-        return math.nan, math.nan, math.nan, "unknown: the batch size is not known (no run.json states it)", None
+        return math.nan, math.nan, math.nan, ("unknown: the batch size is not known (no run.json states it, and "
+                                              "steps.csv's images per step are not one number)"), None
     scaled = live["shape"].map(first_dimension).to_numpy() == batch_size
     batch_bytes = float(live.loc[scaled, "allocation_bytes"].sum())
     fixed = peak - batch_bytes
@@ -642,12 +643,18 @@ def sampled_memory(samplers: dict[str, pd.DataFrame], steps_table: pd.DataFrame 
     return tuple(found)
 
 
-def run_batch_size(run: RunRecord | None) -> float:
-    """This worker's batch size from run.json (NaN: not stated)."""
-    if run is None:
+def run_batch_size(run: RunRecord | None, steps_table: pd.DataFrame | None = None) -> float:
+    """This worker's batch size from run.json, else the images per training step steps.csv recorded
+    (`session.step(images=N)`) where every step says the same (NaN: neither states it)."""
+    batch = (run.raw.get("per_worker_batch_size") or run.config.get("batch_size")) if run is not None else None
+    if isinstance(batch, (int, float)) and not isinstance(batch, bool) and batch > 0:
+        return float(batch)
+    if steps_table is None or not {"images", "steps"} <= set(steps_table.columns) or steps_table.empty:
         return math.nan
-    batch = run.raw.get("per_worker_batch_size") or run.config.get("batch_size")
-    return float(batch) if isinstance(batch, (int, float)) and not isinstance(batch, bool) and batch > 0 else math.nan
+    per_step = (pd.to_numeric(steps_table["images"], errors="coerce")
+                / pd.to_numeric(steps_table["steps"], errors="coerce").clip(lower=1)).dropna()
+    return float(per_step.iat[0]) if not per_step.empty and per_step.nunique() == 1 and per_step.iat[0] > 0 \
+        else math.nan
 
 
 # The trace covers a failure up to this long after its last event: the error is timed when the run
@@ -744,7 +751,7 @@ def memory_report(inputs: RunInputs, steps: pd.DataFrame) -> MemoryReport | None
     oom = run_oom(inputs.run)
     if (events is None or events.empty) and not sampled and oom is None:
         return None
-    batch = run_batch_size(inputs.run)
+    batch = run_batch_size(inputs.run, inputs.steps_table)
     failure = oom_at_failure(oom, events, view.window if view is not None else None,
                              inputs.samplers) if oom is not None else None
     if events is None or events.empty:

@@ -87,9 +87,12 @@ def ceilings_from_peak(peak: dict | None, source: str) -> Ceilings | None:
     by_dtype: dict[str, dict[str, float]] = {}
     ceilings = peak.get("ceilings")
     if isinstance(ceilings, dict):
+        vector = peak.get("vector") if isinstance(peak.get("vector"), dict) else {}
         for dtype, values in ceilings.items():
             if isinstance(values, dict):
                 by_dtype[str(dtype)] = {key: _or_nan(values.get(key)) for key in CEILING_KEYS}
+                if search_gave_up(vector.get(dtype)):  # an older peak kept a search that timed its first size only
+                    by_dtype[str(dtype)]["vector_flops_per_second"] = math.nan
     else:
         bandwidth = _or_nan(peak.get("memory_bytes_per_second"))
         for dtype, rate in (peak.get("peak_flops_per_second") or {}).items():
@@ -97,6 +100,13 @@ def ceilings_from_peak(peak: dict | None, source: str) -> Ceilings | None:
                                     "memory_bytes_per_second": bandwidth}
     result = Ceilings(by_dtype, source, str(peak.get("device_name") or ""), _peak_cores(peak))
     return result if result.known() else None
+
+
+def search_gave_up(record) -> bool:
+    """Whether a peak's size search stopped for time at its first size: it timed the slowest kernel only,
+    which says nothing of the ceiling (unknown, not a number)."""
+    sizes = record.get("sizes") if isinstance(record, dict) else None
+    return isinstance(record, dict) and record.get("stopped") == "time" and isinstance(sizes, list) and len(sizes) <= 1
 
 
 def smallest_matrix_rates(peak: dict | None) -> tuple[tuple[str, str, float], ...]:
