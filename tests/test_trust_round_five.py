@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -143,3 +144,36 @@ def test_a_ceiling_the_peak_search_could_not_measure_is_unknown_not_a_number():
     assert math.isnan(ceilings.of("bfloat16")["vector_flops_per_second"])  # K 1-1: it gave up
     assert ceilings.of("float32")["vector_flops_per_second"] == 2e11  # it grew, then stopped: measured
     assert ceilings.of("bfloat16")["matrix_flops_per_second"] == 4e12
+
+
+def _traced_run(root: Path, name: str) -> Path:
+    from test_compare import make_run
+    from test_safety_round_three_files import marker_trace
+
+    run = make_run(root, name)
+    marker_trace(run / "plugins" / "profile" / "s" / "host.xplane.pb")
+    return run
+
+
+@pytest.mark.parametrize("odd, said", [
+    ("zero", r"run\.json: a character device, not a regular file: not read"),
+    ("fifo", r"steps\.csv: a FIFO, not a regular file: not read"),
+    ("truncated", r"run\.json: not valid JSON .*: the run's settings are not read; its trace is analysed without them"),
+])
+def test_a_run_file_that_cannot_be_read_is_named_once_and_the_trace_still_analysed(tmp_path, odd, said):
+    from analysis.read.run_files import RunFileWarning
+
+    run = _traced_run(tmp_path, odd)
+    if odd == "zero":
+        (run / "run.json").unlink()
+        (run / "run.json").symlink_to("/dev/zero")
+    elif odd == "fifo":
+        (run / "steps.csv").unlink()
+        os.mkfifo(run / "steps.csv")
+    else:
+        text = (run / "run.json").read_text()
+        (run / "run.json").write_text(text[: len(text) // 2])
+    with pytest.warns(RunFileWarning, match=said) as caught:
+        result = analysis.analyze(run)
+    assert sum(bool(re.search(said, str(w.message))) for w in caught) == 1
+    assert result.step_source == "markers" and len(result.steps) == 6

@@ -86,6 +86,8 @@ def read_inputs(path: str | Path, *, trace: bool = True) -> RunInputs:
     location = view.trace.location if view is not None else None
     tensorflow = read_tf_analysis(location.xplane) if location is not None else None
     run_dir = location.run_dir if location is not None else path
+    if location is not None:
+        _warn_irregular_run_files(location.xplane, run_dir)
     costs, bandwidth, peak = _trace_costs(view)
     if run_dir is None:
         return RunInputs(path, view, tensorflow=tensorflow, op_costs=costs, stated_bandwidth=bandwidth,
@@ -93,7 +95,13 @@ def read_inputs(path: str | Path, *, trace: bool = True) -> RunInputs:
     # steps.csv first where it is the steps' source: its problems are the ones to hear first
     steps_csv = run_dir / run_files.STEPS_CSV
     steps_table = run_files.read_steps_csv(steps_csv) if view is None and steps_csv.is_file() else None
-    record = RunRecord.read(run_dir / run_files.RUN_JSON)
+    try:
+        record = RunRecord.read(run_dir / run_files.RUN_JSON)
+    except RunFileError as exc:
+        if view is None:
+            raise
+        run_files.warn(f"{exc}: the run's settings are not read; its trace is analysed without them")
+        record = None
     samplers = run_files.read_utilization(run_dir)
     if steps_table is None and steps_csv.is_file():
         steps_table = run_files.read_steps_csv(steps_csv)
@@ -102,6 +110,16 @@ def read_inputs(path: str | Path, *, trace: bool = True) -> RunInputs:
         costs = recorded if costs is None else pd.concat([recorded, costs], ignore_index=True)
     return RunInputs(path, view, error, run_dir, record, steps_table, samplers, _summaries(samplers, record),
                      tensorflow, costs, bandwidth, _onednn_executions(run_dir, view), peak)
+
+
+def _warn_irregular_run_files(xplane: Path, run_dir: Path | None) -> None:
+    """One warning for each run.json or steps.csv beside the trace (its run directory, or a folder it lies
+    in) that is no regular file: skipped, never in silence."""
+    folders = [run_dir] if run_dir is not None else list(xplane.parents)[:5]
+    for folder in folders:
+        for odd in run_files.irregular_run_files(folder):
+            run_files.warn(f"{folder / odd.split(' (')[0]}: {odd.split(' (', 1)[1].rstrip(')')}, not a regular "
+                           "file: not read")
 
 
 def _onednn_executions(run_dir: Path, view: TraceView | None) -> pd.DataFrame | None:
@@ -136,12 +154,13 @@ def read_run_files(path: str | Path) -> RunInputs:
     return read_inputs(path, trace=False)
 
 
-def _summaries(samplers: dict[str, pd.DataFrame], record: RunRecord) -> dict:
+def _summaries(samplers: dict[str, pd.DataFrame], record: RunRecord | None) -> dict:
     """`{sampler: summarize(...)}`: from the CSVs, else from run.json's `samplers.summaries` (a run
     copied without its utilization folder)."""
     if samplers:
         return {name: summarize(frame) for name, frame in samplers.items()}
-    return {name: value for name, value in record.sampler_summaries.items() if isinstance(value, dict)}
+    summaries = record.sampler_summaries if record is not None else {}
+    return {name: value for name, value in summaries.items() if isinstance(value, dict)}
 
 
 __all__ = ["RunFileError", "RunInputs", "read_inputs", "read_run_files", "is_run_dir"]
