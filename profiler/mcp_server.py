@@ -15,10 +15,16 @@ imported by `build_server` only, so `devprof --help` never pays for it.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from collections import OrderedDict
 from pathlib import Path
+
+try:  # the SDK's own validation would turn `true` and "5" into numbers: a strict int refuses them
+    from pydantic import StrictInt
+except ImportError:  # no SDK (nor its pydantic): the server cannot start, and says so
+    StrictInt = int  # type: ignore[misc,assignment]
 
 CACHED_ANALYSES = 4
 MAX_SCANNED_ENTRIES = 20_000  # a run, job or log folder holds far fewer files
@@ -168,20 +174,30 @@ class Tools:
                 self._analyses.popitem(last=False)
             return result
 
-    def list_runs(self, root: str | None = None, limit: int = 100) -> str:
+    def list_runs(self, root: str | None = None, limit: StrictInt = 100) -> str:
         limit = _bounded(limit, "limit", 1, MAX_LIST)
         folders = self.roots.folders if root is None else (self.roots.resolve(root),)
         if root is not None and not folders[0].is_dir():  # was an empty list, as if the folder held no run
             raise Refused(f"{root}: a file, not a folder; list_runs looks in a folder (analyze reads a file)")
         runs: dict[Path, dict] = {}
+        too_deep: list[Path] = []
         for folder in folders:
-            self._find_runs(folder, 0, runs)
+            self._find_runs(folder, 0, runs, too_deep)
         listed = sorted(runs.values(), key=lambda run: (-run["modified_s"], run["path"]))
-        return _json({"roots": [str(root) for root in self.roots.folders], "runs_total": len(listed),
-                      "runs": listed[:limit]})
+        answer = {"roots": [str(root) for root in self.roots.folders], "runs_total": len(listed),
+                  "runs": listed[:limit], "not_searched": None}
+        if too_deep:  # said, not left out in silence: list_runs with `root` set deeper lists them
+            shown = ", ".join(str(folder) for folder in too_deep[:3]) + (", ..." if len(too_deep) > 3 else "")
+            answer["not_searched"] = (f"{len(too_deep)} folder{'s' if len(too_deep) > 1 else ''} more than "
+                                      f"{LIST_DEPTH} deep, not searched ({shown}): pass one as `root`")
+        return _json(answer)
 
-    def _find_runs(self, folder: Path, depth: int, runs: dict) -> None:
-        if len(runs) >= MAX_SCANNED_ENTRIES or depth > LIST_DEPTH:
+    def _find_runs(self, folder: Path, depth: int, runs: dict, too_deep: list | None = None) -> None:
+        if len(runs) >= MAX_SCANNED_ENTRIES:
+            return
+        if depth > LIST_DEPTH:
+            if too_deep is not None:
+                too_deep.append(folder)
             return
         kind = self._kind(folder)
         if kind is not None:
@@ -195,7 +211,7 @@ class Tools:
             if entry.is_symlink():
                 continue  # a link is listed where its target lies, if that is under a root
             if entry.is_dir():
-                self._find_runs(Path(entry.path), depth + 1, runs)
+                self._find_runs(Path(entry.path), depth + 1, runs, too_deep)
             elif entry.name.endswith(TRACE_SUFFIX) and entry.is_file():
                 runs[Path(entry.path)] = self._described(Path(entry.path), "trace")
 
@@ -238,13 +254,13 @@ class Tools:
         result = self.analysis(path, step_name)
         return _json({"source": str(result.path), "verdict": dict(result.verdict), "findings": list(result.findings)})
 
-    def ops(self, path: str, limit: int = 20, step_name: str | None = None) -> str:
+    def ops(self, path: str, limit: StrictInt = 20, step_name: str | None = None) -> str:
         limit = _bounded(limit, "limit", 1, MAX_OPS)
         result = self.analysis(path, step_name)
         return _json({"source": str(result.path), "ops_total": len(result.ops), "ops": _records(result.ops, limit),
                       "roofline": result.roofline})
 
-    def steps(self, path: str, limit: int = 50, offset: int = 0, step_name: str | None = None) -> str:
+    def steps(self, path: str, limit: StrictInt = 50, offset: StrictInt = 0, step_name: str | None = None) -> str:
         from analysis.render.json import MEAN_KEYS, STEP_KEYS, UTILIZATION_KEYS
 
         limit = _bounded(limit, "limit", 1, MAX_STEPS)
@@ -335,6 +351,8 @@ def build_server(roots: Roots):
         from mcp.server.fastmcp.exceptions import ToolError
     from mcp.types import ToolAnnotations
 
+    # The SDK logs every refused call as a several-line INFO block on stderr: the client gets the reason
+    logging.getLogger("mcp").setLevel(logging.WARNING)
     tools = Tools(roots)
     server = MCPServer("devprof", instructions=(
         "devprof explains why a TensorFlow (or JAX) training step is slow from its profiler trace. Start with "

@@ -177,3 +177,49 @@ def test_a_run_file_that_cannot_be_read_is_named_once_and_the_trace_still_analys
         result = analysis.analyze(run)
     assert sum(bool(re.search(said, str(w.message))) for w in caught) == 1
     assert result.step_source == "markers" and len(result.steps) == 6
+
+
+@pytest.fixture
+def mcp_root(tmp_path):
+    pytest.importorskip("mcp")
+    from test_safety_round_three_files import marker_trace
+
+    root = tmp_path / "runs"
+    marker_trace(root / "trace" / "plugins" / "profile" / "s" / "host.xplane.pb")
+    deep = root.joinpath(*[f"d{i}" for i in range(8)])
+    marker_trace(deep / "plugins" / "profile" / "s" / "host.xplane.pb")
+    return root
+
+
+def _mcp_call(root, tool, **arguments):
+    import anyio
+
+    from profiler import mcp_server
+
+    server = mcp_server.build_server(mcp_server.Roots([root]))
+    try:
+        result = anyio.run(lambda: server.call_tool(tool, arguments))
+    except Exception as exc:  # noqa: BLE001 - the SDK's tool error: a refusal
+        return None, str(exc)
+    return json.loads(result.content[0].text), None
+
+
+@pytest.mark.parametrize("limit", [True, "5", 2.0])
+def test_mcp_refuses_a_limit_that_is_no_whole_number_instead_of_coercing_it(mcp_root, limit):
+    answer, refusal = _mcp_call(mcp_root, "ops", path="trace", limit=limit)
+    assert answer is None and refusal, answer
+
+
+def test_mcp_says_which_folders_list_runs_did_not_search(mcp_root):
+    answer, _ = _mcp_call(mcp_root, "list_runs")
+    assert [run["path"] for run in answer["runs"]] == ["trace"] or len(answer["runs"]) == 1
+    assert answer["not_searched"] and "more than 6 deep, not searched" in answer["not_searched"]
+
+
+def test_mcp_refusals_leave_stderr_quiet(mcp_root, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    _, refusal = _mcp_call(mcp_root, "ops", path="/etc")
+    assert refusal and "outside" in refusal
+    assert not [r for r in caplog.records if r.name.startswith("mcp") and r.levelno < logging.WARNING]
