@@ -46,6 +46,38 @@ class PageLoad:
     height: int = 0  # the page's full height in CSS pixels
 
 
+class BrowserExited(RuntimeError):
+    """The browser closed its end of the pipe; the message holds what it printed."""
+
+
+def _argv(profile: str) -> list[str]:
+    return [chromium_binary(), "--headless", "--disable-gpu", "--no-sandbox", "--remote-debugging-pipe",
+            "--no-first-run", "--no-default-browser-check", "--disable-extensions", "--disable-sync",
+            "--disable-background-networking", "--disable-component-update", "--hide-scrollbars",
+            f"--user-data-dir={profile}", "about:blank"]
+
+
+def _started() -> tuple["_Pipe", str, str]:
+    """(the browser, its first tab, its profile folder). A browser that dies at start (on a loaded machine:
+    its crash handler or zygote failing) is started once more with a fresh profile; if that one dies too,
+    the test fails with what both printed."""
+    printed = []
+    for _ in range(2):
+        profile = tempfile.mkdtemp(prefix="devprof-chromium-")
+        pipe = _Pipe(_argv(profile))
+        try:
+            return pipe, pipe.send("Target.createTarget", {"url": "about:blank"})["targetId"], profile
+        except (BrowserExited, BrokenPipeError) as exc:
+            if isinstance(exc, BrokenPipeError):  # it was gone before the first command was written
+                pipe.process.wait(timeout=30)
+                exc = BrowserExited(f"the browser exited: {pipe.process.stderr.read().decode(errors='replace')[-2000:]}")
+            printed.append(str(exc))
+            pipe.close()
+            shutil.rmtree(profile, ignore_errors=True)
+    pytest.fail("Chromium exited at start twice, each with a fresh profile:\n" + "\n---\n".join(printed),
+                pytrace=False)
+
+
 class _Pipe:
     """DevTools protocol messages over Chromium's --remote-debugging-pipe (fd 3 in, fd 4 out)."""
 
@@ -110,7 +142,7 @@ class _Pipe:
                 raise TimeoutError("the browser did not answer")
             chunk = os.read(self._from_child, 1 << 20)
             if not chunk:
-                raise RuntimeError(f"the browser exited: {self.process.stderr.read().decode(errors='replace')[-2000:]}")
+                raise BrowserExited(f"the browser exited: {self.process.stderr.read().decode(errors='replace')[-2000:]}")
             self._buffer += chunk
         message, self._buffer = self._buffer.split(b"\0", 1)
         return json.loads(message)
@@ -133,15 +165,9 @@ def load(path: str | Path, *, width: int = 1280, height: int = 900, boxes: tuple
     """Open `path` in headless Chromium at `width` x `height` and record what happens; the value of each
     expression in `evaluate`, run in the page once it has loaded, goes to `values`."""
     url = Path(path).resolve().as_uri()
-    profile = tempfile.mkdtemp(prefix="devprof-chromium-")
-    argv = [chromium_binary(), "--headless", "--disable-gpu", "--no-sandbox", "--remote-debugging-pipe",
-            "--no-first-run", "--no-default-browser-check", "--disable-extensions", "--disable-sync",
-            "--disable-background-networking", "--disable-component-update", "--hide-scrollbars",
-            f"--user-data-dir={profile}", "about:blank"]
-    pipe = _Pipe(argv)
+    pipe, target, profile = _started()
     result = PageLoad(url)
     try:
-        target = pipe.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = pipe.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Network", "Runtime", "Log"):
             pipe.send(f"{domain}.enable", session=session)
