@@ -8,6 +8,7 @@ import dataclasses
 import math
 import signal
 import time
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
@@ -134,8 +135,11 @@ class Run(Session):
                     test = cfg.limit_test_images or max(1, min(cfg.train.validation_images, train // 5))
                     arrays = um.synthetic_arrays(model, classification, train, test, cfg.train.seed)
                 x, y = arrays.x_train[:2].astype("float32") / 255.0, arrays.y_train[:2]
+            _check_inputs(cfg.model, model, x)
             try:
-                loss(y, model(x, training=False))
+                with warnings.catch_warnings():  # Keras' own multi-line warning says what the one line below says
+                    warnings.simplefilter("ignore")
+                    loss(y, model(x, training=False))
             except Exception as exc:  # noqa: BLE001 - the user's shapes: one line says which
                 raise um.ModelError(f"--model {cfg.model}: a batch does not fit the model and loss "
                                     f"({um._one_line(exc)}; batch x {_shape(x)}, y {_shape(y)}"
@@ -384,6 +388,21 @@ def _shape(value):
     import tensorflow as tf
 
     return tf.nest.map_structure(lambda leaf: tuple(getattr(leaf, "shape", ())), value)
+
+
+def _check_inputs(name: str, model, x) -> None:
+    """A batch with another number of inputs than the model takes: said with both shapes, in one line,
+    before Keras would quote the batch's values."""
+    from models import user_model as um
+
+    try:
+        wanted = len(model.inputs)
+    except Exception:  # noqa: BLE001 - a subclassed model not built yet: Keras will say
+        return
+    given = len(x) if isinstance(x, (tuple, list, dict)) else 1
+    if wanted and given != wanted:
+        raise um.ModelError(f"--model {name}: a batch has {given} input{'s' if given != 1 else ''} "
+                            f"(x {_shape(x)}) and the model takes {wanted}{_model_shapes(model)}")
 
 
 def _model_shapes(model) -> str:

@@ -67,6 +67,10 @@ USER_CODE = """
     def five_features():
         x, y = np.zeros((40, 5), "float32"), np.zeros((40,), "int32")
         return tf.data.Dataset.from_tensor_slices((x, y)).batch(10)
+
+    def two_inputs():
+        a, b, y = np.ones((40, 8), "float32"), np.ones((40, 4), "float32"), np.zeros((40,), "int32")
+        return tf.data.Dataset.from_tensor_slices(((a, b), y)).batch(10)
     """
 
 
@@ -77,6 +81,9 @@ USER_CODE = """
                                "Input 0 with name 'None' of layer 'dense' is incompatible with the layer: expected axis "
                                "-1 of input shape to have value 8, but received input with shape (10, 5); batch x "
                                "(10, 5), y (10,); model input (None, 8), output (None, 3))"),
+    # one line with the shapes, no Keras warning and no batch values first
+    ("build", "two_inputs", "error: --model {module}:build: a batch has 2 inputs (x ((10, 8), (10, 4))) and the "
+                            "model takes 1; model input (None, 8), output (None, 3)"),
 ])
 def test_a_model_function_that_exits_or_does_not_fit_is_one_usage_error(tmp_path, capsys, model, dataset, expected):
     module = write_module(tmp_path, USER_CODE)
