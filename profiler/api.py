@@ -370,6 +370,9 @@ class ProfileSession(Session):
             span.add(record, boundary, done)
         self.step_done(self.global_step, steps)
 
+    def _before_exit(self) -> None:
+        self._end_open_step()
+
     def _flush_pending(self, now: float) -> None:
         """Write the last finished step, with the host time it had until `now`."""
         record, self._pending = self._pending, None

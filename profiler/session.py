@@ -120,6 +120,7 @@ class Session:
         self.steps = rundir.StepsWriter(self.path / "steps.csv")
         self.scalars = Scalars(self.path)
         self._start_samplers(resolved)
+        self._record_os_exit()
         if cfg.profiler_port is not None:
             try:
                 tracing.start_server(cfg.profiler_port)
@@ -307,9 +308,37 @@ class Session:
             self.meta["profiler"]["op_costs_seconds"] = time.perf_counter() - began
             self._profiler_warning(f"op costs were not recorded ({rundir.reason(exc)})")
 
+    def _record_os_exit(self) -> None:
+        """`os._exit` in the training program skips every `finally`: while recording, it first says in
+        run.json that the run failed so (with every completed step on disk), then exits as asked."""
+        real, recording = os._exit, os.getpid()
+        self._real_os_exit = real
+
+        def recorded_exit(code: int = 0) -> None:
+            try:
+                # a forked child (multiprocessing ends its children with os._exit) is not the run
+                if not self.recorded and os.getpid() == recording:
+                    self._before_exit()
+                    self.meta["status"] = "failed"
+                    self.meta["error"] = f"the program called os._exit({code}) while devprof recorded it"
+                    self._finish()
+            except BaseException:  # noqa: BLE001 - exit as asked, whatever the record could do
+                pass
+            real(code)
+
+        os._exit = recorded_exit
+
+    def _before_exit(self) -> None:
+        """What the loop still holds of its completed steps, written before an `os._exit` (a session that
+        holds some says how)."""
+
     def _finish(self) -> None:
         """Close what is still open and write the last run.json, whatever the outcome."""
         self._finishing = True
+        real_exit = getattr(self, "_real_os_exit", None)
+        if real_exit is not None:
+            os._exit = real_exit
+            self._real_os_exit = None
         try:
             self._close()
             self.meta["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")

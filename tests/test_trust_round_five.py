@@ -251,3 +251,25 @@ def test_a_browser_that_dies_at_start_is_started_once_more_then_the_failure_says
     monkeypatch.setattr(browser, "chromium_binary", lambda: always)
     with pytest.raises(pytest.fail.Exception, match=r"(?s)exited at start twice.*zygote pipe broken.*zygote pipe"):
         browser.load(page)
+
+
+@pytest.mark.slow
+def test_a_program_that_calls_os_exit_leaves_a_failed_run_with_its_steps(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(f"""
+import os
+import profiler
+
+with profiler.profile({str(tmp_path / 'runs')!r}, run_name="exits", profile=False, sample=False, quiet=True) as s:
+    for step in range(3):
+        with s.step(images=8):
+            pass
+    os._exit(3)
+""")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 3, proc.stderr.decode()
+    run = tmp_path / "runs" / "exits"
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["status"] == "failed" and "os._exit(3)" in meta["error"], meta.get("status")
+    assert len((run / "steps.csv").read_text().strip().splitlines()) == 1 + 3
