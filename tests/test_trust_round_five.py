@@ -273,3 +273,21 @@ with profiler.profile({str(tmp_path / 'runs')!r}, run_name="exits", profile=Fals
     meta = json.loads((run / "run.json").read_text())
     assert meta["status"] == "failed" and "os._exit(3)" in meta["error"], meta.get("status")
     assert len((run / "steps.csv").read_text().strip().splitlines()) == 1 + 3
+
+
+@pytest.mark.slow
+def test_a_trace_cut_short_while_devprof_holds_it_does_not_kill_the_process(trace, tmp_path):
+    copy = tmp_path / "host.xplane.pb"
+    copy.write_bytes(trace.read_bytes())
+    script = f"""
+import os
+from pathlib import Path
+from analysis.read import trace
+size, buffer = trace._open_trace(Path({str(copy)!r}))
+os.truncate({str(copy)!r}, 0)  # another program rewrites the file while devprof holds its bytes
+print(size, sum(buffer[i] for i in range(0, size, 512)) >= 0, len(buffer[:]) == size)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, (proc.returncode, proc.stderr.decode()[-500:])  # -7: SIGBUS
+    assert proc.stdout.decode().split()[1:] == ["True", "True"]

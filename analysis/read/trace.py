@@ -9,7 +9,6 @@ trace needs neither TensorFlow nor a protobuf library.
 
 from __future__ import annotations
 
-import mmap
 import os
 import stat
 from dataclasses import dataclass, field
@@ -201,7 +200,7 @@ def _kind_of(path: Path) -> str:
 
 
 def _open_trace(xplane: Path):
-    """The trace's bytes as a read-only memory map, after checking it is a regular file within
+    """The trace's bytes in memory (`wire.read_into_memory`), after checking it is a regular file within
     `TRACE_MAX_BYTES` (a FIFO is opened without waiting for a writer, a device is never read)."""
     try:
         fd = os.open(xplane, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -216,7 +215,7 @@ def _open_trace(xplane: Path):
         if info.st_size > TRACE_MAX_BYTES:
             raise TraceUnreadable(f"{xplane}: {info.st_size:,} bytes, above the {TRACE_MAX_BYTES // 2**30} GiB "
                                   "devprof reads from a trace")
-        return info.st_size, mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        return info.st_size, wire.read_into_memory(fd, info.st_size)
     except OSError as exc:
         raise TraceUnreadable(f"{xplane}: cannot read it ({exc.strerror or exc})") from None
     finally:
@@ -243,7 +242,6 @@ def _decode_file(xplane: Path, names, number_names=()) -> wire.DecodedSpace:
             del located
             wire.close_map(buffer)
     else:
-        # A memory map, not a copy: the file's pages are read as the decoder reaches them.
         size, buffer = _open_trace(xplane)
         try:
             space = _decode(buffer, names, lambda why: _unreadable(xplane, size, why), number_names)

@@ -1143,10 +1143,31 @@ def close_map(buffer: mmap.mmap) -> None:
                 gc.collect()
 
 
+def read_into_memory(fd: int, size: int) -> mmap.mmap:
+    """The file's `size` bytes in memory of this process's own (an anonymous map, which `close_map` and a
+    forked child treat as a file's map): a file's map would kill the process with SIGBUS where the file
+    is cut short while it is read (another program rewriting it)."""
+    buffer = mmap.mmap(-1, size)
+    done = 0
+    view = memoryview(buffer)
+    try:
+        while done < size:
+            got = os.readv(fd, [view[done:]])
+            if got <= 0:
+                raise OSError(f"the file changed while it was read: {done:,} of its {size:,} bytes were there")
+            done += got
+    finally:
+        view.release()
+    return buffer
+
+
 def open_trace_bytes(path: str | Path):
-    """The file's bytes as a read-only memory map (pages are read as the decoder reaches them)."""
+    """The file's bytes in memory (`read_into_memory`)."""
     with open(path, "rb") as handle:
-        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        size = os.fstat(handle.fileno()).st_size
+        if not size:
+            raise ValueError("an empty file")
+        return read_into_memory(handle.fileno(), size)
 
 
 # ---------------------------------------------------------------- plane and event metadata stats (on request)
