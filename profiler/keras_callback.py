@@ -33,7 +33,7 @@ class KerasCallback(keras.callbacks.Callback):
     """
 
     def __init__(self, out="runs", run_name: str | None = None, *, profile_steps: str | None = None,
-                 profile: bool = True, sample: bool = True, sample_interval: float = 0.5,
+                 profile: bool = True, sample: bool = True, sample_interval: float | None = None,
                  profiler_port: int | None = None, host_tracer_level: int = 2, device_tracer_level: int = 1,
                  python_tracer_level: int = 0, scalars_every: int = 100, batch_size: int | None = None,
                  config: dict | None = None, quiet: bool = False):

@@ -92,7 +92,7 @@ def test_json_contract(capsys):
                            "straggler", "straggler_reason", "ops", "input_stages", "input_bottleneck", "eager",
                            "slowest_workers", "worker_distribution", "roofline", "spread", "memory"}
     # the allocators' events of the CPU run (mklcpu): the keys docs/json.md names
-    assert set(result["memory"]) == {"allocators", "batch_size", "samplers", "oom"}
+    assert set(result["memory"]) == {"allocators", "workers", "batch_size", "samplers", "oom"}
     for allocator in result["memory"]["allocators"]:
         assert {"name", "peak_bytes", "peak_step", "peak_op", "capacity_bytes", "fragmentation", "batch_bytes",
                 "fixed_bytes", "max_batch", "top_at_peak"} <= set(allocator)

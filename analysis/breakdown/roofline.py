@@ -87,7 +87,8 @@ def ceilings_from_peak(peak: dict | None, source: str) -> Ceilings | None:
     by_dtype: dict[str, dict[str, float]] = {}
     ceilings = peak.get("ceilings")
     if isinstance(ceilings, dict):
-        vector = peak.get("vector") if isinstance(peak.get("vector"), dict) else {}
+        found = peak.get("vector")
+        vector: dict = found if isinstance(found, dict) else {}
         for dtype, values in ceilings.items():
             if isinstance(values, dict):
                 by_dtype[str(dtype)] = {key: _or_nan(values.get(key)) for key in CEILING_KEYS}
