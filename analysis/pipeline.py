@@ -18,6 +18,8 @@ import math
 import numbers
 import os
 import re
+import re._constants as re_constants  # the parsed form of a pattern: to refuse a nested repeat
+import re._parser as re_parser
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -232,7 +234,13 @@ def _session_files(path: Path) -> tuple[Path, ...]:
 
 def _trace_bytes(path: Path) -> int:
     files = [path] if path.is_file() else list(path.rglob("*.xplane.pb"))
-    return max((f.stat().st_size for f in files), default=0)
+    sizes = []
+    for file in files:  # a dangling link or an unreadable file elsewhere in the folder is not this work's
+        try:
+            sizes.append(file.stat().st_size)
+        except OSError:
+            continue
+    return max(sizes, default=0)
 
 
 def pool_size(paths: list[Path], processes: int | None = None) -> int:
@@ -346,9 +354,39 @@ def check_step_name(step_name: str | None) -> None:
     if not isinstance(step_name, str):
         raise TypeError(f"step_name must be a regular expression (str) or None, got {type(step_name).__name__}")
     try:
+        parsed = re_parser.parse(step_name)
         re.compile(step_name)
-    except (re.error, TypeError) as exc:
+    except (re.error, TypeError, OverflowError, RecursionError) as exc:
         raise ValueError(f"step_name {step_name!r} is not a regular expression: {exc}") from None
+    if _nested_repeat(parsed):
+        # `(a+)+b` against a long name backtracks for hours; a step's name never needs one
+        raise ValueError(f"step_name {step_name!r} repeats a repetition (such as `(a+)+`), which can take exponential "
+                         "time to match: write it without the nested repeat")
+
+
+_REPEATS = {re_constants.MAX_REPEAT, re_constants.MIN_REPEAT, getattr(re_constants, "POSSESSIVE_REPEAT", None)}
+
+
+def _nested_repeat(parsed, inside: bool = False) -> bool:
+    """Whether a parsed pattern has a repeat (of more than one item), or a choice between equal branches,
+    inside another repeat: what makes a backtracking match take exponential time."""
+    for op, value in parsed:
+        if op in _REPEATS:
+            low, high, item = value
+            if inside and high != 1:
+                return True
+            if _nested_repeat(item, inside or high > 1):
+                return True
+        elif op is re_constants.SUBPATTERN:
+            if _nested_repeat(value[-1], inside):
+                return True
+        elif op is re_constants.BRANCH:
+            branches = [str(list(branch)) for branch in value[1]]
+            if inside and len(set(branches)) < len(branches):  # `(b|b)*`: two ways to match each repeat
+                return True
+            if any(_nested_repeat(branch, inside) for branch in value[1]):
+                return True
+    return False
 
 
 def analyze_worker(path: str | Path, step_name: str | None = None, peak: roofline.Ceilings | None = None) -> Analysis:

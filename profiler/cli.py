@@ -71,6 +71,25 @@ def _stdout_to_devnull() -> None:
 QUICK_EXIT_COMMANDS = frozenset({"analyze", "compare"})
 
 
+class _InertStream:
+    """A console stream that shows the acting characters any input carried as escapes
+    (`analysis.render.files.inert`); devprof's own "erase the line" of a progress line still acts."""
+
+    ERASE_LINE = "\x1b[K"
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        from analysis.render.files import inert
+
+        self._stream.write(self.ERASE_LINE.join(inert(part) for part in text.split(self.ERASE_LINE)))
+        return len(text)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def _console_shows_what_it_can() -> None:
     """A console whose encoding cannot show a character (PYTHONIOENCODING=ascii, a latin-1 terminal) gets
     a replacement for it, not an error that loses the whole report."""
@@ -86,12 +105,17 @@ def _console_shows_what_it_can() -> None:
 def program() -> None:
     """`devprof` as a program: `main()` on the process's arguments, then the process's exit."""
     _console_shows_what_it_can()
+    if sys.stdout is not None:
+        sys.stdout = _InertStream(sys.stdout)
+    if sys.stderr is not None:
+        sys.stderr = _InertStream(sys.stderr)
     command: list[str] = []
     code = main(ran=command)
     if command and command[0] in QUICK_EXIT_COMMANDS and threading.active_count() == 1:
         try:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:  # None: the program was started with the stream closed (`>&-`)
+                    stream.flush()
         except (OSError, ValueError):
             sys.exit(code)  # the usual exit reports it as before
         os._exit(code)

@@ -291,3 +291,85 @@ print(size, sum(buffer[i] for i in range(0, size, 512)) >= 0, len(buffer[:]) == 
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, (proc.returncode, proc.stderr.decode()[-500:])  # -7: SIGBUS
     assert proc.stdout.decode().split()[1:] == ["True", "True"]
+
+
+# ---------------------------------------------------------------- the hostile round's findings
+
+
+@pytest.mark.parametrize("outputs, said", [
+    (lambda run, tmp: ["-o", str(run / "run.json")], "that is a file devprof reads for this analysis"),
+    (lambda run, tmp: ["-o", str(run / "steps.csv")], "that is a file devprof reads for this analysis"),
+    (lambda run, tmp: ["--perfetto", str(run / "plugins/profile/s/host.xplane.pb")], "a file devprof reads"),
+    (lambda run, tmp: ["-o", str(tmp / "x.json"), "--perfetto", str(tmp / "x.json")],
+     "-o and --perfetto both name"),
+    (lambda run, tmp: ["--out", str(tmp / "d"), "-o", str(tmp / "d" / "ops.csv")], "gets its own ops.csv"),
+])
+def test_an_output_that_would_replace_an_input_or_another_output_is_refused(tmp_path, capsys, outputs, said):
+    from cli_checks import one_usage_error
+
+    run = _traced_run(tmp_path, "run")
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    code = cli.main(["analyze", str(run), *outputs(run, tmp_path)])
+    assert said in one_usage_error(code, capsys)
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before  # nothing replaced
+
+
+def test_a_run_json_above_the_log_layout_is_not_adopted(tmp_path):
+    from test_compare import make_run
+    from test_safety_round_three_files import marker_trace
+
+    unrelated = make_run(tmp_path, "unrelated", status="failed")
+    logs = unrelated / "some" / "logs"
+    marker_trace(logs / "plugins" / "profile" / "s" / "host.xplane.pb")
+    result = analysis.analyze(logs)
+    assert result.run_dir is None and result.record is None
+    assert not any("failed" in note for note in result.notes)
+
+
+def test_a_dangling_link_elsewhere_in_the_folder_does_not_stop_the_analysis(tmp_path):
+    from test_safety_round_three_files import marker_trace
+
+    logs = tmp_path / "logs"
+    for host in ("h1", "h2"):
+        marker_trace(logs / "plugins" / "profile" / "s" / f"{host}.xplane.pb")
+    (logs / "old").mkdir()
+    (logs / "old" / "stale.xplane.pb").symlink_to(tmp_path / "nowhere")
+    assert len(analysis.analyze(logs).steps) == 6
+
+
+@pytest.mark.parametrize("pattern, said", [("(a+)+b", "repeats a repetition"), ("(b|b)*c", "repeats a repetition"),
+                                           ("a{99999999999}", "is not a regular expression")])
+def test_a_step_name_that_cannot_be_matched_in_reasonable_time_is_a_usage_error(trace, capsys, pattern, said):
+    from cli_checks import one_usage_error
+
+    assert said in one_usage_error(cli.main(["analyze", str(trace), "--step-name", pattern]), capsys)
+    with pytest.raises(ValueError, match=said):
+        analysis.analyze(trace, step_name=pattern)
+
+
+@pytest.mark.slow
+def test_run_files_and_folder_names_reach_the_console_and_files_inert(tmp_path):
+    run = _traced_run(tmp_path, "run\x1b[31mRED")
+    meta = json.loads((run / "run.json").read_text())
+    meta.update(status="failed", error="boom \x1b]0;pwned\x07 \u202e")
+    meta["device"]["name"] = "CPU\x1b[31m\x9b"
+    (run / "run.json").write_text(json.dumps(meta))
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "profiler.cli", "analyze", str(run), "--out", str(out)],
+                          capture_output=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert_inert(proc.stdout.decode(), "stdout")
+    assert_inert(proc.stderr.decode(), "stderr")
+    assert "boom \\u001b]0;pwned\\u0007" in proc.stdout.decode()
+    for path in out.iterdir():
+        if path.suffix in (".md", ".html", ".csv", ".json"):
+            assert_inert(path.read_text(encoding="utf-8"), path.name)
+    document = json.loads((out / "analysis.json").read_text()) if (out / "analysis.json").exists() else None
+    assert document is None or isinstance(document, dict)  # still JSON
+
+
+@pytest.mark.slow
+def test_a_closed_stdout_is_one_error_line_not_a_traceback(trace):
+    proc = subprocess.run(f"{sys.executable} -m profiler.cli analyze {trace} >&-", shell=True, capture_output=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert "Traceback" not in proc.stderr.decode(), proc.stderr.decode()[-800:]

@@ -165,12 +165,13 @@ def _several_hosts_note(files: list[Path]) -> str:
 
 
 def _run_dir_of(xplane: Path) -> Path | None:
-    """The devprof run directory holding this trace, if it is one (has run.json)."""
-    for parent in xplane.parents:
-        if (parent / "run.json").is_file():
-            return parent
-        if parent == parent.parent:
-            break
+    """The devprof run directory holding this trace: the folder of TensorBoard's log layout
+    (`RUN/plugins/profile/SESSION/HOST.xplane.pb`) where it has a run.json. Never a run.json further up:
+    an unrelated run's settings and steps would be read (and its folder written to)."""
+    parents = xplane.parents
+    if len(parents) > 3 and parents[1].name == "profile" and parents[2].name == "plugins" \
+            and (parents[3] / "run.json").is_file():
+        return parents[3]
     return None
 
 

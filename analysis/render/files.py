@@ -72,9 +72,24 @@ def open_stream(path: Path):
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND), "wb")
 
 
+# Characters a terminal, a viewer or a browser acts on rather than shows (line breaks and tabs aside):
+# whatever an input held (a run.json field, a file name), an output shows them as `\u001b`, which JSON
+# also reads as the character itself. Trace names are escaped where they are read (`xplane_wire.visible`).
+_ACTING = [*(c for c in range(0x20) if c not in (0x09, 0x0A, 0x0D)), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029,
+           *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+_INERT = {code: f"\\u{code:04x}" for code in _ACTING}
+
+
+def inert(text: str) -> str:
+    """`text` with every character that would act (`_ACTING`) written as its `\\uXXXX` escape."""
+    return text.translate(_INERT)
+
+
 def write_text_atomically(path: Path, text: str, named: bool = False) -> Path:
-    """`text` in `path`, complete or not at all. `named`: the user chose `path` (-o), so a terminal,
-    /dev/null or a FIFO there is written into (`is_stream`); a run's own files never are."""
+    """`text` in `path`, complete or not at all, its acting characters inert (`inert`). `named`: the user
+    chose `path` (-o), so a terminal, /dev/null or a FIFO there is written into (`is_stream`); a run's own
+    files never are."""
+    text = inert(text)
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, f"{path} is a folder", str(path))
     if named and is_stream(path):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from profiler.commands.common import (
     error,
     file_warnings,
     output_file_problem,
+    outputs_problem,
     write_stdout,
 )
 
@@ -181,10 +181,12 @@ def _handle(args: argparse.Namespace, plotter: _Plotter) -> int:
 
     path = Path(args.path)
     if args.step_name is not None:
+        from analysis.pipeline import check_step_name
+
         try:
-            re.compile(args.step_name)
-        except re.error as exc:
-            return error(f"--step-name {args.step_name!r} is not a regular expression: {exc}")
+            check_step_name(args.step_name)
+        except ValueError as exc:  # not a pattern, or one whose match can take exponential time
+            return error("--step-name" + str(exc).removeprefix("step_name"))
     limits = {}
     if args.fail_on is not None:
         from analysis.comparison.gate import parse_limits
@@ -210,8 +212,11 @@ def _handle(args: argparse.Namespace, plotter: _Plotter) -> int:
             args.format = format_of_output(args.output, "analysis", args.format)
         except ValueError as exc:
             return error(str(exc))
+    default_out = path / "analysis" if (path / "run.json").is_file() and (path / "steps.csv").is_file() else None
     problem = (perfetto_option.usage_error(args) or output_file_problem("-o", args.output, "report.html")
-               or _out_dir_problem(args.out))
+               or _out_dir_problem(args.out)
+               or outputs_problem([path], {"-o": args.output, "--perfetto": args.perfetto},
+                                  Path(args.out) if args.out else default_out))
     if problem is not None:
         return error(problem)
     if not path.exists():

@@ -9,6 +9,9 @@ import contextlib
 import os
 import sys
 import warnings
+from pathlib import Path
+
+from analysis.render.files import is_stream
 
 EXIT_OK = 0
 EXIT_FAILURE = 1  # the command ran and failed (training crashed, nothing to analyse, ...)
@@ -47,6 +50,50 @@ def output_file_problem(option: str, path: str | None, example: str) -> str | No
     only after the whole analysis, exit 1), or None."""
     if path is not None and os.path.isdir(path):
         return f"{option} {path}: is a folder; name the file, e.g. {os.path.join(path, example)}"
+    return None
+
+
+# What devprof reads in a run directory or log folder: an output must never replace one of them.
+INPUT_FILE_NAMES = frozenset({"run.json", "steps.csv", "op_costs.csv", "crash.log", "onednn_verbose.log"})
+INPUT_FOLDERS = frozenset({"utilization", "plugins"})
+# What `analyze` writes into its --out folder (analysis/render/outputs.py).
+ANALYSIS_FILES = frozenset({"step_breakdown.csv", "step_breakdown.png", "ops.csv", "epoch_breakdown.csv",
+                            "epoch_breakdown.png", "utilization.png", "workers.csv", "memory.csv",
+                            "trace_vs_steps.csv", "report.md", "report.html", "analysis.json"})
+
+
+def _is_input(output: Path, inputs: list[Path]) -> bool:
+    """Whether `output` is a file devprof reads from `inputs`: an input file itself, or a run file,
+    trace or sampler CSV inside an input folder."""
+    out = output.resolve()
+    for given in inputs:
+        root = given.resolve()
+        if out == root:
+            return True
+        if root.is_dir() and out.is_relative_to(root):
+            inside = out.relative_to(root).parts
+            if out.name in INPUT_FILE_NAMES or out.name.endswith(".xplane.pb") \
+                    or any(part in INPUT_FOLDERS for part in inside[:-1]):
+                return True
+    return False
+
+
+def outputs_problem(inputs: list[str | Path], files: dict[str, str | None], out_dir: Path | None = None,
+                    out_files: frozenset[str] = ANALYSIS_FILES) -> str | None:
+    """Why the output files (`{option: path}`) cannot be written, before anything is read: one would
+    replace an input, another output, or a file the --out folder gets; else None."""
+    named = {option: Path(path) for option, path in files.items() if path and not is_stream(Path(path))}
+    sources = [Path(p) for p in inputs]
+    seen: dict[Path, str] = {}
+    for option, path in named.items():
+        if _is_input(path, sources):
+            return f"{option} {path}: that is a file devprof reads for this analysis; write the output elsewhere"
+        resolved = path.resolve()
+        if resolved in seen:
+            return f"{seen[resolved]} and {option} both name {path}: one output would replace the other"
+        seen[resolved] = option
+        if out_dir is not None and resolved.parent == out_dir.resolve() and path.name in out_files:
+            return f"{option} {path}: the --out folder {out_dir} gets its own {path.name}; name another file"
     return None
 
 

@@ -24,6 +24,7 @@ from profiler.commands.common import (
     error,
     file_warnings,
     output_file_problem,
+    outputs_problem,
     write_stdout,
 )
 
@@ -75,7 +76,9 @@ def handle(args: argparse.Namespace) -> int:
             args.format = format_of_output(args.output, "comparison", args.format)
         except ValueError as exc:
             return error(str(exc))
-    problem = perfetto_option.usage_error(args) or output_file_problem("-o", args.output, "compare.txt")
+    problem = (perfetto_option.usage_error(args) or output_file_problem("-o", args.output, "compare.txt")
+               or outputs_problem([*args.runs, *(args.external or [])],
+                                  {"-o": args.output, "--plot": args.plot, "--perfetto": args.perfetto}))
     if problem is not None:
         return error(problem)
     try:
