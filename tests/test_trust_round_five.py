@@ -373,3 +373,39 @@ def test_a_closed_stdout_is_one_error_line_not_a_traceback(trace):
     proc = subprocess.run(f"{sys.executable} -m profiler.cli analyze {trace} >&-", shell=True, capture_output=True,
                           timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert "Traceback" not in proc.stderr.decode(), proc.stderr.decode()[-800:]
+
+
+def test_a_job_folder_left_out_is_named(tmp_path):
+    import shutil
+
+    from analysis.read.run_files import RunFileWarning
+    from job_fixtures import write_job
+
+    job = write_job(tmp_path)
+    shutil.copytree(job.path / "worker-1", job.path / "worker-1 (copy)")
+    shutil.copytree(job.path / "worker-1", job.path / "worker-2")
+    (job.path / "worker-2" / "run.json").unlink()
+    with pytest.warns(RunFileWarning, match=r"worker-1 \(copy\) is no worker-<i> name; worker-2 has no run\.json: "
+                                            r"left out of the job"):
+        result = analysis.analyze(job.path)
+    assert sorted(result.workers["worker"].tolist()) == [0, 1]
+
+
+@pytest.mark.parametrize("base_ns", [-10**9, 2**63 - 10**12])
+def test_a_trace_on_a_clock_before_1970_or_past_2100_is_refused_not_misread(tmp_path, base_ns):
+    from analysis.read.trace import TraceError
+
+    space = _xspace_class()()
+    space.hostnames.append("host")
+    host = _Plane(space, 0, "/host:CPU")
+    python = host.line(100, "python", base_ns)
+    worker = host.line(101, "tf_Compute/1", base_ns)
+    for k in range(4):
+        t = base_ns + 10 * MS + k * 10 * MS
+        host.event(python, "train", t, t + 10 * MS, step_num=k, _r=1)
+        host.event(python, "IteratorGetNext", t, t + 2 * MS)
+        host.event(worker, "model/conv:Conv2D", t + 2 * MS, t + 7 * MS)
+    host.finish()
+    path = _write_space(space, tmp_path / "t.xplane.pb")
+    with pytest.raises(TraceError, match="impossible times"):
+        analysis.analyze(path)

@@ -59,10 +59,19 @@ WORKER_DIR_PREFIX = "worker-"
 def worker_dirs(run_dir: str | Path) -> list[Path]:
     """The `worker-<i>/` run directories of a multi-worker run, in worker order (empty for one worker)."""
     found: dict[int, list[Path]] = {}
-    for child in Path(run_dir).glob(f"{WORKER_DIR_PREFIX}*"):
+    odd: list[str] = []
+    for child in sorted(Path(run_dir).glob(f"{WORKER_DIR_PREFIX}*")):
         index = child.name[len(WORKER_DIR_PREFIX):]
-        if child.is_dir() and index.isdigit() and index.isascii() and (child / RUN_JSON).is_file():
+        if not child.is_dir():
+            continue
+        if index.isdigit() and index.isascii() and (child / RUN_JSON).is_file():
             found.setdefault(int(index), []).append(child)
+        elif index.isdigit() and index.isascii():
+            odd.append(f"{child.name} has no run.json")
+        else:
+            odd.append(f"{child.name} is no worker-<i> name")
+    if found and odd:  # a job's folder: what is left out is said, never dropped in silence
+        warn(f"{run_dir}: {'; '.join(odd)}: left out of the job")
     chosen = []
     for number, paths in sorted(found.items()):
         # `worker-0` and a copy named `worker-00` are the same worker: the name devprof writes is read

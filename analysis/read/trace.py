@@ -33,9 +33,12 @@ from analysis.read.stat_names import (  # also trace's own names: the stats read
 
 TRACE_MAX_BYTES = wire.TRACE_MAX_BYTES
 # Event times no profiler writes: a negative duration, a start more than a second before its
-# line's start, or a start or end more than a day from the middle of its plane (a profile
+# line's start, a line's start before 1970 or past 2100, or a start or end more than a day from the middle of its plane (a profile
 # session lasts seconds to minutes). Such events are dropped with one warning naming the trace.
 EARLIEST_OFFSET_PS = -10**12
+# A line's clock before 1970 or past 2100: no profiler's (and past it, a start plus its offset and
+# duration overflows 64 bits): its events' times are impossible too.
+LATEST_LINE_START_NS = 4_102_444_800 * 10**9
 FARTHEST_FROM_TRACE_NS = 24 * 3600 * 10**9
 # More of the events than this with impossible times: the trace is refused rather than analysed without them.
 MOST_IMPOSSIBLE_SHARE = 0.1
@@ -421,10 +424,11 @@ def _events_table(space: wire.DecodedSpace, planes: pd.DataFrame, lines: pd.Data
     row = decoded.line_row
     plane_of = lines["plane"].to_numpy(dtype=np.int32)[row]
     names = _event_name_codes(space, plane_of)
-    start_ns = lines["timestamp_ns"].to_numpy(dtype=np.int64)[row]
-    start_ns += decoded.offset_ps // 1000
+    line_start = lines["timestamp_ns"].to_numpy(dtype=np.int64)[row]
+    start_ns = line_start + decoded.offset_ps // 1000
     duration_ns = decoded.duration_ps // 1000
-    impossible = (decoded.duration_ps < 0) | (decoded.offset_ps < EARLIEST_OFFSET_PS)
+    impossible = (decoded.duration_ps < 0) | (decoded.offset_ps < EARLIEST_OFFSET_PS) \
+        | (line_start < 0) | (line_start > LATEST_LINE_START_NS)
     if consume:
         decoded.release("metadata_id", "offset_ps", "duration_ps")
     end_ns = start_ns + duration_ns
