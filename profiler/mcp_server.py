@@ -14,10 +14,12 @@ imported by `build_server` only, so `devprof --help` never pays for it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import threading
+import warnings
 from collections import OrderedDict
 from pathlib import Path
 
@@ -167,7 +169,12 @@ class Tools:
             if cached is not None and cached[0] == signature:
                 self._analyses.move_to_end(key)
                 return cached[1]
-            result = analysis.analyze(resolved, step_name)  # returns the result; writes nothing
+            with warnings.catch_warnings(record=True) as caught:  # to the client, not the server's stderr
+                warnings.simplefilter("always")
+                result = analysis.analyze(resolved, step_name)  # returns the result; writes nothing
+            said = tuple(dict.fromkeys(f"warning: {w.message}" for w in caught if issubclass(w.category, UserWarning)))
+            if said:
+                result = dataclasses.replace(result, notes=(*said, *result.notes))
             self._analyses[key] = (signature, result)
             self._analyses.move_to_end(key)
             while len(self._analyses) > CACHED_ANALYSES:
@@ -252,7 +259,8 @@ class Tools:
 
     def findings(self, path: str, step_name: str | None = None) -> str:
         result = self.analysis(path, step_name)
-        return _json({"source": str(result.path), "verdict": dict(result.verdict), "findings": list(result.findings)})
+        return _json({"source": str(result.path), "verdict": dict(result.verdict), "findings": list(result.findings),
+                      "notes": list(result.notes)})
 
     def ops(self, path: str, limit: StrictInt = 20, step_name: str | None = None) -> str:
         limit = _bounded(limit, "limit", 1, MAX_OPS)

@@ -409,3 +409,16 @@ def test_a_trace_on_a_clock_before_1970_or_past_2100_is_refused_not_misread(tmp_
     path = _write_space(space, tmp_path / "t.xplane.pb")
     with pytest.raises(TraceError, match="impossible times"):
         analysis.analyze(path)
+
+
+def test_mcp_gives_the_analysis_warnings_to_the_client(tmp_path):
+    pytest.importorskip("mcp")
+    root = tmp_path / "runs"
+    run = _traced_run(root, "odd")
+    meta = json.loads((run / "run.json").read_text())
+    meta["config"] = ["not", "an", "object"]
+    (run / "run.json").write_text(json.dumps(meta))
+    for tool in ("analyze", "findings"):
+        answer, refusal = _mcp_call(root, tool, path="odd")
+        assert refusal is None
+        assert any("'config' must be an object" in note for note in answer["notes"]), (tool, answer["notes"])
