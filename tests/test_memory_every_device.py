@@ -289,3 +289,11 @@ def test_a_lifetime_peak_below_the_windows_is_not_said(tmp_path):
     trace = write_memory_trace(tmp_path / "h.xplane.pb", lifetime_peak=MiB)
     peak = next(p for p in analyze(trace.path).memory.allocators if p.name == GPU)
     assert not peak.lifetime_above_window and peak.lifetime_peak_bytes == peak.peak_bytes
+
+
+def test_a_fixed_tensor_made_every_step_is_found_for_its_time_under_half_the_peak(tmp_path):
+    # 6 MiB of a 14 MiB peak (43 %, under half), but made in every step, its op taking 2 of 10 ms: worth making once
+    found = _holder_finding(tmp_path, extra_step="every", extra_bytes=6 * MiB, capacity=256 * MiB, holder_op_ms=2.0)
+    assert found is not None and found["saving_ms"] == pytest.approx(2.0)
+    assert _holder_finding(tmp_path, extra_step="every", extra_bytes=6 * MiB, capacity=256 * MiB,
+                           holder_op_ms=0.2) is None  # 2 % of the step: no finding under half the peak

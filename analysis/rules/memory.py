@@ -174,16 +174,29 @@ def growth_fix(facts: Facts) -> str:
 # -- memory_one_holder
 
 def one_holder(facts: Facts) -> tuple[AllocatorPeak, breakdown.Holder] | None:
-    """(the allocator, its holder) where one op's live tensors hold most of a peak, and enough of the
-    allocator's capacity to matter."""
+    """(the allocator, its holder) where one op's live tensors hold most of a peak, or are a fixed tensor
+    made in every step whose op takes 5 % of the step or more, and enough of the allocator's capacity to
+    matter."""
     for peak in _allocators(facts):
         holder = peak.holder
-        if holder is None or peak.peak_bytes < ONE_HOLDER_MIN_BYTES or holder.bytes < ONE_HOLDER_SHARE * peak.peak_bytes:
+        if holder is None or peak.peak_bytes < ONE_HOLDER_MIN_BYTES:
             continue
         if peak.capacity_bytes > 0 and holder.bytes < ONE_HOLDER_MIN_CAPACITY_SHARE * peak.capacity_bytes:
             continue
-        return peak, holder
+        # most of the peak; or a fixed tensor made in every step whose making costs time worth saving
+        if holder.bytes >= ONE_HOLDER_SHARE * peak.peak_bytes or _made_every_step_pct(holder, facts) >= \
+                MADE_EVERY_STEP_MIN_PCT:
+            return peak, holder
     return None
+
+
+MADE_EVERY_STEP_MIN_PCT = 5.0  # of the step: a fixed tensor's making worth a finding whatever its share of the peak
+
+
+def _made_every_step_pct(holder: breakdown.Holder, facts: Facts) -> float:
+    if holder.kind != breakdown.FIXED or not holder.made_every_step or not facts.step_ms > 0:
+        return 0.0
+    return 100.0 * facts.holder_op_ms / facts.step_ms if facts.holder_op_ms > 0 else 0.0
 
 
 HOLDER_WORDS = {breakdown.WORKSPACE: "as scratch workspace (temporary flat bytes: the algorithm's working memory)",
