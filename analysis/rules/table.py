@@ -932,8 +932,8 @@ TIE_SHARE, TIE_MS = 0.10, 1.0
 # whose saving is measured time, then a change to the program, then a change of precision or kernels
 # whose saving is modelled from ceilings); fixes not listed follow, larger saving first.
 TIE_ORDER = ("no_prefetch", "input_copy", "input_wait", "retracing", "host_sync", "host_bound", "launch_bound",
-             "eager_execution", "cpu_contention", "collective_bound", "cpu_without_onednn", "below_roofline",
-             "fp32_on_matrix_units", "bf16_without_matrix_units", "float64_math", "compute_bound")
+             "eager_execution", "cpu_contention", "memory_one_holder", "collective_bound", "cpu_without_onednn",
+             "float64_math", "below_roofline", "fp32_on_matrix_units", "bf16_without_matrix_units", "compute_bound")
 
 
 def _tie_rank(rule: str) -> int:
