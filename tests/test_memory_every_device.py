@@ -297,3 +297,16 @@ def test_a_fixed_tensor_made_every_step_is_found_for_its_time_under_half_the_pea
     assert found is not None and found["saving_ms"] == pytest.approx(2.0)
     assert _holder_finding(tmp_path, extra_step="every", extra_bytes=6 * MiB, capacity=256 * MiB,
                            holder_op_ms=0.2) is None  # 2 % of the step: no finding under half the peak
+
+
+def test_a_capacity_below_the_peak_or_a_fragmentation_outside_0_1_is_not_stated(tmp_path):
+    from analysis.breakdown.memory import allocator_report
+    from analysis.read.trace import read_trace
+    from analysis.read.view import TraceView
+
+    trace = write_memory_trace(tmp_path / "t.xplane.pb", capacity=4 * MiB, fragmentation=-3.0)  # peak 11 MiB
+    view = TraceView(read_trace(trace.path))
+    peaks, _, _ = allocator_report(view.memory, pd.DataFrame(columns=["step", "start_ns", "end_ns"]),
+                                   view.window[0], 8)
+    gpu = next(p for p in peaks if p.name == GPU)
+    assert math.isnan(gpu.capacity_bytes) and math.isnan(gpu.capacity_share) and math.isnan(gpu.fragmentation)

@@ -509,9 +509,13 @@ def allocator_peak(name: str, events: pd.DataFrame, steps: pd.DataFrame, batch_s
     reserved = float(np.nan_to_num(events["bytes_reserved"].iat[at])) if "bytes_reserved" in events else 0.0
     before = max(peak - reserved - float(live["allocation_bytes"].sum()), 0.0)
     available = float(events["bytes_available"].iat[at])
+    # a negative amount free, or a fragmentation outside 0-1, is no allocator's: not stated, never a share
     capacity, source = ((peak + available, "the allocator's bytes in use + bytes available at the peak")
-                        if available == available else stated_capacity)
+                        if available >= 0 else stated_capacity)
+    if capacity < peak:
+        capacity, source = math.nan, ""
     fragmentation = float(events["fragmentation"].iat[at])
+    fragmentation = fragmentation if 0.0 <= fragmentation <= 1.0 else math.nan
     batch_bytes, fixed, max_batch, how, basis = headroom(live, peak, capacity, fragmentation, batch_size, host)
     top, by_op, by_region = _grouped(live, before, reserved)
     lifetime = events["peak_bytes_in_use"].max() if "peak_bytes_in_use" in events else math.nan
