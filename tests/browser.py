@@ -138,7 +138,9 @@ class _Pipe:
         deadline = time.monotonic() + max(0.0, timeout)
         while b"\0" not in self._buffer:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self._from_child], [], [], left)[0]:
+            poller = select.poll()  # not select(): late in a long run the pipe's number can pass 1023
+            poller.register(self._from_child, select.POLLIN | select.POLLHUP)
+            if left <= 0 or not poller.poll(left * 1000):
                 raise TimeoutError("the browser did not answer")
             chunk = os.read(self._from_child, 1 << 20)
             if not chunk:

@@ -94,6 +94,8 @@ def test_a_signal_to_the_launcher_stops_every_worker(tmp_path, signum, code, nam
     try:
         logs = [job / f"worker-{i}.log" for i in (0, 1)]
         wait_for(lambda: all(log.exists() and "ready" in log.read_text() for log in logs), proc, "workers start")
+        # the launcher notes the pids after it starts the workers: on a loaded machine they can be ready first
+        wait_for(lambda: "pids" in json.loads((job / "run.json").read_text()).get("launcher", {}), proc, "pids noted")
         pids = json.loads((job / "run.json").read_text())["launcher"]["pids"]
         proc.send_signal(signum)
         # Far less than the 600 s grace a training worker would get: only the stubborn

@@ -40,6 +40,8 @@ def _reference(space) -> tuple[list[tuple], list[tuple]]:
                         value = names.get(value, "")
                     elif kind == "bytes_value":
                         value = value.hex()
+                    elif kind == "str_value":  # shown, never obeyed: control characters as visible escapes
+                        value = wire.visible(value)
                     stats.append((len(events), names.get(stat.metadata_id, str(stat.metadata_id)), value))
                 events.append((plane_index, line_index, name, start, start + event.duration_ps // 1000))
     return events, stats
