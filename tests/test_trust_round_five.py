@@ -422,3 +422,22 @@ def test_mcp_gives_the_analysis_warnings_to_the_client(tmp_path):
         answer, refusal = _mcp_call(root, tool, path="odd")
         assert refusal is None
         assert any("'config' must be an object" in note for note in answer["notes"]), (tool, answer["notes"])
+
+
+def test_a_name_that_is_not_utf8_is_shown_with_its_bytes_not_a_refused_trace(tmp_path):
+    space = _xspace_class()()
+    space.hostnames.append("host")
+    host = _Plane(space, 0, "/host:CPU")
+    python = host.line(100, "python", BASE_NS)
+    worker = host.line(101, "tf_Compute/1", BASE_NS)
+    for k in range(4):
+        t = BASE_NS + 10 * MS + k * 10 * MS
+        host.event(python, "train", t, t + 10 * MS, step_num=k, _r=1)
+        host.event(worker, "model/conv:Conv2D", t + 2 * MS, t + 7 * MS)
+    host.finish()
+    raw = _write_space(space, tmp_path / "t.xplane.pb").read_bytes()
+    odd = tmp_path / "odd.xplane.pb"
+    odd.write_bytes(raw.replace(b"model/conv:Conv2D", b"model/c\xffnv:Conv2D"))  # same length: a valid message
+    result = analysis.analyze(odd)
+    assert len(result.steps) == 4
+    assert any("model/c\\xffnv" in str(op) for op in result.ops["op"]), result.ops["op"].tolist()

@@ -176,10 +176,8 @@ def visible(text: str) -> str:
 
 
 def _text(buf, start: int, stop: int) -> str:
-    try:
-        return visible(bytes(buf[start:stop]).decode("utf-8"))
-    except UnicodeDecodeError:
-        raise WireError("a string field is not UTF-8") from None
+    # a name that is not UTF-8 keeps its odd bytes as `\xNN`: shown, not a reason to refuse the trace
+    return visible(bytes(buf[start:stop]).decode("utf-8", errors="backslashreplace"))
 
 
 def _name_of(buf, start: int, stop: int) -> tuple[int, str]:
@@ -991,10 +989,8 @@ def _stat_values(buf, events: EventColumns, stat_plane: np.ndarray, planes: list
             key = (text, raw)
             value = decoded.get(key)
             if value is None:
-                try:
-                    value = decoded[key] = visible(raw.decode("utf-8")) if text else raw.hex()
-                except UnicodeDecodeError:
-                    raise WireError("a string field is not UTF-8") from None
+                value = decoded[key] = (visible(raw.decode("utf-8", errors="backslashreplace")) if text
+                                        else raw.hex())
             values[row] = value
     return values
 
