@@ -441,3 +441,20 @@ def test_a_name_that_is_not_utf8_is_shown_with_its_bytes_not_a_refused_trace(tmp
     result = analysis.analyze(odd)
     assert len(result.steps) == 4
     assert any("model/c\\xffnv" in str(op) for op in result.ops["op"]), result.ops["op"].tolist()
+
+
+def test_a_plane_repeated_in_the_trace_is_said(tmp_path):
+    from analysis.read.run_files import RunFileWarning
+
+    space = _xspace_class()()
+    space.hostnames.append("host")
+    for plane_id in (0, 1):  # the host plane twice
+        host = _Plane(space, plane_id, "/host:CPU")
+        python = host.line(100, "python", BASE_NS)
+        for k in range(3):
+            t = BASE_NS + 10 * MS + k * 10 * MS
+            host.event(python, "train", t, t + 10 * MS, step_num=k, _r=1)
+        host.finish()
+    path = _write_space(space, tmp_path / "t.xplane.pb")
+    with pytest.warns(RunFileWarning, match=r"'/host:CPU' appear as several planes"):
+        analysis.analyze(path)

@@ -677,4 +677,15 @@ def read_trace(path: str | Path) -> Trace:
     wire.release_freed_memory()
     if events.empty:
         raise TraceError(f"{location.xplane} has {len(planes)} planes but no events: nothing was profiled")
+    _warn_repeated_planes(planes, location.xplane)
     return Trace(location, planes, lines, events, hostnames=hostnames, kept_events=kept, memory=memory)
+
+
+def _warn_repeated_planes(planes: pd.DataFrame, xplane: Path) -> None:
+    """One warning where two planes with events share a name (a trace copied into itself): their events
+    are read as one plane's, so its steps and time may count twice; said, never in silence."""
+    busy = planes[planes["events"] > 0]
+    repeated = busy["plane_name"][busy["plane_name"].duplicated()].astype(str).unique().tolist()
+    if repeated:
+        run_files.warn(f"{xplane}: {', '.join(repr(name) for name in repeated[:3])} appear as several planes: their "
+                       "events are read together, and steps found on them may count twice")
