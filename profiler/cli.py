@@ -14,6 +14,7 @@ import re
 import sys
 import threading
 
+from analysis.render.files import inert
 from profiler import quiet
 from profiler.commands import COMMANDS
 from profiler.commands.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, error
@@ -81,8 +82,6 @@ class _InertStream:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        from analysis.render.files import inert
-
         self._stream.write(self.ERASE_LINE.join(inert(part) for part in text.split(self.ERASE_LINE)))
         return len(text)
 

@@ -24,21 +24,26 @@ HOSTILE_OP = "net/\x1b]0;pwned\x07conv\x1b]52;c;cm0gLXJmIH4=\x07/\x1b[31mConv2D\
 ACTIVE = ("\x1b", "\x07", "\u202e", "\x9b")
 
 
-def hostile_trace(path: Path) -> Path:
-    """Steps of 10 ms with `train` markers; the one op of each step (5 ms) has `HOSTILE_OP` for a name,
-    and the host's own name a newline."""
+def steps_trace(path: Path, *, op: str = "model/conv:Conv2D", steps: int = 6, base_ns: int = BASE_NS,
+                hostname: str = "host") -> Path:
+    """Steps of 10 ms with `train` markers from `base_ns`: 2 ms of IteratorGetNext, then `op` for 5 ms."""
     space = _xspace_class()()
-    space.hostnames.append("host\nfake line")
+    space.hostnames.append(hostname)
     host = _Plane(space, 0, "/host:CPU")
-    python = host.line(100, "python", BASE_NS)
-    worker = host.line(101, "tf_Compute/1", BASE_NS)
-    for k in range(6):
-        t = BASE_NS + 10 * MS + k * 10 * MS
+    python = host.line(100, "python", base_ns)
+    worker = host.line(101, "tf_Compute/1", base_ns)
+    for k in range(steps):
+        t = base_ns + 10 * MS + k * 10 * MS
         host.event(python, "train", t, t + 10 * MS, step_num=k, _r=1)
         host.event(python, "IteratorGetNext", t, t + 2 * MS)
-        host.event(worker, HOSTILE_OP, t + 2 * MS, t + 7 * MS)
+        host.event(worker, op, t + 2 * MS, t + 7 * MS)
     host.finish()
     return _write_space(space, path)
+
+
+def hostile_trace(path: Path) -> Path:
+    """`steps_trace` whose op has `HOSTILE_OP` for a name, and the host's own name a newline."""
+    return steps_trace(path, op=HOSTILE_OP, hostname="host\nfake line")
 
 
 def assert_inert(text: str, where: str) -> None:
@@ -395,18 +400,7 @@ def test_a_job_folder_left_out_is_named(tmp_path):
 def test_a_trace_on_a_clock_before_1970_or_past_2100_is_refused_not_misread(tmp_path, base_ns):
     from analysis.read.trace import TraceError
 
-    space = _xspace_class()()
-    space.hostnames.append("host")
-    host = _Plane(space, 0, "/host:CPU")
-    python = host.line(100, "python", base_ns)
-    worker = host.line(101, "tf_Compute/1", base_ns)
-    for k in range(4):
-        t = base_ns + 10 * MS + k * 10 * MS
-        host.event(python, "train", t, t + 10 * MS, step_num=k, _r=1)
-        host.event(python, "IteratorGetNext", t, t + 2 * MS)
-        host.event(worker, "model/conv:Conv2D", t + 2 * MS, t + 7 * MS)
-    host.finish()
-    path = _write_space(space, tmp_path / "t.xplane.pb")
+    path = steps_trace(tmp_path / "t.xplane.pb", steps=4, base_ns=base_ns)
     with pytest.raises(TraceError, match="impossible times"):
         analysis.analyze(path)
 
@@ -425,17 +419,7 @@ def test_mcp_gives_the_analysis_warnings_to_the_client(tmp_path):
 
 
 def test_a_name_that_is_not_utf8_is_shown_with_its_bytes_not_a_refused_trace(tmp_path):
-    space = _xspace_class()()
-    space.hostnames.append("host")
-    host = _Plane(space, 0, "/host:CPU")
-    python = host.line(100, "python", BASE_NS)
-    worker = host.line(101, "tf_Compute/1", BASE_NS)
-    for k in range(4):
-        t = BASE_NS + 10 * MS + k * 10 * MS
-        host.event(python, "train", t, t + 10 * MS, step_num=k, _r=1)
-        host.event(worker, "model/conv:Conv2D", t + 2 * MS, t + 7 * MS)
-    host.finish()
-    raw = _write_space(space, tmp_path / "t.xplane.pb").read_bytes()
+    raw = steps_trace(tmp_path / "t.xplane.pb", steps=4).read_bytes()
     odd = tmp_path / "odd.xplane.pb"
     odd.write_bytes(raw.replace(b"model/conv:Conv2D", b"model/c\xffnv:Conv2D"))  # same length: a valid message
     result = analysis.analyze(odd)

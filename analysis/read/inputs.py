@@ -117,9 +117,8 @@ def _warn_irregular_run_files(xplane: Path, run_dir: Path | None) -> None:
     in) that is no regular file: skipped, never in silence."""
     folders = [run_dir] if run_dir is not None else list(xplane.parents)[:5]
     for folder in folders:
-        for odd in run_files.irregular_run_files(folder):
-            run_files.warn(f"{folder / odd.split(' (')[0]}: {odd.split(' (', 1)[1].rstrip(')')}, not a regular "
-                           "file: not read")
+        for name, kind in run_files.irregular_run_file_kinds(folder):
+            run_files.warn(f"{folder / name}: {kind}, not a regular file: not read")
 
 
 def _onednn_executions(run_dir: Path, view: TraceView | None) -> pd.DataFrame | None:

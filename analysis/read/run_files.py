@@ -117,10 +117,9 @@ def file_kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
-def irregular_run_files(folder: Path) -> list[str]:
-    """run.json and steps.csv where they exist in `folder` but are no regular files (a link to
-    /dev/zero, a FIFO): "run.json (a character device)". Such a folder is no run directory, and
-    saying why beats saying nothing."""
+def irregular_run_file_kinds(folder: Path) -> list[tuple[str, str]]:
+    """(name, what it is) of run.json and steps.csv where they exist in `folder` but are no regular
+    files (a link to /dev/zero, a FIFO): ("run.json", "a character device")."""
     found = []
     for name in (RUN_JSON, STEPS_CSV):
         path = Path(folder) / name
@@ -129,11 +128,17 @@ def irregular_run_files(folder: Path) -> list[str]:
         try:
             mode = os.stat(path).st_mode
         except OSError:
-            found.append(f"{name} (a broken link)")
+            found.append((name, "a broken link"))
             continue
         if not stat.S_ISREG(mode):
-            found.append(f"{name} ({file_kind(mode)})")
+            found.append((name, file_kind(mode)))
     return found
+
+
+def irregular_run_files(folder: Path) -> list[str]:
+    """`irregular_run_file_kinds` as "run.json (a character device)". Such a folder is no run directory,
+    and saying why beats saying nothing."""
+    return [f"{name} ({kind})" for name, kind in irregular_run_file_kinds(folder)]
 
 
 def outside(path: Path, folder: Path) -> bool:

@@ -194,9 +194,10 @@ MADE_EVERY_STEP_MIN_PCT = 5.0  # of the step: a fixed tensor's making worth a fi
 
 
 def _made_every_step_pct(holder: breakdown.Holder, facts: Facts) -> float:
+    """The share of the step a fixed tensor made in every step costs to make (0: not one, or not timed)."""
     if holder.kind != breakdown.FIXED or not holder.made_every_step or not facts.step_ms > 0:
         return 0.0
-    return 100.0 * facts.holder_op_ms / facts.step_ms if facts.holder_op_ms > 0 else 0.0
+    return 100.0 * min(facts.holder_op_ms, facts.step_ms) / facts.step_ms if facts.holder_op_ms > 0 else 0.0
 
 
 HOLDER_WORDS = {breakdown.WORKSPACE: "as scratch workspace (temporary flat bytes: the algorithm's working memory)",
@@ -215,12 +216,11 @@ def one_holder_saving(facts: Facts) -> Saving:
     _, holder = found
     if holder.kind != breakdown.FIXED or not holder.made_every_step:
         return Saving(math.nan, "saves no step time: it is about fitting in memory")
-    ms, step = facts.holder_op_ms, facts.step_ms
-    if not (ms > 0 and step > 0):
+    pct = _made_every_step_pct(holder, facts)
+    if not pct > 0:
         return Saving(math.nan, f"unknown: the trace times no op named {holder.op}")
-    return Saving(100.0 * min(ms, step) / step, (
-        f"{holder.op}'s {ms:.2f} ms a step, paid once instead (it made the tensor in all {holder.steps} traced "
-        "steps); what reads the tensor still runs"))
+    return Saving(pct, (f"{holder.op}'s {facts.holder_op_ms:.2f} ms a step, paid once instead (it made the tensor in "
+                        f"all {holder.steps} traced steps); what reads the tensor still runs"))
 
 
 def one_holder_headline(facts: Facts) -> str:
