@@ -23,7 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 
-FORMATS = ("text", "markdown", "json", "csv", "html")
+FORMATS = ("text", "markdown", "json", "csv", "html", "summary")
+COMPARE_FORMATS = ("text", "markdown", "json", "csv", "html")
 
 
 def _run(argv: list[str], out: Path) -> None:
@@ -59,14 +60,20 @@ def snapshot(out: Path, paths: list[Path], compare: list[Path], external: list[P
         written = folder / "files"
         shutil.rmtree(written, ignore_errors=True)
         _run(["analyze", str(path), "--out", str(written), "--format", "json"], folder / "analyze.out-dir.out")
+        for events in ("ops", "all"):
+            perfetto = folder / f"perfetto.{events}.json"
+            _run(["analyze", str(path), "--perfetto", str(perfetto), "--perfetto-events", events, "-o",
+                  str(folder / f"report.{events}.html")], folder / f"analyze.perfetto-{events}.out")
         print(f"{name}: done", file=sys.stderr)
     if compare:
         folder = out / "compare"
         folder.mkdir(exist_ok=True)
         extra = [arg for csv in external for arg in ("--external", str(csv))]
-        for fmt in FORMATS:
+        for fmt in COMPARE_FORMATS:
             _run(["compare", *map(str, compare), *extra, "--format", fmt], folder / f"compare.{fmt}.out")
         _run(["compare", str(compare[0]), str(compare[1]), "--ops"], folder / "compare.ops.out")
+        _run(["compare", *map(str, compare), "--plot", str(folder / "compare.png"), "--perfetto",
+              str(folder / "compare.perfetto.json")], folder / "compare.plot.out")
         _run(["compare", str(compare[0]), str(compare[1]), "--ops", "--format", "json"],
              folder / "compare.ops.json.out")
 
