@@ -448,7 +448,7 @@ def _stages_and_eager(view: TraceView | None) -> forked.Beside[tuple[InputStages
     """The tf.data stages and eager execution of the steps `give`n (the steady ones), analysed by a child
     forked before they are found (their parts that need no steps, a sixth of the analysis of a large
     trace, begin at once) while this process finds the steps and does the rest, on the other core."""
-    fork = view is not None and len(view.events) >= BESIDE_MIN_EVENTS and forked.can_fork()
+    fork = view is not None and len(view.events) >= BESIDE_MIN_EVENTS and forked.can_fork() and not forked.without("stages")
 
     def work(given) -> tuple[InputStages, EagerOps | None]:
         if view is None:

@@ -429,6 +429,8 @@ def _command(task: str, run: Path, out: str, baseline: Path | None) -> tuple[lis
         return argv, {"DEVPROF_PLOT_PROCESS": "0", "DEVPROF_FORK": "0"}, None
     if task == "command-baseline":
         return argv, {}, baseline
+    if task.startswith("command-without-"):  # one speed trick switched off (analysis/read/forked.py `without`)
+        return argv, {"DEVPROF_WITHOUT": task.removeprefix("command-without-")}, None
     return argv, {}, None
 
 

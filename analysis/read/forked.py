@@ -30,6 +30,11 @@ _COPIED, _USE_PIPE = b"c", b"p"  # this process's word to the child once it has 
 IOV_MAX = 1024  # iovecs per process_vm_readv call (Linux's UIO_MAXIOV)
 
 
+def without(trick: str) -> bool:
+    """Whether the speed trick `trick` is switched off for a benchmark (DEVPROF_WITHOUT=halves,early,...)."""
+    return trick in os.environ.get("DEVPROF_WITHOUT", "").split(",")
+
+
 def can_fork() -> bool:
     """Whether a forked child can share the work: Linux's fork, two cores or more, and no other Python
     thread or TensorFlow in this process (a lock one of their threads held stays held in the child)."""
@@ -265,7 +270,7 @@ def _copy_from(pid: int, addresses: tuple[int, ...], views: list[memoryview]) ->
     """Whether the child's buffers at `addresses` were copied into `views` whole (process_vm_readv, in
     batches of IOV_MAX); False where the system refuses it (a container's seccomp, no such call)."""
     vm_readv = _process_vm_readv()
-    if vm_readv is None:
+    if vm_readv is None or without("vm_copy"):
         return False
     import ctypes
 

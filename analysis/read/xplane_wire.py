@@ -658,7 +658,7 @@ class _EventBatches:
         try:
             for chunk in self.split:
                 self.parts.append(self._decode_chunk(*chunk))
-            answer = self.child.result(self._place) if self.child is not None else None
+            answer = self.child.result(None if forked.without("place") else self._place) if self.child is not None else None
         finally:
             self.close()
         if not (isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[0], list)):
@@ -800,7 +800,7 @@ def decode_xspace(buf, wanted_stat_names=None, number_stat_names=(), halves: boo
     Raises `WireError` for bytes that are not a well-formed XSpace.
     """
     if halves is None:
-        halves = len(buf) >= HALVES_MIN_EVENTS * 16 and forked.can_fork()  # a traced event takes 16 bytes or more
+        halves = len(buf) >= HALVES_MIN_EVENTS * 16 and forked.can_fork() and not forked.without("halves")  # a traced event takes 16 bytes or more
     return _located(buf, wanted_stat_names, halves).finish(number_stat_names)
 
 
@@ -897,13 +897,15 @@ def begin(path, wanted_stat_names, number_stat_names=()) -> bool:
     and the file is big enough to pay for it; a file that cannot be read is left to the read that
     follows, to report as it always does."""
     key = _identity(path, wanted_stat_names, number_stat_names)
-    if key is None or not HALVES_MIN_EVENTS * 16 <= key[2] <= TRACE_MAX_BYTES or key in _BEGUN or not forked.can_fork():
+    if key is None or not HALVES_MIN_EVENTS * 16 <= key[2] <= TRACE_MAX_BYTES or key in _BEGUN or not forked.can_fork() \
+            or forked.without("halves"):
         return False
     buf = None
     try:
         buf = open_trace_bytes(path)
         share = early_child_share(len(buf))
-        located = _located(buf, wanted_stat_names, halves=True, limit=int(len(buf) * (1 - share)))
+        located = _located(buf, wanted_stat_names, halves=True,
+                           limit=None if forked.without("locate") else int(len(buf) * (1 - share)))
         batches = located.batches
         if batches is not None and batches.deferred:
             batches.start_deferred()

@@ -51,7 +51,7 @@ def _single_threaded_linux() -> bool:
 def start(wait: bool = False) -> PlotProcess | None:
     """A helper process, or None where it would not help (one core) or is not safe (not Linux, other
     threads running) or cannot start. With `wait`, it does nothing until `go()` (or `draw`)."""
-    if os.environ.get(ENV_VAR, "").strip() == "0" or not hasattr(os, "fork") or not _single_threaded_linux():
+    if "plots" in os.environ.get("DEVPROF_WITHOUT", "").split(",") or os.environ.get(ENV_VAR, "").strip() == "0" or not hasattr(os, "fork") or not _single_threaded_linux():
         return None
     try:
         from_parent, to_child = os.pipe()  # (read, write)

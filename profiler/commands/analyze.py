@@ -123,12 +123,13 @@ def _begin_reading(args: argparse.Namespace) -> bool:
     decodes most of its events), where the path names one trace plainly: the file, the only one in the
     folder, or the only one of a run directory's or log folder's `plugins/profile/<session>/`. The read
     finishes it, or reads as it always does where it found another file."""
-    if args.scheduler is not None:  # the Dask workers read the trace
+    from analysis.read import forked, xplane_wire
+
+    if args.scheduler is not None or forked.without("early"):  # the Dask workers read the trace
         return False
     trace = _single_trace(Path(args.path))
     if trace is None:
         return False
-    from analysis.read import xplane_wire
     from analysis.read.stat_names import READ_NUMBERS, READ_STATS
 
     return xplane_wire.begin(trace, READ_STATS, READ_NUMBERS)

@@ -1,0 +1,113 @@
+"""Each speed trick of `devprof analyze` switched off in turn: what it buys in time and memory.
+
+The whole command (`devprof analyze RUN --out DIR`, a fresh process each time) on the cached traces of
+`bench_trace_scale.py` (profiler windows of --scale steps: 1000 and 1750 make about 1M and 2M events),
+as it is and with one trick off (`DEVPROF_WITHOUT=<trick>`), the variants alternated within every
+repeat (the order rotated), so that load from other jobs falls on all of them alike. Each variant is
+compared with the command as it is of the same repeat: the paired ratio's median and range is the
+trick's gain and its noise. Memory: the peak of the summed PSS of the command and its children (a page
+that a fork shares counts once), one run per variant and size, and the process's own peak RSS.
+
+    python bench/bench_tricks.py [--scale 1000,1750] [--repeats 9] [--tricks halves,early,...]
+        [--baseline REV] [--xprof]
+
+`--baseline REV` adds the command at a git revision, `--xprof` XProf's converter (bench_trace_scale's
+tasks), both paired with the command as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_trace_scale as scale  # noqa: E402
+
+TRICKS = ("halves", "early", "locate", "vm_copy", "place", "stages", "plots")
+LABELS = {
+    "halves": "decode halves (a forked child decodes part of the events; early or not)",
+    "early": "early begin (the decode begun before pandas and the analysis are imported)",
+    "locate": "the child locating its own part of the lines",
+    "vm_copy": "the copy from the child's memory (process_vm_readv; off: through the pipe)",
+    "place": "copy into place (the child's arrays read into the joined columns)",
+    "stages": "the stages child (tf.data stages and eager ops beside the step analysis)",
+    "plots": "the plot helper (matplotlib imported and the PNGs drawn in a second process)",
+}
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=lambda text: [int(part) for part in text.split(",")], default=[1000, 1750])
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--tricks", type=lambda text: text.split(","), default=list(TRICKS))
+    parser.add_argument("--baseline", metavar="REV", help="also the command at this git revision (or tree folder)")
+    parser.add_argument("--xprof", action="store_true", help="also XProf's converter")
+    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "devprof-bench-trace-scale")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--host-tracer-level", type=int, default=2)
+    args = parser.parse_args(argv)
+    unknown = set(args.tricks) - set(TRICKS)
+    if unknown:
+        parser.error(f"unknown tricks {sorted(unknown)}; known: {','.join(TRICKS)}")
+    runs = {}
+    for steps in args.scale:
+        run = scale.ensure_run(args, (10, 10 + steps))
+        runs[steps] = (run, scale._facts(run))
+    baseline = scale._tree_at(args.baseline) if args.baseline else None
+    for tree in (scale.REPO, baseline):
+        if tree is not None:
+            scale.compiled(tree)
+    variants = ["command", *(f"command-without-{trick}" for trick in args.tricks)]
+    variants += ["command-baseline"] * bool(baseline) + ["xprof"] * args.xprof
+    results: dict[tuple[int, str], list[dict]] = {(steps, v): [] for steps in args.scale for v in variants}
+    pss: dict[tuple[int, str], float] = {}
+    with tempfile.TemporaryDirectory(prefix="devprof-bench-tricks-") as scratch:
+        def command(variant: str, steps: int):
+            run, facts = runs[steps]
+            if variant == "xprof":
+                return scale._python("xprof", facts["xplane"]), {}, None
+            return scale._command(variant, run, scratch, baseline)
+
+        for variant in variants:  # warm the bytecode and the page cache
+            scale.measure(*command(variant, args.scale[0]))
+        for repeat in range(args.repeats):
+            for index, steps in enumerate(args.scale if repeat % 2 == 0 else args.scale[::-1]):
+                shift = (repeat + index) % len(variants)
+                for variant in variants[shift:] + variants[:shift]:
+                    result = scale.measure(*command(variant, steps))
+                    results[(steps, variant)].append(result)
+                    print(f"repeat {repeat + 1}, {runs[steps][1]['events']:,} events, {variant}: "
+                          f"{result['wall_s']:.2f} s, {result['peak_mib']:.0f} MiB", file=sys.stderr)
+        for steps in args.scale:
+            for variant in variants:
+                pss[(steps, variant)] = scale.summed_pss(*command(variant, steps))[0]
+    print(f"\n{args.repeats} repeats, variants alternated (order rotated every repeat), each a fresh process; "
+          "ratio: the variant's wall time over the command's as it is in the same repeat, median (range)\n")
+    print("| events | variant | wall s, median (range) | ratio to as it is | peak RSS MiB | summed PSS MiB |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for steps in args.scale:
+        events = runs[steps][1]["events"]
+        mine = results[(steps, "command")]
+        for variant in variants:
+            rows = results[(steps, variant)]
+            walls = [row["wall_s"] for row in rows]
+            ratios = [row["wall_s"] / base["wall_s"] for row, base in zip(rows, mine)]
+            label = {"command": "as it is", "command-baseline": f"at {args.baseline}", "xprof": "XProf's converter"}.get(
+                variant, "without " + LABELS.get(variant.removeprefix("command-without-"), variant))
+            print(f"| {events:,} | {label} | {_spread(walls)} | {_spread(ratios)} | "
+                  f"{statistics.median(row['peak_mib'] for row in rows):.0f} | {pss[(steps, variant)]:.0f} |")
+    print(f"\ncommand: {shlex.join(['python', 'bench/bench_tricks.py', *(argv or sys.argv[1:])])}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
