@@ -14,10 +14,18 @@ __all__ = ["Analysis", "Comparison", "analyze", "analyze_worker", "compare"]
 
 
 def __getattr__(name: str):
-    if name in ("Analysis", "analyze", "analyze_worker"):
-        from analysis import pipeline
+    if name == "analyze":
+        from analysis.pipeline import analyze
 
-        return getattr(pipeline, name)
+        return analyze
+    if name == "Analysis":
+        from analysis.result import Analysis
+
+        return Analysis
+    if name == "analyze_worker":
+        from analysis.worker import analyze_worker
+
+        return analyze_worker
     if name == "Comparison":
         from analysis.comparison import Comparison
 

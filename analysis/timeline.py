@@ -38,7 +38,7 @@ def check_events(events: str) -> str:
     return events
 
 
-Analyse = Callable[[RunInputs], object]  # a worker's files, read once, to its Analysis (pipeline.analyze_inputs)
+Analyse = Callable[[RunInputs], object]  # a worker's files, read once, to its Analysis (worker.analyze_inputs)
 
 
 def write_perfetto(analysis, path: str | Path, analyse: Analyse, events: str = "ops",

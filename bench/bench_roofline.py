@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from analysis.breakdown import roofline
-    from analysis.pipeline import analyze_inputs
+    from analysis.worker import analyze_inputs
     from analysis.read.inputs import read_inputs
 
     ceilings = roofline.Ceilings({"float32": {"matrix_flops_per_second": 2e11, "vector_flops_per_second": 5e10,

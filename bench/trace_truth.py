@@ -62,7 +62,7 @@ def own_grouping(view) -> int | None:
 
 
 def devprof_row(path: Path) -> dict:
-    from analysis.pipeline import analyze_worker
+    from analysis.worker import analyze_worker
 
     result = analyze_worker(path)
     recorded = result.devices[result.devices["recorded"].astype(bool)] if not result.devices.empty else result.devices

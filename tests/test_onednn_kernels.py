@@ -18,7 +18,7 @@ import pytest
 from trace_fixtures import NS_PER_MS, _Plane, _write_space, _xspace_class
 
 from analysis.breakdown import onednn, roofline
-from analysis.pipeline import analyze_inputs
+from analysis.worker import analyze_inputs
 from analysis.read.inputs import read_inputs
 from analysis.read.onednn_log import ONEDNN_LOG, parse_onednn_log, read_onednn_log, trace_origin_ns
 

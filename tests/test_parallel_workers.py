@@ -7,7 +7,7 @@ import pytest
 
 import trace_fixtures as fx
 
-from analysis import pipeline
+from analysis import job, pipeline
 
 
 @pytest.mark.slow  # forks worker processes
@@ -25,14 +25,14 @@ def test_the_pool_is_bounded_by_cores_memory_and_trace_size(tmp_path, monkeypatc
     small = [tmp_path / f"w{i}.xplane.pb" for i in range(4)]
     for path in small:
         path.write_bytes(b"x" * 1000)
-    assert pipeline.pool_size(small) == 1  # small traces: one process is faster
-    assert pipeline.pool_size(small, processes=8) == 4  # never more than the files
-    monkeypatch.setattr(pipeline, "POOL_MIN_TRACE_BYTES", 100)
+    assert job.pool_size(small) == 1  # small traces: one process is faster
+    assert job.pool_size(small, processes=8) == 4  # never more than the files
+    monkeypatch.setattr(job, "POOL_MIN_TRACE_BYTES", 100)
     monkeypatch.setattr("os.cpu_count", lambda: 2)
-    assert pipeline.pool_size(small) == 2
+    assert job.pool_size(small) == 2
 
     class Memory:
-        available = 1000 * pipeline.MEMORY_PER_TRACE_BYTE  # room for one trace of 1000 bytes
+        available = 1000 * job.MEMORY_PER_TRACE_BYTE  # room for one trace of 1000 bytes
 
     monkeypatch.setattr("psutil.virtual_memory", lambda: Memory())
-    assert pipeline.pool_size(small) == 1
+    assert job.pool_size(small) == 1

@@ -15,7 +15,7 @@ import pytest
 import trace_fixtures as fx
 
 import analysis
-from analysis import pipeline, render
+from analysis import job, pipeline, render
 from profiler.cli import main
 
 ANALYSIS_DIR = Path(analysis.__file__).resolve().parent
@@ -71,13 +71,13 @@ def test_analyze_lists_its_formats_from_the_registry(capsys, device_trace):
 
 def test_a_session_is_assembled_from_one_analysis_per_host_file(session, monkeypatch):
     calls = []
-    real = pipeline.analyze_worker
+    real = job.analyze_worker
 
     def counting(path, step_name=None, peak=None):
         calls.append(Path(path))
         return real(path, step_name, peak)
 
-    monkeypatch.setattr(pipeline, "analyze_worker", counting)
+    monkeypatch.setattr(job, "analyze_worker", counting)
     result = pipeline.analyze(session.logdir)
     assert len(calls) == len(session.files), calls  # the chief once, each other host once
     per_host = {Path(p).name: real(p).mean["step_ms"] for p in session.files}
@@ -110,7 +110,7 @@ def test_facts_are_built_in_one_place_from_typed_arguments():
                 assert "record" not in names and node.args.kwarg is None or node.name == "make_facts", \
                     f"{path.name}:{node.lineno} {node.name}({', '.join(names)})"
     assert not _calls_in_package("facts_from")
-    job_assembly = [site for site in _calls_in_package("analyze") if site.startswith("pipeline.py")]
+    job_assembly = [site for site in _calls_in_package("analyze") if site.startswith(("pipeline.py", "job.py"))]
     assert job_assembly == [], "a job is assembled from its workers' results, never analysed again"
 
 
@@ -137,7 +137,7 @@ def test_events_are_selected_by_plane_only_in_the_trace_view():
 
 
 def test_one_worker_is_a_straight_line():
-    source = (ANALYSIS_DIR / "pipeline.py").read_text()
+    source = (ANALYSIS_DIR / "worker.py").read_text()
     tree = ast.parse(source)
     lengths = {node.name: node.end_lineno - node.lineno + 1 for node in ast.walk(tree)
                if isinstance(node, ast.FunctionDef)}

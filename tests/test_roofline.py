@@ -11,7 +11,7 @@ import pytest
 from trace_fixtures import NS_PER_MS, _Plane, _write_space, _xspace_class
 
 from analysis.breakdown import roofline
-from analysis.pipeline import analyze_inputs
+from analysis.worker import analyze_inputs
 from analysis.read.inputs import read_inputs
 
 BASE_NS = 1_700_000_000_000_000_000

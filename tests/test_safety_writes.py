@@ -207,7 +207,7 @@ def test_a_real_full_disk_while_the_trace_is_written_leaves_training_going(tmp_p
     import subprocess
     import sys
 
-    from analysis.pipeline import analyze_worker
+    from analysis.worker import analyze_worker
 
     disk, kept = tmp_path / "disk", tmp_path / "kept"
     disk.mkdir()

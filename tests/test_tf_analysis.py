@@ -105,7 +105,7 @@ def test_the_reading_happens_once_in_the_read_stage(window_trace):
     assert inputs.tensorflow is not None and inputs.tensorflow.step_ms == 78.0
     assert inputs.without_trace().tensorflow is inputs.tensorflow
     window_trace.with_name("census-like.overview_page.pb").unlink()  # nothing later opens the file again
-    from analysis.pipeline import analyze_inputs
+    from analysis.worker import analyze_inputs
 
     assert analyze_inputs(inputs).tensorflow.tensorflow.step_ms == 78.0
 

@@ -161,7 +161,11 @@ def _device_share(ns: np.ndarray, eager: np.ndarray, names: np.ndarray, kernels:
 
 def tf_eager_shares(view: TraceView) -> tuple[float, float]:
     """TensorFlow's `host_op_time_eager_percent` and `device_op_time_eager_percent`, from the trace
-    (module docstring); NaN where no host (device) op was recorded."""
+    (module docstring); NaN where no host (device) op was recorded. Worked out once per view."""
+    return view.query(_tf_eager_shares)
+
+
+def _tf_eager_shares(view: TraceView) -> tuple[float, float]:
     host = view.host
     device = view.device.sort_values(["plane", "line"], kind="stable")  # XProf's order: planes, lines, events
     op_stat = (device["tf_op"].astype(object) if "tf_op" in device else pd.Series(pd.NA, index=device.index, dtype=object))
@@ -218,11 +222,9 @@ def tf_eager_shares(view: TraceView) -> tuple[float, float]:
     return host_pct, device_pct
 
 
-def eager_ops(view: TraceView | None, steps: pd.DataFrame,
-              shares: tuple[float, float] | None = None) -> EagerOps | None:
+def eager_ops(view: TraceView | None, steps: pd.DataFrame) -> EagerOps | None:
     """Eager execution inside `steps` (their `start_ns`, `end_ns`, `steps`); None without a trace,
-    steps, or any eager call in them. `shares`: `tf_eager_shares(view)`, where it was worked out before
-    the steps were known."""
+    steps, or any eager call in them."""
     if view is None or steps.empty or view.host.empty:
         return None
     calls = view.host[matches(view.host["name"], EAGER_RE)]
@@ -255,7 +257,7 @@ def eager_ops(view: TraceView | None, steps: pd.DataFrame,
     top = tuple((str(name), float(ns) / NS_PER_MS / training_steps) for name, ns in per_op.head(TOP_OPS).items())
     durations = eager["duration_ns"].to_numpy(dtype=np.int64)[inside]
     floor_ms = float(np.percentile(durations, CALL_FLOOR_PERCENTILE)) / NS_PER_MS if durations.size else math.nan
-    host_pct, device_pct = tf_eager_shares(view) if shares is None else shares
+    host_pct, device_pct = tf_eager_shares(view)
     return EagerOps(op_time_pct=100.0 * eager_ns / (eager_ns + function_ns),
                     ms_per_step=eager_ns / NS_PER_MS / training_steps,
                     step_pct=100.0 * eager_ns / step_ns if step_ns > 0 else 0.0, ops=top,

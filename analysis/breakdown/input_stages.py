@@ -73,7 +73,11 @@ class StageTimes:
 
 
 def stage_times(view: TraceView) -> StageTimes:
-    """The self time of every stage event (see the module docstring)."""
+    """The self time of every stage event (see the module docstring); worked out once per view."""
+    return view.query(_stage_times)
+
+
+def _stage_times(view: TraceView) -> StageTimes:
     stages = view.stages
     if stages.empty:
         return StageTimes(np.zeros(0, dtype=np.int64), {})
@@ -169,10 +173,9 @@ class InputStages:
 STAGE_COLUMNS = ["stage", "ms_per_batch", "calls", "wait_ms_per_step"]
 
 
-def input_stages(view: TraceView, steps: pd.DataFrame, times: StageTimes | None = None) -> InputStages:
-    """The stages of `view` over `steps` (`start_ns`, `end_ns`: the steps the mean is taken of);
-    `times`: `stage_times(view)`, where it was worked out before the steps were known."""
-    table = input_stage_table(view, steps, times)
+def input_stages(view: TraceView, steps: pd.DataFrame) -> InputStages:
+    """The stages of `view` over `steps` (`start_ns`, `end_ns`: the steps the mean is taken of)."""
+    table = input_stage_table(view, steps)
     slowest = slowest_in_table(table, training_steps(_traced_steps(view, steps)))
     if slowest is not None:
         own = table.loc[table["stage"] == slowest.name, "ms_per_batch"]
@@ -278,7 +281,7 @@ def _window(steps: pd.DataFrame) -> iv.Intervals:
     return iv.union(steps["start_ns"].to_numpy(dtype=np.int64), steps["end_ns"].to_numpy(dtype=np.int64))
 
 
-def input_stage_table(view: TraceView, steps: pd.DataFrame, times: StageTimes | None = None) -> pd.DataFrame:
+def input_stage_table(view: TraceView, steps: pd.DataFrame) -> pd.DataFrame:
     """`stage`, `ms_per_batch` (self time per call), `calls`, `wait_ms_per_step` (the step's wait for its
     batch while the stage works, ms per step, at most the mean wait; NaN: the trace has no wait), the
     one holding the most of the wait first. Over the stage calls that start within `steps` once their
@@ -287,7 +290,7 @@ def input_stage_table(view: TraceView, steps: pd.DataFrame, times: StageTimes | 
     stages = view.stages
     if stages.empty:
         return pd.DataFrame(columns=STAGE_COLUMNS)
-    times = stage_times(view) if times is None else times
+    times = stage_times(view)
     traced = _traced_steps(view, steps)
     window = _window(traced) if len(traced) else iv.empty()
     starts = stages["start_ns"].to_numpy(dtype=np.int64)

@@ -26,7 +26,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis.read.run_files import PEAK_FLOPS_LIMIT
+from analysis.breakdown import onednn
+from analysis.breakdown.ops import OP_COLUMNS, OP_KEYS, op_table
+from analysis.read import run_files
+from analysis.read.inputs import RunInputs
+from analysis.read.run_files import PEAK_FLOPS_LIMIT, RunRecord
 
 ROOFLINE_COLUMNS = ["program", "dtype", "kind", "kernel", "flops_per_step", "bytes_per_step", "flops_per_second",
                     "bytes_per_second", "intensity", "bound", "ceiling_pct"]
@@ -515,3 +519,74 @@ def summary(ops: pd.DataFrame, ceilings: Ceilings | None, model_flops_per_step: 
                             "of its ceiling is given; measure one (devprof peak, then devprof run --measure-peak) or "
                             "give it (devprof analyze --peak-file FILE or --peak-tflops TFLOPS)")
     return out
+
+
+# ---------------------------------------------------------------- one worker's ops on its ceilings
+
+def ops_on_the_roofline(inputs: RunInputs, used: pd.DataFrame, device: str, peak: Ceilings | None
+                         ) -> tuple[pd.DataFrame, dict | None]:
+    """The op table of the `used` steps with each op's costs and share of its ceiling, and the
+    roofline summary. The ceilings: `peak` (the user's), else the run's measured peak, a CPU one
+    scaled to this worker's share of the cores; a peak and a bandwidth the trace states fill in what
+    neither gives; a compute ceiling the ops beat is refused, with a warning."""
+    view = inputs.trace
+    ops = op_table(view, used, device) if view is not None else pd.DataFrame(columns=OP_COLUMNS + OP_KEYS)
+    implementations = (onednn.op_implementations(view, used, inputs.onednn)
+                       if view is not None and device == "cpu" and inputs.onednn is not None else None)
+    ops = attach_costs(ops, inputs.op_costs, device, implementations)
+    dtypes = sorted(set(ops["dtype"]) - {""})
+    run = inputs.run
+    ceilings = peak if peak is not None else ceilings_from_peak(run.peak if run is not None else None,
+                                                                           "run.json peak")
+    ceilings = ceilings.for_dtypes(dtypes) if ceilings is not None else None
+    if device == "cpu" and run is not None:
+        ceilings = for_worker_cores(ceilings, *_worker_cores(run))
+    ceilings = with_stated_peak(ceilings, inputs.stated_peak_flops, dtypes, "trace (stated peak)")
+    ceilings = with_bandwidth(ceilings, inputs.stated_bandwidth, dtypes, "trace (stated bandwidth)")
+    ceilings, refused = refuse_beaten(ops, ceilings)
+    for sentence in refused:
+        run_files.warn(f"roofline: {sentence}")
+    ops = apply_ceilings(ops, ceilings)
+    return ops, summary(ops, ceilings, _model_flops_per_step(run),
+                        inputs.op_costs is not None and not inputs.op_costs.empty, refused)
+
+
+def _worker_cores(run: RunRecord) -> tuple[float, float]:
+    """(the intra-op threads of a worker that shared its machine with other workers, the machine's
+    cores); NaN where the worker had the machine to itself or run.json does not say."""
+    device = run.device
+    local, threads, cores = device.get("local_workers"), device.get("intra_op_threads"), device.get("cores")
+    number = (int, float)
+    if not isinstance(local, number) or local <= 1 or not isinstance(threads, number) or threads <= 0:
+        return math.nan, math.nan
+    return float(threads), float(cores) if isinstance(cores, number) and cores > 0 else math.nan
+
+
+
+def measured_matrix_ceilings(inputs: RunInputs, peak: Ceilings | None
+                              ) -> tuple[dict[str, float], str | None, tuple]:
+    """The matrix FLOP/s measured (or given) per dtype, their source, and what the smallest matrix ops
+    `devprof peak` timed reached per dtype: what precision advice compares. A ceiling given for every
+    dtype at once, or stated by the trace, says nothing of one dtype against another."""
+    run = inputs.run
+    ceilings = peak if peak is not None else ceilings_from_peak(run.peak if run is not None else None,
+                                                                           "run.json peak")
+    if ceilings is None:
+        return {}, None, ()
+    rates = {dtype: values.get("matrix_flops_per_second", math.nan) for dtype, values in ceilings.by_dtype.items()
+             if dtype != ANY_DTYPE}
+    small = smallest_matrix_rates(run.peak) if peak is None and run is not None else ()
+    return rates, ceilings.source, small
+
+
+def _model_flops_per_step(run: RunRecord | None) -> float:
+    """The model's training FLOPs per step from run.json (FLOPs per image x this worker's batch); NaN unknown."""
+    if run is None:
+        return math.nan
+    per_image = run.model.get("train_flops_per_image")
+    batch = run.raw.get("per_worker_batch_size") or run.config.get("batch_size")
+    if not isinstance(per_image, (int, float)) or not isinstance(batch, (int, float)) or per_image <= 0 or batch <= 0:
+        return math.nan
+    return float(per_image) * float(batch)
+
+

@@ -29,10 +29,11 @@ from analysis.comparison.op_diff import op_diff_runs
 from analysis.comparison.reading import RunRead, read_external, read_run, validate_external
 from analysis.comparison.rows import COMPONENTS, external_rows, run_row, steady_components, steady_epochs
 from analysis.comparison.table import compare, flags_for, pick_baseline, speedups, warnings
-from analysis.pipeline import analyze, analyze_inputs, checked_path
+from analysis.pipeline import analyze
 from analysis.read import run_files
 from analysis.render import Rendered
 from analysis.rules.table import suggest_steps_per_execution
+from analysis.worker import analyze_inputs, checked_path
 
 
 @dataclass(frozen=True)

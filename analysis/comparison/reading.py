@@ -11,11 +11,12 @@ import numpy as np
 import pandas as pd
 
 from analysis.comparison.errors import CompareError
-from analysis.pipeline import Analysis, analyze_inputs
 from analysis.read import run_files
 from analysis.read.inputs import RunInputs, read_inputs, read_run_files
 from analysis.read.run_files import RunRecord
 from analysis.read.trace import TraceError, TraceNotFound
+from analysis.result import Analysis
+from analysis.worker import analyze_inputs
 
 EXTERNAL_REQUIRED = ("device", "seconds_per_epoch")
 EXTERNAL_OPTIONAL = ("batch_size", "images", "notes")
@@ -52,7 +53,7 @@ class RunRead:
 
 def read_run(path: str | Path) -> RunRead:
     """One run directory (or a job of `worker-<i>/` run directories): its files and its trace's
-    analysis, through the one pipeline (`analysis.pipeline.analyze_inputs`)."""
+    analysis, through the one pipeline (`analysis.worker.analyze_inputs`)."""
     path = Path(path)
     run_json = path / run_files.RUN_JSON
     if not path.is_dir() or not run_json.is_file():

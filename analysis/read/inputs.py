@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -23,6 +24,9 @@ from analysis.read.samples import summarize
 from analysis.read.tf_analysis import TensorFlowAnalysis, read_tf_analysis
 from analysis.read.trace import TraceNotFound, TraceUnreadable, read_trace
 from analysis.read.view import TraceView
+
+if TYPE_CHECKING:
+    from analysis.parallel import Helpers
 
 
 @dataclass(frozen=True)
@@ -63,16 +67,17 @@ def is_run_dir(path: Path) -> bool:
     return path.is_dir() and (path / run_files.STEPS_CSV).is_file() and (path / run_files.RUN_JSON).is_file()
 
 
-def read_inputs(path: str | Path, *, trace: bool = True) -> RunInputs:
+def read_inputs(path: str | Path, *, trace: bool = True, helpers: Helpers | None = None) -> RunInputs:
     """The trace at `path` and, where it lies in a devprof run directory (or `path` is one), that
     run's files. A run directory without a readable trace is analysed from its steps.csv: a
     trace that is there but cannot be parsed (a full disk cuts it short) is kept as
-    `trace_error`, never passed off as no trace. `trace=False` reads only the run's files."""
+    `trace_error`, never passed off as no trace. `trace=False` reads only the run's files.
+    `helpers`: lend the trace's decode another core (`analysis.parallel`)."""
     path = Path(path)
     view, error = None, None
     if trace:
         try:
-            view = TraceView(read_trace(path))
+            view = TraceView(read_trace(path, helpers))
         except TraceNotFound as exc:
             if not is_run_dir(path):
                 odd = run_files.irregular_run_files(path) if path.is_dir() else []

@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.read.locate import file_kind
+
 # Every JSON document devprof writes or prints carries this (docs/json.md lists the keys).
 SCHEMA_VERSION = 1
 
@@ -108,15 +110,6 @@ def warn(message: str) -> None:
 # and far below what would exhaust memory. A file above its bound is refused before it is read.
 RUN_JSON_MAX_BYTES = 64 * 2**20
 CSV_MAX_BYTES = 512 * 2**20
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
-def file_kind(mode: int) -> str:
-    """What a path that is not a regular file is, for messages ('a FIFO', 'a character device', ...)."""
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
-
-
 def irregular_run_file_kinds(folder: Path) -> list[tuple[str, str]]:
     """(name, what it is) of run.json and steps.csv where they exist in `folder` but are no regular
     files (a link to /dev/zero, a FIFO): ("run.json", "a character device")."""

@@ -13,12 +13,24 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from analysis.read import run_files
 from analysis.read import xplane_wire as wire
+from analysis.read.locate import (  # noqa: F401 - where a trace lies, and the errors of reading one, are also trace's
+    GZIP_SUFFIX,
+    PROFILE_SUBDIR,
+    TRACE_SUFFIX,
+    TraceError,
+    TraceLocation,
+    TraceNotFound,
+    TraceUnreadable,
+    file_kind,
+    locate_trace,
+)
 from analysis.read.run_files import warn
 from analysis.read.stat_names import (  # also trace's own names: the stats read_trace decodes
     EVENT_STAT_COLUMNS,
@@ -31,6 +43,9 @@ from analysis.read.stat_names import (  # also trace's own names: the stats read
     READ_STATS,
 )
 
+if TYPE_CHECKING:
+    from analysis.parallel import Helpers
+
 TRACE_MAX_BYTES = wire.TRACE_MAX_BYTES
 # Event times no profiler writes: a negative duration, a start more than a second before its
 # line's start, a line's start before 1970 or past 2100, or a start or end more than a day from the middle of its plane (a profile
@@ -42,36 +57,6 @@ LATEST_LINE_START_NS = 4_102_444_800 * 10**9
 FARTHEST_FROM_TRACE_NS = 24 * 3600 * 10**9
 # More of the events than this with impossible times: the trace is refused rather than analysed without them.
 MOST_IMPOSSIBLE_SHARE = 0.1
-GZIP_SUFFIX = ".gz"
-
-TRACE_SUFFIX = ".xplane.pb"
-PROFILE_SUBDIR = Path("plugins") / "profile"
-
-
-class TraceError(Exception):
-    """A trace could not be found, read, or has nothing to analyse."""
-
-
-class TraceNotFound(TraceError):
-    """No `.xplane.pb` where the path points."""
-
-
-class TraceUnreadable(TraceError):
-    """A trace file is there but cannot be parsed: truncated (e.g. a full disk) or not a trace."""
-
-
-@dataclass(frozen=True)
-class TraceLocation:
-    """Where a trace came from: the path asked for, the file read and which session."""
-
-    requested: Path
-    xplane: Path
-    session: str
-    run_dir: Path | None
-    note: str = ""
-    host_files: tuple[Path, ...] = ()  # every host's trace in the session (several workers), `xplane` first
-
-
 @dataclass
 class Trace:
     """An XSpace as tables; times are integer nanoseconds on the trace's clock."""
@@ -106,103 +91,6 @@ class Trace:
         return self.known_stats
 
 
-def _sessions_under(profile_dir: Path) -> list[Path]:
-    return sorted(
-        (d for d in profile_dir.iterdir() if d.is_dir() and any(d.glob("*" + TRACE_SUFFIX))),
-        key=lambda d: (d.name, d.stat().st_mtime),
-    )
-
-
-def locate_trace(path: str | Path) -> TraceLocation:
-    """Resolve a user path to one `.xplane.pb`.
-
-    Accepts a devprof run directory, a TensorBoard log folder holding
-    `plugins/profile` (at any depth, as Keras writes `<logdir>/train/plugins/...`),
-    one profile session folder, or the file itself. With several sessions the newest
-    (session names are timestamps) is used and the note says so.
-    """
-    requested = Path(path)
-    if not requested.exists():
-        raise TraceNotFound(f"no such file or directory: {requested}")
-    if not requested.is_dir() and not requested.is_file():
-        raise TraceError(f"{requested} is {_kind_of(requested)}, not a profiler trace file")
-    if requested.is_file():
-        if requested.name.endswith(TRACE_SUFFIX + GZIP_SUFFIX):
-            raise TraceError(f"{requested} is gzipped: unzip it first (gunzip -k '{requested}') and analyse the "
-                             f"{TRACE_SUFFIX} file")
-        if not requested.name.endswith(TRACE_SUFFIX):
-            raise TraceError(f"{requested} is not a profiler trace: expected a file named *{TRACE_SUFFIX}")
-        return TraceLocation(requested, requested, requested.parent.name, _run_dir_of(requested), "", (requested,))
-
-    direct = sorted(requested.glob("*" + TRACE_SUFFIX))
-    if direct:
-        note = _several_hosts_note(direct)
-        return TraceLocation(requested, direct[0], requested.name, _run_dir_of(direct[0]), note, tuple(direct))
-
-    sessions: list[Path] = []
-    profile_dirs = [p for p in requested.glob("**/" + str(PROFILE_SUBDIR)) if p.is_dir()]
-    if requested.resolve().match(str(PROFILE_SUBDIR)):  # the profile folder itself was given
-        profile_dirs.append(requested)
-    for profile_dir in sorted(profile_dirs):
-        sessions.extend(_sessions_under(profile_dir))
-    if not sessions:
-        raise TraceNotFound(
-            f"no profiler trace in {requested}: looked for */{PROFILE_SUBDIR}/<session>/*{TRACE_SUFFIX}"
-            f" and *{TRACE_SUFFIX}; found {_describe_contents(requested)}{_gzipped_note(requested, profile_dirs)}"
-        )
-    sessions.sort(key=lambda d: (d.name, d.stat().st_mtime))
-    newest = sessions[-1]
-    files = sorted(newest.glob("*" + TRACE_SUFFIX))
-    note = ""
-    if len(sessions) > 1:
-        note = f"{len(sessions)} profile sessions found; using the newest, {newest.name}"
-    more = _several_hosts_note(files)
-    note = "; ".join(n for n in (note, more) if n)
-    return TraceLocation(requested, files[0], newest.name, _run_dir_of(files[0]), note, tuple(files))
-
-
-def _several_hosts_note(files: list[Path]) -> str:
-    if len(files) > 1:
-        return f"{len(files)} host traces in the session: the breakdown is {files[0].name}'s, one row per worker below"
-    return ""
-
-
-def _run_dir_of(xplane: Path) -> Path | None:
-    """The devprof run directory holding this trace: the folder of TensorBoard's log layout
-    (`RUN/plugins/profile/SESSION/HOST.xplane.pb`) where it has a run.json. Never a run.json further up:
-    an unrelated run's settings and steps would be read (and its folder written to)."""
-    parents = xplane.parents
-    if len(parents) > 3 and parents[1].name == "profile" and parents[2].name == "plugins" \
-            and (parents[3] / "run.json").is_file():
-        return parents[3]
-    return None
-
-
-def _describe_contents(folder: Path) -> str:
-    entries = sorted(p.name for p in folder.iterdir())
-    if not entries:
-        return "an empty folder"
-    shown = ", ".join(entries[:8]) + (", ..." if len(entries) > 8 else "")
-    return f"{len(entries)} {'entry' if len(entries) == 1 else 'entries'} ({shown})"
-
-
-def _gzipped_note(folder: Path, profile_dirs: list[Path]) -> str:
-    """A hint when the only traces there are gzipped (`*.xplane.pb.gz`): devprof reads them unzipped."""
-    pattern = "*" + TRACE_SUFFIX + GZIP_SUFFIX
-    found = sorted(folder.glob(pattern)) + sorted(f for d in profile_dirs for f in d.glob("*/" + pattern))
-    if not found:
-        return ""
-    return (f"; {found[0]}{f' and {len(found) - 1} more' if len(found) > 1 else ''} is gzipped: unzip it first "
-            f"(gunzip -k FILE) so that it is a {TRACE_SUFFIX} file")
-
-
-def _kind_of(path: Path) -> str:
-    try:
-        return run_files.file_kind(path.stat().st_mode)
-    except OSError:
-        return "unreadable"
-
-
 def _open_trace(xplane: Path):
     """The trace's bytes in memory (`wire.read_into_memory`), after checking it is a regular file within
     `TRACE_MAX_BYTES` (a FIFO is opened without waiting for a writer, a device is never read)."""
@@ -213,7 +101,7 @@ def _open_trace(xplane: Path):
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise TraceUnreadable(f"{xplane} is {run_files.file_kind(info.st_mode)}, not a trace file: not read")
+            raise TraceUnreadable(f"{xplane} is {file_kind(info.st_mode)}, not a trace file: not read")
         if not info.st_size:
             raise TraceUnreadable(f"{xplane} is empty (0 bytes): the profiler did not finish writing it")
         if info.st_size > TRACE_MAX_BYTES:
@@ -230,25 +118,24 @@ def _unreadable(xplane: Path, size: int, why: str) -> TraceUnreadable:
     return TraceUnreadable(f"{xplane} is not a readable XSpace trace ({size} bytes, truncated or corrupt): {why}")
 
 
-def _decode_file(xplane: Path, names, number_names=()) -> wire.DecodedSpace:
-    """Decode one `.xplane.pb`; a truncated or foreign file raises `TraceUnreadable`. A decode the
-    command began before its imports (`wire.begin`) is finished instead."""
-    begun = wire.take(xplane, names, number_names)
+def _decode_file(xplane: Path, names, number_names=(), helpers: Helpers | None = None) -> wire.DecodedSpace:
+    """Decode one `.xplane.pb`; a truncated or foreign file raises `TraceUnreadable`. `helpers`: a decode
+    they began for this file is finished, and a large trace's events are decoded on two cores."""
+    begun = helpers.take_begun(xplane, names, number_names) if helpers is not None else None
     if begun is not None:
-        located, buffer = begun
-        del begun
-        size = len(buffer)
+        size = len(begun.buf)
         try:
-            space = located.finish(number_names)
+            space = begun.located.finish(number_names)
         except wire.WireError as exc:
             raise _unreadable(xplane, size, str(exc)) from None
         finally:
-            del located
-            wire.close_map(buffer)
+            begun.close()
+            del begun
     else:
         size, buffer = _open_trace(xplane)
         try:
-            space = _decode(buffer, names, lambda why: _unreadable(xplane, size, why), number_names)
+            space = _decode(buffer, names, lambda why: _unreadable(xplane, size, why), number_names,
+                            helpers.child if helpers is not None else None)
         finally:
             wire.close_map(buffer)
     if not space.planes:
@@ -256,9 +143,9 @@ def _decode_file(xplane: Path, names, number_names=()) -> wire.DecodedSpace:
     return space
 
 
-def _decode(buf, names, error, number_names=()) -> wire.DecodedSpace:
+def _decode(buf, names, error, number_names=(), fork: wire.ForkChild | None = None) -> wire.DecodedSpace:
     try:
-        return wire.decode_xspace(buf, names, number_names)
+        return wire.decode_xspace(buf, names, number_names, fork)
     except wire.WireError as exc:
         raise error(str(exc)) from None
 
@@ -666,10 +553,11 @@ def xspace_to_tables(source) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, 
     return _tables(_decoded(source, EVENT_STAT_COLUMNS))
 
 
-def read_trace(path: str | Path) -> Trace:
-    """Locate and parse a trace; see `locate_trace` for the accepted paths."""
+def read_trace(path: str | Path, helpers: Helpers | None = None) -> Trace:
+    """Locate and parse a trace; see `locate_trace` for the accepted paths. `helpers`: lend the decode
+    another core (`analysis.parallel`)."""
     location = locate_trace(path)
-    space = _decode_file(location.xplane, READ_STATS, READ_NUMBERS)
+    space = _decode_file(location.xplane, READ_STATS, READ_NUMBERS, helpers)
     planes, lines, events, kept = _event_tables(space, str(location.xplane))
     memory = memory_stats(space, kept)
     hostnames = space.hostnames

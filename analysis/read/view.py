@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
+from typing import TypeVar, cast
 
 import numpy as np
 import pandas as pd
@@ -23,6 +25,7 @@ from analysis.producers import tpu as tpu_producer
 from analysis.read.trace import DeviceSpecs, Trace, device_specs
 
 NS_PER_MS = 1e6
+T = TypeVar("T")
 # The allocators' events (`TraceView.memory`): bytes in use is the allocator's bytes_allocated plus
 # bytes_reserved after the event (XProf's heap + stack), NaN where the event does not say.
 MEMORY_COLUMNS = {"allocator": object, "start_ns": "int64", "allocation": bool, "bytes_in_use": float,
@@ -85,6 +88,15 @@ class TraceView:
 
     def __init__(self, trace: Trace):
         self.trace = trace
+        self._queries: dict[Callable, object] = {}
+
+    def query(self, compute: Callable[[TraceView], T]) -> T:
+        """`compute(self)`, worked out once per view and kept: a stage's work that needs no steps (the
+        tf.data stages' self times, TensorFlow's eager shares), which a helper process can begin before
+        the steps are found."""
+        if compute not in self._queries:
+            self._queries[compute] = compute(self)
+        return cast(T, self._queries[compute])
 
     @property
     def events(self) -> pd.DataFrame:

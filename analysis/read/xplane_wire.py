@@ -30,8 +30,6 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.read import forked
-
 WIRE_VARINT, WIRE_FIXED64, WIRE_LEN, WIRE_FIXED32 = 0, 1, 2, 5
 
 # XStat value kinds (their field numbers); 0: no value.
@@ -40,9 +38,6 @@ STAT_DOUBLE, STAT_UINT64, STAT_INT64, STAT_STR, STAT_BYTES, STAT_REF = 2, 3, 4, 
 # The largest trace devprof reads (docs/run-directory.md): reading takes about 8 bytes of memory per
 # byte of trace, so a bigger one would not fit in a large machine's memory anyway.
 TRACE_MAX_BYTES = 16 * 2**30
-# Events decoded together: large enough that numpy's per-call cost vanishes, small enough to
-# keep the decoder's scratch arrays (about 100 bytes an event) small beside the tables.
-BATCH_EVENTS = 1 << 19
 # Events decoded in one go inside a batch: small enough that numpy's temporaries stay in the
 # CPU's cache (the decoder is bound by memory traffic, not by arithmetic).
 CHUNK_EVENTS = 1 << 15
@@ -536,11 +531,11 @@ def _decode_stats(data: np.ndarray, starts: np.ndarray, stops: np.ndarray, wante
     return metadata_id.view(np.int64), kind, number_value, text_start, text_stop
 
 
-# Events from which the second half is decoded by a forked child (forked.py) where it can be: below
-# this, the fork and the pipe cost more than the half saves.
+# Events from which the last part is decoded by a forked child where one is lent (`decode_xspace`'s
+# `child`): below this, the fork and the pipe cost more than the part saves.
 HALVES_MIN_EVENTS = 1 << 17
 # The child's share of the bytes where both start together: less than half, as its answer still has to
-# come back (copied from its memory, or through the pipe).
+# come back through the pipe.
 CHILD_SHARE = 0.4
 
 
@@ -548,29 +543,23 @@ CHILD_SHARE = 0.4
 PART_COLUMNS = {"line_row": np.int64, "metadata_id": np.int64, "offset_ps": np.int64, "duration_ps": np.int64,
                 "stat_event": np.int64, "stat_metadata_id": np.int64, "stat_kind": np.int8, "stat_number": np.uint64,
                 "stat_start": np.int64, "stat_stop": np.int64}
+Chunk = tuple[np.ndarray, np.ndarray, np.ndarray]  # an event chunk's tag positions, line rows and planes
+ForkChild = Callable[[Callable[[Callable[[], object]], object]], "object | None"]  # `analysis.parallel.Helpers.child`
 
 
 class _EventBatches:
-    """Collects event spans line by line and decodes them a batch at a time, or with `halves` all at
-    the end, the second half in a forked child while this process decodes the first."""
+    """Collects the events' places line by line and decodes them once all are located, a chunk at a time:
+    the last part of their bytes by a forked child (`start`) while this process decodes the first."""
 
-    def __init__(self, buf, data: np.ndarray, wanted_stat_names, halves: bool = False):
+    def __init__(self, buf, data: np.ndarray, wanted_stat_names):
         self.buf, self.data, self.wanted_stat_names = buf, data, wanted_stat_names
-        self.halves = halves
-        self.split: list | None = None  # the chunks decoded here (the child has the rest: `rest`)
-        self.placed: dict[str, np.ndarray] | None = None  # the columns whole, the child's part read into them
-        self.child: forked.ForkedHalf | None = None
         self.wanted_ids: list[np.ndarray] = []  # per plane: the stat metadata ids to keep
-        self.tags: list[np.ndarray] = []  # event tag positions of the lines not decoded yet
+        self.tags: list[np.ndarray] = []  # event tag positions of the lines located
+        self.pending: list[tuple[int, int, int]] = []  # (line row, plane, events) of the lines located
         self.pending_events = 0
-        self.pending: list[tuple[int, int, int]] = []  # (line row, plane, events) of the lines not decoded yet
-        self.parts: list[dict] = []
-        self.first_event = 0
-        # `limit`: a byte from which the lines are left to the child (`defer`), located by it and decoded
-        self.limit: int | None = None
-        self.deferred: list[tuple[int, int, int, int, int, LineInfo]] = []  # (row, plane, line, pos, stop, its info)
-        self.rest: Callable[[], tuple[list[dict], dict[int, LineInfo]]] | None = None  # the child's work, done here
-        self.located_lines: dict[int, LineInfo] = {}  # row -> the line as the child located it
+        self.mine: list[Chunk] | None = None  # the chunks decoded here (all, where no child shares them)
+        self.theirs: list[Chunk] = []  # the child's chunks, decoded here too where it gives no answer
+        self.child = None  # `analysis.parallel.child.Child`
 
     def add_plane(self, stat_names: dict[int, str]) -> None:
         if self.wanted_stat_names is not None:
@@ -586,14 +575,6 @@ class _EventBatches:
             self.pending_events += tags.size
         return pos, tags.size
 
-    def defer(self, row: int, plane: int, line_index: int, pos: int, stop: int, line: LineInfo) -> None:
-        """A line from `pos` on (its events and fields up to `stop`) left to the child to locate."""
-        self.deferred.append((row, plane, line_index, pos, stop, line))
-
-    def flush_if_full(self) -> None:
-        if self.pending_events >= BATCH_EVENTS and not self.halves:
-            self.flush()
-
     def _keep(self, event_plane: np.ndarray, stat_id: np.ndarray) -> np.ndarray:
         if self.wanted_stat_names is None:
             return np.ones(stat_id.size, dtype=bool)
@@ -602,123 +583,50 @@ class _EventBatches:
             keep[rows] = np.isin(stat_id[rows], self.wanted_ids[plane])
         return keep
 
-    def _pending_chunks(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """The located events not decoded yet, as (tags, line rows, planes) of CHUNK_EVENTS each."""
+    def _chunks(self) -> list[Chunk]:
+        """The located events as (tags, line rows, planes) of CHUNK_EVENTS each."""
         if not self.tags:
             return []
         tags = np.concatenate(self.tags)
-        self.tags, self.pending_events = [], 0
         rows, planes, counts = (np.array(column, dtype=np.int64) for column in zip(*self.pending))
-        self.pending = []
+        self.tags, self.pending = [], []
         line_row, event_plane = np.repeat(rows, counts), np.repeat(planes, counts)
         return [(tags[first:first + CHUNK_EVENTS], line_row[first:first + CHUNK_EVENTS],
                  event_plane[first:first + CHUNK_EVENTS]) for first in range(0, tags.size, CHUNK_EVENTS)]
 
-    def flush(self) -> None:
-        for chunk in self._pending_chunks():
-            self.parts.append(self._decode_chunk(*chunk))
-
-    def start_halves(self, child_share: float | None = None) -> None:
-        """Fork the child that decodes the last `child_share` of the pending events' bytes (its chunks'
-        `stat_event`s counted from where its part starts); `columns()` decodes the rest here."""
-        chunks = self._pending_chunks()
+    def start(self, fork: ForkChild, child_share: float = CHILD_SHARE) -> None:
+        """Fork the child that decodes the last `child_share` of the events' bytes (`fork(work)`: a started
+        child, or None); `columns()` decodes the rest here."""
+        chunks = self._chunks()
         # Split by bytes, not events: the work follows the bytes (events with more stats cost more).
         ends = np.cumsum([int(tags[-1]) - int(tags[0]) + 1 for tags, _, _ in chunks])
-        half = int(np.searchsorted(ends, ends[-1] * (1 - (CHILD_SHARE if child_share is None else child_share))))
-        second_first = self.first_event + sum(tags.size for tags, _, _ in chunks[:half])
+        half = int(np.searchsorted(ends, ends[-1] * (1 - child_share))) if chunks else 0
+        self.mine, self.theirs = chunks[:half], chunks[half:]
+        first = sum(tags.size for tags, _, _ in self.mine)
+        self.child = fork(lambda _receive: self._decode_chunks(self.theirs, first))
 
-        def decode_second_half() -> tuple[list[dict], dict[int, LineInfo]]:
-            self.first_event = second_first
-            return [self._decode_chunk(*chunk) for chunk in chunks[half:]], {}
+    def _decode_chunks(self, chunks: list[Chunk], first_event: int) -> list[dict]:
+        parts = []
+        for chunk in chunks:
+            parts.append(self._decode_chunk(*chunk, first_event))
+            first_event += chunk[0].size
+        return parts
 
-        self.split = chunks[:half]
-        self.rest = decode_second_half
-        self.child = forked.ForkedHalf(decode_second_half)
-
-    def start_deferred(self) -> None:
-        """Fork the child that locates the lines left to it (`defer`) and decodes their events, while
-        `columns()` decodes the events located here: the child's share of the locating is done beside
-        this process's imports too."""
-        mine = self._pending_chunks()
-        after_mine = self.first_event + sum(tags.size for tags, _, _ in mine)
-
-        def locate_and_decode() -> tuple[list[dict], dict[int, LineInfo]]:
-            self.first_event, self.limit = after_mine, None
-            located = {row: _read_line(self.buf, pos, stop, plane, line_index, row, self, line=line)
-                       for row, plane, line_index, pos, stop, line in self.deferred}
-            return [self._decode_chunk(*chunk) for chunk in self._pending_chunks()], located
-
-        self.split = mine
-        self.rest = locate_and_decode
-        self.child = forked.ForkedHalf(locate_and_decode)
-
-    def _finish_halves(self) -> None:
-        """The first part decoded here, then the child's answer; without one, its part done here too."""
-        assert self.split is not None and self.rest is not None
+    def columns(self) -> EventColumns:
+        """Every located event decoded: this process's chunks, then the child's answer (or its chunks here)."""
+        if self.mine is None:
+            self.mine = self._chunks()
         try:
-            for chunk in self.split:
-                self.parts.append(self._decode_chunk(*chunk))
-            answer = self.child.result(None if forked.without("place") else self._place) if self.child is not None else None
+            parts = self._decode_chunks(self.mine, 0)
+            answer = self.child.result() if self.child is not None else None
         finally:
             self.close()
-        if not (isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[0], list)):
-            self.placed = None
-            theirs, self.located_lines = self.rest()  # the same work, here
-            self.parts += theirs
-            return
-        theirs, self.located_lines = answer
-        if self.placed is not None and not self._placed_as_sent(theirs):
-            self.placed = None  # its arrays are not where they were to be read: joined as parts instead
-        if self.placed is None:
-            self.parts += theirs
-        else:
-            self.parts = []
-        self.first_event += sum(part["line_row"].size for part in theirs)
-
-    def _place(self, sizes: list[int]) -> list[memoryview] | None:
-        """The columns whole, this process's parts copied in, and where the child's arrays (parts of
-        `PART_COLUMNS`, in that order) are read: straight into their place, instead of joined after."""
-        keys = list(PART_COLUMNS)
-        itemsizes = [np.dtype(PART_COLUMNS[key]).itemsize for key in keys]
-        if not sizes or len(sizes) % len(keys) or any(size % itemsizes[i % len(keys)] for i, size in enumerate(sizes)):
-            return None
-        incoming = dict.fromkeys(keys, 0)
-        for i, size in enumerate(sizes):
-            incoming[keys[i % len(keys)]] += size // itemsizes[i % len(keys)]
-        columns, cursor = {}, {}
-        for key in keys:
-            column = np.empty(sum(part[key].size for part in self.parts) + incoming[key], dtype=PART_COLUMNS[key])
-            at = 0
-            for part in self.parts:
-                size = part[key].size
-                column[at:at + size] = part[key]
-                part[key] = column[at:at + size]  # a view of its place from here on: its own array is freed
-                at += size
-            columns[key], cursor[key] = column, at
-        release_freed_memory()  # before the child's arrays arrive: this process's parts are not held twice
-        views = []
-        for i, size in enumerate(sizes):
-            key = keys[i % len(keys)]
-            count = size // itemsizes[i % len(keys)]
-            views.append(columns[key][cursor[key]:cursor[key] + count].data.cast("B"))
-            cursor[key] += count
-        self.placed = columns
-        return views
-
-    def _placed_as_sent(self, answer: list[dict]) -> bool:
-        """Whether each array of the child's answer is the slice of its column it was read into."""
-        assert self.placed is not None
-        if any(not isinstance(part, dict) or list(part) != list(PART_COLUMNS) for part in answer):
-            return False
-        cursor = {key: column.size - sum(part[key].size for part in answer) for key, column in self.placed.items()}
-        for part in answer:
-            for key, array in part.items():
-                column = self.placed[key]
-                expected = column[cursor[key]:cursor[key] + array.size]
-                if array.dtype != column.dtype or (array.size and array.ctypes.data != expected.ctypes.data):
-                    return False
-                cursor[key] += array.size
-        return True
+        theirs = answer[0] if answer is not None else None
+        if not (isinstance(theirs, list) and all(isinstance(part, dict) and list(part) == list(PART_COLUMNS)
+                                                 for part in theirs)):
+            theirs = self._decode_chunks(self.theirs, sum(tags.size for tags, _, _ in self.mine))
+        self.mine, self.theirs = [], []
+        return EventColumns(**_joined(parts + theirs))
 
     def close(self) -> None:
         """End the child, if one was forked (its answer is lost)."""
@@ -726,7 +634,7 @@ class _EventBatches:
             self.child.close()
             self.child = None
 
-    def _decode_chunk(self, tags: np.ndarray, line_row: np.ndarray, event_plane: np.ndarray) -> dict:
+    def _decode_chunk(self, tags: np.ndarray, line_row: np.ndarray, event_plane: np.ndarray, first_event: int) -> dict:
         size, starts = _varints(self.data, tags + 1)
         stops = starts + size.astype(np.int64)
         metadata_id, offset_ps, duration_ps, stat_rounds = _decode_events(self.data, starts, stops)
@@ -742,36 +650,22 @@ class _EventBatches:
         kept_per_round = np.split(keep, np.cumsum([events.size for events, _, _ in stat_rounds])[:-1])
         keep = np.flatnonzero(keep)[_file_order(
             [events[kept] for (events, _, _), kept in zip(stat_rounds, kept_per_round)], line_row.size)]
-        part = {
+        return {
             "line_row": line_row, "metadata_id": metadata_id, "offset_ps": offset_ps, "duration_ps": duration_ps,
-            "stat_event": stat_event[keep] + self.first_event, "stat_metadata_id": stat_id[keep],
+            "stat_event": stat_event[keep] + first_event, "stat_metadata_id": stat_id[keep],
             "stat_kind": kind[keep], "stat_number": number[keep], "stat_start": text_start[keep],
             "stat_stop": text_stop[keep],
         }
-        self.first_event += line_row.size
-        return part
 
-    def columns(self) -> EventColumns:
-        if self.split is None and self.halves and self.pending_events >= HALVES_MIN_EVENTS:
-            self.start_halves()
-        if self.split is not None:
-            self._finish_halves()
-        else:
-            self.flush()
-        return EventColumns(**self._joined())
 
-    def _joined(self) -> dict[str, np.ndarray]:
-        if self.placed is not None:
-            placed, self.placed = self.placed, None
-            return placed
-        joined = {}
-        for key, dtype in PART_COLUMNS.items():
-            pieces = [part.pop(key) for part in self.parts]
-            joined[key] = np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
-            del pieces
-            release_freed_memory()  # the pieces' pages, before the next column is joined
-        self.parts = []
-        return joined
+def _joined(parts: list[dict]) -> dict[str, np.ndarray]:
+    joined = {}
+    for key, dtype in PART_COLUMNS.items():
+        pieces = [part.pop(key) for part in parts]
+        joined[key] = np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
+        del pieces
+        release_freed_memory()  # the pieces' pages, before the next column is joined
+    return joined
 
 
 # ---------------------------------------------------------------- the space
@@ -788,24 +682,25 @@ def check_xspace_layout(buf) -> None:
             raise WireError(f"field {number} (wire type {wire}) at the top level: not an XSpace trace")
 
 
-def decode_xspace(buf, wanted_stat_names=None, number_stat_names=(), halves: bool | None = None) -> DecodedSpace:
+def decode_xspace(buf, wanted_stat_names=None, number_stat_names=(), fork: ForkChild | None = None) -> DecodedSpace:
     """Decode an XSpace held in `buf` (bytes, or an mmap of the file).
 
     `wanted_stat_names`: the event stats to keep (by name); None keeps every stat.
     `number_stat_names`: kept stats read as numbers from `stat_kind`/`stat_number`; their
     `stat_values` are made only where the value is not a number (boxing millions of ids costs
     more memory than the whole events table). Every other kept stat's value is in `stat_values`.
-    `halves`: decode the second half of the events in a forked child (None: where `forked.can_fork()`;
-    the same result either way).
+    `fork`: where a child can be forked (`analysis.parallel.Helpers.child`), the last part of a large
+    trace's events is decoded by one (the same result either way).
     Raises `WireError` for bytes that are not a well-formed XSpace.
     """
-    if halves is None:
-        halves = len(buf) >= HALVES_MIN_EVENTS * 16 and forked.can_fork() and not forked.without("halves")  # a traced event takes 16 bytes or more
-    return _located(buf, wanted_stat_names, halves).finish(number_stat_names)
+    located = locate(buf, wanted_stat_names)
+    if fork is not None:
+        located.start(fork)
+    return located.finish(number_stat_names)
 
 
 @dataclass
-class _Located:
+class Located:
     """A space whose planes, lines and events' places are read (the events not decoded yet, or a child
     decoding part of them already): `finish` decodes them."""
 
@@ -815,14 +710,17 @@ class _Located:
     hostnames: list[str]
     batches: _EventBatches | None
 
+    def start(self, fork: ForkChild, child_share: float = CHILD_SHARE) -> None:
+        """A child forked (`fork`) to decode the last `child_share` of the events' bytes, where they are many."""
+        if self.batches is not None and self.batches.pending_events >= HALVES_MIN_EVENTS:
+            self.batches.start(fork, child_share)
+
     def finish(self, number_stat_names=()) -> DecodedSpace:
         buf, planes, lines, batches = self.buf, self.planes, self.lines, self.batches
         assert batches is not None, "finished once"
         self.batches = None
         try:
             events = batches.columns()
-            for row, line in batches.located_lines.items():
-                lines[row] = line
             stat_plane = np.array([line.plane for line in lines], dtype=np.int64)[events.line_row[events.stat_event]]
             name_code, names = _stat_name_codes(events.stat_metadata_id, stat_plane, planes)
             number_codes = [code for code, name in enumerate(names) if name in number_stat_names]
@@ -843,30 +741,28 @@ class _Located:
             self.batches = None
 
 
-def _located(buf, wanted_stat_names, halves: bool, limit: int | None = None) -> _Located:
-    """The planes and lines read, and the events located (from `limit` on: left to a child, `defer`)."""
+def locate(buf, wanted_stat_names) -> Located:
+    """The planes and lines read, and the events located."""
     check_xspace_layout(buf)
     planes: list[PlaneInfo] = []
     lines: list[LineInfo] = []
     hostnames: list[str] = []
     batches = _EventBatches(buf, np.frombuffer(buf, dtype=np.uint8),
-                            None if wanted_stat_names is None else frozenset(wanted_stat_names), halves)
-    batches.limit = limit
+                            None if wanted_stat_names is None else frozenset(wanted_stat_names))
     for number, wire, start, stop in _fields(buf, 0, len(buf)):
         if number == 1 and wire == WIRE_LEN:
             planes.append(_read_plane(buf, start, stop, len(planes), lines, batches))
         elif number == 4 and wire == WIRE_LEN:
             hostnames.append(_text(buf, start, stop))
-    return _Located(buf, planes, lines, hostnames, batches)
+    return Located(buf, planes, lines, hostnames, batches)
 
 
 # ---------------------------------------------------------------- a decode begun before the caller's imports
 
-# A decode begun early: the child locates and decodes the file's last bytes while the caller imports
-# pandas and the analysis (about 0.3 s), worth locating and decoding about this many bytes of trace (on
-# any machine: both are the same kind of work), then locates and decodes the rest. So that both end
-# together, the child's share is half the file and half of that head start: 0.75 of a 32 MB trace (1M
-# events), 0.63 of 64 MB.
+# A decode begun early: the child decodes the file's last bytes while the caller imports pandas and the
+# analysis (about 0.3 s), worth decoding about this many bytes of trace (on any machine: both are the
+# same kind of work), then decodes the rest. So that both end together, the child's share is half the
+# file and half of that head start: 0.75 of a 32 MB trace (1M events), 0.63 of 64 MB.
 IMPORTS_AS_TRACE_BYTES = 16_000_000
 EARLY_CHILD_SHARE_MAX = 0.8
 
@@ -876,7 +772,21 @@ def early_child_share(size: int) -> float:
     return min(EARLY_CHILD_SHARE_MAX, 0.5 + IMPORTS_AS_TRACE_BYTES / (2 * max(size, 1)))
 
 
-_BEGUN: dict[tuple, tuple[_Located, mmap.mmap]] = {}  # (file identity, names) -> (the decode, its memory map)
+@dataclass
+class Begun:
+    """A decode begun for one file and names (`begin`); `finish` is the read's, for the same unchanged file."""
+
+    identity: tuple
+    located: Located
+    buf: mmap.mmap
+
+    def matches(self, path, wanted_stat_names, number_stat_names=()) -> bool:
+        return _identity(path, wanted_stat_names, number_stat_names) == self.identity
+
+    def close(self) -> None:
+        """End the child and close the map (the decode not finished, or finished: its views gone)."""
+        self.located.close()
+        close_map(self.buf)
 
 
 def _identity(path, wanted_stat_names, number_stat_names) -> tuple | None:
@@ -890,48 +800,24 @@ def _identity(path, wanted_stat_names, number_stat_names) -> tuple | None:
     return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, wanted, tuple(number_stat_names)
 
 
-def begin(path, wanted_stat_names, number_stat_names=()) -> bool:
-    """Begin decoding the trace file at `path` now: its first events located here and a child forked that
-    locates and decodes the rest (the last `early_child_share` of its bytes) while the caller goes on
-    (imports pandas); `take` finishes it for the same file and names. Only where a child can be forked
-    and the file is big enough to pay for it; a file that cannot be read is left to the read that
-    follows, to report as it always does."""
+def begin(path, wanted_stat_names, number_stat_names, fork: ForkChild) -> Begun | None:
+    """Begin decoding the trace file at `path` now: its events located here and a child forked (`fork`)
+    that decodes the last `early_child_share` of their bytes while the caller goes on (imports pandas).
+    None where the file is too small to pay for it or cannot be read: the read that follows reports it
+    as it always does."""
     key = _identity(path, wanted_stat_names, number_stat_names)
-    if key is None or not HALVES_MIN_EVENTS * 16 <= key[2] <= TRACE_MAX_BYTES or key in _BEGUN or not forked.can_fork() \
-            or forked.without("halves"):
-        return False
+    if key is None or not HALVES_MIN_EVENTS * 16 <= key[2] <= TRACE_MAX_BYTES:
+        return None
     buf = None
     try:
         buf = open_trace_bytes(path)
-        share = early_child_share(len(buf))
-        located = _located(buf, wanted_stat_names, halves=True,
-                           limit=None if forked.without("locate") else int(len(buf) * (1 - share)))
-        batches = located.batches
-        if batches is not None and batches.deferred:
-            batches.start_deferred()
-        elif batches is not None and batches.pending_events >= HALVES_MIN_EVENTS:
-            batches.start_halves(share)
+        located = locate(buf, wanted_stat_names)
+        located.start(fork, early_child_share(len(buf)))
     except (OSError, ValueError, IndexError, MemoryError):  # WireError is a ValueError; the read reports it
         if buf is not None:
             close_map(buf)
-        return False
-    _BEGUN[key] = (located, buf)
-    return True
-
-
-def take(path, wanted_stat_names, number_stat_names=()) -> tuple[_Located, mmap.mmap] | None:
-    """The decode `begin` began for this file (unchanged since) and these names, and its memory map; None."""
-    key = _identity(path, wanted_stat_names, number_stat_names)
-    return _BEGUN.pop(key, None) if key is not None else None
-
-
-def discard_begun() -> None:
-    """End every decode begun and not taken (their children ended, their maps closed)."""
-    while _BEGUN:
-        located, buf = _BEGUN.popitem()[1]
-        located.close()
-        del located
-        close_map(buf)
+        return None
+    return Begun(key, located, buf)
 
 
 def _by_plane(stat_plane: np.ndarray, rows: np.ndarray | None):
@@ -1042,32 +928,20 @@ def _read_plane(buf, start: int, stop: int, plane_index: int, lines: list, batch
     # Lines after the whole plane: which stats to keep is known by name only once stat_metadata is read.
     batches.add_plane(plane.stat_names)
     for line_index, (line_start, line_stop) in enumerate(line_spans):
-        row = len(lines)
-        if batches.limit is not None and line_start >= batches.limit:  # the child's, whole
-            line = LineInfo(plane_index, line_index, 0, "", "", 0, 0)
-            batches.defer(row, plane_index, line_index, line_start, line_stop, line)
-            lines.append(line)
-            continue
-        lines.append(_read_line(buf, line_start, line_stop, plane_index, line_index, row, batches))
-        batches.flush_if_full()
+        lines.append(_read_line(buf, line_start, line_stop, plane_index, line_index, len(lines), batches))
     return plane
 
 
 def _read_line(buf, start: int, stop: int, plane_index: int, line_index: int, row: int,
-               batches: _EventBatches, line: LineInfo | None = None) -> LineInfo:
-    """The line whose fields lie in [start, stop) (`line`: its info so far, the line read on from `start`);
-    with `batches.limit`, the events from that byte on and what follows them are left to `batches.defer`."""
-    line = line if line is not None else LineInfo(plane_index, line_index, 0, "", "", 0, 0)
-    limit = batches.limit
+               batches: _EventBatches) -> LineInfo:
+    """The line whose fields lie in [start, stop); its events located (`batches`), decoded later."""
+    line = LineInfo(plane_index, line_index, 0, "", "", 0, 0)
     pos = start
     try:
         while pos < stop:
-            if buf[pos] == 0x22:  # events: located here, decoded later with their batch
-                pos, added = batches.add_events(row, plane_index, pos, stop if limit is None else min(stop, limit))
+            if buf[pos] == 0x22:  # events: located here, decoded later with the others
+                pos, added = batches.add_events(row, plane_index, pos, stop)
                 line.events += added
-                if limit is not None and limit <= pos < stop and buf[pos] == 0x22:  # the rest is the child's
-                    batches.defer(row, plane_index, line_index, pos, stop, line)
-                    return line
                 if pos > stop:
                     raise WireError("field runs past the end of its message")
                 continue

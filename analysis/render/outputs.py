@@ -3,11 +3,12 @@ analysis.json; each written as `files.write_text_atomically` does, never through
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
-from analysis.render import html, markdown, plot_process, plots
+from analysis.render import html, markdown, plots
 from analysis.render import json as json_format
 from analysis.render.csv_safety import frame_csv
 from analysis.render.files import OutsideRunError, check_inside, temporary_path, write_text_atomically
@@ -20,9 +21,13 @@ def csv_text(frame: pd.DataFrame) -> str:
     return frame_csv(frame)
 
 
-def write_outputs(analysis, out_dir: str | Path, plotter=None) -> list[Path]:
-    """Every file under `out_dir`; returns their paths. `plotter` (`plot_process.start()`): draws the
-    PNGs in another process while the other files are written here."""
+Jobs = list[tuple[str, tuple]]  # (a function of analysis.render.plots, its arguments)
+
+
+def write_outputs(analysis, out_dir: str | Path,
+                  draw: Callable[[Jobs], Callable[[], list[Path]]] | None = None) -> list[Path]:
+    """Every file under `out_dir`; returns their paths. `draw(jobs)` begins drawing the PNGs elsewhere
+    (another process) while the other files are written here, and gives what waits for their paths."""
     out_dir = Path(out_dir)
     check_inside(out_dir, analysis.job_dir or analysis.run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -31,8 +36,7 @@ def write_outputs(analysis, out_dir: str | Path, plotter=None) -> list[Path]:
         jobs.append(("plot_epoch_breakdown", (analysis.epochs, out_dir / "epoch_breakdown.png")))
     if analysis.samplers:
         jobs.append(("plot_utilization", (analysis.samplers, list(analysis.epoch_starts_s), out_dir / "utilization.png")))
-    if plotter is not None:
-        plotter.draw(jobs)
+    drawn = draw(jobs) if draw is not None else None
     written = [write_text_atomically(out_dir / "step_breakdown.csv", csv_text(analysis.steps))]
     if not analysis.ops.empty:
         written.append(write_text_atomically(out_dir / "ops.csv", csv_text(analysis.ops)))
@@ -49,12 +53,4 @@ def write_outputs(analysis, out_dir: str | Path, plotter=None) -> list[Path]:
                write_text_atomically(out_dir / "report.html", html.render_analysis(analysis))]
     document = json_format.dumps(json_format.analysis_document(analysis))
     reports.append(write_text_atomically(out_dir / "analysis.json", document))
-    drawn = None
-    if plotter is not None:
-        try:
-            drawn = plotter.wait()
-        except plot_process.HelperLost:  # drawn here instead
-            pass
-    if drawn is None:
-        drawn = [getattr(plots, name)(*args) for name, args in jobs]
-    return written + drawn + reports
+    return written + (drawn() if drawn is not None else [getattr(plots, name)(*args) for name, args in jobs]) + reports

@@ -91,6 +91,18 @@ def _out_dir_problem(out: str | None) -> str | None:
     return None
 
 
+def handle(args: argparse.Namespace) -> int:
+    """Analyse `args.path`; print the summary and write outputs where asked."""
+    # numpy's BLAS threads would make every fork unsafe; the analysis multiplies no large matrices.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    from analysis import parallel
+
+    with parallel.Helpers() as helpers:
+        if args.scheduler is None:  # else the Dask workers read the trace
+            helpers.begin_reading(args.path)  # before pandas and the analysis are imported (0.3 s)
+        return _handle(args, helpers)
+
+
 def _writes_files(args: argparse.Namespace) -> bool:
     """Whether the command will likely write its folder of files (PNGs among them): --out, or a path
     in a run directory or a job. A wrong guess costs only the helper's work on another core."""
@@ -102,87 +114,14 @@ def _writes_files(args: argparse.Namespace) -> bool:
     return any((folder / "run.json").is_file() for folder in (path, *path.parents))
 
 
-def handle(args: argparse.Namespace) -> int:
-    """Analyse `args.path`; print the summary and write outputs where asked."""
-    # numpy's BLAS threads would make every fork below unsafe; the analysis multiplies no large matrices.
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    began = _begin_reading(args)
-    plotter = _Plotter(_writes_files(args))
-    try:
-        return _handle(args, plotter)
-    finally:
-        plotter.close()
-        if began:
-            from analysis.read import xplane_wire
-
-            xplane_wire.discard_begun()
-
-
-def _begin_reading(args: argparse.Namespace) -> bool:
-    """Begin decoding the trace before pandas and the analysis are imported (0.3 s in which a forked child
-    decodes most of its events), where the path names one trace plainly: the file, the only one in the
-    folder, or the only one of a run directory's or log folder's `plugins/profile/<session>/`. The read
-    finishes it, or reads as it always does where it found another file."""
-    from analysis.read import forked, xplane_wire
-
-    if args.scheduler is not None or forked.without("early"):  # the Dask workers read the trace
-        return False
-    trace = _single_trace(Path(args.path))
-    if trace is None:
-        return False
-    from analysis.read.stat_names import READ_NUMBERS, READ_STATS
-
-    return xplane_wire.begin(trace, READ_STATS, READ_NUMBERS)
-
-
-def _single_trace(path: Path) -> Path | None:
-    suffix = ".xplane.pb"
-    try:
-        if path.is_file():
-            return path if path.name.endswith(suffix) else None
-        if not path.is_dir():
-            return None
-        found = list(path.glob("*" + suffix)) or list(path.glob(f"plugins/profile/*/*{suffix}"))
-    except OSError:
-        return None
-    return found[0] if len(found) == 1 else None
-
-
-class _Plotter:
-    """The plot helper (`plot_process`), forked before the trace is read: once pandas is loaded (which it
-    shares) and before any event is decoded (so it holds none of them). It loads matplotlib once a core is
-    free and the read's memory past its peak: when the read's forked child has ended, or once it is read."""
-
-    def __init__(self, wanted: bool):
-        self.wanted, self.process = wanted, None
-
-    def fork(self) -> None:
-        if self.wanted:
-            import analysis.pipeline  # noqa: F401 - loaded once, shared with the helper, rather than in both
-            from analysis.read import forked
-            from analysis.render import plot_process, plots  # noqa: F401
-
-            self.wanted, self.process = False, plot_process.start(wait=True)
-            if self.process is not None:
-                forked.call_when_a_child_ends(self.process.go)
-
-    def start(self) -> None:
-        self.fork()
-        if self.process is not None:
-            self.process.go()
-
-    def close(self) -> None:
-        if self.process is not None:
-            self.process.close()
-
-
-def _handle(args: argparse.Namespace, plotter: _Plotter) -> int:
-    import analysis
+def _handle(args: argparse.Namespace, helpers) -> int:
+    from analysis import pipeline
     from analysis.read.trace import TraceError
+    from analysis.render import outputs
 
     path = Path(args.path)
     if args.step_name is not None:
-        from analysis.pipeline import check_step_name
+        from analysis.worker import check_step_name
 
         try:
             check_step_name(args.step_name)
@@ -226,7 +165,12 @@ def _handle(args: argparse.Namespace, plotter: _Plotter) -> int:
                          "target)")
         return error(f"no such file or directory: {path}", hint="pass a run directory, log folder or .xplane.pb file")
     kept = None  # the analysed worker's files, for the Perfetto trace
-    plotter.fork()
+    if _writes_files(args):
+        # Loaded once, shared with the plot helper forked here, rather than in both.
+        import analysis.pipeline  # noqa: F401
+        from analysis.render import plots  # noqa: F401
+
+        helpers.start_plots()
     try:
         with file_warnings():
             if args.scheduler is not None:
@@ -235,15 +179,13 @@ def _handle(args: argparse.Namespace, plotter: _Plotter) -> int:
                 try:
                     # The Dask workers read the files at this machine's absolute path, not in their own folder.
                     with dask_executor(args.scheduler, paths=[path.absolute()]) as executor:
-                        result = analysis.analyze(path, args.step_name, executor=executor, peak=peak)
+                        result, _ = pipeline.analyzed(path, args.step_name, executor=executor, peak=peak,
+                                                      helpers=helpers)
                 except SchedulerError as exc:
                     return error(str(exc), code=EXIT_FAILURE if isinstance(exc, LostWorkers) else EXIT_USAGE)
-            elif args.perfetto is not None:  # the trace's events are drawn too: keep them from the analysis' read
-                from analysis.pipeline import analyze_and_read
-
-                result, kept = analyze_and_read(path, args.step_name, peak=peak, after_read=plotter.start)
-            else:
-                result = analysis.analyze(path, args.step_name, peak=peak, after_read=plotter.start)
+            else:  # with --perfetto, the trace's events are drawn too: kept from the analysis' read
+                result, kept = pipeline.analyzed(path, args.step_name, peak=peak, helpers=helpers,
+                                                 keep=args.perfetto is not None)
     except TraceError as exc:
         return error(str(exc), code=EXIT_FAILURE)
     except (OSError, ValueError) as exc:
@@ -274,8 +216,8 @@ def _handle(args: argparse.Namespace, plotter: _Plotter) -> int:
     out_dir = Path(args.out) if args.out else result.out_dir
     if out_dir is not None:
         try:
-            plotter.start()  # where the reading did not (a trace that failed to read stops before)
-            written = result.write(out_dir, plotter.process)
+            helpers.core_free()
+            written = outputs.write_outputs(result, out_dir, helpers.draw)
         except OSError as exc:
             return error(f"cannot write the output files to {out_dir}: {exc.strerror or exc}",
                          hint="the analysis is printed above; pass --out DIR to write them to a folder you can "
