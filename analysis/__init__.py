@@ -19,7 +19,7 @@ def __getattr__(name: str):
 
         return analyze
     if name == "Analysis":
-        from analysis.result import Analysis
+        from analysis.worker import Analysis
 
         return Analysis
     if name == "analyze_worker":

@@ -1,7 +1,7 @@
 """Where a job's per-worker analyses run: any `concurrent.futures.Executor`.
 
 The pipeline hands each worker's trace to one task and gets back the first worker's analysis and
-a summary of each other one (`result.WorkerSummary`: a few columns of its steady steps, its means),
+a summary of each other one (`job.WorkerSummary`: a few columns of its steady steps, its means),
 never their events, so the client's memory grows by little per worker. Without an executor, a local process pool (or this process, for
 small traces) runs them; `dask_executor(address)` runs them on a Dask cluster, each task reading
 its trace where it lies (the path must be readable by the cluster's workers). Dask reschedules

@@ -9,6 +9,7 @@ import dataclasses
 import math
 import numbers
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -22,16 +23,52 @@ from analysis.executors import WorkerFailure
 from analysis.read import run_files
 from analysis.read.run_files import RunRecord
 from analysis.read.trace import TraceError
-from analysis.result import Analysis, Summarised, WorkerSummary
 from analysis.rules import straggler as straggler_rule
 from analysis.rules import table as rules
-from analysis.worker import analyze_worker
+from analysis.steps.host import steady_steps
+from analysis.worker import Analysis, analyze_worker
 
 # A process pool pays for itself once a worker's trace takes a second or more to analyse (about 4 MB).
 POOL_MIN_TRACE_BYTES = 4 * 2**20
 # Peak memory of reading and analysing a trace, per byte of .xplane.pb: measured 13x with the wide
 # events table, 6.5-8x with the narrow one (BENCHMARKS.md); kept high so a pool never swaps.
 MEMORY_PER_TRACE_BYTE = 16
+
+
+# The steady steps' columns the job reads: the workers table and straggler rule (each part's mean and
+# spread), and the job's steps table (straggler scores, clock offsets, the heat map).
+SUMMARY_STEP_COLUMNS = ("step", "step_ms", "input_ms", "compute_ms", "host_ms", "collective_ms", "end_ns")
+
+
+@dataclass(frozen=True)
+class WorkerSummary:
+    """What a job keeps of a worker whose breakdown it does not show: a few columns of its steady
+    steps, its means, utilization and host, and its notes; a task sends back this instead of the
+    worker's `Analysis`, so the client's memory grows by little more than each worker's steps."""
+
+    path: Path
+    step_source: str
+    host: str  # the traced host's name
+    run_host: str | None  # run.json's device.host
+    mean: dict[str, float]
+    steady: pd.DataFrame  # SUMMARY_STEP_COLUMNS of its steady steps (those it has)
+    utilization: dict[str, float]
+    notes: tuple[str, ...]
+    memory: WorkerMemory | None = None  # its allocators' peaks (None: none traced)
+
+    @classmethod
+    def of(cls, analysis: Analysis) -> WorkerSummary:
+        steady = steady_steps(analysis.steps)
+        device = analysis.record.device if analysis.record is not None else {}
+        memory = analysis.memory
+        return cls(path=analysis.path, step_source=analysis.step_source, host=analysis.host,
+                   run_host=str(device["host"]) if device.get("host") else None, mean=analysis.mean,
+                   steady=steady[[c for c in SUMMARY_STEP_COLUMNS if c in steady]].reset_index(drop=True),
+                   utilization=analysis.utilization, notes=analysis.notes,
+                   memory=WorkerMemory(None, memory.allocators, memory.steps) if memory and memory.allocators else None)
+
+
+Summarised = Analysis | WorkerSummary | WorkerFailure
 
 
 def _trace_bytes(path: Path) -> int:

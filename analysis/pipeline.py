@@ -18,8 +18,7 @@ from analysis.job import _analyze_each, _analyze_job, assemble_session
 from analysis.read import run_files
 from analysis.read.inputs import RunInputs, read_inputs
 from analysis.read.trace import TraceError
-from analysis.result import Analysis
-from analysis.worker import analyze_inputs, check_step_name, checked_path
+from analysis.worker import Analysis, analyze_inputs, check_step_name, checked_path
 
 
 def analyze_and_read(path: str | Path, step_name: str | None = None, peak: roofline.Ceilings | None = None

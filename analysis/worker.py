@@ -1,4 +1,5 @@
-"""One worker's files, read once, analysed in a straight line:
+"""One worker's files, read once, analysed in a straight line into the one `Analysis` (the result of
+every path: a job's or a session's is its first worker's, with a row per worker):
 
     step source -> steady steps -> mean -> device rows, ops, input stages, trace facts
     -> one `Facts` (`rules.facts_from`) -> verdict and findings
@@ -8,11 +9,14 @@ Each stage is a function of typed values; nothing here reads a file but through 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import re._constants as re_constants  # the parsed form of a pattern: to refuse a nested repeat
 import re._parser as re_parser
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import pandas as pd
 
@@ -23,18 +27,18 @@ from analysis.breakdown.eager import EagerOps, eager_ops, tf_eager_shares
 from analysis.breakdown.epochs import epoch_tables
 from analysis.breakdown.input_parts import mean_input_parts, split_input
 from analysis.breakdown.input_stages import STAGE_COLUMNS, InputStages, input_stages, stage_times
-from analysis.breakdown.memory import memory_report
+from analysis.breakdown.memory import MemoryReport, memory_report
 from analysis.breakdown.spread import spread
 from analysis.breakdown.workers import WORKER_KEYS
 from analysis.parallel.child import Beside
 from analysis.read.inputs import RunInputs, read_inputs
 from analysis.read.run_files import RunRecord
 from analysis.read.view import TraceView
-from analysis.result import Analysis
+from analysis.render import Rendered
 from analysis.rules import table as rules
 from analysis.rules import xprof as xprof_rules
-from analysis.rules.facts import trace_facts, worker_facts
-from analysis.rules.second_opinion import second_opinion
+from analysis.rules.facts import Facts, trace_facts, worker_facts
+from analysis.rules.second_opinion import SecondOpinion, second_opinion
 from analysis.rules.xprof import XProfReading
 from analysis.steps.host import choose_steps, one_step_capture, per_call_host_ms
 from analysis.steps.sources import find_steps
@@ -42,6 +46,106 @@ from analysis.steps.sources import find_steps
 # Events from which a trace's tf.data stages and eager execution are analysed by a forked child
 # (`forked.Beside`): below, the fork costs more than it saves.
 BESIDE_MIN_EVENTS = 1 << 18
+
+
+@dataclass(frozen=True)
+class Analysis(Rendered):
+    """Everything `devprof analyze` reports about one trace, run directory or job.
+
+    Tables are DataFrames with units in their column names (`step_ms`, `compute_pct`);
+    `mean`, `verdict`, `findings`, `straggler` and `utilization` have the shapes of the JSON
+    keys of the same names (docs/json.md)."""
+
+    KIND: ClassVar[str] = "analysis"
+    path: Path  # the file the steps were read from
+    step_source: str  # markers | trace_groups | program_executions | window | steps_csv
+    step_name: str
+    device: str  # cpu, gpu, tpu, "gpu x8", ...
+    producer: str  # who wrote the trace (analysis.producers.program_of)
+    host: str  # the traced host's name (the file's stem where the trace names none)
+    host_files: tuple[Path, ...]  # every host trace of the session, this one first (empty: steps.csv)
+    notes: tuple[str, ...]
+    steps: pd.DataFrame  # one row per step (or call of several steps)
+    steps_per_call: int
+    mean: dict[str, float]  # over the steady steps
+    steps_used: int
+    verdict: dict
+    findings: list[dict]
+    facts: Facts
+    devices: pd.DataFrame  # one row per GPU/TPU plane
+    kernel_launch: dict | None
+    workers: pd.DataFrame  # one row per worker (empty for one)
+    straggler: dict | None
+    ops: pd.DataFrame
+    input_stages: pd.DataFrame
+    utilization: dict[str, float]  # the sampler headline (time-weighted means, peaks)
+    utilization_evidence: dict[str, float]  # the verdict's utilization numbers
+    epochs: pd.DataFrame | None = None  # from steps.csv and run.json
+    reconciliation: pd.DataFrame | None = None  # trace vs steps.csv
+    samplers: dict[str, pd.DataFrame] = field(default_factory=dict)
+    epoch_starts_s: tuple[float, ...] = ()
+    run_dir: Path | None = None
+    job_dir: Path | None = None  # a multi-worker run: the job's folder (the breakdown is worker 0's)
+    record: RunRecord | None = None  # run.json, where there is one
+    straggler_reason: str | None = None  # why no straggler is named, with several workers
+    worker_steps: pd.DataFrame | None = None  # several workers: each one's steady steps (breakdown/cluster.py)
+    slowest_workers: list[dict] = field(default_factory=list)  # several workers: the highest straggler scores
+    worker_distribution: dict | None = None  # several workers: p50, p90, max of step time across them
+    tensorflow: SecondOpinion | None = None  # TensorFlow's own analysis beside the trace, beside devprof's figures
+    roofline: dict | None = None  # ceilings, FLOPs per step and MFU from the ops' costs (docs/json.md `roofline`)
+    spread: dict | None = None  # the steady steps' median, p90 and slow steps with their cause (docs/json.md `spread`)
+    memory: MemoryReport | None = None  # each allocator's peak, what held it, the batch headroom (docs/json.md `memory`)
+
+    @property
+    def eager(self) -> EagerOps | None:
+        """Ops executed eagerly in the steady steps (None: none, or no trace)."""
+        return self.facts.eager
+
+    @property
+    def run(self) -> dict:
+        """run.json as read (empty without one)."""
+        return self.record.raw if self.record is not None else {}
+
+    @property
+    def input_bottleneck(self) -> dict | None:
+        """The slowest tf.data stage when the steps wait for it (the host's wait is input-bound or one of
+        the verdict's fixes, material and explained by the stage's own time), else None."""
+        waits = self.verdict.get("bound") == "input" or any(
+            fix["rule"] == "input_wait" for fix in self.verdict.get("fixes") or ())
+        if not waits or self.input_stages.empty or not rules.pipeline_is_the_cause(self.facts):
+            return None
+        slowest = self.input_stages.iloc[0]
+        return {"stage": str(slowest["stage"]), "ms_per_batch": float(slowest["ms_per_batch"])}
+
+    @property
+    def out_dir(self) -> Path | None:
+        """Where `devprof analyze` writes its files by default: `<run>/analysis`."""
+        folder = self.job_dir or self.run_dir
+        return folder / "analysis" if folder is not None else None
+
+    def write(self, out_dir: str | Path) -> list[Path]:
+        """CSVs, plots, report.md and analysis.json under `out_dir`."""
+        from analysis.render import outputs
+
+        return outputs.write_outputs(self, out_dir)
+
+    def to_perfetto(self, path: str | Path, events: str = "ops", step_name: str | None = None) -> Path:
+        """The analysis as a Perfetto trace at `path` (ui.perfetto.dev opens it): one process per worker
+        or host with its steps and their parts, devices' busy and idle spans, findings, sampler and
+        allocator counters, and the trace's own events (`events`: `ops`, `all` or `none`); the trace
+        files are read again. `step_name`: as given to `analyze`, for a job's other workers."""
+        return write_perfetto(self, path, events, step_name).path
+
+
+def write_perfetto(analysis: Analysis, path: str | Path, events: str = "ops", step_name: str | None = None,
+                   inputs: RunInputs | None = None):
+    """`Analysis.to_perfetto`, returning what the trace holds (`analysis.render.perfetto.Written`); `inputs`:
+    the analysis' own files as `analyze_and_read` kept them, not read again."""
+    from analysis import timeline
+    from analysis.worker import analyze_inputs
+
+    return timeline.write_perfetto(analysis, path, functools.partial(analyze_inputs, step_name=step_name), events,
+                                   inputs)
 
 
 def checked_path(path, name: str) -> Path:
@@ -103,8 +207,7 @@ def analyze_worker(path: str | Path, step_name: str | None = None, peak: rooflin
 
 def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofline.Ceilings | None = None,
                    helpers: parallel.Helpers | None = None) -> Analysis:
-    """The analysis of one worker's files, read once: each stage a function of typed values. `helpers`:
-    lend the stages that need no steps another core."""
+    """One worker's files, read once, each stage a function of typed values (`helpers`: another core)."""
     view, run = inputs.trace, inputs.run
     with _stages_and_eager(view, helpers) as beside:  # forked first: part of its work needs no steps
         source = split_input(view, find_steps(inputs, step_name), inputs.steps_table)
@@ -127,13 +230,11 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofli
                                  utilization=evidence, min_steps=_min_steps(source))
     verdict["step_basis"] = source.basis
     tf = second_opinion(inputs.tensorflow, mean, source.kind, source.step_name, len(chosen.steady), devices.rows)
-    notes = (*source.notes, *([utilization_note] if utilization_note else []), *_run_notes(run), *devices.notes,
-             *([tf.note] if tf is not None and tf.note else []))
-    host = view.hostnames[0] if view is not None and view.hostnames else source.path.name.removesuffix(".xplane.pb")
     return Analysis(
         path=source.path, step_source=source.kind, step_name=source.step_name, device=source.device,
-        producer=source.producer, host=host, host_files=_host_files(view),
-        notes=notes, steps=steps, steps_per_call=source.steps_per_call, mean=mean, steps_used=len(chosen.steady),
+        producer=source.producer, host=_host(view, source.path), host_files=_host_files(view),
+        notes=(*source.notes, *filter(None, [utilization_note]), *_run_notes(run), *devices.notes,
+               *filter(None, [tf.note if tf is not None else None])), steps=steps, steps_per_call=source.steps_per_call, mean=mean, steps_used=len(chosen.steady),
         verdict=verdict, findings=rules.findings(facts), facts=facts, devices=devices.rows, memory=facts.memory,
         kernel_launch=devices.kernel_launch, workers=pd.DataFrame(columns=WORKER_KEYS), straggler=None, ops=ops,
         input_stages=stages.table, utilization=machine, utilization_evidence=evidence, epochs=epochs.epochs,
@@ -145,6 +246,11 @@ def _xprof_reading(inputs: RunInputs) -> XProfReading | None:
     """XProf's Overview reading where TensorFlow wrote XProf's analysis beside the trace at capture."""
     tf = inputs.tensorflow
     return xprof_rules.reading(tf.input_pct, tf.statement) if tf is not None else None
+
+
+def _host(view: TraceView | None, path: Path) -> str:
+    """The traced host's name (the file's stem where the trace names none)."""
+    return view.hostnames[0] if view is not None and view.hostnames else path.name.removesuffix(".xplane.pb")
 
 
 def _host_files(view: TraceView | None) -> tuple[Path, ...]:

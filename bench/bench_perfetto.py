@@ -105,7 +105,7 @@ def child(task: str, trace: str) -> None:
     import resource
 
     import analysis
-    from analysis import pipeline
+    from analysis import pipeline, worker
 
     out: dict = {"task": task}
     kept = None
@@ -117,7 +117,7 @@ def child(task: str, trace: str) -> None:
     if task != "analyze":
         target = Path(tempfile.mkdtemp()) / "trace.pftrace"
         start = time.perf_counter()
-        written = result.write_perfetto(result, target, task.split("-", 1)[1], inputs=kept)
+        written = worker.write_perfetto(result, target, task.split("-", 1)[1], inputs=kept)
         out.update(seconds=time.perf_counter() - start, events=written.events, slices=written.slices,
                    counter_values=written.counter_values, bytes=target.stat().st_size)
         target.unlink()

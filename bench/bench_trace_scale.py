@@ -10,9 +10,8 @@
    - `plots`: the plots `devprof analyze` draws (`plot_step_breakdown`, `plot_epoch_breakdown`) on
      the analysed steps, read from CSV,
    - `command`: the whole `devprof analyze RUN --out DIR` (stdout discarded; its PNGs drawn by the plot
-     helper process, analysis/render/plot_process.py); `command-serial` the same with
-     DEVPROF_PLOT_PROCESS=0 (drawn in the one process); `command-one-process` with DEVPROF_FORK=0 too
-     (no forked child decoding half the events or analysing the tf.data stages); `command-baseline` the command of a
+     helper process, analysis/parallel/plots.py); `command-one-process` with DEVPROF_FORK=0 (no forked
+     child: no plot helper, no child decoding part of the events or analysing the tf.data stages); `command-baseline` the command of a
      `git archive` of --command-baseline REV,
    - `xprof`: `xprof.convert.raw_to_tool_data.xspace_to_tool_data([XPLANE],
      "input_pipeline_analyzer", {"use_saved_result": False})`, XProf's step breakdown.
@@ -64,8 +63,7 @@ TASK_LABELS = {
     "analyze-baseline": "devprof read + analysis, `analysis/trace.py` of --trace-baseline",
     "plots": "devprof plots alone (step and epoch breakdown PNGs)",
     "command": "whole `devprof analyze RUN --out DIR`",
-    "command-serial": "the same, plots drawn in the one process (`DEVPROF_PLOT_PROCESS=0`)",
-    "command-one-process": "the same, all in one process (`DEVPROF_FORK=0 DEVPROF_PLOT_PROCESS=0`)",
+    "command-one-process": "the same, all in one process (`DEVPROF_FORK=0`)",
     "command-baseline": "the same command at --command-baseline",
     "xprof": "XProf `input_pipeline_analyzer` (`xspace_to_tool_data`)",
 }
@@ -193,10 +191,10 @@ def helper_usage(run: str, out: str) -> None:
     import io
     import resource
 
-    from analysis.render import plot_process
+    from analysis.parallel import plots
 
     started, memory = [], {}
-    real_start, real_close = plot_process.start, plot_process.PlotProcess.close
+    real_start, real_close = plots.start, plots.PlotHelper.close
 
     def start(*args, **kwargs):
         started.append(real_start(*args, **kwargs))
@@ -204,7 +202,7 @@ def helper_usage(run: str, out: str) -> None:
 
     def close(helper):  # the helper has drawn and waits to be ended: what of its memory is its own
         try:
-            with open(f"/proc/{helper.pid}/smaps_rollup") as rollup:
+            with open(f"/proc/{helper.child.pid}/smaps_rollup") as rollup:
                 fields = dict(line.split(":", 1) for line in rollup.read().splitlines()[1:])
             memory["helper_pss_mib"] = int(fields["Pss"].split()[0]) / 1024
             memory["helper_private_mib"] = sum(int(fields[key].split()[0]) for key in ("Private_Clean", "Private_Dirty")) / 1024
@@ -212,13 +210,13 @@ def helper_usage(run: str, out: str) -> None:
             pass
         real_close(helper)
 
-    plot_process.start = start
-    plot_process.PlotProcess.close = close
+    plots.start = start
+    plots.PlotHelper.close = close
     from profiler import cli
 
     with contextlib.redirect_stdout(io.StringIO()):
         code = cli.main(["analyze", run, "--out", out])
-    usage = started[0].rusage if started and started[0] is not None else None
+    usage = started[0].child.rusage if started and started[0] is not None else None
     own = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({"code": code, "helper": usage is not None,
                       "helper_peak_mib": usage.ru_maxrss / 1024 if usage else None,
@@ -256,7 +254,7 @@ def startup(args, run: Path, scratch: str, baseline: Path | None) -> None:
         for _ in range(args.startup):  # the least disturbed of the repeats
             done = subprocess.run([sys.executable, "-X", "importtime", "-m", "profiler", "analyze", str(run), "--out",
                                    scratch], cwd=tree or REPO, capture_output=True, text=True,
-                                  env={**_child_env(tree), "DEVPROF_PLOT_PROCESS": "0"})
+                                  env={**_child_env(tree), "DEVPROF_FORK": "0"})
             rows = _import_tree(done.stderr)
             runs_.append((sum(cumulative for level, _, cumulative, _ in rows if level == 0), rows))
         total, rows = min(runs_, key=lambda found: found[0])
@@ -421,15 +419,13 @@ def _tree_at(revision: str) -> Path:
 
 def _command(task: str, run: Path, out: str, baseline: Path | None) -> tuple[list[str], dict, Path | None]:
     """The whole `devprof analyze RUN --out DIR`: as it is (plots drawn by the helper process), with
-    the plots drawn in the one process (`command-serial`), or at --command-baseline."""
+    everything in the one process (`command-one-process`), or at --command-baseline."""
     argv = [sys.executable, "-m", "profiler", "analyze", str(run), "--out", out]
-    if task == "command-serial":
-        return argv, {"DEVPROF_PLOT_PROCESS": "0"}, None
     if task == "command-one-process":
-        return argv, {"DEVPROF_PLOT_PROCESS": "0", "DEVPROF_FORK": "0"}, None
+        return argv, {"DEVPROF_FORK": "0"}, None
     if task == "command-baseline":
         return argv, {}, baseline
-    if task.startswith("command-without-"):  # one speed trick switched off (analysis/read/forked.py `without`)
+    if task.startswith("command-without-"):  # one speed trick switched off, in a tree that has the switch (ec0d91c)
         return argv, {"DEVPROF_WITHOUT": task.removeprefix("command-without-")}, None
     return argv, {}, None
 
@@ -707,7 +703,6 @@ def plot_scale(runs, results, tasks, path: Path) -> None:
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     labels = {"analyze": "devprof read + analysis", "analyze-baseline": "devprof, older trace.py",
               "command": "devprof analyze (whole command)", "xprof": "XProf input_pipeline_analyzer", "plots": "plots",
-              "command-serial": "devprof analyze, plots in the one process",
               "command-one-process": "devprof analyze, all in one process",
               "command-baseline": "devprof analyze at --command-baseline"}
     for task in tasks:
@@ -736,7 +731,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host-tracer-level", type=int, default=2, choices=(1, 2, 3))
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--tasks", default=",".join(TASKS),
-                        help=f"comma-separated subset of {','.join(TASKS)}; with --scale also command-serial, command-one-process "
+                        help=f"comma-separated subset of {','.join(TASKS)}; with --scale also command-one-process "
                              "(the plots drawn in the command's own process)")
     parser.add_argument("--plot-repeats", type=int, default=3, help="repeats of the plot-size timings (0: skip)")
     parser.add_argument("--plots-baseline", metavar="REV", help="also time analysis/plots.py as of this git revision")

@@ -1,18 +1,18 @@
-"""Each speed trick of `devprof analyze` switched off in turn: what it buys in time and memory.
+"""The whole `devprof analyze` against a tree before it, XProf's converter, and each speed trick switched off.
 
 The whole command (`devprof analyze RUN --out DIR`, a fresh process each time) on the cached traces of
 `bench_trace_scale.py` (profiler windows of --scale steps: 1000 and 1750 make about 1M and 2M events),
-as it is and with one trick off (`DEVPROF_WITHOUT=<trick>`), the variants alternated within every
-repeat (the order rotated), so that load from other jobs falls on all of them alike. Each variant is
-compared with the command as it is of the same repeat: the paired ratio's median and range is the
-trick's gain and its noise. Memory: the peak of the summed PSS of the command and its children (a page
+the variants alternated within every repeat (the order rotated), so that load from other jobs falls on
+all of them alike. Each variant is compared with this tree's command in the same repeat: the paired
+ratio's median and range is its difference and its noise. Memory: the peak of the summed PSS of the command and its children (a page
 that a fork shares counts once), one run per variant and size, and the process's own peak RSS.
 
-    python bench/bench_tricks.py [--scale 1000,1750] [--repeats 9] [--tricks halves,early,...]
-        [--baseline REV] [--xprof]
+    python bench/bench_tricks.py [--scale 1000,1750] [--repeats 9] [--baseline REV] [--xprof]
+        [--tricks-tree REV --tricks halves,early,...]
 
-`--baseline REV` adds the command at a git revision, `--xprof` XProf's converter (bench_trace_scale's
-tasks), both paired with the command as it is.
+`--baseline REV`: the command at a git revision (or a tree folder); `--xprof`: XProf's converter
+(bench_trace_scale's task). `--tricks-tree REV`: a tree whose analysis switches each trick off by
+`DEVPROF_WITHOUT=<trick>` (ec0d91c), measured with every trick and with each of `--tricks` off.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=lambda text: [int(part) for part in text.split(",")], default=[1000, 1750])
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--tricks", type=lambda text: text.split(","), default=list(TRICKS))
+    parser.add_argument("--tricks-tree", metavar="REV", help="the tree whose tricks are switched off in turn")
     parser.add_argument("--baseline", metavar="REV", help="also the command at this git revision (or tree folder)")
     parser.add_argument("--xprof", action="store_true", help="also XProf's converter")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "devprof-bench-trace-scale")
@@ -63,10 +64,12 @@ def main(argv: list[str] | None = None) -> int:
         run = scale.ensure_run(args, (10, 10 + steps))
         runs[steps] = (run, scale._facts(run))
     baseline = scale._tree_at(args.baseline) if args.baseline else None
-    for tree in (scale.REPO, baseline):
+    tricks_tree = scale._tree_at(args.tricks_tree) if args.tricks_tree else None
+    for tree in (scale.REPO, baseline, tricks_tree):
         if tree is not None:
             scale.compiled(tree)
-    variants = ["command", *(f"command-without-{trick}" for trick in args.tricks)]
+    variants = ["command", *(["tricks-all", *(f"command-without-{trick}" for trick in args.tricks)]
+                             if tricks_tree is not None else [])]
     variants += ["command-baseline"] * bool(baseline) + ["xprof"] * args.xprof
     results: dict[tuple[int, str], list[dict]] = {(steps, v): [] for steps in args.scale for v in variants}
     pss: dict[tuple[int, str], float] = {}
@@ -75,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
             run, facts = runs[steps]
             if variant == "xprof":
                 return scale._python("xprof", facts["xplane"]), {}, None
+            if variant == "tricks-all":
+                return scale._command("command", run, scratch, None)[0], {}, tricks_tree
+            if variant.startswith("command-without-"):
+                return (*scale._command(variant, run, scratch, None)[:2], tricks_tree)
             return scale._command(variant, run, scratch, baseline)
 
         for variant in variants:  # warm the bytecode and the page cache
@@ -91,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             for variant in variants:
                 pss[(steps, variant)] = scale.summed_pss(*command(variant, steps))[0]
     print(f"\n{args.repeats} repeats, variants alternated (order rotated every repeat), each a fresh process; "
-          "ratio: the variant's wall time over the command's as it is in the same repeat, median (range)\n")
-    print("| events | variant | wall s, median (range) | ratio to as it is | peak RSS MiB | summed PSS MiB |")
+          "ratio: the variant's wall time over this tree's command in the same repeat, median (range)\n")
+    print("| events | variant | wall s, median (range) | ratio to this tree | peak RSS MiB | summed PSS MiB |")
     print("|---:|---|---:|---:|---:|---:|")
     for steps in args.scale:
         events = runs[steps][1]["events"]
@@ -101,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
             rows = results[(steps, variant)]
             walls = [row["wall_s"] for row in rows]
             ratios = [row["wall_s"] / base["wall_s"] for row, base in zip(rows, mine)]
-            label = {"command": "as it is", "command-baseline": f"at {args.baseline}", "xprof": "XProf's converter"}.get(
-                variant, "without " + LABELS.get(variant.removeprefix("command-without-"), variant))
+            label = {"command": "this tree", "command-baseline": f"at {args.baseline}", "xprof": "XProf's converter",
+                     "tricks-all": f"at {args.tricks_tree}, every trick"}.get(
+                variant, f"at {args.tricks_tree}, without " + LABELS.get(variant.removeprefix("command-without-"), variant))
             print(f"| {events:,} | {label} | {_spread(walls)} | {_spread(ratios)} | "
                   f"{statistics.median(row['peak_mib'] for row in rows):.0f} | {pss[(steps, variant)]:.0f} |")
     print(f"\ncommand: {shlex.join(['python', 'bench/bench_tricks.py', *(argv or sys.argv[1:])])}")

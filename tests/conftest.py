@@ -83,28 +83,3 @@ def pytest_ignore_collect(collection_path, config):
             and config.getoption("markexpr", "").replace(" ", "") == "notslow":
         return "\npytestmark = pytest.mark.slow" in collection_path.read_text()
     return None
-
-
-@pytest.fixture(scope="session")
-def system_copies_from_a_child() -> bool:
-    """Whether this system lets a process copy from its child's memory (`process_vm_readv`; a container's
-    seccomp profile may refuse it): where it does not, the child's answers come through the pipe, and
-    the tests of that copy check the pipe was used instead."""
-    import numpy as np
-
-    from analysis.read import forked
-
-    copied = []
-    real = forked._copy_from
-
-    def recorded(*args):
-        copied.append(real(*args))
-        return copied[-1]
-
-    forked._copy_from = recorded
-    try:
-        answer = forked.ForkedHalf(lambda: np.arange(1000)).result()
-    finally:
-        forked._copy_from = real
-    assert answer is not None and np.array_equal(answer, np.arange(1000))
-    return copied == [True]

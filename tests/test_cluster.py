@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 import trace_fixtures as fx
 from test_compare import make_run
 
-from analysis import executors, pipeline, result
+from analysis import executors, pipeline
+from analysis.job import WorkerSummary
 from profiler.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -165,7 +165,7 @@ def test_any_executor_runs_one_task_per_worker_and_gets_its_summary_only(job16, 
     assert len(recording.sent) == 16
     summaries = {args[0].name: pickle.loads(blob) for args, blob in recording.sent}
     assert isinstance(summaries.pop("worker-0"), pipeline.Analysis)  # the chief's breakdown is the job's
-    assert all(isinstance(s, result.WorkerSummary) for s in summaries.values())
+    assert all(isinstance(s, WorkerSummary) for s in summaries.values())
     trace_bytes = max(p.stat().st_size for p in job16.path.rglob("*.xplane.pb"))
     # a summary is its tables (steps, devices, ops, stages), never the trace's events
     for _, blob in recording.sent:

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_an_unwritable_home_draws_the_pngs_without_matplotlibs_complaint(tmp_path, helper):
     trace = write_memory_trace(tmp_path / "run" / "host.xplane.pb", steps=4).path
     env = {key: value for key, value in os.environ.items() if key not in ("MPLCONFIGDIR", "XDG_CONFIG_HOME")}
-    env.update(HOME="/proc/self", TMPDIR=str(tmp_path), DEVPROF_PLOT_PROCESS=helper)  # no ~/.config can be made there
+    env.update(HOME="/proc/self", TMPDIR=str(tmp_path), DEVPROF_FORK=helper)  # no ~/.config can be made there
     for _ in range(2):
         done = subprocess.run([sys.executable, "-m", "profiler", "analyze", str(trace), "--out", str(tmp_path / "out")],
                               cwd=REPO, env=env, capture_output=True, text=True, timeout=300)

@@ -118,7 +118,9 @@ def test_each_run_file_is_read_only_by_the_reader():
     for reader in ("read_run_json", "read_steps_csv", "read_utilization", "read_sampler_csv", "read_trace",
                    "locate_trace"):
         outside = {site for site in _files(_calls_in_package(reader)) if not site.startswith("read/")}
-        assert outside <= {"pipeline.py"} if reader == "locate_trace" else not outside, (reader, outside)
+        # where a path holds several hosts' traces; where `devprof analyze` begins reading one before its imports
+        allowed = {"pipeline.py", "parallel/__init__.py"} if reader == "locate_trace" else set()
+        assert outside <= allowed, (reader, outside)
     assert _files(_calls_in_package("section")) == {"read/run_files.py"}
     # compare reads each run once, through the reader and the pipeline, never a file of its own
     comparison = ANALYSIS_DIR / "comparison"

@@ -18,7 +18,9 @@ import pandas as pd
 import pytest
 
 import trace_fixtures as fx
-from analysis.read import forked, trace
+from analysis import parallel
+from analysis.parallel import child as parallel_child
+from analysis.read import trace
 from analysis.read import xplane_wire as wire
 
 REPO = Path(__file__).resolve().parents[1]
@@ -125,7 +127,7 @@ def test_long_lines_are_split_into_blocks_and_joined(tmp_path, monkeypatch):
     """Lines walked block by block: guesses that land on a stat, inside a string that looks
     like events, or inside an event longer than a block, all join into the one true chain."""
     for name, value in (("SERIAL_BYTES", 64), ("WINDOW_BYTES", 5000), ("BLOCK_BYTES", 96),
-                        ("CHUNK_EVENTS", 70), ("BATCH_EVENTS", 150)):
+                        ("CHUNK_EVENTS", 70)):
         monkeypatch.setattr(wire, name, value)
     space = _long_space()
     path = tmp_path / "long.xplane.pb"
@@ -181,19 +183,25 @@ def _assert_same_decoding(one, other) -> None:
 
 @pytest.fixture
 def halves_of_small_traces(monkeypatch):
-    """Chunks of 70 events, halved from any size; records what each forked child answered."""
+    """Chunks of 70 events, halved from any size, a fork allowed (`FORK`); records what each forked child answered."""
     monkeypatch.setattr(wire, "CHUNK_EVENTS", 70)
     monkeypatch.setattr(wire, "HALVES_MIN_EVENTS", 0)
+    monkeypatch.setattr(parallel, "os_threads", lambda: 1)  # a pytest process has numpy's threads
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.delenv(parallel.ENV_VAR, raising=False)
     answers = []
-    result = forked.ForkedHalf.result
+    result = parallel_child.Child.result
 
-    def recorded(self, *args):
-        answer = result(self, *args)
+    def recorded(self, *args, **kwargs):
+        answer = result(self, *args, **kwargs)
         answers.append(None if answer is None else {"stat_event": sum(len(part["stat_event"]) for part in answer[0])})
         return answer
 
-    monkeypatch.setattr(forked.ForkedHalf, "result", recorded)
+    monkeypatch.setattr(parallel_child.Child, "result", recorded)
     return answers
+
+
+FORK = parallel.Helpers().child  # a forked child for a decode's last part (where `can_fork()` says yes)
 
 
 def _no_children_left() -> bool:
@@ -204,29 +212,12 @@ def _no_children_left() -> bool:
 
 
 @pytest.mark.parametrize("names", [trace.EVENT_STAT_COLUMNS, None], ids=["kept stats", "every stat"])
-@pytest.mark.parametrize("placing", ["read into place", "refused", "not where read"])
-@pytest.mark.parametrize("copying", [True, False], ids=["copied from the child", "through the pipe"])
-def test_the_second_half_decoded_by_a_forked_child_is_the_same(halves_of_small_traces, monkeypatch, names, placing,
-                                                                copying, system_copies_from_a_child):
-    """The child's arrays are read straight into the columns; where that cannot be (`_place` refuses, or
-    they are found elsewhere), they are joined as parts: the same columns each way, copied from the
-    child's memory or, where the system refuses that, sent through the pipe."""
-    place, as_sent = wire._EventBatches._place, wire._EventBatches._placed_as_sent
-    placed, copied = [], []
-    copy_from = forked._copy_from
-    monkeypatch.setattr(forked, "_copy_from", lambda *args: copied.append(copying and copy_from(*args))
-                        or copied[-1])
-    monkeypatch.setattr(wire._EventBatches, "_place", lambda self, sizes: None if placing == "refused" else
-                        place(self, sizes))
-    monkeypatch.setattr(wire._EventBatches, "_placed_as_sent", lambda self, answer: placed.append(
-        as_sent(self, answer)) or (placed[-1] and placing != "not where read"))
+def test_the_second_half_decoded_by_a_forked_child_is_the_same(halves_of_small_traces, names):
     data = _long_space().SerializeToString()
-    alone = wire.decode_xspace(data, names, halves=False)
-    halved = wire.decode_xspace(data, names, halves=True)
+    alone = wire.decode_xspace(data, names)
+    halved = wire.decode_xspace(data, names, fork=FORK)
     assert len(halves_of_small_traces) == 1 and isinstance(halves_of_small_traces[0], dict)  # the child answered
     assert 0 < halves_of_small_traces[0]["stat_event"] < halved.events.stat_event.size
-    assert placed == ([] if placing == "refused" else [True])  # read into place, and found there
-    assert copied == [copying and system_copies_from_a_child]
     _assert_same_decoding(alone, halved)
     assert _no_children_left()
 
@@ -242,9 +233,9 @@ def test_a_child_that_fails_leaves_its_half_to_this_process(halves_of_small_trac
 
     monkeypatch.setattr(wire._EventBatches, "_decode_chunk", failing_in_the_child)
     data = _long_space().SerializeToString()
-    halved = wire.decode_xspace(data, trace.EVENT_STAT_COLUMNS, halves=True)
+    halved = wire.decode_xspace(data, trace.EVENT_STAT_COLUMNS, fork=FORK)
     assert halves_of_small_traces == [None]
-    _assert_same_decoding(wire.decode_xspace(data, trace.EVENT_STAT_COLUMNS, halves=False), halved)
+    _assert_same_decoding(wire.decode_xspace(data, trace.EVENT_STAT_COLUMNS), halved)
     assert _no_children_left()
 
 
@@ -268,12 +259,10 @@ def _two_planes_with_trailing_line_fields():
 
 @pytest.mark.parametrize("share", [0.02, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9, 0.97, 0.999])
 @pytest.mark.parametrize("child", ["answers", "is killed"])
-def test_lines_left_to_the_child_from_any_byte_are_located_and_decoded_the_same(halves_of_small_traces, monkeypatch,
-                                                                                share, child):
-    """`begin` locates the events up to a byte and leaves the lines from there (and the rest of the line
-    that byte falls in) to the child, which locates and decodes them: the same events and lines, from
-    wherever the byte falls (in events, in a line's fields after them, in a plane's metadata), and the
-    same where the child is killed and the work is done here."""
+def test_the_childs_share_from_any_byte_is_decoded_the_same(halves_of_small_traces, monkeypatch, share, child):
+    """A decode begun early gives the child the events of the last `share` of the bytes: the same events
+    and lines wherever that byte falls (in events, in a line's fields after them, in another plane), and
+    the same where the child is killed and the work is done here."""
     parent = os.getpid()
     decode = wire._EventBatches._decode_chunk
 
@@ -284,10 +273,9 @@ def test_lines_left_to_the_child_from_any_byte_are_located_and_decoded_the_same(
 
     monkeypatch.setattr(wire._EventBatches, "_decode_chunk", killed_in_the_child)
     data = _two_planes_with_trailing_line_fields().SerializeToString()
-    alone = wire.decode_xspace(data, trace.READ_STATS, trace.READ_NUMBERS, halves=False)
-    located = wire._located(data, trace.READ_STATS, halves=True, limit=int(len(data) * (1 - share)))
-    assert located.batches is not None and located.batches.deferred  # something is the child's
-    located.batches.start_deferred()
+    alone = wire.decode_xspace(data, trace.READ_STATS, trace.READ_NUMBERS)
+    located = wire.locate(data, trace.READ_STATS)
+    located.start(FORK, share)
     begun = located.finish(trace.READ_NUMBERS)
     _assert_same_decoding(alone, begun)
     assert [line.display_name for line in begun.lines][-3:] == ["after", "after", "empty"]
@@ -299,16 +287,16 @@ def test_lines_left_to_the_child_from_any_byte_are_located_and_decoded_the_same(
 
 def test_a_corrupt_second_half_is_the_same_error_with_a_child(halves_of_small_traces):
     data = bytearray(_long_space().SerializeToString())
-    spans = wire.decode_xspace(bytes(data), None, halves=False).events
+    spans = wire.decode_xspace(bytes(data), None).events
     short_texts = (spans.stat_kind == wire.STAT_STR) & (spans.stat_stop - spans.stat_start < 128)
     late = int(np.flatnonzero(short_texts)[-1])
     tag = int(spans.stat_start[late]) - 2  # before its one-byte length
     assert data[tag] == 0x2A
     data[tag] = 0x2F  # field 5 with wire type 7, which XSpace never uses: found only when the stat is decoded
     errors = []
-    for halves in (False, True):
+    for fork in (None, FORK):
         with pytest.raises(wire.WireError) as raised:
-            wire.decode_xspace(bytes(data), None, halves=halves)
+            wire.decode_xspace(bytes(data), None, fork=fork)
         errors.append(str(raised.value))
     assert errors[0] == errors[1] and halves_of_small_traces == [None]
     assert _no_children_left()
@@ -325,29 +313,8 @@ def test_ctrl_c_while_this_process_decodes_its_half_ends_the_child(halves_of_sma
 
     monkeypatch.setattr(wire._EventBatches, "_decode_chunk", interrupted_here)
     with pytest.raises(KeyboardInterrupt):
-        wire.decode_xspace(_long_space().SerializeToString(), None, halves=True)
+        wire.decode_xspace(_long_space().SerializeToString(), None, fork=FORK)
     assert _no_children_left()
-
-
-def test_a_child_decodes_only_where_a_fork_is_safe(monkeypatch):
-    threads = [1]  # what threading.active_count() says: other tests may leave threads of their own
-    monkeypatch.setattr(forked.threading, "active_count", lambda: threads[0])
-    monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    monkeypatch.delenv(forked.ENV_VAR, raising=False)
-    assert forked.can_fork()
-    monkeypatch.setenv(forked.ENV_VAR, "0")
-    assert not forked.can_fork()
-    monkeypatch.delenv(forked.ENV_VAR)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
-    assert not forked.can_fork()  # one core: nothing to share
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    threads[0] = 2
-    assert not forked.can_fork()  # another thread may hold a lock the child would wait on forever
-    threads[0] = 1
-    assert forked.can_fork()
-    monkeypatch.setitem(sys.modules, "tensorflow", object())
-    assert not forked.can_fork()
 
 
 def test_a_cut_file_is_unreadable_wherever_protobuf_says_so(tmp_path):
@@ -466,51 +433,55 @@ def test_a_view_of_the_map_left_behind_does_not_fail_the_read(tmp_path, monkeypa
 
 
 @pytest.fixture
-def early(halves_of_small_traces, monkeypatch, tmp_path):
-    """A trace file of the long lines, decoding begun where a fork is allowed; every begun decode ended after."""
-    monkeypatch.setattr(forked, "can_fork", lambda: True)
+def early(halves_of_small_traces, tmp_path):
+    """A trace file of the long lines and the helpers that may begin its decode; every begun decode ended after."""
     path = tmp_path / "long.xplane.pb"
     path.write_bytes(_long_space().SerializeToString())
-    yield path
-    wire.discard_begun()
+    with parallel.Helpers() as helpers:
+        yield path, helpers
     assert _no_children_left()
 
 
 def test_a_decode_begun_early_is_finished_by_the_read_with_the_same_tables(early, halves_of_small_traces):
-    alone = trace.read_trace(early)
-    assert wire.begin(early, trace.READ_STATS, trace.READ_NUMBERS)
-    begun = trace.read_trace(early)
+    path, helpers = early
+    alone = trace.read_trace(path)
+    helpers.begin_reading(path)
+    assert helpers._begun is not None
+    begun = trace.read_trace(path, helpers)
     assert halves_of_small_traces[-1] is not None  # the early child answered
-    assert not wire._BEGUN  # taken
+    assert helpers._begun is None  # taken
     pd.testing.assert_frame_equal(begun.events, alone.events)
     pd.testing.assert_frame_equal(begun.memory, alone.memory)
     assert begun.hostnames == alone.hostnames
 
 
 def test_a_decode_begun_for_a_file_that_changed_since_is_not_used(early, halves_of_small_traces):
-    assert wire.begin(early, trace.READ_STATS, trace.READ_NUMBERS)
+    path, helpers = early
+    helpers.begin_reading(path)
     space = _long_space()
     space.hostnames.append("changed")
-    # Replaced whole, as a writer that never truncates a file another process maps (a file cut short
-    # under a memory map ends the reader with SIGBUS: here, the child decoding it)
-    replacement = early.with_name("replacement.xplane.pb")
+    # Replaced whole, as a writer that never truncates a file another process maps
+    replacement = path.with_name("replacement.xplane.pb")
     replacement.write_bytes(space.SerializeToString())
-    os.replace(replacement, early)
-    read = trace.read_trace(early)
-    assert read.hostnames[-1] == "changed" and len(wire._BEGUN) == 1  # read afresh; the begun one left over
-    wire.discard_begun()
-    assert not wire._BEGUN and _no_children_left()
+    os.replace(replacement, path)
+    read = trace.read_trace(path, helpers)
+    assert read.hostnames[-1] == "changed" and helpers._begun is not None  # read afresh; the begun one left over
+    helpers.close()
+    assert helpers._begun is None and _no_children_left()
 
 
 def test_nothing_is_begun_for_what_the_read_would_refuse(tmp_path, monkeypatch, early):
+    path, helpers = early
     junk = tmp_path / "junk.xplane.pb"
     junk.write_bytes(b"\x00" * (wire.HALVES_MIN_EVENTS * 16 + 10))
     fifo = tmp_path / "fifo.xplane.pb"
     os.mkfifo(fifo)
-    for path in (junk, fifo, tmp_path / "missing.xplane.pb"):
-        assert not wire.begin(path, trace.READ_STATS, trace.READ_NUMBERS)
-    assert not wire._BEGUN and _no_children_left()
+    for refused in (junk, fifo, tmp_path / "missing.xplane.pb"):
+        helpers.begin_reading(refused)
+        assert helpers._begun is None
+    assert _no_children_left()
     with pytest.raises(trace.TraceUnreadable, match="not a readable XSpace"):
-        trace.read_trace(junk)
-    monkeypatch.setattr(forked, "can_fork", lambda: False)
-    assert not wire.begin(early, trace.READ_STATS, trace.READ_NUMBERS)
+        trace.read_trace(junk, helpers)
+    monkeypatch.setattr(parallel, "os_threads", lambda: 2)  # another thread: no fork is safe
+    helpers.begin_reading(path)
+    assert helpers._begun is None

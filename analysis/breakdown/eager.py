@@ -43,7 +43,7 @@ import pandas as pd
 from analysis import intervals as iv
 from analysis import producers
 from analysis.producers import tensorflow as tf_producer
-from analysis.read.view import NS_PER_MS, TraceView, matches, present
+from analysis.read.view import NS_PER_MS, TraceView, matches, present, thread_nesting
 
 EAGER_RE = re.compile(tf_producer.EAGER_EXECUTION)
 FUNCTION_RE = re.compile(tf_producer.CONCRETE_FUNCTION)
@@ -92,23 +92,6 @@ def _stat(frame: pd.DataFrame, column: str) -> np.ndarray:
     if column not in frame:
         return np.full(len(frame), np.nan)
     return frame[column].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
-
-
-def _parents(thread: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Each event's innermost enclosing event on its thread (-1: none), as XProf's grouping nests
-    them (`ConnectIntraThread`); events sorted by thread, start, longest first."""
-    parent = np.full(starts.size, -1, dtype=np.int64)
-    # Read and written through memoryviews: as fast as lists of Python ints, without a million of them.
-    threads, begin, end, found = (np.ascontiguousarray(values, dtype=np.int64).data
-                                  for values in (thread, starts, ends, parent))
-    stack: list[int] = []
-    for i in range(len(begin)):
-        while stack and (threads[stack[-1]] != threads[i] or end[stack[-1]] < end[i] or begin[stack[-1]] > begin[i]):
-            stack.pop()
-        if stack:
-            found[i] = stack[-1]
-        stack.append(i)
-    return parent
 
 
 def _nearest(parent: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -186,13 +169,10 @@ def _tf_eager_shares(view: TraceView) -> tuple[float, float]:
     # The host's ops, the eager calls above them and the kernels' launches, nested per thread.
     used = [column for column in ("plane", "line", "name", "start_ns", "end_ns", "correlation_id", "is_func", "is_eager")
             if column in host]  # not the copy of every column of most of the trace
-    events = host.loc[wanted, used].sort_values(["plane", "line", "start_ns", "end_ns"],
-                                                ascending=[True, True, True, False], kind="stable")
+    events, parent = thread_nesting(host.loc[wanted, used], enclosing=True)
     is_op, is_call = matches(events["name"], HOST_OP_RE).to_numpy(), matches(events["name"], EAGER_CALL_RE).to_numpy()
     is_launch = (present(events["correlation_id"]) if has_id else np.zeros(len(events), dtype=bool)) & ~is_op & ~is_call
     starts, ends = events["start_ns"].to_numpy(dtype=np.int64), events["end_ns"].to_numpy(dtype=np.int64)
-    thread = (events["plane"].to_numpy(dtype=np.int64) << 32) + events["line"].to_numpy(dtype=np.int64)
-    parent = _parents(thread, starts, ends)
     call = _nearest(parent, is_call)
     # Under an eager call that ran one op (a missing `is_func` reads as a tf.function, as in XProf).
     under_eager_op = np.zeros(len(events), dtype=bool)

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.producers import matches
-from analysis.read.view import TraceView
+from analysis.read.view import TraceView, thread_nesting
 from analysis.steps.host import TF_OP_RE
 
 IMPLEMENTATION_COLUMNS = ["op", "type", "primitive", "implementation", "primitive_ms_per_step", "onednn_ms_per_step"]
@@ -34,21 +34,11 @@ def _op_events(view: TraceView) -> pd.DataFrame:
     """TensorFlow op events on host threads ("scope/name:Type"), sorted by thread, start, longest
     first, with `parent`: the row of the op event that holds it on its thread (-1: none)."""
     host = view.host
-    ops = host[matches(host["name"], TF_OP_RE)]
-    ops = ops.sort_values(["plane", "line", "start_ns", "end_ns"], ascending=[True, True, True, False], kind="stable")
-    starts = ops["start_ns"].to_numpy(dtype=np.int64)
-    ends = ops["end_ns"].to_numpy(dtype=np.int64)
+    ops, parent = thread_nesting(host[matches(host["name"], TF_OP_RE)])
     threads = (ops["plane"].to_numpy(dtype=np.int64) << 32) + ops["line"].to_numpy(dtype=np.int64)
-    parent = np.full(starts.size, -1, dtype=np.int64)
-    stack: list[int] = []
-    for i in range(starts.size):
-        while stack and (threads[stack[-1]] != threads[i] or ends[stack[-1]] <= starts[i]):
-            stack.pop()
-        if stack:
-            parent[i] = stack[-1]
-        stack.append(i)
     return pd.DataFrame({"name": ops["name"].astype(str).to_numpy(dtype=object), "thread": threads,
-                         "start_ns": starts, "end_ns": ends, "parent": parent})
+                         "start_ns": ops["start_ns"].to_numpy(dtype=np.int64),
+                         "end_ns": ops["end_ns"].to_numpy(dtype=np.int64), "parent": parent})
 
 
 def _innermost(events: pd.DataFrame, at: np.ndarray) -> np.ndarray:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from analysis import producers
 from analysis.producers import tensorflow as tf_producer
-from analysis.read.view import NS_PER_MS, TraceView, matches
+from analysis.read.view import NS_PER_MS, TraceView, matches, thread_nesting
 from analysis.steps.host import TF_OP_RE
 
 OP_COLUMNS = ["op", "type", "device", "count_per_step", "ms_per_step", "compute_pct"]
@@ -103,11 +103,11 @@ def host_ops(view: TraceView) -> pd.DataFrame:
         ops = pd.concat([ops, thunks])
     if ops.empty:
         return pd.DataFrame(columns=_FRAME_COLUMNS)
-    ops = ops.sort_values(["plane", "line", "start_ns", "end_ns"], ascending=[True, True, True, False], kind="stable")
+    ops, parent = thread_nesting(ops)
     name, kind = _split_tf_op(ops["name"])
     return pd.DataFrame({"op": name, "type": kind, "device": ops["plane_name"].astype(str).to_numpy(),
                          "program_id": np.nan, "kernel": kind, "start_ns": ops["start_ns"].to_numpy(),
-                         "self_ns": _self_ns(ops)})
+                         "self_ns": _self_ns(ops, parent)})
 
 
 def _without_compiled_calls(ops: pd.DataFrame, executors: pd.DataFrame) -> pd.DataFrame:
@@ -124,24 +124,14 @@ def _without_compiled_calls(ops: pd.DataFrame, executors: pd.DataFrame) -> pd.Da
     return ops[keep]
 
 
-def _self_ns(ops: pd.DataFrame) -> np.ndarray:
-    """Duration minus the direct children on the same thread (events sorted by thread, start, longest first)."""
+def _self_ns(ops: pd.DataFrame, parent: np.ndarray) -> np.ndarray:
+    """Duration minus the direct children on the same thread (`thread_nesting`'s order and parents)."""
     starts = ops["start_ns"].to_numpy(dtype=np.int64)
     ends = ops["end_ns"].to_numpy(dtype=np.int64)
-    threads = (ops["plane"].to_numpy(dtype=np.int64) << 32) + ops["line"].to_numpy(dtype=np.int64)
-    durations = ends - starts
-    # Through memoryviews: a numpy scalar read per event costs several times more, lists of Python ints
-    # as much memory again as the events.
-    thread, begin, end, self_ns = (np.ascontiguousarray(values, dtype=np.int64).data
-                                   for values in (threads, starts, ends, durations))
-    stack: list[int] = []
-    for i in range(len(begin)):
-        while stack and (thread[stack[-1]] != thread[i] or end[stack[-1]] <= begin[i]):
-            stack.pop()
-        if stack:
-            self_ns[stack[-1]] -= min(end[i], end[stack[-1]]) - begin[i]
-        stack.append(i)
-    return np.maximum(durations, 0)
+    self_ns = ends - starts
+    child = np.flatnonzero(parent >= 0)
+    np.subtract.at(self_ns, parent[child], np.minimum(ends[child], ends[parent[child]]) - starts[child])
+    return np.maximum(self_ns, 0)
 
 
 def op_table(view: TraceView, steps: pd.DataFrame, device: str) -> pd.DataFrame:

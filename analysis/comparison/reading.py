@@ -15,8 +15,7 @@ from analysis.read import run_files
 from analysis.read.inputs import RunInputs, read_inputs, read_run_files
 from analysis.read.run_files import RunRecord
 from analysis.read.trace import TraceError, TraceNotFound
-from analysis.result import Analysis
-from analysis.worker import analyze_inputs
+from analysis.worker import Analysis, analyze_inputs
 
 EXTERNAL_REQUIRED = ("device", "seconds_per_epoch")
 EXTERNAL_OPTIONAL = ("batch_size", "images", "notes")

@@ -17,9 +17,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from analysis.parallel.child import Beside, Child
+
+if TYPE_CHECKING:
+    from analysis.parallel.plots import PlotHelper
+    from analysis.read.xplane_wire import Begun
 
 ENV_VAR = "DEVPROF_FORK"  # 0: all the reading and analysis in this one process
 T = TypeVar("T")
@@ -52,9 +56,9 @@ class Helpers:
 
     def __init__(self, fork: bool = True):
         self.fork = fork
-        self.plots = None
+        self.plots: PlotHelper | None = None
         self._waiting: list[Callable[[], object]] = []
-        self._begun = None  # `xplane_wire.Begun`: a decode begun before the read
+        self._begun: Begun | None = None  # a decode begun before the read
 
     def child(self, work: Callable[[Callable[[], object]], object]) -> Child | None:
         """A child running `work(receive)`, or None where none can be forked."""
@@ -65,7 +69,7 @@ class Helpers:
 
     def beside(self, work: Callable[[Callable[[], object]], T], wanted: bool = True) -> Beside[T]:
         """`work(given)` in a child while this process goes on (where `wanted` and one can be forked)."""
-        return Beside(work, self.child if wanted else None)
+        return Beside(work, self.child if wanted else lambda _work: None)
 
     def begin_reading(self, path) -> None:
         """Begin decoding the trace `path` names, where it names one host's trace plainly (not a folder of

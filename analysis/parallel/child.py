@@ -120,10 +120,10 @@ class Beside(Generic[T]):
     for it, where no child was forked or it gave no answer. `given()` is what this process `give`s once
     it has it (the child waits for it there): the work that needs it can begin before it is known."""
 
-    def __init__(self, work: Callable[[Callable[[], object]], T], child: Callable[..., Child] | None):
+    def __init__(self, work: Callable[[Callable[[], object]], T], fork: Callable[..., Child | None]):
         self.work = work
         self._given: list[object] = []
-        self.child = child(work) if child is not None else None
+        self.child = fork(work)
 
     def give(self, value: object) -> None:
         """What `given()` returns, to the child (and kept here, should the work be done here)."""

@@ -53,6 +53,34 @@ def on_lines(events: pd.DataFrame, lines: pd.DataFrame) -> pd.Series:
     return pd.Series(np.isin(key, wanted), index=events.index)
 
 
+def thread_nesting(events: pd.DataFrame, enclosing: bool = False) -> tuple[pd.DataFrame, np.ndarray]:
+    """`events` in the order a thread's nesting is read (thread, start, longest first), and each one's
+    parent there (its position in that order; -1: none): the innermost event on its thread still running
+    when it starts, or with `enclosing` the innermost that holds it whole (XProf's `ConnectIntraThread`).
+    The two differ only where events on one thread overlap without nesting."""
+    events = events.sort_values(["plane", "line", "start_ns", "end_ns"], ascending=[True, True, True, False],
+                                kind="stable")
+    starts, ends = events["start_ns"].to_numpy(dtype=np.int64), events["end_ns"].to_numpy(dtype=np.int64)
+    thread = (events["plane"].to_numpy(dtype=np.int64) << 32) + events["line"].to_numpy(dtype=np.int64)
+    parent = np.full(starts.size, -1, dtype=np.int64)
+    # Read and written through memoryviews: as fast as lists of Python ints, without a million of them.
+    threads, begin, end, found = (np.ascontiguousarray(values, dtype=np.int64).data
+                                  for values in (thread, starts, ends, parent))
+    stack: list[int] = []
+    for i in range(len(begin)):
+        if enclosing:
+            while stack and (threads[stack[-1]] != threads[i] or end[stack[-1]] < end[i]
+                             or begin[stack[-1]] > begin[i]):
+                stack.pop()
+        else:
+            while stack and (threads[stack[-1]] != threads[i] or end[stack[-1]] <= begin[i]):
+                stack.pop()
+        if stack:
+            found[i] = stack[-1]
+        stack.append(i)
+    return events, parent
+
+
 def present(column: pd.Series) -> np.ndarray:
     """Which rows have a value, as a plain boolean array: the trace's rarely set stats are sparse
     columns, and combining a sparse mask with a dense one costs a hundred times more."""

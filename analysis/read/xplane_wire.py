@@ -27,6 +27,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -559,7 +560,7 @@ class _EventBatches:
         self.pending_events = 0
         self.mine: list[Chunk] | None = None  # the chunks decoded here (all, where no child shares them)
         self.theirs: list[Chunk] = []  # the child's chunks, decoded here too where it gives no answer
-        self.child = None  # `analysis.parallel.child.Child`
+        self.child: Any = None  # an `analysis.parallel.child.Child`
 
     def add_plane(self, stat_names: dict[int, str]) -> None:
         if self.wanted_stat_names is not None:

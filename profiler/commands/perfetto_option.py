@@ -46,7 +46,7 @@ def write(args: argparse.Namespace, result, inputs=None) -> int | None:
 
                 written = write_perfetto(result, path, events)
             else:
-                from analysis.result import write_perfetto
+                from analysis.worker import write_perfetto
 
                 written = write_perfetto(result, path, events, getattr(args, "step_name", None), inputs)
     except OSError as exc:
