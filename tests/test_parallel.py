@@ -409,3 +409,21 @@ def test_a_waiting_helper_imports_nothing_until_a_core_is_free_or_it_is_asked_to
     before, after, here, pngs = done.stdout.split(" ", 3)
     assert (before, after, here) == ("False", "True", "False")
     assert pngs.strip() == "['epoch_breakdown.png', 'step_breakdown.png', 'utilization.png']"
+
+
+def test_only_analysis_parallel_forks_and_no_stage_imports_it():
+    import ast
+
+    root = REPO / "analysis"
+    stages = ("steps", "breakdown", "rules", "render", "comparison", "producers")
+    forks = set()
+    for path in [*root.rglob("*.py"), *(REPO / "profiler").rglob("*.py")]:
+        text = path.read_text()
+        if "os.fork" in text:
+            forks.add(path.relative_to(REPO).parts[:2])
+        if path.is_relative_to(root) and path.relative_to(root).parts[0] in stages:
+            tree = ast.parse(text)
+            imported = {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+            imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+            assert not any(name.startswith("analysis.parallel") for name in imported), path
+    assert forks == {("analysis", "parallel")}, forks
