@@ -37,6 +37,7 @@ from analysis.read.view import TraceView
 from analysis.render import Rendered
 from analysis.rules import table as rules
 from analysis.rules import xprof as xprof_rules
+from analysis.rules.advice_loop import pipeline_is_the_cause
 from analysis.rules.facts import Facts, trace_facts, worker_facts
 from analysis.rules.second_opinion import SecondOpinion, second_opinion
 from analysis.rules.xprof import XProfReading
@@ -112,7 +113,7 @@ class Analysis(Rendered):
         the verdict's fixes, material and explained by the stage's own time), else None."""
         waits = self.verdict.get("bound") == "input" or any(
             fix["rule"] == "input_wait" for fix in self.verdict.get("fixes") or ())
-        if not waits or self.input_stages.empty or not rules.pipeline_is_the_cause(self.facts):
+        if not waits or self.input_stages.empty or not pipeline_is_the_cause(self.facts):
             return None
         slowest = self.input_stages.iloc[0]
         return {"stage": str(slowest["stage"]), "ms_per_batch": float(slowest["ms_per_batch"])}

@@ -408,9 +408,9 @@ def compare(cause: str, out: Path, before: Program, after: Callable[[str, object
 
 def advised_steps(advice: str, a) -> int:
     """The steps per call the advice names, else the ones the rules suggest for this run."""
-    from analysis.rules import table
+    from analysis.rules.advice_loop import _steps_per_call
 
-    return suggested_steps_per_call(advice) or table._steps_per_call(a.facts)[1]
+    return suggested_steps_per_call(advice) or _steps_per_call(a.facts)[1]
 
 
 def steps_per_call_fix(before: Program, calls: int = 8):
@@ -521,10 +521,11 @@ def contention(out: Path, reps: int = 2) -> Result:
 
 def _precision_change(a) -> tuple[str, str, float, str]:
     """The estimate of moving to the other dtype (negative: slower), whatever the verdict picked."""
-    from analysis.rules import savings, table
+    from analysis.rules import savings
+    from analysis.rules.advice_compute import precision_advice
 
     saving = savings.precision_saving(a.facts)
-    return "precision change", "estimate", saving.ms(a.facts), table.precision_advice(a.facts) or ""
+    return "precision change", "estimate", saving.ms(a.facts), precision_advice(a.facts) or ""
 
 
 def _precision_note(result: Result) -> Result:

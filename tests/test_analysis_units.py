@@ -84,7 +84,7 @@ def test_fake_gpu_plane_makes_device_compute_and_input_copies(tmp_path):
 
 
 def test_compute_advice_leaves_out_what_the_run_already_does():
-    from analysis.rules.table import LARGER_BATCH_ADVICE, compute_advice
+    from analysis.rules.advice_compute import LARGER_BATCH_ADVICE, compute_advice
 
     cpu = compute_advice("cpu", "float32", False)
     assert any("--precision mixed_bfloat16" in a for a in cpu)

@@ -18,7 +18,7 @@ import trace_fixtures as fx
 from test_html_report import EVIL, _pixels_drawn, assert_self_contained
 
 import analysis
-from analysis.render import html
+from analysis.render import html, html_roofline
 from analysis.render.html_charts import si
 
 NAN = math.nan
@@ -244,7 +244,7 @@ def test_the_least_efficient_ops_are_labelled_first(base):
     ops = pd.concat([ops, pd.DataFrame(extra)], ignore_index=True)
     svg = svg_of(html.render_analysis(with_roofline(base, ops, roofline_info())))
     labels = re.findall(r'<tspan class="op-label"[^>]*>([^<]*)</tspan>', svg)
-    assert len(labels) == html.LABELLED_OPS == 5
+    assert len(labels) == html_roofline.LABELLED_OPS == 5
     assert "model/slow_lazy/Relu" in labels and not any("busy" in label for label in labels), labels
     assert len(points(svg)) == len(COSTED) + 7
 

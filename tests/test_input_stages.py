@@ -12,7 +12,8 @@ from trace_fixtures import ABSOLUTE_BASE_NS, _ns, _Plane, _write_space, _xspace_
 from analysis import analyze
 from analysis.breakdown import input_stages as stages_mod
 from analysis.breakdown.input_stages import SlowestStage, stage_self_ns
-from analysis.rules.table import make_verdict, pipeline_is_the_cause
+from analysis.rules.advice_loop import pipeline_is_the_cause
+from analysis.rules.table import make_verdict
 from views import facts_from_mean, view_of
 
 MS = 1_000_000
@@ -112,7 +113,7 @@ def test_a_generator_handing_out_a_shard_only_waits():
 
 def test_advice_fits_the_slowest_stage():
     from analysis.breakdown.input_stages import runs_python
-    from analysis.rules.table import stage_advice
+    from analysis.rules.advice_loop import stage_advice
 
     assert "num_parallel_calls" in stage_advice(SlowestStage("Iterator::Root::Map", 30.0))
     assert "vectorize" in stage_advice(SlowestStage("Iterator::Root::Prefetch::ParallelMapV2", 1.0))
@@ -238,7 +239,7 @@ def test_advice_names_only_stages_the_pipeline_has():
 
 
 def test_the_verdicts_fix_names_only_stages_the_pipeline_has():
-    from analysis.rules.table import _input_fix
+    from analysis.rules.advice_loop import _input_fix
 
     mean = {"input_pct": 75.0, "compute_pct": 20.0, "host_pct": 5.0, "producer": "tensorflow"}
     fix = _input_fix(facts_from_mean({**mean, "prefetches": True, "input_stage_kinds": ("Prefetch", "BatchV2",
@@ -249,7 +250,7 @@ def test_the_verdicts_fix_names_only_stages_the_pipeline_has():
 
 
 def test_stage_advice_names_no_stage_the_pipeline_lacks():
-    from analysis.rules.table import stage_advice
+    from analysis.rules.advice_loop import stage_advice
 
     prefetch = stage_advice(SlowestStage("Iterator::Root::Prefetch", 1.0))
     assert "after this Prefetch stage" not in prefetch and ".cache()" not in prefetch, prefetch

@@ -15,6 +15,7 @@ from memory_fixtures import GPU, MiB, UINT8, write_memory_trace, write_pjrt_memo
 
 from analysis import analyze
 from analysis.breakdown import memory as breakdown
+from analysis.breakdown import memory_holders
 from profiler.cli import main
 
 SESSION = "2030_01_01_00_00_00"
@@ -206,7 +207,7 @@ def test_holder_kind_by_most_of_its_bytes(op, shapes, regions, dtypes, batch, ki
     sizes = [float(np.prod([int(d) for d in s.strip("[]").split(",")])) * (1 if t == "uint8" else 4)
              for s, t in zip(shapes, dtypes)]
     tensors = pd.DataFrame({"shape": shapes, "region": regions, "dtype": dtypes, "allocation_bytes": sizes})
-    assert breakdown.holder_kind(op, tensors, batch) == kind
+    assert memory_holders.holder_kind(op, tensors, batch) == kind
 
 
 # ---------------------------------------------------------------- a host allocator's headroom

@@ -146,6 +146,19 @@ def test_one_worker_is_a_straight_line():
     assert lengths["analyze_worker"] + lengths["analyze_inputs"] <= 40, lengths
 
 
+MAX_MODULE_LINES = 700  # a module longer than this is split along its seams (docs/architecture.md)
+MAX_PIPELINE_LINES = 400  # the line only dispatches: the work is in worker.py and job.py
+LONG_MODULES = ("read/xplane_wire.py",)  # one wire-format decoder, read as a whole
+
+
+def test_no_module_of_the_analysis_is_too_long():
+    lengths = {path.relative_to(ANALYSIS_DIR).as_posix(): len(path.read_text().splitlines())
+               for path in ANALYSIS_DIR.rglob("*.py") if not path.name.endswith("_pb2.py")}
+    long = {name: n for name, n in lengths.items() if n > MAX_MODULE_LINES and name not in LONG_MODULES}
+    assert not long, long
+    assert lengths["pipeline.py"] < MAX_PIPELINE_LINES, lengths["pipeline.py"]
+
+
 def _imports_of(path: Path, packages: set[str], known: set[str]) -> set[str]:
     """The project modules a file imports anywhere, functions included (a lazy import that closes a
     circle still ties the two modules together), but not under `if TYPE_CHECKING:`."""

@@ -32,7 +32,7 @@ from analysis.comparison.table import compare, flags_for, pick_baseline, speedup
 from analysis.pipeline import analyze
 from analysis.read import run_files
 from analysis.render import Rendered
-from analysis.rules.table import suggest_steps_per_execution
+from analysis.rules.advice_loop import suggest_steps_per_execution
 from analysis.worker import analyze_inputs, checked_path
 
 

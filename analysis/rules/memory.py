@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from analysis.breakdown import memory as breakdown
+from analysis.breakdown import memory_holders as holders
 from analysis.breakdown.memory import AllocatorPeak, OomAtFailure, SampledMemory
 from analysis.rules.facts import Facts
 from analysis.rules.savings import Saving
@@ -173,7 +173,7 @@ def growth_fix(facts: Facts) -> str:
 
 # -- memory_one_holder
 
-def one_holder(facts: Facts) -> tuple[AllocatorPeak, breakdown.Holder] | None:
+def one_holder(facts: Facts) -> tuple[AllocatorPeak, holders.Holder] | None:
     """(the allocator, its holder) where one op's live tensors hold most of a peak, or are a fixed tensor
     made in every step whose op takes 5 % of the step or more, and enough of the allocator's capacity to
     matter."""
@@ -193,19 +193,19 @@ def one_holder(facts: Facts) -> tuple[AllocatorPeak, breakdown.Holder] | None:
 MADE_EVERY_STEP_MIN_PCT = 5.0  # of the step: a fixed tensor's making worth a finding whatever its share of the peak
 
 
-def _made_every_step_pct(holder: breakdown.Holder, facts: Facts) -> float:
+def _made_every_step_pct(holder: holders.Holder, facts: Facts) -> float:
     """The share of the step a fixed tensor made in every step costs to make (0: not one, or not timed)."""
-    if holder.kind != breakdown.FIXED or not holder.made_every_step or not facts.step_ms > 0:
+    if holder.kind != holders.FIXED or not holder.made_every_step or not facts.step_ms > 0:
         return 0.0
     return 100.0 * min(facts.holder_op_ms, facts.step_ms) / facts.step_ms if facts.holder_op_ms > 0 else 0.0
 
 
-HOLDER_WORDS = {breakdown.WORKSPACE: "as scratch workspace (temporary flat bytes: the algorithm's working memory)",
-                breakdown.BATCH_SIZED: "in tensors that grow with the batch",
-                breakdown.FIXED: "in tensors of a fixed size, the same whatever the batch",
-                breakdown.OP_TYPE: "summed over every op of that type: the trace ran it eagerly, where an op's name is "
+HOLDER_WORDS = {holders.WORKSPACE: "as scratch workspace (temporary flat bytes: the algorithm's working memory)",
+                holders.BATCH_SIZED: "in tensors that grow with the batch",
+                holders.FIXED: "in tensors of a fixed size, the same whatever the batch",
+                holders.OP_TYPE: "summed over every op of that type: the trace ran it eagerly, where an op's name is "
                                    "its type, so several layers' tensors share one name",
-                breakdown.UNSCALED: "in its tensors"}
+                holders.UNSCALED: "in its tensors"}
 
 
 def one_holder_saving(facts: Facts) -> Saving:
@@ -214,7 +214,7 @@ def one_holder_saving(facts: Facts) -> Saving:
     if found is None:
         return Saving(math.nan, "no holder")
     _, holder = found
-    if holder.kind != breakdown.FIXED or not holder.made_every_step:
+    if holder.kind != holders.FIXED or not holder.made_every_step:
         return Saving(math.nan, "saves no step time: it is about fitting in memory")
     pct = _made_every_step_pct(holder, facts)
     if not pct > 0:
@@ -251,15 +251,15 @@ def one_holder_fix(facts: Facts) -> str:
     assert found is not None
     peak, holder = found
     op = holder.op
-    if holder.kind == breakdown.BATCH_SIZED:
+    if holder.kind == holders.BATCH_SIZED:
         return (f"{op}'s tensors grow with the batch: a smaller batch ({_batch_words(facts, 'N')}) or "
                 f"{_recompute(facts)} shrinks them; mixed precision halves them ({_precision(facts)})")
-    if holder.kind == breakdown.WORKSPACE:
+    if holder.kind == holders.WORKSPACE:
         return _workspace_fix(facts, peak, op)
-    if holder.kind == breakdown.OP_TYPE:
+    if holder.kind == holders.OP_TYPE:
         return (f"to see which layer's {op} holds it, run the step as a graph (`tf.function`; in Keras, no "
                 "`run_eagerly=True`), where each op is named by its layer")
-    if holder.kind == breakdown.UNSCALED:
+    if holder.kind == holders.UNSCALED:
         return (f"look at {op}: where its first dimension is the batch, a smaller batch or mixed precision shrinks it; "
                 "where it is a tensor of fixed size made in every step, make it once outside the step (devprof could "
                 "not tell: no batch size is known; `devprof run --batch-size`, or `session.step(images=N)`)")
