@@ -27,13 +27,20 @@ FORMATS = ("text", "markdown", "json", "csv", "html", "summary")
 COMPARE_FORMATS = ("text", "markdown", "json", "csv", "html")
 
 
+SNAPSHOT = "<snapshot>"  # the snapshot's own folder, in what the commands print: two snapshots compare as they are
+
+
 def _run(argv: list[str], out: Path) -> None:
     from profiler.cli import main
 
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         code = main(argv)
-    out.write_text(f"exit {code}\n--- stdout\n{stdout.getvalue()}--- stderr\n{stderr.getvalue()}", encoding="utf-8")
+    text = f"exit {code}\n--- stdout\n{stdout.getvalue()}--- stderr\n{stderr.getvalue()}"
+    out.write_text(text.replace(str(ROOT[0]), SNAPSHOT), encoding="utf-8")
+
+
+ROOT: list[Path] = []  # the snapshot's folder, set by `snapshot`
 
 
 def _inputs(paths: list[Path]) -> list[Path]:
@@ -51,6 +58,7 @@ def _inputs(paths: list[Path]) -> list[Path]:
 
 def snapshot(out: Path, paths: list[Path], compare: list[Path], external: list[Path]) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    ROOT[:] = [out.absolute()]
     for path in _inputs(paths):
         name = f"{path.parent.name}__{path.name}"
         folder = out / name
