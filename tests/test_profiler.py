@@ -61,7 +61,7 @@ def xprof_steps(xplane: Path) -> list[int]:
 
 def train_markers(xplane: Path) -> list[int]:
     """step_num of every `train` event in the raw trace (one per tf.function call)."""
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    from xplane_proto import xplane_pb2
 
     space = xplane_pb2.XSpace()
     space.ParseFromString(xplane.read_bytes())

@@ -1,38 +1,22 @@
 """XSpace as protobuf messages, for tools that write or edit traces (test fixtures, benches).
 
 Reading a trace does not use this module (`analysis.trace` decodes the file itself). Editing
-one needs message classes: TensorFlow's generated `xplane_pb2.py` is loaded from the installed
-TensorFlow package by file, without importing TensorFlow.
+one needs message classes: the test suite's own `xplane_proto` (TensorFlow's schema, vendored),
+so that no TensorFlow is needed.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
-from analysis.read.trace import TraceError, TraceUnreadable
+from analysis.read.trace import TraceUnreadable
 
 
 def _xplane_module():
-    """TensorFlow's generated XSpace module, without importing TensorFlow."""
-    loaded = sys.modules.get("tensorflow.tsl.profiler.protobuf.xplane_pb2")
-    if loaded is not None:
-        return loaded
-    cached = sys.modules.get("_devprof_xplane_pb2")
-    if cached is not None:
-        return cached
-    spec = importlib.util.find_spec("tensorflow")
-    if spec is None or not spec.submodule_search_locations:
-        raise TraceError("editing traces needs the XSpace protobuf shipped with TensorFlow; TensorFlow is not installed")
-    module_path = Path(list(spec.submodule_search_locations)[0]) / "tsl" / "profiler" / "protobuf" / "xplane_pb2.py"
-    module_spec = importlib.util.spec_from_file_location("_devprof_xplane_pb2", module_path)
-    if module_spec is None or not module_path.exists():
-        raise TraceError(f"TensorFlow's XSpace protobuf module is missing: looked for {module_path}")
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    sys.modules["_devprof_xplane_pb2"] = module
-    return module
+    """The generated XSpace module (tests/xplane_proto), the same messages as TensorFlow's."""
+    from xplane_proto import xplane_pb2
+
+    return xplane_pb2
 
 
 def load_xspace(xplane: str | Path):
