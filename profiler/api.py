@@ -9,7 +9,7 @@
                 session.log(loss=float(loss))
 
 It writes the run directory `devprof run` writes, through the same session layer
-(`profiler.session`). TensorFlow is imported when the session starts, not before.
+(`profiler.record.session`). TensorFlow is imported when the session starts, not before.
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from models.training import EpochResult, StepRecord
-from profiler import cluster as cluster_mod
-from profiler import rundir, samplers, tracing
-from profiler.config import check_run_name
-from profiler.console import Console
-from profiler.session import Session, Terminated
+from profiler import samplers
+from profiler.device import cluster as cluster_mod
+from profiler.record import rundir, tracing
+from profiler.record.console import Console
+from profiler.record.session import Session, Terminated
+from profiler.train.config import check_run_name
 
 
 @dataclass
@@ -198,7 +199,7 @@ class ProfileSession(Session):
         resolved = _resolve_device(tf, cfg.cluster)
         self._device_kind = resolved.kind
         if self.path is None:
-            from profiler import devices
+            from profiler.device import devices
 
             if cfg.run_name:
                 self.path = Path(cfg.out) / cfg.run_name
@@ -277,7 +278,7 @@ class ProfileSession(Session):
                 raise ValueError(f"profiler_port {cfg.profiler_port} is not free ({exc.strerror or exc})") from None
 
     def _initial_meta(self, resolved) -> dict:
-        from profiler.session import starting_meta
+        from profiler.record.session import starting_meta
 
         cfg = self.config
         options = asdict(cfg)
@@ -619,7 +620,7 @@ def _batch_size(batch) -> int | None:
 def _resolve_device(tf, cluster):
     """The device the program trains on, as far as TensorFlow says (the program made its own
     strategy): run.json `device`."""
-    from profiler import devices
+    from profiler.device import devices
 
     strategy = type(tf.distribute.get_strategy()).__name__ if tf.distribute.has_strategy() else None
     tpus = tf.config.list_logical_devices("TPU")

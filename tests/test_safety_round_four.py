@@ -208,7 +208,7 @@ def test_the_epoch_line_leaves_out_metrics_the_run_does_not_compute():
     import math
 
     from models.training import EpochResult
-    from profiler.console import Console
+    from profiler.record.console import Console
 
     stream = io.StringIO()
     console = Console(False, stream=stream)

@@ -21,8 +21,8 @@ from job_fixtures import write_job
 import analysis
 from analysis.read import run_files
 from profiler import cli
-from profiler import cluster as cluster_mod
-from profiler.config import RunConfig, UsageError
+from profiler.device import cluster as cluster_mod
+from profiler.train.config import RunConfig, UsageError
 
 REPO = Path(__file__).resolve().parent.parent
 # Tiny jobs: 400 images in global batches of 20 (10 per worker) are 20 steps an epoch; the
@@ -204,7 +204,7 @@ def test_ctrl_c_stops_every_worker_cleanly(tmp_path):
 
 @pytest.mark.slow
 def test_capture_takes_every_worker_into_one_session(tmp_path):
-    from profiler import tracing
+    from profiler.record import tracing
 
     port = cluster_mod.free_ports(1)[0]
     while any(_busy(p) for p in (port, port + 1)):
@@ -229,7 +229,7 @@ def test_capture_takes_every_worker_into_one_session(tmp_path):
 
 
 def _busy(port: int) -> bool:
-    from profiler import tracing
+    from profiler.record import tracing
 
     try:
         tracing.check_port_free(port)
@@ -375,7 +375,7 @@ def test_a_job_folder_is_never_overwritten(tmp_path, capsys, monkeypatch):
     assert cli.main(["run", "--workers", "2", *TINY, "--quiet", "--out", str(tmp_path / "runs"), "--run-name",
                      "job"]) == 2
     assert "already exists; runs are never overwritten" in capsys.readouterr().err
-    from profiler import job, rundir
+    from profiler.record import job, rundir
 
     rundir.write_json_atomic(tmp_path / "runs" / "job" / "run.json", {"job_id": "another"})
     with pytest.raises(rundir.RunExistsError):
@@ -384,8 +384,8 @@ def test_a_job_folder_is_never_overwritten(tmp_path, capsys, monkeypatch):
 
 
 def test_workers_pass_on_every_option_the_launcher_was_given():
-    from profiler.commands import run as run_command
-    from profiler.launcher import child_options
+    from profiler.cli.commands import run as run_command
+    from profiler.cli.launcher import child_options
 
     parser = cli.build_parser()
     given = ["run", "--workers", "2", "--device", "cpu", "--data", "synthetic", "--epochs", "3", "--batch-size", "64",
@@ -412,7 +412,7 @@ def test_each_local_worker_gets_its_share_of_the_cores():
 
 
 def test_capture_addresses():
-    from profiler import tracing
+    from profiler.record import tracing
 
     assert tracing.parse_service_addresses("grpc://h1:1,grpc://h2:2") == ["grpc://h1:1", "grpc://h2:2"]
     assert tracing.parse_service_addresses("grpc://[::1]:9012, grpc://10.0.0.2:1") == ["grpc://[::1]:9012",

@@ -1,7 +1,7 @@
-"""The `devprof` command line: one parser, one subcommand module each under `profiler.commands`.
+"""The `devprof` command line: one parser, one subcommand module each under `profiler.cli.commands`.
 
 `main(argv=None) -> int` is the only entry point; `program()` runs it as the `devprof` script and
-`python -m profiler` do. Conventions shared by every subcommand live in `profiler.commands.common`:
+`python -m profiler` do. Conventions shared by every subcommand live in `profiler.cli.common`:
 errors are one `error: ...` line on stderr, exit code 2 for bad usage and 1 for a failure,
 machine-readable output is `--format json` with a top-level `schema_version`.
 """
@@ -15,9 +15,9 @@ import sys
 import threading
 
 from analysis.render.files import inert
-from profiler import quiet
-from profiler.commands import COMMANDS
-from profiler.commands.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, error
+from profiler.cli.commands import COMMANDS
+from profiler.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, error
+from profiler.device import quiet
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,7 +39,7 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=default, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from profiler.version import __version__
+        from profiler.record.version import __version__
 
         parser._print_message(f"devprof {__version__}\n", sys.stdout)
         parser.exit()
@@ -153,6 +153,3 @@ def main(argv: list[str] | None = None, ran: list[str] | None = None) -> int:
         return error(f"{args.command} failed: {type(exc).__name__}: {first[0] if first else 'no detail'}",
                      hint="set DEVPROF_DEBUG=1 for the traceback", code=EXIT_FAILURE)
 
-
-if __name__ == "__main__":
-    program()

@@ -187,6 +187,6 @@ def add_tracer_options(parser) -> None:
 
 def tracer_options(args: argparse.Namespace):
     """The `tracing.TracerOptions` the tracer options asked for."""
-    from profiler import tracing
+    from profiler.record import tracing
 
     return tracing.TracerOptions(args.host_tracer_level, args.device_tracer_level, int(args.python_tracer))

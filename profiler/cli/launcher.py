@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from analysis.read import run_files
-from profiler import cluster as cluster_mod
-from profiler import job, rundir
-from profiler.commands.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, error
-from profiler.console import Console
+from profiler.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, error
+from profiler.device import cluster as cluster_mod
+from profiler.record import job, rundir
+from profiler.record.console import Console
 
 if TYPE_CHECKING:
-    from profiler.config import RunConfig
+    from profiler.train.config import RunConfig
 
 GRACE_S = 10.0  # a worker asked to stop (SIGTERM) is killed (SIGKILL) after this long
 # A worker without its run.json yet (importing TensorFlow, waiting for the others in the
@@ -66,7 +66,7 @@ def launch(args: argparse.Namespace, build_config: Callable[[argparse.Namespace,
     """Check the options, start the workers, watch them; the exit code of the job. `build_config`
     and `run_parser` are `devprof run`'s: the launcher checks what a worker would, and passes on
     the options it was given."""
-    from profiler.config import UsageError
+    from profiler.train.config import UsageError
 
 
     n = args.workers
@@ -163,8 +163,8 @@ def _launcher_problem(args) -> str | None:
 
 def _check_profiler_ports(port: int | None, n: int) -> list[int] | None:
     """--profiler-port P with N workers: worker i listens on P + i; each must be free."""
-    from profiler import tracing
-    from profiler.config import UsageError
+    from profiler.record import tracing
+    from profiler.train.config import UsageError
 
     if port is None:
         return None

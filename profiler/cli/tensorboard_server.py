@@ -15,7 +15,7 @@ def launch(logdir: str, port: int = 0):
     Loopback only: TensorBoard has no authentication, and traces can show paths and code.
     The console keeps what the user asked for: no line per HTTP request, no start-up notes.
     """
-    from profiler import quiet
+    from profiler.device import quiet
 
     quiet.import_tensorflow()  # TensorBoard imports it; without its start-up chatter
     from tensorboard import program
@@ -44,7 +44,7 @@ def _quiet_request_logs() -> None:
     """XProf's profile plugin writes a JSON line per HTTP request to stderr (for cloud log
     collectors), logs its cache work (a missing cache file as an error with a traceback) through
     its own handler, and werkzeug logs each request: none of it belongs on a user's console."""
-    from profiler import quiet
+    from profiler.device import quiet
 
     if quiet.verbose():
         return

@@ -50,7 +50,7 @@ class TFBackend:
     """The few TensorFlow calls device resolution needs."""
 
     def __init__(self):
-        from profiler import quiet
+        from profiler.device import quiet
 
         self.tf = quiet.import_tensorflow()
 
@@ -239,7 +239,7 @@ def cluster_wait_s() -> float:
 def _resolve_multi_worker(backend, device: str, gpus: int | None, cluster, timeout_s: float) -> Resolved:
     """This process as worker `cluster.index` of a MultiWorkerMirroredStrategy job: its local CPU,
     or its first `--gpus` GPUs (all of them on each worker when not given)."""
-    from profiler import cluster as cluster_mod
+    from profiler.device import cluster as cluster_mod
 
     if device == "tpu":
         raise DeviceError("several workers train with MultiWorkerMirroredStrategy on CPUs or GPUs, not TPUs")
@@ -379,7 +379,7 @@ def _call_with_timeout(function, timeout_s: float):
 
 
 def _resolve_tpu(backend, address: str | None) -> Resolved:
-    from profiler import quiet
+    from profiler.device import quiet
 
     timeout_s = tpu_timeout_s()
     try:

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 from analysis.read import run_files
-from profiler import cluster as cluster_mod
-from profiler import rundir
-from profiler.version import __version__
+from profiler.device import cluster as cluster_mod
+from profiler.record import rundir
+from profiler.record.version import __version__
 
 JOB_ID_ENV = "DEVPROF_JOB_ID"  # set by `devprof run --workers N` for its workers: the job run.json is theirs
 STRATEGY = "MultiWorkerMirroredStrategy"

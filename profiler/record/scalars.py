@@ -6,7 +6,7 @@ import contextlib
 from pathlib import Path
 
 from models.training import EpochResult
-from profiler.rundir import WriteError, reason
+from profiler.record.rundir import WriteError, reason
 
 
 class Scalars:

@@ -1,6 +1,6 @@
 """The recording side of one run, whatever trains: the run directory and run.json's lifecycle,
 steps.csv, TensorBoard scalars, the samplers, the profiler window and its step markers, and
-signal handling. `devprof run` (`profiler.run.Run`), `profiler.profile()` and
+signal handling. `devprof run` (`profiler.train.run.Run`), `profiler.profile()` and
 `profiler.KerasCallback` are its clients, so they write the same run directory.
 
 Nothing here imports TensorFlow at module import time.
@@ -18,10 +18,11 @@ import traceback
 from pathlib import Path
 
 from models.training import EpochResult, StepRecord
-from profiler import oom, rundir, samplers, tracing
-from profiler.console import Console
-from profiler.scalars import Scalars
-from profiler.version import __version__
+from profiler import samplers
+from profiler.record import oom, rundir, tracing
+from profiler.record.console import Console
+from profiler.record.scalars import Scalars
+from profiler.record.version import __version__
 
 
 class Terminated(KeyboardInterrupt):
@@ -76,7 +77,7 @@ class Session:
 
     def _new_job_meta(self, addresses: list[str], job_id: str | None) -> dict:
         """The job's run.json at start (several workers): the options this worker was given."""
-        from profiler import job
+        from profiler.record import job
 
         return job.meta_for(dict(self.meta.get("config") or {}), addresses, job_id, self.meta.get("global_batch_size"))
 
@@ -94,7 +95,7 @@ class Session:
         a job's folder holds no other job (RunExistsError)."""
         cfg = self.config
         if cfg.cluster is not None:  # <out>/<run-name>/ is the job's; other workers may have made it already
-            from profiler import job
+            from profiler.record import job
 
             self.job_dir = Path(cfg.out) / cfg.run_name
             rundir.check_new(self.job_dir / cfg.cluster.name)
@@ -288,7 +289,7 @@ class Session:
     def _live_graph_ids() -> frozenset[int] | None:
         """The traced graphs alive as the window opens (None: unknown, every live graph is recorded)."""
         try:
-            from profiler import op_costs
+            from profiler.roofline import op_costs
 
             return op_costs.graph_ids()
         except Exception:  # noqa: BLE001 - costs are a nicety; never the run's failure
@@ -301,7 +302,7 @@ class Session:
             return
         began = time.perf_counter()
         try:
-            from profiler import op_costs
+            from profiler.roofline import op_costs
 
             self.meta["profiler"].update(op_costs.write(self.path, before=self._graphs_before))
         except Exception as exc:  # noqa: BLE001 - costs are a nicety; the run and its trace stand
@@ -362,7 +363,7 @@ class Session:
 
     def _start_job_record(self) -> None:
         """The chief writes the job's run.json beside the workers' folders: the job, its workers."""
-        from profiler import job
+        from profiler.record import job
 
         cluster = self.config.cluster
         if cluster is None or not cluster.is_chief:
@@ -386,7 +387,7 @@ class Session:
     def _finish_job_record(self) -> None:
         """The chief's outcome is the job's (a synchronous job stops together); the workers' own
         outcomes where their folders are readable from here (shared storage, or one machine)."""
-        from profiler import job
+        from profiler.record import job
 
         if self.job_meta is None:
             return
@@ -462,7 +463,8 @@ def starting_meta(resolved, config: dict, profile: bool, **sections) -> dict:
     alike; `sections` add what only one of them knows (`data`, `recorded_by`)."""
     import sys
 
-    from profiler import devices, peak
+    from profiler.device import devices
+    from profiler.roofline import peak
 
     cached_peak = peak.cached_for_run(resolved.kind, resolved.info.get("name"))
     return {

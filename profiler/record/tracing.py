@@ -188,7 +188,7 @@ class ProfileWindow:
         look for `*.xplane.pb`) do not trip over it. On a full disk it is deleted instead: no
         reader can use half a trace, and steps.csv and run.json need the space it took.
         """
-        from profiler import rundir
+        from profiler.record import rundir
 
         self.notes["trace_complete"] = False
         self.notes["trace_error"] = _reason(exc)
@@ -453,7 +453,7 @@ def capture(service_addr: str, logdir: str, duration_ms: int, host_tracer_level:
         from xprof.convert import _pywrap_profiler_plugin as xprof_client
     except ImportError:
         xprof_client = None
-    from profiler import quiet
+    from profiler.device import quiet
 
     if xprof_client is not None:
         def call():

@@ -389,14 +389,14 @@ def _cpu_kernels(device: str) -> dict | None:
     """Which TensorFlow CPU kernels the matmuls ran on (oneDNN's or Eigen's), as for a run."""
     if device != "cpu":
         return None
-    from profiler import devices
+    from profiler.device import devices
 
     return devices.onednn_state()
 
 
 def device_name(device: str = "cpu") -> str:
     """The CPU model, or the first GPU's name as TensorFlow reports it."""
-    from profiler import devices
+    from profiler.device import devices
 
     if device == "cpu":
         return devices.cpu_model()
@@ -552,7 +552,7 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
 
 def _no_bfloat16_units(cpu_flags: Callable[[], set[str] | None] | None) -> str | None:
     """Why bfloat16 is not measured on this CPU (it has no bfloat16 units), or None (it has, or its flags are unknown)."""
-    from profiler import devices
+    from profiler.device import devices
 
     flags = (cpu_flags or devices.cpu_flags)()
     if flags is None or devices.bfloat16_units(flags):

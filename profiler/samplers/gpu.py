@@ -16,7 +16,6 @@ from typing import Any, Callable
 from analysis.read.run_files import GPU_COLUMNS
 from profiler.samplers.base import NAN, Sampler, is_nan
 
-
 # One NVML query can fill several columns; a failing query empties all of them.
 _QUERY_COLUMNS = {
     "utilization": ("gpu_util_pct", "mem_util_pct"),

@@ -31,7 +31,6 @@ from typing import Any, Callable
 from analysis.read.run_files import TPU_COLUMNS
 from profiler.samplers.base import NAN, Sampler
 
-
 _MONITOR_COLUMNS = ("mxu_util_pct", "idle_pct", "step_time_ms", "infeed_pct")
 _NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
 _PATTERNS = {

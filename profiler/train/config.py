@@ -8,8 +8,9 @@ import unicodedata
 from dataclasses import dataclass, field
 
 from models.training import TrainConfig
-from profiler import cluster as cluster_mod
-from profiler import samplers, tracing
+from profiler import samplers
+from profiler.device import cluster as cluster_mod
+from profiler.record import tracing
 
 
 class UsageError(Exception):
@@ -66,7 +67,7 @@ def check_environment() -> None:
     """Raise `UsageError` naming a DEVPROF_* environment variable a run reads that cannot work.
     Checked with the options, before anything is written: a worker that found it later would
     leave a failed job folder behind."""
-    from profiler import devices
+    from profiler.device import devices
 
     for read in (devices.tpu_timeout_s, devices.cluster_wait_s):
         try:

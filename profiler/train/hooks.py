@@ -9,7 +9,7 @@ from models.training import EpochResult, LoopHooks, StepRecord
 
 
 class Recording(Protocol):
-    """What the hooks report to: a `profiler.run.Run`, named by what it offers so that this module
+    """What the hooks report to: a `profiler.train.run.Run`, named by what it offers so that this module
     does not import the one that imports it."""
 
     window: Any

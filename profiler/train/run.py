@@ -12,11 +12,12 @@ import warnings
 from dataclasses import asdict
 from pathlib import Path
 
-from profiler import quiet, rundir, tracing
-from profiler.config import RunConfig, UsageError
-from profiler.console import Console
-from profiler.hooks import RunHooks
-from profiler.session import Session, Terminated, tpu_monitor_address, versions  # noqa: F401 - re-exported
+from profiler.device import quiet
+from profiler.record import rundir, tracing
+from profiler.record.console import Console
+from profiler.record.session import Session, Terminated, tpu_monitor_address, versions  # noqa: F401 - re-exported
+from profiler.train.config import RunConfig, UsageError
+from profiler.train.hooks import RunHooks
 
 
 class Run(Session):
@@ -34,7 +35,7 @@ class Run(Session):
         return self.trainer.global_step if self.trainer is not None else 0
 
     def _new_job_meta(self, addresses, job_id) -> dict:
-        from profiler import job
+        from profiler.record import job
 
         return job.new_meta(self.config, addresses, job_id)
 
@@ -43,7 +44,7 @@ class Run(Session):
     def prepare(self):
         """Everything that can fail because of the user's input, before anything is written."""
         from models import data as data_mod
-        from profiler import devices
+        from profiler.device import devices
 
         cfg = self.config
         cfg.validate()
@@ -237,7 +238,7 @@ class Run(Session):
         if not self.config.onednn_kernels:
             yield
             return
-        from profiler import onednn_verbose
+        from profiler.train import onednn_verbose
 
         self.onednn = onednn_verbose.Diversion().__enter__()
         try:
@@ -261,7 +262,7 @@ class Run(Session):
         diversion, self.onednn = self.onednn, None
         if diversion is None:
             return
-        from profiler import onednn_verbose
+        from profiler.train import onednn_verbose
 
         diversion.__exit__(None, None, None)
         if isinstance(self.meta, dict) and isinstance(self.meta.get("profiler"), dict):
@@ -284,7 +285,7 @@ class Run(Session):
 
         cfg = self.config
         if cfg.measure_peak:  # before the samplers and training, so nothing competes with it
-            from profiler import peak
+            from profiler.roofline import peak
 
             self.console.print("Measuring the device's peak matmul rate and memory bandwidth...")
             with quiet.tensorflow_python_warnings_off():  # one tf.function per size tried: no retracing advice
@@ -344,7 +345,7 @@ class Run(Session):
     # ------------------------------------------------------------ run.json
 
     def _initial_meta(self, resolved, arrays) -> dict:
-        from profiler.session import starting_meta
+        from profiler.record.session import starting_meta
 
         cfg = self.config
         config = asdict(cfg)

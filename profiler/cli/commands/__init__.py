@@ -6,7 +6,7 @@ parser from them. Modules import TensorFlow and the analysis code only inside `h
 so `devprof analyze` and `devprof --help` start without TensorFlow.
 """
 
-from profiler.commands import analyze, capture, compare, devices, mcp, peak, run, tensorboard
+from profiler.cli.commands import analyze, capture, compare, devices, mcp, peak, run, tensorboard
 
 # The order `devprof --help` lists them in.
 COMMANDS = (run, devices, capture, tensorboard, analyze, compare, peak, mcp)

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from analysis.render import format_for_path, format_of_output, formats_for
-from profiler.commands import perfetto_option
-from profiler.commands.common import (
+from profiler.cli.commands import perfetto_option
+from profiler.cli.common import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_REGRESSION,

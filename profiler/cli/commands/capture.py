@@ -7,8 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from profiler.commands.common import (EXIT_FAILURE, EXIT_OK, DefaultsHelpFormatter, add_tracer_options, error,
-                                     tracer_options)
+from profiler.cli.common import EXIT_FAILURE, EXIT_OK, DefaultsHelpFormatter, add_tracer_options, error, tracer_options
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -30,7 +29,7 @@ MAX_DURATION_MS = 2**31 - 1  # the capture client takes a 32-bit count of millis
 
 
 def handle(args: argparse.Namespace) -> int:
-    from profiler import rundir, tracing
+    from profiler.record import rundir, tracing
 
     address = args.address
     try:

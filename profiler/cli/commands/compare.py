@@ -14,8 +14,8 @@ from pathlib import Path
 
 from analysis.render import format_for_path, format_of_output, formats_for
 from analysis.render.files import is_stream
-from profiler.commands import perfetto_option
-from profiler.commands.common import (
+from profiler.cli.commands import perfetto_option
+from profiler.cli.common import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_REGRESSION,
@@ -27,8 +27,6 @@ from profiler.commands.common import (
     outputs_problem,
     write_stdout,
 )
-
-
 
 
 def add_parser(sub) -> argparse.ArgumentParser:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from profiler.commands.common import EXIT_OK, add_format_option, with_schema
+from profiler.cli.common import EXIT_OK, add_format_option, with_schema
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -35,7 +35,7 @@ def render_text(rows: list[dict]) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from profiler import devices
+    from profiler.device import devices
 
     rows = devices.describe_devices(tpu=args.tpu)
     if args.format == "json":

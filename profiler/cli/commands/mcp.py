@@ -1,6 +1,6 @@
 """`devprof mcp [--root FOLDER ...]`: devprof's analysis as MCP tools for agents, over stdio.
 
-The server (`profiler.mcp_server`) reads runs under the given roots only and writes nothing. It
+The server (`profiler.cli.mcp_server`) reads runs under the given roots only and writes nothing. It
 needs the official MCP SDK (`pip install 'devprof[mcp]'`); without it, or with a root that is not a
 folder, the command prints one `error:` line and exits 2.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 
-from profiler.commands.common import EXIT_OK, error
+from profiler.cli.common import EXIT_OK, error
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -26,7 +26,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from profiler import mcp_server
+    from profiler.cli import mcp_server
 
     try:
         roots = mcp_server.Roots(args.root or ["."])

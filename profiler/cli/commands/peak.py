@@ -6,7 +6,7 @@ import argparse
 import json
 import math
 
-from profiler.commands.common import EXIT_OK, add_format_option, error, warn, with_schema
+from profiler.cli.common import EXIT_OK, add_format_option, error, warn, with_schema
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -83,8 +83,8 @@ def render_text(peak: dict) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from profiler import devices, quiet
-    from profiler import peak as peak_mod
+    from profiler.device import devices, quiet
+    from profiler.roofline import peak as peak_mod
 
     devices.prefer_onednn()  # the kernels `devprof run` trains with
     quiet.import_tensorflow()

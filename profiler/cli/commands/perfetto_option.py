@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from profiler.commands.common import EXIT_FAILURE, error, file_warnings
+from profiler.cli.common import EXIT_FAILURE, error, file_warnings
 
 EVENT_CHOICES = ("ops", "all", "none")  # analysis/render/perfetto.py's, without importing it for --help
 

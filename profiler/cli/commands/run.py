@@ -6,9 +6,16 @@ import argparse
 import os
 import sys
 
-from profiler.commands.common import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, DefaultsHelpFormatter,
-                                     add_tracer_options,
-                                     error, tracer_options)
+from profiler.cli.common import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    DefaultsHelpFormatter,
+    add_tracer_options,
+    error,
+    tracer_options,
+)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -111,7 +118,7 @@ class _StoreGiven(argparse.Action):
 
 def _a_valid_interval(seconds: float) -> bool:
     from profiler import samplers
-    from profiler.config import check_finite
+    from profiler.train.config import check_finite
 
     return check_finite("--sample-interval", seconds, samplers.MIN_INTERVAL_S, " s") is None
 
@@ -119,7 +126,7 @@ def _a_valid_interval(seconds: float) -> bool:
 def injection(text: str):
     """`--inject-*-delay-ms MS[@WORKER]` as (ms, worker or None); the number is checked later, with
     the other float options."""
-    from profiler.cluster import parse_injection
+    from profiler.device.cluster import parse_injection
 
     try:
         return parse_injection(text)
@@ -130,7 +137,7 @@ def injection(text: str):
 def build_config(args: argparse.Namespace, cluster=None):
     """The `RunConfig` the options ask for (`cluster`: this process's place in a multi-worker job)."""
     from models.training import TrainConfig
-    from profiler.config import RunConfig
+    from profiler.train.config import RunConfig
 
     return RunConfig(
         device=args.device, gpus=args.gpus, tpu=args.tpu, data=args.data, data_dir=args.data_dir,
@@ -150,10 +157,11 @@ def build_config(args: argparse.Namespace, cluster=None):
 
 
 def handle(args: argparse.Namespace) -> int:
-    from profiler import cluster as cluster_mod
-    from profiler import devices, rundir
-    from profiler.config import UsageError
-    from profiler.run import Run, Terminated
+    from profiler.device import cluster as cluster_mod
+    from profiler.device import devices
+    from profiler.record import rundir
+    from profiler.train.config import UsageError
+    from profiler.train.run import Run, Terminated
 
     if not args.sample and getattr(args, "sample_interval_given", False) and _a_valid_interval(args.sample_interval):
         # was ignored in silence (an interval that cannot work is refused as such, by the checks of every run)
@@ -161,7 +169,7 @@ def handle(args: argparse.Namespace) -> int:
                      "runs none: leave one of them out")
     devices.prefer_onednn()  # before TensorFlow is imported, here or in the workers
     if args.onednn_kernels:
-        from profiler import onednn_verbose
+        from profiler.train import onednn_verbose
 
         problem = onednn_verbose.problem()
         if problem:
@@ -169,7 +177,7 @@ def handle(args: argparse.Namespace) -> int:
         if args.workers is None:  # each worker turns oneDNN's lines on for itself
             onednn_verbose.configure()
     if args.workers is not None:
-        from profiler import launcher
+        from profiler.cli import launcher
 
         return launcher.launch(args, build_config, PARSER)
     try:

@@ -6,7 +6,7 @@ import argparse
 import os
 import threading
 
-from profiler.commands.common import EXIT_FAILURE, EXIT_OK, error
+from profiler.cli.common import EXIT_FAILURE, EXIT_OK, error
 
 MAX_PORT = 65535
 
@@ -22,7 +22,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from profiler import quiet, tensorboard_server
+    from profiler.cli import tensorboard_server
+    from profiler.device import quiet
 
     if not 0 <= args.port <= MAX_PORT:  # a usage error, before TensorBoard is started to find it out
         return error(f"--port must be a port number from 1 to {MAX_PORT}, or 0 for a free one (got {args.port})")
