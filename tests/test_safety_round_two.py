@@ -98,7 +98,7 @@ def test_oversubscribe_is_the_launchers_own_option():
 
     parser = cli.build_parser()
     args = parser.parse_args(["run", "--workers", "4", "--oversubscribe"])
-    assert "--oversubscribe" not in launcher.child_options(args, run_command.PARSER)
+    assert "--oversubscribe" not in launcher.child_options(args, run_command.OPTIONS)
 
 
 class _FakeProcess:

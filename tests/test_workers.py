@@ -393,13 +393,33 @@ def test_workers_pass_on_every_option_the_launcher_was_given():
              "--sample-interval", "0.1", "--collective-timeout-s", "30", "--seed", "7", "--jit-compile",
              "--out", "elsewhere", "--run-name", "j", "--profiler-port", "7000", "--quiet"]
     args = parser.parse_args(given)
-    child = parser.parse_args(["run", *child_options(args, run_command.PARSER)])
+    child = parser.parse_args(["run", *child_options(args, run_command.OPTIONS)])
     for option in ("device", "data", "epochs", "batch_size", "inject_input_delay_ms", "inject_host_delay_ms",
                    "profile", "python_tracer", "sample_interval", "collective_timeout_s", "seed", "jit_compile"):
         assert getattr(child, option) == getattr(args, option), option
     assert child.workers is None and child.profiler_port is None and child.run_name is None  # set per worker
     auto = parser.parse_args(["run", "--workers", "2"])
-    assert parser.parse_args(["run", *child_options(auto, run_command.PARSER)]).device == "cpu"
+    assert parser.parse_args(["run", *child_options(auto, run_command.OPTIONS)]).device == "cpu"
+
+
+def test_the_workers_command_line_is_the_given_options_in_the_tables_order():
+    from profiler.cli.commands import run as run_command
+    from profiler.cli.launcher import child_options
+
+    parser = cli.build_parser()
+    args = parser.parse_args(["run", "--workers", "2", "--quiet", "--python-tracer", "--epochs", "3", "--no-profile",
+                              "--collective-timeout-s", "30", "--inject-input-delay-ms", "12.5@1", "--out", "x"])
+    assert child_options(args, run_command.OPTIONS) == [
+        "--epochs", "3", "--inject-input-delay-ms", "12.5@1", "--collective-timeout-s", "30.0", "--no-profile",
+        "--python-tracer", "--device", "cpu"]
+
+
+def test_every_run_option_is_in_the_table_the_launcher_reads():
+    from profiler.cli.commands import run as run_command
+
+    given = {dest: value for dest, value in vars(cli.build_parser().parse_args(["run"])).items()
+             if dest not in ("command", "handler")}
+    assert {option.dest: option.default for option in run_command.OPTIONS} == given
 
 
 def test_each_local_worker_gets_its_share_of_the_cores():

@@ -1,5 +1,5 @@
 """What every `devprof` subcommand shares: exit codes, `error:`/`warning:` lines, the `--format`
-option, old option spellings that still work, and the tracer options.
+option, old option spellings that still work, options as data, and the tracer options.
 """
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ import contextlib
 import os
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from analysis.render.files import is_stream
 
@@ -175,14 +177,44 @@ def add_format_option(parser: argparse.ArgumentParser, choices: tuple[str, ...],
                             help="deprecated spelling of --format json")
 
 
+@dataclass(frozen=True)
+class Option:
+    """One option as data, so that what passes options on to another process (`run --workers` to its
+    workers) reads the same table argparse is built from, not argparse's internals."""
+
+    flag: str
+    dest: str
+    default: Any
+    takes_value: bool  # False: a switch, given or not
+    per_worker: bool  # set by `run --workers` for each worker, or its own: never passed on as given
+    keywords: dict[str, Any]  # the rest of what `add_argument` takes: help, type, choices, metavar, action
+
+    def add_to(self, parser) -> None:
+        parser.add_argument(self.flag, dest=self.dest, default=self.default, **self.keywords)
+
+
+def option(flag: str, *, per_worker: bool = False, **keywords: Any) -> Option:
+    """The `Option` that `add_argument(flag, **keywords)` adds."""
+    dest = keywords.pop("dest", flag.lstrip("-").replace("-", "_"))
+    switch_default = {"store_true": False, "store_false": True}.get(keywords.get("action", ""))
+    default = keywords.pop("default", switch_default)
+    return Option(flag, dest, default, switch_default is None, per_worker, keywords)
+
+
+# The profiler's tracer options, the same for `devprof run` and `devprof capture`.
+TRACER_OPTIONS = (
+    option("--host-tracer-level", type=int, choices=[0, 1, 2, 3], default=2,
+           help="host trace detail: 0 off, 1 user annotations only, 2 also TensorFlow ops, 3 verbose"),
+    option("--device-tracer-level", type=int, choices=[0, 1], default=1,
+           help="device (GPU/TPU) kernels and copies: 0 off, 1 on"),
+    option("--python-tracer", action="store_true", help="trace Python calls (python_tracer_level=1; large traces)"),
+)
+
+
 def add_tracer_options(parser) -> None:
     """The profiler's tracer options, the same for `devprof run` and `devprof capture`."""
-    parser.add_argument("--host-tracer-level", type=int, choices=[0, 1, 2, 3], default=2,
-                        help="host trace detail: 0 off, 1 user annotations only, 2 also TensorFlow ops, 3 verbose")
-    parser.add_argument("--device-tracer-level", type=int, choices=[0, 1], default=1,
-                        help="device (GPU/TPU) kernels and copies: 0 off, 1 on")
-    parser.add_argument("--python-tracer", action="store_true",
-                        help="trace Python calls (python_tracer_level=1; large traces)")
+    for each in TRACER_OPTIONS:
+        each.add_to(parser)
 
 
 def tracer_options(args: argparse.Namespace):

@@ -21,13 +21,13 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from analysis.read import run_files
-from profiler.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, error
+from profiler.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, Option, error
 from profiler.device import cluster as cluster_mod
 from profiler.record import job, rundir
 from profiler.record.console import Console
@@ -40,8 +40,6 @@ GRACE_S = 10.0  # a worker asked to stop (SIGTERM) is killed (SIGKILL) after thi
 # strategy's start-up, where TensorFlow may hold SIGTERM) has nothing to save: killed sooner.
 STARTING_GRACE_S = 2.0
 POLL_S = 0.2
-# Options each worker gets from the launcher itself, not copied from the launcher's command line.
-OWN_OPTIONS = {"workers", "cluster", "task_index", "profiler_port", "run_name", "out", "quiet", "oversubscribe"}
 # Memory one worker process takes (TensorFlow, the CNN, its data and tf.data buffers), with room to spare.
 WORKER_MEMORY_BYTES = int(1.5 * 2**30)
 
@@ -62,9 +60,9 @@ class Worker:
 
 
 def launch(args: argparse.Namespace, build_config: Callable[[argparse.Namespace, cluster_mod.Cluster], RunConfig],
-           run_parser: argparse.ArgumentParser) -> int:
+           options: Sequence[Option]) -> int:
     """Check the options, start the workers, watch them; the exit code of the job. `build_config`
-    and `run_parser` are `devprof run`'s: the launcher checks what a worker would, and passes on
+    and `options` are `devprof run`'s: the launcher checks what a worker would, and passes on
     the options it was given."""
     from profiler.train.config import UsageError
 
@@ -105,7 +103,7 @@ def launch(args: argparse.Namespace, build_config: Callable[[argparse.Namespace,
     console.print(f"job {job_dir}: {workers} on this machine ({', '.join(meta['addresses'])}), "
                   f"{threads[0] if threads else cores} of {cores} cores each; global batch {args.batch_size} = "
                   f"{n} x {args.batch_size // n}; worker output in {job_dir}/worker-<i>.log")
-    common = child_options(args, run_parser)
+    common = child_options(args, options)
     return _Job(args, job_dir, job_id, ports, profiler_ports, common, console).run()
 
 
@@ -181,23 +179,22 @@ def _check_profiler_ports(port: int | None, n: int) -> list[int] | None:
     return ports
 
 
-def child_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[str]:
+def child_options(args: argparse.Namespace, options: Sequence[Option]) -> list[str]:
     """`devprof run`'s options as the launcher was given them, for its workers (without the ones
-    the launcher sets per worker). Read from the parser, so a new option is passed on too."""
+    the launcher sets per worker). From the run command's own table, so a new option is passed on too."""
     out = []
-    for action in parser._actions:
-        if not action.option_strings or action.dest in OWN_OPTIONS or action.dest == "help":
+    for option in options:
+        if option.per_worker:
             continue
-        value = getattr(args, action.dest, action.default)
-        if value == action.default:
+        value = getattr(args, option.dest, option.default)
+        if value == option.default:
             continue
-        flag = next((o for o in action.option_strings if o.startswith("--")), action.option_strings[0])
-        if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
-            out.append(flag)
+        if not option.takes_value:
+            out.append(option.flag)
         elif isinstance(value, cluster_mod.Injection):
-            out += [flag, repr(value.ms) + ("" if value.worker is None else f"@{value.worker}")]
+            out += [option.flag, repr(value.ms) + ("" if value.worker is None else f"@{value.worker}")]
         else:
-            out += [flag, repr(value) if isinstance(value, float) else str(value)]
+            out += [option.flag, repr(value) if isinstance(value, float) else str(value)]
     if args.device == "auto":
         out += ["--device", "cpu"]  # the workers share this machine's CPU
     return out

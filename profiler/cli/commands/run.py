@@ -11,101 +11,13 @@ from profiler.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_TERMINATED,
+    TRACER_OPTIONS,
     DefaultsHelpFormatter,
-    add_tracer_options,
+    Option,
     error,
+    option,
     tracer_options,
 )
-
-
-def add_parser(sub) -> argparse.ArgumentParser:
-    run = sub.add_parser("run", help="train the seed CIFAR-10 CNN under the profiler and samplers",
-                         description="Train the seed CIFAR-10 CNN with a custom tf.function loop, "
-                                     "writing a run directory (run.json, steps.csv, utilization CSVs, trace).",
-                         formatter_class=DefaultsHelpFormatter)
-    g = run.add_argument_group("device")
-    g.add_argument("--device", default="auto", help="auto|cpu|gpu|tpu (auto: TPU, else GPU, else CPU)")
-    g.add_argument("--gpus", type=int, default=None, help="GPUs to train on (MirroredStrategy when >1)")
-    g.add_argument("--tpu", default=None, help="TPU name or grpc:// address (default: local or from the environment)")
-    g = run.add_argument_group("data")
-    g.add_argument("--data", choices=["auto", "cifar10", "synthetic"], default="auto",
-                   help="auto: local CIFAR-10 if found, else synthetic")
-    g.add_argument("--data-dir", default=None, help="folder holding CIFAR-10 (python or binary version)")
-    g.add_argument("--limit-images", type=int, default=None,
-                   help="train on the first N images (fewer than --batch-size: one short batch of N per epoch)")
-    g.add_argument("--limit-test-images", type=int, default=None, metavar="N",
-                   help="validate and test on the first N test images (default: all; validation uses at most 1,000)")
-    g.add_argument("--model", default=None, metavar="MODULE:FUNCTION",
-                   help="train your own Keras model instead of the CNN: a function returning an uncompiled model "
-                        "(MODULE importable from the current folder, or FILE.py:FUNCTION); data: synthetic, "
-                        "shaped from the model, or --dataset")
-    g.add_argument("--dataset", default=None, metavar="MODULE:FUNCTION",
-                   help="with --model: a function returning a tf.data dataset of (x, y) batches (x: a tensor, or a "
-                        "tuple or dict of tensors for several inputs)")
-    g.add_argument("--loss", default=None, metavar="NAME",
-                   help="with --model: a Keras loss name (default: sparse categorical cross-entropy, from logits "
-                        "when the model's last layer has no softmax)")
-    g = run.add_argument_group("training")
-    g.add_argument("--epochs", type=int, default=2, help="epochs (the seed program: 10)")
-    g.add_argument("--batch-size", type=int, default=100, help="global batch size (the seed: 100)")
-    g.add_argument("--precision", choices=["float32", "mixed_float16", "mixed_bfloat16"], default="float32",
-                   help="compute dtype policy")
-    g.add_argument("--jit-compile", action="store_true", help="compile the step with XLA")
-    g.add_argument("--steps-per-execution", type=int, default=1,
-                   help="training steps inside one tf.function call")
-    g.add_argument("--seed", type=int, default=0, help="random seed of the model, data and shuffling")
-    g.add_argument("--measure-peak", action="store_true",
-                   help="record the device's measured matmul FLOP/s and bandwidth in run.json (cached per device)")
-    g.add_argument("--inject-input-delay-ms", type=injection, default=injection("0"), metavar="MS[@WORKER]",
-                   help="make every batch this much slower to produce (a demo of an input-bound job); "
-                        "MS@WORKER: on that worker only (a straggler)")
-    g.add_argument("--inject-host-delay-ms", type=injection, default=injection("0"), metavar="MS[@WORKER]",
-                   help="add this much Python work per step (a demo of a host-bound job); "
-                        "MS@WORKER: on that worker only")
-    g = run.add_argument_group("several workers (MultiWorkerMirroredStrategy)")
-    g.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="start N worker processes on this machine, each with its share of the cores, "
-                        "and wait for them (the job's run directory holds worker-<i>/ for each)")
-    g.add_argument("--oversubscribe", action="store_true",
-                   help="with --workers: start them even when they are more than this machine's cores, or "
-                        "need more memory than it has free (about 1.5 GiB each)")
-    g.add_argument("--cluster", default=None, metavar="HOST:PORT,...",
-                   help="this host is one worker of a job on these hosts (chief first); needs --task-index "
-                        "and --run-name. Without it, TF_CONFIG in the environment is used when set")
-    g.add_argument("--task-index", type=int, default=None, metavar="I",
-                   help="which worker of --cluster (or of TF_CONFIG) this host is; 0 is the chief")
-    g.add_argument("--collective-timeout-s", type=float, default=60.0, metavar="S",
-                   help="seconds a collective (all-reduce) may wait for the other workers before it fails "
-                        "the job")
-    g = run.add_argument_group("output")
-    g.add_argument("--out", metavar="DIR", default="runs", help="folder the run directory goes into")
-    g.add_argument("--run-name", default=None, help="run folder name (default: <time>-<device>-<host>, with -2, -3, ... when taken)")
-    g.add_argument("--quiet", action="store_true", help="no progress output")
-    g.add_argument("--scalars-every", type=int, default=10, help="write step scalars every N steps")
-    g = run.add_argument_group("profiler")
-    g.add_argument("--no-profile", dest="profile", action="store_false", help="no profiler window")
-    g.add_argument("--profile-steps", default=None, metavar="START:STOP",
-                   help="global steps to trace, STOP exclusive (default: whole calls after warm-up, 10 steps' worth and at least 5 calls; with --steps-per-execution N > 1, from the second call, step N)")
-    add_tracer_options(g)
-    g.add_argument("--onednn-kernels", action="store_true",
-                   help="CPU: keep oneDNN's line for each primitive it runs (ONEDNN_VERBOSE=profile_exec) in "
-                        "<run>/onednn_verbose.log, so analyze names the implementation that ran each op "
-                        "(jit:avx2, brg_conv_fwd:avx2, ...)")
-    g.add_argument("--profiler-port", type=int, default=None,
-                   help="start a profiler server on this port for on-demand capture (off by default; it "
-                        "listens on all network interfaces without authentication: use only on a trusted network); "
-                        "with --workers N, worker i listens on PORT + i")
-    g = run.add_argument_group("samplers")
-    g.add_argument("--no-sample", dest="sample", action="store_false", help="no utilization sampling")
-    g.add_argument("--sample-interval", type=float, default=0.5, action=_StoreGiven,
-                   help="seconds between samples (minimum 0.05)")
-    run.set_defaults(handler=handle)
-    global PARSER
-    PARSER = run
-    return run
-
-
-PARSER: argparse.ArgumentParser | None = None  # `devprof run`'s parser: the launcher passes its options on
 
 
 class _StoreGiven(argparse.Action):
@@ -114,13 +26,6 @@ class _StoreGiven(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         setattr(namespace, self.dest, values)
         setattr(namespace, f"{self.dest}_given", True)
-
-
-def _a_valid_interval(seconds: float) -> bool:
-    from profiler import samplers
-    from profiler.train.config import check_finite
-
-    return check_finite("--sample-interval", seconds, samplers.MIN_INTERVAL_S, " s") is None
 
 
 def injection(text: str):
@@ -132,6 +37,117 @@ def injection(text: str):
         return parse_injection(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+# `devprof run`'s options by help group, as data: the parser is built from them, and `--workers`
+# passes on to each worker the ones it was given (`launcher.child_options`).
+GROUPS: tuple[tuple[str, tuple[Option, ...]], ...] = (
+    ("device", (
+        option("--device", default="auto", help="auto|cpu|gpu|tpu (auto: TPU, else GPU, else CPU)"),
+        option("--gpus", type=int, default=None, help="GPUs to train on (MirroredStrategy when >1)"),
+        option("--tpu", default=None, help="TPU name or grpc:// address (default: local or from the environment)"),
+    )),
+    ("data", (
+        option("--data", choices=["auto", "cifar10", "synthetic"], default="auto",
+               help="auto: local CIFAR-10 if found, else synthetic"),
+        option("--data-dir", default=None, help="folder holding CIFAR-10 (python or binary version)"),
+        option("--limit-images", type=int, default=None,
+               help="train on the first N images (fewer than --batch-size: one short batch of N per epoch)"),
+        option("--limit-test-images", type=int, default=None, metavar="N",
+               help="validate and test on the first N test images (default: all; validation uses at most 1,000)"),
+        option("--model", default=None, metavar="MODULE:FUNCTION",
+               help="train your own Keras model instead of the CNN: a function returning an uncompiled model "
+                    "(MODULE importable from the current folder, or FILE.py:FUNCTION); data: synthetic, "
+                    "shaped from the model, or --dataset"),
+        option("--dataset", default=None, metavar="MODULE:FUNCTION",
+               help="with --model: a function returning a tf.data dataset of (x, y) batches (x: a tensor, or a "
+                    "tuple or dict of tensors for several inputs)"),
+        option("--loss", default=None, metavar="NAME",
+               help="with --model: a Keras loss name (default: sparse categorical cross-entropy, from logits "
+                    "when the model's last layer has no softmax)"),
+    )),
+    ("training", (
+        option("--epochs", type=int, default=2, help="epochs (the seed program: 10)"),
+        option("--batch-size", type=int, default=100, help="global batch size (the seed: 100)"),
+        option("--precision", choices=["float32", "mixed_float16", "mixed_bfloat16"], default="float32",
+               help="compute dtype policy"),
+        option("--jit-compile", action="store_true", help="compile the step with XLA"),
+        option("--steps-per-execution", type=int, default=1, help="training steps inside one tf.function call"),
+        option("--seed", type=int, default=0, help="random seed of the model, data and shuffling"),
+        option("--measure-peak", action="store_true",
+               help="record the device's measured matmul FLOP/s and bandwidth in run.json (cached per device)"),
+        option("--inject-input-delay-ms", type=injection, default=injection("0"), metavar="MS[@WORKER]",
+               help="make every batch this much slower to produce (a demo of an input-bound job); "
+                    "MS@WORKER: on that worker only (a straggler)"),
+        option("--inject-host-delay-ms", type=injection, default=injection("0"), metavar="MS[@WORKER]",
+               help="add this much Python work per step (a demo of a host-bound job); "
+                    "MS@WORKER: on that worker only"),
+    )),
+    ("several workers (MultiWorkerMirroredStrategy)", (
+        option("--workers", type=int, default=None, metavar="N", per_worker=True,
+               help="start N worker processes on this machine, each with its share of the cores, "
+                    "and wait for them (the job's run directory holds worker-<i>/ for each)"),
+        option("--oversubscribe", action="store_true", per_worker=True,
+               help="with --workers: start them even when they are more than this machine's cores, or "
+                    "need more memory than it has free (about 1.5 GiB each)"),
+        option("--cluster", default=None, metavar="HOST:PORT,...", per_worker=True,
+               help="this host is one worker of a job on these hosts (chief first); needs --task-index "
+                    "and --run-name. Without it, TF_CONFIG in the environment is used when set"),
+        option("--task-index", type=int, default=None, metavar="I", per_worker=True,
+               help="which worker of --cluster (or of TF_CONFIG) this host is; 0 is the chief"),
+        option("--collective-timeout-s", type=float, default=60.0, metavar="S",
+               help="seconds a collective (all-reduce) may wait for the other workers before it fails "
+                    "the job"),
+    )),
+    ("output", (
+        option("--out", metavar="DIR", default="runs", per_worker=True, help="folder the run directory goes into"),
+        option("--run-name", default=None, per_worker=True,
+               help="run folder name (default: <time>-<device>-<host>, with -2, -3, ... when taken)"),
+        option("--quiet", action="store_true", per_worker=True, help="no progress output"),
+        option("--scalars-every", type=int, default=10, help="write step scalars every N steps"),
+    )),
+    ("profiler", (
+        option("--no-profile", dest="profile", action="store_false", help="no profiler window"),
+        option("--profile-steps", default=None, metavar="START:STOP",
+               help="global steps to trace, STOP exclusive (default: whole calls after warm-up, 10 steps' worth and "
+                    "at least 5 calls; with --steps-per-execution N > 1, from the second call, step N)"),
+        *TRACER_OPTIONS,
+        option("--onednn-kernels", action="store_true",
+               help="CPU: keep oneDNN's line for each primitive it runs (ONEDNN_VERBOSE=profile_exec) in "
+                    "<run>/onednn_verbose.log, so analyze names the implementation that ran each op "
+                    "(jit:avx2, brg_conv_fwd:avx2, ...)"),
+        option("--profiler-port", type=int, default=None, per_worker=True,
+               help="start a profiler server on this port for on-demand capture (off by default; it "
+                    "listens on all network interfaces without authentication: use only on a trusted network); "
+                    "with --workers N, worker i listens on PORT + i"),
+    )),
+    ("samplers", (
+        option("--no-sample", dest="sample", action="store_false", help="no utilization sampling"),
+        option("--sample-interval", type=float, default=0.5, action=_StoreGiven,
+               help="seconds between samples (minimum 0.05)"),
+    )),
+)
+OPTIONS = tuple(each for _, group in GROUPS for each in group)
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    run = sub.add_parser("run", help="train the seed CIFAR-10 CNN under the profiler and samplers",
+                         description="Train the seed CIFAR-10 CNN with a custom tf.function loop, "
+                                     "writing a run directory (run.json, steps.csv, utilization CSVs, trace).",
+                         formatter_class=DefaultsHelpFormatter)
+    for title, options in GROUPS:
+        group = run.add_argument_group(title)
+        for each in options:
+            each.add_to(group)
+    run.set_defaults(handler=handle)
+    return run
+
+
+def _a_valid_interval(seconds: float) -> bool:
+    from profiler import samplers
+    from profiler.train.config import check_finite
+
+    return check_finite("--sample-interval", seconds, samplers.MIN_INTERVAL_S, " s") is None
 
 
 def build_config(args: argparse.Namespace, cluster=None):
@@ -179,7 +195,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.workers is not None:
         from profiler.cli import launcher
 
-        return launcher.launch(args, build_config, PARSER)
+        return launcher.launch(args, build_config, OPTIONS)
     try:
         cluster = cluster_mod.resolve(args.cluster, args.task_index)
     except cluster_mod.ClusterError as exc:
