@@ -25,6 +25,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from models.training import EpochResult, StepRecord
 from profiler import samplers
@@ -216,8 +217,7 @@ class ProfileSession(Session):
                 start, stop = (tracing.parse_window(cfg.profile_steps) if cfg.profile_steps
                                else (tracing.DEFAULT_WARMUP_STEPS,
                                      tracing.DEFAULT_WARMUP_STEPS + tracing.DEFAULT_WINDOW_STEPS))
-                self._open_window(start, stop, resolved.kind)
-                self.window.maybe_start(0)
+                self._open_window(start, stop, resolved.kind).maybe_start(0)
             self._save()
         except BaseException as exc:
             self._mark_ended(exc)
@@ -227,7 +227,7 @@ class ProfileSession(Session):
         self._to_wall = time.time() - time.perf_counter()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         self._ended = True
         try:
             self._end_open_step()
@@ -352,6 +352,7 @@ class ProfileSession(Session):
 
     def _step_ran(self, images: int | None, steps: int, call_start: float, done: float) -> None:
         boundary = self._boundary
+        assert boundary is not None, "a step ran that never began"
         fetched = self._fetched or boundary
         fetch_start = self._fetch_start or boundary
         if images is None:
@@ -554,6 +555,7 @@ def whole_number(value, name: str, minimum: int) -> int:
     """`value` as an int when it is a whole number >= `minimum` (an int, a NumPy integer, a scalar
     integer tensor, 32.0), else ValueError: 1.9 images are not 1, and -1 images are not a count."""
     if not isinstance(value, (bool, str, bytes)):
+        number: int | None
         try:
             number = operator.index(value)
         except TypeError:
@@ -589,7 +591,7 @@ class _Step:
         self.call_start = time.perf_counter()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         done = time.perf_counter()
         session = self.session
         session._in_call = False

@@ -84,13 +84,13 @@ def outputs_problem(inputs: list[str | Path], files: dict[str, str | None], out_
                     out_files: frozenset[str] = ANALYSIS_FILES) -> str | None:
     """Why the output files (`{option: path}`) cannot be written, before anything is read: one would
     replace an input, another output, or a file the --out folder gets; else None."""
-    named = {}
-    for option, path in files.items():
+    named: dict[str, Path] = {}
+    for option, given in files.items():
         try:
-            if path and not is_stream(Path(path)):
-                named[option] = Path(path)
+            if given and not is_stream(Path(given)):
+                named[option] = Path(given)
         except OSError as exc:  # a block device: never written
-            return f"cannot write {path}: {exc}"
+            return f"cannot write {given}: {exc}"
     sources = [Path(p) for p in inputs]
     seen: dict[Path, str] = {}
     for option, path in named.items():

@@ -284,7 +284,7 @@ class _Job:
             if self.failed is None and self.stop_signal is None:
                 failures = [w for w in ended if w.returncode != 0]
                 if failures:  # a worker killed by a signal first: the others' errors follow from it
-                    self.failed = min(failures, key=lambda w: (w.returncode >= 0, w.index))
+                    self.failed = min(failures, key=lambda w: (w.returncode is None or w.returncode >= 0, w.index))
                     self._signal(running, signal.SIGTERM)
             if self.stop_signal is not None and self.stop_sent_at is None:
                 self._signal(running, self.stop_signal)
@@ -385,8 +385,10 @@ class _Job:
             meta["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
             changed = True
         if worker is not self.failed and worker.signalled:
-            meta["stopped_by_launcher"] = (f"{self.failed.name} failed: {why}" if self.failed is not None
-                                           else f"the launcher got {signal.Signals(self.stop_signal).name}")
+            if self.failed is not None:
+                meta["stopped_by_launcher"] = f"{self.failed.name} failed: {why}"
+            elif self.stop_signal is not None:
+                meta["stopped_by_launcher"] = f"the launcher got {signal.Signals(self.stop_signal).name}"
             changed = True
         if changed:
             with contextlib.suppress(OSError):
@@ -414,8 +416,8 @@ class _Progress:
         self.epochs_shown = 0
         self.last_epoch_seen = 0
         self.test_shown = False
-        self.steps_per_epoch = None
-        self.meta_mtime = None
+        self.steps_per_epoch: int | None = None
+        self.meta_mtime: int | None = None
         self.line_open = False
         self.last_line: float | None = None  # when a progress line was last printed (not on a terminal)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 try:  # the SDK's own validation would turn `true` and "5" into numbers: a strict int refuses them
     from pydantic import StrictInt
 except ImportError:  # no SDK (nor its pydantic): the server cannot start, and says so
-    StrictInt = int  # type: ignore[misc,assignment]
+    StrictInt = int  # type: ignore[misc]
 
 CACHED_ANALYSES = 4
 MAX_SCANNED_ENTRIES = 20_000  # a run, job or log folder holds far fewer files
@@ -236,7 +236,7 @@ class Tools:
     def _described(path: Path, kind: str) -> dict:
         from analysis.read import run_files
 
-        run = {"path": str(path), "kind": kind, "status": None, "device": None}
+        run: dict[str, str | float | None] = {"path": str(path), "kind": kind, "status": None, "device": None}
         try:
             run["modified_s"] = round(path.stat().st_mtime, 3)
         except OSError:
@@ -247,7 +247,8 @@ class Tools:
             except run_files.RunFileError:
                 return run
             if isinstance(meta, dict):
-                device = meta.get("device") if isinstance(meta.get("device"), dict) else {}
+                found = meta.get("device")
+                device = found if isinstance(found, dict) else {}
                 run["status"] = meta.get("status") if isinstance(meta.get("status"), str) else None
                 run["device"] = device.get("kind") if isinstance(device.get("kind"), str) else None
         return run
@@ -354,9 +355,9 @@ def build_server(roots: Roots):
     try:
         from mcp.server.mcpserver import MCPServer
         from mcp.server.mcpserver.exceptions import ToolError
-    except ImportError:  # the SDK before 2.0 named it FastMCP
-        from mcp.server.fastmcp import FastMCP as MCPServer
-        from mcp.server.fastmcp.exceptions import ToolError
+    except ImportError:  # the SDK before 2.0 named it FastMCP (the checker sees the 2.x installed)
+        from mcp.server.fastmcp import FastMCP as MCPServer  # type: ignore[no-redef,attr-defined]
+        from mcp.server.fastmcp.exceptions import ToolError  # type: ignore[no-redef]
     from mcp.types import ToolAnnotations
 
     # The SDK logs every refused call as a several-line INFO block on stderr: the client gets the reason
@@ -366,8 +367,10 @@ def build_server(roots: Roots):
         "devprof explains why a TensorFlow (or JAX) training step is slow from its profiler trace. Start with "
         "list_runs, then analyze a run's path for its verdict and findings; ops, steps and findings give the "
         f"detail, explain_rule a rule's meaning and fix. Paths must lie under: {roots.shown()}."))
-    annotations = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True,
-                                  openWorldHint=False)
+    # The camelCase names are the SDK 2.x models' aliases (an alias_generator, which type checkers do
+    # not see) and the SDK 1.x fields: both take them.
+    annotations = ToolAnnotations(readOnlyHint=True, destructiveHint=False,  # type: ignore[call-arg]
+                                  idempotentHint=True, openWorldHint=False)
 
     def as_tool(method):
         @functools.wraps(method)
@@ -385,7 +388,6 @@ def build_server(roots: Roots):
 
     for name, description in TOOL_DESCRIPTIONS.items():
         server.add_tool(as_tool(getattr(tools, name)), name=name, description=description, annotations=annotations)
-    server.devprof_tools = tools  # for tests: the cache and roots behind the tools
     return server
 
 

@@ -200,7 +200,8 @@ def thread_counts(local_workers: int, cores: int | None = None) -> tuple[int, in
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """`count` distinct ports nothing listens on now (the OS picks them)."""
-    sockets, ports = [], []
+    sockets: list[socket.socket] = []
+    ports: list[int] = []
     try:
         while len(ports) < count:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

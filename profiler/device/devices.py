@@ -337,7 +337,7 @@ def _gpu_memory(count: int) -> dict:
     finally:
         for gpu in found:
             gpu.close()
-    facts = {}
+    facts: dict[str, object] = {}
     if totals and not any(is_nan(total) for total in totals):
         facts.update(memory_bytes=int(totals[0]), memory_bytes_per_gpu=[int(total) for total in totals])
     if driver:

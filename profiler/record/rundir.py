@@ -12,6 +12,7 @@ import re
 import tempfile
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from analysis.read.run_files import CRASH_LOG, STEPS_COLUMNS
 
@@ -211,7 +212,6 @@ class StepsWriter:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self._file = None
         try:
             self._file = open(path, "w", newline="")
             self._writer = csv.writer(self._file)
@@ -247,5 +247,5 @@ class StepsWriter:
             except OSError:
                 pass  # the flush above already failed and said why
 
-    def _fail(self, exc: OSError):
+    def _fail(self, exc: OSError) -> NoReturn:
         raise WriteError(f"cannot write {self.path}: {reason(exc)}") from exc

@@ -15,7 +15,9 @@ import signal
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 from models.training import EpochResult, StepRecord
 from profiler import samplers
@@ -41,6 +43,7 @@ class Session:
     """
 
     _window_option = "--profile-steps"  # how the user names the window, in messages
+    _real_os_exit: Callable[[int], NoReturn] | None = None  # while recording: os._exit as it was
 
     def __init__(self, config, console: Console | None = None):
         self.config = config
@@ -50,7 +53,7 @@ class Session:
         self.steps: rundir.StepsWriter | None = None
         self.scalars: Scalars | None = None
         self.window: tracing.ProfileWindow | None = None
-        self.samplers = None
+        self.samplers: samplers.SamplerGroup | None = None
         self.reserve: rundir.Reserve | None = None
         self.default_name: str | None = None  # the run's name was not given: `<time>-<device>-<host>`
         self.crash_log: rundir.CrashLog | None = None
@@ -65,9 +68,16 @@ class Session:
         self.job_dir: Path | None = None  # a worker of a multi-worker job: the job's folder
         self.job_meta: dict | None = None  # the chief's job run.json
         self.stopped_by: int | None = None  # a signal that cancelled a blocked collective (workers only)
-        self._rearm_signals = None
+        self._rearm_signals: Callable[[], object] | None = None
         self._scalar_step = 0  # the last step whose scalars were written
         self._graphs_before: frozenset[int] | None = None  # the traced graphs alive as the window opened
+
+    @property
+    def _run_dir(self) -> Path:
+        """`path`, which the client names before `_open()`."""
+        if self.path is None:
+            raise RuntimeError("the session's run directory is not named yet")
+        return self.path
 
     # ------------------------------------------------------------ what a client may override
 
@@ -108,18 +118,18 @@ class Session:
         """Make the run directory (never an existing one; a default name taken meanwhile gets the next
         free suffix), set space aside, write run.json."""
         if self.default_name:
-            self.path = rundir.create_default(self.path.parent, self.default_name)
+            self.path = rundir.create_default(self._run_dir.parent, self.default_name)
         else:
-            rundir.create(self.path)
-        self.reserve = rundir.Reserve(self.path)
-        self.crash_log = rundir.CrashLog(self.path)
+            rundir.create(self._run_dir)
+        self.reserve = rundir.Reserve(self._run_dir)
+        self.crash_log = rundir.CrashLog(self._run_dir)
         self.meta = meta
 
     def _start_recording(self, resolved) -> None:
         """steps.csv, the TensorBoard scalars, the samplers and the profiler server."""
         cfg = self.config
-        self.steps = rundir.StepsWriter(self.path / "steps.csv")
-        self.scalars = Scalars(self.path)
+        self.steps = rundir.StepsWriter(self._run_dir / "steps.csv")
+        self.scalars = Scalars(self._run_dir)
         self._start_samplers(resolved)
         self._record_os_exit()
         if cfg.profiler_port is not None:
@@ -131,10 +141,12 @@ class Session:
             except Exception as exc:  # noqa: BLE001
                 self._profiler_warning(f"profiler server did not start on port {cfg.profiler_port} ({exc})")
 
-    def _open_window(self, start: int, stop: int, device_kind: str, steps_per_call: int = 1) -> None:
+    def _open_window(self, start: int, stop: int, device_kind: str,
+                     steps_per_call: int = 1) -> tracing.ProfileWindow:
         self._graphs_before = self._live_graph_ids()
-        self.window = tracing.ProfileWindow(self.path, start, stop, self.config.tracer, warn=self.console.warn,
-                                            steps_per_call=steps_per_call, notes=self.meta["profiler"])
+        window = self.window = tracing.ProfileWindow(self._run_dir, start, stop, self.config.tracer,
+                                                     warn=self.console.warn, steps_per_call=steps_per_call,
+                                                     notes=self.meta["profiler"])
         self.meta["profiler"]["window"] = [start, stop]
         estimate = tracing.estimate_events(stop - start, self.config.tracer, device_kind)
         self.meta["profiler"]["estimated_events"] = estimate
@@ -145,6 +157,7 @@ class Session:
         compile_only = tracing.compile_only_window(start, stop, steps_per_call, self._window_option)
         if compile_only:
             self._profiler_warning(compile_only)
+        return window
 
     def _start_samplers(self, resolved) -> None:
         cfg = self.config
@@ -152,7 +165,7 @@ class Session:
             self.meta["samplers"] = {"enabled": False, "reason": "turned off with --no-sample"}
             return
         def system(name, step, row):
-            if self.write_errors:
+            if self.write_errors or self.scalars is None:
                 return
             try:
                 self.scalars.system(name, step, row)
@@ -163,7 +176,7 @@ class Session:
             step = self.current_step()
             self._write_scalars(lambda: system(name, step, row))
 
-        group = samplers.build_sampler_group(self.path / "utilization", resolved.kind, cfg.sample_interval,
+        group = samplers.build_sampler_group(self._run_dir / "utilization", resolved.kind, cfg.sample_interval,
                                              on_row=to_tensorboard,
                                              tpu_service_addr=tpu_monitor_address(resolved.info.get("tpu")))
         self.samplers = group.start()
@@ -210,6 +223,7 @@ class Session:
     def record_step(self, record: StepRecord) -> None:
         """A finished step's timing (delivered when the next one begins): steps.csv, and the
         window stops after its last step."""
+        assert self.steps is not None, "record_step before _start_recording"
         self.steps.write(record)
         if self.window is not None:
             self.window.maybe_stop(record.step + record.steps)
@@ -237,13 +251,14 @@ class Session:
     def _save(self, final: bool = False) -> None:
         """Rewrite run.json. On a full disk the last save gets the reserved space; an earlier
         one fails the run (`WriteError`), so that the last save can still say so."""
+        run_json = self._run_dir / "run.json"
         try:
-            rundir.write_json_atomic(self.path / "run.json", self.meta)
+            rundir.write_json_atomic(run_json, self.meta)
         except OSError as exc:
             if final and rundir.is_disk_full(exc) and self.reserve is not None and self.reserve.release():
-                rundir.write_json_atomic(self.path / "run.json", self.meta)
+                rundir.write_json_atomic(run_json, self.meta)
                 return
-            raise rundir.WriteError(f"cannot write {self.path / 'run.json'}: {rundir.reason(exc)}") from exc
+            raise rundir.WriteError(f"cannot write {run_json}: {rundir.reason(exc)}") from exc
 
     def _mark_ended(self, exc: BaseException) -> None:
         """run.json says how the run stopped: interrupted by a signal, or failed with `exc`."""
@@ -265,13 +280,13 @@ class Session:
         """Stop the profiler and samplers and close the files, once. With `strict`, a file that
         could not be written raises `WriteError` after everything is closed."""
         if self._to_close is None:
-            self._to_close = [lambda: self.window and self.window.maybe_stop(0, force=True),
-                              lambda: self.window and self.window.describe(),
+            self._to_close = [lambda: None if self.window is None else self.window.maybe_stop(0, force=True),
+                              lambda: None if self.window is None else self.window.describe(),
                               self._record_op_costs,
                               self._stop_samplers,
-                              lambda: self.steps and self.steps.close(),
-                              lambda: self.scalars and self._write_scalars(),
-                              lambda: self.scalars and self.scalars.close()]
+                              lambda: None if self.steps is None else self.steps.close(),
+                              lambda: None if self.scalars is None else self._write_scalars(),
+                              lambda: None if self.scalars is None else self.scalars.close()]
         failures = []
         while self._to_close:  # each once, even when an interruption cuts this short and it is called again
             action = self._to_close.pop(0)
@@ -315,17 +330,17 @@ class Session:
         real, recording = os._exit, os.getpid()
         self._real_os_exit = real
 
-        def recorded_exit(code: int = 0) -> None:
+        def recorded_exit(status: int = 0) -> NoReturn:  # os._exit's parameter: a call by keyword works too
             try:
                 # a forked child (multiprocessing ends its children with os._exit) is not the run
                 if not self.recorded and os.getpid() == recording:
                     self._before_exit()
                     self.meta["status"] = "failed"
-                    self.meta["error"] = f"the program called os._exit({code}) while devprof recorded it"
+                    self.meta["error"] = f"the program called os._exit({status}) while devprof recorded it"
                     self._finish()
             except BaseException:  # noqa: BLE001 - exit as asked, whatever the record could do
                 pass
-            real(code)
+            real(status)
 
         os._exit = recorded_exit
 
@@ -366,7 +381,7 @@ class Session:
         from profiler.record import job
 
         cluster = self.config.cluster
-        if cluster is None or not cluster.is_chief:
+        if cluster is None or not cluster.is_chief or self.job_dir is None:
             return
         job_id = job.job_id_from_environment()
         found = job.read(self.job_dir) if job_id else None
@@ -389,7 +404,7 @@ class Session:
         outcomes where their folders are readable from here (shared storage, or one machine)."""
         from profiler.record import job
 
-        if self.job_meta is None:
+        if self.job_meta is None or self.job_dir is None:
             return
         cluster = self.config.cluster
         meta = self.job_meta
@@ -430,7 +445,7 @@ class Session:
                 raised.set()
             raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
-        handled = (signal.SIGTERM, signal.SIGINT) if workers else (signal.SIGTERM,)
+        handled: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT) if workers else (signal.SIGTERM,)
         if only_if_default:
             handled = tuple(s for s in handled
                             if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler, None))

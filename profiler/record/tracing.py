@@ -6,8 +6,10 @@ from __future__ import annotations
 import errno
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 DEFAULT_WARMUP_STEPS = 5
 DEFAULT_WINDOW_STEPS = 10
@@ -71,7 +73,7 @@ def default_window(steps_per_epoch: int, steps_per_call: int = 1, total_steps: i
     per_call = max(1, min(steps_per_call, steps_per_epoch))
     if per_call > 1 and per_call < total:
         wanted = 2 + window_calls(per_call)
-        starts = []
+        starts: list[int] = []
         for epoch_start in range(0, total, max(1, steps_per_epoch)):
             starts += range(epoch_start, min(epoch_start + steps_per_epoch, total), per_call)
             if len(starts) >= wanted:
@@ -116,7 +118,7 @@ class ProfileWindow:
     start: int
     stop: int
     options: TracerOptions = field(default_factory=TracerOptions)
-    warn: callable = print
+    warn: Callable[[str], object] = print
     steps_per_call: int = 1
     active: bool = False
     done: bool = False
@@ -281,7 +283,7 @@ class StepMarker:
     def __enter__(self):
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         self.close(exc_type is None)
         return False
 
@@ -309,7 +311,7 @@ class _NoMarker:
     def __enter__(self):
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         return False
 
     def close(self, completed: bool = True, steps: int | None = None) -> None:

@@ -33,7 +33,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypedDict
 
 DEFAULT_DTYPES = {"cpu": ("float32", "bfloat16"), "gpu": ("float32", "bfloat16", "float16")}
 # Where the rate stops growing ends the search; these are only the candidates.
@@ -71,6 +71,24 @@ VECTOR_MAX_OP_S = 1.0  # a K whose one pass over the array would take longer is 
 ITEMSIZE = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
 
 Runner = Callable[[int], None]  # run(iters): do `iters` chained operations and wait for the result
+
+
+class Timing(TypedDict):
+    """How `measure_rate` times each size."""
+
+    repeats: int
+    min_time_s: float
+    max_op_s: float
+    clock: Callable[[], float]
+
+
+class Confirming(TypedDict):
+    """How `confirm_rates` times the best sizes again."""
+
+    rounds: int
+    repeats: int
+    min_time_s: float
+    clock: Callable[[], float]
 
 
 def matmul_flops(n: int, iters: int = 1) -> int:
@@ -174,7 +192,7 @@ def measure_rate(make_runner: Callable[[int], Runner], sizes, work: Callable[[in
         seconds = max(seconds, 1e-12)
         row = {"size": int(size), "iters": iters, "seconds": seconds, "per_second": work(size, iters) / seconds}
         tried.append(row)
-        if best is not None and row["per_second"] < (1 + growth) * best["per_second"]:
+        if best is not None and best_run is not None and row["per_second"] < (1 + growth) * best["per_second"]:
             # Timed seconds apart, a busy moment can fall on one size only: the stop is decided on
             # timings of both taken in turns.
             _retime_in_turns([(best, best_run), (row, run)], work, clock)
@@ -448,7 +466,8 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
     conv_channels = tuple(conv_channels or CONV_CHANNELS[device])
     vector_chains = tuple(vector_chains or VECTOR_CHAINS[device])
     began = time.perf_counter()
-    timing = {"repeats": repeats, "min_time_s": min_time_s, "max_op_s": max_op_s, "clock": clock}
+    timing: Timing = {"repeats": repeats, "min_time_s": min_time_s, "max_op_s": max_op_s, "clock": clock}
+    vector_timing: Timing = {**timing, "max_op_s": vector_max_op_s}
     flops, matmul, unsupported = {}, {}, {}
     matmul_results, conv_results = {}, {}
     for dtype in dtypes:
@@ -478,7 +497,7 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
             continue
         conv_results[dtype] = (result, dtype_began)
     if len(matmul_results) > 1:
-        confirm = {"rounds": CONFIRM_ROUNDS, "repeats": repeats, "min_time_s": min_time_s, "clock": clock}
+        confirm: Confirming = {"rounds": CONFIRM_ROUNDS, "repeats": repeats, "min_time_s": min_time_s, "clock": clock}
         confirm_rates({dtype: matmul_runner(device, dtype) for dtype in matmul_results},
                       {dtype: result for dtype, (result, _) in matmul_results.items()}, matmul_flops, **confirm)
         confirm_rates({dtype: conv_runner(device, dtype) for dtype in conv_results},
@@ -500,7 +519,7 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
             elements = nbytes // ITEMSIZE[dtype]
             make = vector_runner(device, dtype, nbytes)
             result = measure_rate(make, vector_chains, lambda k, iters: vector_flops(k, elements, iters),
-                                  growth=growth, **{**timing, "max_op_s": vector_max_op_s})
+                                  growth=growth, **vector_timing)
         except Exception as exc:  # noqa: BLE001 - an unknown vector ceiling is a fact, not a failure
             vector[dtype] = {"error": _failure(exc)}
             continue

@@ -149,6 +149,7 @@ class TpuSampler(Sampler):
         return row
 
     def _read_monitor(self) -> dict[str, float]:
+        assert self.service_addr is not None  # without one the monitor was turned off as it started
         try:
             text = self._monitor(self.service_addr, self.duration_ms, self.level)
             values = parse_monitor_output(text)

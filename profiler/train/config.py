@@ -191,6 +191,7 @@ class RunConfig:
                 raise UsageError(problem)
         if self.cluster is None:
             return
+        workers = self.cluster.num_workers
         if self.run_name is None:
             raise UsageError(f"--run-name is required with {self.cluster.source}: every worker writes its "
                              "worker-<i>/ folder into the same <out>/<run-name>/ job folder")

@@ -20,6 +20,7 @@ import os
 import sys
 import threading
 from pathlib import Path
+from typing import BinaryIO
 
 from analysis.read.onednn_log import LINE_MARKER, ONEDNN_LOG, ONEDNN_LOG_MAX_BYTES
 
@@ -71,7 +72,7 @@ class Diversion:
         self.bytes = 0
         self.dropped = 0  # oneDNN lines not kept: before the log was opened, after the trace, past the bound
         self.capped = False
-        self._log = None
+        self._log: BinaryIO | None = None
         self._until_ms: float | None = None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None

@@ -11,6 +11,7 @@ import time
 import warnings
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from profiler.device import quiet
 from profiler.record import rundir, tracing
@@ -18,6 +19,10 @@ from profiler.record.console import Console
 from profiler.record.session import Session, Terminated, tpu_monitor_address, versions  # noqa: F401 - re-exported
 from profiler.train.config import RunConfig, UsageError
 from profiler.train.hooks import RunHooks
+
+if TYPE_CHECKING:
+    from models.training import Trainer
+    from profiler.train.onednn_verbose import Diversion
 
 
 class Run(Session):
@@ -27,9 +32,9 @@ class Run(Session):
     def __init__(self, config: RunConfig, console: Console | None = None, backend=None):
         super().__init__(config, console or Console(config.quiet))
         self.backend = backend
-        self.trainer = None
-        self.user_model = None  # --model: the user's model function, loss and data
-        self.onednn = None  # --onednn-kernels: oneDNN's lines taken off stdout (onednn_verbose.Diversion)
+        self.trainer: Trainer | None = None
+        self.user_model: dict[str, Any] | None = None  # --model: the user's model function, loss and data
+        self.onednn: Diversion | None = None  # --onednn-kernels: oneDNN's lines taken off stdout
 
     def current_step(self) -> int:
         return self.trainer.global_step if self.trainer is not None else 0
@@ -227,7 +232,7 @@ class Run(Session):
                 self._stop_onednn_lines()
             finally:
                 self._finish()
-        return self.path
+        return self._run_dir
 
     # ------------------------------------------------------------ --onednn-kernels
 
@@ -252,9 +257,9 @@ class Run(Session):
         from analysis.read.onednn_log import ONEDNN_LOG
 
         try:
-            self.onednn.attach(self.path / ONEDNN_LOG)
+            self.onednn.attach(self._run_dir / ONEDNN_LOG)
         except OSError as exc:
-            self._profiler_warning(f"oneDNN's lines are not kept: cannot write {self.path / ONEDNN_LOG} "
+            self._profiler_warning(f"oneDNN's lines are not kept: cannot write {self._run_dir / ONEDNN_LOG} "
                                    f"({rundir.reason(exc)})")
 
     def _stop_onednn_lines(self) -> None:

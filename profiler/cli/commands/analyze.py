@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from analysis.render import format_for_path, format_of_output, formats_for
 from profiler.cli.commands import perfetto_option
@@ -26,6 +27,9 @@ from profiler.cli.common import (
     outputs_problem,
     write_stdout,
 )
+
+if TYPE_CHECKING:
+    from analysis.render.plot_process import PlotProcess
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -153,7 +157,8 @@ class _Plotter:
     free and the read's memory past its peak: when the read's forked child has ended, or once it is read."""
 
     def __init__(self, wanted: bool):
-        self.wanted, self.process = wanted, None
+        self.wanted = wanted
+        self.process: PlotProcess | None = None
 
     def fork(self) -> None:
         if self.wanted:

@@ -42,13 +42,13 @@ def write(args: argparse.Namespace, result, inputs=None) -> int | None:
         path.parent.mkdir(exist_ok=True)  # the last folder only, as -o: a mistyped path is an error
         with file_warnings():
             if getattr(result, "KIND", "analysis") == "comparison":
-                from analysis.comparison import write_perfetto
+                from analysis.comparison import write_perfetto as write_comparison
 
-                written = write_perfetto(result, path, events)
+                written = write_comparison(result, path, events)
             else:
-                from analysis.pipeline import write_perfetto
+                from analysis.pipeline import write_perfetto as write_analysis
 
-                written = write_perfetto(result, path, events, getattr(args, "step_name", None), inputs)
+                written = write_analysis(result, path, events, getattr(args, "step_name", None), inputs)
     except OSError as exc:
         return error(f"cannot write {path}: {exc.strerror or exc}", code=EXIT_FAILURE)
     print(f"wrote {path}: {written.processes} process{'es' if written.processes != 1 else ''}, "
