@@ -20,7 +20,8 @@ from pathlib import Path
 
 
 def one_run(out: Path, name: str, images: int, record: bool) -> tuple[float, dict]:
-    from profiler import cli, session
+    from profiler import cli
+    from profiler.record import session
 
     original = session.Session._record_op_costs
     if not record:

@@ -622,7 +622,7 @@ def machine() -> str:
 
 def peak_line() -> str:
     """The cached `devprof peak` the runs carried in run.json (what precision advice compares)."""
-    from profiler import peak
+    from profiler.roofline import peak
 
     cached = peak.cached_for_run("cpu", peak.device_name("cpu"))
     if not cached:

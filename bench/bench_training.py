@@ -7,14 +7,14 @@ images (`models.data.synthetic(N, 1000)`), batch 100, validating on 1,000 images
              fit(x / 255., y, batch_size=100, epochs=E, validation_data=(x_test[:1000] / 255., ...));
              epoch time (with validation) from a Keras callback, as Keras reports it
   devprof    models.training.Trainer on the CPU as `devprof run --device cpu` sets it up
-             (profiler.devices.resolve), float32; EpochResult.seconds
+             (profiler.device.devices.resolve), float32; EpochResult.seconds
   bf16       the same with precision="mixed_bfloat16"
 
 Each run is a fresh subprocess (no TensorFlow state leaks between configurations) and the
 configurations alternate within every repetition, so drift on the machine hits all of them.
 Steady state = median of the epochs after the first (which holds tracing and warm-up).
 
-The CPU's peak (`devprof peak`'s own measurement, `profiler.peak.measure_peak`: the better of
+The CPU's peak (`devprof peak`'s own measurement, `profiler.roofline.peak.measure_peak`: the better of
 matmuls and convolutions, before, during and after the runs, the best kept) turns each configuration's throughput into a fraction of the matching peak:
 achieved FLOP/s = train_flops_per_image x training images/s (training time without the
 validation pass); the whole epoch's share adds the validation pass's forward FLOPs and
@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from profiler.devices import cpu_model  # noqa: E402
+from profiler.device.devices import cpu_model  # noqa: E402
 
 CONFIGS = ("seed", "seed-onednn", "devprof", "bf16")
 LABELS = {
@@ -101,7 +101,7 @@ def worker_train(config: str, images: int, epochs: int) -> dict:
         from models.training import TrainConfig, Trainer
 
         precision = "mixed_bfloat16" if config == "bf16" else "float32"
-        from profiler import devices
+        from profiler.device import devices
 
         strategy = devices.resolve("cpu").strategy  # as `devprof run --device cpu` sets the CPU up
         trainer = Trainer(strategy, cnn.build_cnn, arrays,
@@ -116,8 +116,8 @@ def worker_train(config: str, images: int, epochs: int) -> dict:
 
 
 def worker_peak() -> dict:
-    """`devprof peak`'s measurement (profiler.peak.measure_peak), uncached: float32 and bfloat16 FLOP/s."""
-    from profiler import peak
+    """`devprof peak`'s measurement (profiler.roofline.peak.measure_peak), uncached: float32 and bfloat16 FLOP/s."""
+    from profiler.roofline import peak
 
     result = peak.measure_peak("cpu", ("float32", "bfloat16"), bandwidth_bytes=64 * 2**20)
     out = {"measure_seconds": result["measure_seconds"]}
@@ -133,7 +133,7 @@ def worker_peak() -> dict:
 def kernels_env(config: str, environ) -> dict:
     """The seed as its user runs it (TensorFlow picks its CPU kernels), or with oneDNN's; devprof's
     loop and the peak with the kernels `devprof run` and `devprof peak` choose."""
-    from profiler import devices
+    from profiler.device import devices
 
     env = {k: v for k, v in environ.items() if k not in (devices.ONEDNN_VAR, "DEVPROF_SET_ONEDNN_OPTS")}
     if config == "seed-onednn":

@@ -135,9 +135,10 @@ def _read_py_tar(path: Path):
                     members[name] = member
 
             def read(name):
-                if name not in members:
+                member = tar.extractfile(members[name]) if name in members else None
+                if member is None:
                     raise DataError(f"{path}: archive has no {name}")
-                return _load_py_batch(tar.extractfile(members[name]).read(), f"{path}:{name}")
+                return _load_py_batch(member.read(), f"{path}:{name}")
 
             return [read(n) for n in PY_TRAIN_FILES], read(PY_TEST_FILE)
     except (tarfile.TarError, EOFError, OSError) as exc:

@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -117,9 +118,9 @@ class Trainer:
         self.config = config
         self.hooks = hooks or LoopHooks()
         self.global_step = 0
-        self._iterator = None
-        self._val_iterator = None
-        self._val_batches = None  # batches in one validation pass of a repeated set; None: not repeated
+        self._iterator: Iterator | None = None
+        self._val_iterator: Iterator | None = None
+        self._val_batches: int | None = None  # batches in one validation pass of a repeated set; None: not repeated
         keras.utils.set_random_seed(config.seed)
 
         with strategy.scope():
@@ -139,6 +140,8 @@ class Trainer:
         from models import data as data_mod
 
         if dataset is not None:
+            if steps_per_epoch is None:
+                raise ValueError("a dataset of the user's own needs its steps_per_epoch")
             self.train_images = None
             self.steps_per_epoch = steps_per_epoch
             self.train_ds = strategy.experimental_distribute_dataset(dataset.repeat())
@@ -356,11 +359,12 @@ class Trainer:
 
     def validate(self) -> tuple[float, float]:
         """Loss and accuracy over the validation images, as `fit` reports them each epoch."""
-        if self._val_batches is None:
+        if self._val_batches is None or self.val_ds is None:  # not repeated, or none (the user's own data)
             return self.evaluate(self.val_ds)
         if self._val_iterator is None:
             self._val_iterator = iter(self.val_ds)
-        return self._evaluate_batches(next(self._val_iterator) for _ in range(self._val_batches))
+        batches = self._val_iterator
+        return self._evaluate_batches(next(batches) for _ in range(self._val_batches))
 
     def evaluate(self, dataset=None) -> tuple[float, float]:
         """Loss and accuracy over one pass of `dataset` (default: the test set)."""

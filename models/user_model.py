@@ -44,11 +44,14 @@ def load_function(spec: str, option: str):
             raise ModelError(f"{option} {spec}: no file {path}")
         module_name = f"devprof_user_{path.stem}"
         module_spec = importlib.util.spec_from_file_location(module_name, path)
+        if module_spec is None or module_spec.loader is None:  # a name Python does not load as source
+            raise ModelError(f"{option} {spec}: {path} is not a Python file")
+        loader = module_spec.loader
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[module_name] = module
         try:
             with _as_its_own_program(str(path)):
-                module_spec.loader.exec_module(module)
+                loader.exec_module(module)
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code: one line says what failed
             sys.modules.pop(module_name, None)
             raise ModelError(f"{option} {spec}: importing {path} failed: {_one_line(exc)}") from None

@@ -12,9 +12,9 @@ _PUBLIC = {
     "profile": "profiler.api",
     "ProfileSession": "profiler.api",
     "KerasCallback": "profiler.keras_callback",
-    "Terminated": "profiler.session",
-    "RunExistsError": "profiler.rundir",
-    "OutputError": "profiler.rundir",
+    "Terminated": "profiler.record.session",
+    "RunExistsError": "profiler.record.rundir",
+    "OutputError": "profiler.record.rundir",
 }
 
 __all__ = sorted(_PUBLIC)

@@ -9,7 +9,7 @@
                 session.log(loss=float(loss))
 
 It writes the run directory `devprof run` writes, through the same session layer
-(`profiler.session`). TensorFlow is imported when the session starts, not before.
+(`profiler.record.session`). TensorFlow is imported when the session starts, not before.
 """
 
 from __future__ import annotations
@@ -25,13 +25,15 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from models.training import EpochResult, StepRecord
-from profiler import cluster as cluster_mod
-from profiler import rundir, samplers, tracing
-from profiler.config import check_run_name
-from profiler.console import Console
-from profiler.session import Session, Terminated
+from profiler import samplers
+from profiler.device import cluster as cluster_mod
+from profiler.record import rundir, tracing
+from profiler.record.console import Console
+from profiler.record.session import Session, Terminated
+from profiler.train.config import check_run_name
 
 
 @dataclass
@@ -198,7 +200,7 @@ class ProfileSession(Session):
         resolved = _resolve_device(tf, cfg.cluster)
         self._device_kind = resolved.kind
         if self.path is None:
-            from profiler import devices
+            from profiler.device import devices
 
             if cfg.run_name:
                 self.path = Path(cfg.out) / cfg.run_name
@@ -215,8 +217,7 @@ class ProfileSession(Session):
                 start, stop = (tracing.parse_window(cfg.profile_steps) if cfg.profile_steps
                                else (tracing.DEFAULT_WARMUP_STEPS,
                                      tracing.DEFAULT_WARMUP_STEPS + tracing.DEFAULT_WINDOW_STEPS))
-                self._open_window(start, stop, resolved.kind)
-                self.window.maybe_start(0)
+                self._open_window(start, stop, resolved.kind).maybe_start(0)
             self._save()
         except BaseException as exc:
             self._mark_ended(exc)
@@ -226,7 +227,7 @@ class ProfileSession(Session):
         self._to_wall = time.time() - time.perf_counter()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         self._ended = True
         try:
             self._end_open_step()
@@ -277,7 +278,7 @@ class ProfileSession(Session):
                 raise ValueError(f"profiler_port {cfg.profiler_port} is not free ({exc.strerror or exc})") from None
 
     def _initial_meta(self, resolved) -> dict:
-        from profiler.session import starting_meta
+        from profiler.record.session import starting_meta
 
         cfg = self.config
         options = asdict(cfg)
@@ -351,6 +352,7 @@ class ProfileSession(Session):
 
     def _step_ran(self, images: int | None, steps: int, call_start: float, done: float) -> None:
         boundary = self._boundary
+        assert boundary is not None, "a step ran that never began"
         fetched = self._fetched or boundary
         fetch_start = self._fetch_start or boundary
         if images is None:
@@ -553,6 +555,7 @@ def whole_number(value, name: str, minimum: int) -> int:
     """`value` as an int when it is a whole number >= `minimum` (an int, a NumPy integer, a scalar
     integer tensor, 32.0), else ValueError: 1.9 images are not 1, and -1 images are not a count."""
     if not isinstance(value, (bool, str, bytes)):
+        number: int | None
         try:
             number = operator.index(value)
         except TypeError:
@@ -588,7 +591,7 @@ class _Step:
         self.call_start = time.perf_counter()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         done = time.perf_counter()
         session = self.session
         session._in_call = False
@@ -619,7 +622,7 @@ def _batch_size(batch) -> int | None:
 def _resolve_device(tf, cluster):
     """The device the program trains on, as far as TensorFlow says (the program made its own
     strategy): run.json `device`."""
-    from profiler import devices
+    from profiler.device import devices
 
     strategy = type(tf.distribute.get_strategy()).__name__ if tf.distribute.has_strategy() else None
     tpus = tf.config.list_logical_devices("TPU")

@@ -13,6 +13,7 @@ import contextlib
 import math
 import sys
 import time
+from pathlib import Path
 
 import keras
 
@@ -46,7 +47,7 @@ class KerasCallback(keras.callbacks.Callback):
         self._config = dict(config or {})
         self.batch_size = None if batch_size is None else api.whole_number(batch_size, "batch_size", 1)
         self.session: api.ProfileSession | None = None
-        self._path = None
+        self._path: Path | None = None
         self._original_train_function = None
         self._steps_per_call = 1
         self._val_began: float | None = None

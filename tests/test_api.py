@@ -77,7 +77,7 @@ def test_profile_options_are_checked_before_anything_is_written(tmp_path):
 
 
 def test_default_run_names_taken_in_the_same_second_get_the_next_suffix(tmp_path):
-    from profiler import rundir
+    from profiler.record import rundir
 
     name = rundir.default_run_name("cpu", "host", now=1_700_000_000)
     assert rundir.free_run_dir(tmp_path, name) == tmp_path / name

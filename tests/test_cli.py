@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from profiler import cli, devices, peak, tracing
-from profiler.commands import common
+from profiler import cli
+from profiler.device import devices
+from profiler.record import tracing
+from profiler.roofline import peak
+from profiler.cli import common
 
 REPO = Path(__file__).resolve().parents[1]
 SEED_TABLE = REPO / "examples" / "seed_table.csv"
@@ -127,14 +130,14 @@ def test_run_and_capture_share_the_tracer_options(tmp_path):
 
 
 def test_run_and_capture_pass_the_tracer_options_on(tmp_path, monkeypatch, capsys):
-    import profiler.run
+    import profiler.train.run
 
     seen = {}
 
     class FakeRun:
         def __init__(self, config):
             seen["run"] = config.tracer
-            self.console = profiler.run.Console(quiet=True)
+            self.console = profiler.train.run.Console(quiet=True)
             self.path = tmp_path / "r"
 
         def execute(self):
@@ -143,7 +146,7 @@ def test_run_and_capture_pass_the_tracer_options_on(tmp_path, monkeypatch, capsy
     def fake_capture(address, logdir, duration_ms, host, device, python):
         seen["capture"] = tracing.TracerOptions(host, device, python)
 
-    monkeypatch.setattr(profiler.run, "Run", FakeRun)
+    monkeypatch.setattr(profiler.train.run, "Run", FakeRun)
     monkeypatch.setattr(tracing, "capture", fake_capture)
     monkeypatch.setattr(tracing, "newest_xplane", lambda logdir: None)
     assert devprof(capsys, "run", "--out", tmp_path, *TRACER_FLAGS)[0] == 0
@@ -160,7 +163,7 @@ def test_version_is_the_installed_metadata_version(capsys):
 
 
 def test_version_without_metadata_is_unknown(monkeypatch):
-    from profiler import version
+    from profiler.record import version
 
     def missing(name):
         raise metadata.PackageNotFoundError(name)

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from analysis.breakdown import ops as ops_mod
-from profiler import devices
+from profiler.device import devices
 
 REPO = Path(__file__).resolve().parents[1]
 

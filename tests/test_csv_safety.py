@@ -74,7 +74,7 @@ def test_the_csvs_a_run_writes_hold_numbers_only(tmp_path):
     import csv
 
     from models.training import StepRecord
-    from profiler import rundir
+    from profiler.record import rundir
     from profiler.samplers.runner import format_value
 
     writer = rundir.StepsWriter(tmp_path / "steps.csv")

@@ -14,8 +14,9 @@ import pytest
 
 from fake_pynvml import FakeGpu, FakeNvml
 from cli_checks import one_usage_error
-from profiler import cli, devices
-from profiler.devices import DeviceError, resolve
+from profiler import cli
+from profiler.device import devices
+from profiler.device.devices import DeviceError, resolve
 
 GIB = 2**30
 
@@ -405,7 +406,7 @@ def test_cli_existing_run_name_is_left_untouched(tmp_path, capsys):
     (None, None),
 ])
 def test_tpu_monitor_address_follows_cloud_tpu_ports(address, monitor):
-    from profiler.run import tpu_monitor_address
+    from profiler.train.run import tpu_monitor_address
 
     assert tpu_monitor_address(address) == monitor
 

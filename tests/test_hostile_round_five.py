@@ -49,7 +49,7 @@ def test_profiler_window_options_with_no_profile_are_a_usage_error(tmp_path, cap
 
 def test_the_largest_32_bit_seed_is_taken(tmp_path):
     from models.training import TrainConfig
-    from profiler.config import MAX_SEED, RunConfig, UsageError
+    from profiler.train.config import MAX_SEED, RunConfig, UsageError
 
     RunConfig(out=str(tmp_path), train=TrainConfig(seed=MAX_SEED), profile=False).validate()
     with pytest.raises(UsageError, match="--seed"):
@@ -141,7 +141,7 @@ def test_a_marker_of_no_duration_after_the_last_step_is_no_step_of_0_ms(tmp_path
 
 
 def test_no_gpu_under_cuda_visible_devices_names_the_variable(monkeypatch):
-    from profiler.devices import DeviceError, resolve
+    from profiler.device.devices import DeviceError, resolve
     from test_devices import FakeBackend
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
@@ -157,7 +157,7 @@ def test_no_gpu_under_cuda_visible_devices_names_the_variable(monkeypatch):
 @pytest.mark.parametrize("value, warned", [("abc", True), ("", False), ("1", False), (" 3 ", False)])
 def test_a_tf_log_level_that_is_no_number_is_replaced_with_a_warning(monkeypatch, capsys, value, warned):
     """TensorFlow reads 'abc' as 0 and printed every INFO line of its C++ log; devprof's filter read it as 2."""
-    from profiler import quiet
+    from profiler.device import quiet
 
     monkeypatch.setenv(quiet.LOG_LEVEL_VAR, value)
     quiet.configure()
@@ -169,7 +169,7 @@ def test_a_tf_log_level_that_is_no_number_is_replaced_with_a_warning(monkeypatch
 
 def test_tensorflows_python_warnings_are_kept_off_only_inside_the_block(monkeypatch, caplog):
     """`devprof peak` traces one tf.function per size tried: TensorFlow printed its retracing advice."""
-    from profiler import quiet
+    from profiler.device import quiet
 
     monkeypatch.delenv(quiet.DEBUG_VAR, raising=False)
     monkeypatch.setenv(quiet.LOG_LEVEL_VAR, "2")
@@ -213,7 +213,7 @@ def test_a_cifar_archive_that_is_no_archive_is_one_line(tmp_path):
 
 
 def test_mcp_list_runs_of_a_file_is_refused_not_an_empty_list(tmp_path):
-    from profiler.mcp_server import Refused, Roots, Tools
+    from profiler.cli.mcp_server import Refused, Roots, Tools
 
     make_run(tmp_path / "run", [step_line(i) for i in range(6)])
     tools = Tools(Roots([tmp_path]))

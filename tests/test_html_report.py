@@ -139,7 +139,7 @@ def test_compare_page(two_runs):
     assert all(why.split(":")[0] in page for why in comparison.table["why"])
 
 
-# Default run names (profiler/rundir.py): a date stamp, then the device and host. Runs started in the same
+# Default run names (profiler/record/rundir.py): a date stamp, then the device and host. Runs started in the same
 # second get -2, -3; what tells these four apart is the time or the number at the end.
 STAMPED = {"20250101-093015-gpu-gpu-1060-workstation": ("093015",),
            "20250101-093015-gpu-gpu-1060-workstation-2": ("093015", "-2"),

@@ -44,7 +44,8 @@ while True:
 # still starting can end the stubborn one in time.
 LAUNCHER = r"""
 import sys
-from profiler import cli, launcher
+from profiler import cli
+from profiler.cli import launcher
 
 worker_script = sys.argv[1]
 launcher.GRACE_S = 600.0

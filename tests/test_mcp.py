@@ -26,7 +26,8 @@ except ImportError:  # the SDK before 2.0
     from mcp.server.fastmcp.exceptions import ToolError
 
 import analysis  # noqa: E402
-from profiler import cli, mcp_server  # noqa: E402
+from profiler import cli  # noqa: E402
+from profiler.cli import mcp_server
 
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = ("list_runs", "analyze", "findings", "ops", "steps", "compare", "explain_rule")
@@ -154,7 +155,7 @@ def test_devprof_mcp_refuses_a_root_that_is_no_folder_and_says_when_the_sdk_is_m
     assert "--root" in line and "no such folder" in line
     (tmp_path / "file").write_text("")
     assert "not a folder" in one_usage_error(cli.main(["mcp", "--root", str(tmp_path / "file")]), capsys)
-    from profiler.commands import mcp as command
+    from profiler.cli.commands import mcp as command
 
     monkeypatch.setattr(command.importlib.util, "find_spec", lambda name: None)
     assert "pip install" in one_usage_error(cli.main(["mcp", "--root", str(tmp_path)]), capsys)
@@ -188,7 +189,7 @@ def test_a_stdio_session_through_the_sdk_client(root):
     answers = anyio.run(session_run)
     # The CLI loads the SDK only for `devprof mcp`: every other command starts without it.
     loaded = subprocess.run([sys.executable, "-c", "import sys, profiler.cli; print('mcp' in sys.modules, "
-                             "'profiler.mcp_server' in sys.modules)"], cwd=REPO, capture_output=True, text=True)
+                             "'profiler.cli.mcp_server' in sys.modules)"], cwd=REPO, capture_output=True, text=True)
     assert loaded.stdout.split() == ["False", "False"], loaded.stderr
     assert all(not is_error for name, (is_error, _) in answers.items() if name != "outside")
     check(json.loads(answers["analyze"][1]))

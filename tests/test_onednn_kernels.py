@@ -228,7 +228,7 @@ def _wait_for(fd: int, end: bytes) -> bytes:
 
 def test_onednns_lines_go_to_the_log_and_everything_else_to_stdout_unchanged(tmp_path):
     """A pipe stands for the real stdout: what the block writes to the descriptor at the C level."""
-    from profiler.onednn_verbose import Diversion
+    from profiler.train.onednn_verbose import Diversion
 
     real_read, real_write = os.pipe()
     try:
@@ -266,7 +266,7 @@ def test_onednns_lines_go_to_the_log_and_everything_else_to_stdout_unchanged(tmp
 
 
 def test_the_log_stops_at_its_bound_and_after_the_trace(tmp_path):
-    from profiler.onednn_verbose import Diversion, cap_warning
+    from profiler.train.onednn_verbose import Diversion, cap_warning
 
     real_read, real_write = os.pipe()
     early = _exec(NS_PER_MS, "convolution", "jit:avx2", "backward_weights", 2.0).encode() + b"\n"
@@ -298,7 +298,7 @@ def test_the_log_stops_at_its_bound_and_after_the_trace(tmp_path):
     ({"TF_ENABLE_ONEDNN_OPTS": "0"}, {}, "turns them off"),
 ])
 def test_onednn_kernels_is_refused_where_it_cannot_work(environ, modules, says):
-    from profiler.onednn_verbose import problem
+    from profiler.train.onednn_verbose import problem
 
     assert says in problem(environ, modules)
     assert problem({"ONEDNN_VERBOSE": "profile_exec", "TF_ENABLE_ONEDNN_OPTS": "1"}, {}) is None

@@ -12,7 +12,7 @@ import pytest
 from memory_fixtures import GPU, MS, MiB, write_memory_trace
 from trace_fixtures import ABSOLUTE_BASE_NS
 
-from profiler.oom import is_oom, oom_record, parse_oom
+from profiler.record.oom import is_oom, oom_record, parse_oom
 
 # TF 2.4-2.8 graph mode (Keras fit on a GPU)
 GRAPH_GPU = ("2 root error(s) found.\n  (0) Resource exhausted:  OOM when allocating tensor with shape[256,64,112,112] "
@@ -76,7 +76,7 @@ def test_only_resource_exhausted_errors_are_ooms():
 
 
 def test_a_failed_run_records_its_oom_in_run_json(tmp_path):
-    from profiler.session import Session
+    from profiler.record.session import Session
 
     class ResourceExhaustedError(Exception):
         pass

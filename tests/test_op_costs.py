@@ -127,7 +127,7 @@ def seed_step():
 
 @pytest.fixture(scope="module")
 def seed_rows(seed_step):
-    from profiler import op_costs
+    from profiler.roofline import op_costs
 
     return pd.DataFrame(op_costs.graph_rows(seed_step[2]), columns=OP_COST_COLUMNS)
 
@@ -192,7 +192,7 @@ def test_a_bias_add_after_a_convolution_carries_the_fused_chains_costs(seed_rows
 
 @pytest.mark.slow
 def test_collect_finds_the_traced_function_without_being_told(seed_step):
-    from profiler import op_costs
+    from profiler.roofline import op_costs
 
     frame = op_costs.collect()
     step = frame[frame["function"] == "seed_train_step"]
@@ -205,7 +205,7 @@ def test_collect_finds_the_traced_function_without_being_told(seed_step):
 def test_formulas_of_ops_tensorflow_has_no_statistic_for():
     import tensorflow as tf
 
-    from profiler import op_costs
+    from profiler.roofline import op_costs
 
     variable = tf.Variable(tf.zeros((4, 5)))
     m, v = tf.Variable(tf.zeros((4, 5))), tf.Variable(tf.zeros((4, 5)))
@@ -241,7 +241,7 @@ def test_formulas_of_ops_tensorflow_has_no_statistic_for():
 def test_unknown_shapes_are_unknown_costs_not_zero():
     import tensorflow as tf
 
-    from profiler import op_costs
+    from profiler.roofline import op_costs
 
     @tf.function
     def unknown_batch(x, w):
@@ -362,7 +362,7 @@ def test_a_keras_lstms_time_loop_is_costed_per_time_step(tmp_path):
 
 @pytest.mark.slow
 def test_a_failing_collector_leaves_the_run_complete_with_a_warning(tmp_path, monkeypatch):
-    from profiler import op_costs
+    from profiler.roofline import op_costs
 
     def broken(graphs=None):
         raise RuntimeError("graphs went away")
@@ -380,7 +380,7 @@ def test_a_failing_collector_leaves_the_run_complete_with_a_warning(tmp_path, mo
 def test_a_recording_keeps_its_own_graphs_not_an_earlier_runs_of_the_same_name():
     import tensorflow as tf
 
-    from profiler import op_costs
+    from profiler.roofline import op_costs
 
     def make():
         @tf.function

@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from profiler import cli, peak
-from profiler.commands import peak as peak_command
+from profiler import cli
+from profiler.roofline import peak
+from profiler.cli.commands import peak as peak_command
 
 
 class FakeDevice:
@@ -572,7 +573,7 @@ def test_corrupt_cache_is_measured_over_and_unwritable_cache_is_not_fatal(tmp_pa
 
 @pytest.mark.slow
 def test_peak_cli_prints_the_cached_result(tmp_path, monkeypatch, capsys):
-    from profiler import devices
+    from profiler.device import devices
 
     monkeypatch.setenv("DEVPROF_CACHE_DIR", str(tmp_path))
     name = devices.cpu_model()
@@ -589,8 +590,8 @@ def test_peak_cli_prints_the_cached_result(tmp_path, monkeypatch, capsys):
 def test_every_run_carries_the_devices_cached_peak(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from profiler import session
-    from profiler.session import starting_meta
+    from profiler.record import session
+    from profiler.record.session import starting_meta
 
     monkeypatch.setattr(session, "versions", dict)  # the installed packages' versions: a subprocess
     monkeypatch.setenv("DEVPROF_CACHE_DIR", str(tmp_path))

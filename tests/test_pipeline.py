@@ -230,19 +230,21 @@ def test_render_modules_import_no_analysis_module():
 
 @pytest.mark.tool
 def test_ruff_keeps_the_layers():
-    """ruff over analysis/ as pyproject.toml configures it: lint, import order, and the banned imports
-    (no TensorFlow, Keras or profiler in analysis/, no analysis stage in render/)."""
+    """ruff over analysis/, profiler/ and models/ as pyproject.toml configures it: lint, import order, and
+    the banned imports (no TensorFlow, Keras or profiler in analysis/, no analysis stage in render/)."""
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "ruff", "check", "analysis"], cwd=ANALYSIS_DIR.parent,
-                          capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "analysis", "profiler", "models"],
+                          cwd=ANALYSIS_DIR.parent, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_mypy_is_clean_on_analysis():
+def test_mypy_is_clean():
+    """mypy over analysis/, profiler/ and models/ (profiler/ and models/ with their untyped functions too)."""
     from mypy import api
 
-    out, err, status = api.run(["--config-file", str(ANALYSIS_DIR.parent / "pyproject.toml"),
-                                str(ANALYSIS_DIR)])
+    root = ANALYSIS_DIR.parent
+    out, err, status = api.run(["--config-file", str(root / "pyproject.toml"),
+                                *(str(root / package) for package in ("analysis", "profiler", "models"))])
     assert status == 0, out + err

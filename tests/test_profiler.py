@@ -15,7 +15,8 @@ import pytest
 from test_run import default_sigint
 
 from analysis.rules import table as rules
-from profiler import cli, tracing
+from profiler import cli
+from profiler.record import tracing
 
 REPO = Path(__file__).resolve().parents[1]
 # XProf's per-step table: these parts add up to stepTimeMs.

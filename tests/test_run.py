@@ -305,7 +305,7 @@ def test_sigterm_leaves_interrupted_run(tmp_path):
 @pytest.mark.slow
 def test_interrupt_keeps_every_completed_step(tmp_path, monkeypatch, capsys):
     """A step whose call finished is in steps.csv even when the loop stops before the next one."""
-    from profiler.hooks import RunHooks
+    from profiler.train.hooks import RunHooks
 
     original = RunHooks.on_step_end
 

@@ -115,7 +115,7 @@ def test_a_subclassed_model_is_built_on_one_batch_before_the_optimizer_sees_its_
 
 
 def test_a_window_that_training_stops_before_says_how_far_it_got(tmp_path):
-    from profiler import tracing
+    from profiler.record import tracing
 
     warnings = []
     window = tracing.ProfileWindow(tmp_path, 5, 15, warn=warnings.append)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler import quiet
+from profiler.device import quiet
 
 REPO = Path(__file__).resolve().parents[1]
 NATIVE_LINE = re.compile(r"^[IWEF]\d{4} ")

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from cli_checks import one_usage_error
-from profiler import cli, rundir
-from profiler.config import RunConfig, UsageError
+from profiler import cli
+from profiler.record import rundir
+from profiler.train.config import RunConfig, UsageError
 
 
 def run_usage_error(capsys, out, *args: str) -> str:
@@ -170,8 +171,8 @@ def test_profiler_port_out_of_range(tmp_path, capsys, port):
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
 def test_busy_profiler_port_is_a_usage_error_before_training(tmp_path, capsys, monkeypatch, host):
-    from profiler import tracing
-    from profiler.run import Run
+    from profiler.record import tracing
+    from profiler.train.run import Run
 
     def never(*args, **kwargs):
         raise AssertionError("training must not start")
@@ -188,7 +189,7 @@ def test_busy_profiler_port_is_a_usage_error_before_training(tmp_path, capsys, m
 
 
 def test_free_profiler_port_passes_the_check():
-    from profiler import tracing
+    from profiler.record import tracing
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -74,7 +74,7 @@ def test_one_absurd_steps_csv_row_is_dropped_with_a_warning_not_the_analysis(tmp
 
 
 def test_no_two_modules_of_the_profiler_import_each_other():
-    """An import circle (`profiler/hooks.py` <-> `profiler/run.py`, once only for typing) makes which
+    """An import circle (`profiler/train/hooks.py` <-> `profiler/train/run.py`, once only for typing) makes which
     module loads first matter; `hooks` now names what it needs as a Protocol."""
     import ast
     from pathlib import Path
@@ -208,7 +208,7 @@ def test_the_epoch_line_leaves_out_metrics_the_run_does_not_compute():
     import math
 
     from models.training import EpochResult
-    from profiler.console import Console
+    from profiler.record.console import Console
 
     stream = io.StringIO()
     console = Console(False, stream=stream)

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import profiler
-from profiler import tracing
-from profiler.console import Console
-from profiler.session import Session
+from profiler.record import tracing
+from profiler.record.console import Console
+from profiler.record.session import Session
 
 # ---------------------------------------------------------------- 12. images are a whole count
 
@@ -75,7 +75,7 @@ def test_the_compile_step_warning_names_profile_steps_in_api_terms(tmp_path):
 
 
 def test_profile_errors_name_its_arguments_not_devprof_runs_options(tmp_path):
-    from profiler.rundir import OutputError, RunExistsError
+    from profiler.record.rundir import OutputError, RunExistsError
 
     (tmp_path / "runs" / "taken").mkdir(parents=True)
     (tmp_path / "a-file").write_text("")
@@ -197,7 +197,7 @@ class _TPUBackend:
 
 @pytest.fixture
 def no_tpu_here(monkeypatch, tmp_path):
-    from profiler import devices
+    from profiler.device import devices
 
     for name in devices.TPU_ENV_VARS:
         monkeypatch.delenv(name, raising=False)

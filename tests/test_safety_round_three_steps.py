@@ -190,7 +190,7 @@ def test_a_step_that_raised_or_was_broken_off_is_no_step(tmp_path):
 def test_devprof_runs_step_scope_marks_a_call_that_raised_as_no_step(tmp_path):
     import tensorflow as tf
 
-    from profiler import tracing
+    from profiler.record import tracing
 
     tf.profiler.experimental.start(str(tmp_path))
     try:

@@ -14,9 +14,12 @@ from types import SimpleNamespace
 import pytest
 
 from cli_checks import one_usage_error
-from profiler import cli, devices, launcher, peak, quiet
-from profiler.config import RunConfig, UsageError
-from profiler.console import Console
+from profiler import cli
+from profiler.cli import launcher
+from profiler.device import devices, quiet
+from profiler.roofline import peak
+from profiler.train.config import RunConfig, UsageError
+from profiler.record.console import Console
 
 TINY_RUN = ["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "100", "--epochs", "1", "--quiet",
             "--no-profile", "--no-sample"]
@@ -91,11 +94,11 @@ def test_oversubscribe_starts_them_anyway(tmp_path, capsys, monkeypatch):
 
 
 def test_oversubscribe_is_the_launchers_own_option():
-    from profiler.commands import run as run_command
+    from profiler.cli.commands import run as run_command
 
     parser = cli.build_parser()
     args = parser.parse_args(["run", "--workers", "4", "--oversubscribe"])
-    assert "--oversubscribe" not in launcher.child_options(args, run_command.PARSER)
+    assert "--oversubscribe" not in launcher.child_options(args, run_command.OPTIONS)
 
 
 class _FakeProcess:
@@ -257,7 +260,7 @@ def test_debug_off_gives_one_line_for_a_bug(monkeypatch, capsys):
     (["--host-tracer-level", "7"], "invalid choice"),
 ], ids=["negative", "zero", "too-long", "nan", "inf", "fraction", "tracer-level"])
 def test_capture_options_are_checked_first(tmp_path, capsys, monkeypatch, args, expect):
-    from profiler import tracing
+    from profiler.record import tracing
 
     monkeypatch.setattr(tracing, "capture", lambda *a, **k: pytest.fail("capture was attempted"))
     out = tmp_path / "captures"
@@ -269,7 +272,7 @@ def test_capture_options_are_checked_first(tmp_path, capsys, monkeypatch, args, 
 @pytest.mark.parametrize("address", ["grpc://localhost:0", "grpc://localhost:65536", "grpc://localhost:99999999999",
                                      "grpc://h:1,grpc://h2:0"])
 def test_capture_ports_out_of_range(tmp_path, capsys, monkeypatch, address):
-    from profiler import tracing
+    from profiler.record import tracing
 
     monkeypatch.setattr(tracing, "capture", lambda *a, **k: pytest.fail("capture was attempted"))
     line = one_usage_error(cli.main(["capture", address, "--out", str(tmp_path / "c")]), capsys)
@@ -278,7 +281,7 @@ def test_capture_ports_out_of_range(tmp_path, capsys, monkeypatch, address):
 
 
 def test_capture_out_that_is_a_file(tmp_path, capsys, monkeypatch):
-    from profiler import tracing
+    from profiler.record import tracing
 
     monkeypatch.setattr(tracing, "capture", lambda *a, **k: pytest.fail("capture was attempted"))
     blocker = tmp_path / "file"
@@ -392,7 +395,7 @@ def _fake_cpu_run(tmp_path, monkeypatch, **config):
     """A `Run` that resolves a fake CPU and synthetic data: `prepare()` needs no TensorFlow."""
     from test_devices import FakeBackend
 
-    from profiler.run import Run
+    from profiler.train.run import Run
 
     settings = dict(device="cpu", data="synthetic", limit_images=100, limit_test_images=50, out=str(tmp_path),
                     run_name="r", sample=False, profile=False)
@@ -520,7 +523,7 @@ def test_the_launcher_shows_progress_when_not_on_a_terminal(tmp_path):
 
 
 def test_the_test_pass_says_how_many_images_it_evaluates():
-    from profiler.run import evaluation_message
+    from profiler.train.run import evaluation_message
 
     assert evaluation_message(100, 100) == "Evaluating on the first 100 test images (--limit-test-images)..."
     assert evaluation_message(10_000, None) == "Evaluating on the whole test set (10,000 images)..."
@@ -528,7 +531,7 @@ def test_the_test_pass_says_how_many_images_it_evaluates():
 
 
 def test_run_json_config_records_the_images_validated(tmp_path, monkeypatch):
-    from profiler import session as session_mod
+    from profiler.record import session as session_mod
 
     monkeypatch.setattr(session_mod, "versions", lambda: {})
     run = _fake_cpu_run(tmp_path, monkeypatch, limit_test_images=200)
@@ -542,8 +545,8 @@ def test_run_json_config_records_the_images_validated(tmp_path, monkeypatch):
 
 
 def test_the_job_run_json_records_the_images_validated():
-    from profiler import cluster as cluster_mod
-    from profiler import job
+    from profiler.device import cluster as cluster_mod
+    from profiler.record import job
 
     stand_in = cluster_mod.Cluster(("127.0.0.1:1", "127.0.0.1:2"), 0, "--workers",
                                    cluster_mod.local_tf_config([1, 2], 0))

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from profiler import cli, rundir
+from profiler import cli
+from profiler.record import rundir
 
 pytestmark = pytest.mark.slow  # every test here trains, imports TensorFlow or starts a process
 
@@ -103,7 +104,7 @@ def test_full_disk_while_writing_steps_fails_the_run_and_run_json_says_so(tmp_pa
 
 
 def test_scalars_that_cannot_be_closed_fail_the_run(tmp_path, monkeypatch, capsys):
-    from profiler.scalars import Scalars
+    from profiler.record.scalars import Scalars
 
     def close(self):
         with self._writing():
@@ -255,7 +256,7 @@ def test_a_held_scalar_write_that_fails_neither_drops_the_others_nor_raises_on_t
     import threading
     from types import SimpleNamespace
 
-    from profiler.session import Session
+    from profiler.record.session import Session
 
     session = Session(SimpleNamespace(quiet=True))
     session.window = SimpleNamespace(active=True)

@@ -89,7 +89,7 @@ def test_mcp_answers_are_inert(trace):
     pytest.importorskip("mcp")
     import anyio
 
-    from profiler import mcp_server
+    from profiler.cli import mcp_server
 
     server = mcp_server.build_server(mcp_server.Roots([trace.parents[3]]))
     for tool in ("analyze", "ops", "findings", "steps"):
@@ -199,7 +199,7 @@ def mcp_root(tmp_path):
 def _mcp_call(root, tool, **arguments):
     import anyio
 
-    from profiler import mcp_server
+    from profiler.cli import mcp_server
 
     server = mcp_server.build_server(mcp_server.Roots([root]))
     try:

@@ -21,8 +21,8 @@ from job_fixtures import write_job
 import analysis
 from analysis.read import run_files
 from profiler import cli
-from profiler import cluster as cluster_mod
-from profiler.config import RunConfig, UsageError
+from profiler.device import cluster as cluster_mod
+from profiler.train.config import RunConfig, UsageError
 
 REPO = Path(__file__).resolve().parent.parent
 # Tiny jobs: 400 images in global batches of 20 (10 per worker) are 20 steps an epoch; the
@@ -204,7 +204,7 @@ def test_ctrl_c_stops_every_worker_cleanly(tmp_path):
 
 @pytest.mark.slow
 def test_capture_takes_every_worker_into_one_session(tmp_path):
-    from profiler import tracing
+    from profiler.record import tracing
 
     port = cluster_mod.free_ports(1)[0]
     while any(_busy(p) for p in (port, port + 1)):
@@ -229,7 +229,7 @@ def test_capture_takes_every_worker_into_one_session(tmp_path):
 
 
 def _busy(port: int) -> bool:
-    from profiler import tracing
+    from profiler.record import tracing
 
     try:
         tracing.check_port_free(port)
@@ -375,7 +375,7 @@ def test_a_job_folder_is_never_overwritten(tmp_path, capsys, monkeypatch):
     assert cli.main(["run", "--workers", "2", *TINY, "--quiet", "--out", str(tmp_path / "runs"), "--run-name",
                      "job"]) == 2
     assert "already exists; runs are never overwritten" in capsys.readouterr().err
-    from profiler import job, rundir
+    from profiler.record import job, rundir
 
     rundir.write_json_atomic(tmp_path / "runs" / "job" / "run.json", {"job_id": "another"})
     with pytest.raises(rundir.RunExistsError):
@@ -384,8 +384,8 @@ def test_a_job_folder_is_never_overwritten(tmp_path, capsys, monkeypatch):
 
 
 def test_workers_pass_on_every_option_the_launcher_was_given():
-    from profiler.commands import run as run_command
-    from profiler.launcher import child_options
+    from profiler.cli.commands import run as run_command
+    from profiler.cli.launcher import child_options
 
     parser = cli.build_parser()
     given = ["run", "--workers", "2", "--device", "cpu", "--data", "synthetic", "--epochs", "3", "--batch-size", "64",
@@ -393,13 +393,33 @@ def test_workers_pass_on_every_option_the_launcher_was_given():
              "--sample-interval", "0.1", "--collective-timeout-s", "30", "--seed", "7", "--jit-compile",
              "--out", "elsewhere", "--run-name", "j", "--profiler-port", "7000", "--quiet"]
     args = parser.parse_args(given)
-    child = parser.parse_args(["run", *child_options(args, run_command.PARSER)])
+    child = parser.parse_args(["run", *child_options(args, run_command.OPTIONS)])
     for option in ("device", "data", "epochs", "batch_size", "inject_input_delay_ms", "inject_host_delay_ms",
                    "profile", "python_tracer", "sample_interval", "collective_timeout_s", "seed", "jit_compile"):
         assert getattr(child, option) == getattr(args, option), option
     assert child.workers is None and child.profiler_port is None and child.run_name is None  # set per worker
     auto = parser.parse_args(["run", "--workers", "2"])
-    assert parser.parse_args(["run", *child_options(auto, run_command.PARSER)]).device == "cpu"
+    assert parser.parse_args(["run", *child_options(auto, run_command.OPTIONS)]).device == "cpu"
+
+
+def test_the_workers_command_line_is_the_given_options_in_the_tables_order():
+    from profiler.cli.commands import run as run_command
+    from profiler.cli.launcher import child_options
+
+    parser = cli.build_parser()
+    args = parser.parse_args(["run", "--workers", "2", "--quiet", "--python-tracer", "--epochs", "3", "--no-profile",
+                              "--collective-timeout-s", "30", "--inject-input-delay-ms", "12.5@1", "--out", "x"])
+    assert child_options(args, run_command.OPTIONS) == [
+        "--epochs", "3", "--inject-input-delay-ms", "12.5@1", "--collective-timeout-s", "30.0", "--no-profile",
+        "--python-tracer", "--device", "cpu"]
+
+
+def test_every_run_option_is_in_the_table_the_launcher_reads():
+    from profiler.cli.commands import run as run_command
+
+    given = {dest: value for dest, value in vars(cli.build_parser().parse_args(["run"])).items()
+             if dest not in ("command", "handler")}
+    assert {option.dest: option.default for option in run_command.OPTIONS} == given
 
 
 def test_each_local_worker_gets_its_share_of_the_cores():
@@ -412,7 +432,7 @@ def test_each_local_worker_gets_its_share_of_the_cores():
 
 
 def test_capture_addresses():
-    from profiler import tracing
+    from profiler.record import tracing
 
     assert tracing.parse_service_addresses("grpc://h1:1,grpc://h2:2") == ["grpc://h1:1", "grpc://h2:2"]
     assert tracing.parse_service_addresses("grpc://[::1]:9012, grpc://10.0.0.2:1") == ["grpc://[::1]:9012",

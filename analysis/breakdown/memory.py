@@ -519,7 +519,7 @@ OOM_COVER_SLACK_NS = 1_000_000_000
 
 
 def run_oom(run: RunRecord | None) -> dict | None:
-    """run.json's `oom` where a failed run has one (profiler/oom.py writes it)."""
+    """run.json's `oom` where a failed run has one (profiler/record/oom.py writes it)."""
     if run is None or run.status != "failed" or not isinstance(run.raw.get("oom"), dict):
         return None
     return run.raw["oom"]

@@ -8,7 +8,7 @@ An execution line reads
 reorder, ...), which of oneDNN's implementations ran it (`brg_conv_fwd:avx2`, `jit:avx2`, `gemm:jit`,
 ...), when it started and how long it took. Only execution lines with a timestamp are read; the
 header, creation lines and lines cut short are skipped. This module owns the file's name and its
-size bound: `profiler/onednn_verbose.py` writes it.
+size bound: `profiler/train/onednn_verbose.py` writes it.
 """
 
 from __future__ import annotations

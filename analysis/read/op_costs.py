@@ -1,7 +1,7 @@
 """`op_costs.csv`: the FLOPs and bytes of each op of the traced functions, recorded at capture.
 
 TensorFlow's trace carries no shapes, so the run works the costs out from its live graphs when
-the profile window closes (`profiler/op_costs.py` writes the file); an XLA program's costs come
+the profile window closes (`profiler/roofline/op_costs.py` writes the file); an XLA program's costs come
 from the HLO in the trace instead (`analysis/read/hlo_costs.py`), in the same columns. This
 module owns the columns and reads the file; docs/run-directory.md and docs/rules.md say what
 each column means and how each number is counted.

@@ -32,7 +32,7 @@ RUN_JSON = "run.json"
 STEPS_CSV = "steps.csv"
 UTILIZATION_DIR = "utilization"
 
-CRASH_LOG = "crash.log"  # a fatal signal's Python stacks (profiler/rundir.py CrashLog)
+CRASH_LOG = "crash.log"  # a fatal signal's Python stacks (profiler/record/rundir.py CrashLog)
 STEPS_COLUMNS = ["epoch", "step", "steps", "start_time_s", "input_ms", "call_ms", "other_host_ms", "step_ms", "images"]
 STEPS_INTEGER_COLUMNS = ("epoch", "step", "steps", "images")
 # The most a steps.csv cell can hold: a day per step, a trillion steps or images, a time before 5138.

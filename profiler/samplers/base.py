@@ -87,6 +87,6 @@ class Sampler(abc.ABC):
         self.close()
 
 
-def is_nan(value: float) -> bool:
+def is_nan(value: object) -> bool:
     """True for NaN (and None), the marker of a value that was not measured."""
     return value is None or (isinstance(value, float) and math.isnan(value))

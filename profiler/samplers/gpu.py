@@ -16,7 +16,6 @@ from typing import Any, Callable
 from analysis.read.run_files import GPU_COLUMNS
 from profiler.samplers.base import NAN, Sampler, is_nan
 
-
 # One NVML query can fill several columns; a failing query empties all of them.
 _QUERY_COLUMNS = {
     "utilization": ("gpu_util_pct", "mem_util_pct"),
@@ -104,7 +103,9 @@ class GpuSampler(Sampler):
     ) -> None:
         super().__init__()
         if nvml is None:
-            import pynvml as nvml
+            import pynvml
+
+            nvml = pynvml
         self.index = index
         self.name = f"gpu{index}"
         self.tf_device = f"GPU:{index}" if tf_device == _AUTO else tf_device
@@ -225,10 +226,8 @@ class GpuSampler(Sampler):
         if not is_nan(procs):
             mine = [p for p in procs if getattr(p, "pid", None) == self.pid]
             used = [getattr(p, "usedGpuMemory", None) for p in mine]
-            if any(u is None for u in used):
-                row["proc_mem_bytes"] = NAN
-            else:
-                row["proc_mem_bytes"] = float(sum(used))
+            known = [u for u in used if u is not None]
+            row["proc_mem_bytes"] = NAN if len(known) < len(used) else float(sum(known))
 
         if not self.active:
             return row
@@ -237,7 +236,7 @@ class GpuSampler(Sampler):
 
     def _tf_memory(self) -> dict[str, float]:
         values = {"tf_mem_current_bytes": NAN, "tf_mem_peak_bytes": NAN}
-        if "tf_memory" in self._off_queries:
+        if "tf_memory" in self._off_queries or self.tf_device is None:  # None: turned off as it started
             return values
         try:
             info = self._tf_memory_info(self.tf_device)
@@ -273,7 +272,7 @@ def _tf_devices_by_nvml_index(count: int, visible: str | None) -> dict[int, str 
     NVML sees every GPU; TensorFlow only those in CUDA_VISIBLE_DEVICES, renumbered from 0.
     With unset or non-numeric (UUID) values the NVML index is assumed to match.
     """
-    identity = {i: f"GPU:{i}" for i in range(count)}
+    identity: dict[int, str | None] = {i: f"GPU:{i}" for i in range(count)}
     if visible is None or visible.strip() == "":
         return identity if visible is None else dict.fromkeys(range(count))
     try:
@@ -312,9 +311,10 @@ def discover_gpu_samplers(
     """
     if nvml is None:
         try:
-            import pynvml as nvml
+            import pynvml
         except ImportError as exc:
             return [], f"GPU sampling unavailable: pynvml (nvidia-ml-py) is not installed ({exc})"
+        nvml = pynvml
     if cuda_visible_devices == _AUTO:
         cuda_visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
     try:

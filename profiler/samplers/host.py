@@ -27,7 +27,9 @@ class _Tracked:
     __slots__ = ("start", "cpu_s", "wall_s")
 
     def __init__(self, start: float | None) -> None:
-        self.start, self.cpu_s, self.wall_s = start, None, None
+        self.start = start
+        self.cpu_s: float | None = None
+        self.wall_s: float | None = None
 
 
 class HostSampler(Sampler):
@@ -128,7 +130,7 @@ class HostSampler(Sampler):
                 self._drop(pid)
                 continue
             now = time.monotonic()
-            if tracked.cpu_s is not None and now > tracked.wall_s:
+            if tracked.cpu_s is not None and tracked.wall_s is not None and now > tracked.wall_s:
                 cpu_total += round((cpu_s - tracked.cpu_s) / (now - tracked.wall_s) * 100, 1)
             tracked.start, tracked.cpu_s, tracked.wall_s = start, cpu_s, now
             rss_total += rss

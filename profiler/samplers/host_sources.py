@@ -68,7 +68,7 @@ def parse_stat_cpus(data: bytes, ticks: float, lines: int = -1) -> list[tuple[fl
     `lines`: how many lines to split off (the cpu lines come first; the interrupt line after
     them can be long), -1 for all.
     """
-    rows = []
+    rows: list[tuple[float, ...]] = []
     width = len(CPU_FIELDS) + 1
     for line in data.split(b"\n", lines):
         if not line.startswith(b"cpu"):

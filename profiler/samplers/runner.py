@@ -42,7 +42,7 @@ def validate_interval(interval_s: float) -> float:
     return value
 
 
-def format_value(value: float) -> str:
+def format_value(value: float | None) -> str:
     """A CSV cell: empty for NaN, exact for whole numbers (bytes), 10 digits otherwise."""
     if value is None:
         return ""
@@ -198,8 +198,11 @@ class SamplerThread:
             self._wait(due - now)
 
     def _call_on_row(self, now_s: float, values: dict) -> None:
+        on_row = self.on_row
+        if on_row is None:
+            return
         try:
-            self.on_row(self.name, {"time_s": now_s, **values})
+            on_row(self.name, {"time_s": now_s, **values})
         except Exception as exc:
             self.callback_error = f"{type(exc).__name__}: {exc}"
             self.on_row = None

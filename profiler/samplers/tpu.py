@@ -31,7 +31,6 @@ from typing import Any, Callable
 from analysis.read.run_files import TPU_COLUMNS
 from profiler.samplers.base import NAN, Sampler
 
-
 _MONITOR_COLUMNS = ("mxu_util_pct", "idle_pct", "step_time_ms", "infeed_pct")
 _NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
 _PATTERNS = {
@@ -150,6 +149,7 @@ class TpuSampler(Sampler):
         return row
 
     def _read_monitor(self) -> dict[str, float]:
+        assert self.service_addr is not None  # without one the monitor was turned off as it started
         try:
             text = self._monitor(self.service_addr, self.duration_ms, self.level)
             values = parse_monitor_output(text)

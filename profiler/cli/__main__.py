@@ -1,0 +1,3 @@
+from profiler.cli import program
+
+program()
