@@ -2,7 +2,7 @@
 
 The whole command (`devprof analyze RUN --out DIR`, a fresh process each time) on the cached traces of
 `bench_trace_scale.py` (profiler windows of --scale steps: 1000 and 1750 make about 1M and 2M events),
-the variants alternated within every repeat (the order rotated), so that load from other jobs falls on
+the variants alternated within every repeat (in a shuffled order), so that load from other jobs falls on
 all of them alike. Each variant is compared with this tree's command in the same repeat: the paired
 ratio's median and range is its difference and its noise. Memory: the peak of the summed PSS of the command and its children (a page
 that a fork shares counts once), one run per variant and size, and the process's own peak RSS.
@@ -18,6 +18,7 @@ that a fork shares counts once), one run per variant and size, and the process's
 from __future__ import annotations
 
 import argparse
+import random
 import shlex
 import statistics
 import sys
@@ -86,10 +87,12 @@ def main(argv: list[str] | None = None) -> int:
 
         for variant in variants:  # warm the bytecode and the page cache
             scale.measure(*command(variant, args.scale[0]))
+        order = random.Random(0)  # the same orders on every machine, none favoured
         for repeat in range(args.repeats):
-            for index, steps in enumerate(args.scale if repeat % 2 == 0 else args.scale[::-1]):
-                shift = (repeat + index) % len(variants)
-                for variant in variants[shift:] + variants[:shift]:
+            for steps in args.scale if repeat % 2 == 0 else args.scale[::-1]:
+                # Shuffled, not rotated: in a rotation each variant always follows the same one (XProf's
+                # gigabyte freed just before, say).
+                for variant in order.sample(variants, len(variants)):
                     result = scale.measure(*command(variant, steps))
                     results[(steps, variant)].append(result)
                     print(f"repeat {repeat + 1}, {runs[steps][1]['events']:,} events, {variant}: "
@@ -97,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         for steps in args.scale:
             for variant in variants:
                 pss[(steps, variant)] = scale.summed_pss(*command(variant, steps))[0]
-    print(f"\n{args.repeats} repeats, variants alternated (order rotated every repeat), each a fresh process; "
+    print(f"\n{args.repeats} repeats, variants alternated (order shuffled every repeat), each a fresh process; "
           "ratio: the variant's wall time over this tree's command in the same repeat, median (range)\n")
     print("| events | variant | wall s, median (range) | ratio to this tree | peak RSS MiB | summed PSS MiB |")
     print("|---:|---|---:|---:|---:|---:|")
