@@ -293,7 +293,7 @@ def stages(run: str) -> None:
     space = tr._decode_file(location.xplane, tr.EVENT_STAT_COLUMNS)
     mark(f"file decoded into columns ({len(space.events.line_row):,} events, {len(space.stat_values):,} kept stats)")
     planes, lines = tr._plane_and_line_tables(space)
-    events = tr._events_table(space, planes, lines)
+    events, _ = tr._events_table(space, planes, lines)  # (the events with impossible times: not dropped here)
     mark("events table without stat columns")
     tr._add_stat_columns(events, space)
     mark(f"stat columns added ({len(events):,} rows, {events.memory_usage(deep=False).sum() / MIB:.0f} MiB shallow)")
