@@ -58,7 +58,7 @@ def main(argv=None) -> None:
     batches = [np.zeros((32, 8), "float32") for _ in range(args.steps)]
     out = args.out or tempfile.mkdtemp(prefix="devprof-bench-api-")
     profiled(batches[:20], out, "warm-up", False)  # first use: imports, TensorFlow's summary writer
-    costs = {False: [], True: []}
+    costs: dict[bool, list[float]] = {False: [], True: []}
     for round_ in range(args.rounds):
         for sample in (False, True):
             base = bare(batches)

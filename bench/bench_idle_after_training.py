@@ -51,6 +51,7 @@ def one_run(checkout: Path, out: Path, name: str, args: list[str]) -> dict:
     began = time.perf_counter()
     process = subprocess.Popen(command, cwd=checkout, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     last_line = began
+    assert process.stdout is not None  # stdout=PIPE
     for line in process.stdout:
         last_line = time.perf_counter()
     code = process.wait()

@@ -16,6 +16,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -42,14 +43,10 @@ class RegexPattern:
 
 
 def timed(depth: int, matcher) -> float:
-    original = names.Wildcard
-    names.Wildcard = matcher
-    try:
+    with mock.patch.object(names, "Wildcard", matcher):
         began = time.perf_counter()
         short = names.distinct_names(stage_names(depth), LIMIT)
         elapsed = time.perf_counter() - began
-    finally:
-        names.Wildcard = original
     assert len(set(short)) == ROWS, short
     return elapsed
 

@@ -48,7 +48,8 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     out = Path(args.out or tempfile.mkdtemp(prefix="devprof-bench-onednn-"))
-    with_flag, without = [], []
+    with_flag: list[float] = []
+    without: list[float] = []
     for index in range(args.rounds):
         for flag in ((True, False) if index % 2 == 0 else (False, True)):
             step_ms, notes, steps = one_run(out, f"{'with' if flag else 'without'}-{index}", args.images, flag)

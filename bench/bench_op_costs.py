@@ -11,30 +11,28 @@ run.json `profiler.op_costs_seconds` are printed, and the medians compared.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 
 def one_run(out: Path, name: str, images: int, record: bool) -> tuple[float, dict]:
     from profiler import cli
     from profiler.record import session
 
-    original = session.Session._record_op_costs
-    if not record:
-        session.Session._record_op_costs = lambda self: None
-    try:
+    no_op_costs = mock.patch.object(session.Session, "_record_op_costs", lambda self: None)
+    with contextlib.nullcontext() if record else no_op_costs:
         gc.collect()  # the graphs of the runs before this one are let go, as in a fresh process
         began = time.perf_counter()
         rc = cli.main(["run", "--device", "cpu", "--data", "synthetic", "--out", str(out), "--run-name", name,
                        "--quiet", "--epochs", "1", "--limit-images", str(images), "--batch-size", "128",
                        "--no-sample", "--profile-steps", "5:10", "--limit-test-images", "256"])
         elapsed = time.perf_counter() - began
-    finally:
-        session.Session._record_op_costs = original
     if rc != 0:
         raise SystemExit(f"devprof run failed ({rc})")
     return elapsed, json.loads((out / name / "run.json").read_text())["profiler"]
@@ -48,7 +46,10 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     out = Path(args.out or tempfile.mkdtemp(prefix="devprof-bench-op-costs-"))
     one_run(out, "warm-up", 1280, True)  # imports and first traces, paid by neither side
-    with_costs, without, collection, ops = [], [], [], []
+    with_costs: list[float] = []
+    without: list[float] = []
+    collection: list[float] = []
+    ops: list[int] = []
     for index in range(args.rounds):
         for record in ((True, False) if index % 2 == 0 else (False, True)):
             seconds, notes = one_run(out, f"{'with' if record else 'without'}-{index}", args.images, record)

@@ -15,7 +15,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,6 +36,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     sys.path[:0] = [str(REPO), str(REPO / "tests")]
     import trace_fixtures as fx
+
     from analysis.read.trace import read_trace
 
     folder = Path(tempfile.mkdtemp(prefix="devprof-parallel-"))
@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     events = len(read_trace(made.files[0]).events)
     print(f"{args.workers} worker traces of {events:,} events each ({made.files[0].stat().st_size / 2**20:.0f} MiB)",
           file=sys.stderr)
-    times = {"sequential": [], "pool": []}
+    times: dict[str, list[float]] = {"sequential": [], "pool": []}
     docs = {}
     for _ in range(args.repeats):
         for mode in ("sequential", "pool"):

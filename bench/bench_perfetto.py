@@ -51,7 +51,7 @@ def make_trace(path: Path, events: int) -> Path:
     space.hostnames.append("bench-host")
     host = space.planes.add(id=1, name="/host:CPU")
     gpu = space.planes.add(id=2, name="/device:GPU:0")
-    names = {}
+    names: dict[tuple[int, str], int] = {}
 
     def meta(plane, name: str) -> int:
         key = (plane.id, name)

@@ -62,7 +62,7 @@ def main(argv=None) -> int:
         args.reps, args.images, args.window = 1, 1000, "3:8"
     args.window = tuple(int(x) for x in args.window.split(":"))
 
-    results = {True: [], False: []}
+    results: dict[bool, list[dict]] = {True: [], False: []}
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.reps):
             for profile in ((True, False) if rep % 2 == 0 else (False, True)):

@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from analysis.breakdown import roofline
-    from analysis.worker import analyze_inputs
     from analysis.read.inputs import read_inputs
+    from analysis.worker import analyze_inputs
 
     ceilings = roofline.Ceilings({"float32": {"matrix_flops_per_second": 2e11, "vector_flops_per_second": 5e10,
                                               "memory_bytes_per_second": 4e10}}, "bench")
@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         xplane = write_trace(Path(tmp) / "bench.xplane.pb", args.steps, args.ops)
         inputs = read_inputs(xplane)
         with_costs = dataclasses.replace(inputs, op_costs=cost_table(args.ops))
+        assert inputs.trace is not None  # read_inputs reads the trace unless told trace=False
         events = len(inputs.trace.events)
 
         def timed(run_inputs, peak) -> float:

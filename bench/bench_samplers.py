@@ -128,9 +128,9 @@ def measure_overhead(steps: int, reps: int, interval_s: float, batch_size: int, 
     """Training time without samplers and with them (once per host source), alternated; the samplers' CPU time."""
     run = make_training_step(batch_size)
     sides = ["off", *sources]
-    times = {side: [] for side in sides}
-    cpu_s = {side: [] for side in sources}
-    samples = {side: [] for side in sources}
+    times: dict[str, list[float]] = {side: [] for side in sides}
+    cpu_s: dict[str, list[float]] = {side: [] for side in sources}
+    samples: dict[str, list[int]] = {side: [] for side in sources}
     samplers_used: list[str] = []
 
     def with_samplers(source):

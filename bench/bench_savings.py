@@ -615,7 +615,7 @@ def machine() -> str:
                 flags = set(line.split(":", 1)[1].split())
     import tensorflow as tf
 
-    units = [name for name in ("avx512_bf16", "amx_bf16") if name in flags] or ["no bfloat16 units"]
+    units: list[str] = [name for name in ("avx512_bf16", "amx_bf16") if name in flags] or ["no bfloat16 units"]
     return (f"{model} ({', '.join(units)}), {os.cpu_count()} logical cores, Linux, Python "
             f"{platform.python_version()}, TensorFlow {tf.__version__}")
 

@@ -36,7 +36,7 @@ def _spin(stop) -> None:
         pass
 
 
-def devprof(*args: str) -> subprocess.CompletedProcess:
+def devprof(*args: str | Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop("TF_CONFIG", None)
     return subprocess.run([sys.executable, "-m", "profiler", *map(str, args)], cwd=REPO, env=env,

@@ -52,7 +52,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -108,6 +110,7 @@ def _use_trace_module_at(revision: str) -> None:
     import analysis.read
 
     spec = importlib.util.spec_from_file_location("analysis.read.trace", path)
+    assert spec is not None and spec.loader is not None  # a .py file's spec, with its source loader
     module = importlib.util.module_from_spec(spec)
     sys.modules["analysis.read.trace"] = module
     spec.loader.exec_module(module)
@@ -175,6 +178,7 @@ def prepare(run: str, cache: Path) -> None:
 
     trace = read_trace(run)
     count = len(trace.events)
+    assert trace.location is not None  # read_trace always locates the file it reads
     xplane = str(trace.location.xplane)
     del trace
     result = _analyze_function()(run)
@@ -211,12 +215,14 @@ def helper_usage(run: str, out: str) -> None:
         real_close(helper)
 
     plots.start = start
-    plots.PlotHelper.close = close
+    # setattr, not unittest.mock: importing it (asyncio, ~0.1 s, ~11 MiB) would count in this process's numbers
+    setattr(plots.PlotHelper, "close", close)
     from profiler import cli
 
     with contextlib.redirect_stdout(io.StringIO()):
         code = cli.main(["analyze", run, "--out", out])
-    usage = started[0].child.rusage if started and started[0] is not None else None
+    rusage = started[0].child.rusage if started and started[0] is not None else None
+    usage = rusage if isinstance(rusage, resource.struct_rusage) else None  # os.wait4's, or None
     own = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({"code": code, "helper": usage is not None,
                       "helper_peak_mib": usage.ru_maxrss / 1024 if usage else None,
@@ -293,7 +299,7 @@ def stages(run: str) -> None:
     space = tr._decode_file(location.xplane, tr.EVENT_STAT_COLUMNS)
     mark(f"file decoded into columns ({len(space.events.line_row):,} events, {len(space.stat_values):,} kept stats)")
     planes, lines = tr._plane_and_line_tables(space)
-    events = tr._events_table(space, planes, lines)
+    events, _ = tr._events_table(space, planes, lines)  # (the events with impossible times: not dropped here)
     mark("events table without stat columns")
     tr._add_stat_columns(events, space)
     mark(f"stat columns added ({len(events):,} rows, {events.memory_usage(deep=False).sum() / MIB:.0f} MiB shallow)")
@@ -336,6 +342,7 @@ def _load_plots_at(revision: str):
         path = Path(folder) / "plots_baseline.py"
         path.write_text(source)
         spec = importlib.util.spec_from_file_location("plots_baseline", path)
+        assert spec is not None and spec.loader is not None  # a .py file's spec, with its source loader
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     return module
@@ -366,11 +373,13 @@ def plot_sizes(repeats: int, baseline: str | None) -> None:
     host = pd.DataFrame({"time_s": 1.7e9 + 0.1 * np.arange(rows), "cpu_pct": rng.random(rows) * 100,
                          "cpu0_pct": rng.random(rows) * 100, "cpu1_pct": rng.random(rows) * 100,
                          "proc_cpu_pct": rng.random(rows) * 200})
-    cases = {f"plot_step_breakdown, {n:,} steps": (lambda module, path, frame=steps(n): module.plot_step_breakdown(frame, path))
-             for n in (100, 800, 1000, 3000)}
+    def step_breakdown(frame: pd.DataFrame) -> Callable[[ModuleType, Path], object]:
+        return lambda module, path: module.plot_step_breakdown(frame, path)
+
+    cases = {f"plot_step_breakdown, {n:,} steps": step_breakdown(steps(n)) for n in (100, 800, 1000, 3000)}
     cases["plot_utilization, 50,000 rows, 10 epochs"] = (
         lambda module, path: module.plot_utilization({"host": host}, list(host["time_s"][:: rows // 10]), path))
-    results = {case: {name: [] for name in modules} for case in cases}
+    results: dict[str, dict[str, list[float]]] = {case: {name: [] for name in modules} for case in cases}
     with tempfile.TemporaryDirectory(prefix="devprof-plot-sizes-") as out:
         for repeat in range(repeats):
             for case, draw in cases.items():
@@ -544,7 +553,7 @@ def scale(args, tasks: list[str], argv: list[str] | None) -> int:
         runs[steps] = (run, facts)
         print(f"{steps} steps: {facts['events']:,} events, {Path(facts['xplane']).stat().st_size / 1e6:.1f} MB",
               file=sys.stderr)
-    results = {(steps, task): [] for steps in args.scale for task in tasks}
+    results: dict[tuple[int, str], list[dict]] = {(steps, task): [] for steps in args.scale for task in tasks}
     log = args.results.open("a") if args.results else None
     baseline = _tree_at(args.command_baseline) if "command-baseline" in tasks else None
     for tree in (REPO, baseline):
@@ -615,7 +624,7 @@ def report_saved(args, tasks, argv) -> int:
     """The tables and plot of the measurements saved in --results (the same sizes and tasks)."""
     rows = [json.loads(line) for line in args.results.read_text().splitlines() if line.strip()]
     runs = {}
-    results = {(steps, task): [] for steps in args.scale for task in tasks}
+    results: dict[tuple[int, str], list[dict]] = {(steps, task): [] for steps in args.scale for task in tasks}
     for row in rows:
         if (row["steps"], row["task"]) in results:
             results[(row["steps"], row["task"])].append(row)
@@ -660,11 +669,12 @@ def report_scale(runs, results, tasks, args, argv) -> None:
                 rows = results[(steps, task)]
                 walls = [r["wall_s"] / x["wall_s"] for r, x in zip(rows, xprof_rows)]
                 peaks = [r["peak_mib"] / x["peak_mib"] for r, x in zip(rows, xprof_rows)]
-                work = ([r["seconds"] / x["seconds"] for r, x in zip(rows, xprof_rows)] if "seconds" in rows[0] else None)
-                work_cell = f"{_median(work):.2f} ({_spread(work)})" if work else "–"
-                cpu = [r.get("cpu_s", float("nan")) / x.get("cpu_s", float("nan")) for r, x in zip(rows, xprof_rows)]
+                work_ratios = ([r["seconds"] / x["seconds"] for r, x in zip(rows, xprof_rows)]
+                               if "seconds" in rows[0] else None)
+                work_cell = f"{_median(work_ratios):.2f} ({_spread(work_ratios)})" if work_ratios else "–"
+                cpu_ratios = [r.get("cpu_s", float("nan")) / x.get("cpu_s", float("nan")) for r, x in zip(rows, xprof_rows)]
                 print(f"| {facts['events']:,} | {task} | {work_cell} | {_median(walls):.2f} ({_spread(walls)}) | "
-                      f"{_median(cpu):.2f} | {_median(peaks):.2f} ({_spread(peaks)}) |")
+                      f"{_median(cpu_ratios):.2f} | {_median(peaks):.2f} ({_spread(peaks)}) |")
     print("\nbest (least disturbed) process time of the repeats, per size, and its ratio to XProf's best:\n")
     print("| events | " + " | ".join(TASK_LABELS[t] for t in tasks) + " |")
     print("|---:|" + "---:|" * len(tasks))
@@ -790,8 +800,8 @@ def main(argv: list[str] | None = None) -> int:
             for task in order:
                 result = measure(commands[task])
                 results[task].append(result)
-                work = f"{result['seconds']:.2f} s work, " if "seconds" in result else ""
-                print(f"repeat {repeat + 1} {task}: {work}{result['wall_s']:.2f} s process, "
+                work_note = f"{result['seconds']:.2f} s work, " if "seconds" in result else ""
+                print(f"repeat {repeat + 1} {task}: {work_note}{result['wall_s']:.2f} s process, "
                       f"{result['peak_mib']:.0f} MiB peak", file=sys.stderr)
 
     if not tasks or not args.repeats:

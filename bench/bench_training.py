@@ -63,8 +63,6 @@ MARK = "BENCH_RESULT "
 
 
 def worker_train(config: str, images: int, epochs: int) -> dict:
-    import tensorflow as tf
-
     from models import cnn, data
 
     arrays = data.synthetic(images, VALIDATION, seed=0)

@@ -165,7 +165,7 @@ def main(argv=None) -> int:
     if args.make is not None:
         make_traces(args.make)
         folders.append(args.make)
-    rows = []
+    rows: list[dict[str, object]] = []
     for folder in folders:
         for path in sorted(folder.rglob("*.xplane.pb")):
             relative = str(path.relative_to(folder))
