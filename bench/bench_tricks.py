@@ -102,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
                 pss[(steps, variant)] = scale.summed_pss(*command(variant, steps))[0]
     print(f"\n{args.repeats} repeats, variants alternated (order shuffled every repeat), each a fresh process; "
           "ratio: the variant's wall time over this tree's command in the same repeat, median (range)\n")
-    print("| events | variant | wall s, median (range) | ratio to this tree | peak RSS MiB | summed PSS MiB |")
-    print("|---:|---|---:|---:|---:|---:|")
+    print("| events | variant | wall s, median (range) | ratio to this tree | ratio to every trick | peak RSS MiB "
+          "| summed PSS MiB |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
     for steps in args.scale:
         events = runs[steps][1]["events"]
         mine = results[(steps, "command")]
@@ -114,7 +115,10 @@ def main(argv: list[str] | None = None) -> int:
             label = {"command": "this tree", "command-baseline": f"at {args.baseline}", "xprof": "XProf's converter",
                      "tricks-all": f"at {args.tricks_tree}, every trick"}.get(
                 variant, f"at {args.tricks_tree}, without " + LABELS.get(variant.removeprefix("command-without-"), variant))
-            print(f"| {events:,} | {label} | {_spread(walls)} | {_spread(ratios)} | "
+            every = results.get((steps, "tricks-all"))
+            against = (_spread([row["wall_s"] / base["wall_s"] for row, base in zip(rows, every)])
+                       if every and (variant == "tricks-all" or variant.startswith("command-without-")) else "")
+            print(f"| {events:,} | {label} | {_spread(walls)} | {_spread(ratios)} | {against} | "
                   f"{statistics.median(row['peak_mib'] for row in rows):.0f} | {pss[(steps, variant)]:.0f} |")
     print(f"\ncommand: {shlex.join(['python', 'bench/bench_tricks.py', *(argv or sys.argv[1:])])}")
     return 0
