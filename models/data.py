@@ -301,7 +301,8 @@ def _normalize(images, labels):
 
 
 def train_dataset(x, y, batch_size: int, seed: int = 0, input_delay_ms: float = 0.0,
-                  shard: tuple[int, int] | None = None, drop_remainder: bool = False):
+                  shard: tuple[int, int] | None = None, drop_remainder: bool = False,
+                  prefetch: int | None = None, parallel_calls: int | None = None):
     """Shuffled, batched, normalized-after-batching, repeated, prefetched training data.
 
     Normalizing whole batches is one vectorized op instead of 100 small ones. The uint8
@@ -310,17 +311,24 @@ def train_dataset(x, y, batch_size: int, seed: int = 0, input_delay_ms: float = 
     the prefetch with tf.data's own prefetch injection off, so no buffer can hide it.
     With `shard` (count, index), only every count-th image from the index-th on: one worker's share;
     `drop_remainder` leaves out each pass's last partial batch (every batch has the same shape).
+    `parallel_calls` (-1: AUTOTUNE) runs every map stage, the injected delay's included, on that
+    many batches at once; `prefetch` (-1: AUTOTUNE) keeps that many batches ready after the last stage.
+    None keeps the seed program's pipeline: normalizing on AUTOTUNE, the delay one batch at a time
+    and unbuffered.
     """
     import tensorflow as tf
 
     ds = _sharded(tf.data.Dataset.from_tensor_slices((x, y)), shard)
     ds = ds.shuffle(len(x), seed=seed, reshuffle_each_iteration=True)
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-    ds = ds.map(_normalize, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.map(_normalize, num_parallel_calls=tf.data.AUTOTUNE if parallel_calls is None else parallel_calls,
+                deterministic=True)
     ds = ds.repeat()  # epochs are counted in steps; each pass reshuffles, batches stay within a pass
-    ds = ds.prefetch(tf.data.AUTOTUNE)
+    ds = ds.prefetch(tf.data.AUTOTUNE if prefetch is None or input_delay_ms > 0 else prefetch)
     if input_delay_ms > 0:
-        ds = ds.map(_sleep_stage(input_delay_ms))
+        ds = ds.map(_sleep_stage(input_delay_ms), num_parallel_calls=parallel_calls, deterministic=True)
+        if prefetch is not None:
+            ds = ds.prefetch(prefetch)
         options = tf.data.Options()
         options.experimental_optimization.inject_prefetch = False
         ds = ds.with_options(options)

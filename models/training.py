@@ -30,6 +30,9 @@ class TrainConfig:
     inject_input_delay_ms: float = 0.0
     inject_host_delay_ms: float = 0.0
     validation_images: int = VALIDATION_IMAGES
+    # The seed pipeline's settings (data.train_dataset); None: as the seed program's, -1: tf.data.AUTOTUNE.
+    prefetch: int | None = None
+    parallel_calls: int | None = None
 
 
 @dataclass
@@ -176,7 +179,8 @@ class Trainer:
                 # its step function alone, and its collectives would no longer match the others'.
                 return data_mod.train_dataset(x, y, batch, seed=config.seed,
                                               input_delay_ms=config.inject_input_delay_ms, shard=shard,
-                                              drop_remainder=True)
+                                              drop_remainder=True, prefetch=config.prefetch,
+                                              parallel_calls=config.parallel_calls)
 
             distribute = strategy.distribute_datasets_from_function
             self.train_ds = distribute(per_worker(arrays.x_train, arrays.y_train, train_pipeline), train_options)
@@ -185,7 +189,8 @@ class Trainer:
             self.test_ds = distribute(per_worker(arrays.x_test, arrays.y_test, data_mod.eval_dataset), options)
         else:
             train_ds = data_mod.train_dataset(arrays.x_train, arrays.y_train, config.batch_size,
-                                              seed=config.seed, input_delay_ms=config.inject_input_delay_ms)
+                                              seed=config.seed, input_delay_ms=config.inject_input_delay_ms,
+                                              prefetch=config.prefetch, parallel_calls=config.parallel_calls)
             val_ds = data_mod.eval_dataset(arrays.x_test[:n_val], arrays.y_test[:n_val], config.batch_size)
             test_ds = data_mod.eval_dataset(arrays.x_test, arrays.y_test, config.batch_size)
             self.train_ds = strategy.experimental_distribute_dataset(train_ds, train_options)

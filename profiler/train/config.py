@@ -163,6 +163,9 @@ class RunConfig:
         if self.model is None and (self.dataset is not None or self.loss is not None):
             raise UsageError(f"{'--dataset' if self.dataset is not None else '--loss'} goes with --model "
                              "MODULE:FUNCTION (the CNN trains on CIFAR-10 or synthetic data with its own loss)")
+        if self.model is not None and (t.prefetch is not None or t.parallel_calls is not None):
+            raise UsageError(f"{'--prefetch' if t.prefetch is not None else '--parallel-calls'} sets the CNN's own "
+                             "pipeline; with --model, set them in your pipeline (--dataset) or leave them out")
         if self.dataset is not None and self.data not in ("auto", "synthetic"):
             raise UsageError(f"--dataset replaces --data; leave --data {self.data} out")
         if self.onednn_kernels and not self.profile:

@@ -28,6 +28,19 @@ class _StoreGiven(argparse.Action):
         setattr(namespace, f"{self.dest}_given", True)
 
 
+def batches(text: str) -> int:
+    """`--prefetch` and `--parallel-calls`: a whole number of batches from 1, or `auto` (tf.data.AUTOTUNE, -1)."""
+    if text.strip().lower() == "auto":
+        return -1
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of batches from 1, or auto; got {text!r}")
+    return value
+
+
 def injection(text: str):
     """`--inject-*-delay-ms MS[@WORKER]` as (ms, worker or None); the number is checked later, with
     the other float options."""
@@ -65,6 +78,12 @@ GROUPS: tuple[tuple[str, tuple[Option, ...]], ...] = (
         option("--loss", default=None, metavar="NAME",
                help="with --model: a Keras loss name (default: sparse categorical cross-entropy, from logits "
                     "when the model's last layer has no softmax)"),
+        option("--prefetch", type=batches, default=None, metavar="N|auto",
+               help="the CNN's pipeline: keep N batches ready after its last stage, the injected input delay's "
+                    "included (auto: tf.data's AUTOTUNE; default: the seed program's pipeline)"),
+        option("--parallel-calls", type=batches, default=None, metavar="N|auto",
+               help="the CNN's pipeline: run each of its map stages, the injected input delay's included, on N "
+                    "batches at once (auto: tf.data's AUTOTUNE; default: the seed program's pipeline)"),
     )),
     ("training", (
         option("--epochs", type=int, default=2, help="epochs (the seed program: 10)"),
@@ -162,7 +181,8 @@ def build_config(args: argparse.Namespace, cluster=None):
         train=TrainConfig(batch_size=args.batch_size, epochs=args.epochs, precision=args.precision,
                           jit_compile=args.jit_compile, steps_per_execution=args.steps_per_execution,
                           seed=args.seed, inject_input_delay_ms=args.inject_input_delay_ms.ms,
-                          inject_host_delay_ms=args.inject_host_delay_ms.ms),
+                          inject_host_delay_ms=args.inject_host_delay_ms.ms, prefetch=args.prefetch,
+                          parallel_calls=args.parallel_calls),
         profile=args.profile, profile_steps=args.profile_steps, tracer=tracer_options(args),
         profiler_port=args.profiler_port, scalars_every=args.scalars_every,
         sample=args.sample, sample_interval=args.sample_interval, measure_peak=args.measure_peak,
