@@ -427,3 +427,21 @@ def test_only_analysis_parallel_forks_and_no_stage_imports_it():
             imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
             assert not any(name.startswith("analysis.parallel") for name in imported), path
     assert forks == {("analysis", "parallel")}, forks
+
+
+def test_a_write_that_fails_before_the_plots_are_waited_for_still_ends_the_helper(tmp_path, monkeypatch, answers):
+    from analysis.render import outputs
+
+    result = pipeline.analyzed(write_prefetched_map_loop(tmp_path / "loop.xplane.pb", steps=8), None,
+                               helpers=parallel.Helpers(fork=False))[0]
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(outputs, "write_text_atomically", full_disk)
+    with parallel.Helpers() as helpers:
+        helpers.start_plots()
+        assert helpers.plots is not None and _children()
+        with pytest.raises(OSError, match="No space"):
+            outputs.write_outputs(result, tmp_path / "out", helpers.draw)
+    assert not _children()

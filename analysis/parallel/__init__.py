@@ -121,8 +121,8 @@ class Helpers:
         else here when waited for."""
         from analysis.parallel import plots
 
-        helper, self.plots = self.plots, None
-        return helper.draw(jobs) if helper is not None else lambda: plots.draw_here(jobs)
+        # Kept until closed: a write that fails before the plots are waited for still ends the helper.
+        return self.plots.draw(jobs) if self.plots is not None else lambda: plots.draw_here(jobs)
 
     def core_free(self) -> None:
         waiting, self._waiting = self._waiting, []
