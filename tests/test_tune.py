@@ -126,6 +126,21 @@ def test_the_command_refuses_bad_options_before_any_trial(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_best_command_is_the_users_own_options_and_the_kept_fixes(tmp_path, monkeypatch, capsys):
+    runs = FakeRuns(lambda argv, env: 60.0 if "--jit-compile" in argv else 100.0)
+    monkeypatch.setattr(tune, "run_in_process", runs)
+    monkeypatch.setattr(tune, "_analyze", lambda run_dir: SimpleNamespace(
+        verdict={"fixes": [_fix("below_roofline", 30.0)]}, mean={}))
+    assert cli_main(["tune", "--out", str(tmp_path), "--run-name", "t", "--batch-size", "64", "--seed", "3"]) == 0
+    document = json.loads((tmp_path / "t" / "tune.json").read_text())
+    assert document["best"]["command"] == "devprof run --batch-size 64 --seed 3 --jit-compile"
+    first = runs.calls[0][0]
+    assert first[:4] == ["--batch-size", "64", "--seed", "3"] and "--epochs" in first and "--no-profile" not in first
+    assert "--no-profile" in runs.calls[1][0]  # the trials are not profiled; the baseline analysed is
+    out = capsys.readouterr().out
+    assert "| below_roofline | --jit-compile |" in out and "best: devprof run --batch-size 64 --seed 3 --jit-compile" in out
+
+
 def test_ctrl_c_keeps_every_finished_trial_in_tune_json(tmp_path, monkeypatch, capsys):
     runs = FakeRuns(lambda argv, env: 60.0 if "--jit-compile" in argv else 100.0, fail_at=5)
     monkeypatch.setattr(tune, "run_in_process", runs)

@@ -73,7 +73,8 @@ def handle(args: argparse.Namespace) -> int:
         return error(f"{tune_dir} exists: pass another --run-name (a tune never writes into an earlier one)")
     except OSError as exc:
         return error(f"cannot make {tune_dir}: {exc.strerror or exc}")
-    user_argv = launcher.given_options(args, run_command.OPTIONS)
+    # The user's own run options: the trials add theirs, and the best setting's command is the user's plus its fixes.
+    user_argv = launcher.given_options(args, [each for each in run_command.OPTIONS if each.flag not in NOT_FOR_TUNE])
     tuner = tune.Tuner(tune_dir, user_argv, args.budget * 60.0, batch_size=args.batch_size,
                        epoch_images=args.limit_images or tune.SEED_EPOCH_IMAGES, own_pipeline=args.model is None,
                        say=lambda line: print(line, file=sys.stderr))
