@@ -182,6 +182,15 @@ def _check_profiler_ports(port: int | None, n: int) -> list[int] | None:
 def child_options(args: argparse.Namespace, options: Sequence[Option]) -> list[str]:
     """`devprof run`'s options as the launcher was given them, for its workers (without the ones
     the launcher sets per worker). From the run command's own table, so a new option is passed on too."""
+    out = given_options(args, options)
+    if args.device == "auto":
+        out += ["--device", "cpu"]  # the workers share this machine's CPU
+    return out
+
+
+def given_options(args: argparse.Namespace, options: Sequence[Option]) -> list[str]:
+    """The options of `options` that `args` sets to other than their defaults, as a command line, less the
+    ones each process sets for itself (`per_worker`)."""
     out = []
     for option in options:
         if option.per_worker:
@@ -195,8 +204,6 @@ def child_options(args: argparse.Namespace, options: Sequence[Option]) -> list[s
             out += [option.flag, repr(value.ms) + ("" if value.worker is None else f"@{value.worker}")]
         else:
             out += [option.flag, repr(value) if isinstance(value, float) else str(value)]
-    if args.device == "auto":
-        out += ["--device", "cpu"]  # the workers share this machine's CPU
     return out
 
 

@@ -6,9 +6,9 @@ parser from them. Modules import TensorFlow and the analysis code only inside `h
 so `devprof analyze` and `devprof --help` start without TensorFlow.
 """
 
-from profiler.cli.commands import analyze, capture, compare, devices, mcp, peak, run, tensorboard
+from profiler.cli.commands import analyze, capture, compare, devices, mcp, peak, run, tensorboard, tune
 
 # The order `devprof --help` lists them in.
-COMMANDS = (run, devices, capture, tensorboard, analyze, compare, peak, mcp)
+COMMANDS = (run, tune, devices, capture, tensorboard, analyze, compare, peak, mcp)
 
 __all__ = ["COMMANDS"]

@@ -1,0 +1,327 @@
+"""`devprof tune`: try the fixes the analysis ranks, each in short trials alternated with the baseline,
+keep what helps, and try again from there, until nothing left saves more than the noise or the budget
+is spent.
+
+Every trial is one `devprof run` of a few dozen steps in its own process (threads, oneDNN and XLA are
+set when TensorFlow starts), in a run folder of its own under the tune's folder; its step time is the
+median of its calls after the first ones (compiling and warming up), per training step. A fix is kept
+only where the candidate's trials are faster than the baseline's by rank and by more than their noise
+(`analysis.rules.trials`), and, where it changes training (precision, batch size), where its loss after
+the same images is neither NaN nor more than 10 % above the baseline's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from analysis.rules import trials as trial_rules
+
+SCHEMA = "devprof.tune/1"
+WARMUP_CALLS = 2  # a trial's first calls compile and warm up: left out of its step time
+TRIAL_STEPS = 64  # training steps a trial runs (fixes of up to 16 steps per call still measure 2 calls)
+PAIRS = 3  # alternated trials a side, at least: 3 is the fewest a rank test can be sure with
+MAX_PAIRS = 5  # a side, where the first ones were not sure and the budget allows
+LOSS_LIMIT = 1.10  # a fix that changes training may end at most 10 % above the baseline's loss
+DEFAULT_BUDGET_MIN = 15.0
+SEED_EPOCH_IMAGES = 50_000  # CIFAR-10's training set (and the synthetic one's)
+ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"
+STATUSES = ("running", "finished", "interrupted", "failed", "budget_spent")
+
+
+@dataclass
+class Setting:
+    """What the trials' `devprof run` is told beyond the user's own options: run options (flag to value;
+    None for a switch) and environment variables, and the fixes (rule ids) that chose them."""
+
+    options: dict[str, str | None] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    fixes: tuple[str, ...] = ()
+
+    def argv(self) -> list[str]:
+        return [token for flag, value in self.options.items() for token in ([flag] if value is None else [flag, value])]
+
+    def with_fix(self, candidate: Candidate) -> Setting:
+        return Setting({**self.options, **candidate.options}, {**self.env, **candidate.env},
+                       (*self.fixes, candidate.rule))
+
+    def document(self) -> dict:
+        return {"fixes": list(self.fixes), "options": dict(self.options), "env": dict(self.env)}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A fix the analysis ranked, as a change of setting tune can apply."""
+
+    rule: str
+    label: str
+    options: dict[str, str | None]
+    env: dict[str, str]
+    estimate_ms: float  # the analysis' estimated saving per training step
+    changes_training: bool = False  # precision or batch size: its loss is checked
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One trial: its run folder, median step time per training step, images per second, final loss."""
+
+    run_dir: Path
+    step_ms: float
+    images_per_second: float
+    loss: float
+
+
+def measured(run_dir: Path) -> Measured:
+    """A finished trial's numbers, from its steps.csv and run.json."""
+    import pandas as pd
+
+    steps = pd.read_csv(run_dir / "steps.csv")
+    steady = steps.iloc[WARMUP_CALLS:] if len(steps) > WARMUP_CALLS else steps
+    per_step = steady["step_ms"] / steady["steps"].clip(lower=1)
+    seconds = float(steady["step_ms"].sum()) / 1000.0
+    record = json.loads((run_dir / "run.json").read_text())
+    epochs = record.get("epochs") or [{}]
+    loss = epochs[-1].get("loss")
+    return Measured(run_dir, float(per_step.median()) if len(per_step) else math.nan,
+                    float(steady["images"].sum()) / seconds if seconds > 0 else math.nan,
+                    float(loss) if isinstance(loss, (int, float)) else math.nan)
+
+
+def candidates(verdict: dict, mean: dict, steps_per_call: int, setting: Setting, tried: set[str],
+               own_pipeline: bool) -> tuple[list[Candidate], list[dict]]:
+    """The verdict's fixes (`verdict.fixes`, best first) that tune can apply from `setting`, and the
+    others as advice (`{rule, advice}`). `own_pipeline`: the CNN's pipeline, whose settings tune sets."""
+    from analysis.rules.advice_loop import suggest_steps_per_execution
+
+    found: list[Candidate] = []
+    advice: list[dict] = []
+    for fix in verdict.get("fixes") or ():
+        rule, estimate = str(fix.get("rule")), float(fix.get("saving_ms") or math.nan)
+        options: dict[str, str | None] = {}
+        env: dict[str, str] = {}
+        label, changes_training = "", False
+        if rule in ("input_wait", "no_prefetch") and own_pipeline and "--parallel-calls" not in setting.options:
+            options, label = {"--parallel-calls": "auto", "--prefetch": "auto"}, "the pipeline's stages in parallel, prefetched"
+        elif rule in ("host_bound", "launch_bound", "host_sync"):
+            per_call = suggest_steps_per_execution(mean.get("host_pct", math.nan), mean.get("compute_pct", math.nan),
+                                                   steps_per_call)
+            if per_call > steps_per_call and per_call <= 16:
+                options, label = {"--steps-per-execution": str(per_call)}, f"{per_call} steps per call"
+        elif rule == "fp32_on_matrix_units" and setting.options.get("--precision") is None:
+            options, label, changes_training = {"--precision": "mixed_bfloat16"}, "bfloat16 precision", True
+        elif rule in ("below_roofline", "compute_bound") and "--jit-compile" not in setting.options:
+            options, label = {"--jit-compile": None}, "XLA compilation"
+        elif rule == "cpu_without_onednn" and ONEDNN_ENV not in setting.env:
+            env, label = {ONEDNN_ENV: "1"}, "oneDNN on"
+        if (options or env) and rule not in tried:
+            found.append(Candidate(rule, label, options, env, estimate, changes_training))
+        elif not (options or env):
+            advice.append({"rule": rule, "advice": fix.get("advice")})
+    return found, advice
+
+
+Runner = Callable[[list[str], dict[str, str]], int]  # `devprof run` argv and extra environment -> exit code
+
+
+def run_in_process(argv: list[str], env: dict[str, str]) -> int:
+    """`devprof run ARGV` in a fresh Python, with `env` added to this process's environment."""
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "profiler", "run", *argv], env={**os.environ, **env},
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True).returncode
+
+
+class Tuner:
+    """One tune: its folder, the user's run options, the budget; `run()` gives tune.json's document."""
+
+    def __init__(self, tune_dir: Path, user_argv: Sequence[str], budget_s: float, *, batch_size: int,
+                 epoch_images: int, own_pipeline: bool, runner: Runner | None = None,
+                 analyze: Callable[[Path], object] | None = None, clock: Callable[[], float] = time.monotonic,
+                 say: Callable[[str], None] = print):
+        self.tune_dir, self.user_argv, self.budget_s = tune_dir, list(user_argv), budget_s
+        self.batch_size, self.epoch_images, self.own_pipeline = batch_size, epoch_images, own_pipeline
+        self.runner, self.clock, self.say = runner or run_in_process, clock, say
+        self.analyze = analyze or _analyze
+        self.started = clock()
+        self.count = 0
+        self.document: dict = {"schema": SCHEMA, "status": "running", "budget_s": budget_s, "baseline": None,
+                               "best": None, "trials": [], "advice": []}
+
+    # ---- trials
+
+    def left_s(self) -> float:
+        return self.budget_s - (self.clock() - self.started)
+
+    def trial(self, setting: Setting, kind: str, profile: bool = False) -> Measured | None:
+        """One trial run of `setting` (None where it failed)."""
+        self.count += 1
+        name = f"{self.count:02d}-{kind}"
+        images = self.batch_size * TRIAL_STEPS
+        argv = [*self.user_argv, *setting.argv(), "--epochs", "1", "--limit-images", str(images),
+                "--limit-test-images", str(self.batch_size), "--out", str(self.tune_dir), "--run-name", name,
+                "--quiet", *([] if profile else ["--no-profile", "--no-sample"])]
+        self.say(f"trial {self.count}: {kind} ({max(0.0, self.left_s()) / 60:.1f} min of the budget left)")
+        code = self.runner(argv, setting.env)
+        run_dir = self.tune_dir / name
+        if code != 0 or not (run_dir / "steps.csv").is_file():
+            return None
+        return measured(run_dir)
+
+    def compare(self, base: Setting, candidate: Candidate) -> tuple[list[Measured], list[Measured], bool]:
+        """Alternated trials of the baseline and the candidate: PAIRS each, more where not sure and the
+        budget allows; no trial starts once the budget is spent. The last bool: stopped by the budget."""
+        tried = base.with_fix(candidate)
+        sides: tuple[list[Measured], list[Measured]] = ([], [])
+        for pair in range(MAX_PAIRS):
+            if pair >= PAIRS:
+                verdict = trial_rules.compare_trials([m.step_ms for m in sides[0]], [m.step_ms for m in sides[1]])
+                if verdict.result != trial_rules.NOT_SURE:
+                    break
+            for side, (setting, kind) in enumerate(((base, "baseline"), (tried, candidate.rule))):
+                if self.left_s() <= 0:
+                    return sides[0], sides[1], True
+                result = self.trial(setting, kind)
+                if result is not None:
+                    sides[side].append(result)
+        return sides[0], sides[1], False
+
+    # ---- the loop
+
+    def run(self) -> dict:
+        setting = Setting()
+        tried: set[str] = set()
+        current: list[Measured] = []  # the trials of the setting kept so far (its latest comparison's)
+        first_baseline: list[Measured] | None = None
+        while self.left_s() > 0:
+            profiled = self.trial(setting, "baseline-profile", profile=True)
+            if profiled is None:
+                self.document["status"] = "failed"
+                self.document["why"] = "the baseline run failed: run `devprof run` with the same options to see why"
+                return self.document
+            if self.document["baseline"] is None:
+                self.document["baseline"] = self.summary(setting, [profiled])
+            analysis = self.analyze(profiled.run_dir)
+            verdict, mean = getattr(analysis, "verdict", {}), getattr(analysis, "mean", {})
+            steps_per_call = int(setting.options.get("--steps-per-execution") or 1)
+            found, advice = candidates(verdict, mean, steps_per_call, setting, tried, self.own_pipeline)
+            self.document["advice"] = advice
+            current = current or [profiled]
+            kept: tuple[Candidate, list[Measured]] | None = None
+            for candidate in found:
+                tried.add(candidate.rule)
+                base, cand, stopped = self.compare(setting, candidate)
+                if first_baseline is None and base:
+                    first_baseline = base  # the default setting, measured as every trial is (no profiler)
+                    self.document["baseline"] = self.summary(Setting(), base)
+                entry, keep = self.judge(setting, candidate, base, cand, stopped)
+                self.document["trials"].append(entry)
+                self.write()
+                current = base or current
+                if keep:
+                    kept = (candidate, cand)
+                    break  # fixing one part uncovers the next: analysed again from the new baseline
+                if stopped:
+                    break
+            if kept is None:
+                break
+            setting, current = setting.with_fix(kept[0]), kept[1]
+        self.document["status"] = "budget_spent" if self.left_s() <= 0 else "finished"
+        self.document["best"] = {**self.summary(setting, current), "command": self.command(setting)}
+        return self.document
+
+    def judge(self, base_setting: Setting, candidate: Candidate, base: list[Measured], cand: list[Measured],
+              stopped: bool) -> tuple[dict, bool]:
+        verdict = trial_rules.compare_trials([m.step_ms for m in base], [m.step_ms for m in cand])
+        keep, why = verdict.result == trial_rules.FASTER, verdict.why
+        base_loss = statistics.median([m.loss for m in base]) if base else math.nan
+        cand_loss = statistics.median([m.loss for m in cand]) if cand else math.nan
+        if keep and candidate.changes_training and not (cand_loss <= LOSS_LIMIT * base_loss):
+            keep = False
+            why = (f"{why}; rejected: its loss after the same images is {cand_loss:.4g} against the baseline's "
+                   f"{base_loss:.4g} (NaN, or more than {LOSS_LIMIT - 1:.0%} above)")
+        if stopped:
+            why = f"{why}; the budget was spent after {len(base) + len(cand)} trials"
+        estimate = candidate.estimate_ms
+        holds = (abs(verdict.measured_ms - estimate) <= max(0.35 * estimate, 3.0)
+                 if math.isfinite(estimate) and math.isfinite(verdict.measured_ms) else None)
+        entry = {"rule": candidate.rule, "label": candidate.label,
+                 "setting": base_setting.with_fix(candidate).document(),
+                 "step_ms": _finite(verdict.candidate_ms), "baseline_step_ms": _finite(verdict.baseline_ms),
+                 "images_per_second": _finite(_median([m.images_per_second for m in cand])),
+                 "estimate_ms": _finite(estimate), "measured_ms": _finite(verdict.measured_ms),
+                 "noise_ms": _finite(verdict.noise_ms), "estimate_holds": holds, "result": verdict.result,
+                 "kept": keep, "why": why,
+                 "loss": _finite(cand_loss) if candidate.changes_training else None,
+                 "baseline_loss": _finite(base_loss) if candidate.changes_training else None,
+                 "trials": [str(m.run_dir.name) for m in (*base, *cand)]}
+        return entry, keep
+
+    def summary(self, setting: Setting, runs: list[Measured]) -> dict:
+        images_per_second = _median([m.images_per_second for m in runs])
+        return {"setting": setting.document(), "step_ms": _finite(_median([m.step_ms for m in runs])),
+                "images_per_second": _finite(images_per_second),
+                "seconds_per_epoch": _finite(self.epoch_images / images_per_second if images_per_second else math.nan),
+                "loss": _finite(_median([m.loss for m in runs]))}
+
+    def command(self, setting: Setting) -> str:
+        env = " ".join(f"{key}={shlex.quote(value)}" for key, value in setting.env.items())
+        return " ".join(filter(None, [env, "devprof run", shlex.join([*self.user_argv, *setting.argv()])]))
+
+    def write(self) -> Path:
+        from analysis.render.outputs import write_text_atomically
+
+        return write_text_atomically(self.tune_dir / "tune.json", json.dumps(self.document, indent=2) + "\n")
+
+
+def render_text(document: dict) -> str:
+    """The tune as a table: each fix tried, its estimate beside its measured saving, and the default
+    setting against the best one, in seconds per epoch."""
+    lines = [f"tune: {document['status']}"]
+    rows = document.get("trials") or []
+    if rows:
+        lines.append("| fix | setting | step ms (baseline) | estimate ms | measured ms | noise ms | result | kept |")
+        lines.append("|---|---|---:|---:|---:|---:|---|---|")
+        for row in rows:
+            options = " ".join(f"{flag} {value}" if value is not None else flag
+                               for flag, value in row["setting"]["options"].items())
+            env = " ".join(f"{key}={value}" for key, value in row["setting"]["env"].items())
+            lines.append(f"| {row['rule']} | {' '.join(filter(None, [env, options]))} | {_cell(row['step_ms'])} "
+                         f"({_cell(row['baseline_step_ms'])}) | {_cell(row['estimate_ms'])} | "
+                         f"{_cell(row['measured_ms'])} | {_cell(row['noise_ms'])} | {row['result']} | "
+                         f"{'yes' if row['kept'] else 'no'} |")
+        lines += [f"- {row['rule']}: {row['why']}" for row in rows]
+    for advice in document.get("advice") or ():
+        lines.append(f"- not tried ({advice['rule']}, no setting devprof applies): {advice['advice']}")
+    baseline, best = document.get("baseline"), document.get("best")
+    if baseline and best:
+        lines.append(f"seconds per epoch: {_cell(baseline['seconds_per_epoch'])} at the default, "
+                     f"{_cell(best['seconds_per_epoch'])} at the best setting")
+        lines.append(f"best: {best['command']}")
+    return "\n".join(lines)
+
+
+def _cell(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _analyze(run_dir: Path):
+    import analysis
+
+    return analysis.analyze(run_dir)
+
+
+def _median(values: list[float]) -> float:
+    finite = [value for value in values if math.isfinite(value)]
+    return statistics.median(finite) if finite else math.nan
+
+
+def _finite(value: float) -> float | None:
+    return round(float(value), 4) if value is not None and math.isfinite(value) else None

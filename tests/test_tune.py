@@ -1,0 +1,155 @@
+"""`devprof tune` (`profiler.cli.tune`): fixes tried in alternated trials, kept where faster beyond the
+noise, tried again from the kept setting, the budget kept, training changes checked by their loss, and
+tune.json written whatever happens. The trials here are runs a fake `devprof run` writes, with step
+times the test chooses; the real command is run once on the CNN in the slow tier."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from profiler.cli import main as cli_main
+from profiler.cli import tune
+
+
+def _fix(rule: str, saving_ms: float) -> dict:
+    return {"rule": rule, "advice": f"advice for {rule}", "saving_ms": saving_ms}
+
+
+class FakeRuns:
+    """A `devprof run` that writes a trial's steps.csv and run.json: step time from `step_ms(argv)`,
+    with 1 % noise, and loss from `loss(argv)`; `calls` records every argv and environment."""
+
+    def __init__(self, step_ms, loss=lambda argv, env: 2.0, fail_at: int | None = None, seed: int = 0):
+        self.step_ms, self.loss, self.fail_at = step_ms, loss, fail_at
+        self.calls: list[tuple[list[str], dict]] = []
+        self.random = random.Random(seed)
+
+    def __call__(self, argv: list[str], env: dict[str, str]) -> int:
+        self.calls.append((argv, env))
+        if self.fail_at is not None and len(self.calls) == self.fail_at:
+            raise KeyboardInterrupt
+        out = Path(argv[argv.index("--out") + 1]) / argv[argv.index("--run-name") + 1]
+        out.mkdir(parents=True)
+        ms = self.step_ms(argv, env)
+        rows = [{"epoch": 1, "step": i, "steps": 1, "start_time_s": i, "input_ms": 0.0, "call_ms": ms,
+                 "other_host_ms": 0.0, "step_ms": ms * (1 + 0.01 * self.random.gauss(0, 1)), "images": 32}
+                for i in range(20)]
+        pd.DataFrame(rows).to_csv(out / "steps.csv", index=False)
+        (out / "run.json").write_text(json.dumps({"status": "complete", "epochs": [{"loss": self.loss(argv, env)}]}))
+        return 0
+
+
+def _tuner(tmp_path, runs, fixes_by_setting, budget_s=3600.0, clock=None):
+    """A tuner whose analysis gives the fixes `fixes_by_setting(argv of the profiled run)` returns."""
+    profiled: dict[str, list[str]] = {}
+
+    def runner(argv, env):
+        code = runs(argv, env)
+        profiled[argv[argv.index("--run-name") + 1]] = argv
+        return code
+
+    def analyze(run_dir):
+        return SimpleNamespace(verdict={"fixes": fixes_by_setting(profiled[run_dir.name])},
+                               mean={"host_pct": 40.0, "compute_pct": 60.0})
+
+    return tune.Tuner(tmp_path / "tune", ["--batch-size", "32"], budget_s, batch_size=32, epoch_images=50_000,
+                      own_pipeline=True, runner=runner, analyze=analyze, clock=clock or (lambda: 0.0),
+                      say=lambda line: None)
+
+
+def test_a_fix_faster_beyond_the_noise_is_kept_and_the_next_is_tried_from_it(tmp_path):
+    def step_ms(argv, env):
+        return 100.0 - (40.0 if "--parallel-calls" in argv else 0.0) - (10.0 if "--steps-per-execution" in argv else 0.0)
+
+    def fixes(argv):  # the input wait until the pipeline is fixed, then host overhead
+        return [_fix("host_bound", 8.0)] if "--parallel-calls" in argv else [_fix("input_wait", 38.0)]
+
+    tuner = _tuner(tmp_path, FakeRuns(step_ms), fixes)
+    document = tuner.run()
+    assert document["status"] == "finished"
+    first, second = document["trials"]
+    assert (first["rule"], first["result"], first["kept"]) == ("input_wait", "faster", True)
+    assert first["measured_ms"] == pytest.approx(40.0, abs=3) and first["estimate_holds"] is True
+    assert (second["rule"], second["kept"]) == ("host_bound", True)
+    assert second["setting"]["options"] == {"--parallel-calls": "auto", "--prefetch": "auto",
+                                            "--steps-per-execution": "16"}
+    assert document["best"]["step_ms"] == pytest.approx(50.0, abs=2)
+    assert document["baseline"]["step_ms"] == pytest.approx(100.0, abs=2)
+    assert document["best"]["seconds_per_epoch"] == pytest.approx(50_000 / (32 / 0.05), rel=0.05)
+    assert "--parallel-calls auto --prefetch auto --steps-per-execution 16" in document["best"]["command"]
+
+
+def test_a_fix_that_changes_nothing_is_not_sure_and_not_kept(tmp_path):
+    runs = FakeRuns(lambda argv, env: 100.0)
+    document = _tuner(tmp_path, runs, lambda argv: [_fix("below_roofline", 20.0)]).run()
+    (trial,) = document["trials"]
+    assert trial["result"] == "not sure" and not trial["kept"] and trial["estimate_holds"] is False
+    assert document["best"]["setting"]["options"] == {}
+    assert len(runs.calls) == 1 + 2 * tune.MAX_PAIRS  # not sure after 3 pairs: more trials, then it stops
+
+
+def test_a_faster_precision_whose_loss_is_nan_is_rejected_and_said_to_be(tmp_path):
+    runs = FakeRuns(lambda argv, env: 60.0 if "--precision" in argv else 100.0,
+                    loss=lambda argv, env: float("nan") if "--precision" in argv else 2.0)
+    document = _tuner(tmp_path, runs, lambda argv: [_fix("fp32_on_matrix_units", 40.0)]).run()
+    (trial,) = document["trials"]
+    assert trial["result"] == "faster" and not trial["kept"] and "rejected: its loss" in trial["why"]
+    assert trial["baseline_loss"] == 2.0 and trial["loss"] is None
+
+
+def test_no_trial_starts_once_the_budget_is_spent(tmp_path):
+    now = [0.0]
+    runs = FakeRuns(lambda argv, env: 100.0)
+
+    def counting(argv, env):
+        now[0] += 60.0  # each trial a minute
+        return runs(argv, env)
+
+    tuner = _tuner(tmp_path, counting, lambda argv: [_fix("below_roofline", 20.0)], budget_s=150.0,
+                   clock=lambda: now[0])
+    document = tuner.run()
+    assert document["status"] == "budget_spent"
+    assert len(runs.calls) == 3  # started at 0, 60 and 120 s; none at 180
+    assert "budget was spent" in document["trials"][0]["why"]
+
+
+def test_the_command_refuses_bad_options_before_any_trial(tmp_path, capsys):
+    assert cli_main(["tune", "--batch-size", "0", "--out", str(tmp_path)]) == 2
+    assert "--batch-size must be at least 1" in capsys.readouterr().err
+    assert cli_main(["tune", "--budget", "0", "--out", str(tmp_path)]) == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_best_command_is_the_users_own_options_and_the_kept_fixes(tmp_path, monkeypatch, capsys):
+    runs = FakeRuns(lambda argv, env: 60.0 if "--jit-compile" in argv else 100.0)
+    monkeypatch.setattr(tune, "run_in_process", runs)
+    monkeypatch.setattr(tune, "_analyze", lambda run_dir: SimpleNamespace(
+        verdict={"fixes": [_fix("below_roofline", 30.0)]}, mean={}))
+    assert cli_main(["tune", "--out", str(tmp_path), "--run-name", "t", "--batch-size", "64", "--seed", "3"]) == 0
+    document = json.loads((tmp_path / "t" / "tune.json").read_text())
+    assert document["best"]["command"] == "devprof run --batch-size 64 --seed 3 --jit-compile"
+    first = runs.calls[0][0]
+    assert first[:4] == ["--batch-size", "64", "--seed", "3"] and "--epochs" in first and "--no-profile" not in first
+    assert "--no-profile" in runs.calls[1][0]  # the trials are not profiled; the baseline analysed is
+    out = capsys.readouterr().out
+    assert "| below_roofline | --jit-compile |" in out and "best: devprof run --batch-size 64 --seed 3 --jit-compile" in out
+
+
+def test_ctrl_c_keeps_every_finished_trial_in_tune_json(tmp_path, monkeypatch, capsys):
+    runs = FakeRuns(lambda argv, env: 60.0 if "--jit-compile" in argv else 100.0, fail_at=5)
+    monkeypatch.setattr(tune, "run_in_process", runs)
+    monkeypatch.setattr(tune, "_analyze", lambda run_dir: SimpleNamespace(
+        verdict={"fixes": [_fix("below_roofline", 30.0)]}, mean={}))
+    code = cli_main(["tune", "--out", str(tmp_path), "--run-name", "t"])
+    assert code == 130
+    document = json.loads((tmp_path / "t" / "tune.json").read_text())
+    assert document["status"] == "interrupted"
+    assert sorted(p.name for p in (tmp_path / "t").iterdir() if p.is_dir()) == ["01-baseline-profile", "02-baseline",
+                                                                                "03-below_roofline", "04-baseline"]
+    assert "tune: interrupted" in capsys.readouterr().out
