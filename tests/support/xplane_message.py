@@ -13,7 +13,7 @@ from analysis.read.trace import TraceUnreadable
 
 
 def _xplane_module():
-    """The generated XSpace module (tests/xplane_proto), the same messages as TensorFlow's."""
+    """The generated XSpace module (tests/support/xplane_proto), the same messages as TensorFlow's."""
     from xplane_proto import xplane_pb2
 
     return xplane_pb2

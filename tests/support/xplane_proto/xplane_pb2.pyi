@@ -1,4 +1,4 @@
-# Generated from xplane.proto by tests/xplane_proto/regenerate.py (protoc 31.1): do not edit.
+# Generated from xplane.proto by tests/support/xplane_proto/regenerate.py (protoc 31.1): do not edit.
 # Its schema is TensorFlow's tsl/profiler/protobuf/xplane.proto, as compiled into tensorflow==2.21.0 (tensorflow/tsl/profiler/protobuf/xplane_pb2.py).
 # Copyright 2019 The TensorFlow Authors. Licensed under the Apache License, Version 2.0
 # (http://www.apache.org/licenses/LICENSE-2.0), distributed on an "AS IS" BASIS, WITHOUT

@@ -3,9 +3,9 @@
 schema compiled into an installed TensorFlow.
 
     python -m venv /tmp/protoc && /tmp/protoc/bin/pip install grpcio-tools==1.74.0
-    /tmp/protoc/bin/python tests/xplane_proto/regenerate.py          # from the repository root
-    /tmp/protoc/bin/python tests/xplane_proto/regenerate.py --check  # fails if they are stale
-    /tmp/protoc/bin/python tests/xplane_proto/regenerate.py --from-tensorflow .venv/lib/python3.11/site-packages/tensorflow
+    /tmp/protoc/bin/python tests/support/xplane_proto/regenerate.py          # from the repository root
+    /tmp/protoc/bin/python tests/support/xplane_proto/regenerate.py --check  # fails if they are stale
+    /tmp/protoc/bin/python tests/support/xplane_proto/regenerate.py --from-tensorflow .venv/lib/python3.11/site-packages/tensorflow
 
 TensorFlow's wheel ships the schema only compiled, as `tsl/profiler/protobuf/xplane_pb2.py`; the
 serialized FileDescriptorProto inside it is printed back as `.proto` text. The file keeps
@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
+ROOT = HERE.parents[2]
 PROTO = HERE / "xplane.proto"
 UPSTREAM_NAME = "tsl/profiler/protobuf/xplane.proto"  # the name TensorFlow registers it under
 PROTOC_VERSION = "31.1"
@@ -50,7 +50,7 @@ def serialized_descriptor(pb2_text: str) -> bytes:
 
 def _header(proto: Path) -> str:
     version, path = _SOURCE.search(proto.read_text(encoding="utf-8")).groups()  # type: ignore[union-attr]
-    return (f"# Generated from xplane.proto by tests/xplane_proto/regenerate.py (protoc {PROTOC_VERSION}): do not edit.\n"
+    return (f"# Generated from xplane.proto by tests/support/xplane_proto/regenerate.py (protoc {PROTOC_VERSION}): do not edit.\n"
             f"# Its schema is TensorFlow's {UPSTREAM_NAME}, as compiled into tensorflow=={version} ({path}).\n"
             "# Copyright 2019 The TensorFlow Authors. Licensed under the Apache License, Version 2.0\n"
             "# (http://www.apache.org/licenses/LICENSE-2.0), distributed on an \"AS IS\" BASIS, WITHOUT\n"
@@ -164,10 +164,10 @@ def proto_text(serialized: bytes, version: str, path: str) -> str:
         "// and limitations under the License.",
         "//",
         "// Whole and unchanged: same messages, fields, numbers, package and file name, so the descriptor",
-        "// protoc makes from it is TensorFlow's byte for byte (tests/xplane_proto/regenerate.py checks",
+        "// protoc makes from it is TensorFlow's byte for byte (tests/support/xplane_proto/regenerate.py checks",
         "// it, and so does a slow test where TensorFlow is installed).",
         "//",
-        "// Python module: python tests/xplane_proto/regenerate.py",
+        "// Python module: python tests/support/xplane_proto/regenerate.py",
         "",
         f'syntax = "{file.syntax}";',
         "",
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             target.write_text(text, encoding="utf-8")
             print(f"wrote {target.relative_to(ROOT)}")
     if stale:
-        print(f"stale: {', '.join(stale)}: run python tests/xplane_proto/regenerate.py", file=sys.stderr)
+        print(f"stale: {', '.join(stale)}: run python tests/support/xplane_proto/regenerate.py", file=sys.stderr)
         return 1
     return 0
 
