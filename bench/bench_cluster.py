@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     sizes = [int(n) for n in args.sizes.split(",")]
     sys.path[:0] = [str(REPO), str(REPO / "tests" / "support")]
-    from test_cluster import DaskCluster, write_job
+    from cluster_fixtures import DaskCluster, write_job
 
     from analysis.read.trace import read_trace
 

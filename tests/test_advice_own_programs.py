@@ -100,7 +100,7 @@ def _config(run: Path, **config) -> Path:
     ("precision", {"precision": "mixed_bfloat16"}, "this one computes in mixed_bfloat16, the faster one in float32"),
 ])
 def test_compare_names_the_setting_that_makes_a_run_slower(tmp_path, capsys, setting, slow_config, said):
-    from test_compare import make_run, run_cli
+    from compare_fixtures import make_run, run_cli
 
     fast = make_run(tmp_path, "plain", device="Test CPU")
     slow = _config(make_run(tmp_path, f"with_{setting}", device="Test CPU", call_ms=300.0,

@@ -25,9 +25,9 @@ from analysis.breakdown import workers
 from analysis.rules import straggler as straggler_rule
 from analysis.render import markdown
 from profiler import cli
-from test_compare import make_run as make_compare_run
-from test_run_files import HEADER, step_line
-from test_run_files import make_run as make_small_run
+from compare_fixtures import make_run as make_compare_run
+from run_fixtures import HEADER, step_line
+from run_fixtures import make_run as make_small_run
 
 
 def run_cli(argv, capsys):

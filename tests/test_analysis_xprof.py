@@ -8,6 +8,7 @@ import trace_fixtures as fx
 
 from analysis import analyze
 from xprof_oracle import beside_devprof, tensorflow_own_analysis, xprof_steps
+from repo_paths import REPO
 
 TOLERANCE_PCT_OF_STEP = 3.0
 
@@ -53,7 +54,7 @@ def test_previous_steps_late_executor_span_is_not_compute_of_the_next_step(tmp_p
     assert (diff_pct <= TOLERANCE_PCT_OF_STEP).all(), diff_pct.round(2).tolist()
 
 
-CENSUS = Path(__file__).resolve().parents[2] / "shared/traces/tf-cpu-keras-census"
+CENSUS = REPO.parent / "shared/traces/tf-cpu-keras-census"
 
 
 @pytest.mark.slow

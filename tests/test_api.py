@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 from profiler import cli
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 INPUT_DELAY_MS = 40.0
 
 

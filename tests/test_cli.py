@@ -18,8 +18,8 @@ from profiler.device import devices
 from profiler.record import tracing
 from profiler.roofline import peak
 from profiler.cli import common
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 SEED_TABLE = REPO / "examples" / "seed_table.csv"
 ROWS = [{"kind": "cpu", "name": "Test CPU", "cores": 2, "memory_bytes": 2**30},
         {"kind": "gpu", "index": 0, "name": "Fake GPU 0", "compute_capability": "8.0", "memory_bytes": 2**34}]

@@ -63,7 +63,7 @@ def test_every_format_of_compare_shows_the_collective_part(tmp_path, capsys, fmt
 
 
 def test_runs_without_collectives_show_no_collective_column(tmp_path, capsys):
-    from test_compare import make_run
+    from compare_fixtures import make_run
 
     run = make_run(tmp_path, "single")
     capsys.readouterr()

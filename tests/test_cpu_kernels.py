@@ -14,8 +14,8 @@ import pytest
 
 from analysis.breakdown import ops as ops_mod
 from profiler.device import devices
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_onednn_is_turned_on_only_where_the_user_did_not_choose():

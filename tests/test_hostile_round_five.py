@@ -14,7 +14,7 @@ from analysis.read import run_files
 from analysis.read.run_files import RunFileError
 from cli_checks import one_usage_error
 from profiler import cli
-from test_run_files import HEADER, make_run, step_line
+from run_fixtures import HEADER, make_run, step_line
 
 MS = 1_000_000  # ns
 BASE_NS = 1_700_000_000 * 10**9
@@ -142,7 +142,7 @@ def test_a_marker_of_no_duration_after_the_last_step_is_no_step_of_0_ms(tmp_path
 
 def test_no_gpu_under_cuda_visible_devices_names_the_variable(monkeypatch):
     from profiler.device.devices import DeviceError, resolve
-    from test_devices import FakeBackend
+    from fake_backend import FakeBackend
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with pytest.raises(DeviceError) as info:

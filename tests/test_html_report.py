@@ -22,11 +22,8 @@ from analysis.read.run_files import RunRecord
 import trace_fixtures as fx
 from analysis.render import format_for_path, formats_for, html
 from profiler import cli
-from test_compare import make_run
-
-EVIL = "<script>alert('x')</script>"
-NETWORK_REFERENCE = re.compile(r"""(?:src|href|xlink:href)\s*=\s*["']?\s*(?:https?:)?//|url\(\s*["']?\s*(?:https?:)?//|@import""",
-                               re.IGNORECASE)
+from compare_fixtures import make_run
+from html_checks import EVIL, _pixels_drawn, assert_self_contained
 
 
 @pytest.fixture(scope="module")
@@ -46,15 +43,6 @@ def two_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     return make_run(root, "fast", device="Test CPU"), make_run(root, "slow", device="Other CPU", input_ms=41.0,
                                                               epoch_seconds=(3.0, 1.0, 1.0))
-
-
-def assert_self_contained(page: str) -> None:
-    assert page.startswith("<!DOCTYPE html>")
-    assert "Content-Security-Policy" in page and "default-src 'none'" in page
-    assert "<script" not in page.lower(), "the report runs no script"
-    assert not NETWORK_REFERENCE.findall(page), NETWORK_REFERENCE.findall(page)
-    assert "<link" not in page.lower() and "<img" not in page.lower() and "<iframe" not in page.lower()
-    assert "<svg" in page
 
 
 # ---------------------------------------------------------------- fast: the page as text
@@ -221,16 +209,6 @@ def test_to_html_and_the_run_folder_report(two_runs, tmp_path):
 
 
 # ---------------------------------------------------------------- slow: a real browser
-
-
-def _pixels_drawn(png: bytes, box: dict) -> float:
-    """Share of the pixels inside `box` that are not near-white."""
-    from PIL import Image
-
-    image = Image.open(io.BytesIO(png)).convert("RGB")
-    crop = image.crop((int(box["x"]), int(box["y"]), int(box["x"] + box["width"]), int(box["y"] + box["height"])))
-    values = np.asarray(crop, dtype=int)
-    return float((values.min(axis=2) < 200).mean())
 
 
 def _open(path, chart="#steps svg"):

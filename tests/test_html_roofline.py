@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import trace_fixtures as fx
-from test_html_report import EVIL, _pixels_drawn, assert_self_contained
+from html_checks import EVIL, _pixels_drawn, assert_self_contained
 
 import analysis
 from analysis.render import html, html_roofline

@@ -14,9 +14,9 @@ import anyio
 import pytest
 from cli_checks import one_usage_error
 from job_fixtures import write_job
-from test_compare import make_run
+from compare_fixtures import make_run
 from test_safety_round_three_files import marker_trace
-from test_summary import check
+from summary_checks import check
 
 pytest.importorskip("mcp")
 
@@ -28,8 +28,8 @@ except ImportError:  # the SDK before 2.0
 import analysis  # noqa: E402
 from profiler import cli  # noqa: E402
 from profiler.cli import mcp_server
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 TOOLS = ("list_runs", "analyze", "findings", "ops", "steps", "compare", "explain_rule")
 
 

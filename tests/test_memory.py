@@ -456,8 +456,10 @@ def test_injected_memory_moves_the_peak_by_its_size_and_the_batch_part_by_the_ba
 
     from analysis import analyze
 
-    tests = Path(__file__).resolve().parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests), str(tests / "support"), str(tests.parent)])}
+    from repo_paths import REPO
+
+    here = Path(__file__).resolve().parent  # test_memory's own folder: the child imports it
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here), str(REPO / "tests" / "support"), str(REPO)])}
     subprocess.run([sys.executable, "-c", f"import test_memory; test_memory.make_injected_traces({str(tmp_path)!r})"],
                    check=True, env=env, cwd=tmp_path)
     before, after = _peak_of(tmp_path / "plain"), _peak_of(tmp_path / "held")

@@ -67,7 +67,7 @@ def test_pjrt_reserved_bytes_are_said_as_such_in_the_text(pjrt, capsys, tmp_path
 # ---------------------------------------------------------------- every worker of a job
 
 def _worker(job, index: int, extra_bytes: int):
-    from test_compare import make_run
+    from compare_fixtures import make_run
 
     run = make_run(job, f"worker-{index}", epoch_seconds=(1.0,), steps=3, images=8, batch_size=8)
     meta = json.loads((run / "run.json").read_text())

@@ -13,8 +13,8 @@ import pytest
 
 from analysis.render import mpl_config
 from memory_fixtures import write_memory_trace
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow

@@ -155,7 +155,7 @@ def _html_oom(result) -> str:
 
 def _summary_oom(result) -> dict:
     """The summary's `memory.oom`, the summary valid against its schema."""
-    from test_summary import rendered
+    from summary_checks import rendered
 
     document = rendered(result)
     assert len(document["memory"]["allocators"]) == 1  # the oom takes the second one's room

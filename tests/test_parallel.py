@@ -25,9 +25,9 @@ from analysis import parallel, pipeline, worker
 from analysis.parallel import child as parallel_child
 from analysis.read.run_files import RunFileWarning
 from memory_fixtures import write_memory_trace
-from test_input_stages import write_prefetched_map_loop
+from input_traces import write_prefetched_map_loop
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture

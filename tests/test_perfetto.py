@@ -26,11 +26,12 @@ from profiler import cli
 from cli_checks import one_usage_error
 from job_fixtures import write_job
 from perfetto_readback import read_back
-from test_run_files import make_run, step_line
+from run_fixtures import make_run, step_line
 from test_safety_round_three_files import MS, marker_trace
 from trace_fixtures import write_synthetic_device_trace
+from repo_paths import REPO
 
-VAE = Path(__file__).resolve().parents[2] / "shared/traces/tf-gpu-keras-vae-gtx1060"
+VAE = REPO.parent / "shared/traces/tf-gpu-keras-vae-gtx1060"
 PARTS = ("input", "compute", "collective", "host")
 
 
@@ -334,7 +335,7 @@ def test_the_package_is_imported_only_by_the_export(tmp_path):
             f"assert cli.main(['analyze', {str(trace)!r}, '--format', 'json']) == 0; "
             "assert 'perfetto' not in sys.modules, 'imported without --perfetto'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parents[1])
+                          cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
 
 

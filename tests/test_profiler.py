@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
-from test_run import default_sigint
+from child_signals import default_sigint
 
 from analysis.rules import table as rules
 from profiler import cli
 from profiler.record import tracing
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 # XProf's per-step table: these parts add up to stepTimeMs.
 BREAKDOWN_COLUMNS = ["deviceComputeTimeMs", "deviceToDeviceTimeMs", "deviceCollectivesTimeMs", "hostComputeTimeMs",
                      "kernelLaunchTimeMs", "infeedTimeMs", "outfeedTimeMs", "compileTimeMs", "otherTimeMs"]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 
 # Lowest first. A module belongs to the longest prefix naming it; the top level (`profiler`:
 # the public API and `python -m profiler`) sits above every stage.

@@ -9,9 +9,10 @@ import pytest
 
 import analysis
 import trace_fixtures as fx
-from test_compare import make_run
+from compare_fixtures import make_run
+from repo_paths import REPO
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "python-api.md"
+DOC = REPO / "docs" / "python-api.md"
 
 
 def python_blocks() -> list[str]:

@@ -345,7 +345,7 @@ def _one_kernel_name_per_op(path) -> None:
 
 
 def test_xla_ops_take_their_own_programs_hlo_costs_and_the_stated_bandwidth(tmp_path):
-    from test_hlo_costs import matmul_program, write_trace
+    from hlo_fixtures import matmul_program, write_trace
 
     from analysis import analyze
 
@@ -377,7 +377,7 @@ def test_xla_ops_take_their_own_programs_hlo_costs_and_the_stated_bandwidth(tmp_
 
 
 def test_a_device_plane_that_states_its_peak_fills_the_compute_ceiling(tmp_path):
-    from test_hlo_costs import matmul_program, write_trace
+    from hlo_fixtures import matmul_program, write_trace
 
     from analysis import analyze
 

@@ -32,6 +32,7 @@ from analysis.read.inputs import read_inputs
 from analysis.read.op_costs import read_op_costs
 from analysis.read.trace import plane_metadata
 from analysis.steps.host import steady_steps
+from repo_paths import REPO
 
 # onednn_verbose,v1,<ms since the epoch>,primitive,exec,cpu,<primitive>,<impl>,<prop>,<mds>,<attrs>,<aux>,<desc>,<ms>
 EXEC = re.compile(r"^onednn_verbose,v\d+,(?P<at>[\d.]+),primitive,exec,cpu,(?P<primitive>[^,]*),(?P<impl>[^,]*),"
@@ -76,7 +77,7 @@ def test_convolution_rates_agree_with_onednns_own_times(tmp_path):
                            "--limit-images", "1536", "--limit-test-images", "64", "--batch-size", "256", "--epochs", "1",
                            "--profile-steps", "2:6", "--no-sample", "--out", str(tmp_path), "--run-name", "r",
                            "--onednn-kernels"], env=env, capture_output=True, text=True, timeout=900,
-                          cwd=Path(__file__).resolve().parents[1])
+                          cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
     # oneDNN's lines went to the run's log; the rest of stdout is there
     assert "onednn_verbose," not in done.stdout and "Epoch 1/1" in done.stdout

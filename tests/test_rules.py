@@ -15,8 +15,9 @@ from analysis.breakdown.eager import EagerOps
 from analysis.rules import facts as trace_facts
 from analysis.rules import table as rules
 from analysis.rules.facts import Facts
+from repo_paths import REPO
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "rules.md"
+DOCS = REPO / "docs" / "rules.md"
 MS = 1_000_000
 
 

@@ -15,8 +15,9 @@ import pytest
 
 from analysis.read.run_files import STEPS_COLUMNS as STEP_COLUMNS
 from profiler import cli
+from repo_paths import REPO
+from child_signals import default_sigint
 
-REPO = Path(__file__).resolve().parents[1]
 EPOCH_KEYS = {"epoch", "seconds", "train_seconds", "images", "images_per_second", "loss", "accuracy",
               "val_loss", "val_accuracy"}
 
@@ -224,13 +225,6 @@ def test_crash_leaves_failed_run_with_completed_steps(tmp_path, monkeypatch, cap
     meta = json.loads((path / "run.json").read_text())
     assert meta["status"] == "failed" and "disk on fire" in meta["error"]
     assert len(pd.read_csv(path / "steps.csv")) == 5  # the epoch's steps ran before validation failed
-
-
-def default_sigint() -> None:
-    """In a child before it starts: SIGINT does what it does in a terminal. Tests started in the
-    background (`nohup`, `&` in a script) pass SIGINT on ignored, and a Python started so never
-    raises KeyboardInterrupt: the job would train on through the Ctrl-C a test sends it."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def start_long_run(tmp_path, **popen_kwargs):

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from profiler.device import quiet
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 NATIVE_LINE = re.compile(r"^[IWEF]\d{4} ")
 
 

@@ -10,6 +10,7 @@ import pytest
 import analysis
 from analysis.read.trace import TraceError
 from test_safety_round_three_files import BASE_NS, MS
+from repo_paths import REPO
 
 
 def _marked_trace(tmp_path, second_line: str, step, steps: int = 6):
@@ -59,7 +60,7 @@ def test_a_file_whose_top_level_is_no_xspace_is_refused_before_it_is_decoded(tmp
                                   ("start_time_s", "1e200")])
 def test_one_absurd_steps_csv_row_is_dropped_with_a_warning_not_the_analysis(tmp_path, cell):
     from analysis.read.run_files import RunFileWarning
-    from test_run_files import make_run, step_line
+    from run_fixtures import make_run, step_line
 
     column, value = cell
     lines = [step_line(i) for i in range(8)]
@@ -79,7 +80,7 @@ def test_no_two_modules_of_the_profiler_import_each_other():
     import ast
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = REPO
     modules = {}
     for path in (root / "profiler").rglob("*.py"):
         name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
@@ -149,7 +150,7 @@ def test_an_output_under_a_missing_folder_creates_only_the_last_folder(tmp_path,
 
 def test_run_files_that_are_no_regular_files_are_named_not_skipped_in_silence(tmp_path, capsys):
     from profiler import cli
-    from test_run_files import make_run, step_line
+    from run_fixtures import make_run, step_line
 
     linked = make_run(tmp_path / "linked", [step_line(i) for i in range(6)])
     (linked / "run.json").unlink()

@@ -14,6 +14,7 @@ import profiler
 from profiler.record import tracing
 from profiler.record.console import Console
 from profiler.record.session import Session
+from repo_paths import REPO
 
 # ---------------------------------------------------------------- 12. images are a whole count
 
@@ -309,6 +310,6 @@ training.retire_iterators([Iterator(), None])
 print("exiting", flush=True)
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          cwd=Path(__file__).resolve().parents[1])
+                          cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["exiting"]  # no destructor ran at exit, so none waited

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 import profiler
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def read_meta(path: Path) -> dict:

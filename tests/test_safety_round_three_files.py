@@ -20,7 +20,7 @@ from analysis.read.run_files import RunFileError, RunFileWarning
 from analysis.read.trace import TraceError
 from cli_checks import one_usage_error
 from profiler import cli
-from test_run_files import make_run, step_line
+from run_fixtures import make_run, step_line
 from trace_fixtures import _Plane, _write_space, _xspace_class
 
 MS = 1_000_000  # ns

@@ -393,7 +393,7 @@ def test_with_debug_the_native_lines_show(capfd, monkeypatch):
 
 def _fake_cpu_run(tmp_path, monkeypatch, **config):
     """A `Run` that resolves a fake CPU and synthetic data: `prepare()` needs no TensorFlow."""
-    from test_devices import FakeBackend
+    from fake_backend import FakeBackend
 
     from profiler.train.run import Run
 

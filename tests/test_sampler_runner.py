@@ -28,8 +28,8 @@ from profiler.samplers import (
 )
 from analysis.read.run_files import read_sampler_csv
 from analysis.read.samples import summarize, weighted_stats
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 class CountingSampler(Sampler):

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _bench():

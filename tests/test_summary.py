@@ -15,43 +15,15 @@ import pytest
 import trace_fixtures as fx
 from job_fixtures import write_job
 from memory_fixtures import write_memory_trace
-from test_run_files import make_run, step_line
+from run_fixtures import make_run, step_line
 from test_safety_round_three_files import marker_trace
 
 import analysis
 from analysis.breakdown.memory import AllocatorPeak, Live, MemoryReport, OomAtFailure, WorkerMemory
 from analysis.render import summary
 from profiler import cli
-
-SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "docs" / "summary.schema.json").read_text())
-
-
-def check(document: dict) -> None:
-    """Valid against the schema, every key documented there and every documented key present."""
-    jsonschema.Draft202012Validator.check_schema(SCHEMA)
-    jsonschema.Draft202012Validator(SCHEMA).validate(document)
-    _same_keys(document, SCHEMA, "summary")
-
-
-def _same_keys(value, schema: dict, where: str) -> None:
-    if "$ref" in schema:
-        schema = SCHEMA["$defs"][schema["$ref"].rsplit("/", 1)[1]]
-    if isinstance(value, dict) and "properties" in schema:
-        assert set(value) == set(schema["properties"]) == set(schema["required"]), where
-        for key, item in value.items():
-            _same_keys(item, schema["properties"][key], f"{where}.{key}")
-    elif isinstance(value, list) and "items" in schema:
-        for item in value:
-            _same_keys(item, schema["items"], f"{where}[]")
-
-
-def rendered(result) -> dict:
-    text = result.render("summary")
-    assert text.endswith("\n") and text.count("\n") == 1  # one line
-    assert len(text.encode("utf-8")) <= summary.MAX_BYTES
-    document = json.loads(text)
-    check(document)
-    return document
+from repo_paths import REPO
+from summary_checks import rendered
 
 
 @pytest.fixture(scope="module")

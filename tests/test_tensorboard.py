@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from profiler import cli
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 READY_TIMEOUT_S = 120  # a cap on waiting for the server, not a speed requirement
 
 

@@ -22,8 +22,8 @@ from analysis import parallel
 from analysis.parallel import child as parallel_child
 from analysis.read import trace
 from analysis.read import xplane_wire as wire
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _reference(space) -> tuple[list[tuple], list[tuple]]:

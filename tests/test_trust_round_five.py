@@ -15,8 +15,8 @@ from trace_fixtures import _Plane, _write_space, _xspace_class
 
 import analysis
 from profiler import cli
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 MS = 1_000_000
 BASE_NS = 1_700_000_000 * 10**9
 # OSC 0 retitles the terminal, OSC 52 writes its clipboard, CSI 31m recolours it, a bidi override reorders it
@@ -152,7 +152,7 @@ def test_a_ceiling_the_peak_search_could_not_measure_is_unknown_not_a_number():
 
 
 def _traced_run(root: Path, name: str) -> Path:
-    from test_compare import make_run
+    from compare_fixtures import make_run
     from test_safety_round_three_files import marker_trace
 
     run = make_run(root, name)
@@ -320,7 +320,7 @@ def test_an_output_that_would_replace_an_input_or_another_output_is_refused(tmp_
 
 
 def test_a_run_json_above_the_log_layout_is_not_adopted(tmp_path):
-    from test_compare import make_run
+    from compare_fixtures import make_run
     from test_safety_round_three_files import marker_trace
 
     unrelated = make_run(tmp_path, "unrelated", status="failed")

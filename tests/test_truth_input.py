@@ -425,7 +425,7 @@ def test_xprof_reading_is_never_devprofs_input_under_xprofs_name(tmp_path):
 
 
 def test_xprof_reading_written_at_capture_is_quoted_where_it_differs(tmp_path):
-    from test_tf_analysis import input_result, write_overview
+    from tf_analysis_fixtures import input_result, write_overview
 
     path = write_copy_loop(tmp_path / "plugins/profile/s/h.xplane.pb")
     said = "Your program is HIGHLY input-bound because 25.0% of the total step time sampled is waiting for input."

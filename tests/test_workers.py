@@ -23,8 +23,8 @@ from analysis.read import run_files
 from profiler import cli
 from profiler.device import cluster as cluster_mod
 from profiler.train.config import RunConfig, UsageError
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 # Tiny jobs: 400 images in global batches of 20 (10 per worker) are 20 steps an epoch; the
 # steps traced are 4..19, and validation and test use 200 images.
 TINY = ["--device", "cpu", "--data", "synthetic", "--limit-images", "400", "--limit-test-images", "200",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import trace_fixtures as fx
-from test_compare import make_run
+from compare_fixtures import make_run
 
 SESSION = "2030_01_01_00_00_00"
 # Every worker's traced step (the write_synthetic_session settings): gap 2, input copy 1.5,
