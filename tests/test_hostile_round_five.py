@@ -20,7 +20,7 @@ MS = 1_000_000  # ns
 BASE_NS = 1_700_000_000 * 10**9
 
 
-def run_usage_error(capsys, out, *args: str) -> str:
+def profiled_run_usage_error(capsys, out, *args: str) -> str:
     code = cli.main(["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "64", "--epochs", "1",
                      "--quiet", "--no-sample", "--out", str(out), *args])
     return one_usage_error(code, capsys)
@@ -33,7 +33,7 @@ def run_usage_error(capsys, out, *args: str) -> str:
 def test_a_seed_outside_32_bits_is_a_usage_error_before_anything_is_written(tmp_path, capsys, seed):
     """Was `error: training failed: ValueError: expected non-negative integer`, exit 1, with a failed run
     directory left behind (Keras, NumPy and tf.data take 32-bit seeds)."""
-    line = run_usage_error(capsys, tmp_path / "runs", "--seed", seed)
+    line = profiled_run_usage_error(capsys, tmp_path / "runs", "--seed", seed)
     assert line == f"error: --seed must be a whole number from 0 to 4294967295 (got {seed})"
     assert not (tmp_path / "runs").exists()
 
@@ -42,7 +42,7 @@ def test_a_seed_outside_32_bits_is_a_usage_error_before_anything_is_written(tmp_
                                           (["--python-tracer"], "--python-tracer traces Python calls")])
 def test_profiler_window_options_with_no_profile_are_a_usage_error(tmp_path, capsys, option, says):
     """`--no-profile --profile-steps 1:2` ran without a trace and without a word about the window asked for."""
-    line = run_usage_error(capsys, tmp_path / "runs", "--no-profile", *option)
+    line = profiled_run_usage_error(capsys, tmp_path / "runs", "--no-profile", *option)
     assert says in line and "--no-profile traces none" in line
     assert not (tmp_path / "runs").exists()
 
@@ -343,14 +343,14 @@ def test_two_folders_naming_the_same_worker_read_the_one_devprof_writes_and_say_
 @pytest.mark.parametrize("value", ["1e9", "60001"])
 def test_an_injected_delay_beyond_a_minute_a_step_is_a_usage_error(tmp_path, capsys, option, value):
     """Was accepted: 1e9 ms slept in every step is a run that never ends."""
-    line = run_usage_error(capsys, tmp_path / "runs", option, value)
+    line = profiled_run_usage_error(capsys, tmp_path / "runs", option, value)
     assert line == f"error: {option} must be at most 60000 (a minute in every step; got {float(value):g})"
     assert not (tmp_path / "runs").exists()
 
 
 def test_a_sample_interval_with_no_sampling_is_a_usage_error(tmp_path, capsys):
     """Was ignored in silence: --no-sample runs no sampler, so an interval says nothing."""
-    line = run_usage_error(capsys, tmp_path / "runs", "--sample-interval", "0.2")
+    line = profiled_run_usage_error(capsys, tmp_path / "runs", "--sample-interval", "0.2")
     assert line == ("error: --sample-interval 0.2 sets how often the samplers sample and --no-sample runs none: "
                     "leave one of them out")
     assert not (tmp_path / "runs").exists()

@@ -15,7 +15,7 @@ import pytest
 from cli_checks import one_usage_error
 from job_fixtures import write_job
 from compare_fixtures import make_run
-from test_safety_round_three_files import marker_trace
+from marker_traces import marker_trace
 from summary_checks import check
 
 pytest.importorskip("mcp")

@@ -27,7 +27,7 @@ from cli_checks import one_usage_error
 from job_fixtures import write_job
 from perfetto_readback import read_back
 from run_fixtures import make_run, step_line
-from test_safety_round_three_files import MS, marker_trace
+from marker_traces import MS, marker_trace
 from trace_fixtures import write_synthetic_device_trace
 from repo_paths import REPO
 

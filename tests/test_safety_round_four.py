@@ -9,14 +9,14 @@ import pytest
 
 import analysis
 from analysis.read.trace import TraceError
-from test_safety_round_three_files import BASE_NS, MS
+from marker_traces import BASE_NS, MS
 from repo_paths import REPO
 
 
 def _marked_trace(tmp_path, second_line: str, step, steps: int = 6):
     """A CPU trace of `steps` 10 ms steps with `train` markers; `step(host, python, other, t)` adds each
     step's events on the Python thread and on a second thread named `second_line`."""
-    from test_safety_round_three_files import _Plane, _write_space, _xspace_class
+    from trace_fixtures import _Plane, _write_space, _xspace_class
 
     space = _xspace_class()()
     space.hostnames.append("host")
@@ -127,7 +127,7 @@ def test_help_shows_each_default_once_and_none_for_switches(capsys, command):
 
 
 def test_markdown_leaves_out_what_a_cpu_trace_does_not_record(tmp_path):
-    from test_safety_round_three_files import marker_trace
+    from marker_traces import marker_trace
 
     result = analysis.analyze(marker_trace(tmp_path / "t.xplane.pb"))
     assert result.mean["device_step_ms"] != result.mean["device_step_ms"]  # NaN: no device on this CPU trace
@@ -137,7 +137,7 @@ def test_markdown_leaves_out_what_a_cpu_trace_does_not_record(tmp_path):
 
 def test_an_output_under_a_missing_folder_creates_only_the_last_folder(tmp_path, capsys):
     from profiler import cli
-    from test_safety_round_three_files import marker_trace
+    from marker_traces import marker_trace
 
     trace = marker_trace(tmp_path / "t.xplane.pb")
     assert cli.main(["analyze", str(trace), "-o", str(tmp_path / "new" / "r.md")]) == 0

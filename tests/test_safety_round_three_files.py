@@ -22,46 +22,10 @@ from cli_checks import one_usage_error
 from profiler import cli
 from run_fixtures import make_run, step_line
 from trace_fixtures import _Plane, _write_space, _xspace_class
-
-MS = 1_000_000  # ns
-BASE_NS = 1_700_000_000 * 10**9
-HANG_LIMIT_S = 60  # far above what a call takes here (under a second): only a hang reaches it
-
-
-def finishes(call, *args):
-    """`call(*args)` in a thread; fails instead of hanging when it does not return in time."""
-    result: dict = {}
-
-    def target():
-        try:
-            result["value"] = call(*args)
-        except BaseException as exc:  # noqa: BLE001 - handed back to the test
-            result["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(HANG_LIMIT_S)
-    assert not thread.is_alive(), f"{call.__name__}{args} did not return in {HANG_LIMIT_S} s: it hangs"
-    if "error" in result:
-        raise result["error"]
-    return result["value"]
-
-
-def devprof(capsys, *argv) -> tuple[int, str, str]:
-    code = finishes(cli.main, [str(a) for a in argv])
-    captured = capsys.readouterr()
-    assert "Traceback" not in captured.err + captured.out
-    return code, captured.out, captured.err
-
-
-def error_line(err: str) -> str:
-    lines = [line for line in err.strip().splitlines() if line.startswith("error: ")]
-    assert len(lines) == 1, err
-    return lines[0]
-
-
-def small_run(path: Path, steps: int = 6, **options) -> Path:
-    return make_run(path, [step_line(i) for i in range(steps)], **options)
+from marker_traces import marker_trace
+from cli_checks import HANG_LIMIT_S, devprof, error_line, finishes
+from run_fixtures import small_run
+from odd_files import _fifo, _link_to_dev_zero
 
 
 # ---------------------------------------------------------------- 2. writing never follows a link out of the run
@@ -265,16 +229,6 @@ def test_compare_takes_one_run_path_as_one_run_not_as_its_letters(tmp_path):
 # ---------------------------------------------------------------- 3. only regular files are read, within a bound
 
 
-def _link_to_dev_zero(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.symlink_to("/dev/zero")
-
-
-def _fifo(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.mkfifo(path)
-
-
 @pytest.mark.parametrize("make", [_link_to_dev_zero, _fifo], ids=["dev-zero", "fifo"])
 @pytest.mark.parametrize("name", ["host.csv", "gpu0.csv"])
 def test_a_sampler_file_that_is_no_regular_file_is_skipped_in_analyze_and_compare(tmp_path, capsys, make, name):
@@ -343,25 +297,6 @@ def test_a_run_file_linked_out_of_the_run_is_not_read(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------- 11. impossible times in a trace
-
-
-def marker_trace(path: Path, edit=None, steps: int = 6) -> Path:
-    """Steps of exactly 10 ms with `train` markers: input 2 ms (IteratorGetNext), compute 5 ms
-    (ExecutorState::Process on a worker thread), host 3 ms. `edit(space)` changes the message."""
-    space = _xspace_class()()
-    space.hostnames.append("host")
-    host = _Plane(space, 0, "/host:CPU")
-    python = host.line(100, "python", BASE_NS)
-    worker = host.line(101, "tf_Compute/1", BASE_NS)
-    for k in range(steps):
-        t = BASE_NS + 10 * MS + k * 10 * MS
-        host.event(python, "train", t, t + 10 * MS, step_num=k, _r=1)
-        host.event(python, "IteratorGetNext", t, t + 2 * MS)
-        host.event(worker, "ExecutorState::Process", t + 2 * MS, t + 7 * MS)
-    host.finish()
-    if edit is not None:
-        edit(space)
-    return _write_space(space, path)
 
 
 def _markers(space):

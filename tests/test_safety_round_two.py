@@ -20,13 +20,8 @@ from profiler.device import devices, quiet
 from profiler.roofline import peak
 from profiler.train.config import RunConfig, UsageError
 from profiler.record.console import Console
-
-TINY_RUN = ["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "100", "--epochs", "1", "--quiet",
-            "--no-profile", "--no-sample"]
-
-
-def files_under(folder: Path) -> list[Path]:
-    return sorted(folder.rglob("*")) if folder.exists() else []
+from cli_checks import TINY_RUN, files_under
+from fake_backend import _fake_cpu_run
 
 
 @pytest.fixture
@@ -389,18 +384,6 @@ def test_with_debug_the_native_lines_show(capfd, monkeypatch):
     with pytest.raises(devices.DeviceError):
         devices.resolve("tpu", tpu="grpc://t:8470", backend=UnreachableTPU())
     assert "E0000" in capfd.readouterr().err
-
-
-def _fake_cpu_run(tmp_path, monkeypatch, **config):
-    """A `Run` that resolves a fake CPU and synthetic data: `prepare()` needs no TensorFlow."""
-    from fake_backend import FakeBackend
-
-    from profiler.train.run import Run
-
-    settings = dict(device="cpu", data="synthetic", limit_images=100, limit_test_images=50, out=str(tmp_path),
-                    run_name="r", sample=False, profile=False)
-    settings.update(config)
-    return Run(RunConfig(**settings), console=Console(False, stream=io.StringIO()), backend=FakeBackend())
 
 
 def test_notices_go_to_stderr(tmp_path, capsys, monkeypatch):

@@ -16,7 +16,7 @@ import trace_fixtures as fx
 from job_fixtures import write_job
 from memory_fixtures import write_memory_trace
 from run_fixtures import make_run, step_line
-from test_safety_round_three_files import marker_trace
+from marker_traces import marker_trace
 
 import analysis
 from analysis.breakdown.memory import AllocatorPeak, Live, MemoryReport, OomAtFailure, WorkerMemory

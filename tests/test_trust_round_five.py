@@ -16,39 +16,8 @@ from trace_fixtures import _Plane, _write_space, _xspace_class
 import analysis
 from profiler import cli
 from repo_paths import REPO
-
-MS = 1_000_000
-BASE_NS = 1_700_000_000 * 10**9
-# OSC 0 retitles the terminal, OSC 52 writes its clipboard, CSI 31m recolours it, a bidi override reorders it
-HOSTILE_OP = "net/\x1b]0;pwned\x07conv\x1b]52;c;cm0gLXJmIH4=\x07/\x1b[31mConv2D\u202e\x9b:Conv2D"
-ACTIVE = ("\x1b", "\x07", "\u202e", "\x9b")
-
-
-def steps_trace(path: Path, *, op: str = "model/conv:Conv2D", steps: int = 6, base_ns: int = BASE_NS,
-                hostname: str = "host") -> Path:
-    """Steps of 10 ms with `train` markers from `base_ns`: 2 ms of IteratorGetNext, then `op` for 5 ms."""
-    space = _xspace_class()()
-    space.hostnames.append(hostname)
-    host = _Plane(space, 0, "/host:CPU")
-    python = host.line(100, "python", base_ns)
-    worker = host.line(101, "tf_Compute/1", base_ns)
-    for k in range(steps):
-        t = base_ns + 10 * MS + k * 10 * MS
-        host.event(python, "train", t, t + 10 * MS, step_num=k, _r=1)
-        host.event(python, "IteratorGetNext", t, t + 2 * MS)
-        host.event(worker, op, t + 2 * MS, t + 7 * MS)
-    host.finish()
-    return _write_space(space, path)
-
-
-def hostile_trace(path: Path) -> Path:
-    """`steps_trace` whose op has `HOSTILE_OP` for a name, and the host's own name a newline."""
-    return steps_trace(path, op=HOSTILE_OP, hostname="host\nfake line")
-
-
-def assert_inert(text: str, where: str) -> None:
-    found = [repr(c) for c in ACTIVE if c in text]
-    assert not found, f"{where} carries {', '.join(found)}"
+from marker_traces import BASE_NS, MS, assert_inert, hostile_trace, steps_trace
+from compare_fixtures import _traced_run
 
 
 @pytest.fixture(scope="module")
@@ -151,15 +120,6 @@ def test_a_ceiling_the_peak_search_could_not_measure_is_unknown_not_a_number():
     assert ceilings.of("bfloat16")["matrix_flops_per_second"] == 4e12
 
 
-def _traced_run(root: Path, name: str) -> Path:
-    from compare_fixtures import make_run
-    from test_safety_round_three_files import marker_trace
-
-    run = make_run(root, name)
-    marker_trace(run / "plugins" / "profile" / "s" / "host.xplane.pb")
-    return run
-
-
 @pytest.mark.parametrize("odd, said", [
     ("zero", r"run\.json: a character device, not a regular file: not read"),
     ("fifo", r"steps\.csv: a FIFO, not a regular file: not read"),
@@ -187,7 +147,7 @@ def test_a_run_file_that_cannot_be_read_is_named_once_and_the_trace_still_analys
 @pytest.fixture
 def mcp_root(tmp_path):
     pytest.importorskip("mcp")
-    from test_safety_round_three_files import marker_trace
+    from marker_traces import marker_trace
 
     root = tmp_path / "runs"
     marker_trace(root / "trace" / "plugins" / "profile" / "s" / "host.xplane.pb")
@@ -321,7 +281,7 @@ def test_an_output_that_would_replace_an_input_or_another_output_is_refused(tmp_
 
 def test_a_run_json_above_the_log_layout_is_not_adopted(tmp_path):
     from compare_fixtures import make_run
-    from test_safety_round_three_files import marker_trace
+    from marker_traces import marker_trace
 
     unrelated = make_run(tmp_path, "unrelated", status="failed")
     logs = unrelated / "some" / "logs"
@@ -332,7 +292,7 @@ def test_a_run_json_above_the_log_layout_is_not_adopted(tmp_path):
 
 
 def test_a_dangling_link_elsewhere_in_the_folder_does_not_stop_the_analysis(tmp_path):
-    from test_safety_round_three_files import marker_trace
+    from marker_traces import marker_trace
 
     logs = tmp_path / "logs"
     for host in ("h1", "h2"):

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import trace_fixtures as fx
-from repo_paths import REPO
 from compare_fixtures import make_run
+from repo_paths import REPO
 
 
 SESSION = "2030_01_01_00_00_00"

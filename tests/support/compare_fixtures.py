@@ -4,6 +4,7 @@ called in-process."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 from repo_paths import REPO
@@ -49,3 +50,12 @@ def run_cli(argv, capsys):
     code = cli.main(["compare", *(str(a) for a in argv)])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def _traced_run(root: Path, name: str) -> Path:
+    """`make_run`'s run directory with `marker_trace`'s trace in it."""
+    from marker_traces import marker_trace
+
+    run = make_run(root, name)
+    marker_trace(run / "plugins" / "profile" / "s" / "host.xplane.pb")
+    return run

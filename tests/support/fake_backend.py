@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import io
 from types import SimpleNamespace
 
 from profiler.device import devices
+from profiler.record.console import Console
+from profiler.train.config import RunConfig
 
 
 class FakeOneDeviceStrategy:
@@ -68,3 +71,13 @@ class FakeBackend:
         if self.tpu_error is not None:
             raise self.tpu_error
         return FakeTPUStrategy(), {"tpu": address or "local", "cores": self.tpu_cores}
+
+
+def _fake_cpu_run(tmp_path, monkeypatch, **config):
+    """A `Run` that resolves a fake CPU and synthetic data: `prepare()` needs no TensorFlow."""
+    from profiler.train.run import Run
+
+    settings = dict(device="cpu", data="synthetic", limit_images=100, limit_test_images=50, out=str(tmp_path),
+                    run_name="r", sample=False, profile=False)
+    settings.update(config)
+    return Run(RunConfig(**settings), console=Console(False, stream=io.StringIO()), backend=FakeBackend())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 
@@ -30,3 +31,7 @@ def make_run(path, steps_lines, *, epochs=None, host_rows=None, summaries=None):
         pd.DataFrame(host_rows, columns=["time_s", "cpu_pct", "proc_cpu_pct", "proc_rss_bytes"]).to_csv(
             path / "utilization" / "host.csv", index=False)
     return path
+
+
+def small_run(path: Path, steps: int = 6, **options) -> Path:
+    return make_run(path, [step_line(i) for i in range(steps)], **options)
