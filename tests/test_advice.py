@@ -16,6 +16,10 @@ from analysis.breakdown.input_stages import SlowestStage
 from analysis.breakdown.roofline import BelowRoofline
 from analysis.rules import table as rules
 from analysis.rules.facts import TraceFacts, make_facts
+from compare_fixtures import make_run as make_compare_run
+from run_fixtures import edit_run_json
+
+from analysis import comparison as compare, pipeline
 
 TRACE_FACTS = {f.name for f in dataclasses.fields(TraceFacts)}
 
@@ -422,3 +426,25 @@ def test_the_smallest_sizes_devprof_peak_timed_are_read_from_its_result():
             "matmul": {"float32": {"sizes": []}, "bfloat16": "broken"}}
     assert smallest_matrix_rates(peak) == (("conv", "float32", 1e11), ("conv", "bfloat16", 3e11))
     assert smallest_matrix_rates(None) == () and smallest_matrix_rates({"conv": "x"}) == ()
+
+
+# ---------------------------------------------------------------- bfloat16 on a CPU that emulates it
+
+
+def test_bfloat16_on_a_cpu_that_emulates_it_is_a_finding_in_analyze_and_compare(tmp_path):
+    def device(units):
+        return lambda m: m["device"].update(bfloat16_units=units)
+
+    emulated = edit_run_json(make_compare_run(tmp_path, "emulated", precision="mixed_bfloat16"), device([]))
+    native = edit_run_json(make_compare_run(tmp_path, "native", precision="mixed_bfloat16"), device(["amx_bf16"]))
+    unknown = edit_run_json(make_compare_run(tmp_path, "unknown", precision="mixed_bfloat16"), device(None))
+    found = pipeline.analyze(emulated).findings
+    assert [f["rule"] for f in found] == ["bf16_without_matrix_units"]
+    assert found[0]["severity"] == "warning" and "--precision float32" in found[0]["advice"]
+    assert "emulated" in found[0]["evidence"]
+    for other in (native, unknown):
+        assert "bf16_without_matrix_units" not in [f["rule"] for f in pipeline.analyze(other).findings]
+    table = compare.compare_runs([emulated, native])
+    rules_found = dict(zip(table["run"], table["findings"]))
+    assert [f["rule"] for f in rules_found["emulated"]] == ["bf16_without_matrix_units"]
+    assert rules_found["native"] == []

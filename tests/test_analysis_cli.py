@@ -10,6 +10,9 @@ import pytest
 
 import trace_fixtures as fx
 from profiler import cli
+from cli_checks import devprof, error_line
+from run_fixtures import small_run
+from run_fixtures import make_run, step_line
 
 TRACED_STEPS = list(range(3, 11))
 
@@ -217,3 +220,33 @@ def test_cli_subprocess_has_no_traceback_and_no_tensorflow(tmp_path):
                          cwd=fx.REPO_ROOT, timeout=120)
     assert bad.returncode == 1
     assert bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
+
+
+# ---------------------------------------------------------------- --fail-on limits and --peak-file entries that cannot work
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("input>0.001,input>99", "input is given twice"),
+    ("input>101", "'input>101': a share of step time is at most 100 %"),
+])
+def test_a_fail_on_limit_that_could_not_mean_what_it_says_is_a_usage_error(tmp_path, capsys, spec, says):
+    """Two limits for one part left the last silently in force; a limit above 100 % never trips."""
+    run = small_run(tmp_path / "run")
+    code, _, err = devprof(capsys, "analyze", run, "--fail-on", spec)
+    assert code == 2 and error_line(err).startswith("error: --fail-on: ") and says in error_line(err)
+    code, _, _ = devprof(capsys, "analyze", run, "--fail-on", "input>0.001")  # the same run trips one limit
+    assert code == 3
+
+
+def test_a_peak_file_entry_that_is_skipped_is_a_warning_line(tmp_path, capsys):
+    """Was Python's own warning format: 'analysis/read/run_files.py:191: RunFileWarning: ...' and its source line."""
+    run = make_run(tmp_path / "run", [step_line(i) for i in range(6)])
+    peak = tmp_path / "peak.json"
+    peak.write_text(json.dumps({"peak_flops_per_second": {"float32": 2e11, "bfloat16": "fast"}}))
+    code = cli.main(["analyze", str(run), "--format", "summary", "--peak-file", str(peak)])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert [line for line in err.splitlines() if "bfloat16" in line] == [
+        f"warning: {peak}: peak rates must be positive numbers (FLOP/s up to 1e+18, B/s up to 1e+16); ignored "
+        "peak_flops_per_second.bfloat16 'fast'"]
+    assert "RunFileWarning" not in err

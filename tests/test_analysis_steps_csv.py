@@ -9,6 +9,8 @@ import pytest
 
 from profiler import cli
 from analysis.read.run_files import STEPS_COLUMNS as STEP_COLUMNS
+from cli_checks import devprof, error_line
+from run_fixtures import small_run
 
 
 def make_run(tmp_path, input_ms, call_ms, other_ms, calls=10, first_call_extra_ms=500.0, stalls=None):
@@ -127,3 +129,18 @@ def test_a_run_without_a_trace_says_why_and_how_it_ended(tmp_path, status, profi
     (run / "run.json").write_text(json.dumps({**meta, **status, "profiler": profiler}))
     notes = " ".join(analysis.analyze(run).notes)
     assert all(part in notes for part in said) and unsaid not in notes, notes
+
+
+# ---------------------------------------------------------------- a steps.csv of no rows
+
+
+def test_an_empty_steps_csv_of_a_complete_run_is_not_said_to_be_in_progress(tmp_path, capsys):
+    run = small_run(tmp_path / "run")
+    (run / "steps.csv").write_text((run / "steps.csv").read_text().splitlines()[0] + "\n")
+    code, _, err = devprof(capsys, "analyze", run)
+    line = error_line(err)
+    assert code == 1 and "yet" not in line and "no steps (no usable rows; run.json status 'complete')" in line, line
+    meta = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**meta, "status": "running"}))
+    code, _, err = devprof(capsys, "analyze", run)
+    assert "no steps yet (the run is still running)" in error_line(err)

@@ -1,4 +1,5 @@
-"""Pure parts of the analysis: interval arithmetic, verdict cut-offs, epoch sums, fake GPU."""
+"""Pure parts of the analysis: interval arithmetic, verdict cut-offs, epoch sums (of millisecond steps
+too), fake GPU."""
 
 import numpy as np
 import pandas as pd
@@ -110,3 +111,39 @@ def test_json_documents_keep_each_table_row_on_one_line():
     # Everything but the rows of a table is laid out as json.dumps(indent=2) lays it out.
     without_rows = {key: value for key, value in document.items() if key != "steps"}
     assert dumps(without_rows) == json.dumps(without_rows, indent=2)
+
+
+def _rounded_steps(epochs: int, calls: int) -> pd.DataFrame:
+    """steps.csv rows as the recorder writes them: each field rounded to 0.1 us on its own, so
+    `step_ms` (0.0004) is 0.1 us more than its three parts (0.0001 each) on every row."""
+    return pd.DataFrame({
+        "epoch": np.repeat(np.arange(1, epochs + 1), calls), "step": np.arange(epochs * calls),
+        "steps": 1, "start_time_s": 0.0, "input_ms": 0.0001, "call_ms": 0.0001, "other_host_ms": 0.0001,
+        "step_ms": 0.0004, "images": 8})
+
+
+# ---------------------------------------------------------------- epochs of millisecond steps
+
+
+def test_epochs_of_millisecond_steps_add_up_within_the_rows_rounding():
+    steps = _rounded_steps(2, 200)  # the parts sum 20 us short of step_ms in each epoch
+    epochs = pd.DataFrame({"epoch": [1, 2], "seconds": [0.42, 0.026]})
+    frame = epoch_breakdown(steps, epochs)
+    assert frame["seconds"].tolist() == [0.42, 0.026]
+    assert frame["epoch_level_s"].tolist() == pytest.approx([0.42 - 200 * 0.0004e-3, 0.026 - 200 * 0.0004e-3])
+    parts = frame[["input_s", "call_s", "other_host_s", "epoch_level_s"]].sum(axis=1)
+    assert (parts - frame["seconds"]).abs().max() <= 200 * 0.0001e-3 + 1e-12
+
+
+def test_an_epoch_exactly_its_steps_but_read_short_adds_up():
+    steps = _rounded_steps(1, 200)
+    epochs = pd.DataFrame({"epoch": [1], "seconds": [200 * 0.0004e-3 - 5e-6]})  # 5 us short: rounding
+    frame = epoch_breakdown(steps, epochs)
+    assert frame.at[0, "epoch_level_s"] == 0.0
+
+
+def test_epochs_that_really_do_not_add_up_are_still_refused():
+    steps = _rounded_steps(1, 10)
+    steps.loc[3, "step_ms"] = 5.0  # a row whose parts are 5 ms short of its step: not rounding
+    with pytest.raises(ValueError, match="epoch 1: parts .* s against 0.500000 s"):
+        epoch_breakdown(steps, pd.DataFrame({"epoch": [1], "seconds": [0.5]}))

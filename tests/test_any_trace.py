@@ -18,6 +18,15 @@ import trace_fixtures as fx
 
 from analysis import analyze
 from profiler.cli import main
+from cli_checks import one_usage_error
+from run_fixtures import small_run
+
+import analysis
+from profiler import cli
+from marker_traces import BASE_NS, MS
+
+from analysis.read.trace import TraceError
+from marker_traces import hostile_trace
 
 EXACT_MS = 1e-6  # what exact integer-nanosecond arithmetic gives
 DEVICE_MS = 1e-3
@@ -456,3 +465,90 @@ def test_staggered_executions_partition_the_time_without_overlap():
     starts, ends = found.steps["start_ns"].tolist(), found.steps["end_ns"].tolist()
     assert ends[:-1] == starts[1:]  # no overlap, no gap
     assert ends[-1] == 31 * ms  # the last round ends with its last execution
+
+
+# ---------------------------------------------------------------- a --step-name that finds no step; XLA's instructions as the ops of a CPU step
+
+
+@pytest.mark.parametrize("call", [analysis.analyze, analysis.analyze_worker])
+def test_a_bad_step_name_is_a_value_error_naming_it_before_anything_is_read(tmp_path, call):
+    with pytest.raises(ValueError, match=r"step_name '\(' is not a regular expression: missing \)"):
+        call(tmp_path / "not-there", step_name="(")
+
+
+def test_a_bad_step_name_is_one_usage_error(tmp_path, capsys):
+    line = one_usage_error(cli.main(["analyze", str(small_run(tmp_path / "run")), "--step-name", "(["]), capsys)
+    assert "--step-name '([' is not a regular expression" in line, line
+
+
+def _marked_trace(tmp_path, second_line: str, step, steps: int = 6):
+    """A CPU trace of `steps` 10 ms steps with `train` markers; `step(host, python, other, t)` adds each
+    step's events on the Python thread and on a second thread named `second_line`."""
+    from trace_fixtures import _Plane, _write_space, _xspace_class
+
+    space = _xspace_class()()
+    space.hostnames.append("host")
+    host = _Plane(space, 0, "/host:CPU")
+    python = host.line(100, "python", BASE_NS)
+    other = host.line(101, second_line, BASE_NS)
+    for k in range(steps):
+        t = BASE_NS + 10 * MS + k * 10 * MS
+        host.event(python, "train", t, t + 10 * MS, step_num=k, _r=1)
+        step(host, python, other, t)
+    host.finish()
+    return _write_space(space, tmp_path / "t.xplane.pb")
+
+
+def test_a_step_name_that_matches_an_op_is_refused_naming_the_markers(tmp_path):
+    def step(host, python, worker, t):
+        host.event(python, "IteratorGetNext", t, t + 2 * MS)
+        host.event(worker, "model/conv2d/Relu:_MklNativeFusedConv2D", t + 2 * MS, t + 7 * MS)
+
+    trace = _marked_trace(tmp_path, "tf_Compute/1", step)
+    # one execution of one op is no step (every other op would read as host overhead): refused, the
+    # trace's own steps named
+    with pytest.raises(TraceError, match=r"--step-name 'Conv2D' matches a TensorFlow op "
+                                         r"\(model/conv2d/Relu:_MklNativeFusedConv2D\), not a step; .*train"):
+        analysis.analyze(trace, step_name="Conv2D")
+    from profiler.cli import main
+
+    assert main(["analyze", str(trace), "--step-name", "Conv2D"]) != 0
+
+
+def test_an_xla_compiled_step_on_a_cpu_shows_its_programs_instructions_as_ops(tmp_path):
+    """`--jit-compile` on a CPU: the op table was the function call alone (or two trivial ops);
+    XLA's CPU runtime records each instruction inside `ThunkExecutor::Execute`."""
+
+    def step(host, python, pool, t):
+        host.event(python, "IteratorGetNext", t, t + 1 * MS)
+        host.event(python, "__inference_step_9:__inference_step_9", t + 1 * MS, t + 9 * MS)
+        host.event(python, "ThunkExecutor::Execute", t + 1 * MS, t + 9 * MS)
+        host.event(python, "convolution.1", t + 1 * MS, t + 5 * MS)
+        host.event(python, "end: convolution.1", t + 5 * MS, t + 5 * MS)
+        host.event(python, "transpose_copy_fusion", t + 5 * MS, t + 6 * MS)
+        host.event(pool, "ThunkExecutor::Execute", t + 6 * MS, t + 9 * MS)
+        host.event(pool, "MatMul.4", t + 6 * MS, t + 8 * MS)
+
+    result = analysis.analyze(_marked_trace(tmp_path, "tf_numa_-1_Eigen/1", step))
+    ops = result.ops.set_index("op")
+    assert list(ops.index[:3]) == ["convolution.1", "MatMul.4", "transpose_copy_fusion"], result.ops
+    assert ops.loc["convolution.1", "ms_per_step"] == pytest.approx(4.0) and set(ops["type"]) == {"XLA"}
+    assert not any(op.startswith(("__inference", "end: ", "ThunkExecutor")) for op in ops.index)
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    return hostile_trace(tmp_path_factory.mktemp("hostile") / "plugins" / "profile" / "s" / "host.xplane.pb")
+
+
+# ---------------------------------------------------------------- a --step-name that cannot be matched in reasonable time
+
+
+@pytest.mark.parametrize("pattern, said", [("(a+)+b", "repeats a repetition"), ("(b|b)*c", "repeats a repetition"),
+                                           ("a{99999999999}", "is not a regular expression")])
+def test_a_step_name_that_cannot_be_matched_in_reasonable_time_is_a_usage_error(trace, capsys, pattern, said):
+    from cli_checks import one_usage_error
+
+    assert said in one_usage_error(cli.main(["analyze", str(trace), "--step-name", pattern]), capsys)
+    with pytest.raises(ValueError, match=said):
+        analysis.analyze(trace, step_name=pattern)

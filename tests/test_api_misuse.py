@@ -1,6 +1,8 @@
 """`profiler.profile()` and `profiler.KerasCallback` under misuse: nested steps, a window of only
-the compile step, two sessions at once, steps after the block, SIGTERM, and fit() stopped by
-another callback or Ctrl-C. Real TensorFlow, tiny models, synthetic data."""
+the compile step, two sessions at once, steps after the block, SIGTERM, os._exit, and fit() stopped
+by another callback or Ctrl-C (real TensorFlow, tiny models, synthetic data); and, without
+TensorFlow, step counts that are no whole numbers, errors in profile()'s own terms, a session used
+before it is entered, an out that is no path."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import pytest
 
 import profiler
 from repo_paths import REPO
-
+import numpy as np
+import os
 
 
 def read_meta(path: Path) -> dict:
@@ -283,3 +286,92 @@ def test_keras_callback_refuses_a_wrong_option_when_made_not_when_fit_starts(tmp
     with pytest.raises(ValueError, match=named):
         profiler.KerasCallback(tmp_path, **options)
     assert not list(tmp_path.iterdir())  # nothing was written
+
+
+# ---------------------------------------------------------------- step() counts are whole numbers
+
+
+@pytest.mark.parametrize("images", [-1, 1.9, float("nan"), float("inf"), True, "32", [32]])
+def test_step_images_must_be_a_whole_number_of_examples(tmp_path, images):
+    session = profiler.profile(tmp_path / "runs")  # not entered: nothing is written
+    with pytest.raises(ValueError, match=r"images must be a whole number >= 0 \(got "):
+        session.step(images=images)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_step_counts_that_are_whole_numbers_are_taken(tmp_path):
+    session = profiler.profile(tmp_path / "runs")
+    for images in (0, 32, np.int64(32), 32.0):
+        assert session.step(images=images).images == int(images)
+    assert session.step(steps=np.int32(4)).steps == 4
+    with pytest.raises(ValueError, match="steps must be a whole number >= 1"):
+        session.step(steps=2.5)
+
+
+# ---------------------------------------------------------------- profile()'s errors in its own terms
+
+
+def test_profile_errors_name_its_arguments_not_devprof_runs_options(tmp_path):
+    from profiler.record.rundir import OutputError, RunExistsError
+
+    (tmp_path / "runs" / "taken").mkdir(parents=True)
+    (tmp_path / "a-file").write_text("")
+    cases = [(dict(out=tmp_path / "runs", run_name="taken"), RunExistsError, "choose another run_name or out"),
+             (dict(out=tmp_path / "a-file"), OutputError, "out "),
+             (dict(out=tmp_path / "runs", run_name="a/b"), ValueError, "folder name inside out, not a path"),
+             (dict(out=tmp_path / "runs", profile_steps="x"), ValueError, "profile_steps wants START:STOP")]
+    for kwargs, kind, words in cases:
+        with pytest.raises(kind) as raised:
+            with profiler.profile(**kwargs):
+                pass
+        assert words in str(raised.value) and "--" not in str(raised.value), str(raised.value)
+    assert profiler.RunExistsError is RunExistsError and profiler.OutputError is OutputError  # documented names
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["taken"]
+
+
+def test_a_session_not_entered_records_nothing_and_says_so(tmp_path):
+    session = profiler.profile(tmp_path / "runs")
+    for what, use in (("session.step()", lambda: session.step().__enter__()),
+                      ("session.iterate()", lambda: next(session.iterate([1]))),
+                      ("session.epoch()", lambda: session.epoch().__enter__()),
+                      ("session.log()", lambda: session.log(loss=1.0))):
+        with pytest.raises(RuntimeError, match=f"{what.replace('(', '[(]').replace(')', '[)]')} outside the "
+                                               "profile\\(\\) session's with block"):
+            use()
+    assert not (tmp_path / "runs").exists()
+
+
+# ---------------------------------------------------------------- an out that is no path; a program that ends with os._exit
+
+
+@pytest.mark.parametrize("out", [None, 7, b"runs"])
+def test_profile_out_that_is_no_path_is_a_type_error_not_a_folder_named_after_it(tmp_path, monkeypatch, out):
+    """`profile(out=None)` wrote its run into ./None/."""
+    import profiler
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TypeError, match="out must be a folder path"):
+        profiler.profile(out, run_name="x")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_program_that_calls_os_exit_leaves_a_failed_run_with_its_steps(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(f"""
+import os
+import profiler
+
+with profiler.profile({str(tmp_path / 'runs')!r}, run_name="exits", profile=False, sample=False, quiet=True) as s:
+    for step in range(3):
+        with s.step(images=8):
+            pass
+    os._exit(3)
+""")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 3, proc.stderr.decode()
+    run = tmp_path / "runs" / "exits"
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["status"] == "failed" and "os._exit(3)" in meta["error"], meta.get("status")
+    assert len((run / "steps.csv").read_text().strip().splitlines()) == 1 + 3

@@ -19,6 +19,11 @@ from profiler.record import tracing
 from profiler.roofline import peak
 from profiler.cli import common
 from repo_paths import REPO
+from cli_checks import files_under, one_usage_error
+import re
+import os
+
+from marker_traces import hostile_trace
 
 SEED_TABLE = REPO / "examples" / "seed_table.csv"
 ROWS = [{"kind": "cpu", "name": "Test CPU", "cores": 2, "memory_bytes": 2**30},
@@ -260,3 +265,115 @@ def test_the_program_ends_as_python_does_while_another_thread_runs(exits, monkey
         release.set()
         other.join()
     assert (ended.value.how, ended.value.code) == ("sys.exit", 0)
+
+
+# ---------------------------------------------------------------- a bug, with and without DEVPROF_DEBUG
+
+
+def test_debug_off_gives_one_line_for_a_bug(monkeypatch, capsys):
+    def broken(args):
+        raise RuntimeError("a bug")
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    parser.set_defaults(handler=broken)
+    monkeypatch.setenv("DEVPROF_DEBUG", "0")
+    assert cli.main([]) == 1
+    assert capsys.readouterr().err.startswith("error: None failed: RuntimeError: a bug")
+    monkeypatch.setenv("DEVPROF_DEBUG", "yes")
+    with pytest.raises(RuntimeError):
+        cli.main([])
+
+
+# ---------------------------------------------------------------- capture options
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["--duration-ms", "-5"], "--duration-ms must be a whole number of milliseconds from 1"),
+    (["--duration-ms", "0"], "--duration-ms must be"),
+    (["--duration-ms", str(2**31)], "--duration-ms must be"),
+    (["--duration-ms", "nan"], "invalid int value"),
+    (["--duration-ms", "inf"], "invalid int value"),
+    (["--duration-ms", "1.5"], "invalid int value"),
+    (["--host-tracer-level", "7"], "invalid choice"),
+], ids=["negative", "zero", "too-long", "nan", "inf", "fraction", "tracer-level"])
+def test_capture_options_are_checked_first(tmp_path, capsys, monkeypatch, args, expect):
+    from profiler.record import tracing
+
+    monkeypatch.setattr(tracing, "capture", lambda *a, **k: pytest.fail("capture was attempted"))
+    out = tmp_path / "captures"
+    line = one_usage_error(cli.main(["capture", "grpc://localhost:6009", *args, "--out", str(out)]), capsys)
+    assert expect in line, line
+    assert files_under(tmp_path) == []
+
+
+@pytest.mark.parametrize("address", ["grpc://localhost:0", "grpc://localhost:65536", "grpc://localhost:99999999999",
+                                     "grpc://h:1,grpc://h2:0"])
+def test_capture_ports_out_of_range(tmp_path, capsys, monkeypatch, address):
+    from profiler.record import tracing
+
+    monkeypatch.setattr(tracing, "capture", lambda *a, **k: pytest.fail("capture was attempted"))
+    line = one_usage_error(cli.main(["capture", address, "--out", str(tmp_path / "c")]), capsys)
+    assert "1 to 65535" in line, line
+    assert files_under(tmp_path) == []
+
+
+def test_capture_out_that_is_a_file(tmp_path, capsys, monkeypatch):
+    from profiler.record import tracing
+
+    monkeypatch.setattr(tracing, "capture", lambda *a, **k: pytest.fail("capture was attempted"))
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    line = one_usage_error(cli.main(["capture", "grpc://localhost:6009", "--out", str(blocker / "c")]), capsys)
+    assert "--out" in line and "is a file" in line, line
+
+
+# ---------------------------------------------------------------- help, values that begin with a dash, and a stdout closed early or not at all
+
+
+@pytest.mark.parametrize("command", ["run", "capture"])
+def test_help_shows_each_default_once_and_none_for_switches(capsys, command):
+    from profiler import cli
+
+    assert cli.main([command, "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    # "--no-profile ... (default: True)" read as "profiling is off by default".
+    assert "(default: True)" not in text and "(default: False)" not in text and "(default: None)" not in text
+    assert not re.search(r"\(default: [^)]*\)\s*\(default:", text), text
+    if command == "run":
+        assert "--no-profile no profiler window --profile-steps" in text
+        assert "seconds between samples (minimum 0.05) (default: 0.5)" in text
+
+
+def test_a_reader_that_closes_the_pipe_early_ends_devprof_quietly(tmp_path, capsys, monkeypatch):
+    """`devprof analyze ... | head`: 'error: analyze failed: BrokenPipeError' was printed."""
+    from profiler import cli
+
+    def closed_pipe(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    parser = cli.build_parser()
+    parser._subparsers._group_actions[0].choices["analyze"].set_defaults(handler=closed_pipe)
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(cli, "_stdout_to_devnull", lambda: None)  # pytest's own stdout stays as it is
+    assert cli.main(["analyze", str(tmp_path / "t.xplane.pb")]) == cli.EXIT_BROKEN_PIPE
+    assert "error" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["run", "--profile-steps", "-1:2"], ["analyze", "runs/a", "--step-name", "-train"]])
+def test_a_value_that_begins_with_a_dash_is_told_how_to_write_it(argv, capsys):
+    line = one_usage_error(cli.main(argv), capsys)
+    option = argv[-2]
+    assert f"argument {option}: expected one argument" in line and f"is written {option}=VALUE" in line
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    return hostile_trace(tmp_path_factory.mktemp("hostile") / "plugins" / "profile" / "s" / "host.xplane.pb")
+
+
+@pytest.mark.slow
+def test_a_closed_stdout_is_one_error_line_not_a_traceback(trace):
+    proc = subprocess.run(f"{sys.executable} -m profiler.cli analyze {trace} >&-", shell=True, capture_output=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert "Traceback" not in proc.stderr.decode(), proc.stderr.decode()[-800:]

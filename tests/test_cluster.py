@@ -26,6 +26,12 @@ from analysis.job import WorkerSummary
 from profiler.cli import main
 from repo_paths import REPO
 from cluster_fixtures import DaskCluster, OFFSET_MS, _free_port, write_job
+import math
+import shutil
+
+from analysis.breakdown import workers
+from analysis.rules import straggler as straggler_rule
+from profiler import cli
 
 # Every worker's step (write_synthetic_device_trace): gap 2 + input copy 1.5 + kernels 6 + copy 0.5 = 10 ms
 # of its own, then the all-reduce, which ends at the same moment for all: the slowest worker's extra
@@ -358,3 +364,130 @@ def test_the_straggler_rule_still_weighs_each_parts_step_to_step_noise(job16, mo
     monkeypatch.setattr(straggler, "find_straggler", lambda frame, *a: seen.append(frame) or real(frame, *a))
     pipeline.analyze(job16.path, processes=1)
     assert {"input_noise_ms", "compute_noise_ms", "host_noise_ms"} <= set(seen[0].columns)
+
+
+def run_cli(argv, capsys):
+    capsys.readouterr()
+    code = cli.main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def lines_starting(text: str, prefix: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(prefix)]
+
+
+@pytest.fixture(scope="module")
+def device_trace(tmp_path_factory):
+    return fx.write_synthetic_device_trace(tmp_path_factory.mktemp("gpu") / "plugins/profile/s/h.xplane.pb",
+                                           gpus=2, empty_gpus=0)
+
+
+def independent_session(folder: Path) -> Path:
+    """Two host traces in one session that share nothing: no collective, one host twice as slow."""
+    session = folder / "plugins" / "profile" / "2030_01_01_00_00_00"
+    base = dict(gpus=1, steps=6, h2d_ms=1.5, d2d_ms=0.5, collective_ms=0.0, gap_ms=2.0, skew_ms=0.0, empty_gpus=0,
+                custom_plane=False)
+    fx.write_synthetic_device_trace(session / "hostA.xplane.pb", kernel_ms=6.0, hostname="hostA", **base)
+    fx.write_synthetic_device_trace(session / "hostB.xplane.pb", kernel_ms=14.0, hostname="hostB", **base)
+    return folder
+
+
+# ---------------------------------------------------------------- workers and the straggler: hosts that share no collective, one worker, noise, few steps
+
+
+def test_hosts_without_a_shared_collective_have_no_straggler(tmp_path, capsys):
+    logdir = independent_session(tmp_path / "logs")
+    result = pipeline.analyze(logdir)
+    assert len(result.workers) == 2
+    assert result.straggler is None
+    assert "independent" in result.straggler_reason
+    code, out, _ = run_cli(["analyze", logdir], capsys)
+    assert code == 0
+    line = lines_starting(out, "straggler:")
+    assert line == [f"straggler: none ({result.straggler_reason})"], out
+    assert "wait for it in the collective" not in out
+    document = json.loads(result.render("json"))
+    assert document["straggler"] is None and "independent" in document["straggler_reason"]
+
+
+def one_worker_job(tmp_path: Path, trace: Path) -> Path:
+    job = tmp_path / "job"
+    worker = job / "worker-0"
+    (worker / "plugins" / "profile" / "s").mkdir(parents=True)
+    (job / "run.json").write_text(json.dumps({"status": "complete", "workers": ["worker-0"], "num_workers": 1}))
+    (worker / "run.json").write_text(json.dumps({"status": "complete", "device": {"kind": "gpu", "host": "node-0"}}))
+    shutil.copy(trace, worker / "plugins" / "profile" / "s" / "host.xplane.pb")
+    return job
+
+
+def test_a_one_worker_job_has_no_worker_note_and_no_straggler_line(tmp_path, capsys, device_trace):
+    job = one_worker_job(tmp_path, device_trace.path)
+    code, out, err = run_cli(["analyze", job], capsys)
+    assert code == 0, err
+    assert "1 workers" not in out and "straggler" not in out, out
+    report = (job / "analysis" / "report.md").read_text()
+    assert "1 workers" not in report and "Straggler" not in report
+    document = json.loads(pipeline.analyze(job).render("json"))
+    assert document["straggler"] is None and document["straggler_reason"] is None
+
+
+def row(worker, own_ms, collective_ms=2.0, part="compute", noise=1.0, steps=10, cpu=math.nan):
+    mean = {"step_ms": own_ms + collective_ms, "input_ms": 1.0, "compute_ms": own_ms - 2.0, "host_ms": 1.0,
+            "collective_ms": collective_ms}
+    if part != "compute":
+        mean["compute_ms"] = 10.0
+        mean[f"{part}_ms"] = own_ms - 11.0
+    result = workers.worker_row(worker, f"node-{worker}", mean, None, cpu)
+    result.update(steps_used=steps, own_noise_ms=noise, **{f"{p}_noise_ms": noise for p in workers.CAUSES})
+    return result
+
+
+def test_a_straggler_must_stand_out_of_the_step_to_step_noise():
+    quiet = [row(0, 100.0, 20.0), row(1, 115.0)]
+    straggler, reason = straggler_rule.find_straggler(pd.DataFrame(quiet))
+    assert straggler["worker"] == 1 and reason is None
+    noisy = [row(0, 100.0, 20.0, noise=30.0), row(1, 115.0, noise=30.0)]  # 15 % above, noise 30 ms
+    straggler, reason = straggler_rule.find_straggler(pd.DataFrame(noisy))
+    assert straggler is None
+    assert "no worker stands out" in reason and "noise (30.0 ms)" in reason and "15 %" in reason
+    injected = [row(0, 100.0, 42.0, noise=30.0), row(1, 140.0, part="host", noise=30.0)]  # 40 ms of host work
+    straggler, _ = straggler_rule.find_straggler(pd.DataFrame(injected))
+    assert straggler["worker"] == 1 and straggler["cause"] == "host"
+
+
+def test_a_worker_slowed_by_other_processes_is_a_contention_straggler():
+    busy = [row(0, 100.0, 40.0, cpu=160.0), row(1, 140.0, cpu=110.0)]
+    straggler, _ = straggler_rule.find_straggler(pd.DataFrame(busy), other_cpu_pct=45.0)
+    assert straggler["worker"] == 1 and straggler["cause"] == "contention"
+    assert "45 %" in straggler["evidence"] and "110 % CPU" in straggler["evidence"]
+    # Host work that keeps its process busy is its own cause, also on a busy machine.
+    host_work = [row(0, 100.0, 40.0, cpu=110.0), row(1, 140.0, part="host", cpu=160.0)]
+    straggler, _ = straggler_rule.find_straggler(pd.DataFrame(host_work), other_cpu_pct=45.0)
+    assert straggler["cause"] == "host"
+    # A quiet machine: less CPU is not contention.
+    straggler, _ = straggler_rule.find_straggler(pd.DataFrame(busy), other_cpu_pct=2.0)
+    assert straggler["cause"] == "compute"
+    # A worker waiting 40 ms a step for its data uses less CPU on a busy machine too: its compute is
+    # the others', so the cause is its input (a two-worker job with injected input read contention).
+    waiting = [row(0, 100.0, 40.0, part="input", cpu=160.0), row(1, 140.0, part="input", cpu=110.0)]
+    straggler, _ = straggler_rule.find_straggler(pd.DataFrame(waiting), other_cpu_pct=45.0)
+    assert straggler["worker"] == 1 and straggler["cause"] == "input", straggler
+    # ... unless its compute, which needs the CPU, is slow as well: then it was starved.
+    starved = pd.DataFrame(waiting)
+    starved.loc[1, "compute_ms"] += 20.0
+    starved.loc[1, "step_ms"] += 20.0
+    straggler, _ = straggler_rule.find_straggler(starved, other_cpu_pct=45.0)
+    assert straggler["worker"] == 1 and straggler["cause"] == "contention", straggler
+
+
+def test_too_few_steps_to_tell_is_said_plainly():
+    straggler, reason = straggler_rule.find_straggler(pd.DataFrame([row(0, 100.0, 40.0, steps=2), row(1, 140.0, steps=2)]))
+    assert straggler is None and "too few steps to tell" in reason and "--profile-steps" in reason
+
+
+def test_a_session_with_few_steps_says_so(tmp_path):
+    session = fx.write_synthetic_session(tmp_path / "s", workers=2, slow_worker=1, slow_part="host", steps=2)
+    result = pipeline.analyze(session.logdir)
+    assert result.straggler is None and "too few steps" in result.straggler_reason
+    assert "straggler: none (too few steps" in result.render("text")

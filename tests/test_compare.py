@@ -16,6 +16,9 @@ from analysis.read.run_files import STEPS_COLUMNS as STEP_COLUMNS
 from profiler import cli
 from repo_paths import REPO
 from compare_fixtures import SEED_TABLE, make_run, run_cli
+from run_fixtures import small_run
+
+import analysis
 
 
 @pytest.fixture
@@ -322,3 +325,12 @@ def test_compare_advises_precision_only_from_measured_ceilings(tmp_path):
     assert "--precision mixed_bfloat16" in compare.advice(faster, "compute")
     unmeasured = compare.run_row(compare.read_run(make_run(tmp_path, "none")))
     assert "mixed_bfloat16" not in compare.advice(unmeasured, "compute")
+
+
+# ---------------------------------------------------------------- one run path, given as a string
+
+
+def test_compare_takes_one_run_path_as_one_run_not_as_its_letters(tmp_path):
+    run = small_run(tmp_path / "run")
+    for given in (str(run), run):
+        assert list(analysis.compare(given).table["run"]) == ["run"]

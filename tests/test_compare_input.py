@@ -12,6 +12,7 @@ from analysis.comparison.chart import chart_data
 from profiler import cli
 from compare_fixtures import SEED_TABLE, make_run
 from run_fixtures import make_run as make_small_run, step_line
+from compare_fixtures import make_run as make_compare_run
 
 
 def test_compare_skips_folders_that_are_not_runs_with_one_note(tmp_path, capsys):
@@ -145,3 +146,44 @@ def test_compare_does_not_tell_a_prefetching_pipeline_to_prefetch():
     row = {"input_pct": 30.0, "compute_pct": 60.0, "host_pct": 10.0, "prefetches": True}
     assert ".prefetch(" not in compare.advice(row, "input")
     assert ".prefetch(" in compare.advice({**row, "prefetches": None}, "input")
+
+
+def run_cli(argv, capsys):
+    capsys.readouterr()
+    code = cli.main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def lines_starting(text: str, prefix: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(prefix)]
+
+
+# ---------------------------------------------------------------- a run given twice, runs of different sizes
+
+
+def test_a_run_given_twice_is_shown_once(tmp_path, capsys, monkeypatch):
+    base = make_compare_run(tmp_path, "base")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["compare", base, "base/", "--format", "json"], capsys)
+    assert code == 0, err
+    assert [row["run"] for row in json.loads(out)["rows"]] == ["base"]
+    warnings = lines_starting(err, "warning:")
+    assert len(warnings) == 1 and "twice" in warnings[0], err
+
+
+def test_runs_of_different_sizes_are_explained_per_training_image(tmp_path):
+    """A 2,000-image run with 30 ms more input per batch of 100 against a 50,000-image run, both
+    validating 1,000 images (0.5 s): the input explains the gap, and the sentence gives the
+    table's speed-up."""
+    small = make_compare_run(tmp_path, "small", device="Small", steps=20, input_ms=31.0,
+                             epoch_seconds=(2.0, 20 * 0.085 + 0.5, 20 * 0.085 + 0.5))
+    big = make_compare_run(tmp_path, "big", device="Big", steps=500, epoch_seconds=(40.0, 500 * 0.055 + 0.5,
+                                                                                 500 * 0.055 + 0.5))
+    table = compare.compare_runs([small, big])
+    why = dict(zip(table["run"], table["why"]))["small"]
+    assert "input explains 100 % of the 0.3 ms/image gap of training" in why, why
+    assert "epoch-level work is apart" in why and "0.5 vs 0.5 s per epoch" in why, why
+    speedups = dict(zip(table["run"], table["speedup"]))
+    shown = speedups["big"] / speedups["small"]
+    assert f"{shown:.2f}x slower than Big" in why, (why, shown)

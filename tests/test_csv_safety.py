@@ -10,6 +10,14 @@ import pandas as pd
 import pytest
 
 from analysis.render.csv_safety import frame_csv, needs_quote, neutralize_cell, neutralize_frame
+import dataclasses
+
+import trace_fixtures as fx
+from compare_fixtures import make_run as make_compare_run
+from run_fixtures import make_run as make_small_run, step_line
+
+from analysis import pipeline
+from profiler import cli
 
 
 @pytest.mark.parametrize("text", ['=HYPERLINK("http://x","click")', "=1+2", "+1+2", "-1+2", "@SUM(A1:A2)",
@@ -139,3 +147,74 @@ def test_frame_csv_writes_a_long_frame_faster():
     slow_s = time.perf_counter() - start
     assert fast == slow
     assert fast_s < slow_s, (fast_s, slow_s)
+
+
+def run_cli(argv, capsys):
+    capsys.readouterr()
+    code = cli.main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def device_trace(tmp_path_factory):
+    return fx.write_synthetic_device_trace(tmp_path_factory.mktemp("gpu") / "plugins/profile/s/h.xplane.pb",
+                                           gpus=2, empty_gpus=0)
+
+
+FORMULA = '=HYPERLINK("evil.example","click")'
+
+
+# ---------------------------------------------------------------- formula text in every CSV
+
+
+def test_analyze_output_csvs_quote_formula_text(device_trace, tmp_path):
+    result = pipeline.analyze(device_trace.path)
+    ops = result.ops.copy()
+    ops.loc[0, "op"] = FORMULA
+    ops.loc[1, "type"] = "@SUM(A1)"
+    rec = pd.DataFrame({"step": [1], "note": ["-cmd"], "step_ms_diff": [-1.5]})
+    run = pipeline.analyze(make_small_run(tmp_path / "run", [step_line(i) for i in range(6)]))
+    epochs = run.epochs.assign(label="+x")
+    steps = result.steps.copy()
+    steps["name"] = "=1+2"
+    hostile = dataclasses.replace(result, ops=ops, reconciliation=rec, epochs=epochs, steps=steps)
+    out = tmp_path / "out"
+    written = pipeline.Analysis.write(hostile, out)
+    for name in ("ops.csv", "trace_vs_steps.csv", "epoch_breakdown.csv", "step_breakdown.csv"):
+        assert out / name in written
+    assert pd.read_csv(out / "ops.csv")["op"][0] == "'" + FORMULA
+    assert pd.read_csv(out / "ops.csv")["type"][1] == "'@SUM(A1)"
+    reconciled = pd.read_csv(out / "trace_vs_steps.csv")
+    assert reconciled["note"][0] == "'-cmd" and reconciled["step_ms_diff"][0] == -1.5  # numbers stay numbers
+    assert pd.read_csv(out / "epoch_breakdown.csv")["label"][0] == "'+x"
+    assert set(pd.read_csv(out / "step_breakdown.csv")["name"]) == {"'=1+2"}
+    assert set(pd.read_csv(io.StringIO(hostile.render("csv")))["name"]) == {"'=1+2"}
+
+
+def test_compare_csv_quotes_run_path_label_why_and_external_notes(tmp_path, capsys):
+    evil = make_compare_run(tmp_path, FORMULA, device="-cmd")
+    make_compare_run(tmp_path, "base", device="Test CPU", epoch_seconds=(3.0, 1.0, 1.0))
+    external = tmp_path / "ext.csv"
+    external.write_text("device,seconds_per_epoch,notes\n@dev,2.0,=1+2\n")
+    code, out, err = run_cli(["compare", evil, tmp_path / "base", "--external", external, "--format", "csv"], capsys)
+    assert code == 0, err
+    table = pd.read_csv(io.StringIO(out))
+    row = table[table["run"].str.contains("HYPERLINK")].iloc[0]
+    assert row["run"] == "'" + FORMULA
+    assert row["label"] == "'-cmd" and row["device"] == "'-cmd" and row["why"].startswith("'-cmd")
+    ext = table[table["external"]].iloc[0]
+    assert ext["notes"] == "'=1+2" and ext["run"] == "'@dev"
+    for cell in map(str, table.select_dtypes(exclude="number").stack()):
+        assert not cell.startswith(("=", "+", "-", "@", "\t", "\r")), cell
+    assert table["seconds_per_epoch"].dtype.kind == "f"
+
+
+def test_compare_csv_quotes_a_path_that_starts_like_a_formula(tmp_path, capsys, monkeypatch):
+    make_compare_run(tmp_path, "-run")
+    make_compare_run(tmp_path, "b", epoch_seconds=(3.0, 1.0, 1.0))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["compare", "--format", "csv", "--", "-run", "b"], capsys)
+    assert code == 0, err
+    table = pd.read_csv(io.StringIO(out))
+    assert "'-run" in set(table["path"]) and "'-run" in set(table["run"])

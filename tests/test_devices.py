@@ -19,6 +19,7 @@ from profiler.device import devices
 from profiler.device.devices import DeviceError, resolve
 from repo_paths import REPO
 from fake_backend import FakeBackend, FakeMirroredStrategy, FakeOneDeviceStrategy, FakeTPUStrategy
+from fake_backend import _fake_cpu_run
 
 GIB = 2**30
 
@@ -423,3 +424,196 @@ def test_unreachable_tpu_address_answers_within_the_timeout(tmp_path, argv, code
     else:
         assert done.stderr.strip().splitlines() == [f"error: {expect}"], done.stderr
         assert not out.exists()
+
+
+# ---------------------------------------------------------------- a TPU's native log lines
+
+
+def test_an_unreachable_tpu_is_one_error_without_native_log_lines(capfd, monkeypatch):
+    """TensorFlow logs the failed connection itself (an `E0000` line and gRPC's details) before
+    the exception that the `error:` line is made from."""
+    monkeypatch.delenv("DEVPROF_DEBUG", raising=False)
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    monkeypatch.setenv(devices.TPU_TIMEOUT_ENV, "5")
+
+    class UnreachableTPU:
+        def tpu_strategy(self, address):
+            os.write(2, b"E0000 00:00:1795469901.865310    4453 context_distributed_manager.cc:784] Received http2 "
+                        b"header with status: 404\nAdditional GRPC error information from remote target "
+                        b"/job:worker/replica:0/task:0 while calling /tensorflow.WorkerService/GetStatus:\n"
+                        b":UNKNOWN:Error received from peer  {grpc_status:12}\n")
+            raise RuntimeError("Received http2 header with status: 404")
+
+    with pytest.raises(devices.DeviceError, match="no TPU reachable at grpc://10.0.0.1:8470"):
+        devices.resolve("tpu", tpu="grpc://10.0.0.1:8470", backend=UnreachableTPU())
+    captured = capfd.readouterr()
+    assert captured.err == "" and captured.out == ""
+
+
+def test_a_reachable_tpu_still_shows_what_else_it_printed(capfd, monkeypatch):
+    monkeypatch.delenv("DEVPROF_DEBUG", raising=False)
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+
+    class TPU:
+        def tpu_strategy(self, address):
+            os.write(2, b"I0000 00:00:1.0    1 tpu.cc:1] chatter\nsomething the user should see\n")
+            return type("S", (), {"num_replicas_in_sync": 8})(), {"tpu": address, "cores": 8}
+
+    assert devices.resolve("tpu", tpu="grpc://t:8470", backend=TPU()).kind == "tpu"
+    assert capfd.readouterr().err == "something the user should see\n"
+
+
+def test_with_debug_the_native_lines_show(capfd, monkeypatch):
+    monkeypatch.setenv("DEVPROF_DEBUG", "1")
+
+    class UnreachableTPU:
+        def tpu_strategy(self, address):
+            os.write(2, b"E0000 00:00:1.0    1 x.cc:1] refused\n")
+            raise RuntimeError("refused")
+
+    with pytest.raises(devices.DeviceError):
+        devices.resolve("tpu", tpu="grpc://t:8470", backend=UnreachableTPU())
+    assert "E0000" in capfd.readouterr().err
+
+
+X86_NO_BF16 = "processor\t: 0\nflags\t\t: fpu sse2 avx2 fma avx512f avx512bw\n"
+X86_BF16 = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n"
+X86_AMX = "flags\t\t: fpu sse2 amx_bf16 amx_tile\n"
+ARM_NO_BF16 = "processor\t: 0\nFeatures\t: fp asimd evtstrm aes crc32\n"
+ARM_BF16 = "Features\t: fp asimd bf16 i8mm\n"
+
+
+# ---------------------------------------------------------------- bfloat16 without bfloat16 units
+
+
+def test_cpu_flags_are_read_from_cpuinfo():
+    assert devices.cpu_flags(X86_BF16) >= {"avx512_bf16", "sse2"}
+    assert "asimd" in devices.cpu_flags(ARM_NO_BF16)
+    assert devices.cpu_flags("model name: x\n") is None
+    assert devices.cpu_flags() is None or isinstance(devices.cpu_flags(), set)
+
+
+@pytest.mark.parametrize("cpuinfo, warned", [(X86_NO_BF16, "avx512_bf16 or amx_bf16"), (X86_BF16, None),
+                                             (X86_AMX, None), (ARM_NO_BF16, "the bf16 feature"), (ARM_BF16, None)])
+def test_bfloat16_on_a_cpu_without_bfloat16_units_is_warned(cpuinfo, warned):
+    text = devices.precision_warning("mixed_bfloat16", "cpu", devices.cpu_flags(cpuinfo))
+    if warned is None:
+        assert text is None
+    else:
+        assert "no bfloat16 units" in text and warned in text and "float32" in text, text
+
+
+def test_run_json_records_the_cpus_bfloat16_units(monkeypatch):
+    """analyze reads files only: run.json's device says whether bfloat16 has units to run on."""
+    assert devices.bfloat16_units(devices.cpu_flags(X86_NO_BF16)) == []
+    assert devices.bfloat16_units(devices.cpu_flags(X86_BF16)) == ["avx512_bf16"]
+    assert devices.bfloat16_units(devices.cpu_flags(ARM_BF16)) == ["bf16"]
+    assert devices.bfloat16_units(None) is None
+    read = devices.cpu_flags
+    monkeypatch.setattr(devices, "cpu_flags", lambda text=None: read(X86_AMX))
+    assert devices.cpu_info()["bfloat16_units"] == ["amx_bf16"]
+
+
+def test_other_precisions_and_devices():
+    flags = devices.cpu_flags(X86_NO_BF16)
+    assert devices.precision_warning("float32", "cpu", flags) is None
+    assert devices.precision_warning("mixed_bfloat16", "gpu", flags) is None
+    assert devices.precision_warning("mixed_bfloat16", "cpu", None) is None  # flags unknown: say nothing
+    assert "float16 has no fast kernels on CPUs" in devices.precision_warning("mixed_float16", "cpu", flags)
+
+
+@pytest.mark.parametrize("precision, cpuinfo, expect", [
+    ("mixed_bfloat16", X86_NO_BF16, "warning: this CPU has no bfloat16 units (avx512_bf16 or amx_bf16 not in"),
+    ("mixed_bfloat16", X86_BF16, None),
+    ("mixed_float16", X86_BF16, "warning: float16 has no fast kernels on CPUs"),
+])
+def test_a_run_warns_before_it_trains(tmp_path, capsys, monkeypatch, precision, cpuinfo, expect):
+    read = devices.cpu_flags
+    monkeypatch.setattr(devices, "cpu_flags", lambda text=None: read(cpuinfo))
+    run = _fake_cpu_run(tmp_path, monkeypatch)
+    run.config.train.precision = precision
+    run.prepare()
+    err = capsys.readouterr().err
+    if expect is None:
+        assert err == ""
+    else:
+        assert err.startswith(expect) and len(err.strip().splitlines()) == 1, err
+
+
+class _TPUBackend:
+    """A backend whose TPU lookup is recorded: it stands for TensorFlow's resolver, which waits."""
+
+    def __init__(self):
+        self.looked_up = []
+
+    def tpu_strategy(self, address):
+        self.looked_up.append(address)
+        raise RuntimeError("no answer")
+
+    def physical_devices(self, kind):
+        return []
+
+
+@pytest.fixture
+def no_tpu_here(monkeypatch, tmp_path):
+    from profiler.device import devices
+
+    for name in devices.TPU_ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(devices, "TPU_DEVICE_FILES", (str(tmp_path / "accel0"), str(tmp_path / "vfio0")),
+                        raising=False)
+    monkeypatch.setenv(devices.TPU_TIMEOUT_ENV, "1")  # an old lookup gives up soon, and the test says why
+    return devices
+
+
+# ---------------------------------------------------------------- --device tpu where there is none
+
+
+def test_device_tpu_without_any_tpu_says_so_without_looking_it_up(no_tpu_here):
+    devices = no_tpu_here
+    backend = _TPUBackend()
+    with pytest.raises(devices.DeviceError, match=r"no TPU reachable: this machine has no TPU device \(.*accel0"):
+        devices.resolve("tpu", backend=backend)
+    assert backend.looked_up == []  # TensorFlow's resolver, which waits for an absent TPU, was never asked
+
+
+@pytest.mark.parametrize("hint", ["address", "TPU_NAME", "device file"])
+def test_device_tpu_with_a_hint_still_looks_it_up(no_tpu_here, monkeypatch, tmp_path, hint):
+    devices = no_tpu_here
+    if hint == "TPU_NAME":
+        monkeypatch.setenv("TPU_NAME", "my-tpu")
+    if hint == "device file":
+        (tmp_path / "vfio0").write_text("")
+    backend = _TPUBackend()
+    with pytest.raises(devices.DeviceError, match="no TPU reachable"):
+        devices.resolve("tpu", tpu="grpc://10.0.0.9:8470" if hint == "address" else None, backend=backend)
+    assert len(backend.looked_up) == 1
+
+
+def test_devprof_run_device_tpu_without_a_tpu_is_a_usage_error_before_tensorflow_starts(no_tpu_here, tmp_path,
+                                                                                       capsys):
+    """Unmarked on purpose: the test suite fails a fast test that loads TensorFlow."""
+    from cli_checks import one_usage_error
+
+    from profiler import cli
+
+    code = cli.main(["run", "--device", "tpu", "--out", str(tmp_path / "runs")])
+    assert "no TPU reachable: this machine has no TPU device" in one_usage_error(code, capsys)
+    assert not (tmp_path / "runs").exists()
+
+
+# ---------------------------------------------------------------- CUDA_VISIBLE_DEVICES
+
+
+def test_no_gpu_under_cuda_visible_devices_names_the_variable(monkeypatch):
+    from profiler.device.devices import DeviceError, resolve
+    from fake_backend import FakeBackend
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(DeviceError) as info:
+        resolve("gpu", backend=FakeBackend(gpus=0))
+    assert "CUDA_VISIBLE_DEVICES='' is set and hides every GPU it does not name" in str(info.value)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    with pytest.raises(DeviceError) as info:
+        resolve("gpu", backend=FakeBackend(gpus=0))
+    assert "CUDA_VISIBLE_DEVICES" not in str(info.value) and "NVIDIA driver" in str(info.value)

@@ -318,3 +318,31 @@ def test_compare_chart_labels_lie_inside_the_chart_in_chromium(stamped_runs, tmp
     assert len(boxes) == len(STAMPED), boxes
     outside = [b for b in boxes if min(b["left"], b["right"], b["top"], b["bottom"]) < 0 or b["gap"] < 0]
     assert not outside, f"labels past the chart's edge or over the bars: {outside}"
+
+
+def _fake_browser(tmp_path: Path, body: str) -> str:
+    script = tmp_path / "chromium"
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+@pytest.mark.slow
+def test_a_browser_that_dies_at_start_is_started_once_more_then_the_failure_says_what_it_printed(tmp_path,
+                                                                                                monkeypatch):
+    import browser
+
+    real = browser.chromium_binary()
+    # dies the first time (as Chromium did beside two CPU hogs), then starts: the page still loads
+    once = _fake_browser(tmp_path, f'if [ ! -e {tmp_path}/died ]; then touch {tmp_path}/died; '
+                                   f'echo "crashpad: unrecognized option" >&2; exit 1; fi; exec {real} "$@"')
+    monkeypatch.setattr(browser, "chromium_binary", lambda: once)
+    page = tmp_path / "p.html"
+    page.write_text("<!doctype html><title>t</title><p>ok</p>")
+    assert browser.load(page).errors == [] and (tmp_path / "died").exists()
+    # dies every time: the test fails once, with what it printed both times
+    (tmp_path / "always").mkdir()
+    always = _fake_browser(tmp_path / "always", 'echo "zygote pipe broken" >&2; exit 1')
+    monkeypatch.setattr(browser, "chromium_binary", lambda: always)
+    with pytest.raises(pytest.fail.Exception, match=r"(?s)exited at start twice.*zygote pipe broken.*zygote pipe"):
+        browser.load(page)

@@ -29,6 +29,8 @@ import analysis  # noqa: E402
 from profiler import cli  # noqa: E402
 from profiler.cli import mcp_server
 from repo_paths import REPO
+from run_fixtures import make_run as make_small_run, step_line
+from compare_fixtures import _traced_run
 
 TOOLS = ("list_runs", "analyze", "findings", "ops", "steps", "compare", "explain_rule")
 
@@ -196,3 +198,75 @@ def test_a_stdio_session_through_the_sdk_client(root):
     assert json.loads(answers["compare"][1])["fastest"] == "cpu-fast"
     is_error, text = answers["outside"]
     assert is_error and "outside the roots" in text
+
+
+# ---------------------------------------------------------------- list_runs, limits, refusals and the analysis' warnings
+
+
+def test_mcp_list_runs_of_a_file_is_refused_not_an_empty_list(tmp_path):
+    from profiler.cli.mcp_server import Refused, Roots, Tools
+
+    make_small_run(tmp_path / "run", [step_line(i) for i in range(6)])
+    tools = Tools(Roots([tmp_path]))
+    with pytest.raises(Refused, match="a file, not a folder"):
+        tools.list_runs(root="run/run.json")
+    assert json.loads(tools.list_runs(root="run"))["runs_total"] == 1
+
+
+@pytest.fixture
+def mcp_root(tmp_path):
+    pytest.importorskip("mcp")
+    from marker_traces import marker_trace
+
+    root = tmp_path / "runs"
+    marker_trace(root / "trace" / "plugins" / "profile" / "s" / "host.xplane.pb")
+    deep = root.joinpath(*[f"d{i}" for i in range(8)])
+    marker_trace(deep / "plugins" / "profile" / "s" / "host.xplane.pb")
+    return root
+
+
+def _mcp_call(root, tool, **arguments):
+    import anyio
+
+    from profiler.cli import mcp_server
+
+    server = mcp_server.build_server(mcp_server.Roots([root]))
+    try:
+        result = anyio.run(lambda: server.call_tool(tool, arguments))
+    except Exception as exc:  # noqa: BLE001 - the SDK's tool error: a refusal
+        return None, str(exc)
+    return json.loads(result.content[0].text), None
+
+
+@pytest.mark.parametrize("limit", [True, "5", 2.0])
+def test_mcp_refuses_a_limit_that_is_no_whole_number_instead_of_coercing_it(mcp_root, limit):
+    answer, refusal = _mcp_call(mcp_root, "ops", path="trace", limit=limit)
+    assert answer is None and refusal, answer
+
+
+def test_mcp_says_which_folders_list_runs_did_not_search(mcp_root):
+    answer, _ = _mcp_call(mcp_root, "list_runs")
+    assert [run["path"] for run in answer["runs"]] == ["trace"] or len(answer["runs"]) == 1
+    assert answer["not_searched"] and "more than 6 deep, not searched" in answer["not_searched"]
+
+
+def test_mcp_refusals_leave_stderr_quiet(mcp_root, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    _, refusal = _mcp_call(mcp_root, "ops", path="/etc")
+    assert refusal and "outside" in refusal
+    assert not [r for r in caplog.records if r.name.startswith("mcp") and r.levelno < logging.WARNING]
+
+
+def test_mcp_gives_the_analysis_warnings_to_the_client(tmp_path):
+    pytest.importorskip("mcp")
+    root = tmp_path / "runs"
+    run = _traced_run(root, "odd")
+    meta = json.loads((run / "run.json").read_text())
+    meta["config"] = ["not", "an", "object"]
+    (run / "run.json").write_text(json.dumps(meta))
+    for tool in ("analyze", "findings"):
+        answer, refusal = _mcp_call(root, tool, path="odd")
+        assert refusal is None
+        assert any("'config' must be an object" in note for note in answer["notes"]), (tool, answer["notes"])

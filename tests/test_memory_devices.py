@@ -17,6 +17,9 @@ from analysis import analyze
 from analysis.breakdown import memory as breakdown
 from analysis.breakdown import memory_holders
 from profiler.cli import main
+from pathlib import Path
+
+import analysis
 
 SESSION = "2030_01_01_00_00_00"
 
@@ -311,3 +314,27 @@ def test_a_capacity_below_the_peak_or_a_fragmentation_outside_0_1_is_not_stated(
                                    view.window[0], 8)
     gpu = next(p for p in peaks if p.name == GPU)
     assert math.isnan(gpu.capacity_bytes) and math.isnan(gpu.capacity_share) and math.isnan(gpu.fragmentation)
+
+
+def _memory_run(root: Path, images: list[int]) -> Path:
+    from memory_fixtures import write_memory_trace
+
+    run = root / "run"
+    write_memory_trace(run / "plugins" / "profile" / "s" / "h.xplane.pb")
+    (run / "run.json").write_text(json.dumps({"status": "complete", "config": {}}))  # profile(): no batch size
+    rows = [f"1,{k},1,{1_700_000_000 + k:.6f},1.0,8.0,1.0,10.0,{n}" for k, n in enumerate(images)]
+    (run / "steps.csv").write_text("epoch,step,steps,start_time_s,input_ms,call_ms,other_host_ms,step_ms,images\n"
+                                   + "\n".join(rows) + "\n")
+    return run
+
+
+def test_the_images_every_step_recorded_are_the_batch_size_for_headroom(tmp_path):
+    from memory_fixtures import GPU
+
+    memory = analysis.analyze(_memory_run(tmp_path / "same", [8, 8, 8])).to_json()["memory"]
+    gpu = next(a for a in memory["allocators"] if a["name"] == GPU)
+    assert memory["batch_size"] == 8 and gpu["max_batch"] == 15  # as where run.json states batch 8
+    # steps of different sizes (a last, partial batch) state no one batch size
+    uneven = analysis.analyze(_memory_run(tmp_path / "uneven", [8, 8, 3])).to_json()["memory"]
+    assert uneven["batch_size"] is None
+    assert "steps.csv's images per step are not one number" in uneven["allocators"][0]["headroom_reason"]

@@ -10,6 +10,10 @@ import trace_fixtures as fx
 from analysis import analyze
 from analysis.render import tables
 from analysis.render.names import distinct_names
+import json
+
+from analysis import pipeline
+from profiler import cli
 
 LAYERS = ("conv2d_1", "conv2d_3", "conv2d_5")
 BACKPROP = [f"gradient_tape/seed_cifar10_cnn/{layer}/Conv2D/Conv2DBackpropFilter" for layer in LAYERS]
@@ -151,3 +155,60 @@ def test_chart_labels_drop_the_start_run_names_share_and_stay_distinct():
     # The difference in a middle that the cut would remove: the labels show that stretch instead.
     pair = distinct_labels(["x" * 20 + "A" + "y" * 40, "x" * 20 + "B" + "y" * 40], 20)
     assert len(set(pair)) == 2 and "A" in pair[0] and "B" in pair[1] and all(len(s) <= 20 for s in pair), pair
+
+
+def run_cli(argv, capsys):
+    capsys.readouterr()
+    code = cli.main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def lines_starting(text: str, prefix: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(prefix)]
+
+
+LONG_KERNEL = ("void Eigen::internal::EigenMetaKernel<Eigen::TensorEvaluator<Eigen::TensorAssignOp<"
+               + "Eigen::TensorMap<Eigen::Tensor<float, 4, 1, long>, 16, Eigen::MakePointer>, " * 14
+               + "Eigen::GpuDevice>, long>>(Eigen::TensorEvaluator<" + "const float, " * 20 + "long>, long)")
+
+
+# ---------------------------------------------------------------- long steps.csv, long kernel names
+
+
+def test_text_shows_at_most_20_steps_and_short_kernel_names(tmp_path, capsys):
+    assert len(LONG_KERNEL) > 1200
+    trace = fx.write_synthetic_device_trace(tmp_path / "plugins/profile/s/h.xplane.pb", gpus=1, empty_gpus=0,
+                                            steps=81, kernel_name=LONG_KERNEL)
+    code, out, err = run_cli(["analyze", trace.path, "--out", tmp_path / "out"], capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert max(map(len, lines)) <= 200, max(lines, key=len)
+    header = next(i for i, line in enumerate(lines) if line.startswith(" step "))
+    rows = [line for line in lines[header + 1:header + 30] if line.strip()[:1].isdigit()]
+    assert len(rows) == 20, lines[header:header + 25]
+    assert "… 61 more steps in --format json / step_breakdown.csv" in out
+    assert "EigenMetaKernel<…>(…)" in out
+    document = json.loads(pipeline.analyze(trace.path).render("json"))
+    assert len(document["steps"]) == 81 and LONG_KERNEL in {op["op"] for op in document["ops"]}
+    assert LONG_KERNEL in set(pd.read_csv(tmp_path / "out" / "ops.csv")["op"])
+    assert len(pd.read_csv(tmp_path / "out" / "step_breakdown.csv")) == 81
+
+
+def test_a_long_steps_csv_is_read_whole_and_printed_short(tmp_path, capsys):
+    rows = 100_000
+    run = tmp_path / "run"
+    run.mkdir()
+    frame = pd.DataFrame({"epoch": 1 + pd.RangeIndex(rows) // 1000, "step": pd.RangeIndex(rows), "steps": 1,
+                          "start_time_s": 1.7e9 + 0.01 * pd.RangeIndex(rows), "input_ms": 1.0, "call_ms": 8.0,
+                          "other_host_ms": 1.0, "step_ms": 10.0, "images": 100, "extra_column": "x"})
+    frame.to_csv(run / "steps.csv", index=False)
+    (run / "run.json").write_text(json.dumps({"status": "complete", "device": {"kind": "cpu"},
+                                              "epochs": [{"epoch": e, "seconds": 10.5, "images": 100_000}
+                                                         for e in range(1, 101)]}))
+    code, out, err = run_cli(["analyze", run, "--out", tmp_path / "out"], capsys)
+    assert code == 0 and not lines_starting(err, "warning:"), err
+    assert len(out.splitlines()) < 200
+    assert f"… {rows - 20} more steps" in out
+    assert len(pd.read_csv(tmp_path / "out" / "step_breakdown.csv")) == rows
+    assert len(pd.read_csv(tmp_path / "out" / "epoch_breakdown.csv")) == 100

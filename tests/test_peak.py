@@ -11,6 +11,7 @@ import pytest
 from profiler import cli
 from profiler.roofline import peak
 from profiler.cli.commands import peak as peak_command
+from profiler.device import quiet
 
 
 class FakeDevice:
@@ -644,3 +645,30 @@ def test_a_burst_of_load_during_one_dtypes_search_does_not_set_the_dtypes_ratio(
     rates = result["matmul_flops_per_second"]
     assert rates["bfloat16"] / rates["float32"] == pytest.approx(2.0)
     assert len(result["matmul"]["bfloat16"]["confirmed"]) == peak.CONFIRM_ROUNDS * 2  # best size and the one after
+
+
+# ---------------------------------------------------------------- a peak that could not be cached
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_peak_says_when_its_result_could_not_be_cached(tmp_path, capsys, monkeypatch, fmt):
+    monkeypatch.setattr(quiet, "import_tensorflow", lambda: None)
+    monkeypatch.setattr(peak, "device_name", lambda device: "Fake CPU")
+    monkeypatch.setattr(peak, "measure_peak", lambda device, name=None: {
+        "device": device, "device_name": name, "format": peak.PEAK_FORMAT_VERSION,
+        "matmul_flops_per_second": {"float32": 1e11}, "memory_bytes_per_second": 1e10})
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("DEVPROF_CACHE_DIR", str(blocker / "cache"))  # cannot be made: a file is in the way
+    assert cli.main(["peak", "--format", fmt]) == 0
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: the result could not be cached in "), captured.err
+    assert str(blocker / "cache") in lines[0] and "DEVPROF_CACHE_DIR" in lines[0]
+    if fmt == "json":
+        assert "cache_error" in json.loads(captured.out)
+    else:
+        assert "matmul float32: 100.0 GFLOP/s" in captured.out and "warning" not in captured.out
+    monkeypatch.setenv("DEVPROF_CACHE_DIR", str(tmp_path / "cache"))  # a cache that works: no warning
+    assert cli.main(["peak", "--format", fmt]) == 0
+    assert capsys.readouterr().err == ""

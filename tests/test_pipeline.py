@@ -17,6 +17,12 @@ import trace_fixtures as fx
 import analysis
 from analysis import job, pipeline, render
 from profiler.cli import main
+import re
+
+from run_fixtures import small_run
+import dataclasses
+
+from run_fixtures import make_run as make_small_run, step_line
 
 ANALYSIS_DIR = Path(analysis.__file__).resolve().parent
 
@@ -248,3 +254,41 @@ def test_mypy_is_clean():
     out, err, status = api.run(["--config-file", str(root / "pyproject.toml"),
                                 *(str(root / package) for package in ("analysis", "profiler", "models"))])
     assert status == 0, out + err
+
+
+# ---------------------------------------------------------------- the Python API's arguments
+
+
+@pytest.mark.parametrize("call, error, says", [
+    (lambda run: analysis.analyze(run, processes=0), ValueError, "processes must be a whole number"),
+    (lambda run: analysis.analyze(run, processes="2"), TypeError, "processes must be a whole number"),
+    (lambda run: analysis.analyze(None), TypeError, "path must be a path (str or pathlib.Path), got NoneType"),
+    (lambda run: analysis.analyze_worker(str(run).encode()), TypeError, "path must be a path"),
+    (lambda run: analysis.analyze(run, step_name=5), TypeError, "step_name must be a regular expression"),
+    (lambda run: analysis.compare([run], baseline=5), TypeError, "baseline must be a run name"),
+    (lambda run: analysis.compare([run, None]), TypeError, "each of runs must be a path"),
+    (lambda run: analysis.compare(5), TypeError, "runs must be paths"),
+], ids=["processes-0", "processes-str", "path-none", "path-bytes", "step-name-int", "baseline-int", "runs-none",
+        "runs-int"])
+def test_the_python_api_names_its_argument_of_the_wrong_kind(tmp_path, call, error, says):
+    run = small_run(tmp_path / "run")
+    with pytest.raises(error, match=re.escape(says)):
+        call(run)
+
+
+# ---------------------------------------------------------------- renderers check what they are given
+
+
+def test_renderers_refuse_a_negative_time_or_a_share_over_100(tmp_path):
+    run = make_small_run(tmp_path / "run", [step_line(i) for i in range(6)])
+    result = pipeline.analyze(run)
+    steps = result.steps.copy()
+    steps.loc[2, "host_ms"] = -3.0
+    broken = dataclasses.replace(result, steps=steps)
+    for fmt in ("text", "markdown", "json"):
+        with pytest.raises(ValueError, match="negative"):
+            broken.render(fmt)
+    shares = result.steps.copy()
+    shares.loc[1, "input_pct"] = 178.0
+    with pytest.raises(ValueError, match="over 100"):
+        dataclasses.replace(result, steps=shares).render("text")

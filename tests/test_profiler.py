@@ -18,6 +18,10 @@ from analysis.rules import table as rules
 from profiler import cli
 from profiler.record import tracing
 from repo_paths import REPO
+from types import SimpleNamespace
+
+from profiler.record.console import Console
+from profiler.record.session import Session
 
 # XProf's per-step table: these parts add up to stepTimeMs.
 BREAKDOWN_COLUMNS = ["deviceComputeTimeMs", "deviceToDeviceTimeMs", "deviceCollectivesTimeMs", "hostComputeTimeMs",
@@ -408,3 +412,39 @@ def test_the_default_window_of_several_steps_per_call_gives_a_verdict(tmp_path):
     assert result.step_source == "markers" and result.steps_per_call == 5
     assert result.steps_used >= rules.MIN_STEADY_STEPS and result.verdict["bound"] is not None, result.verdict
     assert not result.verdict.get("single_step")
+
+
+def _session(tmp_path, option_owner=Session):
+    config = SimpleNamespace(tracer=tracing.TracerOptions(), quiet=True)
+    session = option_owner(config, Console(True))
+    session.path, session.meta = tmp_path, {"profiler": {}}
+    return session
+
+
+# ---------------------------------------------------------------- a window of the compile step only
+
+
+@pytest.mark.parametrize("start, stop, steps_per_call, warned", [
+    (0, 1, 1, True), (0, 4, 4, True), (2, 3, 4, True),
+    (0, 2, 1, False), (1, 2, 1, False), (0, 8, 4, False), (5, 15, 1, False),
+])
+def test_a_window_of_only_the_compile_step_is_warned_about(tmp_path, capsys, start, stop, steps_per_call, warned):
+    session = _session(tmp_path)
+    session._open_window(start, stop, "cpu", steps_per_call)
+    warnings = [w for w in session.meta["profiler"].get("warnings", []) if "compiles" in w]
+    err = capsys.readouterr().err
+    if not warned:
+        assert warnings == [] and "compiles" not in err
+        return
+    assert len(warnings) == 1 and f"profile window {start}:{stop} traces only" in warnings[0], warnings
+    assert "--profile-steps " in warnings[0]  # devprof run's option
+    assert f"warning: {warnings[0]}" in err
+
+
+def test_the_compile_step_warning_names_profile_steps_in_api_terms(tmp_path):
+    from profiler.api import ProfileSession
+
+    session = _session(tmp_path, ProfileSession)
+    session._open_window(0, 1, "cpu")
+    (warning,) = session.meta["profiler"]["warnings"]
+    assert 'profile_steps="1:11"' in warning and "--" not in warning, warning

@@ -105,3 +105,25 @@ def test_the_check_finds_an_import_that_runs_back_up(tmp_path):
     (tmp_path / "profiler" / "record" / "session.py").write_text("from profiler.record import rundir\n")
     (tmp_path / "profiler" / "cli" / "commands" / "run.py").write_text("from profiler.cli import launcher\n")
     assert back_up_imports(tmp_path) == []
+
+
+def test_no_two_modules_of_the_profiler_import_each_other():
+    """An import circle (`profiler/train/hooks.py` <-> `profiler/train/run.py`, once only for typing) makes which
+    module loads first matter; `hooks` now names what it needs as a Protocol."""
+    import ast
+    from pathlib import Path
+
+    root = REPO
+    modules = {}
+    for path in (root / "profiler").rglob("*.py"):
+        name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("profiler"):
+                imported |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+            elif isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names if alias.name.startswith("profiler")}
+        modules[name] = imported - {name}
+    circles = {tuple(sorted((a, b))) for a, imported in modules.items() for b in imported
+               if b in modules and a in modules[b] and not (a.startswith(b + ".") or b.startswith(a + "."))}
+    assert not circles, circles

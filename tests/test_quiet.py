@@ -1,7 +1,8 @@
 """The console shows what the user asked for: no TensorFlow start-up chatter (absl's I0000/W0000
 lines, cuInit's complaint on a machine without a GPU driver), no gRPC dump when a capture fails,
-and still everything with DEVPROF_DEBUG=1 or TF_CPP_MIN_LOG_LEVEL=0. Real subprocesses: the
-chatter is written by C++ straight to file descriptor 2."""
+and still everything with DEVPROF_DEBUG=1 or TF_CPP_MIN_LOG_LEVEL=0. Real subprocesses where the
+chatter is written by C++ straight to file descriptor 2; in-process for the settings themselves
+(DEVPROF_DEBUG's values, a TF_CPP_MIN_LOG_LEVEL that is no number, TensorFlow's Python warnings)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 
 from profiler.device import quiet
 from repo_paths import REPO
+import logging
 
 NATIVE_LINE = re.compile(r"^[IWEF]\d{4} ")
 
@@ -108,3 +110,48 @@ def test_the_default_level_keeps_real_errors():
         environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
         quiet.configure()  # the user's choice stands
         assert environ["TF_CPP_MIN_LOG_LEVEL"] == "0" and quiet.verbose()
+
+
+# ---------------------------------------------------------------- DEVPROF_DEBUG
+
+
+@pytest.mark.parametrize("value, on", [("1", True), ("true", True), ("TRUE", True), ("Yes", True), (" 1 ", True),
+                                       ("0", False), ("false", False), ("no", False), ("", False), ("off", False),
+                                       ("2", False)])
+def test_only_1_true_or_yes_turn_debugging_on(monkeypatch, value, on):
+    monkeypatch.setenv("DEVPROF_DEBUG", value)
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    assert quiet.debug() is on and quiet.verbose() is on
+
+
+# ---------------------------------------------------------------- TF_CPP_MIN_LOG_LEVEL and TensorFlow's Python warnings
+
+
+@pytest.mark.parametrize("value, warned", [("abc", True), ("", False), ("1", False), (" 3 ", False)])
+def test_a_tf_log_level_that_is_no_number_is_replaced_with_a_warning(monkeypatch, capsys, value, warned):
+    """TensorFlow reads 'abc' as 0 and printed every INFO line of its C++ log; devprof's filter read it as 2."""
+    from profiler.device import quiet
+
+    monkeypatch.setenv(quiet.LOG_LEVEL_VAR, value)
+    quiet.configure()
+    err = capsys.readouterr().err
+    assert ("warning: TF_CPP_MIN_LOG_LEVEL='abc' is not a log level" in err) is warned
+    expected = value if value.strip() else quiet.DEFAULT_LOG_LEVEL
+    assert os.environ[quiet.LOG_LEVEL_VAR] == (quiet.DEFAULT_LOG_LEVEL if warned else expected)
+
+
+def test_tensorflows_python_warnings_are_kept_off_only_inside_the_block(monkeypatch, caplog):
+    """`devprof peak` traces one tf.function per size tried: TensorFlow printed its retracing advice."""
+    from profiler.device import quiet
+
+    monkeypatch.delenv(quiet.DEBUG_VAR, raising=False)
+    monkeypatch.setenv(quiet.LOG_LEVEL_VAR, "2")
+    logger = logging.getLogger("tensorflow")
+    with caplog.at_level(logging.WARNING, logger="tensorflow"):
+        with quiet.tensorflow_python_warnings_off():
+            logger.warning("5 out of the last 13 calls triggered tf.function retracing")
+        logger.warning("after the block")
+        monkeypatch.setenv(quiet.DEBUG_VAR, "1")
+        with quiet.tensorflow_python_warnings_off():
+            logger.warning("asked for everything")
+    assert [record.message for record in caplog.records] == ["after the block", "asked for everything"]

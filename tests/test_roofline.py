@@ -449,3 +449,20 @@ def test_ceilings_for_another_dtype_than_the_ops_say_so(tmp_path):
     assert any("no ceiling for float32, the dtype of ops with known costs (ceilings are given for float16 only)" in n
                for n in analysis.roofline["notes"]), analysis.roofline["notes"]
     assert not any("no ceiling for" in n for n in _analysis(tmp_path / "f32", peak=CEILINGS).roofline["notes"])
+
+
+def test_a_ceiling_the_peak_search_could_not_measure_is_unknown_not_a_number():
+    import math
+
+    from analysis.breakdown.roofline import ceilings_from_peak
+
+    peak = {"device": "cpu", "ceilings": {"bfloat16": {"matrix_flops_per_second": 4e12, "vector_flops_per_second": 1.3e9,
+                                                       "memory_bytes_per_second": 5e10},
+                                          "float32": {"matrix_flops_per_second": 4e11, "vector_flops_per_second": 2e11,
+                                                      "memory_bytes_per_second": 5e10}},
+            "vector": {"bfloat16": {"k": 1, "stopped": "time", "sizes": [{"size": 1, "per_second": 1.3e9}]},
+                       "float32": {"k": 16, "stopped": "time", "sizes": [{"size": 1}, {"size": 4}, {"size": 16}]}}}
+    ceilings = ceilings_from_peak(peak, "cache")
+    assert math.isnan(ceilings.of("bfloat16")["vector_flops_per_second"])  # K 1-1: it gave up
+    assert ceilings.of("float32")["vector_flops_per_second"] == 2e11  # it grew, then stopped: measured
+    assert ceilings.of("bfloat16")["matrix_flops_per_second"] == 4e12

@@ -16,6 +16,9 @@ from analysis.rules import facts as trace_facts
 from analysis.rules import table as rules
 from analysis.rules.facts import Facts
 from repo_paths import REPO
+import json
+
+import numpy as np
 
 DOCS = REPO / "docs" / "rules.md"
 MS = 1_000_000
@@ -181,3 +184,68 @@ def test_a_cpu_without_bfloat16_units_is_not_told_to_use_bfloat16():
     assert "--precision mixed_bfloat16" not in rules.fix_for("compute", with_units)  # flags alone: a guess
     measured = dataclasses.replace(with_units, matrix_ceilings=(("bfloat16", 2e12), ("float32", 1e12)))
     assert "--precision mixed_bfloat16" in rules.fix_for("compute", measured)
+
+
+T0 = 1_700_000_000.0
+
+
+def _idle_run(path: Path, *, idle: tuple[float, float], gap_after_step: int | None = None, gap_s: float = 0.0,
+              validation_s: float = 0.5) -> Path:
+    """Two epochs of ten 100 ms steps (epoch 1: 1.0 s of steps + `validation_s`; epoch 2 right after,
+    1.0 s), a host sample every 0.5 s up to T0 + 15 s, the process at 100 % CPU except at 1 % over
+    `idle` (seconds after T0); `gap_after_step` adds `gap_s` between that step and the next."""
+    from analysis.read.run_files import STEPS_COLUMNS
+
+    path.mkdir(parents=True)
+    rows, t = [], T0
+    for step in range(20):
+        epoch = 1 if step < 10 else 2
+        if step == 10:
+            t += validation_s  # epoch 1's validation
+        rows.append(f"{epoch},{step},1,{t:.6f},0.0,90.0,10.0,100.0,8")
+        t += 0.1 + (gap_s if step == gap_after_step else 0.0)
+    (path / "steps.csv").write_text("\n".join([",".join(STEPS_COLUMNS), *rows]) + "\n")
+    second = T0 + 1.0 + validation_s + (gap_s if gap_after_step is not None and gap_after_step < 10 else 0.0)
+    epochs = [{"epoch": 1, "seconds": second - T0, "start_time_s": T0, "images": 80},
+              {"epoch": 2, "seconds": t - second, "start_time_s": second, "images": 80}]
+    meta = {"status": "complete", "config": {"batch_size": 8}, "device": {"kind": "cpu", "name": "Test CPU"},
+            "steps_per_epoch": 10, "epochs": epochs, "samplers": {"summaries": {}}}
+    (path / "run.json").write_text(json.dumps(meta))
+    times = T0 + np.arange(0, 30) * 0.5 + 0.5
+    cpu = np.where((times > T0 + idle[0]) & (times <= T0 + idle[1]), 1.0, 100.0)
+    (path / "utilization").mkdir()
+    pd.DataFrame({"time_s": times, "cpu_pct": cpu / 2, "proc_cpu_pct": cpu, "proc_rss_bytes": 1e8}).to_csv(
+        path / "utilization" / "host.csv", index=False)
+    return path
+
+
+def _idle_finding(run: Path) -> dict | None:
+    import analysis
+
+    found = [f for f in analysis.analyze(run).findings if f["rule"] == "idle_stretch"]
+    return found[0] if found else None
+
+
+# ---------------------------------------------------------------- an idle stretch outside steps
+
+
+def test_an_idle_stretch_after_the_last_epoch_is_a_finding_with_its_length_and_place(tmp_path):
+    finding = _idle_finding(_idle_run(tmp_path / "run", idle=(3.0, 13.0)))
+    assert finding is not None and finding["severity"] == "warning"
+    assert finding["evidence"].startswith("The process sat idle for 10.0 s after the last epoch (2): its CPU stayed "
+                                          "under 5 % (proc_cpu_pct)"), finding["evidence"]
+
+
+def test_an_idle_stretch_between_steps_and_before_evaluation_are_placed(tmp_path):
+    run = _idle_run(tmp_path / "between", idle=(0.5, 4.0), gap_after_step=4, gap_s=3.0)
+    finding = _idle_finding(run)
+    # idle from 0.5 s to 4.0 s, of which steps 0-4 (to 0.5 s) and 5 on (from 3.5 s) are work: 3.0 s idle
+    assert "idle for 3.0 s between steps 4 and 5 (epoch 1)" in finding["evidence"], finding["evidence"]
+    run = _idle_run(tmp_path / "validation", idle=(1.0, 3.5), validation_s=3.0)  # epoch 1 validates 1.0-4.0 s
+    finding = _idle_finding(run)
+    assert "idle for 2.5 s after the last step of epoch 1 (step 9), before its evaluation ends" in finding["evidence"]
+
+
+def test_short_idle_and_idle_inside_steps_are_no_finding(tmp_path):
+    assert _idle_finding(_idle_run(tmp_path / "short", idle=(3.0, 4.5))) is None  # 1.5 s: under 2 s
+    assert _idle_finding(_idle_run(tmp_path / "in-steps", idle=(0.0, 1.0))) is None  # inside steps 0-9

@@ -13,6 +13,7 @@ from cli_checks import one_usage_error
 from profiler import cli
 from profiler.record import rundir
 from profiler.train.config import RunConfig, UsageError
+from cli_checks import TINY_RUN
 
 
 def run_usage_error(capsys, out, *args: str) -> str:
@@ -195,3 +196,91 @@ def test_free_profiler_port_passes_the_check():
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     tracing.check_port_free(port)  # nothing listens there any more
+
+
+# ---------------------------------------------------------------- --run-name control characters
+
+
+@pytest.mark.parametrize("name", ["a\nb", "a\rb", "tab\there", "bell\x07", "del\x7f", "nel\x85", "line\u2028sep",
+                                  "=1+2\n"])
+def test_run_name_with_control_characters_is_refused(tmp_path, capsys, name):
+    out = tmp_path / "runs"
+    line = one_usage_error(cli.main([*TINY_RUN, "--out", str(out), "--run-name", name]), capsys)
+    assert "--run-name" in line and "control character" in line, line
+    assert "\n" not in line and "\r" not in line  # the name is shown escaped, on one line
+    assert files_under(tmp_path) == []
+
+
+def test_printable_names_stay_allowed():
+    for name in ("=1+2", "run|a", "é-ü", "a b", "日本"):
+        RunConfig(run_name=name).validate()
+    with pytest.raises(UsageError, match="control character U\\+000A"):
+        RunConfig(run_name="a\nb").validate()
+
+
+# ---------------------------------------------------------------- environment variables
+
+
+def test_a_bad_environment_variable_stops_a_single_run_before_anything_is_written(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DEVPROF_CLUSTER_WAIT_S", "-1")
+    with pytest.raises(UsageError, match="DEVPROF_CLUSTER_WAIT_S"):
+        RunConfig(out=str(tmp_path)).validate()
+    monkeypatch.setenv("DEVPROF_CLUSTER_WAIT_S", "2.5")
+    RunConfig(out=str(tmp_path)).validate()
+    assert files_under(tmp_path) == []
+
+
+def profiled_run_usage_error(capsys, out, *args: str) -> str:
+    code = cli.main(["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "64", "--epochs", "1",
+                     "--quiet", "--no-sample", "--out", str(out), *args])
+    return one_usage_error(code, capsys)
+
+
+# ---------------------------------------------------------------- --seed and the profiler window's options
+
+
+@pytest.mark.parametrize("seed", ["-1", "4294967296", "99999999999999999999"])
+def test_a_seed_outside_32_bits_is_a_usage_error_before_anything_is_written(tmp_path, capsys, seed):
+    """Was `error: training failed: ValueError: expected non-negative integer`, exit 1, with a failed run
+    directory left behind (Keras, NumPy and tf.data take 32-bit seeds)."""
+    line = profiled_run_usage_error(capsys, tmp_path / "runs", "--seed", seed)
+    assert line == f"error: --seed must be a whole number from 0 to 4294967295 (got {seed})"
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("option, says", [(["--profile-steps", "1:2"], "--profile-steps 1:2 sets the traced window"),
+                                          (["--python-tracer"], "--python-tracer traces Python calls")])
+def test_profiler_window_options_with_no_profile_are_a_usage_error(tmp_path, capsys, option, says):
+    """`--no-profile --profile-steps 1:2` ran without a trace and without a word about the window asked for."""
+    line = profiled_run_usage_error(capsys, tmp_path / "runs", "--no-profile", *option)
+    assert says in line and "--no-profile traces none" in line
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_largest_32_bit_seed_is_taken(tmp_path):
+    from models.training import TrainConfig
+    from profiler.train.config import MAX_SEED, RunConfig, UsageError
+
+    RunConfig(out=str(tmp_path), train=TrainConfig(seed=MAX_SEED), profile=False).validate()
+    with pytest.raises(UsageError, match="--seed"):
+        RunConfig(out=str(tmp_path), train=TrainConfig(seed=MAX_SEED + 1)).validate()
+
+
+# ---------------------------------------------------------------- injected delays and sample intervals that cannot work
+
+
+@pytest.mark.parametrize("option", ["--inject-input-delay-ms", "--inject-host-delay-ms"])
+@pytest.mark.parametrize("value", ["1e9", "60001"])
+def test_an_injected_delay_beyond_a_minute_a_step_is_a_usage_error(tmp_path, capsys, option, value):
+    """Was accepted: 1e9 ms slept in every step is a run that never ends."""
+    line = profiled_run_usage_error(capsys, tmp_path / "runs", option, value)
+    assert line == f"error: {option} must be at most 60000 (a minute in every step; got {float(value):g})"
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_sample_interval_with_no_sampling_is_a_usage_error(tmp_path, capsys):
+    """Was ignored in silence: --no-sample runs no sampler, so an interval says nothing."""
+    line = profiled_run_usage_error(capsys, tmp_path / "runs", "--sample-interval", "0.2")
+    assert line == ("error: --sample-interval 0.2 sets how often the samplers sample and --no-sample runs none: "
+                    "leave one of them out")
+    assert not (tmp_path / "runs").exists()

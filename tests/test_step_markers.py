@@ -1,6 +1,6 @@
-"""Step markers and epoch accounting of the recording API, and what `analyze` makes of them:
-epochs of millisecond steps that add up, steps that never ran (the data ran out, the loop broke,
-the call raised), a window of only the compiling first call, and an idle stretch outside steps."""
+"""Step markers of the recording API, and what `analyze` makes of them: epochs of no-op steps,
+steps that never ran (the data ran out, the loop broke, the call raised), a window of only the
+compiling first call, and markers of no duration."""
 
 from __future__ import annotations
 
@@ -12,41 +12,9 @@ import pandas as pd
 import pytest
 
 from analysis.breakdown.epochs import epoch_breakdown
+import analysis
 
 # ---------------------------------------------------------------- 5. epochs of millisecond steps
-
-
-def _rounded_steps(epochs: int, calls: int) -> pd.DataFrame:
-    """steps.csv rows as the recorder writes them: each field rounded to 0.1 us on its own, so
-    `step_ms` (0.0004) is 0.1 us more than its three parts (0.0001 each) on every row."""
-    return pd.DataFrame({
-        "epoch": np.repeat(np.arange(1, epochs + 1), calls), "step": np.arange(epochs * calls),
-        "steps": 1, "start_time_s": 0.0, "input_ms": 0.0001, "call_ms": 0.0001, "other_host_ms": 0.0001,
-        "step_ms": 0.0004, "images": 8})
-
-
-def test_epochs_of_millisecond_steps_add_up_within_the_rows_rounding():
-    steps = _rounded_steps(2, 200)  # the parts sum 20 us short of step_ms in each epoch
-    epochs = pd.DataFrame({"epoch": [1, 2], "seconds": [0.42, 0.026]})
-    frame = epoch_breakdown(steps, epochs)
-    assert frame["seconds"].tolist() == [0.42, 0.026]
-    assert frame["epoch_level_s"].tolist() == pytest.approx([0.42 - 200 * 0.0004e-3, 0.026 - 200 * 0.0004e-3])
-    parts = frame[["input_s", "call_s", "other_host_s", "epoch_level_s"]].sum(axis=1)
-    assert (parts - frame["seconds"]).abs().max() <= 200 * 0.0001e-3 + 1e-12
-
-
-def test_an_epoch_exactly_its_steps_but_read_short_adds_up():
-    steps = _rounded_steps(1, 200)
-    epochs = pd.DataFrame({"epoch": [1], "seconds": [200 * 0.0004e-3 - 5e-6]})  # 5 us short: rounding
-    frame = epoch_breakdown(steps, epochs)
-    assert frame.at[0, "epoch_level_s"] == 0.0
-
-
-def test_epochs_that_really_do_not_add_up_are_still_refused():
-    steps = _rounded_steps(1, 10)
-    steps.loc[3, "step_ms"] = 5.0  # a row whose parts are 5 ms short of its step: not rounding
-    with pytest.raises(ValueError, match="epoch 1: parts .* s against 0.500000 s"):
-        epoch_breakdown(steps, pd.DataFrame({"epoch": [1], "seconds": [0.5]}))
 
 
 def _session(out: Path, name: str, **options):
@@ -258,63 +226,28 @@ def test_one_step_and_one_call_are_singular(tmp_path):
 
 # ---------------------------------------------------------------- 15. an idle stretch outside steps
 
-T0 = 1_700_000_000.0
+
+MS = 1_000_000  # ns
+BASE_NS = 1_700_000_000 * 10**9
 
 
-def _idle_run(path: Path, *, idle: tuple[float, float], gap_after_step: int | None = None, gap_s: float = 0.0,
-              validation_s: float = 0.5) -> Path:
-    """Two epochs of ten 100 ms steps (epoch 1: 1.0 s of steps + `validation_s`; epoch 2 right after,
-    1.0 s), a host sample every 0.5 s up to T0 + 15 s, the process at 100 % CPU except at 1 % over
-    `idle` (seconds after T0); `gap_after_step` adds `gap_s` between that step and the next."""
-    from analysis.read.run_files import STEPS_COLUMNS
-
-    path.mkdir(parents=True)
-    rows, t = [], T0
-    for step in range(20):
-        epoch = 1 if step < 10 else 2
-        if step == 10:
-            t += validation_s  # epoch 1's validation
-        rows.append(f"{epoch},{step},1,{t:.6f},0.0,90.0,10.0,100.0,8")
-        t += 0.1 + (gap_s if step == gap_after_step else 0.0)
-    (path / "steps.csv").write_text("\n".join([",".join(STEPS_COLUMNS), *rows]) + "\n")
-    second = T0 + 1.0 + validation_s + (gap_s if gap_after_step is not None and gap_after_step < 10 else 0.0)
-    epochs = [{"epoch": 1, "seconds": second - T0, "start_time_s": T0, "images": 80},
-              {"epoch": 2, "seconds": t - second, "start_time_s": second, "images": 80}]
-    meta = {"status": "complete", "config": {"batch_size": 8}, "device": {"kind": "cpu", "name": "Test CPU"},
-            "steps_per_epoch": 10, "epochs": epochs, "samplers": {"summaries": {}}}
-    (path / "run.json").write_text(json.dumps(meta))
-    times = T0 + np.arange(0, 30) * 0.5 + 0.5
-    cpu = np.where((times > T0 + idle[0]) & (times <= T0 + idle[1]), 1.0, 100.0)
-    (path / "utilization").mkdir()
-    pd.DataFrame({"time_s": times, "cpu_pct": cpu / 2, "proc_cpu_pct": cpu, "proc_rss_bytes": 1e8}).to_csv(
-        path / "utilization" / "host.csv", index=False)
-    return path
+# ---------------------------------------------------------------- a marker of no duration
 
 
-def _idle_finding(run: Path) -> dict | None:
-    import analysis
+def test_a_marker_of_no_duration_after_the_last_step_is_no_step_of_0_ms(tmp_path):
+    """Markers that hold nothing (`with Trace("train", step_num=k): pass` before each step): a step runs to
+    the next marker, and the last one, which ends nowhere, counted as a 0 ms step in the mean (8 ms, not 10)."""
+    from trace_fixtures import _Plane, _write_space, _xspace_class
 
-    found = [f for f in analysis.analyze(run).findings if f["rule"] == "idle_stretch"]
-    return found[0] if found else None
-
-
-def test_an_idle_stretch_after_the_last_epoch_is_a_finding_with_its_length_and_place(tmp_path):
-    finding = _idle_finding(_idle_run(tmp_path / "run", idle=(3.0, 13.0)))
-    assert finding is not None and finding["severity"] == "warning"
-    assert finding["evidence"].startswith("The process sat idle for 10.0 s after the last epoch (2): its CPU stayed "
-                                          "under 5 % (proc_cpu_pct)"), finding["evidence"]
-
-
-def test_an_idle_stretch_between_steps_and_before_evaluation_are_placed(tmp_path):
-    run = _idle_run(tmp_path / "between", idle=(0.5, 4.0), gap_after_step=4, gap_s=3.0)
-    finding = _idle_finding(run)
-    # idle from 0.5 s to 4.0 s, of which steps 0-4 (to 0.5 s) and 5 on (from 3.5 s) are work: 3.0 s idle
-    assert "idle for 3.0 s between steps 4 and 5 (epoch 1)" in finding["evidence"], finding["evidence"]
-    run = _idle_run(tmp_path / "validation", idle=(1.0, 3.5), validation_s=3.0)  # epoch 1 validates 1.0-4.0 s
-    finding = _idle_finding(run)
-    assert "idle for 2.5 s after the last step of epoch 1 (step 9), before its evaluation ends" in finding["evidence"]
-
-
-def test_short_idle_and_idle_inside_steps_are_no_finding(tmp_path):
-    assert _idle_finding(_idle_run(tmp_path / "short", idle=(3.0, 4.5))) is None  # 1.5 s: under 2 s
-    assert _idle_finding(_idle_run(tmp_path / "in-steps", idle=(0.0, 1.0))) is None  # inside steps 0-9
+    space = _xspace_class()()
+    space.hostnames.append("host")
+    host = _Plane(space, 0, "/host:CPU")
+    python = host.line(100, "python", BASE_NS)
+    for k in range(6):
+        t = BASE_NS + 10 * MS + k * 10 * MS
+        host.event(python, "train", t, t, step_num=k, _r=1)
+    host.finish()
+    result = analysis.analyze(_write_space(space, tmp_path / "t.xplane.pb"))
+    assert result.step_source == "markers" and len(result.steps) == 6
+    assert result.mean["step_ms"] == pytest.approx(10.0)
+    assert bool(result.steps["partial"].iloc[-1]) and not result.steps["partial"].iloc[:-1].any()

@@ -27,6 +27,7 @@ import pytest
 
 from profiler import cli
 from repo_paths import REPO
+from cli_checks import one_usage_error
 
 READY_TIMEOUT_S = 120  # a cap on waiting for the server, not a speed requirement
 
@@ -156,3 +157,20 @@ def test_the_console_shows_no_request_log_or_start_up_chatter(board, board_log):
     assert not re.search(r"^[IWE]\d{4} ", log, re.MULTILINE), log[-2000:]
     assert "cuInit" not in log and "absl::InitializeLog" not in log and "load_fast" not in log, log[-2000:]
     assert log.strip() == "", log[-2000:]
+
+
+# ---------------------------------------------------------------- --port and the log folder
+
+
+@pytest.mark.parametrize("port", ["99999", "-1"])
+def test_a_tensorboard_port_out_of_range_is_a_usage_error(tmp_path, capsys, port):
+    """Was exit 1 after TensorBoard was started to find it out."""
+    line = one_usage_error(cli.main(["tensorboard", "--port", port, str(tmp_path)]), capsys)
+    assert line == f"error: --port must be a port number from 1 to 65535, or 0 for a free one (got {port})"
+
+
+def test_a_tensorboard_logdir_that_is_a_file_says_so(tmp_path, capsys):
+    afile = tmp_path / "runs"
+    afile.write_text("x")
+    line = one_usage_error(cli.main(["tensorboard", str(afile)]), capsys)
+    assert "is a file, not a folder" in line and "no such folder" not in line

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 from types import SimpleNamespace
 
-from profiler.device import devices
 from profiler.record.console import Console
 from profiler.train.config import RunConfig
 

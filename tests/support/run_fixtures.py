@@ -35,3 +35,10 @@ def make_run(path, steps_lines, *, epochs=None, host_rows=None, summaries=None):
 
 def small_run(path: Path, steps: int = 6, **options) -> Path:
     return make_run(path, [step_line(i) for i in range(steps)], **options)
+
+
+def edit_run_json(run: Path, change) -> Path:
+    meta = json.loads((run / "run.json").read_text())
+    change(meta)
+    (run / "run.json").write_text(json.dumps(meta))
+    return run
