@@ -1,6 +1,6 @@
 """Where the memory goes: the allocators' events read once, each allocator's peak and what held it,
 per step, the batch headroom, the memory findings and their outputs. Synthetic traces with numbers
-worked out by hand (tests/memory_fixtures.py); XProf's Memory Profile tool is the oracle."""
+worked out by hand (tests/support/memory_fixtures.py); XProf's Memory Profile tool is the oracle."""
 
 from __future__ import annotations
 

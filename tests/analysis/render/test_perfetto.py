@@ -1,5 +1,5 @@
 """The Perfetto export (`devprof analyze --perfetto FILE`, `Analysis.to_perfetto`), read back with the
-`perfetto` package's own protos as Perfetto takes them (tests/perfetto_readback.py): one process per
+`perfetto` package's own protos as Perfetto takes them (tests/support/perfetto_readback.py): one process per
 worker or host, a slice per step with its parts as arguments and child slices that sum to it, each
 device's busy and idle spans, the findings as instants, a counter per sampler column and allocator,
 and the trace's own events per `--perfetto-events`; the packets encoded in bulk parse as the ones

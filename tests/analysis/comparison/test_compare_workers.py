@@ -1,7 +1,7 @@
 """compare on a multi-worker job: the all-reduce wait is its own part (not host overhead), and the
 job's own workers on one machine are the job, not other processes taking its CPU.
 
-The job (tests/job_fixtures.py) has 10 steps of 18 ms per epoch in a 0.4 s epoch; worker 0's
+The job (tests/support/job_fixtures.py) has 10 steps of 18 ms per epoch in a 0.4 s epoch; worker 0's
 trace cuts its step into input 1.5 + compute 6 + collective 8 + host 2.5 ms (it waits for
 worker 1's 6 ms of extra host work), worker 1's into input 1.5 + compute 6 + collective 2 + host 8.5.
 """

@@ -1,5 +1,5 @@
 """Right on traces devprof did not make: each test reproduces one way real GPU/TPU traces
-differ from devprof's own (tests/truth_fixtures.py) and checks the figure against what the
+differ from devprof's own (tests/support/truth_fixtures.py) and checks the figure against what the
 fixture put there, to the nanosecond."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The tests' XSpace classes (tests/xplane_proto, vendored so the fast tier needs no TensorFlow)
+"""The tests' XSpace classes (tests/support/xplane_proto, vendored so the fast tier needs no TensorFlow)
 are TensorFlow's own: the same descriptor byte for byte, and both load in one process."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Fast tests read the HTML as text (no network reference, no script, escaping, charts drawn,
 size bounded on long runs, the CLI's -o). Slow tests open it in a real headless Chromium
-(tests/browser.py): no console error, no request, and the step chart drawn near the top.
+(tests/support/browser.py): no console error, no request, and the step chart drawn near the top.
 """
 
 from __future__ import annotations
