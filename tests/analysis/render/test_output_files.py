@@ -293,6 +293,8 @@ def test_analyze_on_a_full_disk_leaves_no_cut_file(tmp_path, capsys, monkeypatch
         return real(self, text, *args, **kwargs)
 
     monkeypatch.setattr(Path, "write_text", fill_the_disk)
+    # No plot helper: one the failed write leaves behind is never reaped (a zombie for later tests to find).
+    monkeypatch.setenv("DEVPROF_FORK", "0")
     code, out, err = run_cli(["analyze", run], capsys)
     assert code == 1
     assert "verdict:" in out  # the text analysis is on stdout
