@@ -69,8 +69,8 @@ def main(argv=None) -> int:
     parser.add_argument("--no-xprof", action="store_true")
     args = parser.parse_args(argv)
     sizes = [int(n) for n in args.sizes.split(",")]
-    sys.path[:0] = [str(REPO), str(REPO / "tests")]
-    from test_cluster import DaskCluster, write_job
+    sys.path[:0] = [str(REPO), str(REPO / "tests" / "support")]
+    from cluster_fixtures import DaskCluster, write_job
 
     from analysis.read.trace import read_trace
 

@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=30000)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    sys.path[:0] = [str(REPO), str(REPO / "tests")]
+    sys.path[:0] = [str(REPO), str(REPO / "tests" / "support")]
     import trace_fixtures as fx
 
     from analysis.read.trace import read_trace

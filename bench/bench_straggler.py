@@ -5,7 +5,7 @@ Each round runs, while one busy-loop process per `--hog` spins on the CPU:
    straggler, or one whose cause is `contention`;
 2. host: the same with `--inject-host-delay-ms 40@1`; right when analyze names worker 1,
    cause `host`.
-The jobs are those of tests/test_workers.py (400 synthetic images, global batch 20, steps
+The jobs are those of tests/e2e/test_workers.py (400 synthetic images, global batch 20, steps
 4..19 traced). Prints one row per job and the count of right answers, as markdown for
 BENCHMARKS.md:
 

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "support"), str(REPO / "bench")]
 
 FORMATS = ("text", "markdown", "json", "csv", "html", "summary")
 COMPARE_FORMATS = ("text", "markdown", "json", "csv", "html")

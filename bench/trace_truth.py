@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "support")]
 
 STEP_TOLERANCE = 0.05
 INPUT_POINTS = 3.0
@@ -42,7 +42,7 @@ print(json.dumps({"steps": len(steps), "numbers": [int(s) for s in steps["step"]
 
 def xprof(path: Path, timeout: int = 600) -> dict:
     try:
-        done = subprocess.run([sys.executable, "-c", XPROF_SCRIPT, str(path), str(REPO / "tests")],
+        done = subprocess.run([sys.executable, "-c", XPROF_SCRIPT, str(path), str(REPO / "tests" / "support")],
                               capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": "timeout"}

@@ -1,12 +1,12 @@
-"""Test helpers in this folder (`trace_fixtures`, `fake_pynvml`) import by their plain names,
+"""Test helpers in tests/support/ (`trace_fixtures`, `fake_pynvml`) import by their plain names,
 however pytest is started (from the repository root, from tests/, or with --import-mode=importlib)."""
 
 import sys
 from pathlib import Path
 
-TESTS = str(Path(__file__).resolve().parent)
-if TESTS not in sys.path:
-    sys.path.insert(0, TESTS)
+SUPPORT = str(Path(__file__).resolve().parent / "support")
+if SUPPORT not in sys.path:
+    sys.path.insert(0, SUPPORT)
 
 # Test tiers: `pytest -m "not slow"` runs in seconds. A test that trains, imports TensorFlow
 # or starts a subprocess must be marked `slow`; unmarked tests are held to it here: starting a
