@@ -5,33 +5,30 @@ analysis run on any executor (a Dask cluster on loopback in the slow tests)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import trace_fixtures as fx
-from compare_fixtures import make_run
 
+import trace_fixtures as fx
 from analysis import executors, pipeline
+from analysis.breakdown import workers
 from analysis.job import WorkerSummary
+from analysis.rules import straggler as straggler_rule
+from cluster_fixtures import OFFSET_MS, DaskCluster, _free_port, write_job
+from profiler import cli
 from profiler.cli import main
 from repo_paths import REPO
-from cluster_fixtures import DaskCluster, OFFSET_MS, _free_port, write_job
-import math
-import shutil
-
-from analysis.breakdown import workers
-from analysis.rules import straggler as straggler_rule
-from profiler import cli
 
 # Every worker's step (write_synthetic_device_trace): gap 2 + input copy 1.5 + kernels 6 + copy 0.5 = 10 ms
 # of its own, then the all-reduce, which ends at the same moment for all: the slowest worker's extra

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
-from repo_paths import REPO
 
+from repo_paths import REPO
 
 
 def _bench():

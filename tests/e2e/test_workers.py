@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import trace_fixtures as fx
-from job_fixtures import write_job
 
 import analysis
+import trace_fixtures as fx
 from analysis.read import run_files
+from job_fixtures import write_job
 from profiler import cli
 from profiler.device import cluster as cluster_mod
 from profiler.train.config import RunConfig, UsageError

@@ -7,7 +7,6 @@ import os
 
 import pytest
 
-
 DECLARED = 96 << 20  # three times the largest CIFAR-10 batch file; a few hundred kB of gzip
 
 

@@ -107,7 +107,7 @@ def write_bin_folder(folder: Path, batches) -> Path:
 def expected(batches):
     train = [batches[n] for n in data.PY_TRAIN_FILES]
     x_train = np.concatenate([f for f, _ in train])
-    y_train = np.concatenate([np.asarray(l) for _, l in train])
+    y_train = np.concatenate([np.asarray(label) for _, label in train])
     flat, labels = batches[data.PY_TEST_FILE]
     return x_train, y_train, flat, np.asarray(labels)
 

@@ -4,8 +4,8 @@ for fit, `devprof run --model` for any Keras model; the examples run as they are
 from __future__ import annotations
 
 import importlib.util
-import os
 import json
+import os
 import signal
 import subprocess
 import sys

@@ -15,7 +15,6 @@ import trace_fixtures as fx
 from compare_fixtures import make_run
 from repo_paths import REPO
 
-
 SESSION = "2030_01_01_00_00_00"
 SLOW = {5: ("host", 6.0), 11: ("input", 3.0)}  # worker -> (part, extra ms per step)
 OFFSET_MS = 1.5  # worker i's clock reads i * OFFSET_MS later than worker 0's

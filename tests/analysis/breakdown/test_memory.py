@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from memory_fixtures import GPU, PINNED, MiB, write_memory_trace
 
 from analysis.read.trace import read_trace
 from analysis.read.view import TraceView
+from memory_fixtures import GPU, PINNED, MiB, write_memory_trace
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +70,7 @@ def test_an_event_that_does_not_state_its_bytes_has_none_not_zero(tmp_path):
 
 def _steps(trace, steps: int = 3):
     import pandas as pd
+
     from trace_fixtures import ABSOLUTE_BASE_NS
 
     starts = [ABSOLUTE_BASE_NS + (10 + 10 * k) * MS for k in range(steps)]
@@ -222,9 +223,8 @@ def test_the_samplers_memory_over_the_run_and_its_growth_across_epochs():
 def _facts(trace, *, batch: float = 8, steps: int = 3, sampled=(), producer: str = "devprof"):
     import dataclasses
 
-    from views import facts_from_mean
-
     from analysis.breakdown.memory import MemoryReport
+    from views import facts_from_mean
 
     peaks, timeline, per_step = _report(trace, batch=batch, steps=steps)
     report = MemoryReport(peaks, timeline, per_step, tuple(sampled), batch)
@@ -359,9 +359,8 @@ def test_analyze_reports_the_memory_in_json_csv_text_and_html(tmp_path, capsys):
 
 
 def test_a_trace_without_allocator_events_and_no_samplers_has_no_memory(tmp_path):
-    from trace_fixtures import write_grouped_host_trace
-
     from analysis import analyze
+    from trace_fixtures import write_grouped_host_trace
 
     result = analyze(write_grouped_host_trace(tmp_path / "t.xplane.pb"))
     assert result.memory is None and result.to_json()["memory"] is None and "memory (" not in result.render("text")
@@ -455,7 +454,6 @@ def test_injected_memory_moves_the_peak_by_its_size_and_the_batch_part_by_the_ba
     import sys
 
     from analysis import analyze
-
     from repo_paths import REPO
 
     here = Path(__file__).resolve().parent  # test_memory's own folder: the child imports it
@@ -488,9 +486,9 @@ def test_injected_memory_moves_the_peak_by_its_size_and_the_batch_part_by_the_ba
 def test_the_memory_chart_opens_in_chromium_without_errors_and_is_drawn(tmp_path):
     import io
 
-    import browser
     from PIL import Image
 
+    import browser
     from analysis import analyze
 
     run, _ = _run_dir(tmp_path)

@@ -15,12 +15,12 @@ import warnings
 
 import pandas as pd
 import pytest
-from trace_fixtures import NS_PER_MS, _Plane, _write_space, _xspace_class
 
 from analysis.breakdown import onednn, roofline
-from analysis.worker import analyze_inputs
 from analysis.read.inputs import read_inputs
 from analysis.read.onednn_log import ONEDNN_LOG, parse_onednn_log, read_onednn_log, trace_origin_ns
+from analysis.worker import analyze_inputs
+from trace_fixtures import NS_PER_MS, _Plane, _write_space, _xspace_class
 
 ORIGIN_NS = 1_795_575_592_311_000_000  # the capture's start, ns since the epoch
 LINE_NS = 1_000_000  # the lines' own start on the trace's clock

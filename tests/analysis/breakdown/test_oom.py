@@ -9,10 +9,10 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from memory_fixtures import GPU, MS, MiB, write_memory_trace
-from trace_fixtures import ABSOLUTE_BASE_NS
 
+from memory_fixtures import GPU, MS, MiB, write_memory_trace
 from profiler.record.oom import is_oom, oom_record, parse_oom
+from trace_fixtures import ABSOLUTE_BASE_NS
 
 # TF 2.4-2.8 graph mode (Keras fit on a GPU)
 GRAPH_GPU = ("2 root error(s) found.\n  (0) Resource exhausted:  OOM when allocating tensor with shape[256,64,112,112] "

@@ -8,11 +8,11 @@ import math
 
 import pandas as pd
 import pytest
-from trace_fixtures import NS_PER_MS, _Plane, _write_space, _xspace_class
 
 from analysis.breakdown import roofline
-from analysis.worker import analyze_inputs
 from analysis.read.inputs import read_inputs
+from analysis.worker import analyze_inputs
+from trace_fixtures import NS_PER_MS, _Plane, _write_space, _xspace_class
 
 BASE_NS = 1_700_000_000_000_000_000
 STEPS = 6
@@ -345,9 +345,8 @@ def _one_kernel_name_per_op(path) -> None:
 
 
 def test_xla_ops_take_their_own_programs_hlo_costs_and_the_stated_bandwidth(tmp_path):
-    from hlo_fixtures import matmul_program, write_trace
-
     from analysis import analyze
+    from hlo_fixtures import matmul_program, write_trace
 
     # two programs whose dots share a name; program 7 runs its dot three times, program 8 twice
     shapes = {7: (512, 256, 1024), 8: (128, 128, 64)}
@@ -377,9 +376,8 @@ def test_xla_ops_take_their_own_programs_hlo_costs_and_the_stated_bandwidth(tmp_
 
 
 def test_a_device_plane_that_states_its_peak_fills_the_compute_ceiling(tmp_path):
-    from hlo_fixtures import matmul_program, write_trace
-
     from analysis import analyze
+    from hlo_fixtures import matmul_program, write_trace
 
     # as XProf's planes state them: TFLOP/s (a double), HBM GB/s where no `memory_bandwidth` is given
     path = write_trace(tmp_path / "x.xplane.pb", {7: ("jit_matmul(7)", matmul_program(512, 256, 1024).bytes())},

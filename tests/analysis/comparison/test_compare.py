@@ -6,19 +6,15 @@ from __future__ import annotations
 import io
 import json
 import math
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from analysis import comparison as compare
-from analysis.read.run_files import STEPS_COLUMNS as STEP_COLUMNS
-from profiler import cli
-from repo_paths import REPO
-from compare_fixtures import SEED_TABLE, make_run, run_cli
-from run_fixtures import small_run
-
 import analysis
+from analysis import comparison as compare
+from compare_fixtures import SEED_TABLE, make_run, run_cli
+from profiler import cli
+from run_fixtures import small_run
 
 
 @pytest.fixture
@@ -243,7 +239,6 @@ def test_bad_input_is_one_error_line_and_exit_2(case, tmp_path, capsys):
 
 
 def _real_pair(out, capsys) -> dict:
-    from profiler import cli
 
     base = ["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "600", "--limit-test-images", "500",
             "--batch-size", "50",

@@ -24,10 +24,9 @@ import pytest
 from analysis import parallel, pipeline, worker
 from analysis.parallel import child as parallel_child
 from analysis.read.run_files import RunFileWarning
-from memory_fixtures import write_memory_trace
 from input_traces import write_prefetched_map_loop
+from memory_fixtures import write_memory_trace
 from repo_paths import REPO
-
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import pandas as pd
 import pytest
 
 import trace_fixtures as fx
-
 from analysis import job, pipeline
 
 

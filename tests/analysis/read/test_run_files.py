@@ -4,29 +4,24 @@ utilization summary shared by `analyze` and `compare`."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import warnings
 
 import pandas as pd
 import pytest
 
-from analysis.read import run_files
-from analysis.read.run_files import STEPS_COLUMNS, RunFileError, RunFileWarning
-from profiler import cli
-from run_fixtures import HEADER, make_run, step_line
-import os
-
-from cli_checks import devprof, error_line, finishes
-from odd_files import _fifo, _link_to_dev_zero
-from run_fixtures import small_run
-
 import analysis
-import re
-
+from analysis import pipeline
+from analysis.read import run_files
+from analysis.read.run_files import RunFileError, RunFileWarning
+from cli_checks import devprof, error_line, finishes
 from compare_fixtures import _traced_run
 from compare_fixtures import make_run as make_compare_run
-from run_fixtures import edit_run_json, make_run as make_small_run
-
-from analysis import pipeline
+from odd_files import _fifo, _link_to_dev_zero
+from profiler import cli
+from run_fixtures import HEADER, edit_run_json, make_run, small_run, step_line
+from run_fixtures import make_run as make_small_run
 
 
 def test_steps_csv_skips_rows_that_do_not_parse_with_one_warning(tmp_path):

@@ -5,16 +5,15 @@ import warnings
 from pathlib import Path
 
 import pytest
-from xprof.protobuf import input_pipeline_pb2, overview_page_pb2
 
 import trace_fixtures as fx
 from analysis import analyze
 from analysis.read.inputs import read_inputs
 from analysis.read.run_files import RunFileWarning
 from analysis.read.tf_analysis import read_tf_analysis
-from xprof_oracle import beside_devprof, tensorflow_own_analysis
 from repo_paths import REPO
 from tf_analysis_fixtures import input_result, write_overview
+from xprof_oracle import beside_devprof, tensorflow_own_analysis
 
 CENSUS = REPO.parent / "shared/traces/tf-cpu-keras-census"
 

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +22,6 @@ from analysis.parallel import child as parallel_child
 from analysis.read import trace
 from analysis.read import xplane_wire as wire
 from repo_paths import REPO
-
 
 
 def _reference(space) -> tuple[list[tuple], list[tuple]]:

@@ -9,12 +9,12 @@ import subprocess
 import sys
 
 import pytest
-from compare_fixtures import _traced_run
-from marker_traces import assert_inert, hostile_trace
-from repo_paths import REPO
 
 import analysis
+from compare_fixtures import _traced_run
+from marker_traces import assert_inert, hostile_trace
 from profiler import cli
+from repo_paths import REPO
 
 
 @pytest.fixture(scope="module")

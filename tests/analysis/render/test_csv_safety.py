@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 
@@ -9,15 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.render.csv_safety import frame_csv, needs_quote, neutralize_cell, neutralize_frame
-import dataclasses
-
 import trace_fixtures as fx
-from compare_fixtures import make_run as make_compare_run
-from run_fixtures import make_run as make_small_run, step_line
-
 from analysis import pipeline
+from analysis.render.csv_safety import frame_csv, needs_quote, neutralize_cell, neutralize_frame
+from compare_fixtures import make_run as make_compare_run
 from profiler import cli
+from run_fixtures import make_run as make_small_run
+from run_fixtures import step_line
 
 
 @pytest.mark.parametrize("text", ['=HYPERLINK("http://x","click")', "=1+2", "+1+2", "-1+2", "@SUM(A1:A2)",

@@ -14,12 +14,12 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-import trace_fixtures as fx
-from html_checks import EVIL, _pixels_drawn, assert_self_contained
 
 import analysis
+import trace_fixtures as fx
 from analysis.render import html, html_roofline
 from analysis.render.html_charts import si
+from html_checks import EVIL, _pixels_drawn, assert_self_contained
 
 NAN = math.nan
 CEILINGS = {

@@ -22,14 +22,14 @@ from analysis.read.trace import read_trace
 from analysis.read.view import TraceView
 from analysis.render import perfetto, perfetto_packets
 from analysis.steps.host import steady_steps
-from profiler import cli
 from cli_checks import one_usage_error
 from job_fixtures import write_job
-from perfetto_readback import read_back
-from run_fixtures import make_run, step_line
 from marker_traces import MS, marker_trace
-from trace_fixtures import write_synthetic_device_trace
+from perfetto_readback import read_back
+from profiler import cli
 from repo_paths import REPO
+from run_fixtures import make_run, step_line
+from trace_fixtures import write_synthetic_device_trace
 
 VAE = REPO.parent / "shared/traces/tf-gpu-keras-vae-gtx1060"
 PARTS = ("input", "compute", "collective", "host")

@@ -9,20 +9,18 @@ import json
 import types
 from pathlib import Path
 
-import jsonschema
 import pandas as pd
 import pytest
-import trace_fixtures as fx
-from job_fixtures import write_job
-from memory_fixtures import write_memory_trace
-from run_fixtures import make_run, step_line
-from marker_traces import marker_trace
 
 import analysis
+import trace_fixtures as fx
 from analysis.breakdown.memory import AllocatorPeak, Live, MemoryReport, OomAtFailure, WorkerMemory
 from analysis.render import summary
+from job_fixtures import write_job
+from marker_traces import marker_trace
+from memory_fixtures import write_memory_trace
 from profiler import cli
-from repo_paths import REPO
+from run_fixtures import make_run, step_line
 from summary_checks import rendered
 
 

@@ -10,6 +10,8 @@ import re
 
 import pytest
 
+from analysis import comparison as compare
+from analysis import pipeline
 from analysis.breakdown.eager import EagerOps
 from analysis.breakdown.idle import IdleStretch
 from analysis.breakdown.input_stages import SlowestStage
@@ -18,8 +20,6 @@ from analysis.rules import table as rules
 from analysis.rules.facts import TraceFacts, make_facts
 from compare_fixtures import make_run as make_compare_run
 from run_fixtures import edit_run_json
-
-from analysis import comparison as compare, pipeline
 
 TRACE_FACTS = {f.name for f in dataclasses.fields(TraceFacts)}
 

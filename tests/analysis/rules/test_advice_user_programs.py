@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from trace_fixtures import _Plane, _write_space, _xspace_class
 
 from analysis import analyze
+from trace_fixtures import _Plane, _write_space, _xspace_class
 
 MS = 1_000_000
 BASE_NS = 1_700_000_000 * 10**9

@@ -4,21 +4,20 @@ is documented; the facts themselves come from traces as the rules expect."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
-from views import facts_from_mean, view_of
 
 from analysis.breakdown.eager import EagerOps
 from analysis.rules import facts as trace_facts
 from analysis.rules import table as rules
 from analysis.rules.facts import Facts
 from repo_paths import REPO
-import json
-
-import numpy as np
+from views import facts_from_mean, view_of
 
 DOCS = REPO / "docs" / "rules.md"
 MS = 1_000_000

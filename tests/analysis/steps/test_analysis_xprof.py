@@ -1,14 +1,12 @@
 """Agreement with XProf's input_pipeline_analyzer on traces where XProf finds steps."""
 
-from pathlib import Path
 
 import pytest
 
 import trace_fixtures as fx
-
 from analysis import analyze
-from xprof_oracle import beside_devprof, tensorflow_own_analysis, xprof_steps
 from repo_paths import REPO
+from xprof_oracle import beside_devprof, tensorflow_own_analysis, xprof_steps
 
 TOLERANCE_PCT_OF_STEP = 3.0
 

@@ -14,19 +14,15 @@ import json
 
 import pytest
 
-import trace_fixtures as fx
-
-from analysis import analyze
-from profiler.cli import main
-from cli_checks import one_usage_error
-from run_fixtures import small_run
-
 import analysis
-from profiler import cli
-from marker_traces import BASE_NS, MS
-
+import trace_fixtures as fx
+from analysis import analyze
 from analysis.read.trace import TraceError
-from marker_traces import hostile_trace
+from cli_checks import one_usage_error
+from marker_traces import BASE_NS, MS, hostile_trace
+from profiler import cli
+from profiler.cli import main
+from run_fixtures import small_run
 
 EXACT_MS = 1e-6  # what exact integer-nanosecond arithmetic gives
 DEVICE_MS = 1e-3

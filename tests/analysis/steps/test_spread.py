@@ -9,9 +9,9 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-import trace_fixtures as fx
 
 import analysis
+import trace_fixtures as fx
 from analysis.breakdown.devices import device_table
 from analysis.breakdown.input_parts import split_input
 from analysis.breakdown.spread import outliers, spread

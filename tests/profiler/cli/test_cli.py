@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import subprocess
 import sys
 from importlib import metadata
@@ -13,17 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from cli_checks import files_under, one_usage_error
+from marker_traces import hostile_trace
 from profiler import cli
+from profiler.cli import common
 from profiler.device import devices
 from profiler.record import tracing
 from profiler.roofline import peak
-from profiler.cli import common
 from repo_paths import REPO
-from cli_checks import files_under, one_usage_error
-import re
-import os
-
-from marker_traces import hostile_trace
 
 SEED_TABLE = REPO / "examples" / "seed_table.csv"
 ROWS = [{"kind": "cpu", "name": "Test CPU", "cores": 2, "memory_bytes": 2**30},

@@ -9,8 +9,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from cli_checks import TINY_RUN, files_under, one_usage_error
 
+from cli_checks import TINY_RUN, files_under, one_usage_error
 from profiler import cli
 from profiler.cli import launcher
 from profiler.record.console import Console

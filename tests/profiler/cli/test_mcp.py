@@ -12,9 +12,10 @@ from pathlib import Path
 
 import anyio
 import pytest
+
 from cli_checks import one_usage_error
-from job_fixtures import write_job
 from compare_fixtures import make_run
+from job_fixtures import write_job
 from marker_traces import marker_trace
 from summary_checks import check
 
@@ -26,11 +27,12 @@ except ImportError:  # the SDK before 2.0
     from mcp.server.fastmcp.exceptions import ToolError
 
 import analysis  # noqa: E402
+from compare_fixtures import _traced_run
 from profiler import cli  # noqa: E402
 from profiler.cli import mcp_server
 from repo_paths import REPO
-from run_fixtures import make_run as make_small_run, step_line
-from compare_fixtures import _traced_run
+from run_fixtures import make_run as make_small_run
+from run_fixtures import step_line
 
 TOOLS = ("list_runs", "analyze", "findings", "ops", "steps", "compare", "explain_rule")
 

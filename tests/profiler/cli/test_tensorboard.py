@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
+from cli_checks import one_usage_error
 from profiler import cli
 from repo_paths import REPO
-from cli_checks import one_usage_error
 
 READY_TIMEOUT_S = 120  # a cap on waiting for the server, not a speed requirement
 

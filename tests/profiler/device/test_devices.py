@@ -7,19 +7,17 @@ import os
 import pickle
 import sys
 from pathlib import Path, PosixPath
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from fake_pynvml import FakeGpu, FakeNvml
 from cli_checks import one_usage_error
+from fake_backend import FakeBackend, FakeMirroredStrategy, FakeOneDeviceStrategy, FakeTPUStrategy, _fake_cpu_run
+from fake_pynvml import FakeGpu, FakeNvml
 from profiler import cli
 from profiler.device import devices
 from profiler.device.devices import DeviceError, resolve
 from repo_paths import REPO
-from fake_backend import FakeBackend, FakeMirroredStrategy, FakeOneDeviceStrategy, FakeTPUStrategy
-from fake_backend import _fake_cpu_run
 
 GIB = 2**30
 
@@ -594,7 +592,6 @@ def test_devprof_run_device_tpu_without_a_tpu_is_a_usage_error_before_tensorflow
                                                                                        capsys):
     """Unmarked on purpose: the test suite fails a fast test that loads TensorFlow."""
     from cli_checks import one_usage_error
-
     from profiler import cli
 
     code = cli.main(["run", "--device", "tpu", "--out", str(tmp_path / "runs")])
@@ -606,8 +603,8 @@ def test_devprof_run_device_tpu_without_a_tpu_is_a_usage_error_before_tensorflow
 
 
 def test_no_gpu_under_cuda_visible_devices_names_the_variable(monkeypatch):
-    from profiler.device.devices import DeviceError, resolve
     from fake_backend import FakeBackend
+    from profiler.device.devices import DeviceError, resolve
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with pytest.raises(DeviceError) as info:

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from profiler import cli
-from profiler.roofline import peak
 from profiler.cli.commands import peak as peak_command
 from profiler.device import quiet
+from profiler.roofline import peak
 
 
 class FakeDevice:

@@ -10,26 +10,24 @@ import sys
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.read.run_files import read_sampler_csv
+from analysis.read.samples import summarize, weighted_stats
 from fake_pynvml import two_gpus
 from profiler.samplers import (
-    HostSampler,
     MIN_INTERVAL_S,
+    HostSampler,
     Sampler,
     SamplerGroup,
     SamplerThread,
     build_sampler_group,
     validate_interval,
 )
-from analysis.read.run_files import read_sampler_csv
-from analysis.read.samples import summarize, weighted_stats
 from repo_paths import REPO
-
 
 
 class CountingSampler(Sampler):

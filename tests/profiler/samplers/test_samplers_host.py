@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from profiler.samplers import HostSampler, host
-import pytest
 
 SPIN_CHILD = "import time\nend = time.time() + {seconds}\nwhile time.time() < end:\n    pass\n"
 

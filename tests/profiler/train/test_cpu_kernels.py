@@ -17,7 +17,6 @@ from profiler.device import devices
 from repo_paths import REPO
 
 
-
 def test_onednn_is_turned_on_only_where_the_user_did_not_choose():
     environ = {}
     devices.prefer_onednn(environ)

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from cli_checks import one_usage_error
+from cli_checks import TINY_RUN, one_usage_error
 from profiler import cli
 from profiler.record import rundir
 from profiler.train.config import RunConfig, UsageError
-from cli_checks import TINY_RUN
 
 
 def run_usage_error(capsys, out, *args: str) -> str:
