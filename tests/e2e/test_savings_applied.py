@@ -23,6 +23,7 @@ from repo_paths import REPO
 
 def _bench():
     spec = importlib.util.spec_from_file_location("devprof_bench_savings", REPO / "bench" / "bench_savings.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)

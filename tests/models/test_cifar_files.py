@@ -25,6 +25,7 @@ class _Zeros:
 def _peak_bytes_while(function) -> tuple[BaseException | None, int]:
     import tracemalloc
 
+    raised: BaseException | None
     tracemalloc.start()
     try:
         function()

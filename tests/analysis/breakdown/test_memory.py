@@ -146,7 +146,9 @@ def test_a_capacity_is_unknown_where_neither_the_trace_nor_the_run_states_it():
                            "fragmentation": [math.nan] * 2, "allocation_bytes": [1024.0] * 2, "address": [7.0] * 2,
                            "op": ["a", ""], "shape": ["[4,64]", ""], "dtype": ["float", ""], "region": ["output", ""]})
     steps = pd.DataFrame({"step": [0], "start_ns": [0], "end_ns": [100]})
-    peak, _ = allocator_peak("GPU_1_bfc", events, steps, 4.0, stated_capacity("GPU_1_bfc", {}, None), 0)
+    found = allocator_peak("GPU_1_bfc", events, steps, 4.0, stated_capacity("GPU_1_bfc", {}, None), 0)
+    assert found is not None
+    peak, _ = found
     assert math.isnan(peak.capacity_bytes) and math.isnan(peak.max_batch) and "no capacity" in peak.headroom
     assert peak.batch_bytes == 1024  # the split is known without a capacity
     gpu1 = pd.DataFrame({"time_s": [1.0], "mem_total_bytes": [8.0 * 2**30]})
@@ -500,8 +502,9 @@ def test_the_memory_chart_opens_in_chromium_without_errors_and_is_drawn(tmp_path
     assert table["x"] > chart["x"] + chart["width"] - 1  # the table of what was live beside the chart
     image = Image.open(io.BytesIO(loaded.screenshot)).convert("RGB")
     scale = image.width / 1280
-    crop = image.crop(tuple(int(v * scale) for v in (chart["x"], chart["y"], chart["x"] + chart["width"],
-                                                      chart["y"] + chart["height"])))
+    left, top, right, bottom = (int(v * scale) for v in (chart["x"], chart["y"], chart["x"] + chart["width"],
+                                                          chart["y"] + chart["height"]))
+    crop = image.crop((left, top, right, bottom))
     pixels = np.asarray(crop, dtype=int)
     red = (pixels[..., 0] > 180) & (pixels[..., 1] < 90) & (pixels[..., 2] < 90)  # the peak's mark
     blue = (pixels[..., 2] > 150) & (pixels[..., 0] < 80)  # bytes in use

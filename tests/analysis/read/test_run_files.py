@@ -645,7 +645,8 @@ def test_a_run_left_at_running_by_a_dead_process_says_how_it_ended(tmp_path, cap
         if crash_log is not None:
             (run / "crash.log").write_text(crash_log)
         lost = run_files.RunRecord.read(run / "run.json").ended_unrecorded
-        assert (lost is None) == (says is None) and (says is None or lost.startswith(says)), (name, lost)
+        assert (lost is None) == (says is None) and (says is None or (lost is not None and lost.startswith(says))), \
+            (name, lost)
         code, out, err = run_cli(["analyze", run], capsys)
         assert code == 0, err
         assert ("still running" in out) == (says is None), (name, out)

@@ -165,11 +165,14 @@ def test_the_summary_stays_under_8_kb_on_a_hostile_analysis(cpu, piece, oom):
 def test_strings_are_cut_to_their_byte_budget_keeping_what_tells_them_apart():
     sentence = "First part. " + "x" * 400
     cut = summary.text(sentence, 60)
+    assert cut is not None
     assert len(json.dumps(cut, ensure_ascii=False).encode()) <= 60 and cut.endswith("…")
-    assert summary.text("Headline sentence here. Then the numbers go on and on" * 5, 80).startswith(
-        "Headline sentence here. ")
+    headline = summary.text("Headline sentence here. Then the numbers go on and on" * 5, 80)
+    assert headline is not None
+    assert headline.startswith("Headline sentence here. ")
     name = "gradient_tape/model/conv2d_3/" + "a" * 300 + "/Conv2DBackpropFilter"
     short = summary.text(name, 48, middle=True)
+    assert short is not None
     assert short.startswith("gradient_tape") and short.endswith("Filter") and "…" in short
     assert summary.text("é" * 100, 21) == "é" * 8 + "…"  # 2 bytes each, the quotes and the cut mark
     assert summary.text("", 20) is None and summary.text(float("nan"), 20) is None

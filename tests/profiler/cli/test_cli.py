@@ -12,6 +12,7 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -352,7 +353,9 @@ def test_a_reader_that_closes_the_pipe_early_ends_devprof_quietly(tmp_path, caps
         raise BrokenPipeError(32, "Broken pipe")
 
     parser = cli.build_parser()
-    parser._subparsers._group_actions[0].choices["analyze"].set_defaults(handler=closed_pipe)
+    assert parser._subparsers is not None
+    commands = cast(argparse._SubParsersAction, parser._subparsers._group_actions[0])
+    commands.choices["analyze"].set_defaults(handler=closed_pipe)
     monkeypatch.setattr(cli, "build_parser", lambda: parser)
     monkeypatch.setattr(cli, "_stdout_to_devnull", lambda: None)  # pytest's own stdout stays as it is
     assert cli.main(["analyze", str(tmp_path / "t.xplane.pb")]) == cli.EXIT_BROKEN_PIPE

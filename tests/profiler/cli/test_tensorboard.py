@@ -82,7 +82,14 @@ def board(runs_folder, board_log):
         proc = subprocess.Popen([sys.executable, "-m", "profiler", "tensorboard", str(runs_folder), "--port", "0"],
                                 cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True, env=environ)
     lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    out = proc.stdout
+    assert out is not None  # stdout=PIPE
+
+    def read():
+        for line in out:
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
     try:
         try:
             first = lines.get(timeout=READY_TIMEOUT_S)
