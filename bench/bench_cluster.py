@@ -70,9 +70,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     sizes = [int(n) for n in args.sizes.split(",")]
     sys.path[:0] = [str(REPO), str(REPO / "tests" / "support")]
-    from cluster_fixtures import DaskCluster, write_job
-
     from analysis.read.trace import read_trace
+    from cluster_fixtures import DaskCluster, write_job
 
     folder = Path(tempfile.mkdtemp(prefix="devprof-cluster-"))
     full = write_job(folder, workers=max(sizes), steps=args.steps, name=f"job{max(sizes)}").path

@@ -36,7 +36,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     sys.path[:0] = [str(REPO), str(REPO / "tests" / "support")]
     import trace_fixtures as fx
-
     from analysis.read.trace import read_trace
 
     folder = Path(tempfile.mkdtemp(prefix="devprof-parallel-"))

@@ -32,7 +32,7 @@ def _guarded_popen_init(self, *args, **kwargs):
     _popen_init(self, *args, **kwargs)
 
 
-subprocess.Popen.__init__ = _guarded_popen_init
+setattr(subprocess.Popen, "__init__", _guarded_popen_init)  # a method replaced on purpose, which mypy refuses
 
 
 _own_cache_dir: list = []  # the cache folder this session made, removed when it ends

@@ -6,10 +6,9 @@ import pandas as pd
 import pytest
 
 import trace_fixtures as fx
-
+from analysis import analyze
 from analysis import intervals as iv
 from analysis.breakdown.epochs import epoch_breakdown
-from analysis import analyze
 from analysis.rules.table import classify, make_verdict
 from views import facts_from_mean
 

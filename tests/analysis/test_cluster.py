@@ -5,33 +5,31 @@ analysis run on any executor (a Dask cluster on loopback in the slow tests)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
-import trace_fixtures as fx
-from compare_fixtures import make_run
 
+import trace_fixtures as fx
 from analysis import executors, pipeline
+from analysis.breakdown import workers
 from analysis.job import WorkerSummary
+from analysis.rules import straggler as straggler_rule
+from cluster_fixtures import OFFSET_MS, DaskCluster, _free_port, write_job
+from profiler import cli
 from profiler.cli import main
 from repo_paths import REPO
-from cluster_fixtures import DaskCluster, OFFSET_MS, _free_port, write_job
-import math
-import shutil
-
-from analysis.breakdown import workers
-from analysis.rules import straggler as straggler_rule
-from profiler import cli
 
 # Every worker's step (write_synthetic_device_trace): gap 2 + input copy 1.5 + kernels 6 + copy 0.5 = 10 ms
 # of its own, then the all-reduce, which ends at the same moment for all: the slowest worker's extra
@@ -163,6 +161,7 @@ def test_a_cut_or_unreadable_trace_is_named_in_its_row_and_the_rest_analysed(tmp
     status = result.workers.set_index("worker")["status"]
     assert status[3].startswith("unreadable: ") and status[0].startswith("unreadable: ")
     assert (status.drop([0, 3]) == "ok").all()
+    assert result.straggler is not None
     assert result.straggler["worker"] == 5 and result.straggler["cause"] == "host"
     assert "2 of 16 workers not analysed (unreadable: 0, 3)" in " ".join(result.notes)
     assert result.path.parent.parent.parent.parent.name == "worker-1"  # the first worker analysed gives the breakdown
@@ -232,7 +231,8 @@ class KillAfterFirst(Executor):
     """Passes tasks to `inner`; once the first result is in, kills one Dask worker process."""
 
     def __init__(self, inner: Executor, victim: subprocess.Popen):
-        self.inner, self.victim, self.killed_with_pending = inner, victim, None
+        self.inner, self.victim = inner, victim
+        self.killed_with_pending: int | None = None
         self.futures: list[Future] = []
 
     def submit(self, fn, /, *args, **kwargs) -> Future:
@@ -259,6 +259,7 @@ def test_a_dask_worker_killed_mid_job_still_gives_every_workers_result(tmp_path,
     assert killing.killed_with_pending and killing.killed_with_pending > 1
     assert remote.to_json() == local.to_json()
     assert (remote.workers["status"] == "ok").all() and len(remote.workers) == 16
+    assert remote.straggler is not None
     assert remote.straggler["worker"] == 5
 
 
@@ -324,6 +325,7 @@ def test_the_last_dask_worker_killed_mid_job_ends_analyze_with_one_error_line(tm
         analyze = subprocess.Popen(_analyze_command(job.path, "--scheduler", cluster.address, "--format", "json"),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
                                    env=dict(os.environ, PYTHONPATH=str(REPO)))
+        assert analyze.stderr is not None
         with distributed.Client(cluster.address, timeout=60) as client:
             deadline = time.monotonic() + 120
             while not any(client.processing().values()):  # the job's first task is on the worker
@@ -361,7 +363,12 @@ def test_the_straggler_rule_still_weighs_each_parts_step_to_step_noise(job16, mo
 
     seen = []
     real = straggler.find_straggler
-    monkeypatch.setattr(straggler, "find_straggler", lambda frame, *a: seen.append(frame) or real(frame, *a))
+
+    def find_straggler(frame, *a):
+        seen.append(frame)
+        return real(frame, *a)
+
+    monkeypatch.setattr(straggler, "find_straggler", find_straggler)
     pipeline.analyze(job16.path, processes=1)
     assert {"input_noise_ms", "compute_noise_ms", "host_noise_ms"} <= set(seen[0].columns)
 
@@ -386,8 +393,8 @@ def device_trace(tmp_path_factory):
 def independent_session(folder: Path) -> Path:
     """Two host traces in one session that share nothing: no collective, one host twice as slow."""
     session = folder / "plugins" / "profile" / "2030_01_01_00_00_00"
-    base = dict(gpus=1, steps=6, h2d_ms=1.5, d2d_ms=0.5, collective_ms=0.0, gap_ms=2.0, skew_ms=0.0, empty_gpus=0,
-                custom_plane=False)
+    base: dict[str, Any] = dict(gpus=1, steps=6, h2d_ms=1.5, d2d_ms=0.5, collective_ms=0.0, gap_ms=2.0, skew_ms=0.0,
+                                empty_gpus=0, custom_plane=False)
     fx.write_synthetic_device_trace(session / "hostA.xplane.pb", kernel_ms=6.0, hostname="hostA", **base)
     fx.write_synthetic_device_trace(session / "hostB.xplane.pb", kernel_ms=14.0, hostname="hostB", **base)
     return folder
@@ -400,7 +407,7 @@ def test_hosts_without_a_shared_collective_have_no_straggler(tmp_path, capsys):
     logdir = independent_session(tmp_path / "logs")
     result = pipeline.analyze(logdir)
     assert len(result.workers) == 2
-    assert result.straggler is None
+    assert result.straggler is None and result.straggler_reason is not None
     assert "independent" in result.straggler_reason
     code, out, _ = run_cli(["analyze", logdir], capsys)
     assert code == 0
@@ -446,48 +453,57 @@ def row(worker, own_ms, collective_ms=2.0, part="compute", noise=1.0, steps=10, 
 def test_a_straggler_must_stand_out_of_the_step_to_step_noise():
     quiet = [row(0, 100.0, 20.0), row(1, 115.0)]
     straggler, reason = straggler_rule.find_straggler(pd.DataFrame(quiet))
+    assert straggler is not None
     assert straggler["worker"] == 1 and reason is None
     noisy = [row(0, 100.0, 20.0, noise=30.0), row(1, 115.0, noise=30.0)]  # 15 % above, noise 30 ms
     straggler, reason = straggler_rule.find_straggler(pd.DataFrame(noisy))
-    assert straggler is None
+    assert straggler is None and reason is not None
     assert "no worker stands out" in reason and "noise (30.0 ms)" in reason and "15 %" in reason
     injected = [row(0, 100.0, 42.0, noise=30.0), row(1, 140.0, part="host", noise=30.0)]  # 40 ms of host work
     straggler, _ = straggler_rule.find_straggler(pd.DataFrame(injected))
+    assert straggler is not None
     assert straggler["worker"] == 1 and straggler["cause"] == "host"
 
 
 def test_a_worker_slowed_by_other_processes_is_a_contention_straggler():
     busy = [row(0, 100.0, 40.0, cpu=160.0), row(1, 140.0, cpu=110.0)]
     straggler, _ = straggler_rule.find_straggler(pd.DataFrame(busy), other_cpu_pct=45.0)
+    assert straggler is not None
     assert straggler["worker"] == 1 and straggler["cause"] == "contention"
     assert "45 %" in straggler["evidence"] and "110 % CPU" in straggler["evidence"]
     # Host work that keeps its process busy is its own cause, also on a busy machine.
     host_work = [row(0, 100.0, 40.0, cpu=110.0), row(1, 140.0, part="host", cpu=160.0)]
     straggler, _ = straggler_rule.find_straggler(pd.DataFrame(host_work), other_cpu_pct=45.0)
+    assert straggler is not None
     assert straggler["cause"] == "host"
     # A quiet machine: less CPU is not contention.
     straggler, _ = straggler_rule.find_straggler(pd.DataFrame(busy), other_cpu_pct=2.0)
+    assert straggler is not None
     assert straggler["cause"] == "compute"
     # A worker waiting 40 ms a step for its data uses less CPU on a busy machine too: its compute is
     # the others', so the cause is its input (a two-worker job with injected input read contention).
     waiting = [row(0, 100.0, 40.0, part="input", cpu=160.0), row(1, 140.0, part="input", cpu=110.0)]
     straggler, _ = straggler_rule.find_straggler(pd.DataFrame(waiting), other_cpu_pct=45.0)
+    assert straggler is not None
     assert straggler["worker"] == 1 and straggler["cause"] == "input", straggler
     # ... unless its compute, which needs the CPU, is slow as well: then it was starved.
     starved = pd.DataFrame(waiting)
     starved.loc[1, "compute_ms"] += 20.0
     starved.loc[1, "step_ms"] += 20.0
     straggler, _ = straggler_rule.find_straggler(starved, other_cpu_pct=45.0)
+    assert straggler is not None
     assert straggler["worker"] == 1 and straggler["cause"] == "contention", straggler
 
 
 def test_too_few_steps_to_tell_is_said_plainly():
     straggler, reason = straggler_rule.find_straggler(pd.DataFrame([row(0, 100.0, 40.0, steps=2), row(1, 140.0, steps=2)]))
-    assert straggler is None and "too few steps to tell" in reason and "--profile-steps" in reason
+    assert straggler is None and reason is not None
+    assert "too few steps to tell" in reason and "--profile-steps" in reason
 
 
 def test_a_session_with_few_steps_says_so(tmp_path):
     session = fx.write_synthetic_session(tmp_path / "s", workers=2, slow_worker=1, slow_part="host", steps=2)
     result = pipeline.analyze(session.logdir)
-    assert result.straggler is None and "too few steps" in result.straggler_reason
+    assert result.straggler is None and result.straggler_reason is not None
+    assert "too few steps" in result.straggler_reason
     assert "straggler: none (too few steps" in result.render("text")

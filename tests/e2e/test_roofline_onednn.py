@@ -21,7 +21,7 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -90,8 +90,9 @@ def test_convolution_rates_agree_with_onednns_own_times(tmp_path):
     shapes = convolution_shapes(read_op_costs(run))
     assert len(shapes) == 6  # the seed CNN's six convolutions
     inputs = read_inputs(run)
+    assert inputs.trace is not None
     environment = next(p for p in plane_metadata(inputs.trace.trace) if p.name == "Task Environment")
-    origin_ns = int(environment.stats["profile_start_time"])
+    origin_ns = int(cast(int, environment.stats["profile_start_time"]))  # a uint64 stat
     steady = steady_steps(analysis.steps)
     host, at = inputs.trace.host, executions["at_ns"].to_numpy()
     checked = []

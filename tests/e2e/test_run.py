@@ -7,16 +7,15 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pandas as pd
 import psutil
 import pytest
 
 from analysis.read.run_files import STEPS_COLUMNS as STEP_COLUMNS
+from child_signals import default_sigint
 from profiler import cli
 from repo_paths import REPO
-from child_signals import default_sigint
 
 EPOCH_KEYS = {"epoch", "seconds", "train_seconds", "images", "images_per_second", "loss", "accuracy",
               "val_loss", "val_accuracy"}

@@ -117,7 +117,7 @@ def test_a_subclassed_model_is_built_on_one_batch_before_the_optimizer_sees_its_
 def test_a_window_that_training_stops_before_says_how_far_it_got(tmp_path):
     from profiler.record import tracing
 
-    warnings = []
+    warnings: list[str] = []
     window = tracing.ProfileWindow(tmp_path, 5, 15, warn=warnings.append)
     for next_step in (0, 1, 2):  # training fails in step 2: the window never starts
         window.maybe_start(next_step)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from cli_checks import one_usage_error
 
+from cli_checks import one_usage_error
 from profiler import cli
 
 QUICK = ["--device", "cpu", "--epochs", "1", "--quiet", "--no-profile", "--no-sample"]

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
-from repo_paths import REPO
 
+from repo_paths import REPO
 
 
 def _bench():
     spec = importlib.util.spec_from_file_location("devprof_bench_savings", REPO / "bench" / "bench_savings.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)

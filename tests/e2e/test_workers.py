@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import trace_fixtures as fx
-from job_fixtures import write_job
 
 import analysis
+import trace_fixtures as fx
 from analysis.read import run_files
+from job_fixtures import write_job
 from profiler import cli
 from profiler.device import cluster as cluster_mod
 from profiler.train.config import RunConfig, UsageError
@@ -32,7 +32,7 @@ TINY = ["--device", "cpu", "--data", "synthetic", "--limit-images", "400", "--li
 INJECTED_MS = 40.0
 
 
-def devprof(*args: str, **kwargs) -> subprocess.Popen:
+def devprof(*args: str | Path, **kwargs) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop(cluster_mod.TF_CONFIG, None)
     return subprocess.Popen([sys.executable, "-m", "profiler", *map(str, args)], cwd=REPO, env=env,
@@ -217,7 +217,9 @@ def test_capture_takes_every_worker_into_one_session(tmp_path):
                           "--out", out)
         stdout, stderr = capture.communicate(timeout=300)
         assert capture.returncode == 0, (stdout, stderr)
-        session = tracing.newest_xplane(out).parent
+        newest = tracing.newest_xplane(out)
+        assert newest is not None
+        session = newest.parent
         assert sorted(p.name for p in session.glob("*.xplane.pb")) == [f"127.0.0.1_{port}.xplane.pb",
                                                                        f"127.0.0.1_{port + 1}.xplane.pb"]
         assert "traces written: 2" in stdout
@@ -324,11 +326,13 @@ def test_tf_config_that_cannot_work(config, message):
 
 def test_cluster_option_builds_tf_config():
     cluster = cluster_mod.resolve("h1:2222, h2:2222", 1, environ={})
+    assert cluster is not None
     assert cluster.workers == ("h1:2222", "h2:2222") and cluster.index == 1 and cluster.source == "--cluster"
     assert json.loads(cluster.tf_config) == {"cluster": {"worker": ["h1:2222", "h2:2222"]},
                                              "task": {"type": "worker", "index": 1}}
     assert cluster_mod.resolve(None, None, environ={}) is None
     from_env = cluster_mod.resolve(None, 1, environ={"TF_CONFIG": cluster.tf_config})
+    assert from_env is not None
     assert from_env.index == 1 and from_env.source == "TF_CONFIG"
 
 
@@ -456,12 +460,16 @@ def _parts_of(split: str) -> dict[str, float]:
 
 def _text_sum(text: str) -> dict[str, float]:
     line = next(line for line in text.splitlines() if line.startswith("mean over "))
-    step, split = re.search(r": step ([0-9.]+) ms = (.*)$", line).groups()
+    found = re.search(r": step ([0-9.]+) ms = (.*)$", line)
+    assert found is not None, line
+    step, split = found.groups()
     return {"step": float(step), **_parts_of(split)}
 
 
 def _html_sum(page: str) -> dict[str, float]:
-    step, split = re.search(r"steady steps: ([0-9.]+) ms = ([^<]*)\.", page).groups()
+    found = re.search(r"steady steps: ([0-9.]+) ms = ([^<]*)\.", page)
+    assert found is not None
+    step, split = found.groups()
     return {"step": float(step), **_parts_of(split)}
 
 

@@ -7,7 +7,6 @@ import os
 
 import pytest
 
-
 DECLARED = 96 << 20  # three times the largest CIFAR-10 batch file; a few hundred kB of gzip
 
 
@@ -26,6 +25,7 @@ class _Zeros:
 def _peak_bytes_while(function) -> tuple[BaseException | None, int]:
     import tracemalloc
 
+    raised: BaseException | None
     tracemalloc.start()
     try:
         function()

@@ -52,10 +52,12 @@ class Py2Pickler(pickle._Pickler):
     def save_bytes(self, obj):
         n = len(obj)
         head = pickle.SHORT_BINSTRING + bytes([n]) if n < 256 else pickle.BINSTRING + struct.pack("<i", n)
-        self.write(head + obj)
-        self.memoize(obj)
+        # typeshed's _Pickler leaves out these two (undocumented) methods
+        self.write(head + obj)  # type: ignore[attr-defined]
+        self.memoize(obj)  # type: ignore[attr-defined]
 
-    dispatch[bytes] = save_bytes
+    # typeshed types this table's functions as taking an Unpickler, not the pickler they are called on
+    dispatch[bytes] = save_bytes  # type: ignore[assignment]
 
 
 def py_batch_bytes(flat: np.ndarray, labels: list[int], name: str = "batch", protocol: str = "py2") -> bytes:
@@ -107,7 +109,7 @@ def write_bin_folder(folder: Path, batches) -> Path:
 def expected(batches):
     train = [batches[n] for n in data.PY_TRAIN_FILES]
     x_train = np.concatenate([f for f, _ in train])
-    y_train = np.concatenate([np.asarray(l) for _, l in train])
+    y_train = np.concatenate([np.asarray(label) for _, label in train])
     flat, labels = batches[data.PY_TEST_FILE]
     return x_train, y_train, flat, np.asarray(labels)
 
@@ -159,6 +161,7 @@ def test_python_folder_gives_nhwc_pixels_and_labels(tmp_path, batches, protocol)
         assert b"cnumpy.core.multiarray\n_reconstruct\n" in raw and b"_codecs" not in raw
     arrays = data.load_cifar10(tmp_path)
     check_arrays(arrays, batches)
+    assert arrays.path is not None
     assert Path(arrays.path) == tmp_path / data.PY_FOLDER
 
 
@@ -214,7 +217,7 @@ def test_keras_cache_is_found_through_keras_home(tmp_path, batches, empty_keras_
         raise AssertionError("must not download when the cache holds CIFAR-10")
 
     monkeypatch.setattr(data, "download_cifar10", no_download)
-    notices = []
+    notices: list[str] = []
     for mode in ("auto", "cifar10"):
         arrays = data.load(mode, notice=notices.append)
         check_arrays(arrays, batches)
@@ -222,7 +225,7 @@ def test_keras_cache_is_found_through_keras_home(tmp_path, batches, empty_keras_
 
 
 def test_auto_falls_back_to_synthetic_with_a_notice(empty_keras_home):
-    notices = []
+    notices: list[str] = []
     arrays = data.load("auto", limit_images=120, seed=3, notice=notices.append)
     assert arrays.source == "synthetic"
     assert len(notices) == 1 and "synthetic" in notices[0] and "--data-dir" in notices[0]

@@ -4,8 +4,10 @@ on the loop's thread, and not destroyed at exit either."""
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import cast
 
 import pytest
+
 from repo_paths import REPO
 
 
@@ -45,13 +47,13 @@ def test_the_loop_keeps_its_finished_iterators_instead_of_waiting_to_destroy_the
     monkeypatch.setattr(training, "_kept_at_exit", True, raising=False)  # this test process keeps its own exit
     _Iterator.destroyed = 0
     trainer = training.Trainer.__new__(training.Trainer)  # the loop's bookkeeping only: no TensorFlow
-    trainer.hooks, trainer.config = training.LoopHooks(), SimpleNamespace(epochs=1)
+    trainer.hooks, trainer.config = training.LoopHooks(), cast(training.TrainConfig, SimpleNamespace(epochs=1))
     trainer._iterator = trainer._val_iterator = None
 
     def train_epoch(epoch):
         trainer._iterator, trainer._val_iterator = _Iterator(), _Iterator()
 
-    trainer.train_epoch = train_epoch
+    monkeypatch.setattr(trainer, "train_epoch", train_epoch)
     trainer.fit()
     assert trainer._iterator is None and trainer._val_iterator is None
     trainer.classification, trainer.test_ds = True, _Dataset()

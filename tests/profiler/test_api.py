@@ -4,12 +4,13 @@ for fit, `devprof run --model` for any Keras model; the examples run as they are
 from __future__ import annotations
 
 import importlib.util
-import os
 import json
+import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -22,6 +23,7 @@ INPUT_DELAY_MS = 40.0
 
 def example(name: str):
     spec = importlib.util.spec_from_file_location(f"devprof_example_{name}", REPO / "examples" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -53,6 +55,7 @@ def test_import_profiler_stays_light():
 def test_profile_options_are_checked_before_anything_is_written(tmp_path):
     import profiler
 
+    kwargs: dict[str, Any]
     for kwargs, message in ((dict(run_name="a/b"), "run_name 'a/b' contains '/'"),
                             (dict(profile_steps="9:3"), "profile_steps 9:3: need 0 <= START < STOP"),
                             (dict(sample_interval=0.001), "sample_interval"),

@@ -7,18 +7,18 @@ before it is entered, an out that is no path."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 import profiler
 from repo_paths import REPO
-import numpy as np
-import os
 
 
 def read_meta(path: Path) -> dict:

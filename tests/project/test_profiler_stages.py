@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from repo_paths import REPO
 
+from repo_paths import REPO
 
 # Lowest first. A module belongs to the longest prefix naming it; the top level (`profiler`:
 # the public API and `python -m profiler`) sits above every stage.
@@ -112,7 +112,6 @@ def test_no_two_modules_of_the_profiler_import_each_other():
     """An import circle (`profiler/train/hooks.py` <-> `profiler/train/run.py`, once only for typing) makes which
     module loads first matter; `hooks` now names what it needs as a Protocol."""
     import ast
-    from pathlib import Path
 
     root = REPO
     modules = {}

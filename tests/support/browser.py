@@ -70,7 +70,7 @@ def _started() -> tuple["_Pipe", str, str]:
         except (BrowserExited, BrokenPipeError) as exc:
             if isinstance(exc, BrokenPipeError):  # it was gone before the first command was written
                 pipe.process.wait(timeout=30)
-                exc = BrowserExited(f"the browser exited: {pipe.process.stderr.read().decode(errors='replace')[-2000:]}")
+                exc = BrowserExited(f"the browser exited: {pipe.stderr_tail()}")
             printed.append(str(exc))
             pipe.close()
             shutil.rmtree(profile, ignore_errors=True)
@@ -144,10 +144,15 @@ class _Pipe:
                 raise TimeoutError("the browser did not answer")
             chunk = os.read(self._from_child, 1 << 20)
             if not chunk:
-                raise BrowserExited(f"the browser exited: {self.process.stderr.read().decode(errors='replace')[-2000:]}")
+                raise BrowserExited(f"the browser exited: {self.stderr_tail()}")
             self._buffer += chunk
         message, self._buffer = self._buffer.split(b"\0", 1)
         return json.loads(message)
+
+    def stderr_tail(self) -> str:
+        """The end of what the browser wrote on stderr: why it exited."""
+        assert self.process.stderr is not None  # Popen(stderr=PIPE)
+        return self.process.stderr.read().decode(errors="replace")[-2000:]
 
     def close(self) -> None:
         try:

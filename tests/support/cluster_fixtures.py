@@ -10,11 +10,11 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import trace_fixtures as fx
 from compare_fixtures import make_run
 from repo_paths import REPO
-
 
 SESSION = "2030_01_01_00_00_00"
 SLOW = {5: ("host", 6.0), 11: ("input", 3.0)}  # worker -> (part, extra ms per step)
@@ -46,9 +46,10 @@ def write_job(root: Path, workers: int = 16, slow: dict | None = None, *, steps:
         if traced is not None and i not in traced:
             continue
         part, extra = slow.get(i, (None, 0.0))
-        params = dict(gpus=1, steps=steps, kernel_ms=6.0, h2d_ms=1.5, d2d_ms=0.5, collective_ms=2.0 + worst - extra,
-                      gap_ms=2.0, skew_ms=0.0, empty_gpus=0, custom_plane=False, hostname=f"node-{i}",
-                      base_ns=fx.ABSOLUTE_BASE_NS + round(i * OFFSET_MS * 1e6))
+        params: dict[str, Any] = dict(
+            gpus=1, steps=steps, kernel_ms=6.0, h2d_ms=1.5, d2d_ms=0.5, collective_ms=2.0 + worst - extra, gap_ms=2.0,
+            skew_ms=0.0, empty_gpus=0, custom_plane=False, hostname=f"node-{i}",
+            base_ns=fx.ABSOLUTE_BASE_NS + round(i * OFFSET_MS * 1e6))
         if part == "host":
             params["lead_ms"] = extra
         elif part == "input":

@@ -7,11 +7,10 @@ import json
 from pathlib import Path
 
 import pandas as pd
-from repo_paths import REPO
 
 from analysis.read.run_files import STEPS_COLUMNS as STEP_COLUMNS
 from profiler import cli
-
+from repo_paths import REPO
 
 SEED_TABLE = REPO / "examples" / "seed_table.csv"
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 from types import SimpleNamespace
+from typing import Any
 
+from profiler.device.devices import TFBackend
 from profiler.record.console import Console
 from profiler.train.config import RunConfig
 
@@ -25,8 +27,9 @@ class FakeTPUStrategy:
     num_replicas_in_sync = 8
 
 
-class FakeBackend:
-    """The methods of `TFBackend`, answering from a list of fake devices and recording calls."""
+class FakeBackend(TFBackend):
+    """The methods of `TFBackend`, answering from a list of fake devices and recording calls (never
+    TensorFlow's: `TFBackend.__init__`, which imports it, is not called)."""
 
     def __init__(self, gpus: int = 0, tpu_error: Exception | None = None, tpu_cores: int = 8):
         self.cpus = [SimpleNamespace(name="/physical_device:CPU:0", device_type="CPU")]
@@ -76,7 +79,7 @@ def _fake_cpu_run(tmp_path, monkeypatch, **config):
     """A `Run` that resolves a fake CPU and synthetic data: `prepare()` needs no TensorFlow."""
     from profiler.train.run import Run
 
-    settings = dict(device="cpu", data="synthetic", limit_images=100, limit_test_images=50, out=str(tmp_path),
-                    run_name="r", sample=False, profile=False)
+    settings: dict[str, Any] = dict(device="cpu", data="synthetic", limit_images=100, limit_test_images=50,
+                                    out=str(tmp_path), run_name="r", sample=False, profile=False)
     settings.update(config)
     return Run(RunConfig(**settings), console=Console(False, stream=io.StringIO()), backend=FakeBackend())

@@ -32,7 +32,7 @@ NVML_PCIE_UTIL_RX_BYTES = pynvml.NVML_PCIE_UTIL_RX_BYTES
 class FakeGpu:
     """What one fake GPU reports, in NVML's own units (mW, KB/s, bytes, MHz, C)."""
 
-    name: str = "Fake GPU"
+    name: str | bytes = "Fake GPU"  # bytes: what older pynvml returns
     util_gpu: int = 0
     util_memory: int = 0
     memory_used: int = 0
@@ -111,7 +111,7 @@ class FakeNvml:
             raise NVMLError_NotSupported()
         return gpu
 
-    def nvmlDeviceGetName(self, handle: int) -> str:
+    def nvmlDeviceGetName(self, handle: int) -> str | bytes:
         return self._gpu("nvmlDeviceGetName", handle).name
 
     def nvmlDeviceGetUtilizationRates(self, handle: int):

@@ -3,11 +3,9 @@ instructions."""
 
 from __future__ import annotations
 
-from trace_fixtures import _Plane, _write_space, _xspace_class
-
 from analysis.read import hlo_costs as hc
 from analysis.read.xla_proto import xla_data_pb2
-
+from trace_fixtures import _Plane, _write_space, _xspace_class
 
 BASE_NS = 1_000_000_000
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trace_fixtures import ABSOLUTE_BASE_NS, _Plane, _ns, _write_space, _xspace_class
-
+from trace_fixtures import ABSOLUTE_BASE_NS, _ns, _Plane, _write_space, _xspace_class
 
 MS = 1_000_000
 PY_SLEEP_MS = 50.0  # the injected cost: the map's Python function sleeps this long per batch

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import trace_fixtures as fx
 from compare_fixtures import make_run
@@ -56,7 +57,7 @@ def write_job(root: Path, name: str = "job", *, slow_worker: int = 1, host: str 
         meta["device"]["host"] = host
         meta["worker"] = {"index": i, "count": 2}
         (worker / "run.json").write_text(json.dumps(meta))
-        params = dict(STEP, steps=5, hostname=host)
+        params: dict[str, Any] = dict(STEP, steps=5, hostname=host)
         if i == slow_worker:
             params["lead_ms"] = EXTRA_MS
         else:
@@ -69,4 +70,5 @@ def write_job(root: Path, name: str = "job", *, slow_worker: int = 1, host: str 
     (job / "run.json").write_text(json.dumps({"status": "complete", "workers": ["worker-0", "worker-1"],
                                               "num_workers": 2}))
     assert step_ms == STEP["h2d_ms"] + CALL_MS + OTHER_MS
+    assert compute_ms is not None
     return Job(job, float(step_ms), compute_ms, tuple(collectives), tuple(hosts))

@@ -6,7 +6,6 @@ from pathlib import Path
 
 from trace_fixtures import _Plane, _write_space, _xspace_class
 
-
 MS = 1_000_000  # ns
 BASE_NS = 1_700_000_000 * 10**9
 

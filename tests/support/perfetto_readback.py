@@ -22,7 +22,7 @@ class Readback:
     counters: pd.DataFrame | None = None  # process, track, ts, value
     packets: int = 0
 
-    def process_of(self, uuid: int) -> str | None:
+    def process_of(self, uuid: int | None) -> str | None:
         while uuid is not None:
             track = self.tracks[uuid]
             if track.get("pid") is not None:
@@ -30,7 +30,7 @@ class Readback:
             uuid = track.get("parent")
         return None
 
-    def path_of(self, uuid: int) -> list[str]:
+    def path_of(self, uuid: int | None) -> list[str]:
         """The track's name and its parents' up to (not with) the process."""
         names = []
         while uuid is not None and self.tracks[uuid].get("pid") is None:
@@ -50,12 +50,14 @@ class Readback:
 
     def on(self, process: str, *path: str) -> pd.DataFrame:
         """The slices on the track at `path` (its name, then its parents' names upwards) of `process`."""
+        assert self.slices is not None, "no slices read back"
         frame = self.slices[self.slices["process"] == process]
         keep = [self.path_of(u)[:len(path)] == list(path) and len(self.path_of(u)) == len(path)
                 for u in frame["track_uuid"]]
         return frame[keep].sort_values(["ts", "depth"], kind="stable").reset_index(drop=True)
 
     def counter(self, process: str, name: str) -> pd.DataFrame:
+        assert self.counters is not None, "no counters read back"
         frame = self.counters[(self.counters["process"] == process) & (self.counters["track"] == name)]
         return frame.sort_values("ts", kind="stable").reset_index(drop=True)
 

@@ -9,7 +9,6 @@ import pandas as pd
 
 from analysis.read.run_files import STEPS_COLUMNS
 
-
 HEADER = ",".join(STEPS_COLUMNS)
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 import jsonschema
-from repo_paths import REPO
 
 from analysis.render import summary
-
+from repo_paths import REPO
 
 SCHEMA = json.loads((REPO / "docs" / "summary.schema.json").read_text())
 

@@ -6,7 +6,6 @@ from pathlib import Path
 
 from xprof.protobuf import input_pipeline_pb2, overview_page_pb2
 
-
 DBL_MIN = 2.2250738585072014e-308  # XProf's maximum of a summary that never had a sample
 
 

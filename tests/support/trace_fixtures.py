@@ -23,6 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
@@ -173,7 +174,7 @@ def make_unmarked_loop_trace(
     iterator = iter(synthetic_dataset(input_delay_ms))
     for _ in range(warmup):
         train_step(*next(iterator)).numpy()
-    timings = {"input_wait_ms": [], "call_ms": [], "host_sleep_ms": []}
+    timings: dict[str, list[float]] = {"input_wait_ms": [], "call_ms": [], "host_sleep_ms": []}
     clock = time.perf_counter
     tf.profiler.experimental.start(str(logdir))
     try:
@@ -277,7 +278,9 @@ def _profile_only_tensorboard(keras):
     environment may lack.
     """
 
-    class ProfileOnlyTensorBoard(keras.callbacks.TensorBoard):
+    tensorboard: Any = keras.callbacks.TensorBoard  # of the Keras module the caller passes in
+
+    class ProfileOnlyTensorBoard(tensorboard):
         @property
         def summary(self):
             import tensorflow as tf
@@ -777,8 +780,8 @@ def write_synthetic_session(
     if slow_part not in ("input", "host"):
         raise ValueError(f"slow_part is input or host, not {slow_part!r}")
     folder = Path(logdir) / PROFILE_DIR / session
-    base = dict(gpus=1, steps=steps, kernel_ms=6.0, h2d_ms=1.5, d2d_ms=0.5, collective_ms=2.0, gap_ms=2.0,
-                skew_ms=0.0, empty_gpus=0, custom_plane=False)
+    base: dict[str, Any] = dict(gpus=1, steps=steps, kernel_ms=6.0, h2d_ms=1.5, d2d_ms=0.5, collective_ms=2.0,
+                                gap_ms=2.0, skew_ms=0.0, empty_gpus=0, custom_plane=False)
     files, hostnames, inputs, collectives, step_ms = [], [], [], [], None
     for i in range(workers):
         params = dict(base, hostname=f"node-{i}")
@@ -795,6 +798,7 @@ def write_synthetic_session(
         hostnames.append(made.hostname)
         inputs.append(row["input_ms"])
         collectives.append(row["collective_ms"])
+    assert step_ms is not None, "no workers"
     return SyntheticSession(Path(logdir), tuple(files), tuple(hostnames), slow_worker,
                             slow_part if slow_worker is not None else None, extra_ms, step_ms, tuple(inputs),
                             tuple(collectives))

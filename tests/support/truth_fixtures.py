@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from trace_fixtures import ABSOLUTE_BASE_NS, _Plane, _ns, _write_space, _xspace_class
+from trace_fixtures import ABSOLUTE_BASE_NS, _ns, _Plane, _write_space, _xspace_class
 
 MS = 1_000_000
 

@@ -43,7 +43,7 @@ def xprof_steps(xplane: str | Path) -> tuple[pd.DataFrame, dict]:
     The DataFrame is empty when XProf found no steps ("No step time measured").
     """
     tables = input_pipeline_json(xplane)
-    step_table = next(
+    step_table: dict = next(
         (t for t in tables if any(c.get("id") == "stepTimeMs" for c in t.get("cols", []))), {"cols": [], "rows": []}
     )
     ids = [c["id"] for c in step_table["cols"]]

@@ -14,13 +14,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from trace_fixtures import ABSOLUTE_BASE_NS, _ns, _Plane, _write_space, _xspace_class
-
 from analysis import analyze
 from analysis.breakdown.eager import EagerOps
 from analysis.breakdown.input_parts import with_input_parts
 from analysis.render import render
 from analysis.rules import table as rules
+from trace_fixtures import ABSOLUTE_BASE_NS, _ns, _Plane, _write_space, _xspace_class
 from views import facts_from_mean
 
 MS = 1_000_000

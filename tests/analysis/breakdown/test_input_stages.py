@@ -2,20 +2,17 @@
 tf.distribute) or on a stage's own producer thread, and the advice that names only stages the
 pipeline has."""
 
-from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from trace_fixtures import ABSOLUTE_BASE_NS, _ns, _Plane, _write_space, _xspace_class
 
 from analysis import analyze
 from analysis.breakdown import input_stages as stages_mod
 from analysis.breakdown.input_stages import SlowestStage, stage_self_ns
 from analysis.rules.advice_loop import pipeline_is_the_cause
 from analysis.rules.table import make_verdict
-from views import facts_from_mean, view_of
 from input_traces import MS, PY_SLEEP_MS, write_prefetched_map_loop
+from views import facts_from_mean, view_of
 
 
 def events(rows):

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from memory_fixtures import GPU, PINNED, MiB, write_memory_trace
 
 from analysis.read.trace import read_trace
 from analysis.read.view import TraceView
+from memory_fixtures import GPU, PINNED, MiB, write_memory_trace
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +70,7 @@ def test_an_event_that_does_not_state_its_bytes_has_none_not_zero(tmp_path):
 
 def _steps(trace, steps: int = 3):
     import pandas as pd
+
     from trace_fixtures import ABSOLUTE_BASE_NS
 
     starts = [ABSOLUTE_BASE_NS + (10 + 10 * k) * MS for k in range(steps)]
@@ -145,7 +146,9 @@ def test_a_capacity_is_unknown_where_neither_the_trace_nor_the_run_states_it():
                            "fragmentation": [math.nan] * 2, "allocation_bytes": [1024.0] * 2, "address": [7.0] * 2,
                            "op": ["a", ""], "shape": ["[4,64]", ""], "dtype": ["float", ""], "region": ["output", ""]})
     steps = pd.DataFrame({"step": [0], "start_ns": [0], "end_ns": [100]})
-    peak, _ = allocator_peak("GPU_1_bfc", events, steps, 4.0, stated_capacity("GPU_1_bfc", {}, None), 0)
+    found = allocator_peak("GPU_1_bfc", events, steps, 4.0, stated_capacity("GPU_1_bfc", {}, None), 0)
+    assert found is not None
+    peak, _ = found
     assert math.isnan(peak.capacity_bytes) and math.isnan(peak.max_batch) and "no capacity" in peak.headroom
     assert peak.batch_bytes == 1024  # the split is known without a capacity
     gpu1 = pd.DataFrame({"time_s": [1.0], "mem_total_bytes": [8.0 * 2**30]})
@@ -222,9 +225,8 @@ def test_the_samplers_memory_over_the_run_and_its_growth_across_epochs():
 def _facts(trace, *, batch: float = 8, steps: int = 3, sampled=(), producer: str = "devprof"):
     import dataclasses
 
-    from views import facts_from_mean
-
     from analysis.breakdown.memory import MemoryReport
+    from views import facts_from_mean
 
     peaks, timeline, per_step = _report(trace, batch=batch, steps=steps)
     report = MemoryReport(peaks, timeline, per_step, tuple(sampled), batch)
@@ -359,9 +361,8 @@ def test_analyze_reports_the_memory_in_json_csv_text_and_html(tmp_path, capsys):
 
 
 def test_a_trace_without_allocator_events_and_no_samplers_has_no_memory(tmp_path):
-    from trace_fixtures import write_grouped_host_trace
-
     from analysis import analyze
+    from trace_fixtures import write_grouped_host_trace
 
     result = analyze(write_grouped_host_trace(tmp_path / "t.xplane.pb"))
     assert result.memory is None and result.to_json()["memory"] is None and "memory (" not in result.render("text")
@@ -455,7 +456,6 @@ def test_injected_memory_moves_the_peak_by_its_size_and_the_batch_part_by_the_ba
     import sys
 
     from analysis import analyze
-
     from repo_paths import REPO
 
     here = Path(__file__).resolve().parent  # test_memory's own folder: the child imports it
@@ -488,9 +488,9 @@ def test_injected_memory_moves_the_peak_by_its_size_and_the_batch_part_by_the_ba
 def test_the_memory_chart_opens_in_chromium_without_errors_and_is_drawn(tmp_path):
     import io
 
-    import browser
     from PIL import Image
 
+    import browser
     from analysis import analyze
 
     run, _ = _run_dir(tmp_path)
@@ -502,8 +502,9 @@ def test_the_memory_chart_opens_in_chromium_without_errors_and_is_drawn(tmp_path
     assert table["x"] > chart["x"] + chart["width"] - 1  # the table of what was live beside the chart
     image = Image.open(io.BytesIO(loaded.screenshot)).convert("RGB")
     scale = image.width / 1280
-    crop = image.crop(tuple(int(v * scale) for v in (chart["x"], chart["y"], chart["x"] + chart["width"],
-                                                      chart["y"] + chart["height"])))
+    left, top, right, bottom = (int(v * scale) for v in (chart["x"], chart["y"], chart["x"] + chart["width"],
+                                                          chart["y"] + chart["height"]))
+    crop = image.crop((left, top, right, bottom))
     pixels = np.asarray(crop, dtype=int)
     red = (pixels[..., 0] > 180) & (pixels[..., 1] < 90) & (pixels[..., 2] < 90)  # the peak's mark
     blue = (pixels[..., 2] > 150) & (pixels[..., 0] < 80)  # bytes in use

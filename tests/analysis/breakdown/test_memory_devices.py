@@ -7,19 +7,18 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from memory_fixtures import GPU, MiB, UINT8, write_memory_trace, write_pjrt_memory_trace
 
+import analysis
 from analysis import analyze
 from analysis.breakdown import memory as breakdown
 from analysis.breakdown import memory_holders
+from memory_fixtures import GPU, UINT8, MiB, write_memory_trace, write_pjrt_memory_trace
 from profiler.cli import main
-from pathlib import Path
-
-import analysis
 
 SESSION = "2030_01_01_00_00_00"
 
@@ -131,12 +130,11 @@ def test_a_single_runs_memory_workers_is_its_own_allocators(tmp_path):
 def _holder_finding(tmp_path, batch: float = 8, holder_op_ms: float = math.nan, **options) -> dict | None:
     import dataclasses
 
-    from views import facts_from_mean
-
     from analysis.breakdown.memory import MemoryReport, allocator_report
     from analysis.read.trace import read_trace
     from analysis.read.view import TraceView
     from analysis.rules import table as rules
+    from views import facts_from_mean
 
     trace = write_memory_trace(tmp_path / "t.xplane.pb", **options)
     view = TraceView(read_trace(trace.path))
@@ -263,12 +261,11 @@ def test_a_device_allocators_headroom_is_against_its_capacity(tmp_path):
 def test_a_lifetime_peak_near_capacity_before_the_window_is_said(tmp_path, capsys):
     import dataclasses
 
-    from views import facts_from_mean
-
     from analysis.breakdown.memory import MemoryReport, allocator_report
     from analysis.read.trace import read_trace
     from analysis.read.view import TraceView
     from analysis.rules import table as rules
+    from views import facts_from_mean
 
     trace = write_memory_trace(tmp_path / "plugins" / "profile" / SESSION / "h.xplane.pb",
                                lifetime_peak=int(15.9 * MiB))

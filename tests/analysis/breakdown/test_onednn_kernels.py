@@ -15,12 +15,12 @@ import warnings
 
 import pandas as pd
 import pytest
-from trace_fixtures import NS_PER_MS, _Plane, _write_space, _xspace_class
 
 from analysis.breakdown import onednn, roofline
-from analysis.worker import analyze_inputs
 from analysis.read.inputs import read_inputs
 from analysis.read.onednn_log import ONEDNN_LOG, parse_onednn_log, read_onednn_log, trace_origin_ns
+from analysis.worker import analyze_inputs
+from trace_fixtures import NS_PER_MS, _Plane, _write_space, _xspace_class
 
 ORIGIN_NS = 1_795_575_592_311_000_000  # the capture's start, ns since the epoch
 LINE_NS = 1_000_000  # the lines' own start on the trace's clock
@@ -138,12 +138,14 @@ def test_a_run_without_the_log_reads_none_and_a_fifo_is_not_read(tmp_path):
 
 def test_the_trace_states_its_start(tmp_path):
     inputs = read_inputs(write_trace(tmp_path / "t.xplane.pb"))
+    assert inputs.trace is not None
     assert trace_origin_ns(inputs.trace.trace) == ORIGIN_NS
 
 
 def test_each_op_gets_the_implementation_of_its_main_primitive(tmp_path):
     inputs = read_inputs(write_run(tmp_path))
     assert inputs.onednn is not None and len(inputs.onednn) == STEPS * 5 + 1
+    assert inputs.trace is not None
     analysis = analyze_inputs(inputs)
     kernels = analysis.ops.set_index("op")["kernel"]
     assert kernels[CONV[0]] == "oneDNN brg_conv_fwd:avx2"  # its convolution, not the reorder before it
@@ -208,7 +210,7 @@ def test_below_roofline_names_the_implementation_and_says_what_it_means(tmp_path
 
 
 def _read_all(fd: int) -> bytes:
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         chunk = os.read(fd, 65536)
         if not chunk:
@@ -288,7 +290,9 @@ def test_the_log_stops_at_its_bound_and_after_the_trace(tmp_path):
     assert (tmp_path / ONEDNN_LOG).read_bytes() == early * 2 + HEADER[1].encode() + b"\n"
     summary = diversion.summary()
     assert summary["capped"] and summary["lines"] == 3 and summary["dropped_lines"] == 3
-    assert "onednn_verbose.log reached" in cap_warning(summary, 3 * len(early))
+    warning = cap_warning(summary, 3 * len(early))
+    assert warning is not None
+    assert "onednn_verbose.log reached" in warning
 
 
 @pytest.mark.parametrize("environ, modules, says", [
@@ -300,7 +304,9 @@ def test_the_log_stops_at_its_bound_and_after_the_trace(tmp_path):
 def test_onednn_kernels_is_refused_where_it_cannot_work(environ, modules, says):
     from profiler.train.onednn_verbose import problem
 
-    assert says in problem(environ, modules)
+    said = problem(environ, modules)
+    assert said is not None
+    assert says in said
     assert problem({"ONEDNN_VERBOSE": "profile_exec", "TF_ENABLE_ONEDNN_OPTS": "1"}, {}) is None
 
 

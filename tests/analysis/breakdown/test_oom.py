@@ -9,10 +9,10 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from memory_fixtures import GPU, MS, MiB, write_memory_trace
-from trace_fixtures import ABSOLUTE_BASE_NS
 
+from memory_fixtures import GPU, MS, MiB, write_memory_trace
 from profiler.record.oom import is_oom, oom_record, parse_oom
+from trace_fixtures import ABSOLUTE_BASE_NS
 
 # TF 2.4-2.8 graph mode (Keras fit on a GPU)
 GRAPH_GPU = ("2 root error(s) found.\n  (0) Resource exhausted:  OOM when allocating tensor with shape[256,64,112,112] "
@@ -69,6 +69,7 @@ def test_only_resource_exhausted_errors_are_ooms():
     assert is_oom(ResourceExhaustedError(EAGER_CPU)) and is_oom(Subclass(EAGER_GPU))
     assert not is_oom(ValueError(EAGER_CPU)) and oom_record(ValueError(EAGER_CPU)) is None
     record = oom_record(ResourceExhaustedError(EAGER_GPU), at_s=12.5)
+    assert record is not None
     assert record["op"] == "RandomUniform" and record["time_s"] == 12.5
     # a message that says nothing usable still records that memory ran out
     assert oom_record(ResourceExhaustedError("out of budget"), at_s=1.0) == {
@@ -106,6 +107,7 @@ def _failed_run(root, *, at_ns: int, trace: bool = True):
     if trace:
         write_memory_trace(run / "plugins" / "profile" / "s" / "memory-host.xplane.pb")
     oom = parse_oom(GRAPH_NODE.replace("model/conv2d/Conv2D", OOM_OP))
+    assert oom is not None
     (run / "run.json").write_text(json.dumps({
         "status": "failed", "error": "ResourceExhaustedError: " + GRAPH_NODE,
         "oom": {**oom, "time_s": at_ns / 1e9}, "config": {"batch_size": 8, "precision": "float32"},

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
-from trace_fixtures import NS_PER_MS, _Plane, _write_space, _xspace_class
 
 from analysis.breakdown import roofline
-from analysis.worker import analyze_inputs
 from analysis.read.inputs import read_inputs
+from analysis.worker import analyze_inputs
+from trace_fixtures import NS_PER_MS, _Plane, _write_space, _xspace_class
 
 BASE_NS = 1_700_000_000_000_000_000
 STEPS = 6
@@ -44,7 +45,7 @@ def _costs(**overrides) -> pd.DataFrame:
     return frame
 
 
-def write_op_trace(path, ops=OPS) -> object:
+def write_op_trace(path, ops=OPS) -> Path:
     """CPU trace: STEPS steps (XProf group ids) of 10 ms, each running `ops` on a tf_Compute thread."""
     space = _xspace_class()()
     space.hostnames.append("roof-host")
@@ -260,6 +261,7 @@ def test_an_rnn_loops_ops_take_their_body_graphs_costs_once_per_iteration(tmp_pa
     assert got[f"{loop}MatMul_1"] == pytest.approx(2048.0 * time_steps)
     assert got[f"{grad}MatMul_1_grad/MatMul"] == pytest.approx(2048.0 * time_steps)
     assert got["StatefulPartitionedCall/net/dense/MatMul"] == pytest.approx(64.0)
+    assert analysis.roofline is not None
     assert analysis.roofline["known_time_pct"] == pytest.approx(100.0)
 
 
@@ -275,10 +277,12 @@ def test_ceilings_from_a_peak_result_of_each_format():
            "ceilings": {"float32": {"matrix_flops_per_second": 2e11, "vector_flops_per_second": 3e10,
                                     "memory_bytes_per_second": 4e10}}}
     got = roofline.ceilings_from_peak(new, "run.json peak")
+    assert got is not None
     assert got.of("float32") == {"matrix_flops_per_second": 2e11, "vector_flops_per_second": 3e10,
                                  "memory_bytes_per_second": 4e10}
     old = {"peak_flops_per_second": {"float32": 2e11, "bfloat16": 1e10}, "memory_bytes_per_second": 4e10}
     got = roofline.ceilings_from_peak(old, "run.json peak")
+    assert got is not None
     assert got.of("bfloat16")["matrix_flops_per_second"] == 1e10
     assert math.isnan(got.of("bfloat16")["vector_flops_per_second"])
     assert got.of("bfloat16")["memory_bytes_per_second"] == 4e10
@@ -301,12 +305,15 @@ def test_peak_tflops_rejects_what_is_not_a_peak(text):
 
 def test_a_stated_bandwidth_fills_only_an_unknown_memory_ceiling():
     user = roofline.ceilings_from_tflops({"*": 1e15}).for_dtypes(["bfloat16"])
-    got = roofline.with_bandwidth(user, 5.3e12, ["bfloat16"], "trace").of("bfloat16")
+    bounded = roofline.with_bandwidth(user, 5.3e12, ["bfloat16"], "trace")
+    assert bounded is not None
+    got = bounded.of("bfloat16")
     assert got["matrix_flops_per_second"] == 1e15 and got["memory_bytes_per_second"] == 5.3e12
     assert math.isnan(got["vector_flops_per_second"])
     measured = roofline.Ceilings({"float32": {"matrix_flops_per_second": 1e11, "vector_flops_per_second": 1e10,
                                               "memory_bytes_per_second": 2e10}}, "run.json peak")
     kept = roofline.with_bandwidth(measured, 9e12, ["float32"], "trace")
+    assert kept is not None
     assert kept.of("float32")["memory_bytes_per_second"] == 2e10 and kept.source == "run.json peak"
 
 
@@ -345,9 +352,8 @@ def _one_kernel_name_per_op(path) -> None:
 
 
 def test_xla_ops_take_their_own_programs_hlo_costs_and_the_stated_bandwidth(tmp_path):
-    from hlo_fixtures import matmul_program, write_trace
-
     from analysis import analyze
+    from hlo_fixtures import matmul_program, write_trace
 
     # two programs whose dots share a name; program 7 runs its dot three times, program 8 twice
     shapes = {7: (512, 256, 1024), 8: (128, 128, 64)}
@@ -377,9 +383,8 @@ def test_xla_ops_take_their_own_programs_hlo_costs_and_the_stated_bandwidth(tmp_
 
 
 def test_a_device_plane_that_states_its_peak_fills_the_compute_ceiling(tmp_path):
-    from hlo_fixtures import matmul_program, write_trace
-
     from analysis import analyze
+    from hlo_fixtures import matmul_program, write_trace
 
     # as XProf's planes state them: TFLOP/s (a double), HBM GB/s where no `memory_bandwidth` is given
     path = write_trace(tmp_path / "x.xplane.pb", {7: ("jit_matmul(7)", matmul_program(512, 256, 1024).bytes())},
@@ -463,6 +468,7 @@ def test_a_ceiling_the_peak_search_could_not_measure_is_unknown_not_a_number():
             "vector": {"bfloat16": {"k": 1, "stopped": "time", "sizes": [{"size": 1, "per_second": 1.3e9}]},
                        "float32": {"k": 16, "stopped": "time", "sizes": [{"size": 1}, {"size": 4}, {"size": 16}]}}}
     ceilings = ceilings_from_peak(peak, "cache")
+    assert ceilings is not None
     assert math.isnan(ceilings.of("bfloat16")["vector_flops_per_second"])  # K 1-1: it gave up
     assert ceilings.of("float32")["vector_flops_per_second"] == 2e11  # it grew, then stopped: measured
     assert ceilings.of("bfloat16")["matrix_flops_per_second"] == 4e12

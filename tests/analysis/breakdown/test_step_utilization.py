@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from analysis import analyze
-from analysis.read.run_files import STEPS_COLUMNS
 from analysis.breakdown.utilization import window_means
+from analysis.read.run_files import STEPS_COLUMNS
 
 T0 = 1_700_000_000.0
 

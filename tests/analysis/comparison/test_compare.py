@@ -6,19 +6,15 @@ from __future__ import annotations
 import io
 import json
 import math
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from analysis import comparison as compare
-from analysis.read.run_files import STEPS_COLUMNS as STEP_COLUMNS
-from profiler import cli
-from repo_paths import REPO
-from compare_fixtures import SEED_TABLE, make_run, run_cli
-from run_fixtures import small_run
-
 import analysis
+from analysis import comparison as compare
+from compare_fixtures import SEED_TABLE, make_run, run_cli
+from profiler import cli
+from run_fixtures import small_run
 
 
 @pytest.fixture
@@ -243,7 +239,6 @@ def test_bad_input_is_one_error_line_and_exit_2(case, tmp_path, capsys):
 
 
 def _real_pair(out, capsys) -> dict:
-    from profiler import cli
 
     base = ["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "600", "--limit-test-images", "500",
             "--batch-size", "50",
@@ -297,17 +292,20 @@ def test_baseline_by_device_among_runs_and_external_rows(runs, capsys):
 def test_mfu_takes_the_traced_ops_flops_where_they_cover_the_step(tmp_path):
     import dataclasses
     from types import SimpleNamespace
+    from typing import cast
 
     from analysis.comparison.rows import _flops_per_image
+    from analysis.worker import Analysis
 
     read = compare.read_run(make_run(tmp_path, "ops", epoch_seconds=(1.0, 0.5), flops_per_image=1e6))
     batch = read.record.config["batch_size"]
     assert _flops_per_image(read, batch) == (1e6, "model")  # no trace: the layers' count
     # the ops' costs say 2.5e6 FLOPs per image (the layers' count says 1e6): the ops are what ran
-    covered = SimpleNamespace(roofline={"flops_per_step": 2.5e6 * batch, "known_time_pct": 97.0})
+    # stand-ins for an Analysis: _flops_per_image reads only its roofline
+    covered = cast(Analysis, SimpleNamespace(roofline={"flops_per_step": 2.5e6 * batch, "known_time_pct": 97.0}))
     assert _flops_per_image(dataclasses.replace(read, analysis=covered), batch) == (pytest.approx(2.5e6), "ops")
     # ops with costs for only part of the step would undercount: the model's count stands
-    partial = SimpleNamespace(roofline={"flops_per_step": 2.5e6 * batch, "known_time_pct": 60.0})
+    partial = cast(Analysis, SimpleNamespace(roofline={"flops_per_step": 2.5e6 * batch, "known_time_pct": 60.0}))
     assert _flops_per_image(dataclasses.replace(read, analysis=partial), batch) == (1e6, "model")
 
 

@@ -9,10 +9,11 @@ import pytest
 
 from analysis import comparison as compare
 from analysis.comparison.chart import chart_data
-from profiler import cli
 from compare_fixtures import SEED_TABLE, make_run
-from run_fixtures import make_run as make_small_run, step_line
 from compare_fixtures import make_run as make_compare_run
+from profiler import cli
+from run_fixtures import make_run as make_small_run
+from run_fixtures import step_line
 
 
 def test_compare_skips_folders_that_are_not_runs_with_one_note(tmp_path, capsys):

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from job_fixtures import write_job
 
 from analysis import comparison as compare
+from job_fixtures import write_job
 from profiler import cli
 
 # shares of the 0.4 s epoch: 10 steps of each part, the rest (220 ms) outside the steps

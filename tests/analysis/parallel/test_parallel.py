@@ -24,10 +24,9 @@ import pytest
 from analysis import parallel, pipeline, worker
 from analysis.parallel import child as parallel_child
 from analysis.read.run_files import RunFileWarning
-from memory_fixtures import write_memory_trace
 from input_traces import write_prefetched_map_loop
+from memory_fixtures import write_memory_trace
 from repo_paths import REPO
-
 
 
 @pytest.fixture
@@ -114,7 +113,7 @@ def test_the_childs_answer_and_its_warnings_are_this_processs(answers):
 
 
 def test_arrays_of_every_kind_come_back_whole(answers):
-    expected = [np.arange(1 + i % 7, dtype=np.int64) * i for i in range(1100)]
+    expected: list[np.ndarray] = [np.arange(1 + i % 7, dtype=np.int64) * i for i in range(1100)]
     expected += [np.linspace(0, 1, 300_001), np.array([], dtype=np.uint8), np.frombuffer(b"read-only", dtype=np.uint8)]
     with parallel.Helpers().beside(lambda given: [np.array(array) for array in expected]) as beside:
         got = beside.result()
@@ -175,13 +174,19 @@ def test_a_child_whose_parent_gives_nothing_ends_without_an_answer(answers):
     import psutil
 
     with parallel.Helpers().beside(lambda given: given()) as beside:
+        assert beside.child is not None
         child = beside.child.pid
     assert answers == [] and not (psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE)
 
 
 def test_without_a_fork_the_work_is_done_when_asked(answers):
-    done = []
-    with parallel.Helpers(fork=False).beside(lambda given: done.append(os.getpid()) or given()) as beside:
+    done: list[int] = []
+
+    def work(given):
+        done.append(os.getpid())
+        return given()
+
+    with parallel.Helpers(fork=False).beside(work) as beside:
         beside.give("here")
         assert done == []
         assert beside.result() == "here"
@@ -206,6 +211,7 @@ def test_a_stage_asks_the_view_for_its_step_free_work_once(tmp_path):
     from analysis.read.inputs import read_inputs
 
     view = read_inputs(write_prefetched_map_loop(tmp_path / "loop.xplane.pb", steps=8)).trace
+    assert view is not None
     first = stage_times(view)
     assert stage_times(view) is first  # kept on the view: a child that worked it out early saves the stage its time
     steps = pd.DataFrame({"start_ns": [view.window[0]], "end_ns": [view.window[1]], "steps": [1]})

@@ -6,7 +6,6 @@ import pandas as pd
 import pytest
 
 import trace_fixtures as fx
-
 from analysis import job, pipeline
 
 
@@ -18,6 +17,7 @@ def test_parallel_analysis_of_a_session_equals_the_sequential_one(tmp_path):
     assert one.to_json() == several.to_json()
     pd.testing.assert_frame_equal(one.workers, several.workers)
     pd.testing.assert_frame_equal(one.steps, several.steps)
+    assert several.straggler is not None
     assert several.straggler["worker"] == "worker2"
 
 

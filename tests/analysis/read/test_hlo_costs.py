@@ -11,10 +11,8 @@ import math
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import pytest
-from trace_fixtures import _Plane, _write_space, _xspace_class
 
 import analysis.read.xla_proto
 from analysis.read import hlo_costs as hc
@@ -22,8 +20,8 @@ from analysis.read.run_files import RunFileWarning
 from analysis.read.trace import DeviceSpecs, device_specs, read_trace
 from analysis.read.view import TraceView
 from analysis.read.xla_proto import hlo_pb2, xla_data_pb2
-from repo_paths import REPO
 from hlo_fixtures import Program, matmul_program, write_trace
+from repo_paths import REPO
 
 GEMM = REPO.parent / "shared/traces/jax-mi300-gemm"
 

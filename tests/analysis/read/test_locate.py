@@ -4,13 +4,12 @@ odd characters, links that lead nowhere, and a run.json above a log folder that 
 from __future__ import annotations
 
 import pytest
+
+import analysis
 from cli_checks import devprof, error_line
 from marker_traces import marker_trace
 from odd_files import _fifo, _link_to_dev_zero
-
-import analysis
 from profiler import cli
-
 
 # ---------------------------------------------------------------- a trace that is no regular file
 

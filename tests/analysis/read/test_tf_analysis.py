@@ -5,16 +5,15 @@ import warnings
 from pathlib import Path
 
 import pytest
-from xprof.protobuf import input_pipeline_pb2, overview_page_pb2
 
 import trace_fixtures as fx
 from analysis import analyze
 from analysis.read.inputs import read_inputs
 from analysis.read.run_files import RunFileWarning
 from analysis.read.tf_analysis import read_tf_analysis
-from xprof_oracle import beside_devprof, tensorflow_own_analysis
 from repo_paths import REPO
 from tf_analysis_fixtures import input_result, write_overview
+from xprof_oracle import beside_devprof, tensorflow_own_analysis
 
 CENSUS = REPO.parent / "shared/traces/tf-cpu-keras-census"
 
@@ -72,7 +71,9 @@ def test_the_reading_happens_once_in_the_read_stage(window_trace):
     window_trace.with_name("census-like.overview_page.pb").unlink()  # nothing later opens the file again
     from analysis.worker import analyze_inputs
 
-    assert analyze_inputs(inputs).tensorflow.tensorflow.step_ms == 78.0
+    opinion = analyze_inputs(inputs).tensorflow
+    assert opinion is not None
+    assert opinion.tensorflow.step_ms == 78.0
 
 
 def test_the_input_pipeline_file_wins_and_the_overview_gives_the_verdict(window_trace):
@@ -80,6 +81,7 @@ def test_the_input_pipeline_file_wins_and_the_overview_gives_the_verdict(window_
                    statement="NOT input-bound")
     write_input_pipeline(window_trace, input_result(steps=4, step_ms=79.0, input_pct=13.0))
     tf = read_tf_analysis(window_trace)
+    assert tf is not None
     assert (tf.steps, tf.step_ms, tf.input_pct, tf.bound, tf.statement) == (4, 79.0, 13.0, "device", "NOT input-bound")
     assert [f.name for f in tf.files] == ["census-like.input_pipeline.pb", "census-like.overview_page.pb"]
 
@@ -154,6 +156,7 @@ def test_a_corrupt_input_pipeline_falls_back_to_the_overview_page(window_trace):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         tf = read_tf_analysis(window_trace)
+    assert tf is not None
     assert (tf.steps, tf.step_ms) == (2, 70.0) and [f.name for f in tf.files] == ["census-like.overview_page.pb"]
     assert len(_run_file_warnings(caught)) == 1
 

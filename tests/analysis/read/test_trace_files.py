@@ -8,14 +8,14 @@ import subprocess
 import sys
 
 import pytest
-from cli_checks import devprof, error_line
-from marker_traces import BASE_NS, MS, hostile_trace, marker_trace, steps_trace
-from repo_paths import REPO
-from trace_fixtures import _Plane, _write_space, _xspace_class
 
 import analysis
 from analysis.read.run_files import RunFileWarning
 from analysis.read.trace import TraceError
+from cli_checks import devprof, error_line
+from marker_traces import BASE_NS, MS, hostile_trace, marker_trace, steps_trace
+from repo_paths import REPO
+from trace_fixtures import _Plane, _write_space, _xspace_class
 
 
 def _markers(space):

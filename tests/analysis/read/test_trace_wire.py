@@ -10,8 +10,8 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -25,10 +25,10 @@ from analysis.read import xplane_wire as wire
 from repo_paths import REPO
 
 
-
 def _reference(space) -> tuple[list[tuple], list[tuple]]:
     """Events (plane, line, name, start_ns, end_ns) and every stat (event, name, value) as protobuf reads them."""
-    events, stats = [], []
+    events: list[tuple] = []
+    stats: list[tuple] = []
     for plane_index, plane in enumerate(space.planes):
         names = {key: meta.name for key, meta in plane.stat_metadata.items()}
         for line_index, line in enumerate(plane.lines):
@@ -37,7 +37,7 @@ def _reference(space) -> tuple[list[tuple], list[tuple]]:
                 name = plane.event_metadata[event.metadata_id].name if event.metadata_id in plane.event_metadata else ""
                 for stat in event.stats:
                     kind = stat.WhichOneof("value")
-                    value = None if kind is None else getattr(stat, kind)
+                    value: Any = None if kind is None else getattr(stat, kind)
                     if kind == "ref_value":
                         value = names.get(value, "")
                     elif kind == "bytes_value":
@@ -189,12 +189,13 @@ def halves_of_small_traces(monkeypatch):
     monkeypatch.setattr(parallel, "os_threads", lambda: 1)  # a pytest process has numpy's threads
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     monkeypatch.delenv(parallel.ENV_VAR, raising=False)
-    answers = []
+    answers: list[dict | None] = []
     result = parallel_child.Child.result
 
     def recorded(self, *args, **kwargs):
         answer = result(self, *args, **kwargs)
-        answers.append(None if answer is None else {"stat_event": sum(len(part["stat_event"]) for part in answer[0])})
+        parts = None if answer is None else cast(list, answer[0])  # the decode's parts
+        answers.append(None if parts is None else {"stat_event": sum(len(part["stat_event"]) for part in parts)})
         return answer
 
     monkeypatch.setattr(parallel_child.Child, "result", recorded)

@@ -9,12 +9,12 @@ import subprocess
 import sys
 
 import pytest
-from compare_fixtures import _traced_run
-from marker_traces import assert_inert, hostile_trace
-from repo_paths import REPO
 
 import analysis
+from compare_fixtures import _traced_run
+from marker_traces import assert_inert, hostile_trace
 from profiler import cli
+from repo_paths import REPO
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_mcp_answers_are_inert(trace):
 
     server = mcp_server.build_server(mcp_server.Roots([trace.parents[3]]))
     for tool in ("analyze", "ops", "findings", "steps"):
-        result = anyio.run(lambda tool=tool: server.call_tool(tool, {"path": str(trace)}))
+        result = anyio.run(server.call_tool, tool, {"path": str(trace)})
         text = "".join(getattr(part, "text", "") for part in result.content)
         assert_inert(text, f"mcp {tool}")
 

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.render.csv_safety import frame_csv, needs_quote, neutralize_cell, neutralize_frame
-import dataclasses
-
 import trace_fixtures as fx
-from compare_fixtures import make_run as make_compare_run
-from run_fixtures import make_run as make_small_run, step_line
-
 from analysis import pipeline
+from analysis.render.csv_safety import frame_csv, needs_quote, neutralize_cell, neutralize_frame
+from compare_fixtures import make_run as make_compare_run
 from profiler import cli
+from run_fixtures import make_run as make_small_run
+from run_fixtures import step_line
 
 
 @pytest.mark.parametrize("text", ['=HYPERLINK("http://x","click")', "=1+2", "+1+2", "-1+2", "@SUM(A1:A2)",
@@ -93,7 +93,7 @@ def test_the_csvs_a_run_writes_hold_numbers_only(tmp_path):
     assert all(not needs_quote(name) for name in header)
     assert [float(cell) for cell in row]  # every cell a number
     with pytest.raises(ValueError):
-        format_value("=1+2")
+        format_value(cast(Any, "=1+2"))  # text where a number belongs: refused
     assert format_value(-1.5) == "-1.5"
 
 
@@ -175,6 +175,7 @@ def test_analyze_output_csvs_quote_formula_text(device_trace, tmp_path):
     ops.loc[1, "type"] = "@SUM(A1)"
     rec = pd.DataFrame({"step": [1], "note": ["-cmd"], "step_ms_diff": [-1.5]})
     run = pipeline.analyze(make_small_run(tmp_path / "run", [step_line(i) for i in range(6)]))
+    assert run.epochs is not None
     epochs = run.epochs.assign(label="+x")
     steps = result.steps.copy()
     steps["name"] = "=1+2"

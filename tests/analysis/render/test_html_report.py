@@ -8,22 +8,21 @@ size bounded on long runs, the CLI's -o). Slow tests open it in a real headless 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
-import io
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 import analysis
-from analysis.read.run_files import RunRecord
 import trace_fixtures as fx
+from analysis.read.run_files import RunRecord
 from analysis.render import format_for_path, formats_for, html
-from profiler import cli
 from compare_fixtures import make_run
 from html_checks import EVIL, _pixels_drawn, assert_self_contained
+from profiler import cli
 
 
 @pytest.fixture(scope="module")

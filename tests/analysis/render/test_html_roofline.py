@@ -14,12 +14,12 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-import trace_fixtures as fx
-from html_checks import EVIL, _pixels_drawn, assert_self_contained
 
 import analysis
+import trace_fixtures as fx
 from analysis.render import html, html_roofline
 from analysis.render.html_charts import si
+from html_checks import EVIL, _pixels_drawn, assert_self_contained
 
 NAN = math.nan
 CEILINGS = {
@@ -157,8 +157,9 @@ def test_ceiling_lines_per_dtype(base):
             low = 10 ** math.floor(math.log10(value))
             expected = log_position(value, (low, y_ticks[si(low, "FLOP/s")]), (10 * low, y_ticks[si(10 * low, "FLOP/s")]))
             assert float(y) == pytest.approx(expected, abs=0.02), (dtype, kind)
-        x1, y1, x2, y2 = map(float, re.search(r'<line class="memory" x1="([\d.]+)" y1="([\d.]+)" x2="([\d.]+)" '
-                                               r'y2="([\d.]+)"', roof).groups())
+        line = re.search(r'<line class="memory" x1="([\d.]+)" y1="([\d.]+)" x2="([\d.]+)" y2="([\d.]+)"', roof)
+        assert line is not None
+        x1, y1, x2, y2 = map(float, line.groups())
         # The memory slope: y = 900 GB/s x intensity at both ends, read back through the axes.
         decade_x = x_ticks["10"] - x_ticks["1"]
         decade_y = y_ticks["100 GFLOP/s"] - y_ticks["1 TFLOP/s"]
@@ -189,7 +190,9 @@ def test_unknown_ceilings_draw_the_points_and_say_how_to_give_them(base, info):
     assert "no measured peak" not in page and ("Costs from 1 program." in page) == (info is not None)
     assert '<line class="matrix"' not in svg and '<line class="memory"' not in svg
     section = page[page.index('id="roofline"'):]
-    sentence = re.search(r'<p class="missing">([^<]*)</p>', section).group(1)
+    missing = re.search(r'<p class="missing">([^<]*)</p>', section)
+    assert missing is not None
+    sentence = missing.group(1)
     assert sentence.startswith("The ceilings are unknown")
     for how in ("devprof peak", "--measure-peak", "devprof analyze --peak-tflops", "--peak-file"):
         assert how in sentence
@@ -200,7 +203,9 @@ def test_a_partly_unknown_ceiling_is_named(base):
     ceilings = {"float32": {**CEILINGS["float32"], "memory_bytes_per_second": NAN}, "bfloat16": CEILINGS["bfloat16"]}
     page = html.render_analysis(with_roofline(base, cost_ops(), roofline_info(ceilings)))
     assert "Unknown ceilings (float32 memory bandwidth)" in page
-    roof = re.search(r'<g class="roof" data-dtype="float32">(.*?)</g>', svg_of(page), re.DOTALL).group(1)
+    found = re.search(r'<g class="roof" data-dtype="float32">(.*?)</g>', svg_of(page), re.DOTALL)
+    assert found is not None
+    roof = found.group(1)
     assert '<line class="matrix"' in roof and '<line class="memory"' not in roof
 
 

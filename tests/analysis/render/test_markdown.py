@@ -4,11 +4,10 @@ run names shown not run, and no column a CPU trace does not record."""
 from __future__ import annotations
 
 import pandas as pd
-from run_fixtures import small_run
 
 import analysis
 from analysis.render import markdown
-
+from run_fixtures import small_run
 
 # ---------------------------------------------------------------- long runs, HTML in run names, columns a CPU trace does not record
 

@@ -7,14 +7,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from analysis.render import mpl_config
 from memory_fixtures import write_memory_trace
 from repo_paths import REPO
-
 
 
 @pytest.mark.slow

@@ -1,18 +1,16 @@
 """Shortened names keep what tells rows apart, in every format that shortens (text, Markdown, HTML)."""
 
 import dataclasses
+import json
 import re
 
 import pandas as pd
 import pytest
 
 import trace_fixtures as fx
-from analysis import analyze
+from analysis import analyze, pipeline
 from analysis.render import tables
 from analysis.render.names import distinct_names
-import json
-
-from analysis import pipeline
 from profiler import cli
 
 LAYERS = ("conv2d_1", "conv2d_3", "conv2d_5")

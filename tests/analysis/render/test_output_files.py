@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
 from cli_checks import HANG_LIMIT_S, devprof, error_line, one_usage_error
 from compare_fixtures import _traced_run
-from run_fixtures import make_run, make_run as make_small_run, small_run, step_line
-
 from profiler import cli
-
+from run_fixtures import make_run, small_run, step_line
+from run_fixtures import make_run as make_small_run
 
 # ---------------------------------------------------------------- writing never follows a link out of the run
 
@@ -176,8 +176,8 @@ def test_an_output_extension_no_format_writes_is_refused(tmp_path, capsys, comma
 
 
 def test_an_output_under_a_missing_folder_creates_only_the_last_folder(tmp_path, capsys):
-    from profiler import cli
     from marker_traces import marker_trace
+    from profiler import cli
 
     trace = marker_trace(tmp_path / "t.xplane.pb")
     assert cli.main(["analyze", str(trace), "-o", str(tmp_path / "new" / "r.md")]) == 0

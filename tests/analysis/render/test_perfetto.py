@@ -22,14 +22,14 @@ from analysis.read.trace import read_trace
 from analysis.read.view import TraceView
 from analysis.render import perfetto, perfetto_packets
 from analysis.steps.host import steady_steps
-from profiler import cli
 from cli_checks import one_usage_error
 from job_fixtures import write_job
-from perfetto_readback import read_back
-from run_fixtures import make_run, step_line
 from marker_traces import MS, marker_trace
-from trace_fixtures import write_synthetic_device_trace
+from perfetto_readback import read_back
+from profiler import cli
 from repo_paths import REPO
+from run_fixtures import make_run, step_line
+from trace_fixtures import write_synthetic_device_trace
 
 VAE = REPO.parent / "shared/traces/tf-gpu-keras-vae-gtx1060"
 PARTS = ("input", "compute", "collective", "host")
@@ -90,7 +90,8 @@ def test_bulk_packets_parse_as_the_builders_packets():
 
 def _replay(layout) -> dict:
     """Each event's (start, end) as a Perfetto track closes them: the latest open slice of its track."""
-    stacks, got = {}, {}
+    stacks: dict[int, list[int]] = {}
+    got: dict[int, tuple[int, int]] = {}
     for index, is_end in zip(layout.events, layout.is_end):
         key = layout.lane[index]
         if layout.starts[index] == layout.ends[index]:
@@ -160,6 +161,7 @@ def test_the_trace_own_events_per_perfetto_events(tmp_path, gpu_trace):
     for events in ("ops", "all", "none"):
         path = result.to_perfetto(tmp_path / f"{events}.pftrace", events=events)
         back = read_back(path)
+        assert back.slices is not None
         raw = back.slices[[len(back.path_of(u)) == 2 and back.path_of(u)[0] not in PARTS
                            for u in back.slices["track_uuid"]]]
         counts[events] = len(raw)

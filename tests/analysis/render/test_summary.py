@@ -9,20 +9,18 @@ import json
 import types
 from pathlib import Path
 
-import jsonschema
 import pandas as pd
 import pytest
-import trace_fixtures as fx
-from job_fixtures import write_job
-from memory_fixtures import write_memory_trace
-from run_fixtures import make_run, step_line
-from marker_traces import marker_trace
 
 import analysis
+import trace_fixtures as fx
 from analysis.breakdown.memory import AllocatorPeak, Live, MemoryReport, OomAtFailure, WorkerMemory
 from analysis.render import summary
+from job_fixtures import write_job
+from marker_traces import marker_trace
+from memory_fixtures import write_memory_trace
 from profiler import cli
-from repo_paths import REPO
+from run_fixtures import make_run, step_line
 from summary_checks import rendered
 
 
@@ -167,11 +165,14 @@ def test_the_summary_stays_under_8_kb_on_a_hostile_analysis(cpu, piece, oom):
 def test_strings_are_cut_to_their_byte_budget_keeping_what_tells_them_apart():
     sentence = "First part. " + "x" * 400
     cut = summary.text(sentence, 60)
+    assert cut is not None
     assert len(json.dumps(cut, ensure_ascii=False).encode()) <= 60 and cut.endswith("…")
-    assert summary.text("Headline sentence here. Then the numbers go on and on" * 5, 80).startswith(
-        "Headline sentence here. ")
+    headline = summary.text("Headline sentence here. Then the numbers go on and on" * 5, 80)
+    assert headline is not None
+    assert headline.startswith("Headline sentence here. ")
     name = "gradient_tape/model/conv2d_3/" + "a" * 300 + "/Conv2DBackpropFilter"
     short = summary.text(name, 48, middle=True)
+    assert short is not None
     assert short.startswith("gradient_tape") and short.endswith("Filter") and "…" in short
     assert summary.text("é" * 100, 21) == "é" * 8 + "…"  # 2 bytes each, the quotes and the cut mark
     assert summary.text("", 20) is None and summary.text(float("nan"), 20) is None

@@ -7,9 +7,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from typing import Any
 
 import pytest
 
+from analysis import comparison as compare
+from analysis import pipeline
 from analysis.breakdown.eager import EagerOps
 from analysis.breakdown.idle import IdleStretch
 from analysis.breakdown.input_stages import SlowestStage
@@ -18,8 +21,6 @@ from analysis.rules import table as rules
 from analysis.rules.facts import TraceFacts, make_facts
 from compare_fixtures import make_run as make_compare_run
 from run_fixtures import edit_run_json
-
-from analysis import comparison as compare, pipeline
 
 TRACE_FACTS = {f.name for f in dataclasses.fields(TraceFacts)}
 
@@ -175,7 +176,7 @@ FOREIGN = {
     "tensorflow": r"(?<![\w-])--[a-z]|model\.compile|`fit`|jax|lax\.",
     "jax": r"(?<![\w-])--[a-z]|model\.compile|tf\.|keras|tf\.function|TF_ENABLE",
 }
-CAUSES = {
+CAUSES: dict[str, dict[str, Any]] = {
     "input_wait": dict(input_wait=8.0, compute=10.0, host=2.0, prefetches=False,
                        slowest_input_stage=SlowestStage("Iterator::Root::Map", 7.5)),
     "input_copy": dict(input_copy=6.0, compute=12.0, host=2.0),
@@ -321,7 +322,9 @@ def test_several_steps_per_call_also_save_the_calls_own_dispatch_counted_as_comp
     common = dict(compute=20.0, host=10.0, device="cpu", cpu_cores=2)
     without, _ = verdict_of(30.0, **common)
     with_entry, _ = verdict_of(30.0, call_entry_exit_ms=2.0, **common)
-    k = int(re.search(r"(\d+) steps per call", without["saving_basis"]).group(1))
+    per_call = re.search(r"(\d+) steps per call", without["saving_basis"])
+    assert per_call is not None
+    k = int(per_call.group(1))
     assert with_entry["saving_ms"] - without["saving_ms"] == pytest.approx(2.0 * (1 - 1 / k))
     assert "dispatch around its ops" in with_entry["saving_basis"]
 

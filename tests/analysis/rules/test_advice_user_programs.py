@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
-from trace_fixtures import _Plane, _write_space, _xspace_class
 
 from analysis import analyze
+from trace_fixtures import _Plane, _write_space, _xspace_class
 
 MS = 1_000_000
 BASE_NS = 1_700_000_000 * 10**9
@@ -60,18 +61,20 @@ def test_a_small_disagreement_between_the_clocks_is_not_moved(tmp_path):
 
 
 def test_a_jobs_own_worker_on_the_machine_is_not_called_another_job(tmp_path):
+    from analysis.read.run_files import RunRecord
     from analysis.rules import table as rules
     from analysis.rules.facts import job_workers_here, make_facts
 
-    class Run:
+    class Run:  # stands for a RunRecord: job_workers_here reads only its raw run.json
         def __init__(self, worker):
             self.raw = {"worker": worker}
 
     local = {"index": 1, "address": "127.0.0.1:2223", "addresses": ["127.0.0.1:2222", "127.0.0.1:2223"]}
     spread = {"index": 1, "address": "h2:2222", "addresses": ["h1:2222", "h2:2222"]}
-    assert job_workers_here(Run(local)) == 1 and job_workers_here(Run(spread)) == 0 and job_workers_here(None) == 0
-    common = dict(input_pct=2.0, host_pct=10.0, compute_pct=88.0, other_cpu_pct=43.0, proc_cpu_pct=110.0,
-                  cpu_cores=2.0, device="cpu", producer="devprof")
+    assert job_workers_here(cast(RunRecord, Run(local))) == 1 and job_workers_here(cast(RunRecord, Run(spread))) == 0 \
+        and job_workers_here(None) == 0
+    common: dict[str, Any] = dict(input_pct=2.0, host_pct=10.0, compute_pct=88.0, other_cpu_pct=43.0,
+                                  proc_cpu_pct=110.0, cpu_cores=2.0, device="cpu", producer="devprof")
     found = {f["rule"]: f for f in rules.findings(make_facts(**common, job_workers_here=1))}["cpu_contention"]
     assert "runs 1 other worker of the same job, which is among them" in found["evidence"]
     assert "fewer `--workers` per machine" in found["advice"] and "another job" not in found["advice"]

@@ -4,21 +4,21 @@ is documented; the facts themselves come from traces as the rules expect."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
-from views import facts_from_mean, view_of
 
 from analysis.breakdown.eager import EagerOps
 from analysis.rules import facts as trace_facts
 from analysis.rules import table as rules
 from analysis.rules.facts import Facts
 from repo_paths import REPO
-import json
-
-import numpy as np
+from views import facts_from_mean, view_of
 
 DOCS = REPO / "docs" / "rules.md"
 MS = 1_000_000
@@ -34,7 +34,7 @@ def clean(**changes) -> Facts:
     return dataclasses.replace(facts_from_mean({}), **base)
 
 
-TRIGGERS = {
+TRIGGERS: dict[str, dict[str, Any]] = {
     "cpu_contention": dict(other_cpu_pct=45.0, proc_cpu_pct=100.0, cpu_cores=2.0),
     "retracing": dict(retrace_steps=3, retrace_ms=120.0),
     "host_sync": dict(sync_name="MemcpyDtoH"),
@@ -239,10 +239,12 @@ def test_an_idle_stretch_after_the_last_epoch_is_a_finding_with_its_length_and_p
 def test_an_idle_stretch_between_steps_and_before_evaluation_are_placed(tmp_path):
     run = _idle_run(tmp_path / "between", idle=(0.5, 4.0), gap_after_step=4, gap_s=3.0)
     finding = _idle_finding(run)
+    assert finding is not None
     # idle from 0.5 s to 4.0 s, of which steps 0-4 (to 0.5 s) and 5 on (from 3.5 s) are work: 3.0 s idle
     assert "idle for 3.0 s between steps 4 and 5 (epoch 1)" in finding["evidence"], finding["evidence"]
     run = _idle_run(tmp_path / "validation", idle=(1.0, 3.5), validation_s=3.0)  # epoch 1 validates 1.0-4.0 s
     finding = _idle_finding(run)
+    assert finding is not None
     assert "idle for 2.5 s after the last step of epoch 1 (step 9), before its evaluation ends" in finding["evidence"]
 
 

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 import trace_fixtures as fx
-
 from analysis import analyze
 from analysis.steps.host import mean_breakdown, steady_steps
 

@@ -7,9 +7,9 @@ import json
 import pandas as pd
 import pytest
 
-from profiler import cli
 from analysis.read.run_files import STEPS_COLUMNS as STEP_COLUMNS
 from cli_checks import devprof, error_line
+from profiler import cli
 from run_fixtures import small_run
 
 

@@ -1,14 +1,12 @@
 """Agreement with XProf's input_pipeline_analyzer on traces where XProf finds steps."""
 
-from pathlib import Path
 
 import pytest
 
 import trace_fixtures as fx
-
 from analysis import analyze
-from xprof_oracle import beside_devprof, tensorflow_own_analysis, xprof_steps
 from repo_paths import REPO
+from xprof_oracle import beside_devprof, tensorflow_own_analysis, xprof_steps
 
 TOLERANCE_PCT_OF_STEP = 3.0
 
@@ -62,6 +60,7 @@ CENSUS = REPO.parent / "shared/traces/tf-cpu-keras-census"
 def test_tensorflows_analysis_at_capture_agrees_with_xprofs_converter_and_devprof_says_why_it_differs():
     xplane = fx.find_xplane(CENSUS)
     at_capture = tensorflow_own_analysis(xplane)
+    assert at_capture is not None
     converter, _ = xprof_steps(xplane)
     assert at_capture["steps"] == len(converter) == 1
     assert converter["step_ms"].iloc[0] == pytest.approx(at_capture["step_ms"], abs=1e-6)

@@ -11,22 +11,19 @@ from __future__ import annotations
 
 import functools
 import json
+from typing import Any
 
 import pytest
 
-import trace_fixtures as fx
-
-from analysis import analyze
-from profiler.cli import main
-from cli_checks import one_usage_error
-from run_fixtures import small_run
-
 import analysis
-from profiler import cli
-from marker_traces import BASE_NS, MS
-
+import trace_fixtures as fx
+from analysis import analyze
 from analysis.read.trace import TraceError
-from marker_traces import hostile_trace
+from cli_checks import one_usage_error
+from marker_traces import BASE_NS, MS, hostile_trace
+from profiler import cli
+from profiler.cli import main
+from run_fixtures import small_run
 
 EXACT_MS = 1e-6  # what exact integer-nanosecond arithmetic gives
 DEVICE_MS = 1e-3
@@ -165,7 +162,7 @@ def test_unmarked_host_delay_is_host_and_host_bound(unmarked):
 # Synthetic multi-device traces: CUDA, ROCm, TPU
 # ----------------------------------------------------------------------------------------
 
-DEVICE_CASES = {
+DEVICE_CASES: dict[str, dict[str, Any]] = {
     # 4 GPUs + 1 empty plane; streams Compute/Compute/MemcpyH2D, derived XLA Ops, XLA Modules, TensorFlow Ops.
     "cuda": dict(producer="cuda"),
     # 3 GPUs + 2 empty planes; Kernel/plain/MemcpyOther streams, copies as kernels, threads 30 us apart.
@@ -380,7 +377,7 @@ def test_step_name_picks_an_xla_program(synthetic, capsys):
 # Several hosts in one session: one row per worker, the straggler
 # ----------------------------------------------------------------------------------------
 
-SESSIONS = {
+SESSIONS: dict[str, dict[str, Any]] = {
     "slow_input": dict(slow_worker=1, slow_part="input"),
     "slow_host": dict(slow_worker=1, slow_part="host"),
     "equal": dict(slow_worker=None),

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 import truth_fixtures as tf_fx
-
 from analysis import analyze
 
 EXACT_MS = 1e-6

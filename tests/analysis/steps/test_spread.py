@@ -9,9 +9,9 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-import trace_fixtures as fx
 
 import analysis
+import trace_fixtures as fx
 from analysis.breakdown.devices import device_table
 from analysis.breakdown.input_parts import split_input
 from analysis.breakdown.spread import outliers, spread
@@ -41,6 +41,7 @@ def steps_table(n: int = 20, slow: dict = SLOW) -> pd.DataFrame:
 
 def test_median_p90_and_each_slow_step_with_its_cause():
     result = spread(steps_table())
+    assert result is not None
     assert result["median_ms"] == pytest.approx(7.7)
     # p90 of 20 steps: 0.1 of the way from the 18th smallest (13.7 ms) to the 19th (14.7 ms)
     assert result["p90_ms"] == pytest.approx(13.8)
@@ -55,6 +56,7 @@ def test_median_p90_and_each_slow_step_with_its_cause():
 def test_a_collective_wait_is_named_and_a_step_at_the_cut_is_not_an_outlier():
     steps = steps_table(slow={3: ("collective_ms", 5.0), 8: ("host_ms", 3.85)})  # 7.7 + 3.85 = 1.5 x 7.7
     result = spread(steps)
+    assert result is not None
     assert [(o["step"], o["cause"]) for o in result["outliers"]] == [(3, "collective")]
     assert result["outliers"][0]["excess_ms"] == pytest.approx(5.0)
 
@@ -63,16 +65,21 @@ def test_no_spread_below_two_steps_and_no_outlier_over_a_zero_median():
     assert spread(steps_table(n=1, slow={})) is None
     assert spread(steps_table(n=0, slow={})) is None
     two = spread(steps_table(n=2, slow={1: ("host_ms", 5.0)}))
+    assert two is not None
     assert two["median_ms"] == pytest.approx((7.7 + 12.7) / 2) and two["outliers"] == []
     idle = pd.DataFrame({"step": range(5), "step_ms": [0.0, 0.0, 0.0, 1.0, 2.0], **{k: 0.0 for k in BASE}})
-    assert spread(idle)["outliers"] == []
+    idle_spread = spread(idle)
+    assert idle_spread is not None
+    assert idle_spread["outliers"] == []
 
 
 def test_device_work_from_the_devices_own_steps_wins_over_the_host_window():
     steps = steps_table(slow={12: ("host_ms", 7.1)})  # the host window puts the time in host
     device = pd.Series(6.0, index=steps.index)
     device[12] = 13.5  # the device's own step 12 computed 7.5 ms more
-    (slow,) = spread(steps, device)["outliers"]
+    result = spread(steps, device)
+    assert result is not None
+    (slow,) = result["outliers"]
     assert (slow["step"], slow["cause"]) == (12, "device") and slow["excess_ms"] == pytest.approx(7.5)
     partly = device.copy()
     partly[3] = np.nan  # not every step has its device work: the steps' own compute for all
@@ -85,6 +92,7 @@ def test_device_table_gives_each_steps_work_from_the_devices_own_steps(tmp_path)
     source = split_input(inputs.trace, find_steps(inputs, None))
     table = device_table(inputs.trace, source.steps, choose_steps(source.steps).used, source.step_name)
     slowest_device = max(d["compute_ms"] for d in made.devices.values())  # the step waits for it
+    assert table.work is not None
     assert table.work.index.equals(source.steps.index)
     assert table.work.to_numpy() == pytest.approx([slowest_device] * made.steps)
 

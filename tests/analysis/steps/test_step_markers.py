@@ -11,7 +11,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.breakdown.epochs import epoch_breakdown
 import analysis
 
 # ---------------------------------------------------------------- 5. epochs of millisecond steps

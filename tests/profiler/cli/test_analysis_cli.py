@@ -9,10 +9,9 @@ import pandas as pd
 import pytest
 
 import trace_fixtures as fx
-from profiler import cli
 from cli_checks import devprof, error_line
-from run_fixtures import small_run
-from run_fixtures import make_run, step_line
+from profiler import cli
+from run_fixtures import make_run, small_run, step_line
 
 TRACED_STEPS = list(range(3, 11))
 

@@ -6,24 +6,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+from typing import cast
 
 import pytest
 
+from cli_checks import files_under, one_usage_error
+from marker_traces import hostile_trace
 from profiler import cli
+from profiler.cli import common
 from profiler.device import devices
 from profiler.record import tracing
 from profiler.roofline import peak
-from profiler.cli import common
 from repo_paths import REPO
-from cli_checks import files_under, one_usage_error
-import re
-import os
-
-from marker_traces import hostile_trace
 
 SEED_TABLE = REPO / "examples" / "seed_table.csv"
 ROWS = [{"kind": "cpu", "name": "Test CPU", "cores": 2, "memory_bytes": 2**30},
@@ -355,7 +355,9 @@ def test_a_reader_that_closes_the_pipe_early_ends_devprof_quietly(tmp_path, caps
         raise BrokenPipeError(32, "Broken pipe")
 
     parser = cli.build_parser()
-    parser._subparsers._group_actions[0].choices["analyze"].set_defaults(handler=closed_pipe)
+    assert parser._subparsers is not None
+    commands = cast(argparse._SubParsersAction, parser._subparsers._group_actions[0])
+    commands.choices["analyze"].set_defaults(handler=closed_pipe)
     monkeypatch.setattr(cli, "build_parser", lambda: parser)
     monkeypatch.setattr(cli, "_stdout_to_devnull", lambda: None)  # pytest's own stdout stays as it is
     assert cli.main(["analyze", str(tmp_path / "t.xplane.pb")]) == cli.EXIT_BROKEN_PIPE

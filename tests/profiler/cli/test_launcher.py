@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
+from typing import cast
 
 import pytest
-from cli_checks import TINY_RUN, files_under, one_usage_error
 
+from cli_checks import TINY_RUN, files_under, one_usage_error
 from profiler import cli
 from profiler.cli import launcher
 from profiler.record.console import Console
@@ -70,7 +72,12 @@ def test_the_real_machine_is_measured():
 
 def test_oversubscribe_starts_them_anyway(tmp_path, capsys, monkeypatch):
     started = []
-    monkeypatch.setattr(launcher._Job, "run", lambda self: started.append(self.args.workers) or 0)
+
+    def run(self):
+        started.append(self.args.workers)
+        return 0
+
+    monkeypatch.setattr(launcher._Job, "run", run)
     monkeypatch.setattr(launcher, "machine_capacity", lambda: (2, 2**30))
     monkeypatch.delenv("TF_CONFIG", raising=False)
     args = [*TINY_RUN, "--workers", "4", "--batch-size", "64", "--out", str(tmp_path), "--run-name", "j"]
@@ -89,9 +96,11 @@ def test_oversubscribe_is_the_launchers_own_option():
 
 
 class _FakeProcess:
+    """Stands for a worker's subprocess.Popen: it never ends by itself and records its signals."""
+
     def __init__(self):
         self.pid = 1
-        self.signals = []
+        self.signals: list[int] = []
 
     def poll(self):
         return None
@@ -112,7 +121,8 @@ def _job_with_workers(tmp_path, run_json_for=()) -> launcher._Job:
     args = SimpleNamespace(workers=2, epochs=1, quiet=True)
     job = launcher._Job(args, tmp_path, "id", [1, 2], None, [], Console(True))
     for index in range(2):
-        job.workers.append(launcher.Worker(index, _FakeProcess(), tmp_path / f"worker-{index}.log"))
+        process = cast(subprocess.Popen, _FakeProcess())
+        job.workers.append(launcher.Worker(index, process, tmp_path / f"worker-{index}.log"))
     for index in run_json_for:
         (tmp_path / f"worker-{index}").mkdir()
         (tmp_path / f"worker-{index}" / "run.json").write_text("{}")
@@ -133,13 +143,13 @@ def _kill_times(folder: Path, monkeypatch, run_json_for) -> dict[int, float]:
         for worker in job.workers:
             if worker.killed and worker.index not in killed:
                 killed[worker.index] = now[0]
-                worker.process.poll = lambda: -9
+                setattr(worker.process, "poll", lambda: -9)  # it has ended
         now[0] += 0.5
 
     monkeypatch.setattr(launcher.time, "sleep", sleep)
     job._watch()
     assert [w.signalled for w in job.workers] == [["SIGTERM", "SIGKILL"]] * 2
-    assert [w.process.signals for w in job.workers] == [[signal.SIGTERM, signal.SIGKILL]] * 2
+    assert [cast(_FakeProcess, w.process).signals for w in job.workers] == [[signal.SIGTERM, signal.SIGKILL]] * 2
     return killed
 
 
@@ -161,8 +171,12 @@ def test_asked_twice_kills_at_once(tmp_path, monkeypatch):
     job = _job_with_workers(tmp_path, run_json_for=(0, 1))
     job._on_signal(signal.SIGINT, None)
     job._on_signal(signal.SIGINT, None)
-    monkeypatch.setattr(launcher.time, "sleep", lambda s: [setattr(w.process, "poll", lambda: -9)
-                                                           for w in job.workers])
+
+    def sleep(seconds):
+        for w in job.workers:
+            setattr(w.process, "poll", lambda: -9)  # each has ended
+
+    monkeypatch.setattr(launcher.time, "sleep", sleep)
     job._watch()
     assert [w.signalled for w in job.workers] == [["SIGINT", "SIGKILL"]] * 2
 
@@ -177,7 +191,7 @@ def test_no_more_workers_start_once_the_launcher_is_stopped(tmp_path, monkeypatc
         started.append(index)
         if index == 1:
             job._on_signal(signal.SIGTERM, None)  # the signal arrives while worker 1 starts
-        return launcher.Worker(index, _FakeProcess(), tmp_path / f"worker-{index}.log")
+        return launcher.Worker(index, cast(subprocess.Popen, _FakeProcess()), tmp_path / f"worker-{index}.log")
 
     monkeypatch.setattr(job, "_start", start)
     monkeypatch.setattr(job, "_watch", lambda: None)

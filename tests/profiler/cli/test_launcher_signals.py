@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from repo_paths import REPO
 
+from repo_paths import REPO
 
 # The stand-in worker: `stubborn` ignores SIGTERM and SIGINT and has no run directory (still
 # starting); `polite` has its run.json (training) and exits when asked, as a worker does.

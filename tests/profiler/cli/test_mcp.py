@@ -9,12 +9,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
+
 from cli_checks import one_usage_error
-from job_fixtures import write_job
 from compare_fixtures import make_run
+from job_fixtures import write_job
 from marker_traces import marker_trace
 from summary_checks import check
 
@@ -23,14 +25,15 @@ pytest.importorskip("mcp")
 try:
     from mcp.server.mcpserver.exceptions import ToolError
 except ImportError:  # the SDK before 2.0
-    from mcp.server.fastmcp.exceptions import ToolError
+    from mcp.server.fastmcp.exceptions import ToolError  # type: ignore[no-redef]  # the same name, older place
 
 import analysis  # noqa: E402
+from compare_fixtures import _traced_run
 from profiler import cli  # noqa: E402
 from profiler.cli import mcp_server
 from repo_paths import REPO
-from run_fixtures import make_run as make_small_run, step_line
-from compare_fixtures import _traced_run
+from run_fixtures import make_run as make_small_run
+from run_fixtures import step_line
 
 TOOLS = ("list_runs", "analyze", "findings", "ops", "steps", "compare", "explain_rule")
 
@@ -141,7 +144,12 @@ def test_an_analysis_is_kept_while_its_files_are_unchanged(root, monkeypatch, tm
     server = mcp_server.build_server(mcp_server.Roots([tmp_path]))
     calls = []
     real = analysis.analyze
-    monkeypatch.setattr(analysis, "analyze", lambda *args, **kwargs: calls.append(args) or real(*args, **kwargs))
+
+    def analyze(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(analysis, "analyze", analyze)
     call(server, "analyze", path="run")
     call(server, "findings", path="run")
     call(server, "steps", path="run")
@@ -168,6 +176,7 @@ def test_a_stdio_session_through_the_sdk_client(root):
     """The server as a client starts it: `devprof mcp` in a subprocess, over stdio."""
     from mcp import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
+    from mcp.types import TextContent
 
     params = StdioServerParameters(command=sys.executable, args=["-m", "profiler", "mcp", "--root", str(root)],
                                    cwd=str(REPO), env={"PYTHONPATH": str(REPO)})
@@ -178,14 +187,17 @@ def test_a_stdio_session_through_the_sdk_client(root):
             async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
                 await session.initialize()
                 assert sorted(tool.name for tool in (await session.list_tools()).tools) == sorted(TOOLS)
-                for name, arguments in [("list_runs", {}), ("analyze", {"path": "trace"}),
-                                        ("findings", {"path": "trace"}), ("ops", {"path": "trace"}),
-                                        ("steps", {"path": "trace"}),
-                                        ("compare", {"paths": ["cpu-slow", "cpu-fast"]}),
-                                        ("explain_rule", {"rule": "host_bound", "path": "trace"}),
-                                        ("outside", {"path": str(root.parent / "outside")})]:
+                asked: list[tuple[str, dict[str, Any]]] = [
+                    ("list_runs", {}), ("analyze", {"path": "trace"}), ("findings", {"path": "trace"}),
+                    ("ops", {"path": "trace"}), ("steps", {"path": "trace"}),
+                    ("compare", {"paths": ["cpu-slow", "cpu-fast"]}),
+                    ("explain_rule", {"rule": "host_bound", "path": "trace"}),
+                    ("outside", {"path": str(root.parent / "outside")})]
+                for name, arguments in asked:
                     result = await session.call_tool("analyze" if name == "outside" else name, arguments)
-                    answers[name] = (result.is_error, result.content[0].text)
+                    content = result.content[0]
+                    assert isinstance(content, TextContent), content
+                    answers[name] = (result.is_error, content.text)
         return answers
 
     answers = anyio.run(session_run)

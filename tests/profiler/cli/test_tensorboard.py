@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
+from cli_checks import one_usage_error
 from profiler import cli
 from repo_paths import REPO
-from cli_checks import one_usage_error
 
 READY_TIMEOUT_S = 120  # a cap on waiting for the server, not a speed requirement
 
@@ -82,7 +82,14 @@ def board(runs_folder, board_log):
         proc = subprocess.Popen([sys.executable, "-m", "profiler", "tensorboard", str(runs_folder), "--port", "0"],
                                 cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True, env=environ)
     lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    out = proc.stdout
+    assert out is not None  # stdout=PIPE
+
+    def read():
+        for line in out:
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
     try:
         try:
             first = lines.get(timeout=READY_TIMEOUT_S)

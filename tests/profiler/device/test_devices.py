@@ -7,19 +7,18 @@ import os
 import pickle
 import sys
 from pathlib import Path, PosixPath
-from types import SimpleNamespace
+from typing import cast
 
 import numpy as np
 import pytest
 
-from fake_pynvml import FakeGpu, FakeNvml
 from cli_checks import one_usage_error
+from fake_backend import FakeBackend, FakeMirroredStrategy, FakeOneDeviceStrategy, FakeTPUStrategy, _fake_cpu_run
+from fake_pynvml import FakeGpu, FakeNvml
 from profiler import cli
 from profiler.device import devices
 from profiler.device.devices import DeviceError, resolve
 from repo_paths import REPO
-from fake_backend import FakeBackend, FakeMirroredStrategy, FakeOneDeviceStrategy, FakeTPUStrategy
-from fake_backend import _fake_cpu_run
 
 GIB = 2**30
 
@@ -174,7 +173,7 @@ def test_auto_without_a_hint_never_probes_the_tpu(nvml):
     assert "tpu_strategy" not in backend.names()
     backend = FakeBackend(gpus=0)
     resolved = resolve("auto", backend=backend)
-    assert resolved.kind == "cpu" and resolved.strategy.device == "/cpu:0"
+    assert resolved.kind == "cpu" and cast(FakeOneDeviceStrategy, resolved.strategy).device == "/cpu:0"
     assert "tpu_strategy" not in backend.names() and "hide_gpus" in backend.names()
 
 
@@ -192,7 +191,7 @@ def test_auto_falls_back_from_an_unreachable_tpu_to_gpu_then_cpu(monkeypatch, nv
     monkeypatch.setenv("TPU_NAME", "gone")
     backend = FakeBackend(gpus=2, tpu_error=ValueError("no such TPU"))
     resolved = resolve("auto", backend=backend)
-    assert resolved.kind == "gpu" and resolved.strategy.device == "/gpu:0"
+    assert resolved.kind == "gpu" and cast(FakeOneDeviceStrategy, resolved.strategy).device == "/gpu:0"
     assert backend.names()[0] == "tpu_strategy"
     backend = FakeBackend(gpus=0, tpu_error=ValueError("no such TPU"))
     resolved = resolve("auto", backend=backend)
@@ -445,7 +444,7 @@ def test_an_unreachable_tpu_is_one_error_without_native_log_lines(capfd, monkeyp
             raise RuntimeError("Received http2 header with status: 404")
 
     with pytest.raises(devices.DeviceError, match="no TPU reachable at grpc://10.0.0.1:8470"):
-        devices.resolve("tpu", tpu="grpc://10.0.0.1:8470", backend=UnreachableTPU())
+        devices.resolve("tpu", tpu="grpc://10.0.0.1:8470", backend=cast(devices.TFBackend, UnreachableTPU()))
     captured = capfd.readouterr()
     assert captured.err == "" and captured.out == ""
 
@@ -459,7 +458,7 @@ def test_a_reachable_tpu_still_shows_what_else_it_printed(capfd, monkeypatch):
             os.write(2, b"I0000 00:00:1.0    1 tpu.cc:1] chatter\nsomething the user should see\n")
             return type("S", (), {"num_replicas_in_sync": 8})(), {"tpu": address, "cores": 8}
 
-    assert devices.resolve("tpu", tpu="grpc://t:8470", backend=TPU()).kind == "tpu"
+    assert devices.resolve("tpu", tpu="grpc://t:8470", backend=cast(devices.TFBackend, TPU())).kind == "tpu"
     assert capfd.readouterr().err == "something the user should see\n"
 
 
@@ -472,7 +471,7 @@ def test_with_debug_the_native_lines_show(capfd, monkeypatch):
             raise RuntimeError("refused")
 
     with pytest.raises(devices.DeviceError):
-        devices.resolve("tpu", tpu="grpc://t:8470", backend=UnreachableTPU())
+        devices.resolve("tpu", tpu="grpc://t:8470", backend=cast(devices.TFBackend, UnreachableTPU()))
     assert "E0000" in capfd.readouterr().err
 
 
@@ -487,8 +486,10 @@ ARM_BF16 = "Features\t: fp asimd bf16 i8mm\n"
 
 
 def test_cpu_flags_are_read_from_cpuinfo():
-    assert devices.cpu_flags(X86_BF16) >= {"avx512_bf16", "sse2"}
-    assert "asimd" in devices.cpu_flags(ARM_NO_BF16)
+    x86, arm = devices.cpu_flags(X86_BF16), devices.cpu_flags(ARM_NO_BF16)
+    assert x86 is not None and arm is not None
+    assert x86 >= {"avx512_bf16", "sse2"}
+    assert "asimd" in arm
     assert devices.cpu_flags("model name: x\n") is None
     assert devices.cpu_flags() is None or isinstance(devices.cpu_flags(), set)
 
@@ -500,6 +501,7 @@ def test_bfloat16_on_a_cpu_without_bfloat16_units_is_warned(cpuinfo, warned):
     if warned is None:
         assert text is None
     else:
+        assert text is not None
         assert "no bfloat16 units" in text and warned in text and "float32" in text, text
 
 
@@ -519,7 +521,9 @@ def test_other_precisions_and_devices():
     assert devices.precision_warning("float32", "cpu", flags) is None
     assert devices.precision_warning("mixed_bfloat16", "gpu", flags) is None
     assert devices.precision_warning("mixed_bfloat16", "cpu", None) is None  # flags unknown: say nothing
-    assert "float16 has no fast kernels on CPUs" in devices.precision_warning("mixed_float16", "cpu", flags)
+    text = devices.precision_warning("mixed_float16", "cpu", flags)
+    assert text is not None
+    assert "float16 has no fast kernels on CPUs" in text
 
 
 @pytest.mark.parametrize("precision, cpuinfo, expect", [
@@ -594,7 +598,6 @@ def test_devprof_run_device_tpu_without_a_tpu_is_a_usage_error_before_tensorflow
                                                                                        capsys):
     """Unmarked on purpose: the test suite fails a fast test that loads TensorFlow."""
     from cli_checks import one_usage_error
-
     from profiler import cli
 
     code = cli.main(["run", "--device", "tpu", "--out", str(tmp_path / "runs")])
@@ -606,8 +609,8 @@ def test_devprof_run_device_tpu_without_a_tpu_is_a_usage_error_before_tensorflow
 
 
 def test_no_gpu_under_cuda_visible_devices_names_the_variable(monkeypatch):
-    from profiler.device.devices import DeviceError, resolve
     from fake_backend import FakeBackend
+    from profiler.device.devices import DeviceError, resolve
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with pytest.raises(DeviceError) as info:

@@ -6,18 +6,17 @@ chatter is written by C++ straight to file descriptor 2; in-process for the sett
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from profiler.device import quiet
 from repo_paths import REPO
-import logging
 
 NATIVE_LINE = re.compile(r"^[IWEF]\d{4} ")
 

@@ -10,18 +10,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-import pytest
-from child_signals import default_sigint
-
-from analysis.rules import table as rules
-from profiler import cli
-from profiler.record import tracing
-from repo_paths import REPO
 from types import SimpleNamespace
 
+import pytest
+
+from analysis.rules import table as rules
+from child_signals import default_sigint
+from profiler import cli
+from profiler.record import tracing
 from profiler.record.console import Console
 from profiler.record.session import Session
+from repo_paths import REPO
 
 # XProf's per-step table: these parts add up to stepTimeMs.
 BREAKDOWN_COLUMNS = ["deviceComputeTimeMs", "deviceToDeviceTimeMs", "deviceCollectivesTimeMs", "hostComputeTimeMs",

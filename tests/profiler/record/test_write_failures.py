@@ -142,15 +142,16 @@ def test_sampler_csv_that_cannot_be_written_fails_the_run(tmp_path, monkeypatch,
     assert host["rows"] == 2 and FULL in host["write_error"]
 
 
-def _stop_that_fills_the_disk(monkeypatch):
-    """tf.profiler.experimental.stop() that leaves half a trace and fails as TensorFlow does on a full disk."""
+def _stop_that_fills_the_disk(monkeypatch, logdir: Path):
+    """tf.profiler.experimental.stop() that leaves half a trace (of the run at `logdir`) and fails as TensorFlow
+    does on a full disk."""
     import tensorflow as tf
 
     real_stop = tf.profiler.experimental.stop
 
     def stop(save=True):
         real_stop(save)
-        traces = sorted(Path(stop.logdir).glob("plugins/profile/*/*.xplane.pb"))
+        traces = sorted(Path(logdir).glob("plugins/profile/*/*.xplane.pb"))
         raw = traces[-1].read_bytes()
         traces[-1].write_bytes(raw[: len(raw) // 2])
         raise tf.errors.ResourceExhaustedError(None, None, f"{traces[-1]}; No space left on device")
@@ -160,8 +161,7 @@ def _stop_that_fills_the_disk(monkeypatch):
 
 
 def test_trace_on_a_full_disk_is_a_warning_and_its_part_is_deleted(tmp_path, monkeypatch, capsys):
-    stop = _stop_that_fills_the_disk(monkeypatch)
-    stop.logdir = tmp_path / "r"
+    _stop_that_fills_the_disk(monkeypatch, tmp_path / "r")
     rc, path = run_devprof(tmp_path, "--no-sample", "--profile-steps", "1:2")
     assert rc == 0
     err = capsys.readouterr().err
@@ -255,11 +255,13 @@ def test_a_held_scalar_write_that_fails_neither_drops_the_others_nor_raises_on_t
     that fails is recorded to fail the run (as a sampler's own does), and the writes after it still run."""
     import threading
     from types import SimpleNamespace
+    from typing import cast
 
     from profiler.record.session import Session
+    from profiler.record.tracing import ProfileWindow
 
     session = Session(SimpleNamespace(quiet=True))
-    session.window = SimpleNamespace(active=True)
+    session.window = cast(ProfileWindow, SimpleNamespace(active=True))  # only whether it is active is read
     written = []
 
     def failing():
@@ -269,7 +271,7 @@ def test_a_held_scalar_write_that_fails_neither_drops_the_others_nor_raises_on_t
         session._write_scalars(write)
     assert written == []  # held while the trace records
     session.window.active = False
-    raised = []
+    raised: list[Exception] = []
     flusher = threading.Thread(target=lambda: _record_raise(session._write_scalars, raised))
     flusher.start()
     flusher.join()

@@ -56,6 +56,7 @@ def test_reader_types_the_columns_and_blanks_what_is_not_a_cost(tmp_path):
                  + "step,m/cut,Conv2D,float32,matrix,,,1,2,tensorflow,,")  # no newline: cut mid-row
     with pytest.warns(RunFileWarning) as caught:
         frame = read_op_costs(run)
+    assert frame is not None
     assert [str(w.message) for w in caught] == [f"{run / OP_COSTS_CSV}: 4 FLOPs or bytes are not a number from 0 "
                                                 "to 1e+18: those ops' costs read as unknown"]
     assert list(frame.columns) == OP_COST_COLUMNS and len(frame) == 3
@@ -272,6 +273,7 @@ def test_devprof_run_writes_the_train_steps_convolutions(tmp_path):
     meta = _meta(path)
     assert meta["status"] == "complete" and meta["profiler"]["op_costs_seconds"] > 0
     frame = read_op_costs(path)
+    assert frame is not None
     step = frame[frame["function"] == "train_one"]  # models/training.py's step function, one step a call
     assert (step["type"] == "Conv2DBackpropFilter").sum() == 6
     convs = step[step["type"] == "Conv2D"]
@@ -305,6 +307,7 @@ def _small_loop(tmp_path, name, **options):
 def test_profile_writes_op_costs(tmp_path):
     path = _small_loop(tmp_path, "loop")
     frame = read_op_costs(path)
+    assert frame is not None
     matmul = frame[(frame["function"] == "small_step") & (frame["type"] == "MatMul")]
     assert matmul["flops"].tolist() == [2 * 4 * 6 * 3] and matmul["bytes"].tolist() == [4 * (24 + 18 + 12)]
     assert "op_costs_seconds" in _meta(path)["profiler"]
@@ -324,6 +327,7 @@ def test_keras_callback_writes_op_costs(tmp_path):
                                       batch_size=16)
     model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[callback])
     frame = read_op_costs(tmp_path / "fit")
+    assert frame is not None
     matmuls = frame[frame["type"] == "MatMul"]
     # the forward Dense and its kernel's gradient (the input needs none), at batch 16: 2 x 16 x 16 x 4 FLOPs each
     assert (matmuls["flops"] == 2 * 16 * 16 * 4).sum() >= 2

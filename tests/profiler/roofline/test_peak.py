@@ -9,9 +9,9 @@ import time
 import pytest
 
 from profiler import cli
-from profiler.roofline import peak
 from profiler.cli.commands import peak as peak_command
 from profiler.device import quiet
+from profiler.roofline import peak
 
 
 class FakeDevice:
@@ -79,8 +79,9 @@ class FakeDevice:
 
             return run
 
-        make.fused = self.fused
-        make.fusion_error = None if self.fused else "InvalidArgumentError: XLA cannot compile it here"
+        # what peak.vector_runner's own maker carries, as attributes of the function
+        setattr(make, "fused", self.fused)
+        setattr(make, "fusion_error", None if self.fused else "InvalidArgumentError: XLA cannot compile it here")
         return make
 
     def copy_runner(self, device):
@@ -562,7 +563,12 @@ def test_corrupt_cache_is_measured_over_and_unwritable_cache_is_not_fatal(tmp_pa
     monkeypatch.setenv("DEVPROF_CACHE_DIR", str(tmp_path))
     (tmp_path / "peak-fake-cpu.json").write_text("{not json")
     calls = []
-    result = peak.cached_peak("Fake CPU", lambda: calls.append(1) or _fake_result())
+
+    def measure():
+        calls.append(1)
+        return _fake_result()
+
+    result = peak.cached_peak("Fake CPU", measure)
     assert calls == [1] and result["cached"] is False
     assert json.loads((tmp_path / "peak-fake-cpu.json").read_text())["device_name"] == "Fake CPU"
     blocker = tmp_path / "file"

@@ -9,8 +9,8 @@ import sys
 import pynvml
 import pytest
 
-from fake_pynvml import FakeGpu, FakeNvml, two_gpus
 from analysis.read.run_files import read_sampler_csv
+from fake_pynvml import FakeGpu, FakeNvml, two_gpus
 from profiler.samplers import GpuSampler, SamplerThread, discover_gpu_samplers
 from profiler.samplers.gpu import GPU_COLUMNS, TensorFlowNotReady, tensorflow_memory_info
 
@@ -147,7 +147,7 @@ def test_any_nvml_error_disables_only_its_metric():
         nvml.calls[("nvmlDeviceGetClockInfo", handle)] += 1
         raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
 
-    nvml.nvmlDeviceGetClockInfo = broken_clock
+    setattr(nvml, "nvmlDeviceGetClockInfo", broken_clock)  # a method of this fake NVML replaced
     sampler = GpuSampler(0, nvml=nvml, tf_memory_info=fake_tf_memory, pid=PID)
     for _ in range(3):
         row = sampler.sample()
@@ -211,7 +211,7 @@ def test_default_tensorflow_memory_info_never_starts_tensorflow(monkeypatch):
 def test_nvml_missing(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` raise ImportError
     samplers, reason = discover_gpu_samplers()
-    assert samplers == []
+    assert samplers == [] and reason is not None
     assert reason.startswith("GPU sampling unavailable: pynvml (nvidia-ml-py) is not installed")
 
 
@@ -246,7 +246,7 @@ def test_no_gpus_and_a_gpu_that_fails_at_start():
             raise pynvml.NVMLError_GpuIsLost()
         return real_handle(index)
 
-    nvml.nvmlDeviceGetHandleByIndex = handle
+    setattr(nvml, "nvmlDeviceGetHandleByIndex", handle)  # a method of this fake NVML replaced
     samplers, reason = discover(nvml)
     assert [s.name for s in samplers] == ["gpu0"]
     assert reason == "some GPUs not sampled: GPU 1: NVMLError_GpuIsLost: GPU is lost"

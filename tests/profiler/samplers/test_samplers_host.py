@@ -9,11 +9,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
+import pytest
 
 from profiler.samplers import HostSampler, host
-import pytest
 
 SPIN_CHILD = "import time\nend = time.time() + {seconds}\nwhile time.time() < end:\n    pass\n"
 
@@ -121,7 +122,7 @@ def test_prime_in_the_sampling_thread_gives_real_system_cpu():
     import threading
 
     sampler = HostSampler()
-    measured = {}
+    measured: dict[str, Any] = {}
 
     def run():
         sampler.prime()

@@ -203,7 +203,9 @@ def test_the_two_sources_read_the_same_counters_here():
         pid = os.getpid()
         assert proc.process(pid)[2] == pytest.approx(ps.process(pid)[2], rel=0.05)
         assert proc.process(pid)[1] == pytest.approx(ps.process(pid)[1], abs=0.1)
-        assert proc.disk_bytes()[0] <= ps.disk_bytes()[0] and proc.net_bytes()[1] <= ps.net_bytes()[1]
+        disks, nets = (proc.disk_bytes(), ps.disk_bytes()), (proc.net_bytes(), ps.net_bytes())
+        assert disks[0] is not None and disks[1] is not None and nets[0] is not None and nets[1] is not None
+        assert disks[0][0] <= disks[1][0] and nets[0][1] <= nets[1][1]
         assert proc.descendants(pid).keys() == ps.descendants(pid).keys()
     finally:
         proc.close()

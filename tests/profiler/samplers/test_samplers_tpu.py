@@ -135,9 +135,11 @@ def test_discover_without_tpu_devices_or_address():
     )
     # Without TensorFlow TPU devices in this (CPU) process the default lookup finds none too.
     samplers, reason = discover_tpu_sampler("x:1")
+    assert reason is not None
     assert samplers == [] and reason.startswith("TPU sampling unavailable")
 
     samplers, reason = discover_tpu_sampler(None, memory_info=fake_memory, devices=["TPU:0"])
     assert [s.name for s in samplers] == ["tpu"]
+    assert reason is not None
     assert "no profiler service address" in reason
     assert samplers[0].sample()["tf_mem_current_bytes"] == 100.0

@@ -17,9 +17,8 @@ from profiler.device import devices
 from repo_paths import REPO
 
 
-
 def test_onednn_is_turned_on_only_where_the_user_did_not_choose():
-    environ = {}
+    environ: dict[str, str] = {}
     devices.prefer_onednn(environ)
     on_x86 = devices.platform.machine().lower() in ("x86_64", "amd64")
     assert environ.get(devices.ONEDNN_VAR) == ("1" if on_x86 else None)

@@ -8,9 +8,8 @@ import json
 
 import pytest
 
-from profiler import cli
 from fake_backend import _fake_cpu_run
-
+from profiler import cli
 from profiler.device import devices
 from profiler.record.console import Console
 from profiler.train.config import RunConfig

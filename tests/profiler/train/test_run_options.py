@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from cli_checks import one_usage_error
+from cli_checks import TINY_RUN, one_usage_error
 from profiler import cli
 from profiler.record import rundir
 from profiler.train.config import RunConfig, UsageError
-from cli_checks import TINY_RUN
 
 
 def run_usage_error(capsys, out, *args: str) -> str:
@@ -142,7 +142,7 @@ def test_out_in_a_read_only_folder(tmp_path, capsys, monkeypatch):
 
     folder = tmp_path / "read-only"
     folder.mkdir()
-    real_mkstemp = tempfile.mkstemp
+    real_mkstemp: Callable[..., tuple[int, str]] = tempfile.mkstemp
 
     def read_only(*args, dir=None, **kwargs):
         if dir is not None and Path(dir) == folder:
