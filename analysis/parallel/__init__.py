@@ -142,3 +142,4 @@ class Helpers:
             self.plots.close()
             self.plots = None
         self._waiting = []
+

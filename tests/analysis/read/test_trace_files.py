@@ -127,9 +127,8 @@ size, buffer = trace._open_trace(Path({str(copy)!r}))
 os.truncate({str(copy)!r}, 0)  # another program rewrites the file while devprof holds its bytes
 print(size, sum(buffer[i] for i in range(0, size, 512)) >= 0, len(buffer[:]) == size)
 """
-    proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)}
-    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, (proc.returncode, proc.stderr.decode()[-500:])  # -7: SIGBUS
     assert proc.stdout.decode().split()[1:] == ["True", "True"]
 
@@ -137,7 +136,7 @@ print(size, sum(buffer[i] for i in range(0, size, 512)) >= 0, len(buffer[:]) == 
 # ---------------------------------------------------------------- clocks out of range, names not UTF-8, a plane given twice
 
 
-@pytest.mark.parametrize("base_ns", [-(10**9), 2**63 - 10**12])
+@pytest.mark.parametrize("base_ns", [-10**9, 2**63 - 10**12])
 def test_a_trace_on_a_clock_before_1970_or_past_2100_is_refused_not_misread(tmp_path, base_ns):
     from analysis.read.trace import TraceError
 
