@@ -96,15 +96,16 @@ class Child:
         return cast("tuple[object, list[Warning]]", answer) if isinstance(answer, tuple) and len(answer) == 2 else None
 
     def close(self) -> None:
+        if self.pid:  # ended before its pipes close: it never sees them closed (and has nothing to say of it)
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
         for fd in (self.fd, self.to_child):
             if fd >= 0:
                 os.close(fd)
         self.fd = self.to_child = -1
         if self.pid:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except OSError:
-                pass
             try:
                 self.rusage = os.wait4(self.pid, 0)[2]  # its CPU time and peak RSS, for the benchmarks
             except ChildProcessError:

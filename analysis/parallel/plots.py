@@ -28,13 +28,22 @@ def _serve(receive: Callable[[], object]) -> list[Path]:
     if receive() != GO:
         raise RuntimeError("not told to go")
     jobs: list = []
+
+    def read() -> None:
+        try:
+            jobs.append(receive())
+        except (EOFError, OSError):  # the parent ended or let go of it: no plots to draw, nothing to say
+            pass
+
     # The request is read while matplotlib is imported: a large one never keeps the parent waiting.
-    reader = threading.Thread(target=lambda: jobs.append(receive()), daemon=True)
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     import_2d_matplotlib()
     from analysis.render import plots
 
     reader.join()
+    if not jobs:
+        raise EOFError("no plots asked for")
     return [getattr(plots, name)(*args) for name, args in jobs[0] if name in PLOTS]
 
 
