@@ -241,8 +241,9 @@ class Tuner:
               stopped: bool) -> tuple[dict, bool]:
         verdict = trial_rules.compare_trials([m.step_ms for m in base], [m.step_ms for m in cand])
         keep, why = verdict.result == trial_rules.FASTER, verdict.why
-        base_loss = statistics.median([m.loss for m in base]) if base else math.nan
-        cand_loss = statistics.median([m.loss for m in cand]) if cand else math.nan
+        base_loss = _median([m.loss for m in base])
+        # One trial's NaN loss is the fix's (a median would sort it anywhere): it rejects the fix.
+        cand_loss = _median([m.loss for m in cand]) if all(math.isfinite(m.loss) for m in cand) else math.nan
         if keep and candidate.changes_training and not (cand_loss <= LOSS_LIMIT * base_loss):
             keep = False
             why = (f"{why}; rejected: its loss after the same images is {cand_loss:.4g} against the baseline's "
