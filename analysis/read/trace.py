@@ -108,6 +108,8 @@ def _open_trace(xplane: Path):
             raise TraceUnreadable(f"{xplane}: {info.st_size:,} bytes, above the {TRACE_MAX_BYTES // 2**30} GiB "
                                   "devprof reads from a trace")
         return info.st_size, wire.read_into_memory(fd, info.st_size)
+    except wire.WireError as exc:
+        raise _unreadable(xplane, info.st_size, str(exc)) from None
     except OSError as exc:
         raise TraceUnreadable(f"{xplane}: cannot read it ({exc.strerror or exc})") from None
     finally:

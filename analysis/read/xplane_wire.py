@@ -21,6 +21,7 @@ no Python object is made per event field.
 from __future__ import annotations
 
 import gc
+import itertools
 import mmap
 import os
 import stat
@@ -674,11 +675,13 @@ def _joined(parts: list[dict]) -> dict[str, np.ndarray]:
 XSPACE_FIELDS = {1: "planes", 2: "errors", 3: "warnings", 4: "hostnames"}
 
 
-def check_xspace_layout(buf) -> None:
+def check_xspace_layout(buf, end: int | None = None, fields: int | None = None) -> None:
     """Refuse bytes whose top level is not an XSpace's (its four length-delimited fields), walking
     field headers only: a file of zeros or of anything else is refused after its first bytes,
-    whatever its size, instead of after decoding all of it."""
-    for number, wire, _start, _stop in _fields(buf, 0, len(buf)):
+    whatever its size, instead of after decoding all of it. `end`, `fields`: only the first
+    `fields` headers of a message `end` bytes long, of which `buf` holds the start."""
+    walked = _fields(buf, 0, len(buf) if end is None else end)
+    for number, wire, _start, _stop in walked if fields is None else itertools.islice(walked, fields):
         if number not in XSPACE_FIELDS or wire != WIRE_LEN:
             raise WireError(f"field {number} (wire type {wire}) at the top level: not an XSpace trace")
 
@@ -1016,10 +1019,16 @@ def close_map(buffer: mmap.mmap) -> None:
                 gc.collect()
 
 
+# A field's header: a tag and a length, each a varint of at most 10 bytes.
+_HEADER_BYTES = 20
+
+
 def read_into_memory(fd: int, size: int) -> mmap.mmap:
-    """The file's `size` bytes in memory of this process's own (an anonymous map, which `close_map` and a
-    forked child treat as a file's map): a file's map would kill the process with SIGBUS where the file
-    is cut short while it is read (another program rewriting it)."""
+    """The trace file's `size` bytes in memory of this process's own (an anonymous map, which `close_map`
+    and a forked child treat as a file's map): a file's map would kill the process with SIGBUS where the
+    file is cut short while it is read (another program rewriting it). A file whose first field is no
+    XSpace's raises `WireError` before the rest is read (gigabytes of zeros are refused at once)."""
+    check_xspace_layout(os.pread(fd, _HEADER_BYTES, 0), size, fields=1)
     buffer = mmap.mmap(-1, size)
     done = 0
     view = memoryview(buffer)

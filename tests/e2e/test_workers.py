@@ -212,17 +212,22 @@ def test_capture_takes_every_worker_into_one_session(tmp_path):
     proc = long_job(tmp_path, "captured", "--profiler-port", str(port))
     try:
         wait_for_steps(tmp_path / "captured" / "worker-1" / "steps.csv", 3, proc)
-        out = tmp_path / "captures"
-        capture = devprof("capture", f"grpc://127.0.0.1:{port},grpc://127.0.0.1:{port + 1}", "--duration-ms", "800",
-                          "--out", out)
-        stdout, stderr = capture.communicate(timeout=300)
-        assert capture.returncode == 0, (stdout, stderr)
-        newest = tracing.newest_xplane(out)
-        assert newest is not None
-        session = newest.parent
-        assert sorted(p.name for p in session.glob("*.xplane.pb")) == [f"127.0.0.1_{port}.xplane.pb",
-                                                                       f"127.0.0.1_{port + 1}.xplane.pb"]
-        assert "traces written: 2" in stdout
+        targets = f"grpc://127.0.0.1:{port},grpc://127.0.0.1:{port + 1}"
+        for attempt, duration_ms in enumerate((1500, 4000)):
+            out = tmp_path / f"captures-{attempt}"
+            capture = devprof("capture", targets, "--duration-ms", str(duration_ms), "--out", out)
+            stdout, stderr = capture.communicate(timeout=300)
+            assert capture.returncode == 0, (stdout, stderr)
+            newest = tracing.newest_xplane(out)
+            assert newest is not None
+            names = sorted(p.name for p in newest.parent.glob("*.xplane.pb"))
+            if len(names) == 2:
+                break
+            # A worker blocked for the whole window (a loaded machine) records nothing: the
+            # command must say which, and a longer window must take it.
+            assert "(expected one per host: 2)" in stdout and "warning: no trace from grpc://127.0.0.1:" in stderr
+        assert names == [f"127.0.0.1_{port}.xplane.pb", f"127.0.0.1_{port + 1}.xplane.pb"]
+        assert "traces written: 2" in stdout and "warning" not in stderr
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=90)

@@ -7,7 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from profiler.cli.common import EXIT_FAILURE, EXIT_OK, DefaultsHelpFormatter, add_tracer_options, error, tracer_options
+from profiler.cli.common import (EXIT_FAILURE, EXIT_OK, DefaultsHelpFormatter, add_tracer_options, error, tracer_options,
+                                 warn)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -59,6 +60,18 @@ def handle(args: argparse.Namespace) -> int:
         found = sorted(trace.parent.glob("*.xplane.pb"))
         print(f"traces written: {len(found)} in {trace.parent}" + ("" if len(found) == len(targets) else
               f" (expected one per host: {len(targets)})"))
+        silent = hosts_without_trace(targets, [path.name for path in found])
+        if silent:
+            # The profiler server writes no file for a host that recorded no event in the window.
+            warn(f"no trace from {', '.join(silent)}: it recorded nothing in {args.duration_ms} ms (blocked, or "
+                 "between steps, the whole time?); capture again with a longer --duration-ms")
         return EXIT_OK
     print(f"trace written: {trace}" if trace else f"capture finished; traces are under {args.out}/plugins/profile")
     return EXIT_OK
+
+
+def hosts_without_trace(targets: list[str], trace_names: list[str]) -> list[str]:
+    """The targets (grpc://HOST:PORT) without a HOST_PORT.xplane.pb among `trace_names`."""
+    written = {name.removesuffix(".xplane.pb") for name in trace_names}
+    return [target for target in targets
+            if target.removeprefix("grpc://").replace(":", "_") not in written]

@@ -91,11 +91,15 @@ def _sparse(path, size: int) -> None:
 
 
 @pytest.mark.parametrize("size", [4096, 3 * 2**30])
-def test_a_file_of_zeros_of_any_size_is_refused_at_its_first_byte(tmp_path, size):
+def test_a_file_of_zeros_of_any_size_is_refused_at_its_first_byte(tmp_path, size, monkeypatch):
     trace = tmp_path / "z.xplane.pb"
     _sparse(trace, size)
+    reads = []
+    real_readv = os.readv
+    monkeypatch.setattr(os, "readv", lambda fd, buffers: reads.append(fd) or real_readv(fd, buffers))
     with pytest.raises(TraceError, match=r"field number 0 at byte 0: not a protobuf message"):
         analysis.analyze(trace)
+    assert reads == []  # refused from its header, before the whole file is read
 
 
 def test_a_file_whose_top_level_is_no_xspace_is_refused_before_it_is_decoded(tmp_path):

@@ -159,6 +159,21 @@ def test_run_and_capture_pass_the_tracer_options_on(tmp_path, monkeypatch, capsy
     assert seen == {"run": tracing.TracerOptions(3, 0, 1), "capture": tracing.TracerOptions(3, 0, 1)}
 
 
+def test_capture_names_the_worker_that_sent_no_trace(tmp_path, monkeypatch, capsys):
+    def one_host_only(address, logdir, duration_ms, host, device, python):
+        session = Path(logdir) / "plugins" / "profile" / "2026_12_02_04_00_00"
+        session.mkdir(parents=True)
+        (session / "10.0.0.1_6009.xplane.pb").write_bytes(b"")
+
+    monkeypatch.setattr(tracing, "capture", one_host_only)
+    code, out, err = devprof(capsys, "capture", "grpc://10.0.0.1:6009,grpc://10.0.0.2:6009", "--duration-ms", "800",
+                             "--out", tmp_path)
+    assert code == 0
+    assert "traces written: 1" in out and "(expected one per host: 2)" in out
+    assert err.splitlines()[-1].startswith("warning: no trace from grpc://10.0.0.2:6009: it recorded nothing in 800 ms")
+    assert "10.0.0.1" not in err.splitlines()[-1]
+
+
 # ---------------------------------------------------------------- version, help, errors
 
 
