@@ -50,11 +50,15 @@ def check_address(address: str) -> str:
         scheme, location = "tcp", text
     scheme = scheme.lower()
     if scheme in ("http", "https"):
-        raise SchedulerError(f"{address!r} is a web address; a Dask scheduler listens on tcp:// (the dashboard's "
-                             f"address is not the scheduler's): {ADDRESS_EXAMPLE}")
+        raise SchedulerError(
+            f"{address!r} is a web address; a Dask scheduler listens on tcp:// (the dashboard's "
+            f"address is not the scheduler's): {ADDRESS_EXAMPLE}"
+        )
     if scheme not in DASK_SCHEMES:
-        raise SchedulerError(f"{address!r}: Dask has no {scheme}:// connections (it has "
-                             f"{', '.join(s + '://' for s in DASK_SCHEMES)}): {ADDRESS_EXAMPLE}")
+        raise SchedulerError(
+            f"{address!r}: Dask has no {scheme}:// connections (it has "
+            f"{', '.join(s + '://' for s in DASK_SCHEMES)}): {ADDRESS_EXAMPLE}"
+        )
     host, colon, port = location.rpartition(":")
     if not colon or not host.strip("[]") or not port.isdigit() or not 1 <= int(port) <= 65535:
         raise SchedulerError(f"{address!r} is not HOST:PORT: {ADDRESS_EXAMPLE}")
@@ -70,8 +74,12 @@ class WorkerFailure:
     error: BaseException | None = field(default=None, compare=False)  # raised again when no worker can be analysed
 
 
-def run_all(task: Callable[..., Any], calls: Sequence[tuple], executor: Executor | None,
-            keep: Callable[[int, Any], Any] | None = None) -> list:
+def run_all(
+    task: Callable[..., Any],
+    calls: Sequence[tuple],
+    executor: Executor | None,
+    keep: Callable[[int, Any], Any] | None = None,
+) -> list:
     """`task(*call)` for every call, in order; on `executor` when given (submitted all at once, so
     the cluster can spread them), else one after another here. `keep(index, result)` is what is kept
     of each result as it arrives, and each future is let go once read, so the client holds only that."""
@@ -123,8 +131,10 @@ def dask_executor(address: str, timeout_s: float | None = None, paths: Sequence[
             try:
                 client.wait_for_workers(1, timeout=timeout_s)
             except Exception:
-                raise SchedulerError(f"the Dask scheduler at {address} has no worker (waited {timeout_s:g} s): "
-                                     "start some with 'dask worker " + address + "'") from None
+                raise SchedulerError(
+                    f"the Dask scheduler at {address} has no worker (waited {timeout_s:g} s): "
+                    "start some with 'dask worker " + address + "'"
+                ) from None
             _check_paths(client, address, paths)
             executor = _WatchedExecutor(client, address, timeout_s)
             try:
@@ -133,13 +143,17 @@ def dask_executor(address: str, timeout_s: float | None = None, paths: Sequence[
                 if executor.lost is not None:
                     raise LostWorkers(executor.lost) from None
                 if client.status != "running":  # the client cancels every task when it loses the scheduler
-                    raise LostWorkers(f"lost the Dask scheduler at {address} while the job's tasks ran (it "
-                                      "stopped, or its host cannot be reached)") from None
+                    raise LostWorkers(
+                        f"lost the Dask scheduler at {address} while the job's tasks ran (it "
+                        "stopped, or its host cannot be reached)"
+                    ) from None
                 raise
             except distributed.KilledWorker as exc:  # a task whose every worker died running it
                 last, count = getattr(exc.last_worker, "address", exc.last_worker), exc.allowed_failures + 1
-                raise LostWorkers(f"{count} Dask worker{'s' if count != 1 else ''} died running one task of the job "
-                                  f"(the last: {last}), and Dask gave it up; their logs say why") from None
+                raise LostWorkers(
+                    f"{count} Dask worker{'s' if count != 1 else ''} died running one task of the job "
+                    f"(the last: {last}), and Dask gave it up; their logs say why"
+                ) from None
             finally:
                 executor.shutdown(wait=False)
         finally:
@@ -157,10 +171,12 @@ def _check_paths(client: Any, address: str, paths: Sequence[str | Path]) -> None
         blind = sorted(worker for worker, exists in seen.items() if not exists)
         if blind:
             named = ", ".join(blind[:3]) + (f" and {len(blind) - 3} more" if len(blind) > 3 else "")
-            raise SchedulerError(f"{len(blind)} of {len(seen)} Dask worker{'s' if len(seen) != 1 else ''} at "
-                                 f"{address} cannot see {path} ({named}): every Dask worker reads the job's files at "
-                                 "the path this machine does; put them on storage every worker mounts at that path "
-                                 "(NFS, a mounted bucket)")
+            raise SchedulerError(
+                f"{len(blind)} of {len(seen)} Dask worker{'s' if len(seen) != 1 else ''} at "
+                f"{address} cannot see {path} ({named}): every Dask worker reads the job's files at "
+                "the path this machine does; put them on storage every worker mounts at that path "
+                "(NFS, a mounted bucket)"
+            )
 
 
 class _WatchedExecutor(Executor):
@@ -210,9 +226,11 @@ class _WatchedExecutor(Executor):
                 continue
             since = now if since is None else since
             if now - since >= self._grace_s:
-                self.lost = (f"the Dask cluster at {self._address} lost its last worker, and none came back within "
-                             f"{self._grace_s:g} s; {waiting} of the job's tasks were not done (start workers with "
-                             f"'dask worker {self._address}' and analyse again)")
+                self.lost = (
+                    f"the Dask cluster at {self._address} lost its last worker, and none came back within "
+                    f"{self._grace_s:g} s; {waiting} of the job's tasks were not done (start workers with "
+                    f"'dask worker {self._address}' and analyse again)"
+                )
                 with self._lock:
                     pending = list(self._pending)
                 for future in pending:

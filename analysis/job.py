@@ -61,11 +61,17 @@ class WorkerSummary:
         steady = steady_steps(analysis.steps)
         device = analysis.record.device if analysis.record is not None else {}
         memory = analysis.memory
-        return cls(path=analysis.path, step_source=analysis.step_source, host=analysis.host,
-                   run_host=str(device["host"]) if device.get("host") else None, mean=analysis.mean,
-                   steady=steady[[c for c in SUMMARY_STEP_COLUMNS if c in steady]].reset_index(drop=True),
-                   utilization=analysis.utilization, notes=analysis.notes,
-                   memory=WorkerMemory(None, memory.allocators, memory.steps) if memory and memory.allocators else None)
+        return cls(
+            path=analysis.path,
+            step_source=analysis.step_source,
+            host=analysis.host,
+            run_host=str(device["host"]) if device.get("host") else None,
+            mean=analysis.mean,
+            steady=steady[[c for c in SUMMARY_STEP_COLUMNS if c in steady]].reset_index(drop=True),
+            utilization=analysis.utilization,
+            notes=analysis.notes,
+            memory=WorkerMemory(None, memory.allocators, memory.steps) if memory and memory.allocators else None,
+        )
 
 
 Summarised = Analysis | WorkerSummary | WorkerFailure
@@ -97,8 +103,13 @@ def pool_size(paths: list[Path], processes: int | None = None) -> int:
     return max(1, min(len(paths), os.cpu_count() or 1, by_memory))
 
 
-def _analyze_each(paths: list[Path], step_name: str | None, processes: int | None,
-                  executor: Executor | None = None, peak: roofline.Ceilings | None = None) -> list[Summarised]:
+def _analyze_each(
+    paths: list[Path],
+    step_name: str | None,
+    processes: int | None,
+    executor: Executor | None = None,
+    peak: roofline.Ceilings | None = None,
+) -> list[Summarised]:
     """Each worker's task result, in order: the first worker's `Analysis` (its breakdown is the job's),
     a `WorkerSummary` of each other one, or why it could not be analysed."""
     calls = [(p, step_name, i == 0, peak) for i, p in enumerate(paths)]
@@ -111,13 +122,13 @@ def _analyze_each(paths: list[Path], step_name: str | None, processes: int | Non
         return executors.run_all(worker_summary, calls, pool)
 
 
-
 def _summary(result: Analysis | WorkerSummary) -> WorkerSummary:
     return result if isinstance(result, WorkerSummary) else WorkerSummary.of(result)
 
 
-def worker_summary(path: Path, step_name: str | None = None, chief: bool = False,
-                   peak: roofline.Ceilings | None = None) -> Summarised:
+def worker_summary(
+    path: Path, step_name: str | None = None, chief: bool = False, peak: roofline.Ceilings | None = None
+) -> Summarised:
     """One task of a job: the chief's whole analysis, a `WorkerSummary` of any other worker, or why
     its files could not be analysed."""
     try:
@@ -127,8 +138,13 @@ def worker_summary(path: Path, step_name: str | None = None, chief: bool = False
     return result if chief else WorkerSummary.of(result)
 
 
-def _with_chief(paths: list[Path], results: list[Summarised], step_name: str | None, executor: Executor | None,
-                peak: roofline.Ceilings | None) -> list[Summarised]:
+def _with_chief(
+    paths: list[Path],
+    results: list[Summarised],
+    step_name: str | None,
+    executor: Executor | None,
+    peak: roofline.Ceilings | None,
+) -> list[Summarised]:
     """`results` with the first analysed worker's whole `Analysis`: when the first worker could not be
     analysed, the next one that was is analysed again in full (once, on `executor` when given)."""
     results = list(results)
@@ -141,7 +157,6 @@ def _with_chief(paths: list[Path], results: list[Summarised], step_name: str | N
             if isinstance(results[i], Analysis):
                 break
     return results
-
 
 
 def assemble_session(chief: Analysis, others: list[Summarised]) -> Analysis:
@@ -159,15 +174,27 @@ def assemble_session(chief: Analysis, others: list[Summarised]) -> Analysis:
     frame, worker_steps, missing_note = _job_frame(rows, steps, (), len(rows))
     ok = frame[frame["status"] == cluster.OK]
     straggler, reason = straggler_rule.find_straggler(ok)
-    return dataclasses.replace(chief, workers=_shown(frame), straggler=straggler, straggler_reason=reason,
-                               notes=(*chief.notes, *missing_note), worker_steps=worker_steps,
-                               memory=_every_worker_memory(chief.memory, memory),
-                               slowest_workers=straggler_rule.slowest_workers(ok),
-                               worker_distribution=cluster.distribution(frame))
+    return dataclasses.replace(
+        chief,
+        workers=_shown(frame),
+        straggler=straggler,
+        straggler_reason=reason,
+        notes=(*chief.notes, *missing_note),
+        worker_steps=worker_steps,
+        memory=_every_worker_memory(chief.memory, memory),
+        slowest_workers=straggler_rule.slowest_workers(ok),
+        worker_distribution=cluster.distribution(frame),
+    )
 
 
-def _analyze_job(job_dir: Path, workers: list[Path], step_name: str | None, processes: int | None,
-                 executor: Executor | None, peak: roofline.Ceilings | None = None) -> Analysis:
+def _analyze_job(
+    job_dir: Path,
+    workers: list[Path],
+    step_name: str | None,
+    processes: int | None,
+    executor: Executor | None,
+    peak: roofline.Ceilings | None = None,
+) -> Analysis:
     """Every worker with a trace analysed once (on `executor` or the local pool); when some have a
     trace, those without one are listed, not analysed from steps.csv alone (their collective wait is
     not timed). Workers the job's run.json names that have no folder are listed as missing."""
@@ -177,8 +204,10 @@ def _analyze_job(job_dir: Path, workers: list[Path], step_name: str | None, proc
     skipped.update({name: "missing" for name in _listed_workers(job_dir) if name not in {w.name for w in workers}})
     results = _analyze_each(analysed, step_name, processes, executor, peak)
     if traced:  # a worker whose trace could not be read fell back to its steps.csv: not comparable with the others
-        results = [_unreadable(w, r) if not isinstance(r, WorkerFailure) and r.step_source == "steps_csv" else r
-                   for w, r in zip(analysed, results)]
+        results = [
+            _unreadable(w, r) if not isinstance(r, WorkerFailure) and r.step_source == "steps_csv" else r
+            for w, r in zip(analysed, results)
+        ]
     return assemble_job(job_dir, analysed, _with_chief(analysed, results, step_name, executor, peak), skipped)
 
 
@@ -208,7 +237,7 @@ def _listed_workers(job_dir: Path) -> list[str]:
 
 
 def _worker_index(name: str) -> int | str:
-    index = name[len(run_files.WORKER_DIR_PREFIX):]
+    index = name[len(run_files.WORKER_DIR_PREFIX) :]
     return int(index) if name.startswith(run_files.WORKER_DIR_PREFIX) and index.isdigit() else name
 
 
@@ -218,8 +247,9 @@ def _failed_row(worker: int | str, host: str, status: str) -> dict:
     return row
 
 
-def _job_frame(rows: list[dict], steps: list[pd.DataFrame], skipped: tuple[tuple[int | str, str], ...],
-               total: int) -> tuple[pd.DataFrame, pd.DataFrame, tuple[str, ...]]:
+def _job_frame(
+    rows: list[dict], steps: list[pd.DataFrame], skipped: tuple[tuple[int | str, str], ...], total: int
+) -> tuple[pd.DataFrame, pd.DataFrame, tuple[str, ...]]:
     """The workers table with each one's straggler score and clock offset (and the per-part noise the
     straggler rule reads: `_shown` keeps the reported columns), the job's steps table, and one note
     naming the workers that were not analysed."""
@@ -263,8 +293,9 @@ def _ranges(workers: list) -> str:
     return ", ".join([*out, *(str(w) for w in workers if not isinstance(w, numbers.Integral))])
 
 
-def assemble_job(job_dir: Path, workers: list[Path], per_worker: list[Summarised],
-                 skipped: dict[str, str] | None = None) -> Analysis:
+def assemble_job(
+    job_dir: Path, workers: list[Path], per_worker: list[Summarised], skipped: dict[str, str] | None = None
+) -> Analysis:
     """A job of `worker-<i>/` run directories: the first analysed worker's breakdown (worker 0's; its
     whole `Analysis`, the others' may be summaries), one row per worker, the straggler, and the job's
     own processes not counted as CPU contention. `skipped` names the workers that were not analysed,
@@ -285,8 +316,18 @@ def assemble_job(job_dir: Path, workers: list[Path], per_worker: list[Summarised
             continue
         summary = summaries[worker]
         memory.append(dataclasses.replace(summary.memory, worker=index) if summary.memory else None)
-        rows.append({**worker_row(index, summary.run_host or worker.name, summary.mean, summary.steady,
-                                  summary.utilization.get("proc_cpu_mean_pct", math.nan)), "status": cluster.OK})
+        rows.append(
+            {
+                **worker_row(
+                    index,
+                    summary.run_host or worker.name,
+                    summary.mean,
+                    summary.steady,
+                    summary.utilization.get("proc_cpu_mean_pct", math.nan),
+                ),
+                "status": cluster.OK,
+            }
+        )
         steps.append(cluster.worker_steps(index, summary.steady))
     skipped_rows = tuple((_worker_index(name), status) for name, status in (skipped or {}).items())
     total = len(workers) + len(skipped_rows)
@@ -296,8 +337,9 @@ def assemble_job(job_dir: Path, workers: list[Path], per_worker: list[Summarised
     facts, findings = chief.facts, chief.findings
     # Workers on the chief's machine are the job, not "other processes" competing with it.
     chief_host = _host_of(chief_dir, summaries[chief_dir])
-    local = [a.utilization.get("proc_cpu_mean_pct", math.nan) for w, a in summaries.items()
-             if _host_of(w, a) == chief_host]
+    local = [
+        a.utilization.get("proc_cpu_mean_pct", math.nan) for w, a in summaries.items() if _host_of(w, a) == chief_host
+    ]
     cores = machine.get("cpu_cores", math.nan)
     if len(local) > 1 and cores == cores and all(v == v for v in local):
         job_cpu = sum(local)
@@ -307,20 +349,35 @@ def assemble_job(job_dir: Path, workers: list[Path], per_worker: list[Summarised
         findings = rules.findings(facts)
     notes = chief.notes
     if total > 1:
-        shown = ("one row per worker below" if total <= straggler_rule.SLOWEST_SHOWN else
-                 f"the {straggler_rule.SLOWEST_SHOWN} slowest below, every worker in workers.csv and the JSON")
-        notes = (*notes, f"{total} workers: the breakdown is worker {_worker_index(chief_dir.name)}'s "
-                         f"({chief_dir.name}); {shown}")
+        shown = (
+            "one row per worker below"
+            if total <= straggler_rule.SLOWEST_SHOWN
+            else f"the {straggler_rule.SLOWEST_SHOWN} slowest below, every worker in workers.csv and the JSON"
+        )
+        notes = (
+            *notes,
+            f"{total} workers: the breakdown is worker {_worker_index(chief_dir.name)}'s ({chief_dir.name}); {shown}",
+        )
     notes = (*notes, *missing_note)
     other_cpu = machine.get("other_cpu_mean_pct", math.nan)
     straggler, reason = straggler_rule.find_straggler(ok, other_cpu)
     if len(done) > 1 and all(a.step_source == "steps_csv" for _, a in done):
         straggler, reason = None, straggler_rule.NO_TRACE
-    return dataclasses.replace(chief, job_dir=job_dir, workers=_shown(frame), straggler=straggler,
-                               straggler_reason=reason, memory=_every_worker_memory(chief.memory, memory),
-                               utilization=machine, facts=facts, findings=findings, notes=notes,
-                               worker_steps=worker_steps, slowest_workers=straggler_rule.slowest_workers(ok, other_cpu_pct=other_cpu),
-                               worker_distribution=cluster.distribution(frame))
+    return dataclasses.replace(
+        chief,
+        job_dir=job_dir,
+        workers=_shown(frame),
+        straggler=straggler,
+        straggler_reason=reason,
+        memory=_every_worker_memory(chief.memory, memory),
+        utilization=machine,
+        facts=facts,
+        findings=findings,
+        notes=notes,
+        worker_steps=worker_steps,
+        slowest_workers=straggler_rule.slowest_workers(ok, other_cpu_pct=other_cpu),
+        worker_distribution=cluster.distribution(frame),
+    )
 
 
 def _every_worker_memory(chief: MemoryReport | None, workers: list[WorkerMemory | None]) -> MemoryReport | None:
@@ -337,4 +394,3 @@ def _every_worker_memory(chief: MemoryReport | None, workers: list[WorkerMemory 
 
 def _host_of(worker: Path, summary: WorkerSummary) -> str:
     return summary.run_host or worker.name
-

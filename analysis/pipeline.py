@@ -21,8 +21,9 @@ from analysis.read.trace import TraceError
 from analysis.worker import Analysis, analyze_inputs, check_step_name, checked_path
 
 
-def analyze_and_read(path: str | Path, step_name: str | None = None, peak: roofline.Ceilings | None = None
-                     ) -> tuple[Analysis, RunInputs | None]:
+def analyze_and_read(
+    path: str | Path, step_name: str | None = None, peak: roofline.Ceilings | None = None
+) -> tuple[Analysis, RunInputs | None]:
     """`analyze(path)` and, for one worker's files, those files as read, trace included (for an export that
     draws the trace's events, so that it does not read them again); None for a job or a session of
     several hosts, whose workers are read one at a time by the export."""
@@ -30,8 +31,13 @@ def analyze_and_read(path: str | Path, step_name: str | None = None, peak: roofl
         return analyzed(path, step_name, peak=peak, helpers=helpers, keep=True)
 
 
-def analyze(path: str | Path, step_name: str | None = None, processes: int | None = None,
-            executor: Executor | None = None, peak: roofline.Ceilings | None = None) -> Analysis:
+def analyze(
+    path: str | Path,
+    step_name: str | None = None,
+    processes: int | None = None,
+    executor: Executor | None = None,
+    peak: roofline.Ceilings | None = None,
+) -> Analysis:
     """Find the steps at `path` and break them down; `step_name` (a regex) picks the marker or
     program that stands for a step. A multi-worker job or session is worker 0's breakdown
     with one row per worker and the straggler; its worker files are analysed in parallel
@@ -44,9 +50,16 @@ def analyze(path: str | Path, step_name: str | None = None, processes: int | Non
         return analyzed(path, step_name, processes=processes, executor=executor, peak=peak, helpers=helpers)[0]
 
 
-def analyzed(path: str | Path, step_name: str | None, *, processes: int | None = None,
-             executor: Executor | None = None, peak: roofline.Ceilings | None = None,
-             helpers: parallel.Helpers, keep: bool = False) -> tuple[Analysis, RunInputs | None]:
+def analyzed(
+    path: str | Path,
+    step_name: str | None,
+    *,
+    processes: int | None = None,
+    executor: Executor | None = None,
+    peak: roofline.Ceilings | None = None,
+    helpers: parallel.Helpers,
+    keep: bool = False,
+) -> tuple[Analysis, RunInputs | None]:
     """`analyze`, with the `helpers` the caller made (the command's began reading the trace and
     forked its plot helper), and with `keep` one worker's files as read (None for a job or a session)."""
     check_step_name(step_name)
@@ -84,5 +97,3 @@ def _session_files(path: Path) -> tuple[Path, ...]:
         return locate_trace(path).host_files
     except TraceError:
         return ()
-
-

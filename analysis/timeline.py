@@ -41,8 +41,9 @@ def check_events(events: str) -> str:
 Analyse = Callable[[RunInputs], object]  # a worker's files, read once, to its Analysis (worker.analyze_inputs)
 
 
-def write_perfetto(analysis, path: str | Path, analyse: Analyse, events: str = "ops",
-                   inputs: RunInputs | None = None) -> perfetto.Written:
+def write_perfetto(
+    analysis, path: str | Path, analyse: Analyse, events: str = "ops", inputs: RunInputs | None = None
+) -> perfetto.Written:
     """`analysis` as a Perfetto trace at `path` (see analysis/render/perfetto.py); `events`: the trace's
     own events beside it (`ops`, `all`, `none`); `analyse` makes the Analysis of a job's other worker
     from its files (the job kept only a summary of it); `inputs`: the analysis' own files, already read."""
@@ -50,8 +51,9 @@ def write_perfetto(analysis, path: str | Path, analyse: Analyse, events: str = "
     return perfetto.write(processes(analysis, analyse, events, inputs), path)
 
 
-def write_runs(runs: Iterable[tuple[str, Callable[[], object]]], path: str | Path, analyse: Analyse,
-               events: str = "ops") -> perfetto.Written:
+def write_runs(
+    runs: Iterable[tuple[str, Callable[[], object]]], path: str | Path, analyse: Analyse, events: str = "ops"
+) -> perfetto.Written:
     """Several runs' timelines in one trace, each run's processes named by the run: `runs` gives each
     run's name and how to analyse it (one at a time, so one run's trace is held at once)."""
     check_events(events)
@@ -69,8 +71,9 @@ def write_runs(runs: Iterable[tuple[str, Callable[[], object]]], path: str | Pat
     return perfetto.write(each(), path)
 
 
-def processes(analysis, analyse: Analyse, events: str = "ops",
-              kept: RunInputs | None = None) -> Iterator[perfetto.ProcessTimeline]:
+def processes(
+    analysis, analyse: Analyse, events: str = "ops", kept: RunInputs | None = None
+) -> Iterator[perfetto.ProcessTimeline]:
     """One timeline per worker (a job), host (a session of several hosts) or the one run, in order;
     `kept`: the files of `analysis` itself as already read (one worker's)."""
     for label, path, own in members(analysis):
@@ -116,15 +119,17 @@ def members(analysis) -> list[tuple[str, Path, object]]:
         shown = {str(w) for w, status in zip(analysis.workers["worker"], analysis.workers["status"]) if status == "ok"}
         found = []
         for worker in run_files.worker_dirs(analysis.job_dir):
-            index = worker.name[len(run_files.WORKER_DIR_PREFIX):]
+            index = worker.name[len(run_files.WORKER_DIR_PREFIX) :]
             if analysis.run_dir is not None and worker.resolve() == Path(analysis.run_dir).resolve():
                 found.append((worker.name, worker, analysis))
             elif index in shown or worker.name in shown:
                 found.append((worker.name, worker, None))
         return found
     if len(analysis.host_files) > 1:
-        return [(Path(f).name.removesuffix(".xplane.pb"), Path(f), analysis if i == 0 else None)
-                for i, f in enumerate(analysis.host_files)]
+        return [
+            (Path(f).name.removesuffix(".xplane.pb"), Path(f), analysis if i == 0 else None)
+            for i, f in enumerate(analysis.host_files)
+        ]
     return [("", analysis.path, analysis)]
 
 
@@ -140,10 +145,14 @@ def timeline(name: str, analysis, inputs: RunInputs, events: str = "ops") -> per
     steps = step_table(analysis, inputs)
     offset_ns = _clock_offset_ns(steps, inputs) if view is not None else 0
     shown = view.timeline_events(events) if view is not None and events != "none" else None
-    return perfetto.ProcessTimeline(name=name, steps=steps, devices=busy_spans(view),
-                                    findings=placed_findings(analysis, steps, view, offset_ns),
-                                    counters=[*sampler_counters(inputs.samplers, offset_ns), *memory_counters(view)],
-                                    events=shown)
+    return perfetto.ProcessTimeline(
+        name=name,
+        steps=steps,
+        devices=busy_spans(view),
+        findings=placed_findings(analysis, steps, view, offset_ns),
+        counters=[*sampler_counters(inputs.samplers, offset_ns), *memory_counters(view)],
+        events=shown,
+    )
 
 
 def wall_ns(seconds) -> np.ndarray:
@@ -160,8 +169,9 @@ def step_table(analysis, inputs: RunInputs) -> pd.DataFrame:
         if table is None or len(table) != len(steps):
             return pd.DataFrame(columns=["step", "start_ns", "end_ns", *perfetto.STEP_ARGUMENTS])
         starts = wall_ns(table["start_time_s"].to_numpy(dtype=float))
-        steps = steps.assign(start_ns=starts,
-                             end_ns=starts + np.round(steps["step_ms"].to_numpy(dtype=float) * 1e6).astype(np.int64))
+        steps = steps.assign(
+            start_ns=starts, end_ns=starts + np.round(steps["step_ms"].to_numpy(dtype=float) * 1e6).astype(np.int64)
+        )
     columns = ["step", "start_ns", "end_ns", *(c for c in perfetto.STEP_ARGUMENTS if c in steps)]
     frame = steps[columns].reset_index(drop=True)
     outliers = (analysis.spread or {}).get("outliers") or []
@@ -244,6 +254,12 @@ def memory_counters(view) -> list[perfetto.Counter]:
         values = events["bytes_in_use"].to_numpy(dtype=float)
         present = ~np.isnan(values)
         if present.any():
-            counters.append(perfetto.Counter(f"{allocator} bytes in use", "bytes",
-                                             events["start_ns"].to_numpy(dtype=np.int64)[present], values[present]))
+            counters.append(
+                perfetto.Counter(
+                    f"{allocator} bytes in use",
+                    "bytes",
+                    events["start_ns"].to_numpy(dtype=np.int64)[present],
+                    values[present],
+                )
+            )
     return counters

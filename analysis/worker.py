@@ -95,7 +95,9 @@ class Analysis(Rendered):
     tensorflow: SecondOpinion | None = None  # TensorFlow's own analysis beside the trace, beside devprof's figures
     roofline: dict | None = None  # ceilings, FLOPs per step and MFU from the ops' costs (docs/json.md `roofline`)
     spread: dict | None = None  # the steady steps' median, p90 and slow steps with their cause (docs/json.md `spread`)
-    memory: MemoryReport | None = None  # each allocator's peak, what held it, the batch headroom (docs/json.md `memory`)
+    memory: MemoryReport | None = (
+        None  # each allocator's peak, what held it, the batch headroom (docs/json.md `memory`)
+    )
 
     @property
     def eager(self) -> EagerOps | None:
@@ -112,7 +114,8 @@ class Analysis(Rendered):
         """The slowest tf.data stage when the steps wait for it (the host's wait is input-bound or one of
         the verdict's fixes, material and explained by the stage's own time), else None."""
         waits = self.verdict.get("bound") == "input" or any(
-            fix["rule"] == "input_wait" for fix in self.verdict.get("fixes") or ())
+            fix["rule"] == "input_wait" for fix in self.verdict.get("fixes") or ()
+        )
         if not waits or self.input_stages.empty or not pipeline_is_the_cause(self.facts):
             return None
         slowest = self.input_stages.iloc[0]
@@ -138,15 +141,21 @@ class Analysis(Rendered):
         return write_perfetto(self, path, events, step_name).path
 
 
-def write_perfetto(analysis: Analysis, path: str | Path, events: str = "ops", step_name: str | None = None,
-                   inputs: RunInputs | None = None):
+def write_perfetto(
+    analysis: Analysis,
+    path: str | Path,
+    events: str = "ops",
+    step_name: str | None = None,
+    inputs: RunInputs | None = None,
+):
     """`Analysis.to_perfetto`, returning what the trace holds (`analysis.render.perfetto.Written`); `inputs`:
     the analysis' own files as `analyze_and_read` kept them, not read again."""
     from analysis import timeline
     from analysis.worker import analyze_inputs
 
-    return timeline.write_perfetto(analysis, path, functools.partial(analyze_inputs, step_name=step_name), events,
-                                   inputs)
+    return timeline.write_perfetto(
+        analysis, path, functools.partial(analyze_inputs, step_name=step_name), events, inputs
+    )
 
 
 def checked_path(path, name: str) -> Path:
@@ -170,8 +179,10 @@ def check_step_name(step_name: str | None) -> None:
         raise ValueError(f"step_name {step_name!r} is not a regular expression: {exc}") from None
     if _nested_repeat(parsed):
         # `(a+)+b` against a long name backtracks for hours; a step's name never needs one
-        raise ValueError(f"step_name {step_name!r} repeats a repetition (such as `(a+)+`), which can take exponential "
-                         "time to match: write it without the nested repeat")
+        raise ValueError(
+            f"step_name {step_name!r} repeats a repetition (such as `(a+)+`), which can take exponential "
+            "time to match: write it without the nested repeat"
+        )
 
 
 _REPEATS = {re_constants.MAX_REPEAT, re_constants.MIN_REPEAT, getattr(re_constants, "POSSESSIVE_REPEAT", None)}
@@ -206,8 +217,12 @@ def analyze_worker(path: str | Path, step_name: str | None = None, peak: rooflin
         return analyze_inputs(read_inputs(checked_path(path, "path"), helpers=helpers), step_name, peak, helpers)
 
 
-def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofline.Ceilings | None = None,
-                   helpers: parallel.Helpers | None = None) -> Analysis:
+def analyze_inputs(
+    inputs: RunInputs,
+    step_name: str | None = None,
+    peak: roofline.Ceilings | None = None,
+    helpers: parallel.Helpers | None = None,
+) -> Analysis:
     """One worker's files, read once, each stage a function of typed values (`helpers`: another core)."""
     view, run = inputs.trace, inputs.run
     with _stages_and_eager(view, helpers) as beside:  # forked first: part of its work needs no steps
@@ -215,32 +230,84 @@ def analyze_inputs(inputs: RunInputs, step_name: str | None = None, peak: roofli
         chosen = choose_steps(source.steps)
         beside.give(chosen.used)
         epochs = epoch_tables(inputs, source.steps if source.kind != "steps_csv" else None)
-        steps, utilization_note = utilization.steps_with_utilization(source.steps, inputs.steps_table,
-                                                                     inputs.samplers, source.kind == "steps_csv")
+        steps, utilization_note = utilization.steps_with_utilization(
+            source.steps, inputs.steps_table, inputs.samplers, source.kind == "steps_csv"
+        )
         devices = device_table(view, source.steps, chosen.used, source.step_name)
         ops, roof = roofline.ops_on_the_roofline(inputs, chosen.used, source.device, peak)
         memory = memory_report(inputs, source.steps)
         stages, eager = beside.result()
     machine, evidence = utilization.headline(inputs.summaries), utilization.evidence(inputs.summaries)
     mean = {**chosen.mean, **mean_input_parts(chosen.steady), "device_step_ms": devices.busiest_step_ms}
-    facts = worker_facts(mean, source, run, machine, trace_facts(view, source.steps, devices.rows, stages.prefetches),
-                         devices, stages.slowest, ops, eager, epochs.idle_stretch, roof,
-                         *roofline.measured_matrix_ceilings(inputs, peak), traced_steps=len(source.steps), memory=memory,
-                         host_per_call_ms=per_call_host_ms(chosen.steady), xprof=_xprof_reading(inputs))
-    verdict = rules.make_verdict(mean, facts, steps_used=len(chosen.steady), compile_steps=chosen.compile_steps,
-                                 utilization=evidence, min_steps=_min_steps(source))
+    facts = worker_facts(
+        mean,
+        source,
+        run,
+        machine,
+        trace_facts(view, source.steps, devices.rows, stages.prefetches),
+        devices,
+        stages.slowest,
+        ops,
+        eager,
+        epochs.idle_stretch,
+        roof,
+        *roofline.measured_matrix_ceilings(inputs, peak),
+        traced_steps=len(source.steps),
+        memory=memory,
+        host_per_call_ms=per_call_host_ms(chosen.steady),
+        xprof=_xprof_reading(inputs),
+    )
+    verdict = rules.make_verdict(
+        mean,
+        facts,
+        steps_used=len(chosen.steady),
+        compile_steps=chosen.compile_steps,
+        utilization=evidence,
+        min_steps=_min_steps(source),
+    )
     verdict["step_basis"] = source.basis
     tf = second_opinion(inputs.tensorflow, mean, source.kind, source.step_name, len(chosen.steady), devices.rows)
     return Analysis(
-        path=source.path, step_source=source.kind, step_name=source.step_name, device=source.device,
-        producer=source.producer, host=_host(view, source.path), host_files=_host_files(view),
-        notes=(*source.notes, *filter(None, [utilization_note]), *_run_notes(run), *devices.notes,
-               *filter(None, [tf.note if tf is not None else None])), steps=steps, steps_per_call=source.steps_per_call, mean=mean, steps_used=len(chosen.steady),
-        verdict=verdict, findings=rules.findings(facts), facts=facts, devices=devices.rows, memory=facts.memory,
-        kernel_launch=devices.kernel_launch, workers=pd.DataFrame(columns=WORKER_KEYS), straggler=None, ops=ops,
-        input_stages=stages.table, utilization=machine, utilization_evidence=evidence, epochs=epochs.epochs,
-        reconciliation=epochs.reconciliation, samplers=inputs.samplers, epoch_starts_s=epochs.starts_s,
-        run_dir=inputs.run_dir, record=run, tensorflow=tf, roofline=roof, spread=spread(chosen.steady, devices.work))
+        path=source.path,
+        step_source=source.kind,
+        step_name=source.step_name,
+        device=source.device,
+        producer=source.producer,
+        host=_host(view, source.path),
+        host_files=_host_files(view),
+        notes=(
+            *source.notes,
+            *filter(None, [utilization_note]),
+            *_run_notes(run),
+            *devices.notes,
+            *filter(None, [tf.note if tf is not None else None]),
+        ),
+        steps=steps,
+        steps_per_call=source.steps_per_call,
+        mean=mean,
+        steps_used=len(chosen.steady),
+        verdict=verdict,
+        findings=rules.findings(facts),
+        facts=facts,
+        devices=devices.rows,
+        memory=facts.memory,
+        kernel_launch=devices.kernel_launch,
+        workers=pd.DataFrame(columns=WORKER_KEYS),
+        straggler=None,
+        ops=ops,
+        input_stages=stages.table,
+        utilization=machine,
+        utilization_evidence=evidence,
+        epochs=epochs.epochs,
+        reconciliation=epochs.reconciliation,
+        samplers=inputs.samplers,
+        epoch_starts_s=epochs.starts_s,
+        run_dir=inputs.run_dir,
+        record=run,
+        tensorflow=tf,
+        roofline=roof,
+        spread=spread(chosen.steady, devices.work),
+    )
 
 
 def _xprof_reading(inputs: RunInputs) -> XProfReading | None:
@@ -259,8 +326,9 @@ def _host_files(view: TraceView | None) -> tuple[Path, ...]:
     return location.host_files if location is not None else ()
 
 
-def _stages_and_eager(view: TraceView | None, helpers: parallel.Helpers | None
-                      ) -> Beside[tuple[InputStages, EagerOps | None]]:
+def _stages_and_eager(
+    view: TraceView | None, helpers: parallel.Helpers | None
+) -> Beside[tuple[InputStages, EagerOps | None]]:
     """The tf.data stages and eager execution of the steps `give`n (the steady ones), analysed by a child
     forked before they are found (their parts that need no steps, a sixth of the analysis of a large
     trace, begin at once) while this process finds the steps and does the rest, on the other core."""
@@ -281,17 +349,17 @@ def _stages_and_eager(view: TraceView | None, helpers: parallel.Helpers | None
     return (helpers or parallel.Helpers(False)).beside(work, wanted)
 
 
-
 def _min_steps(source) -> int:
     """Steady steps a verdict needs: one for a one-step capture or a whole window, else a few."""
     return 1 if source.kind == "window" or one_step_capture(source.steps) else rules.MIN_STEADY_STEPS
 
 
-
 def _run_notes(run: RunRecord | None) -> tuple[str, ...]:
     if run is not None and run.ended_unrecorded:
-        return (f"the run ended without recording its end (run.json status 'running'): {run.ended_unrecorded}; "
-                "the figures cover the steps written before it",)
+        return (
+            f"the run ended without recording its end (run.json status 'running'): {run.ended_unrecorded}; "
+            "the figures cover the steps written before it",
+        )
     if run is not None and run.status == "running":
         return ("the run is still running (run.json status 'running'): the figures cover the steps written so far",)
     if run is not None and run.status == "failed":
@@ -301,8 +369,8 @@ def _run_notes(run: RunRecord | None) -> tuple[str, ...]:
     if run is not None and run.status == "interrupted":
         by = run.raw.get("interrupted_by")
         how = f" by {by}" if isinstance(by, str) and by.isidentifier() else ""
-        return (f"the run was interrupted{how} (run.json status 'interrupted'); the figures cover the steps "
-                "written before it",)
+        return (
+            f"the run was interrupted{how} (run.json status 'interrupted'); the figures cover the steps "
+            "written before it",
+        )
     return ()
-
-

@@ -35,8 +35,9 @@ def bare(batches) -> float:
 def profiled(batches, out: str, name: str, sample: bool) -> float:
     import profiler
 
-    with profiler.profile(out, run_name=name, profile_steps=f"{len(batches) + 10}:{len(batches) + 20}",
-                          sample=sample, quiet=True) as session:
+    with profiler.profile(
+        out, run_name=name, profile_steps=f"{len(batches) + 10}:{len(batches) + 20}", sample=sample, quiet=True
+    ) as session:
         began = time.perf_counter()
         for _ in session.iterate(batches):
             with session.step(images=32):
@@ -68,8 +69,10 @@ def main(argv=None) -> None:
     for sample, label in ((False, "profile(sample=False)"), (True, "profile() with samplers")):
         values = costs[sample]
         median = statistics.median(values)
-        print(f"{label:26s} {median * 1e6:7.1f} us/step = {median / STEP_S * 100:.2f} % of a 10 ms step "
-              f"({min(values) * 1e6:.1f}..{max(values) * 1e6:.1f} us)")
+        print(
+            f"{label:26s} {median * 1e6:7.1f} us/step = {median / STEP_S * 100:.2f} % of a 10 ms step "
+            f"({min(values) * 1e6:.1f}..{max(values) * 1e6:.1f} us)"
+        )
 
 
 if __name__ == "__main__":

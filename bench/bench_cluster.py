@@ -82,21 +82,31 @@ def main(argv=None) -> int:
     cluster = DaskCluster(folder)
     ok = True
     try:
-        print("| N | events | local pool s | Dask s | XProf trace_viewer s | XProf input_pipeline s | local events/s | "
-              "Dask events/s | XProf trace_viewer events/s | client peak MiB local / Dask | identical | "
-              "straggler, next |")
+        print(
+            "| N | events | local pool s | Dask s | XProf trace_viewer s | XProf input_pipeline s | local events/s | "
+            "Dask events/s | XProf trace_viewer events/s | client peak MiB local / Dask | identical | "
+            "straggler, next |"
+        )
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for n in sizes:
             job = full if n == max(sizes) else _subset(full, folder / f"job{n}", n)
             runs = {}
             for mode in ("local", "dask"):
-                out = subprocess.run([sys.executable, "-c", CLIENT, str(REPO), str(job), mode, cluster.address],
-                                     capture_output=True, text=True, check=True)
+                out = subprocess.run(
+                    [sys.executable, "-c", CLIENT, str(REPO), str(job), mode, cluster.address],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
                 runs[mode] = json.loads(out.stdout)
             xprof = {tool: float("nan") for tool in XPROF_TOOLS}
             for tool in () if args.no_xprof else XPROF_TOOLS:
-                out = subprocess.run([sys.executable, "-c", XPROF, tool, *(str(traces[i]) for i in range(n))],
-                                     capture_output=True, text=True, check=True)
+                out = subprocess.run(
+                    [sys.executable, "-c", XPROF, tool, *(str(traces[i]) for i in range(n))],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
                 xprof[tool] = float(out.stdout.strip().splitlines()[-1])
             doc = runs["dask"]["doc"]
             same = runs["local"]["doc"] == doc
@@ -105,11 +115,13 @@ def main(argv=None) -> int:
             ok &= same and found == (5, "host") and second == (11, "input")
             total = n * events
             viewer = xprof["trace_viewer"]
-            print(f"| {n} | {total:,} | {runs['local']['seconds']:.1f} | {runs['dask']['seconds']:.1f} | "
-                  f"{viewer:.1f} | {xprof['input_pipeline_analyzer']:.1f} | {total / runs['local']['seconds']:,.0f} | "
-                  f"{total / runs['dask']['seconds']:,.0f} | {total / viewer:,.0f} | {runs['local']['peak_mib']:.0f} / "
-                  f"{runs['dask']['peak_mib']:.0f} | {same} | {found[0]} {found[1]}, {second[0]} {second[1]} |",
-                  flush=True)
+            print(
+                f"| {n} | {total:,} | {runs['local']['seconds']:.1f} | {runs['dask']['seconds']:.1f} | "
+                f"{viewer:.1f} | {xprof['input_pipeline_analyzer']:.1f} | {total / runs['local']['seconds']:,.0f} | "
+                f"{total / runs['dask']['seconds']:,.0f} | {total / viewer:,.0f} | {runs['local']['peak_mib']:.0f} / "
+                f"{runs['dask']['peak_mib']:.0f} | {same} | {found[0]} {found[1]}, {second[0]} {second[1]} |",
+                flush=True,
+            )
     finally:
         cluster.close()
         shutil.rmtree(folder, ignore_errors=True)

@@ -46,8 +46,22 @@ def longest_idle(run: Path) -> tuple[float, float]:
 
 
 def one_run(checkout: Path, out: Path, name: str, args: list[str]) -> dict:
-    command = [sys.executable, "-m", "profiler", "run", "--device", "cpu", "--data", "synthetic", "--no-profile",
-               "--out", str(out), "--run-name", name, *args]
+    command = [
+        sys.executable,
+        "-m",
+        "profiler",
+        "run",
+        "--device",
+        "cpu",
+        "--data",
+        "synthetic",
+        "--no-profile",
+        "--out",
+        str(out),
+        "--run-name",
+        name,
+        *args,
+    ]
     began = time.perf_counter()
     process = subprocess.Popen(command, cwd=checkout, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     last_line = began
@@ -56,8 +70,14 @@ def one_run(checkout: Path, out: Path, name: str, args: list[str]) -> dict:
         last_line = time.perf_counter()
     code = process.wait()
     idle, where = longest_idle(out / name)
-    return {"run": name, "code": code, "idle_s": idle, "idle_at_s": where,
-            "exit_after_last_line_s": time.perf_counter() - last_line, "wall_s": time.perf_counter() - began}
+    return {
+        "run": name,
+        "code": code,
+        "idle_s": idle,
+        "idle_at_s": where,
+        "exit_after_last_line_s": time.perf_counter() - last_line,
+        "wall_s": time.perf_counter() - began,
+    }
 
 
 def main(argv=None) -> int:
@@ -79,7 +99,9 @@ def main(argv=None) -> int:
     print("|---|---:|---:|---:|---:|")
     for row in rows:
         where = f"{row['idle_at_s']:.1f} s after it" if row["idle_s"] > 0 else "none"
-        print(f"| {row['run']} | {row['code']} | {row['idle_s']:.1f} s | {where} | {row['exit_after_last_line_s']:.1f} s |")
+        print(
+            f"| {row['run']} | {row['code']} | {row['idle_s']:.1f} s | {where} | {row['exit_after_last_line_s']:.1f} s |"
+        )
     return 0
 
 

@@ -85,10 +85,34 @@ def make_run(cache: Path, profile_steps: str) -> Path:
         return run
     cache.mkdir(parents=True, exist_ok=True)
     images = (last + 20) * 32
-    command = [sys.executable, "-c", "import sys; from profiler.cli import main; sys.exit(main())", "run", "--device", "cpu", "--data", "synthetic", "--batch-size",
-               "32", "--epochs", "1", "--limit-images", str(images), "--limit-test-images", "64", "--profile-steps",
-               profile_steps, "--host-tracer-level", "2", "--no-sample", "--out", str(cache), "--run-name", run.name,
-               "--quiet"]
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from profiler.cli import main; sys.exit(main())",
+        "run",
+        "--device",
+        "cpu",
+        "--data",
+        "synthetic",
+        "--batch-size",
+        "32",
+        "--epochs",
+        "1",
+        "--limit-images",
+        str(images),
+        "--limit-test-images",
+        "64",
+        "--profile-steps",
+        profile_steps,
+        "--host-tracer-level",
+        "2",
+        "--no-sample",
+        "--out",
+        str(cache),
+        "--run-name",
+        run.name,
+        "--quiet",
+    ]
     subprocess.run(command, cwd=REPO, check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     return run
 
@@ -118,8 +142,10 @@ def peaks(trace: str) -> tuple[dict, dict, int]:
     mine, _, _ = allocator_report(view.memory, pd.DataFrame(columns=["step", "start_ns", "end_ns"]), view.window[0])
     data, _ = raw_to_tool_data.xspace_to_tool_data([str(xplane)], "memory_profile", {})
     document = json.loads(data.decode() if isinstance(data, bytes) else data)
-    theirs = {name: int(p["profileSummary"]["peakStats"]["peakBytesInUse"])
-              for name, p in document.get("memoryProfilePerAllocator", {}).items()}
+    theirs = {
+        name: int(p["profileSummary"]["peakStats"]["peakBytesInUse"])
+        for name, p in document.get("memoryProfilePerAllocator", {}).items()
+    }
     return {p.name: p.peak_bytes for p in mine}, theirs, len(view.memory)
 
 
@@ -148,10 +174,15 @@ def main(argv=None) -> int:
     tasks = {"analyze": REPO, "baseline": base, "memory": REPO, "xprof": REPO}
     results: dict[str, list[dict]] = {task: [] for task in tasks}
     for repeat in range(args.repeats):
-        order = list(tasks)[repeat % len(tasks):] + list(tasks)[:repeat % len(tasks)]
+        order = list(tasks)[repeat % len(tasks) :] + list(tasks)[: repeat % len(tasks)]
         for task in order:
-            command = [sys.executable, str(tasks[task] / "bench" / "bench_memory.py"), "--child",
-                       "analyze" if task == "baseline" else task, str(run.resolve())]
+            command = [
+                sys.executable,
+                str(tasks[task] / "bench" / "bench_memory.py"),
+                "--child",
+                "analyze" if task == "baseline" else task,
+                str(run.resolve()),
+            ]
             results[task].append(measure(command, tasks[task]))
     mine, theirs, allocator_events = peaks(str(run))
     print(f"    {shlex.join([sys.executable, *sys.argv])}\n")
@@ -159,14 +190,18 @@ def main(argv=None) -> int:
     print("| task | work s (median) | range | peak RSS MiB (median) |\n|---|---:|---:|---:|")
     for task, rows in results.items():
         work = [r["work_s"] for r in rows]
-        print(f"| {task} | {statistics.median(work):.2f} | {min(work):.2f}–{max(work):.2f} | "
-              f"{statistics.median(r['peak_mib'] for r in rows):.0f} |")
+        print(
+            f"| {task} | {statistics.median(work):.2f} | {min(work):.2f}–{max(work):.2f} | "
+            f"{statistics.median(r['peak_mib'] for r in rows):.0f} |"
+        )
     print("\n| trace | allocator | devprof peak bytes | XProf peak bytes | equal |\n|---|---|---:|---:|---|")
     for trace in [str(run), *args.oracle]:
         ours, xprof, _ = (mine, theirs, 0) if trace == str(run) else peaks(trace)
         for name in sorted(set(ours) | set(xprof)):
-            print(f"| {Path(trace).name} | {name} | {_bytes(ours.get(name))} | {_bytes(xprof.get(name))} | "
-                  f"{'yes' if ours.get(name) == xprof.get(name) else '**no**'} |")
+            print(
+                f"| {Path(trace).name} | {name} | {_bytes(ours.get(name))} | {_bytes(xprof.get(name))} | "
+                f"{'yes' if ours.get(name) == xprof.get(name) else '**no**'} |"
+            )
     return 0
 
 

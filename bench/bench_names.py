@@ -28,8 +28,10 @@ LIMIT = 60
 
 def stage_names(depth: int) -> list[str]:
     chain = "::".join(["Concatenate[0]"] * depth)
-    return [f"Iterator::Root::Prefetch::{chain}::{kind}" for kind in
-            ("TensorSlice", "Map", "BatchV2", "Shuffle", "Repeat", "ParallelMapV2", "Range", "Zip")][:ROWS]
+    return [
+        f"Iterator::Root::Prefetch::{chain}::{kind}"
+        for kind in ("TensorSlice", "Map", "BatchV2", "Shuffle", "Repeat", "ParallelMapV2", "Range", "Zip")
+    ][:ROWS]
 
 
 class RegexPattern:
@@ -54,8 +56,12 @@ def timed(depth: int, matcher) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--depths", type=int, nargs="+", default=[25, 50, 100, 200, 400])
-    parser.add_argument("--regex-limit-s", type=float, default=30.0,
-                        help="stop timing the regular expression once one depth takes longer than this")
+    parser.add_argument(
+        "--regex-limit-s",
+        type=float,
+        default=30.0,
+        help="stop timing the regular expression once one depth takes longer than this",
+    )
     args = parser.parse_args(argv)
     print("| depth | name length | wildcard s | regular expression s | ratio |")
     print("|---|---|---|---|---|")

@@ -28,11 +28,35 @@ ROOT = Path(__file__).resolve().parents[1]
 def one_run(out: Path, name: str, images: int, flag: bool) -> tuple[float, dict | None, int]:
     env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_VERBOSE", "ONEDNN_VERBOSE_TIMESTAMP")}
     env.update(TF_ENABLE_ONEDNN_OPTS="1", CUDA_VISIBLE_DEVICES="")
-    argv = [sys.executable, "-m", "profiler", "run", "--device", "cpu", "--data", "synthetic", "--out", str(out),
-            "--run-name", name, "--quiet", "--epochs", "1", "--limit-images", str(images), "--batch-size", "64",
-            "--no-sample", "--profile-steps", "5:10", "--limit-test-images", "64"]
-    done = subprocess.run(argv + (["--onednn-kernels"] if flag else []), env=env, cwd=ROOT, capture_output=True,
-                          text=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "profiler",
+        "run",
+        "--device",
+        "cpu",
+        "--data",
+        "synthetic",
+        "--out",
+        str(out),
+        "--run-name",
+        name,
+        "--quiet",
+        "--epochs",
+        "1",
+        "--limit-images",
+        str(images),
+        "--batch-size",
+        "64",
+        "--no-sample",
+        "--profile-steps",
+        "5:10",
+        "--limit-test-images",
+        "64",
+    ]
+    done = subprocess.run(
+        argv + (["--onednn-kernels"] if flag else []), env=env, cwd=ROOT, capture_output=True, text=True
+    )
     if done.returncode != 0:
         raise SystemExit(f"devprof run failed ({done.returncode}): {done.stderr[-1000:]}")
     steps = pd.read_csv(out / name / "steps.csv")
@@ -51,13 +75,20 @@ def main(argv=None) -> None:
     with_flag: list[float] = []
     without: list[float] = []
     for index in range(args.rounds):
-        for flag in ((True, False) if index % 2 == 0 else (False, True)):
+        for flag in (True, False) if index % 2 == 0 else (False, True):
             step_ms, notes, steps = one_run(out, f"{'with' if flag else 'without'}-{index}", args.images, flag)
             (with_flag if flag else without).append(step_ms)
-            kept = (f", log {notes['lines']} lines, {notes['bytes'] / 1e3:.0f} kB kept, {notes['dropped_lines']} "
-                    f"dropped ({steps} steps)" if notes else "")
-            print(f"round {index} {'with   ' if flag else 'without'} --onednn-kernels: median step "
-                  f"{step_ms:7.1f} ms{kept}", flush=True)
+            kept = (
+                f", log {notes['lines']} lines, {notes['bytes'] / 1e3:.0f} kB kept, {notes['dropped_lines']} "
+                f"dropped ({steps} steps)"
+                if notes
+                else ""
+            )
+            print(
+                f"round {index} {'with   ' if flag else 'without'} --onednn-kernels: median step "
+                f"{step_ms:7.1f} ms{kept}",
+                flush=True,
+            )
     w, wo = statistics.median(with_flag), statistics.median(without)
     print(f"median step: with {w:.1f} ms, without {wo:.1f} ms, ratio {w / wo:.3f}")
 

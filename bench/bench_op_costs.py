@@ -29,9 +29,31 @@ def one_run(out: Path, name: str, images: int, record: bool) -> tuple[float, dic
     with contextlib.nullcontext() if record else no_op_costs:
         gc.collect()  # the graphs of the runs before this one are let go, as in a fresh process
         began = time.perf_counter()
-        rc = cli.main(["run", "--device", "cpu", "--data", "synthetic", "--out", str(out), "--run-name", name,
-                       "--quiet", "--epochs", "1", "--limit-images", str(images), "--batch-size", "128",
-                       "--no-sample", "--profile-steps", "5:10", "--limit-test-images", "256"])
+        rc = cli.main(
+            [
+                "run",
+                "--device",
+                "cpu",
+                "--data",
+                "synthetic",
+                "--out",
+                str(out),
+                "--run-name",
+                name,
+                "--quiet",
+                "--epochs",
+                "1",
+                "--limit-images",
+                str(images),
+                "--batch-size",
+                "128",
+                "--no-sample",
+                "--profile-steps",
+                "5:10",
+                "--limit-test-images",
+                "256",
+            ]
+        )
         elapsed = time.perf_counter() - began
     if rc != 0:
         raise SystemExit(f"devprof run failed ({rc})")
@@ -51,17 +73,21 @@ def main(argv=None) -> None:
     collection: list[float] = []
     ops: list[int] = []
     for index in range(args.rounds):
-        for record in ((True, False) if index % 2 == 0 else (False, True)):
+        for record in (True, False) if index % 2 == 0 else (False, True):
             seconds, notes = one_run(out, f"{'with' if record else 'without'}-{index}", args.images, record)
             (with_costs if record else without).append(seconds)
             if record:
                 collection.append(notes["op_costs_seconds"])
                 ops.append(notes["op_costs_ops"])
-            print(f"round {index} {'with   ' if record else 'without'} op costs: run {seconds:6.2f} s"
-                  + (f", collection {notes['op_costs_seconds']:.3f} s ({notes['op_costs_ops']} ops)" if record else ""))
+            print(
+                f"round {index} {'with   ' if record else 'without'} op costs: run {seconds:6.2f} s"
+                + (f", collection {notes['op_costs_seconds']:.3f} s ({notes['op_costs_ops']} ops)" if record else "")
+            )
     w, wo, c = statistics.median(with_costs), statistics.median(without), statistics.median(collection)
-    print(f"median run: with {w:.2f} s, without {wo:.2f} s, ratio {w / wo:.3f}; "
-          f"collection {c:.3f} s = {100 * c / wo:.1f} % of a run without it; {ops[-1]} ops recorded")
+    print(
+        f"median run: with {w:.2f} s, without {wo:.2f} s, ratio {w / wo:.3f}; "
+        f"collection {c:.3f} s = {100 * c / wo:.1f} % of a run without it; {ops[-1]} ops recorded"
+    )
 
 
 if __name__ == "__main__":

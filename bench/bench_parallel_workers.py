@@ -41,21 +41,26 @@ def main(argv=None) -> int:
     folder = Path(tempfile.mkdtemp(prefix="devprof-parallel-"))
     made = fx.write_synthetic_session(folder, workers=args.workers, steps=args.steps)
     events = len(read_trace(made.files[0]).events)
-    print(f"{args.workers} worker traces of {events:,} events each ({made.files[0].stat().st_size / 2**20:.0f} MiB)",
-          file=sys.stderr)
+    print(
+        f"{args.workers} worker traces of {events:,} events each ({made.files[0].stat().st_size / 2**20:.0f} MiB)",
+        file=sys.stderr,
+    )
     times: dict[str, list[float]] = {"sequential": [], "pool": []}
     docs = {}
     for _ in range(args.repeats):
         for mode in ("sequential", "pool"):
-            out = subprocess.run([sys.executable, "-c", RUN, str(REPO), str(folder), mode], capture_output=True,
-                                 text=True, check=True)
+            out = subprocess.run(
+                [sys.executable, "-c", RUN, str(REPO), str(folder), mode], capture_output=True, text=True, check=True
+            )
             result = json.loads(out.stdout)
             times[mode].append(result["seconds"])
             docs[mode] = result["doc"]
     same = docs["sequential"] == docs["pool"]
     seq, pool = statistics.median(times["sequential"]), statistics.median(times["pool"])
-    print(f"events per worker: {events}; sequential {seq:.1f} s, pool {pool:.1f} s (median of {args.repeats}); "
-          f"ratio {pool / seq:.2f}; identical results: {same}")
+    print(
+        f"events per worker: {events}; sequential {seq:.1f} s, pool {pool:.1f} s (median of {args.repeats}); "
+        f"ratio {pool / seq:.2f}; identical results: {same}"
+    )
     return 0 if same else 1
 
 

@@ -61,18 +61,27 @@ def make_trace(path: Path, events: int) -> Path:
             plane.event_metadata[names[key]].name = name
         return names[key]
 
-    for plane, stat_id, stat in ((host, 1, "step_num"), (host, 2, "_r"), (host, 3, "bytes_allocated"),
-                                 (host, 4, "allocator_name"), (gpu, 1, "tf_op")):
+    for plane, stat_id, stat in (
+        (host, 1, "step_num"),
+        (host, 2, "_r"),
+        (host, 3, "bytes_allocated"),
+        (host, 4, "allocator_name"),
+        (gpu, 1, "tf_op"),
+    ):
         plane.stat_metadata[stat_id].id = stat_id
         plane.stat_metadata[stat_id].name = stat
     python = host.lines.add(id=1, name="python", display_name="python", timestamp_ns=BASE_NS)
-    threads = [host.lines.add(id=10 + t, name=f"tf_Compute/{t}", display_name=f"tf_Compute/{t}",
-                              timestamp_ns=BASE_NS) for t in range(THREADS)]
+    threads = [
+        host.lines.add(id=10 + t, name=f"tf_Compute/{t}", display_name=f"tf_Compute/{t}", timestamp_ns=BASE_NS)
+        for t in range(THREADS)
+    ]
     stream = gpu.lines.add(id=13, name="Stream #13(Compute)", display_name="Stream #13(Compute)", timestamp_ns=BASE_NS)
     train, get_next, process = meta(host, "train"), meta(host, "IteratorGetNext"), meta(host, "ExecutorState::Process")
     allocation = meta(host, "MemoryAllocation")
-    ops = [meta(host, f"model/layer{i}/op{i}:{('Conv2D', 'MatMul', 'Relu', 'BiasAdd')[i % 4]}")
-           for i in range(OPS_PER_STEP)]
+    ops = [
+        meta(host, f"model/layer{i}/op{i}:{('Conv2D', 'MatMul', 'Relu', 'BiasAdd')[i % 4]}")
+        for i in range(OPS_PER_STEP)
+    ]
     kernels = [meta(gpu, f"kernel_{i % 20}") for i in range(OPS_PER_STEP)]
     step_ps, op_ps = 10_000_000_000, 60_000_000  # 10 ms steps, 60 us ops
     for k in range(steps):
@@ -86,8 +95,9 @@ def make_trace(path: Path, events: int) -> Path:
         for j, line in enumerate(threads):
             line.events.add(metadata_id=process, offset_ps=begin, duration_ps=per_thread * op_ps)
             for i in range(per_thread):
-                line.events.add(metadata_id=ops[j * per_thread + i], offset_ps=begin + i * op_ps,
-                                duration_ps=op_ps - 1000)
+                line.events.add(
+                    metadata_id=ops[j * per_thread + i], offset_ps=begin + i * op_ps, duration_ps=op_ps - 1000
+                )
         for i in range(OPS_PER_STEP):
             stream.events.add(metadata_id=kernels[i], offset_ps=begin + i * op_ps // 2, duration_ps=op_ps // 3)
         for a in range(2):
@@ -100,6 +110,7 @@ def make_trace(path: Path, events: int) -> Path:
 
 
 # ---------------------------------------------------------------- children (one task each)
+
 
 def child(task: str, trace: str) -> None:
     import resource
@@ -118,16 +129,26 @@ def child(task: str, trace: str) -> None:
         target = Path(tempfile.mkdtemp()) / "trace.pftrace"
         start = time.perf_counter()
         written = worker.write_perfetto(result, target, task.split("-", 1)[1], inputs=kept)
-        out.update(seconds=time.perf_counter() - start, events=written.events, slices=written.slices,
-                   counter_values=written.counter_values, bytes=target.stat().st_size)
+        out.update(
+            seconds=time.perf_counter() - start,
+            events=written.events,
+            slices=written.slices,
+            counter_values=written.counter_values,
+            bytes=target.stat().st_size,
+        )
         target.unlink()
     out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(out))
 
 
 def measure(task: str, trace: Path) -> dict:
-    done = subprocess.run([sys.executable, __file__, "--child", task, str(trace)], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, check=True)
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", task, str(trace)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=True,
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -136,9 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=2_000_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "devprof-bench-perfetto")
-    parser.add_argument("--path", type=Path, default=None,
-                        help="measure this run or trace instead of the synthetic one "
-                             "(e.g. bench_memory.py's cached run)")
+    parser.add_argument(
+        "--path",
+        type=Path,
+        default=None,
+        help="measure this run or trace instead of the synthetic one (e.g. bench_memory.py's cached run)",
+    )
     parser.add_argument("--child", nargs=2, metavar=("TASK", "TRACE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -158,20 +182,23 @@ def main(argv: list[str] | None = None) -> int:
     tasks = ["analyze", "command-ops", "command-all", "command-none", "export-ops", "export-all", "export-none"]
     results: dict[str, list[dict]] = {task: [] for task in tasks}
     for repeat in range(args.repeats):
-        for task in tasks[repeat % len(tasks):] + tasks[:repeat % len(tasks)]:
+        for task in tasks[repeat % len(tasks) :] + tasks[: repeat % len(tasks)]:
             results[task].append(measure(task, trace))
     baseline = statistics.median(r["peak_rss_mib"] for r in results["analyze"])
-    print(f"\nTrace: {trace}, {total:,} events ({size / MIB:.0f} MiB), "
-          f"{results['analyze'][0]['steps']:,} steps; medians of {args.repeats}.\n")
-    print("| task | events written | seconds | events/s | file MiB | peak RSS MiB (analysis alone: "
-          f"{baseline:.0f}) |")
+    print(
+        f"\nTrace: {trace}, {total:,} events ({size / MIB:.0f} MiB), "
+        f"{results['analyze'][0]['steps']:,} steps; medians of {args.repeats}.\n"
+    )
+    print(f"| task | events written | seconds | events/s | file MiB | peak RSS MiB (analysis alone: {baseline:.0f}) |")
     print("|---|---:|---:|---:|---:|---:|")
     for task in tasks[1:]:
         rows = results[task]
         seconds = statistics.median(r["seconds"] for r in rows)
         events = rows[0]["events"]
-        print(f"| {task} | {events:,} | {seconds:.2f} | {events / seconds:,.0f} | {rows[0]['bytes'] / MIB:.0f} | "
-              f"{statistics.median(r['peak_rss_mib'] for r in rows):.0f} |")
+        print(
+            f"| {task} | {events:,} | {seconds:.2f} | {events / seconds:,.0f} | {rows[0]['bytes'] / MIB:.0f} | "
+            f"{statistics.median(r['peak_rss_mib'] for r in rows):.0f} |"
+        )
     print(f"\n    python {shlex.join(['bench/bench_perfetto.py', *(argv if argv is not None else sys.argv[1:])])}")
     return 0
 

@@ -30,9 +30,26 @@ REPO = Path(__file__).resolve().parents[1]
 
 def run_once(out: Path, name: str, args, profile: bool) -> dict:
     start, stop = args.window
-    command = [sys.executable, "-m", "profiler", "run", "--device", "cpu", "--data", "synthetic",
-               "--limit-images", str(args.images), "--epochs", "1", "--no-sample", "--quiet",
-               "--out", str(out), "--run-name", name]
+    command = [
+        sys.executable,
+        "-m",
+        "profiler",
+        "run",
+        "--device",
+        "cpu",
+        "--data",
+        "synthetic",
+        "--limit-images",
+        str(args.images),
+        "--epochs",
+        "1",
+        "--no-sample",
+        "--quiet",
+        "--out",
+        str(out),
+        "--run-name",
+        name,
+    ]
     command += ["--profile-steps", f"{start}:{stop}"] if profile else ["--no-profile"]
     if args.python_tracer and profile:
         command.append("--python-tracer")
@@ -44,10 +61,16 @@ def run_once(out: Path, name: str, args, profile: bool) -> dict:
     if len(rows) != stop - start:
         raise SystemExit(f"expected steps {start}..{stop - 1} in {out / name / 'steps.csv'}, found {len(rows)}")
     prof = json.loads((out / name / "run.json").read_text())["profiler"]
-    return {"step_ms": statistics.fmean(float(r["step_ms"]) for r in rows),
-            "start_ms": prof.get("start_ms"), "stop_ms": prof.get("stop_ms"),
-            "trace_events": prof.get("trace_events"), "trace_bytes": prof.get("trace_bytes"),
-            "warnings": prof.get("warnings", []), "command": command, "out": str(out)}
+    return {
+        "step_ms": statistics.fmean(float(r["step_ms"]) for r in rows),
+        "start_ms": prof.get("start_ms"),
+        "stop_ms": prof.get("stop_ms"),
+        "trace_events": prof.get("trace_events"),
+        "trace_bytes": prof.get("trace_bytes"),
+        "warnings": prof.get("warnings", []),
+        "command": command,
+        "out": str(out),
+    }
 
 
 def main(argv=None) -> int:
@@ -65,7 +88,7 @@ def main(argv=None) -> int:
     results: dict[bool, list[dict]] = {True: [], False: []}
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.reps):
-            for profile in ((True, False) if rep % 2 == 0 else (False, True)):
+            for profile in (True, False) if rep % 2 == 0 else (False, True):
                 name = f"{'on' if profile else 'off'}-{rep}"
                 results[profile].append(run_once(Path(tmp), name, args, profile))
                 print(f"  {name}: {results[profile][-1]['step_ms']:.1f} ms/step", file=sys.stderr, flush=True)
@@ -94,8 +117,10 @@ def main(argv=None) -> int:
     if stops:
         print(f"| stop + write trace ms | {statistics.fmean(stops):.1f} | {max(stops):.1f} |")
     if events:
-        print(f"| trace events per step | {statistics.fmean(events) / (stop - start):.0f} | "
-              f"{max(events) / (stop - start):.0f} |")
+        print(
+            f"| trace events per step | {statistics.fmean(events) / (stop - start):.0f} | "
+            f"{max(events) / (stop - start):.0f} |"
+        )
     warnings = sorted({w for r in results[True] for w in r["warnings"]})
     if warnings:
         print()
@@ -104,8 +129,7 @@ def main(argv=None) -> int:
     print("Command (this script; one of its runs):")
     print()
     print(f"    python bench/bench_profiler.py {' '.join(shlex.quote(a) for a in (argv or sys.argv[1:]))}".rstrip())
-    shown = ["OUT" if a == results[True][0]["out"] else a
-             for a in results[True][0]["command"][3:]]
+    shown = ["OUT" if a == results[True][0]["out"] else a for a in results[True][0]["command"][3:]]
     print(f"    {shlex.join(['devprof', *shown])}")
     return 0
 

@@ -55,10 +55,22 @@ def cost_table(ops: int):
     rows = []
     for function, scale in (("train_step", 1.0), ("eval_step", 0.5)):
         for i in range(ops):
-            rows.append({"function": function, "op": f"model/layer_{i}/Conv2D", "type": "Conv2D", "dtype": "float32",
-                         "kind": "matrix", "input_shapes": "128x32x32x64;3x3x64x64", "output_shapes": "128x32x32x64",
-                         "flops": 2e9 * scale, "bytes": 6e7 * scale, "flops_source": "tensorflow",
-                         "chain_flops": float("nan"), "chain_bytes": float("nan")})
+            rows.append(
+                {
+                    "function": function,
+                    "op": f"model/layer_{i}/Conv2D",
+                    "type": "Conv2D",
+                    "dtype": "float32",
+                    "kind": "matrix",
+                    "input_shapes": "128x32x32x64;3x3x64x64",
+                    "output_shapes": "128x32x32x64",
+                    "flops": 2e9 * scale,
+                    "bytes": 6e7 * scale,
+                    "flops_source": "tensorflow",
+                    "chain_flops": float("nan"),
+                    "chain_bytes": float("nan"),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -73,8 +85,16 @@ def main(argv: list[str] | None = None) -> int:
     from analysis.read.inputs import read_inputs
     from analysis.worker import analyze_inputs
 
-    ceilings = roofline.Ceilings({"float32": {"matrix_flops_per_second": 2e11, "vector_flops_per_second": 5e10,
-                                              "memory_bytes_per_second": 4e10}}, "bench")
+    ceilings = roofline.Ceilings(
+        {
+            "float32": {
+                "matrix_flops_per_second": 2e11,
+                "vector_flops_per_second": 5e10,
+                "memory_bytes_per_second": 4e10,
+            }
+        },
+        "bench",
+    )
     with tempfile.TemporaryDirectory(prefix="devprof-bench-") as tmp:
         xplane = write_trace(Path(tmp) / "bench.xplane.pb", args.steps, args.ops)
         inputs = read_inputs(xplane)

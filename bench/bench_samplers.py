@@ -161,8 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=0.1, help="sampling interval for the overhead runs (s)")
     parser.add_argument("--memory-seconds", type=float, default=60.0)
     parser.add_argument("--memory-interval", type=float, default=0.05)
-    parser.add_argument("--sources", default="proc,psutil",
-                        help="host counter sources to run side by side (proc, psutil, default)")
+    parser.add_argument(
+        "--sources", default="proc,psutil", help="host counter sources to run side by side (proc, psutil, default)"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny settings for a smoke run")
     args = parser.parse_args(argv)
     if args.quick:
@@ -178,11 +179,15 @@ def main(argv: list[str] | None = None) -> int:
     cores = os.cpu_count() or 1
     print(f"## Sampler overhead ({cores} CPU cores, {psutil.virtual_memory().total / 2**30:.0f} GiB)")
     print()
-    print(f"Samplers: {', '.join(overhead['samplers'])} at {args.interval} s; "
-          f"{args.steps} steps of batch {args.batch_size} per run, {args.reps} runs per side, alternating.")
+    print(
+        f"Samplers: {', '.join(overhead['samplers'])} at {args.interval} s; "
+        f"{args.steps} steps of batch {args.batch_size} per run, {args.reps} runs per side, alternating."
+    )
     print()
-    print("| | median s | min s | max s | steps/s | with / without | sampler CPU ms per sample | "
-          "sampler CPU % of all cores |")
+    print(
+        "| | median s | min s | max s | steps/s | with / without | sampler CPU ms per sample | "
+        "sampler CPU % of all cores |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for side, side_times in times.items():
         median = statistics.median(side_times)
@@ -192,13 +197,20 @@ def main(argv: list[str] | None = None) -> int:
             cpu, rows = sum(overhead["sampler_cpu_s"][side]), sum(overhead["samples"][side])
             # Per run: the threads' CPU seconds over the run's wall time on every core.
             shares = [100 * c / (t * cores) for c, t in zip(overhead["sampler_cpu_s"][side], side_times)]
-            cells = [f"{median / off_s:.3f}", f"{1e3 * cpu / max(rows, 1):.3f}",
-                     f"**{statistics.median(shares):.3f}** ({min(shares):.3f}–{max(shares):.3f})"]
-        print(f"| {label} | {median:.3f} | {min(side_times):.3f} | {max(side_times):.3f} | "
-              f"{args.steps / median:.1f} | " + " | ".join(cells) + " |")
+            cells = [
+                f"{median / off_s:.3f}",
+                f"{1e3 * cpu / max(rows, 1):.3f}",
+                f"**{statistics.median(shares):.3f}** ({min(shares):.3f}–{max(shares):.3f})",
+            ]
+        print(
+            f"| {label} | {median:.3f} | {min(side_times):.3f} | {max(side_times):.3f} | "
+            f"{args.steps / median:.1f} | " + " | ".join(cells) + " |"
+        )
     print()
-    print("Sampler CPU: the sampler threads' own CPU time (`time.thread_time`, recorded by each thread), "
-          "noise-free unlike the wall-clock ratio.")
+    print(
+        "Sampler CPU: the sampler threads' own CPU time (`time.thread_time`, recorded by each thread), "
+        "noise-free unlike the wall-clock ratio."
+    )
     print()
     print(f"## Sampler memory ({args.memory_seconds:.0f} s at {args.memory_interval} s, before TensorFlow import)")
     print()
@@ -208,9 +220,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {t:.1f} | {rss / MIB:.1f} |")
     print()
     rows = ", ".join(f"{name} {count}" for name, count in memory["rows"].items())
-    print(f"Rows written: {rows} ({memory['csv_bytes'] / MIB:.2f} MiB of CSV). "
-          f"RSS growth after the first checkpoint: {memory['growth_bytes'] / MIB:+.2f} MiB "
-          f"(trend {memory['slope_bytes_per_min'] / MIB:+.3f} MiB/min).")
+    print(
+        f"Rows written: {rows} ({memory['csv_bytes'] / MIB:.2f} MiB of CSV). "
+        f"RSS growth after the first checkpoint: {memory['growth_bytes'] / MIB:+.2f} MiB "
+        f"(trend {memory['slope_bytes_per_min'] / MIB:+.3f} MiB/min)."
+    )
     return 0
 
 

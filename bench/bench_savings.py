@@ -199,9 +199,14 @@ def build(program: Program):
     # float64 by mistake: layers made in it, as `set_floatx("float64")` makes them (a global policy, which the
     # recording sets, would override floatx)
     dtype = {"dtype": program.floatx} if program.floatx != "float32" else {}
-    model = tf.keras.Sequential([tf.keras.Input(shape=(FEATURES,)), tf.keras.layers.Dense(width, activation="relu", **dtype),
-                                 tf.keras.layers.Dense(width, activation="relu", **dtype),
-                                 tf.keras.layers.Dense(CLASSES, **dtype)])
+    model = tf.keras.Sequential(
+        [
+            tf.keras.Input(shape=(FEATURES,)),
+            tf.keras.layers.Dense(width, activation="relu", **dtype),
+            tf.keras.layers.Dense(width, activation="relu", **dtype),
+            tf.keras.layers.Dense(CLASSES, **dtype),
+        ]
+    )
     optimizer = tf.keras.optimizers.Adam()
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     fill = program.fill_mib * 2**20 // 4
@@ -238,8 +243,9 @@ def hogs(count: int):
     loop = f"{sys.executable} -c 'while True: pass' > /dev/null 2>&1 &"
     pids = []
     if count:
-        started = subprocess.run(["sh", "-c", " ".join(f"{loop} echo $!;" for _ in range(count))],
-                                 capture_output=True, text=True, check=True)
+        started = subprocess.run(
+            ["sh", "-c", " ".join(f"{loop} echo $!;" for _ in range(count))], capture_output=True, text=True, check=True
+        )
         pids = [int(pid) for pid in started.stdout.split()]
         time.sleep(0.5)  # let them reach the CPU before training starts
     try:
@@ -274,11 +280,23 @@ def record(out: Path, name: str, program: Program) -> Path:
         step, model, one_step = build(program)
         data = dataset(program, calls * k + 2) if not program.generator else None
         iterator = iter(data) if data is not None else None
-        with hogs(program.hogs), profiler.profile(
-                out, run_name=name, profile_steps=program.window, sample=program.sample,
-                sample_interval=program.sample_interval, quiet=True,
-                config={"model": "mlp", "batch_size": program.batch, "precision": program.precision,
-                        "steps_per_execution": k}) as session:
+        with (
+            hogs(program.hogs),
+            profiler.profile(
+                out,
+                run_name=name,
+                profile_steps=program.window,
+                sample=program.sample,
+                sample_interval=program.sample_interval,
+                quiet=True,
+                config={
+                    "model": "mlp",
+                    "batch_size": program.batch,
+                    "precision": program.precision,
+                    "steps_per_execution": k,
+                },
+            ) as session,
+        ):
             if program.generator:  # the loop hands each batch to the step
                 for x, y in session.iterate(numpy_batches(program, calls)):
                     with session.step(images=program.batch):
@@ -290,8 +308,11 @@ def record(out: Path, name: str, program: Program) -> Path:
                 if program.numpy_every and call % program.numpy_every == 0:  # a logging habit, through NumPy
                     values = np.concatenate([g.numpy().ravel() for g in grads])
                     counts, _ = np.histogram(values, bins=64)
-                    session.log(loss=float(loss.numpy()), grad_norm=float(np.sqrt(np.dot(values, values))),
-                                grad_zero=float(counts.max()))
+                    session.log(
+                        loss=float(loss.numpy()),
+                        grad_norm=float(np.sqrt(np.dot(values, values))),
+                        grad_zero=float(counts.max()),
+                    )
                 if program.loop_sleep_ms:
                     time.sleep(program.loop_sleep_ms / 1e3)
     return Path(out) / name
@@ -335,8 +356,13 @@ def step_ms(a, per_image_batch: int | None = None) -> float:
     return ms
 
 
-PART_OF_RULE = {"host_bound": "host", "input_wait": "input", "input_bound": "input", "input_bound_high": "input",
-                "compute_bound": "compute"}
+PART_OF_RULE = {
+    "host_bound": "host",
+    "input_wait": "input",
+    "input_bound": "input",
+    "input_bound_high": "input",
+    "compute_bound": "compute",
+}
 
 
 def estimate(a, rules: tuple[str, ...]) -> tuple[str, str, float, str]:
@@ -377,9 +403,16 @@ def verdict_said(a) -> str:
     return f"{verdict.get('bound')} ({verdict.get('bound_pct') or 0:.0f} %), first fix `{first}`"
 
 
-def compare(cause: str, out: Path, before: Program, after: Callable[[str, object], tuple[Program, str]],
-            rules: tuple[str, ...], per_image: bool = False, reps: int = 2,
-            read: Callable[[object], tuple[str, str, float, str]] | None = None) -> Result:
+def compare(
+    cause: str,
+    out: Path,
+    before: Program,
+    after: Callable[[str, object], tuple[Program, str]],
+    rules: tuple[str, ...],
+    per_image: bool = False,
+    reps: int = 2,
+    read: Callable[[object], tuple[str, str, float, str]] | None = None,
+) -> Result:
     """Record `before`, read its estimate, record the fixed program `after(advice, analysis)`, measure;
     `reps` times, alternated (before, after, before, after, ...), so that the machine's load drifts over
     both alike. Each pair gives an estimate and a measured saving (mean steady step before minus after);
@@ -395,14 +428,31 @@ def compare(cause: str, out: Path, before: Program, after: Callable[[str, object
         estimates.append(saving)
         befores.append(step_ms(a))
         afters.append(step_ms(b, per_image_batch=before.batch if per_image else None))
-        print(f"[{cause}] {rep}: {source} {rule}: estimate {saving:.2f} ms; before {befores[-1]:.2f} ms, after "
-              f"({fix}) {afters[-1]:.2f} ms: measured {befores[-1] - afters[-1]:.2f} ms", flush=True)
+        print(
+            f"[{cause}] {rep}: {source} {rule}: estimate {saving:.2f} ms; before {befores[-1]:.2f} ms, after "
+            f"({fix}) {afters[-1]:.2f} ms: measured {befores[-1] - afters[-1]:.2f} ms",
+            flush=True,
+        )
     median = statistics.median
-    result = Result(cause, rule, source, median(estimates), median([b - a for b, a in zip(befores, afters)]),
-                    median(befores), median(afters), advice, fix, list(zip(estimates, befores, afters)), verdict=said)
-    print(f"[{cause}] advice: {advice}\n[{cause}] estimate {result.estimate_ms:.2f} ms, measured "
-          f"{result.measured_ms:.2f} ms, error {result.error_ms:+.2f} ms ({'within' if result.within else 'beyond'} "
-          f"{result.allowed_ms:.2f} ms)", flush=True)
+    result = Result(
+        cause,
+        rule,
+        source,
+        median(estimates),
+        median([b - a for b, a in zip(befores, afters)]),
+        median(befores),
+        median(afters),
+        advice,
+        fix,
+        list(zip(estimates, befores, afters)),
+        verdict=said,
+    )
+    print(
+        f"[{cause}] advice: {advice}\n[{cause}] estimate {result.estimate_ms:.2f} ms, measured "
+        f"{result.measured_ms:.2f} ms, error {result.error_ms:+.2f} ms ({'within' if result.within else 'beyond'} "
+        f"{result.allowed_ms:.2f} ms)",
+        flush=True,
+    )
     return result
 
 
@@ -415,19 +465,27 @@ def advised_steps(advice: str, a) -> int:
 
 def steps_per_call_fix(before: Program, calls: int = 8):
     """The fix "k steps per call" (k as advised): the first call (which traces) untraced, `calls` traced."""
+
     def after(advice: str, a) -> tuple[Program, str]:
         k = advised_steps(advice, a)
-        return (dataclasses.replace(before, steps_per_call=k, steps=(calls + 2) * k, window=f"{k}:{(1 + calls) * k}"),
-                f"{k} steps per call")
+        return (
+            dataclasses.replace(before, steps_per_call=k, steps=(calls + 2) * k, window=f"{k}:{(1 + calls) * k}"),
+            f"{k} steps per call",
+        )
+
     return after
 
 
 def every_n_steps_fix(before: Program, calls: int = 2):
     """The fix "do it every N steps" (N as advised, the steps per call it suggests), `calls` times N traced."""
+
     def after(advice: str, a) -> tuple[Program, str]:
         n = advised_steps(advice, a)
-        return (dataclasses.replace(before, numpy_every=n, window=f"5:{5 + calls * n}", steps=10 + calls * n),
-                f"every {n} steps")
+        return (
+            dataclasses.replace(before, numpy_every=n, window=f"5:{5 + calls * n}", steps=10 + calls * n),
+            f"every {n} steps",
+        )
+
     return after
 
 
@@ -446,33 +504,44 @@ INPUT_RULES = ("no_prefetch", "input_wait", "input_bound_high", "input_bound")
 def slow_map(out: Path, reps: int = 2) -> Result:
     """The pipeline prefetches, but its map (matmuls on one core, about 40 ms a batch) is slower than the step."""
     before = Program(map_matmuls=160)
-    return compare("slow_map", out, before,
-                   changed(before, "map(num_parallel_calls=AUTOTUNE)", map_parallel=True),
-                   ("input_wait", "input_bound_high", "input_bound"), reps=reps)
+    return compare(
+        "slow_map",
+        out,
+        before,
+        changed(before, "map(num_parallel_calls=AUTOTUNE)", map_parallel=True),
+        ("input_wait", "input_bound_high", "input_bound"),
+        reps=reps,
+    )
 
 
 def python_map(out: Path, reps: int = 2, wait_ms: float = 40.0) -> Result:
     """The pipeline prefetches, but its map runs Python (`tf.numpy_function`) that waits 40 ms a batch; the advice
     for a Python stage: move it out of the pipeline (precompute, then `.cache()`): the map is gone."""
     before = Program(map_wait_ms=wait_ms)
-    return compare("python_map", out, before, changed(before, "the Python map precomputed", map_wait_ms=0.0),
-                   ("input_wait", "input_bound_high", "input_bound"), reps=reps)
+    return compare(
+        "python_map",
+        out,
+        before,
+        changed(before, "the Python map precomputed", map_wait_ms=0.0),
+        ("input_wait", "input_bound_high", "input_bound"),
+        reps=reps,
+    )
 
 
 def no_prefetch(out: Path, reps: int = 2) -> Result:
     """A map of 8 ms of CPU work a batch and no prefetch: the loop waits for every batch."""
     before = Program(map_ms=8.0, prefetch=False)
-    return compare("no_prefetch", out, before,
-                   changed(before, "prefetch(AUTOTUNE)", prefetch=True),
-                   INPUT_RULES, reps=reps)
+    return compare(
+        "no_prefetch", out, before, changed(before, "prefetch(AUTOTUNE)", prefetch=True), INPUT_RULES, reps=reps
+    )
 
 
 def no_prefetch_read(out: Path, reps: int = 2) -> Result:
     """A map that waits 8 ms a batch (a read) and no prefetch."""
     before = Program(map_wait_ms=8.0, prefetch=False)
-    return compare("no_prefetch_read", out, before,
-                   changed(before, "prefetch(AUTOTUNE)", prefetch=True),
-                   INPUT_RULES, reps=reps)
+    return compare(
+        "no_prefetch_read", out, before, changed(before, "prefetch(AUTOTUNE)", prefetch=True), INPUT_RULES, reps=reps
+    )
 
 
 def loop_sleep(out: Path, reps: int = 2) -> Result:
@@ -499,24 +568,42 @@ def tiny_batch_larger(out: Path, reps: int = 2) -> Result:
     """Batch 8 again; the other advised fix, a 16 times larger batch, measured per image times 8."""
     before = Program(batch=8)
     no_estimate = lambda a: ("larger batch", "no estimate", math.nan, "")  # noqa: E731
-    return compare("tiny_batch_larger", out, before, changed(before, "batch 128", batch=128), HOST_RULES,
-                   per_image=True, reps=reps, read=no_estimate)
+    return compare(
+        "tiny_batch_larger",
+        out,
+        before,
+        changed(before, "batch 128", batch=128),
+        HOST_RULES,
+        per_image=True,
+        reps=reps,
+        read=no_estimate,
+    )
 
 
 def eager(out: Path, reps: int = 2, width: int = WIDTH) -> Result:
     """The step without tf.function."""
     before = Program(eager=True, width=width)
-    return compare("eager" if width == WIDTH else f"eager_width{width}", out, before,
-                   changed(before, "tf.function on the step", eager=False),
-                   ("eager_execution", "host_bound"), reps=reps)
+    return compare(
+        "eager" if width == WIDTH else f"eager_width{width}",
+        out,
+        before,
+        changed(before, "tf.function on the step", eager=False),
+        ("eager_execution", "host_bound"),
+        reps=reps,
+    )
 
 
 def contention(out: Path, reps: int = 2) -> Result:
     """Two busy-loop processes beside training on the 2 cores."""
     before = Program(hogs=2)
-    return compare("contention", out, before,
-                   changed(before, "the competing processes stopped", hogs=0),
-                   ("cpu_contention",), reps=reps)
+    return compare(
+        "contention",
+        out,
+        before,
+        changed(before, "the competing processes stopped", hogs=0),
+        ("cpu_contention",),
+        reps=reps,
+    )
 
 
 def _precision_change(a) -> tuple[str, str, float, str]:
@@ -530,8 +617,9 @@ def _precision_change(a) -> tuple[str, str, float, str]:
 
 def _precision_note(result: Result) -> Result:
     f32, bf16 = unprofiled_step_ms([Program(precision="float32"), Program(precision="mixed_bfloat16")])
-    result.note = (f"unprofiled, 8 blocks of 10 steps alternated: float32 {f32:.2f}, mixed_bfloat16 {bf16:.2f} ms a "
-                   "step (medians)")
+    result.note = (
+        f"unprofiled, 8 blocks of 10 steps alternated: float32 {f32:.2f}, mixed_bfloat16 {bf16:.2f} ms a step (medians)"
+    )
     print(f"[{result.cause}] {result.note}", flush=True)
     return result
 
@@ -540,25 +628,51 @@ def float32_run(out: Path, reps: int = 2) -> Result:
     """float32, with the run's measured peak: the estimate of switching to mixed_bfloat16 (negative where the
     measured ceilings say bfloat16 is slower, and the advice then keeps float32) against the measured run."""
     before = Program(precision="float32")
-    return _precision_note(compare("float32_run", out, before,
-                                   changed(before, "mixed_bfloat16", precision="mixed_bfloat16"), (), reps=reps,
-                                   read=_precision_change))
+    return _precision_note(
+        compare(
+            "float32_run",
+            out,
+            before,
+            changed(before, "mixed_bfloat16", precision="mixed_bfloat16"),
+            (),
+            reps=reps,
+            read=_precision_change,
+        )
+    )
 
 
 def bfloat16_run(out: Path, reps: int = 2) -> Result:
     """mixed_bfloat16, with the run's measured peak: the estimate of going back to float32 (positive where the
     measured ceilings say bfloat16 is slower: `bf16_without_matrix_units`) against the measured float32 run."""
     before = Program(precision="mixed_bfloat16")
-    return _precision_note(compare("bfloat16_run", out, before, changed(before, "float32", precision="float32"),
-                                   (), reps=reps, read=_precision_change))
+    return _precision_note(
+        compare(
+            "bfloat16_run",
+            out,
+            before,
+            changed(before, "float32", precision="float32"),
+            (),
+            reps=reps,
+            read=_precision_change,
+        )
+    )
 
 
 def _bf16_applied(cause: str, before: Program) -> Callable[[Path, int], Result]:
     """A program with one injected problem; the change measured is mixed_bfloat16, against the estimate devprof
     gives for it (which must hold, and rank below the problem's own fix where it saves less)."""
+
     def run(out: Path, reps: int = 2) -> Result:
-        return compare(cause, out, before, changed(before, "mixed_bfloat16", precision="mixed_bfloat16"), (),
-                       reps=reps, read=_precision_change)
+        return compare(
+            cause,
+            out,
+            before,
+            changed(before, "mixed_bfloat16", precision="mixed_bfloat16"),
+            (),
+            reps=reps,
+            read=_precision_change,
+        )
+
     run.__doc__ = f"{cause}: {before}, mixed_bfloat16 applied"
     return run
 
@@ -572,31 +686,55 @@ def python_generator(out: Path, reps: int = 2) -> Result:
     """Batches from a Python generator (15 ms of NumPy a batch) through `session.iterate()`, no tf.data; the
     advice: build them in tf.data or precompute them: precomputed."""
     before = Program(generator=True, generator_ms=15.0)
-    return compare("python_generator", out, before, changed(before, "the batches precomputed", generator_ms=0.0),
-                   ("input_wait", "input_bound_high", "input_bound"), reps=reps)
+    return compare(
+        "python_generator",
+        out,
+        before,
+        changed(before, "the batches precomputed", generator_ms=0.0),
+        ("input_wait", "input_bound_high", "input_bound"),
+        reps=reps,
+    )
 
 
 def fill_every_step(out: Path, reps: int = 2) -> Result:
     """A 256 MiB `tf.fill` made in every step (a fixed tensor); the advice: make it once."""
     before = Program(fill_mib=256)
-    return compare("fill_every_step", out, before, changed(before, "the tensor made once", fill_once=True),
-                   ("memory_one_holder",), reps=reps)
+    return compare(
+        "fill_every_step",
+        out,
+        before,
+        changed(before, "the tensor made once", fill_once=True),
+        ("memory_one_holder",),
+        reps=reps,
+    )
 
 
 def float64_model(out: Path, reps: int = 2) -> Result:
     """A model made float64 by mistake (`set_floatx("float64")`); the advice: float32."""
     before = Program(floatx="float64")
-    return compare("float64_model", out, before, changed(before, "float32", floatx="float32"), ("float64_math",),
-                   reps=reps)
+    return compare(
+        "float64_model", out, before, changed(before, "float32", floatx="float32"), ("float64_math",), reps=reps
+    )
 
 
 CAUSES: dict[str, Callable[..., Result]] = {
-    "slow_map": slow_map, "python_map": python_map, "no_prefetch": no_prefetch, "no_prefetch_read": no_prefetch_read, "loop_sleep": loop_sleep,
-    "numpy_every_step": numpy_every_step, "tiny_batch": tiny_batch, "tiny_batch_larger": tiny_batch_larger,
-    "eager": eager, "contention": contention,
-    "float32_run": float32_run, "bfloat16_run": bfloat16_run,
-    "loop_sleep_bf16": loop_sleep_bf16, "python_generator": python_generator, "fill_every_step": fill_every_step,
-    "float64_model": float64_model, "python_generator_bf16": python_generator_bf16,
+    "slow_map": slow_map,
+    "python_map": python_map,
+    "no_prefetch": no_prefetch,
+    "no_prefetch_read": no_prefetch_read,
+    "loop_sleep": loop_sleep,
+    "numpy_every_step": numpy_every_step,
+    "tiny_batch": tiny_batch,
+    "tiny_batch_larger": tiny_batch_larger,
+    "eager": eager,
+    "contention": contention,
+    "float32_run": float32_run,
+    "bfloat16_run": bfloat16_run,
+    "loop_sleep_bf16": loop_sleep_bf16,
+    "python_generator": python_generator,
+    "fill_every_step": fill_every_step,
+    "float64_model": float64_model,
+    "python_generator_bf16": python_generator_bf16,
     "fill_every_step_bf16": fill_every_step_bf16,
 }
 
@@ -616,8 +754,10 @@ def machine() -> str:
     import tensorflow as tf
 
     units: list[str] = [name for name in ("avx512_bf16", "amx_bf16") if name in flags] or ["no bfloat16 units"]
-    return (f"{model} ({', '.join(units)}), {os.cpu_count()} logical cores, Linux, Python "
-            f"{platform.python_version()}, TensorFlow {tf.__version__}")
+    return (
+        f"{model} ({', '.join(units)}), {os.cpu_count()} logical cores, Linux, Python "
+        f"{platform.python_version()}, TensorFlow {tf.__version__}"
+    )
 
 
 def peak_line() -> str:
@@ -637,16 +777,24 @@ def _error(r: Result) -> str:
 
 
 def table(results: list[Result]) -> str:
-    rows = ["| cause | verdict: bound, first fix | estimate read | estimate ms | measured ms | error | within tolerance |",
-            "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| cause | verdict: bound, first fix | estimate read | estimate ms | measured ms | error | within tolerance |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         if r.estimate_ms != r.estimate_ms:
             rows.append(f"| {r.cause} | {r.verdict} | {r.source} (`{r.rule}`) | – | {r.measured_ms:.2f} | – | – |")
             continue
-        rows.append(f"| {r.cause} | {r.verdict} | {r.source} `{r.rule}` | {r.estimate_ms:.2f} | {r.measured_ms:.2f} | "
-                    f"{_error(r)} | {'yes' if r.within else '**no**'} (±{r.allowed_ms:.2f}) |")
-    rows += ["", "| cause | fix applied | before ms/step (median) | after ms/step (median) | per pair: estimate, "
-             "before, after (ms) |", "|---|---|---|---|---|"]
+        rows.append(
+            f"| {r.cause} | {r.verdict} | {r.source} `{r.rule}` | {r.estimate_ms:.2f} | {r.measured_ms:.2f} | "
+            f"{_error(r)} | {'yes' if r.within else '**no**'} (±{r.allowed_ms:.2f}) |"
+        )
+    rows += [
+        "",
+        "| cause | fix applied | before ms/step (median) | after ms/step (median) | per pair: estimate, "
+        "before, after (ms) |",
+        "|---|---|---|---|---|",
+    ]
     for r in results:
         reps = "; ".join(f"{e:.2f}, {b:.2f}, {a:.2f}" for e, b, a in r.reps)
         note = f"; {r.note}" if r.note else ""
@@ -688,13 +836,18 @@ def main(argv=None) -> int:
     began = time.monotonic()
     results = [CAUSES[name](out, reps=args.reps) for name in names]
     minutes = (time.monotonic() - began) / 60
-    command = ("python bench/bench_savings.py" + (f" --causes {','.join(names)}" if names != list(CAUSES) else "")
-               + (f" --reps {args.reps}" if args.reps != 2 else ""))
-    text = (f"{SECTION}\n\n`{command}` ({minutes:.1f} min, {args.reps} before/after pairs per cause, alternated), "
-            f"{machine()}; load average {load:.1f} at the start and {os.getloadavg()[0]:.1f} at the end (other jobs "
-            f"on the machine); {peak_line()}. Per pair, measured = the mean steady step before minus after; a "
-            f"cause's estimate and measured saving are the medians over its pairs; within tolerance: |error| <= "
-            f"max({TOLERANCE_PCT:g} % of the estimate, {TOLERANCE_MS:g} ms).\n\n{table(results)}\n")
+    command = (
+        "python bench/bench_savings.py"
+        + (f" --causes {','.join(names)}" if names != list(CAUSES) else "")
+        + (f" --reps {args.reps}" if args.reps != 2 else "")
+    )
+    text = (
+        f"{SECTION}\n\n`{command}` ({minutes:.1f} min, {args.reps} before/after pairs per cause, alternated), "
+        f"{machine()}; load average {load:.1f} at the start and {os.getloadavg()[0]:.1f} at the end (other jobs "
+        f"on the machine); {peak_line()}. Per pair, measured = the mean steady step before minus after; a "
+        f"cause's estimate and measured saving are the medians over its pairs; within tolerance: |error| <= "
+        f"max({TOLERANCE_PCT:g} % of the estimate, {TOLERANCE_MS:g} ms).\n\n{table(results)}\n"
+    )
     print(text)
     if not args.no_write:
         write_section(Path(args.benchmarks), text)

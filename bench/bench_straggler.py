@@ -26,8 +26,26 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-JOB = ["--workers", "2", "--device", "cpu", "--data", "synthetic", "--limit-images", "400", "--limit-test-images",
-       "200", "--batch-size", "20", "--sample-interval", "0.2", "--epochs", "1", "--profile-steps", "4:20"]
+JOB = [
+    "--workers",
+    "2",
+    "--device",
+    "cpu",
+    "--data",
+    "synthetic",
+    "--limit-images",
+    "400",
+    "--limit-test-images",
+    "200",
+    "--batch-size",
+    "20",
+    "--sample-interval",
+    "0.2",
+    "--epochs",
+    "1",
+    "--profile-steps",
+    "4:20",
+]
 CASES = {"plain": [], "host": ["--inject-host-delay-ms", "40@1"]}
 
 
@@ -39,8 +57,14 @@ def _spin(stop) -> None:
 def devprof(*args: str | Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop("TF_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", "profiler", *map(str, args)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "profiler", *map(str, args)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def right(case: str, straggler: dict | None) -> bool:
@@ -59,12 +83,16 @@ def one_job(out: Path, case: str, index: int) -> dict:
     result = json.loads(analysed.stdout)
     straggler = result["straggler"]
     workers = {row["worker"]: row for row in result["workers"]}
-    return {"case": case, "ok": right(case, straggler), "straggler": straggler,
-            "reason": result.get("straggler_reason"), "seconds": time.monotonic() - began,
-            "other_cpu_pct": result["utilization"].get("other_cpu_mean_pct"),
-            "own_ms": [round(w["step_ms"] - w["collective_ms"], 1) for w in workers.values()],
-            "noise_ms": [None if w.get("own_noise_ms") is None else round(w["own_noise_ms"], 1)
-                         for w in workers.values()]}
+    return {
+        "case": case,
+        "ok": right(case, straggler),
+        "straggler": straggler,
+        "reason": result.get("straggler_reason"),
+        "seconds": time.monotonic() - began,
+        "other_cpu_pct": result["utilization"].get("other_cpu_mean_pct"),
+        "own_ms": [round(w["step_ms"] - w["collective_ms"], 1) for w in workers.values()],
+        "noise_ms": [None if w.get("own_noise_ms") is None else round(w["own_noise_ms"], 1) for w in workers.values()],
+    }
 
 
 def main(argv=None) -> int:
@@ -93,9 +121,11 @@ def main(argv=None) -> int:
     for row in rows:
         s = row["straggler"]
         other = row.get("other_cpu_pct")
-        print(f"| {row['case']} | {s['worker'] if s else 'none'} | {s['cause'] if s else (row['reason'] or '')[:60]} | "
-              f"{'-' if other is None else f'{other:.0f}'} | {row.get('own_ms')} | {row.get('noise_ms')} | "
-              f"{'yes' if row['ok'] else 'NO'} |")
+        print(
+            f"| {row['case']} | {s['worker'] if s else 'none'} | {s['cause'] if s else (row['reason'] or '')[:60]} | "
+            f"{'-' if other is None else f'{other:.0f}'} | {row.get('own_ms')} | {row.get('noise_ms')} | "
+            f"{'yes' if row['ok'] else 'NO'} |"
+        )
     for case in CASES:
         done = [row for row in rows if row["case"] == case]
         print(f"\n{case}: {sum(row['ok'] for row in done)} of {len(done)} right")

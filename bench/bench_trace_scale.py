@@ -74,6 +74,7 @@ MIB = 1024 * 1024
 
 # ---------------------------------------------------------------- children (one task each)
 
+
 def _rss_mib() -> float:
     """This process's resident set now, from /proc (not the peak)."""
     with open("/proc/self/statm") as f:
@@ -100,8 +101,10 @@ def _steps_of(result):
 
 def _use_trace_module_at(revision: str) -> None:
     """Make `analysis.read.trace` the file as it was at a git revision (for before/after timings)."""
-    shown = [subprocess.run(["git", "show", f"{revision}:{where}"], cwd=REPO, capture_output=True, text=True)
-             for where in ("analysis/read/trace.py", "analysis/trace.py")]  # its place now, and before analysis/read/
+    shown = [
+        subprocess.run(["git", "show", f"{revision}:{where}"], cwd=REPO, capture_output=True, text=True)
+        for where in ("analysis/read/trace.py", "analysis/trace.py")
+    ]  # its place now, and before analysis/read/
     source = next((done.stdout for done in shown if done.returncode == 0), None)
     if source is None:
         raise SystemExit(f"no analysis/read/trace.py or analysis/trace.py at {revision}")
@@ -136,6 +139,7 @@ def child(task: str, paths: list[str]) -> None:
 
         steps, epochs = pd.read_csv(paths[0]), pd.read_csv(paths[1])
         import matplotlib.figure  # noqa: F401 - matplotlib's import is import time, as the other children's imports
+
         out = Path(paths[2])
         before = _rss_mib()
         start = time.perf_counter()
@@ -148,8 +152,9 @@ def child(task: str, paths: list[str]) -> None:
 
         before = _rss_mib()
         start = time.perf_counter()
-        data, _ = raw_to_tool_data.xspace_to_tool_data([paths[0]], "input_pipeline_analyzer",
-                                                      {"use_saved_result": False})
+        data, _ = raw_to_tool_data.xspace_to_tool_data(
+            [paths[0]], "input_pipeline_analyzer", {"use_saved_result": False}
+        )
         seconds = time.perf_counter() - start
         extra = {"output_bytes": len(data or b"")}
     elif task == "helper":
@@ -209,7 +214,9 @@ def helper_usage(run: str, out: str) -> None:
             with open(f"/proc/{helper.child.pid}/smaps_rollup") as rollup:
                 fields = dict(line.split(":", 1) for line in rollup.read().splitlines()[1:])
             memory["helper_pss_mib"] = int(fields["Pss"].split()[0]) / 1024
-            memory["helper_private_mib"] = sum(int(fields[key].split()[0]) for key in ("Private_Clean", "Private_Dirty")) / 1024
+            memory["helper_private_mib"] = (
+                sum(int(fields[key].split()[0]) for key in ("Private_Clean", "Private_Dirty")) / 1024
+            )
         except (OSError, KeyError, ValueError):
             pass
         real_close(helper)
@@ -224,10 +231,19 @@ def helper_usage(run: str, out: str) -> None:
     rusage = started[0].child.rusage if started and started[0] is not None else None
     usage = rusage if isinstance(rusage, resource.struct_rusage) else None  # os.wait4's, or None
     own = resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps({"code": code, "helper": usage is not None,
-                      "helper_peak_mib": usage.ru_maxrss / 1024 if usage else None,
-                      "helper_cpu_s": usage.ru_utime + usage.ru_stime if usage else None,
-                      "main_peak_mib": own.ru_maxrss / 1024, "main_cpu_s": own.ru_utime + own.ru_stime, **memory}))
+    print(
+        json.dumps(
+            {
+                "code": code,
+                "helper": usage is not None,
+                "helper_peak_mib": usage.ru_maxrss / 1024 if usage else None,
+                "helper_cpu_s": usage.ru_utime + usage.ru_stime if usage else None,
+                "main_peak_mib": own.ru_maxrss / 1024,
+                "main_cpu_s": own.ru_utime + own.ru_stime,
+                **memory,
+            }
+        )
+    )
 
 
 def _import_tree(stderr: str) -> list[tuple[int, int, int, str]]:
@@ -236,7 +252,7 @@ def _import_tree(stderr: str) -> list[tuple[int, int, int, str]]:
     for line in stderr.splitlines():
         if not line.startswith("import time:") or "imported package" in line:
             continue
-        own, cumulative, name = line[len("import time:"):].split("|")
+        own, cumulative, name = line[len("import time:") :].split("|")
         indent = len(name) - len(name.lstrip())
         rows.append(((indent - 1) // 2, int(own), int(cumulative), name.strip()))
     return rows
@@ -252,15 +268,21 @@ def startup(args, run: Path, scratch: str, baseline: Path | None) -> None:
     for argv in (["--help"], ["analyze", "--help"]):
         cells = []
         for _, tree in trees:
-            walls = [measure([sys.executable, "-m", "profiler", *argv], cwd=tree)["wall_s"] for _ in range(args.startup)]
+            walls = [
+                measure([sys.executable, "-m", "profiler", *argv], cwd=tree)["wall_s"] for _ in range(args.startup)
+            ]
             cells.append(f"{min(walls):.2f} ({_median(walls):.2f})")
         print(f"| `devprof {' '.join(argv)}` | " + " | ".join(cells) + " |")
     for label, tree in trees:
         runs_ = []
         for _ in range(args.startup):  # the least disturbed of the repeats
-            done = subprocess.run([sys.executable, "-X", "importtime", "-m", "profiler", "analyze", str(run), "--out",
-                                   scratch], cwd=tree or REPO, capture_output=True, text=True,
-                                  env={**_child_env(tree), "DEVPROF_FORK": "0"})
+            done = subprocess.run(
+                [sys.executable, "-X", "importtime", "-m", "profiler", "analyze", str(run), "--out", scratch],
+                cwd=tree or REPO,
+                capture_output=True,
+                text=True,
+                env={**_child_env(tree), "DEVPROF_FORK": "0"},
+            )
             rows = _import_tree(done.stderr)
             runs_.append((sum(cumulative for level, _, cumulative, _ in rows if level == 0), rows))
         total, rows = min(runs_, key=lambda found: found[0])
@@ -269,8 +291,10 @@ def startup(args, run: Path, scratch: str, baseline: Path | None) -> None:
             root = name.split(".")[0]
             root = root if root in ("numpy", "pandas", "matplotlib", "PIL", "analysis", "profiler") else "other"
             by_root[root] = by_root.get(root, 0) + own
-        print(f"\nimports of `devprof analyze RUN --out DIR` ({label}, plots drawn in the one process; the least of "
-              f"{args.startup} runs): {total / 1e6:.2f} s in all\n")
+        print(
+            f"\nimports of `devprof analyze RUN --out DIR` ({label}, plots drawn in the one process; the least of "
+            f"{args.startup} runs): {total / 1e6:.2f} s in all\n"
+        )
         print("| package (own time of its modules) | s | share |")
         print("|---|---:|---:|")
         for root, own in sorted(by_root.items(), key=lambda item: -item[1]):
@@ -311,8 +335,9 @@ def stages(run: str) -> None:
     mark("tables freed")
     restart = time.perf_counter()
     analyze(run)
-    marks.append({"stage": "whole analyze again (read included)", "s": time.perf_counter() - restart,
-                  "rss_mib": _rss_mib()})
+    marks.append(
+        {"stage": "whole analyze again (read included)", "s": time.perf_counter() - restart, "rss_mib": _rss_mib()}
+    )
     print(json.dumps(marks))
 
 
@@ -336,8 +361,9 @@ def cprofile(run: str, top: int) -> None:
 
 def _load_plots_at(revision: str):
     """analysis/plots.py as it was at a git revision, as a module of its own."""
-    source = subprocess.run(["git", "show", f"{revision}:analysis/plots.py"], cwd=REPO, capture_output=True,
-                            text=True, check=True).stdout
+    source = subprocess.run(
+        ["git", "show", f"{revision}:analysis/plots.py"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
     with tempfile.TemporaryDirectory(prefix="devprof-plots-baseline-") as folder:
         path = Path(folder) / "plots_baseline.py"
         path.write_text(source)
@@ -359,26 +385,42 @@ def plot_sizes(repeats: int, baseline: str | None) -> None:
     if baseline:
         modules["baseline"] = _load_plots_at(baseline)
     import matplotlib.figure  # noqa: F401
+
     rng = np.random.default_rng(0)
 
     def steps(n):
-        frame = pd.DataFrame({"step": np.arange(10, 10 + n), "input_ms": rng.random(n) * 5,
-                              "compute_ms": 30 + rng.random(n) * 5, "collective_ms": 0.0, "host_ms": rng.random(n) * 3,
-                              "compile_ms": 0.0})
+        frame = pd.DataFrame(
+            {
+                "step": np.arange(10, 10 + n),
+                "input_ms": rng.random(n) * 5,
+                "compute_ms": 30 + rng.random(n) * 5,
+                "collective_ms": 0.0,
+                "host_ms": rng.random(n) * 3,
+                "compile_ms": 0.0,
+            }
+        )
         frame.loc[0, ["compile_ms", "host_ms"]] = [100.0, 103.0]
         frame["step_ms"] = frame[["input_ms", "compute_ms", "host_ms"]].sum(axis=1)
         return frame
 
     rows = 50_000
-    host = pd.DataFrame({"time_s": 1.7e9 + 0.1 * np.arange(rows), "cpu_pct": rng.random(rows) * 100,
-                         "cpu0_pct": rng.random(rows) * 100, "cpu1_pct": rng.random(rows) * 100,
-                         "proc_cpu_pct": rng.random(rows) * 200})
+    host = pd.DataFrame(
+        {
+            "time_s": 1.7e9 + 0.1 * np.arange(rows),
+            "cpu_pct": rng.random(rows) * 100,
+            "cpu0_pct": rng.random(rows) * 100,
+            "cpu1_pct": rng.random(rows) * 100,
+            "proc_cpu_pct": rng.random(rows) * 200,
+        }
+    )
+
     def step_breakdown(frame: pd.DataFrame) -> Callable[[ModuleType, Path], object]:
         return lambda module, path: module.plot_step_breakdown(frame, path)
 
     cases = {f"plot_step_breakdown, {n:,} steps": step_breakdown(steps(n)) for n in (100, 800, 1000, 3000)}
-    cases["plot_utilization, 50,000 rows, 10 epochs"] = (
-        lambda module, path: module.plot_utilization({"host": host}, list(host["time_s"][:: rows // 10]), path))
+    cases["plot_utilization, 50,000 rows, 10 epochs"] = lambda module, path: module.plot_utilization(
+        {"host": host}, list(host["time_s"][:: rows // 10]), path
+    )
     results: dict[str, dict[str, list[float]]] = {case: {name: [] for name in modules} for case in cases}
     with tempfile.TemporaryDirectory(prefix="devprof-plot-sizes-") as out:
         for repeat in range(repeats):
@@ -393,6 +435,7 @@ def plot_sizes(repeats: int, baseline: str | None) -> None:
 
 # ---------------------------------------------------------------- the parent
 
+
 def _python(*args: str) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), "--child", *args]
 
@@ -402,17 +445,27 @@ def _child_env(tree: Path | None = None) -> dict:
     whose editable install would otherwise point at the checkout it was installed from), from its bytecode
     (`compiled`), as an installed package is."""
     environment = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
-    return {**environment,
-            "PYTHONPATH": os.pathsep.join([str(tree or REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return {
+        **environment,
+        "PYTHONPATH": os.pathsep.join([str(tree or REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
 
 
 def compiled(tree: Path) -> None:
     """Byte-compile the tree's packages, as `pip install` leaves them: where PYTHONDONTWRITEBYTECODE is set,
     every child would otherwise compile devprof's sources again (0.14 s of each command), while XProf's
     converter, installed, runs from its bytecode."""
-    subprocess.run([sys.executable, "-m", "compileall", "-q", *(str(tree / package) for package in
-                                                               ("analysis", "profiler", "models"))],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "compileall",
+            "-q",
+            *(str(tree / package) for package in ("analysis", "profiler", "models")),
+        ],
+        check=True,
+        capture_output=True,
+    )
 
 
 def _tree_at(revision: str) -> Path:
@@ -452,8 +505,13 @@ def summed_pss(command: list[str], env: dict | None = None, cwd: Path | None = N
             return 0
 
     peak, count = 0, 0
-    process = subprocess.Popen(command, cwd=cwd or REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               env={**_child_env(cwd), **(env or {})})
+    process = subprocess.Popen(
+        command,
+        cwd=cwd or REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**_child_env(cwd), **(env or {})},
+    )
     root = psutil.Process(process.pid)
     while process.poll() is None:
         try:
@@ -474,8 +532,9 @@ def measure(command: list[str], env: dict | None = None, cwd: Path | None = None
     for: their largest, not their sum), and what it printed last (JSON)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:  # pipes could fill and block
         start = time.perf_counter()
-        process = subprocess.Popen(command, cwd=cwd or REPO, stdout=out, stderr=err, text=True,
-                                   env={**_child_env(cwd), **(env or {})})
+        process = subprocess.Popen(
+            command, cwd=cwd or REPO, stdout=out, stderr=err, text=True, env={**_child_env(cwd), **(env or {})}
+        )
         _, status, usage = os.wait4(process.pid, 0)
         wall = time.perf_counter() - start
         process.returncode = os.waitstatus_to_exitcode(status)
@@ -483,8 +542,11 @@ def measure(command: list[str], env: dict | None = None, cwd: Path | None = None
         printed, errors = out.read(), err.read()
     if process.returncode != 0:
         raise SystemExit(f"{shlex.join(command)} failed ({process.returncode}):\n{errors[-3000:]}")
-    result = {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
-              "peak_mib": usage.ru_maxrss / 1024}  # ru_maxrss is in KiB on Linux
+    result = {
+        "wall_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "peak_mib": usage.ru_maxrss / 1024,
+    }  # ru_maxrss is in KiB on Linux
     last = printed.strip().splitlines()[-1] if printed.strip() else ""
     if last.startswith("{"):
         result.update(json.loads(last))
@@ -506,9 +568,32 @@ def ensure_run(args, window: tuple[int, int] | None = None) -> Path:
     args.cache.mkdir(parents=True, exist_ok=True)
     (args.cache / f"{name}.facts.json").unlink(missing_ok=True)  # the event count of an older trace
     images = args.batch_size * (stop + 20)
-    command = [sys.executable, "-m", "profiler", "run", "--device", "cpu", "--data", "synthetic", "--limit-images", str(images), "--batch-size",
-               str(args.batch_size), "--epochs", "1", "--profile-steps", f"{start}:{stop}", "--host-tracer-level",
-               str(args.host_tracer_level), "--no-sample", "--quiet", "--out", str(args.cache), "--run-name", name]
+    command = [
+        sys.executable,
+        "-m",
+        "profiler",
+        "run",
+        "--device",
+        "cpu",
+        "--data",
+        "synthetic",
+        "--limit-images",
+        str(images),
+        "--batch-size",
+        str(args.batch_size),
+        "--epochs",
+        "1",
+        "--profile-steps",
+        f"{start}:{stop}",
+        "--host-tracer-level",
+        str(args.host_tracer_level),
+        "--no-sample",
+        "--quiet",
+        "--out",
+        str(args.cache),
+        "--run-name",
+        name,
+    ]
     print(f"making the trace: {shlex.join(command)}", file=sys.stderr)
     began = time.perf_counter()
     subprocess.run(command, cwd=REPO, check=True, env=_child_env())
@@ -551,8 +636,10 @@ def scale(args, tasks: list[str], argv: list[str] | None) -> int:
         run = ensure_run(args, (10, 10 + steps))
         facts = _facts(run)
         runs[steps] = (run, facts)
-        print(f"{steps} steps: {facts['events']:,} events, {Path(facts['xplane']).stat().st_size / 1e6:.1f} MB",
-              file=sys.stderr)
+        print(
+            f"{steps} steps: {facts['events']:,} events, {Path(facts['xplane']).stat().st_size / 1e6:.1f} MB",
+            file=sys.stderr,
+        )
     results: dict[tuple[int, str], list[dict]] = {(steps, task): [] for steps in args.scale for task in tasks}
     log = args.results.open("a") if args.results else None
     baseline = _tree_at(args.command_baseline) if "command-baseline" in tasks else None
@@ -560,12 +647,19 @@ def scale(args, tasks: list[str], argv: list[str] | None) -> int:
         if tree is not None:
             compiled(tree)
     with tempfile.TemporaryDirectory(prefix="devprof-trace-scale-out-") as scratch:
+
         def command(task, run, facts) -> tuple[list[str], dict, Path | None]:
             if task.startswith("command"):
                 return _command(task, run, scratch, baseline)
-            return {"analyze": lambda: _python("analyze", str(run)),
+            return (
+                {
+                    "analyze": lambda: _python("analyze", str(run)),
                     "analyze-baseline": lambda: _python("analyze-baseline", str(run), args.trace_baseline or "HEAD"),
-                    "xprof": lambda: _python("xprof", facts["xplane"])}[task](), {}, None
+                    "xprof": lambda: _python("xprof", facts["xplane"]),
+                }[task](),
+                {},
+                None,
+            )
 
         for task in {"analyze", *(t for t in tasks if t.startswith("command"))}:  # warm the interpreter's bytecode
             measure(*command(task, *runs[args.scale[0]]))
@@ -581,42 +675,71 @@ def scale(args, tasks: list[str], argv: list[str] | None) -> int:
                     result = measure(*command(task, run, facts))
                     results[(steps, task)].append(result)
                     if log:
-                        log.write(json.dumps({"steps": steps, "events": facts["events"], "task": task,
-                                              "repeat": repeat, **result}) + "\n")
+                        log.write(
+                            json.dumps(
+                                {"steps": steps, "events": facts["events"], "task": task, "repeat": repeat, **result}
+                            )
+                            + "\n"
+                        )
                         log.flush()
                     work = f"{result['seconds']:.2f} s work, " if "seconds" in result else ""
-                    print(f"repeat {repeat + 1}, {facts['events']:,} events, {task}: {work}"
-                          f"{result['wall_s']:.2f} s process, {result['peak_mib']:.0f} MiB peak", file=sys.stderr)
-        helpers = ({steps: measure(_python("helper", str(run), scratch)) for steps, (run, _) in runs.items()}
-                   if "command" in tasks else {})
-        together = ({steps: (summed_pss(*command("command", run, facts)), summed_pss(*command("xprof", run, facts)))
-                     for steps, (run, facts) in runs.items()} if {"command", "xprof"} <= set(tasks) else {})
+                    print(
+                        f"repeat {repeat + 1}, {facts['events']:,} events, {task}: {work}"
+                        f"{result['wall_s']:.2f} s process, {result['peak_mib']:.0f} MiB peak",
+                        file=sys.stderr,
+                    )
+        helpers = (
+            {steps: measure(_python("helper", str(run), scratch)) for steps, (run, _) in runs.items()}
+            if "command" in tasks
+            else {}
+        )
+        together = (
+            {
+                steps: (summed_pss(*command("command", run, facts)), summed_pss(*command("xprof", run, facts)))
+                for steps, (run, facts) in runs.items()
+            }
+            if {"command", "xprof"} <= set(tasks)
+            else {}
+        )
     report_scale(runs, results, tasks, args, argv)
     if together:
-        print("\nall the command's processes together (it, the child decoding half the events, the child analysing the "
-              "tf.data stages, the plot helper): the peak of their summed PSS (proportional set size: a page two "
-              "processes share counts half in each), sampled every 10 ms, one run per size\n")
+        print(
+            "\nall the command's processes together (it, the child decoding half the events, the child analysing the "
+            "tf.data stages, the plot helper): the peak of their summed PSS (proportional set size: a page two "
+            "processes share counts half in each), sampled every 10 ms, one run per size\n"
+        )
         print("| events | whole command: summed PSS MiB | processes then | XProf: PSS MiB | command / XProf |")
         print("|---:|---:|---:|---:|---:|")
         for steps, ((mine, processes), (theirs, _)) in sorted(together.items()):
             print(f"| {runs[steps][1]['events']:,} | {mine:.0f} | {processes} | {theirs:.0f} | {mine / theirs:.2f} |")
     if helpers:
-        print("\nthe plot helper of the whole command, one run per size in a fresh process: each process's own peak "
-              "RSS and CPU time (the command's peak RSS above is the larger of the two, not their sum)\n")
-        print("| events | command process: peak RSS MiB | CPU s | helper: peak RSS MiB | its own (private) MiB | CPU s "
-              "| command's peak + helper's own MiB |" + (" that / XProf's peak (median) |" if "xprof" in tasks else ""))
+        print(
+            "\nthe plot helper of the whole command, one run per size in a fresh process: each process's own peak "
+            "RSS and CPU time (the command's peak RSS above is the larger of the two, not their sum)\n"
+        )
+        print(
+            "| events | command process: peak RSS MiB | CPU s | helper: peak RSS MiB | its own (private) MiB | CPU s "
+            "| command's peak + helper's own MiB |" + (" that / XProf's peak (median) |" if "xprof" in tasks else "")
+        )
         print("|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if "xprof" in tasks else ""))
         for steps, helper in helpers.items():
             if not helper.get("helper"):
-                print(f"| {runs[steps][1]['events']:,} | {helper['main_peak_mib']:.0f} | {helper['main_cpu_s']:.2f} | "
-                      "no helper | | |")
+                print(
+                    f"| {runs[steps][1]['events']:,} | {helper['main_peak_mib']:.0f} | {helper['main_cpu_s']:.2f} | "
+                    "no helper | | |"
+                )
                 continue
             own = helper.get("helper_private_mib", helper["helper_peak_mib"])
             both = helper["main_peak_mib"] + own
-            xprof = (f" {both / _median([r['peak_mib'] for r in results[(steps, 'xprof')]]):.2f} |"
-                     if "xprof" in tasks else "")
-            print(f"| {runs[steps][1]['events']:,} | {helper['main_peak_mib']:.0f} | {helper['main_cpu_s']:.2f} | "
-                  f"{helper['helper_peak_mib']:.0f} | {own:.0f} | {helper['helper_cpu_s']:.2f} | {both:.0f} |{xprof}")
+            xprof = (
+                f" {both / _median([r['peak_mib'] for r in results[(steps, 'xprof')]]):.2f} |"
+                if "xprof" in tasks
+                else ""
+            )
+            print(
+                f"| {runs[steps][1]['events']:,} | {helper['main_peak_mib']:.0f} | {helper['main_cpu_s']:.2f} | "
+                f"{helper['helper_peak_mib']:.0f} | {own:.0f} | {helper['helper_cpu_s']:.2f} | {both:.0f} |{xprof}"
+            )
     return 0
 
 
@@ -644,8 +767,10 @@ def _series(results, runs, task, key, stat=statistics.median):
 def report_scale(runs, results, tasks, args, argv) -> None:
     events = [facts["events"] for _, facts in runs.values()]
     print(f"\n{args.repeats} repeats per size, sizes and tasks alternated, each in a fresh process\n")
-    print("| events | MB | task | work s (median) | range | process s | range | CPU s | peak RSS MiB | range "
-          "| µs / event (process) |")
+    print(
+        "| events | MB | task | work s (median) | range | process s | range | CPU s | peak RSS MiB | range "
+        "| µs / event (process) |"
+    )
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for steps, (run, facts) in runs.items():
         size = Path(facts["xplane"]).stat().st_size / 1e6
@@ -654,9 +779,11 @@ def report_scale(runs, results, tasks, args, argv) -> None:
             work = [r.get("seconds", r["wall_s"]) for r in rows]
             walls, peaks = [r["wall_s"] for r in rows], [r["peak_mib"] for r in rows]
             cpu = _median([r.get("cpu_s", float("nan")) for r in rows])
-            print(f"| {facts['events']:,} | {size:.0f} | {TASK_LABELS[task]} | {_median(work):.2f} | {_spread(work)} | "
-                  f"{_median(walls):.2f} | {_spread(walls)} | {cpu:.2f} | {_median(peaks):.0f} | {_spread(peaks, 0)} | "
-                  f"{_median(walls) / facts['events'] * 1e6:.2f} |")
+            print(
+                f"| {facts['events']:,} | {size:.0f} | {TASK_LABELS[task]} | {_median(work):.2f} | {_spread(work)} | "
+                f"{_median(walls):.2f} | {_spread(walls)} | {cpu:.2f} | {_median(peaks):.0f} | {_spread(peaks, 0)} | "
+                f"{_median(walls) / facts['events'] * 1e6:.2f} |"
+            )
     if "xprof" in tasks:
         print("\nratios to XProf's converter, per repeat (side by side), median and range:\n")
         print("| events | task | work time | process time | CPU time | peak RSS |")
@@ -669,12 +796,17 @@ def report_scale(runs, results, tasks, args, argv) -> None:
                 rows = results[(steps, task)]
                 walls = [r["wall_s"] / x["wall_s"] for r, x in zip(rows, xprof_rows)]
                 peaks = [r["peak_mib"] / x["peak_mib"] for r, x in zip(rows, xprof_rows)]
-                work_ratios = ([r["seconds"] / x["seconds"] for r, x in zip(rows, xprof_rows)]
-                               if "seconds" in rows[0] else None)
+                work_ratios = (
+                    [r["seconds"] / x["seconds"] for r, x in zip(rows, xprof_rows)] if "seconds" in rows[0] else None
+                )
                 work_cell = f"{_median(work_ratios):.2f} ({_spread(work_ratios)})" if work_ratios else "–"
-                cpu_ratios = [r.get("cpu_s", float("nan")) / x.get("cpu_s", float("nan")) for r, x in zip(rows, xprof_rows)]
-                print(f"| {facts['events']:,} | {task} | {work_cell} | {_median(walls):.2f} ({_spread(walls)}) | "
-                      f"{_median(cpu_ratios):.2f} | {_median(peaks):.2f} ({_spread(peaks)}) |")
+                cpu_ratios = [
+                    r.get("cpu_s", float("nan")) / x.get("cpu_s", float("nan")) for r, x in zip(rows, xprof_rows)
+                ]
+                print(
+                    f"| {facts['events']:,} | {task} | {work_cell} | {_median(walls):.2f} ({_spread(walls)}) | "
+                    f"{_median(cpu_ratios):.2f} | {_median(peaks):.2f} ({_spread(peaks)}) |"
+                )
     print("\nbest (least disturbed) process time of the repeats, per size, and its ratio to XProf's best:\n")
     print("| events | " + " | ".join(TASK_LABELS[t] for t in tasks) + " |")
     print("|---:|" + "---:|" * len(tasks))
@@ -682,14 +814,18 @@ def report_scale(runs, results, tasks, args, argv) -> None:
     for index, e in enumerate(events):
         cells = []
         for task in tasks:
-            ratio = (f" ({best[task][index] / best['xprof'][index]:.2f})" if "xprof" in tasks and task != "xprof" else "")
+            ratio = f" ({best[task][index] / best['xprof'][index]:.2f})" if "xprof" in tasks and task != "xprof" else ""
             cells.append(f"{best[task][index]:.2f}{ratio}")
         print(f"| {e:,} | " + " | ".join(cells) + " |")
     if len(set(events)) < 2:
-        print(f"command: {shlex.join([Path(sys.executable).name, 'bench/' + Path(__file__).name, *(argv or sys.argv[1:])])}")
+        print(
+            f"command: {shlex.join([Path(sys.executable).name, 'bench/' + Path(__file__).name, *(argv or sys.argv[1:])])}"
+        )
         return  # one size has no growth to fit
-    print("\ngrowth: least squares over the sizes (best process time, median peak RSS), and the log-log slope "
-          "from the smallest to the largest trace (1.00 = linear):\n")
+    print(
+        "\ngrowth: least squares over the sizes (best process time, median peak RSS), and the log-log slope "
+        "from the smallest to the largest trace (1.00 = linear):\n"
+    )
     print("| task | s per 1M events | fixed s | time slope | MiB per 1M events | fixed MiB | RSS slope |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     millions = [e / 1e6 for e in events]
@@ -700,7 +836,9 @@ def report_scale(runs, results, tasks, args, argv) -> None:
     if args.plot:
         plot_scale(runs, results, tasks, args.plot)
         print(f"\nplot: {args.plot}")
-    print(f"command: {shlex.join([Path(sys.executable).name, 'bench/' + Path(__file__).name, *(argv or sys.argv[1:])])}")
+    print(
+        f"command: {shlex.join([Path(sys.executable).name, 'bench/' + Path(__file__).name, *(argv or sys.argv[1:])])}"
+    )
 
 
 def plot_scale(runs, results, tasks, path: Path) -> None:
@@ -711,10 +849,15 @@ def plot_scale(runs, results, tasks, path: Path) -> None:
 
     events = [facts["events"] / 1e6 for _, facts in runs.values()]
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    labels = {"analyze": "devprof read + analysis", "analyze-baseline": "devprof, older trace.py",
-              "command": "devprof analyze (whole command)", "xprof": "XProf input_pipeline_analyzer", "plots": "plots",
-              "command-one-process": "devprof analyze, all in one process",
-              "command-baseline": "devprof analyze at --command-baseline"}
+    labels = {
+        "analyze": "devprof read + analysis",
+        "analyze-baseline": "devprof, older trace.py",
+        "command": "devprof analyze (whole command)",
+        "xprof": "XProf input_pipeline_analyzer",
+        "plots": "plots",
+        "command-one-process": "devprof analyze, all in one process",
+        "command-baseline": "devprof analyze at --command-baseline",
+    }
     for task in tasks:
         style = {"marker": "o" if task != "xprof" else "s", "linestyle": "--" if task == "command" else "-"}
         left.plot(events, _series(results, runs, task, "wall_s", min), label=labels[task], **style)
@@ -734,33 +877,67 @@ def plot_scale(runs, results, tasks, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
-    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "devprof-bench-trace-scale",
-                        help="folder holding the generated run (made once, reused)")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "devprof-bench-trace-scale",
+        help="folder holding the generated run (made once, reused)",
+    )
     parser.add_argument("--repeats", type=int, default=5, help="repeats of each task (alternated)")
     parser.add_argument("--profile-steps", default="10:1010", help="the run's profiler window START:STOP")
     parser.add_argument("--host-tracer-level", type=int, default=2, choices=(1, 2, 3))
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--tasks", default=",".join(TASKS),
-                        help=f"comma-separated subset of {','.join(TASKS)}; with --scale also command-one-process "
-                             "(the plots drawn in the command's own process)")
+    parser.add_argument(
+        "--tasks",
+        default=",".join(TASKS),
+        help=f"comma-separated subset of {','.join(TASKS)}; with --scale also command-one-process "
+        "(the plots drawn in the command's own process)",
+    )
     parser.add_argument("--plot-repeats", type=int, default=3, help="repeats of the plot-size timings (0: skip)")
     parser.add_argument("--plots-baseline", metavar="REV", help="also time analysis/plots.py as of this git revision")
-    parser.add_argument("--trace-baseline", metavar="REV",
-                        help="also time read + analysis with analysis/trace.py as of this git revision (task analyze-baseline)")
-    parser.add_argument("--scale", type=lambda text: [int(part) for part in text.split(",")], metavar="STEPS,...",
-                        help="traces of several sizes: profiler windows of these many steps (e.g. 60,120,240,480,1000)")
+    parser.add_argument(
+        "--trace-baseline",
+        metavar="REV",
+        help="also time read + analysis with analysis/trace.py as of this git revision (task analyze-baseline)",
+    )
+    parser.add_argument(
+        "--scale",
+        type=lambda text: [int(part) for part in text.split(",")],
+        metavar="STEPS,...",
+        help="traces of several sizes: profiler windows of these many steps (e.g. 60,120,240,480,1000)",
+    )
     parser.add_argument("--plot", type=Path, help="with --scale: draw time and peak RSS against events to this PNG")
     parser.add_argument("--results", type=Path, help="with --scale: append every measurement to this JSON-lines file")
-    parser.add_argument("--report-only", action="store_true",
-                        help="with --scale and --results: report and plot the measurements in --results, run nothing")
-    parser.add_argument("--command-baseline", metavar="REV",
-                        help="with --scale: also time the whole command as of this git revision, or in this folder "
-                             "holding a copy of the repository (task command-baseline)")
-    parser.add_argument("--startup", type=int, nargs="?", const=5, default=0, metavar="REPEATS",
-                        help="with --scale: time `devprof --help` and list the command's imports (python -X importtime)")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="with --scale and --results: report and plot the measurements in --results, run nothing",
+    )
+    parser.add_argument(
+        "--command-baseline",
+        metavar="REV",
+        help="with --scale: also time the whole command as of this git revision, or in this folder "
+        "holding a copy of the repository (task command-baseline)",
+    )
+    parser.add_argument(
+        "--startup",
+        type=int,
+        nargs="?",
+        const=5,
+        default=0,
+        metavar="REPEATS",
+        help="with --scale: time `devprof --help` and list the command's imports (python -X importtime)",
+    )
     parser.add_argument("--stages", action="store_true", help="time and RSS after each stage of read + analysis")
-    parser.add_argument("--cprofile", type=int, nargs="?", const=25, default=0, metavar="TOP",
-                        help="cProfile analyze and print the TOP functions")
+    parser.add_argument(
+        "--cprofile",
+        type=int,
+        nargs="?",
+        const=25,
+        default=0,
+        metavar="TOP",
+        help="cProfile analyze and print the TOP functions",
+    )
     args = parser.parse_args(argv)
     if args.child:
         child(args.child[0], args.child[1:])
@@ -782,8 +959,11 @@ def main(argv: list[str] | None = None) -> int:
         facts_path.write_text(json.dumps(facts))
     facts = json.loads(facts_path.read_text())
     xplane = Path(facts["xplane"])
-    print(f"trace: {xplane} ({xplane.stat().st_size / 1e6:.1f} MB), {facts['events']:,} events, "
-          f"{facts['steps']:,} steps found by {facts['step_source']}", file=sys.stderr)
+    print(
+        f"trace: {xplane} ({xplane.stat().st_size / 1e6:.1f} MB), {facts['events']:,} events, "
+        f"{facts['steps']:,} steps found by {facts['step_source']}",
+        file=sys.stderr,
+    )
 
     results: dict[str, list[dict]] = {task: [] for task in tasks}
     with tempfile.TemporaryDirectory(prefix="devprof-trace-scale-out-") as scratch:
@@ -796,28 +976,37 @@ def main(argv: list[str] | None = None) -> int:
         }
         measure(commands["analyze"])  # warm the file cache and the interpreter's bytecode
         for repeat in range(args.repeats):
-            order = tasks[repeat % len(tasks):] + tasks[:repeat % len(tasks)]
+            order = tasks[repeat % len(tasks) :] + tasks[: repeat % len(tasks)]
             for task in order:
                 result = measure(commands[task])
                 results[task].append(result)
                 work_note = f"{result['seconds']:.2f} s work, " if "seconds" in result else ""
-                print(f"repeat {repeat + 1} {task}: {work_note}{result['wall_s']:.2f} s process, "
-                      f"{result['peak_mib']:.0f} MiB peak", file=sys.stderr)
+                print(
+                    f"repeat {repeat + 1} {task}: {work_note}{result['wall_s']:.2f} s process, "
+                    f"{result['peak_mib']:.0f} MiB peak",
+                    file=sys.stderr,
+                )
 
     if not tasks or not args.repeats:
         results = {}
-    print(f"\ntrace: {facts['events']:,} events, {xplane.stat().st_size / 1e6:.1f} MB, {facts['steps']:,} steps "
-          f"({facts['step_source']}); {args.repeats} repeats, alternated, each in a fresh process\n")
+    print(
+        f"\ntrace: {facts['events']:,} events, {xplane.stat().st_size / 1e6:.1f} MB, {facts['steps']:,} steps "
+        f"({facts['step_source']}); {args.repeats} repeats, alternated, each in a fresh process\n"
+    )
     if results:
-        print("| | work s (median) | range | process s (median) | peak RSS MiB (median) | range | RSS after imports MiB |")
+        print(
+            "| | work s (median) | range | process s (median) | peak RSS MiB (median) | range | RSS after imports MiB |"
+        )
         print("|---|---:|---:|---:|---:|---:|---:|")
     for task in results:
         rows = results[task]
         work = [r["seconds"] for r in rows] if "seconds" in rows[0] else [r["wall_s"] for r in rows]
         walls, peaks = [r["wall_s"] for r in rows], [r["peak_mib"] for r in rows]
         before = f"{_median([r['rss_before_mib'] for r in rows]):.0f}" if "rss_before_mib" in rows[0] else "–"
-        print(f"| {TASK_LABELS[task]} | {_median(work):.2f} | {_spread(work)} | {_median(walls):.2f} | "
-              f"{_median(peaks):.0f} | {_spread(peaks, 0)} | {before} |")
+        print(
+            f"| {TASK_LABELS[task]} | {_median(work):.2f} | {_spread(work)} | {_median(walls):.2f} | "
+            f"{_median(peaks):.0f} | {_spread(peaks, 0)} | {before} |"
+        )
     if "xprof" in results and len(results) > 1:
         print()
         xprof_rows = results["xprof"]
@@ -832,25 +1021,34 @@ def main(argv: list[str] | None = None) -> int:
             if "seconds" in rows[0]:
                 work = [r["seconds"] / x["seconds"] for r, x in zip(rows, xprof_rows)]
                 line += f"work time **{_median(work):.2f}** ({_spread(work)}), "
-            print(line + f"process time **{_median(walls):.2f}** ({_spread(walls)}), "
-                  f"peak RSS **{_median(peaks):.2f}** ({_spread(peaks)})")
+            print(
+                line + f"process time **{_median(walls):.2f}** ({_spread(walls)}), "
+                f"peak RSS **{_median(peaks):.2f}** ({_spread(peaks)})"
+            )
 
     if args.plot_repeats:
-        sizes = measure(_python("plot-sizes", str(args.plot_repeats), *([args.plots_baseline] if args.plots_baseline else [])))
+        sizes = measure(
+            _python("plot-sizes", str(args.plot_repeats), *([args.plots_baseline] if args.plots_baseline else []))
+        )
         names = ["now"] + (["baseline"] if args.plots_baseline else [])
         header = "| plot | this plots.py, median s | range |"
         if args.plots_baseline:
             header += f" plots.py at {args.plots_baseline}, median s | range | now / then |"
-        print(f"\nplotting alone, {args.plot_repeats} repeats, alternated, one process "
-              f"(peak RSS {sizes['peak_mib']:.0f} MiB)\n")
+        print(
+            f"\nplotting alone, {args.plot_repeats} repeats, alternated, one process "
+            f"(peak RSS {sizes['peak_mib']:.0f} MiB)\n"
+        )
         print(header)
         print("|---|" + "---:|" * (2 * len(names) + (1 if args.plots_baseline else 0)))
         for case, by_module in sizes.items():
             if not isinstance(by_module, dict):
                 continue
             cells = [f"{_median(by_module[name]):.3f} | {_spread(by_module[name], 3)}" for name in names]
-            ratio = (f" | {_median([a / b for a, b in zip(by_module['now'], by_module['baseline'])]):.3f}"
-                     if args.plots_baseline else "")
+            ratio = (
+                f" | {_median([a / b for a, b in zip(by_module['now'], by_module['baseline'])]):.3f}"
+                if args.plots_baseline
+                else ""
+            )
             print(f"| {case} | " + " | ".join(cells) + ratio + " |")
 
     if args.stages:
@@ -861,10 +1059,13 @@ def main(argv: list[str] | None = None) -> int:
         for mark in marks["marks"]:
             print(f"| {mark['stage']} | {mark['s']:.2f} | {mark['rss_mib']:.0f} |")
     if args.cprofile:
-        output = subprocess.run(_python("cprofile", str(run), str(args.cprofile)), cwd=REPO, capture_output=True,
-                                text=True, check=True)
+        output = subprocess.run(
+            _python("cprofile", str(run), str(args.cprofile)), cwd=REPO, capture_output=True, text=True, check=True
+        )
         print("\n" + output.stdout)
-    print(f"command: {shlex.join([Path(sys.executable).name, 'bench/' + Path(__file__).name, *(argv or sys.argv[1:])])}")
+    print(
+        f"command: {shlex.join([Path(sys.executable).name, 'bench/' + Path(__file__).name, *(argv or sys.argv[1:])])}"
+    )
     return 0
 
 

@@ -91,9 +91,15 @@ def worker_train(config: str, images: int, epochs: int) -> dict:
                 self.train_seconds.append((self.validation_began or end) - self.began)
 
         timer = EpochTimer()
-        model.fit(arrays.x_train / 255., arrays.y_train, batch_size=BATCH, epochs=epochs,
-                  validation_data=(arrays.x_test[:VALIDATION] / 255., arrays.y_test[:VALIDATION]),
-                  callbacks=[timer], verbose=2)
+        model.fit(
+            arrays.x_train / 255.0,
+            arrays.y_train,
+            batch_size=BATCH,
+            epochs=epochs,
+            validation_data=(arrays.x_test[:VALIDATION] / 255.0, arrays.y_test[:VALIDATION]),
+            callbacks=[timer],
+            verbose=2,
+        )
         seconds, train_seconds = timer.seconds, timer.train_seconds
     else:
         from models.training import TrainConfig, Trainer
@@ -102,15 +108,24 @@ def worker_train(config: str, images: int, epochs: int) -> dict:
         from profiler.device import devices
 
         strategy = devices.resolve("cpu").strategy  # as `devprof run --device cpu` sets the CPU up
-        trainer = Trainer(strategy, cnn.build_cnn, arrays,
-                          TrainConfig(batch_size=BATCH, epochs=epochs, precision=precision, seed=0,
-                                      validation_images=VALIDATION))
+        trainer = Trainer(
+            strategy,
+            cnn.build_cnn,
+            arrays,
+            TrainConfig(batch_size=BATCH, epochs=epochs, precision=precision, seed=0, validation_images=VALIDATION),
+        )
         results = trainer.fit()
         model = trainer.model
         seconds = [r.seconds for r in results]
         train_seconds = [r.train_seconds for r in results]
-    return {"config": config, "images": images, "seconds": seconds, "train_seconds": train_seconds,
-            "flops_per_image": cnn.train_flops_per_image(model), "params": int(model.count_params())}
+    return {
+        "config": config,
+        "images": images,
+        "seconds": seconds,
+        "train_seconds": train_seconds,
+        "flops_per_image": cnn.train_flops_per_image(model),
+        "params": int(model.count_params()),
+    }
 
 
 def worker_peak() -> dict:
@@ -144,11 +159,17 @@ def kernels_env(config: str, environ) -> dict:
 def spawn(args: list[str], timeout: float) -> dict:
     env = dict(kernels_env(args[1], os.environ), CUDA_VISIBLE_DEVICES="-1", TF_CPP_MIN_LOG_LEVEL="2")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     for line in proc.stdout.splitlines():
         if line.startswith(MARK):
-            return json.loads(line[len(MARK):])
+            return json.loads(line[len(MARK) :])
     raise RuntimeError(f"worker {args} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
 
 
@@ -170,26 +191,36 @@ def report(runs: dict[str, list[dict]], peaks: list[dict], args, command: str, w
     lines = []
     lines.append(f"### Training loop vs the seed program ({time.strftime('%Y-%m-%d')})")
     lines.append("")
-    lines.append(f"- machine: {cpu_model()}, {os.cpu_count()} logical cores, {platform.system()} "
-                 f"{platform.release()}; Python {platform.python_version()}, "
-                 f"TensorFlow {runs['seed'][0].get('tf', '?')}, Keras {runs['seed'][0].get('keras', '?')}")
-    lines.append(f"- {args.images:,} synthetic training images, batch {BATCH}, {VALIDATION:,} validation images, "
-                 f"{args.epochs} epochs per run, {reps} repetition(s), configurations alternated, "
-                 "each run in a fresh subprocess, CPU only")
-    lines.append("- steady state = median of the epochs after the first in each run; "
-                 "over repetitions: median (min–max)")
+    lines.append(
+        f"- machine: {cpu_model()}, {os.cpu_count()} logical cores, {platform.system()} "
+        f"{platform.release()}; Python {platform.python_version()}, "
+        f"TensorFlow {runs['seed'][0].get('tf', '?')}, Keras {runs['seed'][0].get('keras', '?')}"
+    )
+    lines.append(
+        f"- {args.images:,} synthetic training images, batch {BATCH}, {VALIDATION:,} validation images, "
+        f"{args.epochs} epochs per run, {reps} repetition(s), configurations alternated, "
+        "each run in a fresh subprocess, CPU only"
+    )
+    lines.append(
+        "- steady state = median of the epochs after the first in each run; over repetitions: median (min–max)"
+    )
     matmul_peak = {d: max(p.get(f"{d}_matmul", p[d]) for p in peaks) for d in ("float32", "bfloat16")}
-    lines.append(f"- peak (`devprof peak`'s measurement: the better of matmuls and 3x3 convolutions; measured "
-                 f"{len(peaks)}× in {min(p['measure_seconds'] for p in peaks):.0f}–"
-                 f"{max(p['measure_seconds'] for p in peaks):.0f} s, best kept): float32 {peak['float32'] / 1e9:.1f} "
-                 f"GFLOP/s, bfloat16 {peak['bfloat16'] / 1e9:.1f} GFLOP/s (each measurement: "
-                 + "; ".join(f"{p['float32'] / 1e9:.1f}" for p in peaks) + " float32); the matmuls alone: float32 "
-                 f"{matmul_peak['float32'] / 1e9:.1f} GFLOP/s")
+    lines.append(
+        f"- peak (`devprof peak`'s measurement: the better of matmuls and 3x3 convolutions; measured "
+        f"{len(peaks)}× in {min(p['measure_seconds'] for p in peaks):.0f}–"
+        f"{max(p['measure_seconds'] for p in peaks):.0f} s, best kept): float32 {peak['float32'] / 1e9:.1f} "
+        f"GFLOP/s, bfloat16 {peak['bfloat16'] / 1e9:.1f} GFLOP/s (each measurement: "
+        + "; ".join(f"{p['float32'] / 1e9:.1f}" for p in peaks)
+        + " float32); the matmuls alone: float32 "
+        f"{matmul_peak['float32'] / 1e9:.1f} GFLOP/s"
+    )
     lines.append(f"- train FLOPs per image: {runs['seed'][0]['flops_per_image']:,} (3× forward, 2 per multiply-add)")
     lines.append("")
-    lines.append("| configuration | s/epoch (with validation) | training images/s | achieved GFLOP/s "
-                 "| % of matching peak | whole epoch % of peak (validation included) "
-                 "| whole epoch % of the matmul peak | speed-up vs seed (seed s ÷ this s) |")
+    lines.append(
+        "| configuration | s/epoch (with validation) | training images/s | achieved GFLOP/s "
+        "| % of matching peak | whole epoch % of peak (validation included) "
+        "| whole epoch % of the matmul peak | speed-up vs seed (seed s ÷ this s) |"
+    )
     lines.append("|---|---|---|---|---|---|---|---|")
     for config in configs:
         epoch_s = [steady(r["seconds"]) for r in runs[config]]
@@ -197,15 +228,18 @@ def report(runs: dict[str, list[dict]], peaks: list[dict], args, command: str, w
         flops = [v * runs[config][0]["flops_per_image"] for v in ips]
         pct = [100 * f / peak[PEAK_FOR[config]] for f in flops]
         # The whole epoch: training FLOPs plus the validation pass's forward FLOPs (a third of training's).
-        epoch_flops = [(r["images"] + VALIDATION / 3) * r["flops_per_image"] / steady(r["seconds"])
-                       for r in runs[config]]
+        epoch_flops = [
+            (r["images"] + VALIDATION / 3) * r["flops_per_image"] / steady(r["seconds"]) for r in runs[config]
+        ]
         epoch_pct = [100 * f / peak[PEAK_FOR[config]] for f in epoch_flops]
         epoch_matmul_pct = [100 * f / matmul_peak[PEAK_FOR[config]] for f in epoch_flops]
         ratio = [steady(s["seconds"]) / steady(r["seconds"]) for s, r in zip(runs["seed"], runs[config])]
-        lines.append(f"| {LABELS[config]} | {fmt_range(epoch_s)} | {fmt_range(ips, 0)} | "
-                     f"{fmt_range([f / 1e9 for f in flops], 1)} | {fmt_range(pct, 1)} % ({PEAK_FOR[config]}) | "
-                     f"{fmt_range(epoch_pct, 1)} % | {fmt_range(epoch_matmul_pct, 1)} % | "
-                     f"{'1 (reference)' if config == 'seed' else fmt_range(ratio) + '×'} |")
+        lines.append(
+            f"| {LABELS[config]} | {fmt_range(epoch_s)} | {fmt_range(ips, 0)} | "
+            f"{fmt_range([f / 1e9 for f in flops], 1)} | {fmt_range(pct, 1)} % ({PEAK_FOR[config]}) | "
+            f"{fmt_range(epoch_pct, 1)} % | {fmt_range(epoch_matmul_pct, 1)} % | "
+            f"{'1 (reference)' if config == 'seed' else fmt_range(ratio) + '×'} |"
+        )
     lines.append("")
     lines.append("Per run, seconds per epoch (first epoch included):")
     lines.append("")
@@ -218,13 +252,17 @@ def report(runs: dict[str, list[dict]], peaks: list[dict], args, command: str, w
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--images", type=int, default=10_000, help="training images per epoch")
     parser.add_argument("--epochs", type=int, default=3, help="epochs per run (steady state needs 2 or more)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions of the three configurations")
-    parser.add_argument("--configs", default=",".join(CONFIGS),
-                        help="configurations to run (bf16 only means something on a CPU with bfloat16 units)")
+    parser.add_argument(
+        "--configs",
+        default=",".join(CONFIGS),
+        help="configurations to run (bf16 only means something on a CPU with bfloat16 units)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny smoke run (300 images, 2 epochs, 1 rep)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds allowed per worker")
     parser.add_argument("--worker", choices=CONFIGS + ("peak",), help=argparse.SUPPRESS)
@@ -248,22 +286,36 @@ def main(argv=None) -> int:
     if args.images < BATCH or args.epochs < 1 or args.reps < 1:
         parser.error("need --images >= 100, --epochs >= 1, --reps >= 1")
 
-    command = shlex.join([os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(str(ROOT))
-                          else sys.executable, "bench/bench_training.py", *(argv if argv is not None else sys.argv[1:])])
+    command = shlex.join(
+        [
+            os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(str(ROOT)) else sys.executable,
+            "bench/bench_training.py",
+            *(argv if argv is not None else sys.argv[1:]),
+        ]
+    )
     began = time.perf_counter()
     peak_args = ["--worker", "peak"]
     peaks = [spawn(peak_args, args.timeout)]
-    print(f"peak: float32 {peaks[0]['float32'] / 1e9:.1f} GFLOP/s, "
-          f"bfloat16 {peaks[0]['bfloat16'] / 1e9:.1f} GFLOP/s", file=sys.stderr, flush=True)
+    print(
+        f"peak: float32 {peaks[0]['float32'] / 1e9:.1f} GFLOP/s, bfloat16 {peaks[0]['bfloat16'] / 1e9:.1f} GFLOP/s",
+        file=sys.stderr,
+        flush=True,
+    )
     runs: dict[str, list[dict]] = {c: [] for c in configs}
     for rep in range(args.reps):
-        order = configs[rep % len(configs):] + configs[:rep % len(configs)]
+        order = configs[rep % len(configs) :] + configs[: rep % len(configs)]
         for config in order:
-            result = spawn(["--worker", config, "--images", str(args.images), "--epochs", str(args.epochs)],
-                           args.timeout)
+            result = spawn(
+                ["--worker", config, "--images", str(args.images), "--epochs", str(args.epochs)], args.timeout
+            )
             runs[config].append(result)
-            print(f"rep {rep + 1}/{args.reps} {config}: epochs " + ", ".join(f"{s:.2f}" for s in result["seconds"])
-                  + " s", file=sys.stderr, flush=True)
+            print(
+                f"rep {rep + 1}/{args.reps} {config}: epochs "
+                + ", ".join(f"{s:.2f}" for s in result["seconds"])
+                + " s",
+                file=sys.stderr,
+                flush=True,
+            )
         if args.reps > 2 and rep == args.reps // 2 - 1:  # the peak in the middle too: the best of three is kept
             peaks.append(spawn(peak_args, args.timeout))
     if args.reps > 1:

@@ -69,12 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     for tree in (scale.REPO, baseline, tricks_tree):
         if tree is not None:
             scale.compiled(tree)
-    variants = ["command", *(["tricks-all", *(f"command-without-{trick}" for trick in args.tricks)]
-                             if tricks_tree is not None else [])]
+    variants = [
+        "command",
+        *(["tricks-all", *(f"command-without-{trick}" for trick in args.tricks)] if tricks_tree is not None else []),
+    ]
     variants += ["command-baseline"] * bool(baseline) + ["xprof"] * args.xprof
     results: dict[tuple[int, str], list[dict]] = {(steps, v): [] for steps in args.scale for v in variants}
     pss: dict[tuple[int, str], float] = {}
     with tempfile.TemporaryDirectory(prefix="devprof-bench-tricks-") as scratch:
+
         def command(variant: str, steps: int):
             run, facts = runs[steps]
             if variant == "xprof":
@@ -95,15 +98,22 @@ def main(argv: list[str] | None = None) -> int:
                 for variant in order.sample(variants, len(variants)):
                     result = scale.measure(*command(variant, steps))
                     results[(steps, variant)].append(result)
-                    print(f"repeat {repeat + 1}, {runs[steps][1]['events']:,} events, {variant}: "
-                          f"{result['wall_s']:.2f} s, {result['peak_mib']:.0f} MiB", file=sys.stderr)
+                    print(
+                        f"repeat {repeat + 1}, {runs[steps][1]['events']:,} events, {variant}: "
+                        f"{result['wall_s']:.2f} s, {result['peak_mib']:.0f} MiB",
+                        file=sys.stderr,
+                    )
         for steps in args.scale:
             for variant in variants:
                 pss[(steps, variant)] = scale.summed_pss(*command(variant, steps))[0]
-    print(f"\n{args.repeats} repeats, variants alternated (order shuffled every repeat), each a fresh process; "
-          "ratio: the variant's wall time over this tree's command in the same repeat, median (range)\n")
-    print("| events | variant | wall s, median (range) | ratio to this tree | ratio to every trick | peak RSS MiB "
-          "| summed PSS MiB |")
+    print(
+        f"\n{args.repeats} repeats, variants alternated (order shuffled every repeat), each a fresh process; "
+        "ratio: the variant's wall time over this tree's command in the same repeat, median (range)\n"
+    )
+    print(
+        "| events | variant | wall s, median (range) | ratio to this tree | ratio to every trick | peak RSS MiB "
+        "| summed PSS MiB |"
+    )
     print("|---:|---|---:|---:|---:|---:|---:|")
     for steps in args.scale:
         events = runs[steps][1]["events"]
@@ -112,14 +122,25 @@ def main(argv: list[str] | None = None) -> int:
             rows = results[(steps, variant)]
             walls = [row["wall_s"] for row in rows]
             ratios = [row["wall_s"] / base["wall_s"] for row, base in zip(rows, mine)]
-            label = {"command": "this tree", "command-baseline": f"at {args.baseline}", "xprof": "XProf's converter",
-                     "tricks-all": f"at {args.tricks_tree}, every trick"}.get(
-                variant, f"at {args.tricks_tree}, without " + LABELS.get(variant.removeprefix("command-without-"), variant))
+            label = {
+                "command": "this tree",
+                "command-baseline": f"at {args.baseline}",
+                "xprof": "XProf's converter",
+                "tricks-all": f"at {args.tricks_tree}, every trick",
+            }.get(
+                variant,
+                f"at {args.tricks_tree}, without " + LABELS.get(variant.removeprefix("command-without-"), variant),
+            )
             every = results.get((steps, "tricks-all"))
-            against = (_spread([row["wall_s"] / base["wall_s"] for row, base in zip(rows, every)])
-                       if every and (variant == "tricks-all" or variant.startswith("command-without-")) else "")
-            print(f"| {events:,} | {label} | {_spread(walls)} | {_spread(ratios)} | {against} | "
-                  f"{statistics.median(row['peak_mib'] for row in rows):.0f} | {pss[(steps, variant)]:.0f} |")
+            against = (
+                _spread([row["wall_s"] / base["wall_s"] for row, base in zip(rows, every)])
+                if every and (variant == "tricks-all" or variant.startswith("command-without-"))
+                else ""
+            )
+            print(
+                f"| {events:,} | {label} | {_spread(walls)} | {_spread(ratios)} | {against} | "
+                f"{statistics.median(row['peak_mib'] for row in rows):.0f} | {pss[(steps, variant)]:.0f} |"
+            )
     print(f"\ncommand: {shlex.join(['python', 'bench/bench_tricks.py', *(argv or sys.argv[1:])])}")
     return 0
 

@@ -48,8 +48,12 @@ def _inputs(paths: list[Path]) -> list[Path]:
     found = []
     for path in paths:
         children = sorted(p for p in path.iterdir() if p.is_dir()) if path.is_dir() else []
-        if children and not any(path.glob("*.xplane.pb")) and not (path / "run.json").exists() \
-                and not (path / "plugins").exists():
+        if (
+            children
+            and not any(path.glob("*.xplane.pb"))
+            and not (path / "run.json").exists()
+            and not (path / "plugins").exists()
+        ):
             found.extend(children)
         else:
             found.append(path)
@@ -70,8 +74,19 @@ def snapshot(out: Path, paths: list[Path], compare: list[Path], external: list[P
         _run(["analyze", str(path), "--out", str(written), "--format", "json"], folder / "analyze.out-dir.out")
         for events in ("ops", "all"):
             perfetto = folder / f"perfetto.{events}.json"
-            _run(["analyze", str(path), "--perfetto", str(perfetto), "--perfetto-events", events, "-o",
-                  str(folder / f"report.{events}.html")], folder / f"analyze.perfetto-{events}.out")
+            _run(
+                [
+                    "analyze",
+                    str(path),
+                    "--perfetto",
+                    str(perfetto),
+                    "--perfetto-events",
+                    events,
+                    "-o",
+                    str(folder / f"report.{events}.html"),
+                ],
+                folder / f"analyze.perfetto-{events}.out",
+            )
         print(f"{name}: done", file=sys.stderr)
     if compare:
         folder = out / "compare"
@@ -80,17 +95,29 @@ def snapshot(out: Path, paths: list[Path], compare: list[Path], external: list[P
         for fmt in COMPARE_FORMATS:
             _run(["compare", *map(str, compare), *extra, "--format", fmt], folder / f"compare.{fmt}.out")
         _run(["compare", str(compare[0]), str(compare[1]), "--ops"], folder / "compare.ops.out")
-        _run(["compare", *map(str, compare), "--plot", str(folder / "compare.png"), "--perfetto",
-              str(folder / "compare.perfetto.json")], folder / "compare.plot.out")
-        _run(["compare", str(compare[0]), str(compare[1]), "--ops", "--format", "json"],
-             folder / "compare.ops.json.out")
+        _run(
+            [
+                "compare",
+                *map(str, compare),
+                "--plot",
+                str(folder / "compare.png"),
+                "--perfetto",
+                str(folder / "compare.perfetto.json"),
+            ],
+            folder / "compare.plot.out",
+        )
+        _run(
+            ["compare", str(compare[0]), str(compare[1]), "--ops", "--format", "json"], folder / "compare.ops.json.out"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("paths", type=Path, nargs="*")
-    parser.add_argument("--make", type=Path, default=None, help="write the synthetic traces here first and include them")
+    parser.add_argument(
+        "--make", type=Path, default=None, help="write the synthetic traces here first and include them"
+    )
     parser.add_argument("--compare", type=Path, nargs="*", default=[])
     parser.add_argument("--external", type=Path, action="append", default=[])
     args = parser.parse_args(argv)

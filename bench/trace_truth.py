@@ -42,8 +42,12 @@ print(json.dumps({"steps": len(steps), "numbers": [int(s) for s in steps["step"]
 
 def xprof(path: Path, timeout: int = 600) -> dict:
     try:
-        done = subprocess.run([sys.executable, "-c", XPROF_SCRIPT, str(path), str(REPO / "tests" / "support")],
-                              capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            [sys.executable, "-c", XPROF_SCRIPT, str(path), str(REPO / "tests" / "support")],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         return {"error": "timeout"}
     if done.returncode != 0:
@@ -67,15 +71,25 @@ def devprof_row(path: Path) -> dict:
     result = analyze_worker(path)
     recorded = result.devices[result.devices["recorded"].astype(bool)] if not result.devices.empty else result.devices
     busiest = recorded.sort_values("compute_ms", ascending=False).iloc[0] if len(recorded) else None
-    busy = (float(busiest[["compute_ms", "input_ms", "copy_ms", "collective_ms"]].sum()) if busiest is not None
-            else math.nan)
+    busy = (
+        float(busiest[["compute_ms", "input_ms", "copy_ms", "collective_ms"]].sum())
+        if busiest is not None
+        else math.nan
+    )
     steady = result.steps[~result.steps["partial"].astype(bool)]
-    return {"source": result.step_source, "steps": int(result.steps_used), "per_step": steady,
-            "all_steps": len(result.steps), "step_ms": result.mean["step_ms"],
-            "device_step_ms": result.mean.get("device_step_ms", math.nan), "device_busy_ms": busy,
-            "device_step_of_busiest": float(busiest["step_ms"]) if busiest is not None else math.nan,
-            "input_pct": result.mean["input_pct"], "own": own_grouping(trace_view(path)),
-            "not_recorded": int((~result.devices["recorded"].astype(bool)).sum()) if not result.devices.empty else 0}
+    return {
+        "source": result.step_source,
+        "steps": int(result.steps_used),
+        "per_step": steady,
+        "all_steps": len(result.steps),
+        "step_ms": result.mean["step_ms"],
+        "device_step_ms": result.mean.get("device_step_ms", math.nan),
+        "device_busy_ms": busy,
+        "device_step_of_busiest": float(busiest["step_ms"]) if busiest is not None else math.nan,
+        "input_pct": result.mean["input_pct"],
+        "own": own_grouping(trace_view(path)),
+        "not_recorded": int((~result.devices["recorded"].astype(bool)).sum()) if not result.devices.empty else 0,
+    }
 
 
 def trace_view(path: Path):
@@ -98,10 +112,13 @@ def xprof_summary(ours: dict, theirs: dict) -> dict:
     mine = mine[mine["step"].isin(common["step"])]
     if common.empty:
         return {"missing": missing}
-    return {"missing": missing, "step_ms": float(common["step_ms"].mean()),
-            "our_step_ms": float(mine["step_ms"].mean()),
-            "input_pct": 100.0 * float(common["input_ms"].sum()) / float(common["step_ms"].sum()),
-            "our_input_pct": 100.0 * float(mine["input_ms"].sum()) / float(mine["step_ms"].sum())}
+    return {
+        "missing": missing,
+        "step_ms": float(common["step_ms"].mean()),
+        "our_step_ms": float(mine["step_ms"].mean()),
+        "input_pct": 100.0 * float(common["input_ms"].sum()) / float(common["step_ms"].sum()),
+        "our_input_pct": 100.0 * float(mine["input_ms"].sum()) / float(mine["step_ms"].sum()),
+    }
 
 
 def disagreements(ours: dict, theirs: dict) -> list[str]:
@@ -111,12 +128,17 @@ def disagreements(ours: dict, theirs: dict) -> list[str]:
         out.append(f"xprof has steps devprof does not: {summary['missing'][:5]}")
     if "step_ms" in summary:
         device = ours["device_step_ms"]
-        near = [v for v in (summary["our_step_ms"], device) if v == v
-                and abs(v - summary["step_ms"]) <= STEP_TOLERANCE * summary["step_ms"]]
+        near = [
+            v
+            for v in (summary["our_step_ms"], device)
+            if v == v and abs(v - summary["step_ms"]) <= STEP_TOLERANCE * summary["step_ms"]
+        ]
         if not near:
             out.append(f"step {summary['our_step_ms']:.3g} (device {device:.3g}) vs xprof {summary['step_ms']:.3g} ms")
-        if summary["input_pct"] == summary["input_pct"] and \
-                abs(summary["our_input_pct"] - summary["input_pct"]) > INPUT_POINTS:
+        if (
+            summary["input_pct"] == summary["input_pct"]
+            and abs(summary["our_input_pct"] - summary["input_pct"]) > INPUT_POINTS
+        ):
             out.append(f"input {summary['our_input_pct']:.1f} vs xprof {summary['input_pct']:.1f} %")
     if ours["own"] is not None and ours["source"] == "trace_groups" and ours["own"] != ours["all_steps"]:
         out.append(f"steps {ours['all_steps']} vs the trace's own {ours['own']}")
@@ -139,17 +161,28 @@ def make_traces(folder: Path) -> None:
     fx.write_two_function_trace(folder / "two-functions" / "h.xplane.pb")
     tx.write_tf_gpu_loop(folder / "gpu-behind-host" / "h.xplane.pb", host_step_ms=5.0, device_period_ms=8.0)
     tx.write_tf_gpu_loop(folder / "gpu-not-recorded" / "h.xplane.pb", record_gpu=False)
-    tx.write_tf_gpu_loop(folder / "copy-under-compute" / "h.xplane.pb", host_step_ms=10.0, device_period_ms=10.0,
-                         device_lag_ms=0.5, kernels_ms=(6.0, 2.5), kernel_gap_ms=0.5, overlapped_copy_ms=2.0)
+    tx.write_tf_gpu_loop(
+        folder / "copy-under-compute" / "h.xplane.pb",
+        host_step_ms=10.0,
+        device_period_ms=10.0,
+        device_lag_ms=0.5,
+        kernels_ms=(6.0, 2.5),
+        kernel_gap_ms=0.5,
+        overlapped_copy_ms=2.0,
+    )
     tx.write_one_step_capture(folder / "one-step-capture" / "h.xplane.pb")
     # The training step is most of the device's work; evaluation a shorter forward pass.
-    tx.write_jax_programs(folder / "jax-several-programs" / "h.xplane.pb",
-                          ["jit_init", *(["jit_train_step", "jit_eval_step"] * 4), "jit_log"],
-                          kernel_ms={"jit_train_step": 3.0, "jit_eval_step": 0.5, "jit_init": 0.2, "jit_log": 0.2})
+    tx.write_jax_programs(
+        folder / "jax-several-programs" / "h.xplane.pb",
+        ["jit_init", *(["jit_train_step", "jit_eval_step"] * 4), "jit_log"],
+        kernel_ms={"jit_train_step": 3.0, "jit_eval_step": 0.5, "jit_init": 0.2, "jit_log": 0.2},
+    )
     # A microbenchmark of several programs where the one that repeats most is not most of the work.
-    tx.write_jax_programs(folder / "jax-minor-program" / "h.xplane.pb",
-                          ["jit_matmul", "jit_matmul", "jit_softmax", "jit_add"] * 6,
-                          kernel_ms={"jit_matmul": 0.3, "jit_softmax": 0.8, "jit_add": 0.2})
+    tx.write_jax_programs(
+        folder / "jax-minor-program" / "h.xplane.pb",
+        ["jit_matmul", "jit_matmul", "jit_softmax", "jit_add"] * 6,
+        kernel_ms={"jit_matmul": 0.3, "jit_softmax": 0.8, "jit_add": 0.2},
+    )
     tx.write_keras_cpu_capture(folder / "keras-cpu-one-step" / "h.xplane.pb")
     tx.write_tpu_programs(folder / "tpu-programs-cut" / "h.xplane.pb")
 
@@ -169,8 +202,9 @@ def main(argv=None) -> int:
     for folder in folders:
         for path in sorted(folder.rglob("*.xplane.pb")):
             relative = str(path.relative_to(folder))
-            name = relative.split("/plugins/")[0] + ("/" + path.name.removesuffix(".xplane.pb")
-                                                    if "/plugins/" in relative else "")
+            name = relative.split("/plugins/")[0] + (
+                "/" + path.name.removesuffix(".xplane.pb") if "/plugins/" in relative else ""
+            )
             name = name.removesuffix(".xplane.pb")
             print(f"{folder.name}/{name} ...", file=sys.stderr, flush=True)
             try:
@@ -180,19 +214,24 @@ def main(argv=None) -> int:
                 continue
             theirs = {} if args.no_xprof else xprof(path)
             summary = xprof_summary(ours, theirs)
-            rows.append({
-                "trace": f"{folder.name}/{name}", "found_by": ours["source"],
-                "steps": ours["all_steps"], "used": ours["steps"],
-                "xprof_steps": theirs.get("steps", theirs.get("error", "-")), "own_steps": ours["own"],
-                "step_ms": round(ours["step_ms"], 3),
-                "xprof_step_ms": round(summary["step_ms"], 3) if "step_ms" in summary else None,
-                "device_step_ms": round(ours["device_step_ms"], 3),
-                "device_busy_ms": round(ours["device_busy_ms"], 3),
-                "input_pct": round(ours["input_pct"], 1),
-                "xprof_input_pct": round(summary["input_pct"], 1) if "input_pct" in summary else None,
-                "not_recorded": ours["not_recorded"],
-                "disagree": "; ".join(disagreements(ours, theirs)) or "",
-            })
+            rows.append(
+                {
+                    "trace": f"{folder.name}/{name}",
+                    "found_by": ours["source"],
+                    "steps": ours["all_steps"],
+                    "used": ours["steps"],
+                    "xprof_steps": theirs.get("steps", theirs.get("error", "-")),
+                    "own_steps": ours["own"],
+                    "step_ms": round(ours["step_ms"], 3),
+                    "xprof_step_ms": round(summary["step_ms"], 3) if "step_ms" in summary else None,
+                    "device_step_ms": round(ours["device_step_ms"], 3),
+                    "device_busy_ms": round(ours["device_busy_ms"], 3),
+                    "input_pct": round(ours["input_pct"], 1),
+                    "xprof_input_pct": round(summary["input_pct"], 1) if "input_pct" in summary else None,
+                    "not_recorded": ours["not_recorded"],
+                    "disagree": "; ".join(disagreements(ours, theirs)) or "",
+                }
+            )
     table = pd.DataFrame(rows)
     if args.markdown:
         print("| " + " | ".join(table.columns) + " |")

@@ -26,9 +26,14 @@ def build_cnn(precision: str = "float32"):
     return keras.Sequential(
         [
             keras.Input(shape=IMAGE_SHAPE),
-            conv(32), conv(32), pool(),
-            conv(64), conv(64), pool(),
-            conv(128), conv(128),
+            conv(32),
+            conv(32),
+            pool(),
+            conv(64),
+            conv(64),
+            pool(),
+            conv(128),
+            conv(128),
             keras.layers.Flatten(dtype=policy),
             keras.layers.Dropout(0.3, dtype=policy),
             keras.layers.Dense(128, activation="relu", dtype=policy),

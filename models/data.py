@@ -49,13 +49,17 @@ class Arrays:
 
 # ---------------------------------------------------------------- CIFAR-10, python version
 
+
 class _CifarUnpickler(pickle.Unpickler):
     """Unpickler that resolves only what CIFAR-10's batches contain, so a crafted pickle runs no code."""
 
     ALLOWED = {
-        ("numpy", "ndarray"), ("numpy", "dtype"),
-        ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "scalar"),
     }
 
     def find_class(self, module, name):
@@ -70,7 +74,9 @@ def _load_py_batch(raw: bytes, name: str) -> tuple[np.ndarray, np.ndarray]:
     except pickle.UnpicklingError as exc:
         raise DataError(f"{name}: unsafe or corrupt pickle ({exc})") from None
     except Exception as exc:  # truncated pickles raise EOFError, ValueError, ...
-        raise DataError(f"{name}: cannot read CIFAR-10 batch ({type(exc).__name__}: {exc}); the file may be truncated") from None
+        raise DataError(
+            f"{name}: cannot read CIFAR-10 batch ({type(exc).__name__}: {exc}); the file may be truncated"
+        ) from None
     if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
         raise DataError(f"{name}: not a CIFAR-10 batch (expected a dict with 'data' and 'labels')")
     try:
@@ -79,8 +85,10 @@ def _load_py_batch(raw: bytes, name: str) -> tuple[np.ndarray, np.ndarray]:
     except (TypeError, ValueError) as exc:
         raise DataError(f"{name}: labels or pixels are not numbers ({exc})") from None
     if labels.ndim != 1 or data.ndim != 2 or data.shape[1] != IMAGE_BYTES or data.shape[0] != labels.shape[0]:
-        raise DataError(f"{name}: wrong shape {data.shape} for labels of shape {labels.shape} "
-                        f"(expected (N, {IMAGE_BYTES}) and (N,))")
+        raise DataError(
+            f"{name}: wrong shape {data.shape} for labels of shape {labels.shape} "
+            f"(expected (N, {IMAGE_BYTES}) and (N,))"
+        )
     if data.dtype != np.uint8:
         raise DataError(f"{name}: pixels are {data.dtype}, expected uint8")
     return _to_images(data), _check_labels(labels, name)
@@ -104,13 +112,17 @@ def _check_regular(path: Path) -> None:
         return
     if not path.exists():
         raise DataError(f"{path}: missing CIFAR-10 batch file")
-    raise DataError(f"{path}: {'a folder' if path.is_dir() else 'a FIFO or device'}, not a CIFAR-10 batch file; not read")
+    raise DataError(
+        f"{path}: {'a folder' if path.is_dir() else 'a FIFO or device'}, not a CIFAR-10 batch file; not read"
+    )
 
 
 def _check_batch_size(size: int, name: str) -> None:
     if size > MAX_BATCH_BYTES:
-        raise DataError(f"{name}: declares {size:,} bytes, more than a CIFAR-10 batch file has "
-                        f"(at most {MAX_BATCH_BYTES:,}); not read")
+        raise DataError(
+            f"{name}: declares {size:,} bytes, more than a CIFAR-10 batch file has "
+            f"(at most {MAX_BATCH_BYTES:,}); not read"
+        )
 
 
 def _read_py_folder(folder: Path):
@@ -143,12 +155,16 @@ def _read_py_tar(path: Path):
             return [read(n) for n in PY_TRAIN_FILES], read(PY_TEST_FILE)
     except (tarfile.TarError, EOFError, OSError) as exc:
         # tarfile's "could not be opened" lists each compression it tried, a line each: the error is one line
-        reason = ("not a tar archive, gzipped or not" if str(exc).startswith("file could not be opened")
-                  else " ".join(str(exc).split()))
+        reason = (
+            "not a tar archive, gzipped or not"
+            if str(exc).startswith("file could not be opened")
+            else " ".join(str(exc).split())
+        )
         raise DataError(f"{path}: cannot read archive ({reason}); the file may be truncated") from None
 
 
 # ---------------------------------------------------------------- CIFAR-10, binary version
+
 
 def _read_bin_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
     _check_regular(path)
@@ -156,7 +172,9 @@ def _read_bin_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
     raw = np.fromfile(path, dtype=np.uint8)
     record = 1 + IMAGE_BYTES
     if raw.size == 0 or raw.size % record:
-        raise DataError(f"{path}: {raw.size} bytes is not a whole number of {record}-byte CIFAR-10 records; the file may be truncated")
+        raise DataError(
+            f"{path}: {raw.size} bytes is not a whole number of {record}-byte CIFAR-10 records; the file may be truncated"
+        )
     rows = raw.reshape(-1, record)
     return _to_images(rows[:, 1:]), _check_labels(rows[:, 0].astype(np.int64), str(path))
 
@@ -166,6 +184,7 @@ def _read_bin_folder(folder: Path):
 
 
 # ---------------------------------------------------------------- locating files
+
 
 def keras_cache_dir() -> Path:
     return Path(os.environ.get("KERAS_HOME", Path.home() / ".keras")) / "datasets"
@@ -212,8 +231,14 @@ def download_cifar10() -> Arrays:
         (x_train, y_train), (x_test, y_test) = keras.datasets.cifar10.load_data()
     except Exception as exc:
         raise DataError(f"CIFAR-10 download failed ({type(exc).__name__}); {DATA_HELP}") from None
-    return Arrays(x_train, y_train.reshape(-1).astype(np.int32), x_test, y_test.reshape(-1).astype(np.int32),
-                  source="cifar10", path=str(keras_cache_dir()))
+    return Arrays(
+        x_train,
+        y_train.reshape(-1).astype(np.int32),
+        x_test,
+        y_test.reshape(-1).astype(np.int32),
+        source="cifar10",
+        path=str(keras_cache_dir()),
+    )
 
 
 # ---------------------------------------------------------------- synthetic
@@ -261,8 +286,14 @@ def _notice(text: str) -> None:
     print(text, file=sys.stderr)  # about the data, not output: stderr, beside warnings
 
 
-def load(data: str, data_dir: str | None = None, limit_images: int | None = None, seed: int = 0,
-         notice=_notice, limit_test_images: int | None = None) -> Arrays:
+def load(
+    data: str,
+    data_dir: str | None = None,
+    limit_images: int | None = None,
+    seed: int = 0,
+    notice=_notice,
+    limit_test_images: int | None = None,
+) -> Arrays:
     """Resolve `--data auto|cifar10|synthetic` and `--data-dir` into arrays (the first
     `limit_images` training and `limit_test_images` test images where given)."""
     test_images = min(limit_test_images or TEST_IMAGES, TEST_IMAGES)
@@ -282,8 +313,10 @@ def load(data: str, data_dir: str | None = None, limit_images: int | None = None
         elif data == "cifar10":
             arrays = download_cifar10()
         else:
-            notice("notice: CIFAR-10 not found locally; training on synthetic data "
-                   "(use --data-dir DIR or --data cifar10 for the real images)")
+            notice(
+                "notice: CIFAR-10 not found locally; training on synthetic data "
+                "(use --data-dir DIR or --data cifar10 for the real images)"
+            )
             arrays = synthetic(limit_images or TRAIN_IMAGES, test_images, seed=seed)
     if limit_images:
         arrays.x_train, arrays.y_train = arrays.x_train[:limit_images], arrays.y_train[:limit_images]
@@ -294,15 +327,24 @@ def load(data: str, data_dir: str | None = None, limit_images: int | None = None
 
 # ---------------------------------------------------------------- tf.data
 
+
 def _normalize(images, labels):
     import tensorflow as tf
 
     return tf.cast(images, tf.float32) * (1.0 / 255.0), labels
 
 
-def train_dataset(x, y, batch_size: int, seed: int = 0, input_delay_ms: float = 0.0,
-                  shard: tuple[int, int] | None = None, drop_remainder: bool = False,
-                  prefetch: int | None = None, parallel_calls: int | None = None):
+def train_dataset(
+    x,
+    y,
+    batch_size: int,
+    seed: int = 0,
+    input_delay_ms: float = 0.0,
+    shard: tuple[int, int] | None = None,
+    drop_remainder: bool = False,
+    prefetch: int | None = None,
+    parallel_calls: int | None = None,
+):
     """Shuffled, batched, normalized-after-batching, repeated, prefetched training data.
 
     Normalizing whole batches is one vectorized op instead of 100 small ones. The uint8
@@ -321,8 +363,11 @@ def train_dataset(x, y, batch_size: int, seed: int = 0, input_delay_ms: float = 
     ds = _sharded(tf.data.Dataset.from_tensor_slices((x, y)), shard)
     ds = ds.shuffle(len(x), seed=seed, reshuffle_each_iteration=True)
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-    ds = ds.map(_normalize, num_parallel_calls=tf.data.AUTOTUNE if parallel_calls is None else parallel_calls,
-                deterministic=True)
+    ds = ds.map(
+        _normalize,
+        num_parallel_calls=tf.data.AUTOTUNE if parallel_calls is None else parallel_calls,
+        deterministic=True,
+    )
     ds = ds.repeat()  # epochs are counted in steps; each pass reshuffles, batches stay within a pass
     ds = ds.prefetch(tf.data.AUTOTUNE if prefetch is None or input_delay_ms > 0 else prefetch)
     if input_delay_ms > 0:

@@ -106,8 +106,18 @@ class LoopHooks:
 class Trainer:
     """Trains `model_fn()` on the arrays with the seed's optimizer, loss and validation."""
 
-    def __init__(self, strategy, model_fn, arrays, config: TrainConfig, hooks: LoopHooks | None = None,
-                 loss_fn=None, classification: bool = True, dataset=None, steps_per_epoch: int | None = None):
+    def __init__(
+        self,
+        strategy,
+        model_fn,
+        arrays,
+        config: TrainConfig,
+        hooks: LoopHooks | None = None,
+        loss_fn=None,
+        classification: bool = True,
+        dataset=None,
+        steps_per_epoch: int | None = None,
+    ):
         """`loss_fn`: a per-example Keras loss (default: the seed's sparse categorical cross-entropy
         on probabilities); `classification`: accuracy is counted. `dataset` (with `steps_per_epoch`):
         the user's own `(x, y)` batches instead of `arrays`, repeated; no validation or test pass."""
@@ -162,7 +172,8 @@ class Trainer:
         # hidden by it, or the demo of an input-bound job would show nothing.
         train_options = tf.distribute.InputOptions(
             experimental_fetch_to_device=not on_host,
-            experimental_per_replica_buffer_size=0 if config.inject_input_delay_ms > 0 else 1)
+            experimental_per_replica_buffer_size=0 if config.inject_input_delay_ms > 0 else 1,
+        )
         if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
             # Several workers: each builds its own pipeline over its shard of the images, batched
             # per replica (batch_size / replicas), so a worker's input cost is its own. (Splitting
@@ -170,27 +181,46 @@ class Trainer:
             # hide an injected input delay, and makes every worker prepare every image.)
             def per_worker(x, y, make):
                 def build(context):
-                    return make(x, y, context.get_per_replica_batch_size(config.batch_size),
-                                shard=(context.num_input_pipelines, context.input_pipeline_id))
+                    return make(
+                        x,
+                        y,
+                        context.get_per_replica_batch_size(config.batch_size),
+                        shard=(context.num_input_pipelines, context.input_pipeline_id),
+                    )
+
                 return build
 
             def train_pipeline(x, y, batch, shard):
                 # Full batches only: a worker whose share ends in a partial batch would retrace
                 # its step function alone, and its collectives would no longer match the others'.
-                return data_mod.train_dataset(x, y, batch, seed=config.seed,
-                                              input_delay_ms=config.inject_input_delay_ms, shard=shard,
-                                              drop_remainder=True, prefetch=config.prefetch,
-                                              parallel_calls=config.parallel_calls)
+                return data_mod.train_dataset(
+                    x,
+                    y,
+                    batch,
+                    seed=config.seed,
+                    input_delay_ms=config.inject_input_delay_ms,
+                    shard=shard,
+                    drop_remainder=True,
+                    prefetch=config.prefetch,
+                    parallel_calls=config.parallel_calls,
+                )
 
             distribute = strategy.distribute_datasets_from_function
             self.train_ds = distribute(per_worker(arrays.x_train, arrays.y_train, train_pipeline), train_options)
-            self.val_ds = distribute(per_worker(arrays.x_test[:n_val], arrays.y_test[:n_val],
-                                                data_mod.eval_dataset), options)
+            self.val_ds = distribute(
+                per_worker(arrays.x_test[:n_val], arrays.y_test[:n_val], data_mod.eval_dataset), options
+            )
             self.test_ds = distribute(per_worker(arrays.x_test, arrays.y_test, data_mod.eval_dataset), options)
         else:
-            train_ds = data_mod.train_dataset(arrays.x_train, arrays.y_train, config.batch_size,
-                                              seed=config.seed, input_delay_ms=config.inject_input_delay_ms,
-                                              prefetch=config.prefetch, parallel_calls=config.parallel_calls)
+            train_ds = data_mod.train_dataset(
+                arrays.x_train,
+                arrays.y_train,
+                config.batch_size,
+                seed=config.seed,
+                input_delay_ms=config.inject_input_delay_ms,
+                prefetch=config.prefetch,
+                parallel_calls=config.parallel_calls,
+            )
             val_ds = data_mod.eval_dataset(arrays.x_test[:n_val], arrays.y_test[:n_val], config.batch_size)
             test_ds = data_mod.eval_dataset(arrays.x_test, arrays.y_test, config.batch_size)
             self.train_ds = strategy.experimental_distribute_dataset(train_ds, train_options)
@@ -210,6 +240,7 @@ class Trainer:
         global_batch = self.config.batch_size
         apply_gradients = fused_adam(tf, optimizer) if self._one_replica() else None
         if apply_gradients is None:
+
             def apply_gradients(grads, variables):
                 optimizer.apply_gradients(zip(grads, variables))
 
@@ -315,15 +346,19 @@ class Trainer:
                     loss_sum, correct, count = loss_sum + step_loss, correct + step_correct, count + step_count
                     examples += step_examples
                     pending = StepRecord(
-                        epoch=epoch, step=self.global_step, steps=n, start_time_s=boundary + to_wall,
-                        input_ms=(fetched - fetch_start) * 1e3, call_ms=(done - fetched) * 1e3,
-                        other_host_ms=(fetch_start - boundary) * 1e3, images=int(step_examples),
+                        epoch=epoch,
+                        step=self.global_step,
+                        steps=n,
+                        start_time_s=boundary + to_wall,
+                        input_ms=(fetched - fetch_start) * 1e3,
+                        call_ms=(done - fetched) * 1e3,
+                        other_host_ms=(fetch_start - boundary) * 1e3,
+                        images=int(step_examples),
                     )
                     pending_end = done
                     if cfg.inject_host_delay_ms > 0:
                         _busy_wait(cfg.inject_host_delay_ms / 1e3)
-                    hooks.on_step_end(epoch, self.global_step + n, n, loss_sum / max(count, 1),
-                                      correct / max(count, 1))
+                    hooks.on_step_end(epoch, self.global_step + n, n, loss_sum / max(count, 1), correct / max(count, 1))
                 self.global_step += n
                 remaining -= n
         except BaseException:
@@ -342,10 +377,16 @@ class Trainer:
         seconds = time.perf_counter() - epoch_start
         train_seconds = train_end - epoch_start
         result = EpochResult(
-            epoch=epoch, seconds=seconds, train_seconds=train_seconds, images=int(examples),
+            epoch=epoch,
+            seconds=seconds,
+            train_seconds=train_seconds,
+            images=int(examples),
             images_per_second=examples / train_seconds if train_seconds > 0 else float("nan"),
-            loss=loss_sum / max(count, 1), accuracy=correct / max(count, 1) if self.classification else math.nan,
-            val_loss=val_loss, val_accuracy=val_accuracy, steps=self.steps_per_epoch,
+            loss=loss_sum / max(count, 1),
+            accuracy=correct / max(count, 1) if self.classification else math.nan,
+            val_loss=val_loss,
+            val_accuracy=val_accuracy,
+            steps=self.steps_per_epoch,
             start_time_s=epoch_start_wall,
         )
         hooks.on_epoch_end(result)
@@ -433,12 +474,18 @@ def fused_adam(tf, optimizer):
     """
     import keras
 
-    plain = (type(optimizer) is keras.optimizers.Adam and not optimizer.amsgrad
-             and not optimizer.weight_decay and not optimizer.use_ema
-             and optimizer.clipnorm is None and optimizer.clipvalue is None and optimizer.global_clipnorm is None
-             and getattr(optimizer, "loss_scale_factor", None) is None
-             and getattr(optimizer, "gradient_accumulation_steps", None) is None
-             and all(hasattr(optimizer, name) for name in ("_momentums", "_velocities", "_get_variable_index")))
+    plain = (
+        type(optimizer) is keras.optimizers.Adam
+        and not optimizer.amsgrad
+        and not optimizer.weight_decay
+        and not optimizer.use_ema
+        and optimizer.clipnorm is None
+        and optimizer.clipvalue is None
+        and optimizer.global_clipnorm is None
+        and getattr(optimizer, "loss_scale_factor", None) is None
+        and getattr(optimizer, "gradient_accumulation_steps", None) is None
+        and all(hasattr(optimizer, name) for name in ("_momentums", "_velocities", "_get_variable_index"))
+    )
     if not plain:
         return None
 
@@ -453,13 +500,21 @@ def fused_adam(tf, optimizer):
             dtype = variable.dtype
             if dtype not in scalars:
                 scalars[dtype] = dict(
-                    beta1_power=tf.cast(tf.pow(beta1, step), dtype), beta2_power=tf.cast(tf.pow(beta2, step), dtype),
-                    lr=tf.cast(optimizer.learning_rate, dtype), beta1=tf.cast(beta1, dtype),
-                    beta2=tf.cast(beta2, dtype), epsilon=tf.constant(optimizer.epsilon, dtype))
+                    beta1_power=tf.cast(tf.pow(beta1, step), dtype),
+                    beta2_power=tf.cast(tf.pow(beta2, step), dtype),
+                    lr=tf.cast(optimizer.learning_rate, dtype),
+                    beta1=tf.cast(beta1, dtype),
+                    beta2=tf.cast(beta2, dtype),
+                    epsilon=tf.constant(optimizer.epsilon, dtype),
+                )
             index = optimizer._get_variable_index(variable)
             tf.raw_ops.ResourceApplyAdam(
-                var=variable.value.handle, m=optimizer._momentums[index].value.handle,
-                v=optimizer._velocities[index].value.handle, grad=tf.cast(grad, dtype), **scalars[dtype])
+                var=variable.value.handle,
+                m=optimizer._momentums[index].value.handle,
+                v=optimizer._velocities[index].value.handle,
+                grad=tf.cast(grad, dtype),
+                **scalars[dtype],
+            )
         optimizer.iterations.assign_add(1)
 
     return apply
@@ -479,12 +534,24 @@ def _sums(tf, images, labels, probs, per_image_loss, classification: bool = True
     a label per position (a sequence) is not an example each."""
     examples = tf.cast(tf.shape(tf.nest.flatten(images)[0])[0], tf.float32)
     if not classification:  # no accuracy; the count is of examples (the batch dimension)
-        return tf.stack([tf.reduce_sum(tf.cast(per_image_loss, tf.float32)), tf.constant(0.0),
-                         tf.cast(tf.shape(labels)[0], tf.float32), examples])
+        return tf.stack(
+            [
+                tf.reduce_sum(tf.cast(per_image_loss, tf.float32)),
+                tf.constant(0.0),
+                tf.cast(tf.shape(labels)[0], tf.float32),
+                examples,
+            ]
+        )
     labels = tf.cast(tf.reshape(labels, [-1]), tf.int64)
     hits = tf.cast(tf.equal(tf.argmax(probs, axis=-1), labels), tf.float32)
-    return tf.stack([tf.reduce_sum(tf.cast(per_image_loss, tf.float32)), tf.reduce_sum(hits),
-                     tf.cast(tf.size(labels), tf.float32), examples])
+    return tf.stack(
+        [
+            tf.reduce_sum(tf.cast(per_image_loss, tf.float32)),
+            tf.reduce_sum(hits),
+            tf.cast(tf.size(labels), tf.float32),
+            examples,
+        ]
+    )
 
 
 def _busy_wait(seconds: float) -> None:
@@ -492,4 +559,3 @@ def _busy_wait(seconds: float) -> None:
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
-

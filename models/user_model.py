@@ -57,8 +57,9 @@ def load_function(spec: str, option: str):
             raise ModelError(f"{option} {spec}: importing {path} failed: {_one_line(exc)}") from None
     else:
         if Path(target).is_file():  # `notes.txt:build` reads as the module `notes`, then its submodule `txt`
-            raise ModelError(f"{option} {spec}: {target} is not a Python file (.py): give FILE.py:FUNCTION or "
-                             "MODULE:FUNCTION")
+            raise ModelError(
+                f"{option} {spec}: {target} is not a Python file (.py): give FILE.py:FUNCTION or MODULE:FUNCTION"
+            )
         added = os.getcwd() not in sys.path
         if added:
             sys.path.insert(0, os.getcwd())
@@ -67,8 +68,10 @@ def load_function(spec: str, option: str):
                 module = importlib.import_module(target)
         except ModuleNotFoundError as exc:
             if exc.name and target.split(".")[0] == exc.name.split(".")[0]:
-                raise ModelError(f"{option} {spec}: no module named {exc.name!r} here ({os.getcwd()}); run from "
-                                 "the folder that holds it, or give FILE.py:FUNCTION") from None
+                raise ModelError(
+                    f"{option} {spec}: no module named {exc.name!r} here ({os.getcwd()}); run from "
+                    "the folder that holds it, or give FILE.py:FUNCTION"
+                ) from None
             raise ModelError(f"{option} {spec}: importing {target} failed: {_one_line(exc)}") from None
         except (Exception, SystemExit) as exc:  # noqa: BLE001
             raise ModelError(f"{option} {spec}: importing {target} failed: {_one_line(exc)}") from None
@@ -122,9 +125,11 @@ def one_class_warning(model, loss_name: str | None) -> str | None:
     shape = tuple(outputs[0].shape[1:])
     if shape and shape[-1] != 1:
         return None
-    return (f"model {model.name!r} has one output unit: the default loss, sparse categorical cross-entropy, "
-            "sees one class and is always 0, so nothing is learned; give --loss binary_crossentropy for a "
-            "yes/no label (a sigmoid last layer), --loss mean_squared_error for a number, or one unit per class")
+    return (
+        f"model {model.name!r} has one output unit: the default loss, sparse categorical cross-entropy, "
+        "sees one class and is always 0, so nothing is learned; give --loss binary_crossentropy for a "
+        "yes/no label (a sigmoid last layer), --loss mean_squared_error for a number, or one unit per class"
+    )
 
 
 def ends_in_softmax(model) -> bool:
@@ -153,8 +158,10 @@ def make_loss(name: str | None, model):
     except (ValueError, TypeError):
         loss = None
     if loss is None:
-        raise ModelError(f"--loss {name!r} is not a Keras loss name (e.g. mean_squared_error, "
-                         "categorical_crossentropy, binary_crossentropy)")
+        raise ModelError(
+            f"--loss {name!r} is not a Keras loss name (e.g. mean_squared_error, "
+            "categorical_crossentropy, binary_crossentropy)"
+        )
     if isinstance(loss, keras.losses.Loss):  # a class: per-example values, reduced by the loop
         loss = type(loss)(reduction="none")
     return loss, False
@@ -165,16 +172,22 @@ def shapes(model) -> tuple[tuple, tuple]:
     inputs = getattr(model, "inputs", None)
     outputs = getattr(model, "outputs", None)
     if not inputs or not outputs:
-        raise ModelError(f"model {model.name!r} has no known input shape (a subclassed model not called yet): "
-                         "start it with keras.Input(shape=...), or give --dataset MODULE:FUNCTION")
+        raise ModelError(
+            f"model {model.name!r} has no known input shape (a subclassed model not called yet): "
+            "start it with keras.Input(shape=...), or give --dataset MODULE:FUNCTION"
+        )
     if len(inputs) != 1 or len(outputs) != 1:
-        raise ModelError(f"model {model.name!r} has {len(inputs)} inputs and {len(outputs)} outputs; synthetic "
-                         "data fits one of each: give --dataset MODULE:FUNCTION")
+        raise ModelError(
+            f"model {model.name!r} has {len(inputs)} inputs and {len(outputs)} outputs; synthetic "
+            "data fits one of each: give --dataset MODULE:FUNCTION"
+        )
     in_shape, out_shape = tuple(inputs[0].shape[1:]), tuple(outputs[0].shape[1:])
     if any(d is None for d in in_shape + out_shape):
-        raise ModelError(f"model {model.name!r} has an input or output dimension of unknown size "
-                         f"(input {in_shape}, output {out_shape}); synthetic data needs fixed sizes: "
-                         "give --dataset MODULE:FUNCTION")
+        raise ModelError(
+            f"model {model.name!r} has an input or output dimension of unknown size "
+            f"(input {in_shape}, output {out_shape}); synthetic data needs fixed sizes: "
+            "give --dataset MODULE:FUNCTION"
+        )
     return in_shape, out_shape
 
 
@@ -189,7 +202,9 @@ def synthetic_arrays(model, classification: bool, train_images: int, test_images
     def make(count):
         x = rng.integers(0, 256, size=(count, *in_shape), dtype=np.uint8)
         if classification:
-            y = rng.integers(0, max(out_shape[-1] if out_shape else 1, 1), size=(count, *out_shape[:-1])).astype(np.int32)
+            y = rng.integers(0, max(out_shape[-1] if out_shape else 1, 1), size=(count, *out_shape[:-1])).astype(
+                np.int32
+            )
         else:
             y = rng.random(size=(count, *out_shape)).astype(np.float32)
         return x, y
@@ -217,9 +232,9 @@ def train_flops_per_example(model) -> int | None:
     forward = 0
     try:
         for layer in _leaf_layers(model):
-            if isinstance(layer, convs) and not isinstance(layer, (keras.layers.Conv1DTranspose,
-                                                                   keras.layers.Conv2DTranspose,
-                                                                   keras.layers.Conv3DTranspose)):
+            if isinstance(layer, convs) and not isinstance(
+                layer, (keras.layers.Conv1DTranspose, keras.layers.Conv2DTranspose, keras.layers.Conv3DTranspose)
+            ):
                 cin = layer.input.shape[-1] // max(getattr(layer, "groups", 1), 1)
                 out = layer.output.shape
                 forward += 2 * math.prod(out[1:]) * math.prod(layer.kernel_size) * cin

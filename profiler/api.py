@@ -70,14 +70,17 @@ class ProfileOptions:
             raise ValueError(self.tracer.problem())
         if not self.sample and self.sample_interval is not None:
             # one rule with `devprof run --no-sample --sample-interval`: an interval for no sampler is a mistake
-            raise ValueError(f"sample_interval={self.sample_interval!r} sets how often the samplers sample and "
-                             "sample=False runs none: leave one of them out")
+            raise ValueError(
+                f"sample_interval={self.sample_interval!r} sets how often the samplers sample and "
+                "sample=False runs none: leave one of them out"
+            )
         if self.sample:
             interval = self.sample_interval if self.sample_interval is not None else samplers.DEFAULT_INTERVAL_S
             if isinstance(interval, bool) or not isinstance(interval, (int, float)):
                 # float('1') would take a string; the CLI parses text, the API takes numbers, as its other options
-                raise TypeError(f"sample_interval must be a number of seconds (got {type(interval).__name__} "
-                                f"{interval!r})")
+                raise TypeError(
+                    f"sample_interval must be a number of seconds (got {type(interval).__name__} {interval!r})"
+                )
             try:
                 samplers.validate_interval(interval)
             except ValueError as exc:
@@ -88,13 +91,20 @@ class ProfileOptions:
         if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
             raise ValueError(f"profiler_port must be a port number from 1 to 65535 (got {port!r})")
         if self.cluster is not None and self.run_name is None:
-            raise ValueError("run_name is required in a multi-worker job (TF_CONFIG is set): every worker "
-                             "writes its worker-<i>/ folder into the same <out>/<run_name>/ job folder")
+            raise ValueError(
+                "run_name is required in a multi-worker job (TF_CONFIG is set): every worker "
+                "writes its worker-<i>/ folder into the same <out>/<run_name>/ job folder"
+            )
 
 
 # The command line's option names in messages shared with `devprof run`, and profile()'s own.
-_API_NAMES = {"--run-name": "run_name", "--out": "out", "--profile-steps": "profile_steps",
-              "--profiler-port": "profiler_port", "--sample-interval": "sample_interval"}
+_API_NAMES = {
+    "--run-name": "run_name",
+    "--out": "out",
+    "--profile-steps": "profile_steps",
+    "--profiler-port": "profiler_port",
+    "--sample-interval": "sample_interval",
+}
 _CLI_OPTION = re.compile("|".join(re.escape(option) + r"\b" for option in _API_NAMES))
 
 
@@ -103,11 +113,22 @@ def in_api_terms(message: str) -> str:
     return _CLI_OPTION.sub(lambda found: _API_NAMES[found.group(0)], message)
 
 
-def profile(out: str | Path = "runs", run_name: str | None = None, *, profile_steps: str | None = None,
-            profile: bool = True, sample: bool = True, sample_interval: float | None = None,
-            profiler_port: int | None = None, host_tracer_level: int = 2, device_tracer_level: int = 1,
-            python_tracer_level: int = 0, scalars_every: int = 100, config: dict | None = None,
-            quiet: bool = False) -> "ProfileSession":
+def profile(
+    out: str | Path = "runs",
+    run_name: str | None = None,
+    *,
+    profile_steps: str | None = None,
+    profile: bool = True,
+    sample: bool = True,
+    sample_interval: float | None = None,
+    profiler_port: int | None = None,
+    host_tracer_level: int = 2,
+    device_tracer_level: int = 1,
+    python_tracer_level: int = 0,
+    scalars_every: int = 100,
+    config: dict | None = None,
+    quiet: bool = False,
+) -> "ProfileSession":
     """A recording session for any training loop; use it as a context manager.
 
     `out`: the folder runs go into; `run_name`: the run's folder (default
@@ -119,11 +140,22 @@ def profile(out: str | Path = "runs", run_name: str | None = None, *, profile_st
     if isinstance(out, bytes) or not isinstance(out, (str, os.PathLike)):  # str(None) would make a folder 'None'
         raise TypeError(f"out must be a folder path, a str or os.PathLike (got {type(out).__name__} {out!r})")
     options = ProfileOptions(
-        out=str(out), run_name=run_name, profile=profile, profile_steps=profile_steps,
-        tracer=tracing.TracerOptions(host_tracer_level=host_tracer_level, device_tracer_level=device_tracer_level,
-                                     python_tracer_level=python_tracer_level),
-        profiler_port=profiler_port, sample=sample, sample_interval=sample_interval, scalars_every=scalars_every,
-        quiet=quiet, user_config=_user_config(config))
+        out=str(out),
+        run_name=run_name,
+        profile=profile,
+        profile_steps=profile_steps,
+        tracer=tracing.TracerOptions(
+            host_tracer_level=host_tracer_level,
+            device_tracer_level=device_tracer_level,
+            python_tracer_level=python_tracer_level,
+        ),
+        profiler_port=profiler_port,
+        sample=sample,
+        sample_interval=sample_interval,
+        scalars_every=scalars_every,
+        quiet=quiet,
+        user_config=_user_config(config),
+    )
     return ProfileSession(options)
 
 
@@ -214,9 +246,11 @@ class ProfileSession(Session):
             self._start_job_record()
             self._start_recording(resolved)
             if cfg.profile:
-                start, stop = (tracing.parse_window(cfg.profile_steps) if cfg.profile_steps
-                               else (tracing.DEFAULT_WARMUP_STEPS,
-                                     tracing.DEFAULT_WARMUP_STEPS + tracing.DEFAULT_WINDOW_STEPS))
+                start, stop = (
+                    tracing.parse_window(cfg.profile_steps)
+                    if cfg.profile_steps
+                    else (tracing.DEFAULT_WARMUP_STEPS, tracing.DEFAULT_WARMUP_STEPS + tracing.DEFAULT_WINDOW_STEPS)
+                )
                 self._open_window(start, stop, resolved.kind).maybe_start(0)
             self._save()
         except BaseException as exc:
@@ -259,11 +293,15 @@ class ProfileSession(Session):
     def _check_recording(self, what: str) -> None:
         """RuntimeError unless the with block is running: outside it nothing would be recorded."""
         if self._ended:
-            raise RuntimeError(f"{what} after the profile() session ended (run directory {self.path}): "
-                               "nothing after its with block is recorded")
+            raise RuntimeError(
+                f"{what} after the profile() session ended (run directory {self.path}): "
+                "nothing after its with block is recorded"
+            )
         if not self._entered:
-            raise RuntimeError(f"{what} outside the profile() session's with block: "
-                               "use it inside 'with profiler.profile(...) as session:'")
+            raise RuntimeError(
+                f"{what} outside the profile() session's with block: "
+                "use it inside 'with profiler.profile(...) as session:'"
+            )
 
     def _check_paths(self) -> None:
         cfg = self.config
@@ -357,11 +395,16 @@ class ProfileSession(Session):
         fetch_start = self._fetch_start or boundary
         if images is None:
             images = _batch_size(self._batch) or 0 if self._batch is not None else 0
-        record = StepRecord(epoch=max(self._epoch_number, 1), step=self.global_step, steps=steps,
-                            start_time_s=boundary + self._to_wall, input_ms=(fetched - fetch_start) * 1e3,
-                            call_ms=(done - call_start) * 1e3,
-                            other_host_ms=((fetch_start - boundary) + (call_start - fetched)) * 1e3,
-                            images=int(images))
+        record = StepRecord(
+            epoch=max(self._epoch_number, 1),
+            step=self.global_step,
+            steps=steps,
+            start_time_s=boundary + self._to_wall,
+            input_ms=(fetched - fetch_start) * 1e3,
+            call_ms=(done - call_start) * 1e3,
+            other_host_ms=((fetch_start - boundary) + (call_start - fetched)) * 1e3,
+            images=int(images),
+        )
         self._close_marker(steps=steps)
         self._boundary = self._batch = None
         self._fetch_start = self._fetched = 0.0
@@ -430,8 +473,9 @@ class ProfileSession(Session):
         self._epoch_open = False
         end = time.perf_counter()
         self._epoch_values.update(values or {})
-        self.record_epoch(self._epoch_result(self._epoch_number, self._epoch_start, end, self._span,
-                                             self._epoch_values, extra))
+        self.record_epoch(
+            self._epoch_result(self._epoch_number, self._epoch_start, end, self._span, self._epoch_values, extra)
+        )
 
     def log(self, **values) -> None:
         """Scalars for TensorBoard (`step/<name>`, every `scalars_every` steps) and for the
@@ -451,18 +495,27 @@ class ProfileSession(Session):
             every = self.config.scalars_every
             self._next_scalars = (self.global_step // every + 1) * every
 
-    def _epoch_result(self, number: int, start: float, end: float, span: "_Span", values: dict,
-                      extra: dict | None = None) -> EpochResult:
+    def _epoch_result(
+        self, number: int, start: float, end: float, span: "_Span", values: dict, extra: dict | None = None
+    ) -> EpochResult:
         train_end = span.train_end if span.steps else start
         train_seconds = max(train_end - start, 0.0)
         known = ("loss", "accuracy", "val_loss", "val_accuracy")
         others = {k: v for k, v in values.items() if k not in known}
         result = EpochResult(
-            epoch=number, seconds=max(end - start, 1e-9), train_seconds=train_seconds, images=span.images,
+            epoch=number,
+            seconds=max(end - start, 1e-9),
+            train_seconds=train_seconds,
+            images=span.images,
             images_per_second=span.images / train_seconds if train_seconds > 0 and span.images else math.nan,
-            loss=values.get("loss", math.nan), accuracy=values.get("accuracy", math.nan),
-            val_loss=values.get("val_loss", math.nan), val_accuracy=values.get("val_accuracy", math.nan),
-            steps=span.steps, start_time_s=start + self._to_wall, extra=dict(extra or {}))
+            loss=values.get("loss", math.nan),
+            accuracy=values.get("accuracy", math.nan),
+            val_loss=values.get("val_loss", math.nan),
+            val_accuracy=values.get("val_accuracy", math.nan),
+            steps=span.steps,
+            start_time_s=start + self._to_wall,
+            extra=dict(extra or {}),
+        )
         if others:
             result.extra["metrics"] = others
         if not span.images:  # no step said its images: unknown, not 0 images
@@ -476,8 +529,10 @@ class ProfileSession(Session):
         if self.meta.get("epochs") or not span.steps:
             return
         self.meta["epochs"].append(
-            self._epoch_result(1, span.first_start, span.train_end, span, self._run_values,
-                               extra={"whole_run": True}).as_dict())
+            self._epoch_result(
+                1, span.first_start, span.train_end, span, self._run_values, extra={"whole_run": True}
+            ).as_dict()
+        )
 
 
 # TensorFlow's profiler and the step markers belong to the whole process: two sessions at once
@@ -492,9 +547,11 @@ def _claim_process(session: ProfileSession) -> None:
         other = _recording
         if other is not None:
             where = f" into {other.path}" if other.path is not None else ""
-            raise RuntimeError(f"another profile() session is recording{where} in this process; one session "
-                               "records at a time (TensorFlow's profiler and the step markers are the whole "
-                               "process's): end it before starting another")
+            raise RuntimeError(
+                f"another profile() session is recording{where} in this process; one session "
+                "records at a time (TensorFlow's profiler and the step markers are the whole "
+                "process's): end it before starting another"
+            )
         _recording = session
 
 
@@ -637,9 +694,14 @@ def _resolve_device(tf, cluster):
             except Exception:  # noqa: BLE001
                 details.append({})
         kind = "gpu"
-        info = {"name": details[0].get("device_name", "GPU"), "count": len(gpus),
-                "gpus": [{"name": d.get("device_name"), "compute_capability": devices._cc(d.get("compute_capability"))}
-                         for d in details]}
+        info = {
+            "name": details[0].get("device_name", "GPU"),
+            "count": len(gpus),
+            "gpus": [
+                {"name": d.get("device_name"), "compute_capability": devices._cc(d.get("compute_capability"))}
+                for d in details
+            ],
+        }
         info.update(devices._gpu_memory(len(gpus)))
     else:
         kind, info = "cpu", devices.cpu_info()

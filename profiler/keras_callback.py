@@ -22,8 +22,16 @@ from profiler import api
 # Keras' log names that are run.json epoch fields; other numbers go to `metrics`.
 _EPOCH_FIELDS = ("loss", "accuracy", "val_loss", "val_accuracy")
 # fit()'s CallbackList hooks that run between on_train_begin and on_train_end.
-_GUARDED_HOOKS = ("on_epoch_begin", "on_epoch_end", "on_train_batch_begin", "on_train_batch_end", "on_test_begin",
-                  "on_test_end", "on_test_batch_begin", "on_test_batch_end")
+_GUARDED_HOOKS = (
+    "on_epoch_begin",
+    "on_epoch_end",
+    "on_train_batch_begin",
+    "on_train_batch_end",
+    "on_test_begin",
+    "on_test_end",
+    "on_test_batch_begin",
+    "on_test_batch_end",
+)
 
 
 class KerasCallback(keras.callbacks.Callback):
@@ -33,16 +41,39 @@ class KerasCallback(keras.callbacks.Callback):
     tell callbacks), for images per second. The run directory is `self.path` once fit starts.
     """
 
-    def __init__(self, out="runs", run_name: str | None = None, *, profile_steps: str | None = None,
-                 profile: bool = True, sample: bool = True, sample_interval: float | None = None,
-                 profiler_port: int | None = None, host_tracer_level: int = 2, device_tracer_level: int = 1,
-                 python_tracer_level: int = 0, scalars_every: int = 100, batch_size: int | None = None,
-                 config: dict | None = None, quiet: bool = False):
+    def __init__(
+        self,
+        out="runs",
+        run_name: str | None = None,
+        *,
+        profile_steps: str | None = None,
+        profile: bool = True,
+        sample: bool = True,
+        sample_interval: float | None = None,
+        profiler_port: int | None = None,
+        host_tracer_level: int = 2,
+        device_tracer_level: int = 1,
+        python_tracer_level: int = 0,
+        scalars_every: int = 100,
+        batch_size: int | None = None,
+        config: dict | None = None,
+        quiet: bool = False,
+    ):
         super().__init__()
-        self._options = dict(out=out, run_name=run_name, profile_steps=profile_steps, profile=profile,
-                             sample=sample, sample_interval=sample_interval, profiler_port=profiler_port,
-                             host_tracer_level=host_tracer_level, device_tracer_level=device_tracer_level,
-                             python_tracer_level=python_tracer_level, scalars_every=scalars_every, quiet=quiet)
+        self._options = dict(
+            out=out,
+            run_name=run_name,
+            profile_steps=profile_steps,
+            profile=profile,
+            sample=sample,
+            sample_interval=sample_interval,
+            profiler_port=profiler_port,
+            host_tracer_level=host_tracer_level,
+            device_tracer_level=device_tracer_level,
+            python_tracer_level=python_tracer_level,
+            scalars_every=scalars_every,
+            quiet=quiet,
+        )
         api.profile(**self._options).config.check()  # a wrong option is refused here, not when fit() starts
         self._config = dict(config or {})
         self.batch_size = None if batch_size is None else api.whole_number(batch_size, "batch_size", 1)
@@ -65,8 +96,13 @@ class KerasCallback(keras.callbacks.Callback):
         if self.session is not None:  # an earlier fit() stopped where no hook saw it
             self._end(RuntimeError("model.fit() stopped before its end"))
         params = self.params or {}
-        config = {"program": "keras_fit", "epochs": params.get("epochs"), "steps_per_epoch": params.get("steps"),
-                  "batch_size": self.batch_size, **self._config}
+        config = {
+            "program": "keras_fit",
+            "epochs": params.get("epochs"),
+            "steps_per_epoch": params.get("steps"),
+            "batch_size": self.batch_size,
+            **self._config,
+        }
         self.session = session = api.profile(**self._options, config=config)
         session.__enter__()
         model = self.model
@@ -87,9 +123,11 @@ class KerasCallback(keras.callbacks.Callback):
         self._guard_callback_list(sys._getframe(1).f_locals.get("self"))
         atexit.register(self._end_at_exit)
         if self.batch_size is None:
-            session.console.warn("warning: KerasCallback has no batch_size: steps.csv and run.json record no "
-                                 "images and no images per second (give KerasCallback(batch_size=...) the "
-                                 "batch size given to fit)")
+            session.console.warn(
+                "warning: KerasCallback has no batch_size: steps.csv and run.json record no "
+                "images and no images per second (give KerasCallback(batch_size=...) the "
+                "batch size given to fit)"
+            )
 
     def _guarded(self, function):
         def guarded(*args, **kwargs):
@@ -98,6 +136,7 @@ class KerasCallback(keras.callbacks.Callback):
             except BaseException as exc:
                 self._end(exc)
                 raise
+
         return guarded
 
     def _guard_callback_list(self, callbacks) -> None:

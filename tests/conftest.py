@@ -61,7 +61,9 @@ def pytest_configure(config):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     if item.get_closest_marker("slow") is None:
-        _fast_test.update(id=item.nodeid, heavy_before=_heavy_loaded(), tool=item.get_closest_marker("tool") is not None)
+        _fast_test.update(
+            id=item.nodeid, heavy_before=_heavy_loaded(), tool=item.get_closest_marker("tool") is not None
+        )
     try:
         yield
     finally:
@@ -79,7 +81,10 @@ def pytest_runtest_makereport(item, call):
 
 def pytest_ignore_collect(collection_path, config):
     """With `-m "not slow"`, a module marked slow as a whole is not even imported (its imports load TensorFlow)."""
-    if collection_path.suffix == ".py" and collection_path.name.startswith("test_") \
-            and config.getoption("markexpr", "").replace(" ", "") == "notslow":
+    if (
+        collection_path.suffix == ".py"
+        and collection_path.name.startswith("test_")
+        and config.getoption("markexpr", "").replace(" ", "") == "notslow"
+    ):
         return "\npytestmark = pytest.mark.slow" in collection_path.read_text()
     return None

@@ -32,7 +32,9 @@ def busy_spans(view: TraceView | None) -> pd.DataFrame:
             span_starts[1::2], span_ends[1::2] = ends[:-1], starts[1:]
             busy = np.zeros(span_starts.size, dtype=bool)
             busy[0::2] = True
-            frames.append(pd.DataFrame({"device": str(name), "start_ns": span_starts, "end_ns": span_ends, "busy": busy}))
+            frames.append(
+                pd.DataFrame({"device": str(name), "start_ns": span_starts, "end_ns": span_ends, "busy": busy})
+            )
     if not frames:
         return pd.DataFrame({column: pd.Series(dtype=kind) for column, kind in SPAN_COLUMNS.items()})
     spans = pd.concat(frames, ignore_index=True)

@@ -32,10 +32,15 @@ def worker_steps(worker, steps: pd.DataFrame) -> pd.DataFrame:
     if steps is None or steps.empty:
         return pd.DataFrame(columns=STEP_COLUMNS)
     collective = steps["collective_ms"] if "collective_ms" in steps else 0.0
-    frame = pd.DataFrame({"worker": [worker] * len(steps), "step": steps["step"].to_numpy(),
-                          "own_ms": (steps["step_ms"] - collective).to_numpy(dtype=float),
-                          "step_ms": steps["step_ms"].to_numpy(dtype=float),
-                          "end_ns": steps["end_ns"].to_numpy() if "end_ns" in steps else np.nan})
+    frame = pd.DataFrame(
+        {
+            "worker": [worker] * len(steps),
+            "step": steps["step"].to_numpy(),
+            "own_ms": (steps["step_ms"] - collective).to_numpy(dtype=float),
+            "step_ms": steps["step_ms"].to_numpy(dtype=float),
+            "end_ns": steps["end_ns"].to_numpy() if "end_ns" in steps else np.nan,
+        }
+    )
     return frame[STEP_COLUMNS]
 
 

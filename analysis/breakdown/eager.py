@@ -72,18 +72,22 @@ class EagerOps:
     call_floor_ms: float = math.nan
 
     def as_dict(self) -> dict:
-        return {"op_time_pct": self.op_time_pct, "ms_per_step": self.ms_per_step, "step_pct": self.step_pct,
-                "calls_per_step": self.calls_per_step, "call_floor_ms": self.call_floor_ms,
-                "ops": [{"op": op, "ms_per_step": ms} for op, ms in self.ops],
-                "host_op_time_eager_pct": self.host_op_time_eager_pct,
-                "device_op_time_eager_pct": self.device_op_time_eager_pct}
+        return {
+            "op_time_pct": self.op_time_pct,
+            "ms_per_step": self.ms_per_step,
+            "step_pct": self.step_pct,
+            "calls_per_step": self.calls_per_step,
+            "call_floor_ms": self.call_floor_ms,
+            "ops": [{"op": op, "ms_per_step": ms} for op, ms in self.ops],
+            "host_op_time_eager_pct": self.host_op_time_eager_pct,
+            "device_op_time_eager_pct": self.device_op_time_eager_pct,
+        }
 
 
 def _op_names(names: pd.Series) -> pd.Series:
     """The op or function each `EagerLocalExecute: <name>` event ran (parsed once per distinct name)."""
     names = names.astype(str).astype("category")
-    parsed = {name: found.group(1) for name in names.cat.categories
-              if (found := EAGER_RE.match(str(name))) is not None}
+    parsed = {name: found.group(1) for name in names.cat.categories if (found := EAGER_RE.match(str(name))) is not None}
     return names.map(parsed).astype(str)
 
 
@@ -151,7 +155,9 @@ def tf_eager_shares(view: TraceView) -> tuple[float, float]:
 def _tf_eager_shares(view: TraceView) -> tuple[float, float]:
     host = view.host
     device = view.device.sort_values(["plane", "line"], kind="stable")  # XProf's order: planes, lines, events
-    op_stat = (device["tf_op"].astype(object) if "tf_op" in device else pd.Series(pd.NA, index=device.index, dtype=object))
+    op_stat = (
+        device["tf_op"].astype(object) if "tf_op" in device else pd.Series(pd.NA, index=device.index, dtype=object)
+    )
     if "level 0" in device:
         op_stat = op_stat.where(present(op_stat), device["level 0"].astype(object))
     named = (op_stat.fillna("").astype(str) != "").to_numpy(dtype=bool)  # XProf skips an event whose op is ""
@@ -160,15 +166,19 @@ def _tf_eager_shares(view: TraceView) -> tuple[float, float]:
     # "name:Type" ops and the kernels with a launch id, whatever their stat says.
     # TensorFlow up to about 2.5 grouped at capture and wrote `is_eager` whether or not it found a step
     # (no `group_id` then); it wrote no `is_func`, which XProf's own grouping needs.
-    grouped = ("group_id" in view.events and bool(present(view.events["group_id"]).any())) \
-        or not ("is_func" in host and bool(present(host["is_func"]).any()))
+    grouped = ("group_id" in view.events and bool(present(view.events["group_id"]).any())) or not (
+        "is_func" in host and bool(present(host["is_func"]).any())
+    )
     has_id = "correlation_id" in host
     wanted = (matches(host["name"], HOST_OP_RE) | matches(host["name"], EAGER_CALL_RE)).to_numpy()
     if has_id and not kernels.empty:
         wanted = wanted | present(host["correlation_id"])
     # The host's ops, the eager calls above them and the kernels' launches, nested per thread.
-    used = [column for column in ("plane", "line", "name", "start_ns", "end_ns", "correlation_id", "is_func", "is_eager")
-            if column in host]  # not the copy of every column of most of the trace
+    used = [
+        column
+        for column in ("plane", "line", "name", "start_ns", "end_ns", "correlation_id", "is_func", "is_eager")
+        if column in host
+    ]  # not the copy of every column of most of the trace
     events, parent = thread_nesting(host.loc[wanted, used], enclosing=True)
     is_op, is_call = matches(events["name"], HOST_OP_RE).to_numpy(), matches(events["name"], EAGER_CALL_RE).to_numpy()
     is_launch = (present(events["correlation_id"]) if has_id else np.zeros(len(events), dtype=bool)) & ~is_op & ~is_call
@@ -221,8 +231,9 @@ def eager_ops(view: TraceView | None, steps: pd.DataFrame) -> EagerOps | None:
     eager = calls[~is_input & ~is_function]
     eager_spans = iv.union(eager["start_ns"].to_numpy(), eager["end_ns"].to_numpy())
     functions = calls[is_function]
-    function_spans = iv.subtract(iv.union(functions["start_ns"].to_numpy(), functions["end_ns"].to_numpy()),
-                                 eager_spans)
+    function_spans = iv.subtract(
+        iv.union(functions["start_ns"].to_numpy(), functions["end_ns"].to_numpy()), eager_spans
+    )
     eager_ns = int(iv.overlap(eager_spans, starts, ends).sum())
     if eager_ns <= 0:
         return None
@@ -232,14 +243,23 @@ def eager_ops(view: TraceView | None, steps: pd.DataFrame) -> EagerOps | None:
     # The heaviest ops: each call that starts inside the stretch, whole.
     at = eager["start_ns"].to_numpy(dtype=np.int64)
     inside = (at >= starts[0]) & (at < ends[0])
-    per_op = (eager[inside].groupby(op[~is_input & ~is_function][inside].to_numpy())["duration_ns"].sum()
-              .sort_values(ascending=False, kind="stable"))
+    per_op = (
+        eager[inside]
+        .groupby(op[~is_input & ~is_function][inside].to_numpy())["duration_ns"]
+        .sum()
+        .sort_values(ascending=False, kind="stable")
+    )
     top = tuple((str(name), float(ns) / NS_PER_MS / training_steps) for name, ns in per_op.head(TOP_OPS).items())
     durations = eager["duration_ns"].to_numpy(dtype=np.int64)[inside]
     floor_ms = float(np.percentile(durations, CALL_FLOOR_PERCENTILE)) / NS_PER_MS if durations.size else math.nan
     host_pct, device_pct = tf_eager_shares(view)
-    return EagerOps(op_time_pct=100.0 * eager_ns / (eager_ns + function_ns),
-                    ms_per_step=eager_ns / NS_PER_MS / training_steps,
-                    step_pct=100.0 * eager_ns / step_ns if step_ns > 0 else 0.0, ops=top,
-                    host_op_time_eager_pct=host_pct, device_op_time_eager_pct=device_pct,
-                    calls_per_step=durations.size / training_steps, call_floor_ms=floor_ms)
+    return EagerOps(
+        op_time_pct=100.0 * eager_ns / (eager_ns + function_ns),
+        ms_per_step=eager_ns / NS_PER_MS / training_steps,
+        step_pct=100.0 * eager_ns / step_ns if step_ns > 0 else 0.0,
+        ops=top,
+        host_op_time_eager_pct=host_pct,
+        device_op_time_eager_pct=device_pct,
+        calls_per_step=durations.size / training_steps,
+        call_floor_ms=floor_ms,
+    )

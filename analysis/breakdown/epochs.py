@@ -61,9 +61,11 @@ def epoch_breakdown(steps: pd.DataFrame, epochs: pd.DataFrame, source: str = "ru
     short = frame["seconds"] < frame["step_s"] - rounding
     if short.any():
         first = frame.index[short][0]
-        warn(f"{source}: epoch {first} lasts {frame.at[first, 'seconds']:.3g} s, less than its steps in steps.csv "
-             f"({frame.at[first, 'step_s']:.3g} s){f' (and {int(short.sum()) - 1} more epochs)' if short.sum() > 1 else ''}"
-             ": the steps' time is used")
+        warn(
+            f"{source}: epoch {first} lasts {frame.at[first, 'seconds']:.3g} s, less than its steps in steps.csv "
+            f"({frame.at[first, 'step_s']:.3g} s){f' (and {int(short.sum()) - 1} more epochs)' if short.sum() > 1 else ''}"
+            ": the steps' time is used"
+        )
         frame.loc[short, "seconds"] = frame.loc[short, "step_s"]
     frame["epoch_level_s"] = (frame["seconds"] - frame["step_s"]).clip(lower=0.0)
     for part in ("input", "call", "other_host", "epoch_level"):
@@ -72,9 +74,11 @@ def epoch_breakdown(steps: pd.DataFrame, epochs: pd.DataFrame, source: str = "ru
     off = (parts - frame["seconds"]).abs() > rounding + 1e-9 * frame["seconds"]
     if off.any():
         first = frame.index[off][0]
-        raise ValueError(f"{source}: the epochs' seconds do not add up with steps.csv (epoch {first}: parts "
-                         f"{parts[first]:.6f} s against {frame.at[first, 'seconds']:.6f} s, more than the "
-                         f"{1e6 * rounding[first]:.0f} us its rows' rounding allows)")
+        raise ValueError(
+            f"{source}: the epochs' seconds do not add up with steps.csv (epoch {first}: parts "
+            f"{parts[first]:.6f} s against {frame.at[first, 'seconds']:.6f} s, more than the "
+            f"{1e6 * rounding[first]:.0f} us its rows' rounding allows)"
+        )
     return frame.reset_index()
 
 
@@ -118,5 +122,9 @@ def epoch_tables(inputs: RunInputs, trace_steps: pd.DataFrame | None) -> EpochTa
     except RunFileError as exc:
         warn(f"{exc}; no epoch breakdown")  # the steps still have their breakdown
     reconciliation = reconcile_with_trace(trace_steps, steps_table) if trace_steps is not None else None
-    return EpochTables(epochs, reconciliation, tuple(steps_table.groupby("epoch")["start_time_s"].min().tolist()),
-                       longest_idle_stretch(inputs.samplers, steps_table, run))
+    return EpochTables(
+        epochs,
+        reconciliation,
+        tuple(steps_table.groupby("epoch")["start_time_s"].min().tolist()),
+        longest_idle_stretch(inputs.samplers, steps_table, run),
+    )

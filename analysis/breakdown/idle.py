@@ -39,8 +39,9 @@ def _ns(seconds) -> np.ndarray:
     return np.round(np.asarray(seconds, dtype=float) * NS_PER_S).astype(np.int64)
 
 
-def idle_stretches(host: pd.DataFrame | None, steps: pd.DataFrame | None,
-                   epochs: pd.DataFrame | None = None) -> list[IdleStretch]:
+def idle_stretches(
+    host: pd.DataFrame | None, steps: pd.DataFrame | None, epochs: pd.DataFrame | None = None
+) -> list[IdleStretch]:
     """The stretches outside steps where the process was idle for more than `MIN_IDLE_S`, longest first."""
     if host is None or host.empty or TIME_COLUMN not in host:
         return []
@@ -56,9 +57,13 @@ def idle_stretches(host: pd.DataFrame | None, steps: pd.DataFrame | None,
     if steps is not None and not steps.empty:
         starts = steps["start_time_s"].to_numpy(dtype=float)
         idle = iv.subtract(idle, iv.union(_ns(starts), _ns(starts + steps["step_ms"].to_numpy(dtype=float) / 1e3)))
-    found = [IdleStretch(s / NS_PER_S, e / NS_PER_S, (e - s) / NS_PER_S, place(s / NS_PER_S, e / NS_PER_S, steps, epochs),
-                         column)
-             for s, e in zip(*idle) if e - s > MIN_IDLE_S * NS_PER_S]
+    found = [
+        IdleStretch(
+            s / NS_PER_S, e / NS_PER_S, (e - s) / NS_PER_S, place(s / NS_PER_S, e / NS_PER_S, steps, epochs), column
+        )
+        for s, e in zip(*idle)
+        if e - s > MIN_IDLE_S * NS_PER_S
+    ]
     return sorted(found, key=lambda stretch: -stretch.seconds)
 
 
@@ -79,8 +84,11 @@ def place(start_s: float, end_s: float, steps: pd.DataFrame | None, epochs: pd.D
     ends = _epoch_ends(epochs)
     final = int(ordered["epoch"].max())
     if epoch in ends and start_s < ends[epoch]:
-        return (f"after the last step of epoch {epoch} (step {int(last['step'])}), before its evaluation ends"
-                if epoch < final else f"after the last step of the last epoch ({epoch}), before its evaluation ends")
+        return (
+            f"after the last step of epoch {epoch} (step {int(last['step'])}), before its evaluation ends"
+            if epoch < final
+            else f"after the last step of the last epoch ({epoch}), before its evaluation ends"
+        )
     if before + 1 < len(ordered):
         return f"between epochs {epoch} and {int(ordered['epoch'].iloc[before + 1])}"
     return f"after the last epoch ({epoch})"
@@ -98,8 +106,9 @@ def _epoch_ends(epochs: pd.DataFrame | None) -> dict[int, float]:
     return ends
 
 
-def longest_idle_stretch(samplers: dict[str, pd.DataFrame], steps: pd.DataFrame | None,
-                         run: RunRecord | None) -> IdleStretch | None:
+def longest_idle_stretch(
+    samplers: dict[str, pd.DataFrame], steps: pd.DataFrame | None, run: RunRecord | None
+) -> IdleStretch | None:
     """The longest idle stretch of a run directory (its `host` sampler, steps.csv, run.json's epochs)."""
     epochs = None
     if run is not None:

@@ -64,8 +64,13 @@ def python_iterator_wait(steps: pd.DataFrame, steps_table: pd.DataFrame | None) 
     input, not host overhead: each traced step takes its steps.csv `input_ms` (at most its host time)
     from host into input. The steps, and a note where it did."""
     needed = {"step", "input_ms", "step_ms"}
-    if steps_table is None or steps.empty or not needed <= set(steps_table.columns) or "host_ms" not in steps \
-            or steps["input_ms"].sum() > 0:
+    if (
+        steps_table is None
+        or steps.empty
+        or not needed <= set(steps_table.columns)
+        or "host_ms" not in steps
+        or steps["input_ms"].sum() > 0
+    ):
         return steps, None
     csv = steps_table.drop_duplicates("step", keep="last").set_index("step")
     waited = steps["step"].map(csv["input_ms"]).astype(float).fillna(0.0).clip(lower=0.0)
@@ -77,18 +82,22 @@ def python_iterator_wait(steps: pd.DataFrame, steps_table: pd.DataFrame | None) 
     out = steps.copy()
     out["input_ms"] = out["input_ms"] + waited
     out["host_ms"] = out["host_ms"] - waited
-    return out, (f"the trace records no input pipeline, but the loop waited for its iterator {share:.1f} % of the step "
-                 "(steps.csv input_ms, a Python generator or numpy batches): that wait is input, taken from host")
+    return out, (
+        f"the trace records no input pipeline, but the loop waited for its iterator {share:.1f} % of the step "
+        "(steps.csv input_ms, a Python generator or numpy batches): that wait is input, taken from host"
+    )
 
 
 def split_input(view: TraceView | None, source: StepSource, steps_table: pd.DataFrame | None = None) -> StepSource:
     """`source` with its steps' input split (`with_input_parts`), the wait for a Python iterator that
     only steps.csv timed counted as input (`python_iterator_wait`)."""
-    steps, note = (python_iterator_wait(source.steps, steps_table) if source.kind != "steps_csv"
-                   else (source.steps, None))
+    steps, note = (
+        python_iterator_wait(source.steps, steps_table) if source.kind != "steps_csv" else (source.steps, None)
+    )
     notes = (*source.notes, note) if note else source.notes
-    return dataclasses.replace(source, steps=with_input_parts(view, steps), notes=notes,
-                               python_iterator=note is not None)
+    return dataclasses.replace(
+        source, steps=with_input_parts(view, steps), notes=notes, python_iterator=note is not None
+    )
 
 
 def mean_input_parts(steady: pd.DataFrame) -> dict[str, float]:

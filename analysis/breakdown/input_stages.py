@@ -107,8 +107,10 @@ def _stage_times(view: TraceView) -> StageTimes:
             # Another pipeline it forwards: only what runs wholly within its span.
             foreign = np.flatnonzero(other_thread & ~inputs & ~consumers & (names != name))
             waited = foreign[_inside(starts[foreign], ends[foreign], starts[group], ends[group])]
-            covered = iv.union(np.concatenate([starts[nested], starts[fed], starts[waited]]),
-                               np.concatenate([ends[nested], ends[fed], ends[waited]]))
+            covered = iv.union(
+                np.concatenate([starts[nested], starts[fed], starts[waited]]),
+                np.concatenate([ends[nested], ends[fed], ends[waited]]),
+            )
             spans = iv.union(starts[group & ~only_waits], ends[group & ~only_waits])
             working = iv.subtract(spans, covered)
             self_ns[group] = iv.overlap(working, starts[group], ends[group])
@@ -179,8 +181,12 @@ def input_stages(view: TraceView, steps: pd.DataFrame) -> InputStages:
     slowest = slowest_in_table(table, training_steps(_traced_steps(view, steps)))
     if slowest is not None:
         own = table.loc[table["stage"] == slowest.name, "ms_per_batch"]
-        slowest = SlowestStage(slowest.name, slowest.ms_per_step, runs_python(view, slowest.name),
-                               float(own.iloc[0]) if len(own) else math.nan)
+        slowest = SlowestStage(
+            slowest.name,
+            slowest.ms_per_step,
+            runs_python(view, slowest.name),
+            float(own.iloc[0]) if len(own) else math.nan,
+        )
     return InputStages(table, slowest, prefetches(view))
 
 
@@ -192,8 +198,15 @@ def training_steps(steps: pd.DataFrame) -> int:
 
 
 # Stages that wrap a pipeline without transforming it: the one the loop reads from is below them.
-ITERATOR_WRAPPERS = {"Iterator", "Root", "Model", "MaxIntraOpParallelism", "PrivateThreadPool", "Options",
-                     "ModelDataset"}
+ITERATOR_WRAPPERS = {
+    "Iterator",
+    "Root",
+    "Model",
+    "MaxIntraOpParallelism",
+    "PrivateThreadPool",
+    "Options",
+    "ModelDataset",
+}
 # Stages that pass their input's elements on as they come, doing no work per element: a prefetch below
 # them (`.prefetch(AUTOTUNE).take(n)`, `.repeat()`, `.shard()`) still has the next batch ready.
 PASS_THROUGH = {"Take", "FiniteTake", "Repeat", "FiniteRepeat", "ForeverRepeat", "Skip", "FiniteSkip", "Shard"}
@@ -208,8 +221,10 @@ def prefetches(view: TraceView) -> bool | None:
         return None
     names = stages["name"].drop_duplicates().astype(str)
     skipped = ITERATOR_WRAPPERS | PASS_THROUGH
-    tops = {next((part.split("[")[0] for part in name.split("::") if part.split("[")[0] not in skipped), "")
-            for name in names}
+    tops = {
+        next((part.split("[")[0] for part in name.split("::") if part.split("[")[0] not in skipped), "")
+        for name in names
+    }
     tops.discard("")
     if not tops:
         return bool(names.str.contains(PREFETCH_RE).any())
@@ -236,12 +251,29 @@ STAGE_FAMILIES = {
     "map": ("Map", "MapAndBatch", "ParallelMap", "ParallelMapV2"),
     "serial_map": ("Map", "MapAndBatch"),  # not known to run in parallel (a fused map and batch may not)
     "read_files": ("TFRecord", "TextLine", "FixedLengthRecord"),
-    "parallel_interleave": ("ParallelInterleave", "ParallelInterleaveV2", "ParallelInterleaveV3",
-                            "ParallelInterleaveV4", "LegacyParallelInterleaveV2"),
+    "parallel_interleave": (
+        "ParallelInterleave",
+        "ParallelInterleaveV2",
+        "ParallelInterleaveV3",
+        "ParallelInterleaveV4",
+        "LegacyParallelInterleaveV2",
+    ),
     "cache": ("Cache", "MemoryCache", "MemoryCacheImpl", "FileCache", "FileCacheImpl"),
     # stages that only hand on what their input makes: their time is a wait for it
-    "pass_through": ("Prefetch", "Repeat", "ForeverRepeat", "Take", "Skip", "Options", "MaxIntraOpParallelism",
-                     "PrivateThreadPool", "AssertCardinality", "Rebatch", "Root", "Model"),
+    "pass_through": (
+        "Prefetch",
+        "Repeat",
+        "ForeverRepeat",
+        "Take",
+        "Skip",
+        "Options",
+        "MaxIntraOpParallelism",
+        "PrivateThreadPool",
+        "AssertCardinality",
+        "Rebatch",
+        "Root",
+        "Model",
+    ),
 }
 
 
@@ -269,8 +301,11 @@ def _traced_steps(view: TraceView, steps: pd.DataFrame) -> pd.DataFrame:
     if not len(steps) or waits.empty:
         return steps
     loop = set(zip(waits["plane"], waits["line"]))
-    elsewhere = [start for plane, line, start in zip(stages["plane"], stages["line"], stages["start_ns"])
-                 if (plane, line) not in loop]
+    elsewhere = [
+        start
+        for plane, line, start in zip(stages["plane"], stages["line"], stages["start_ns"])
+        if (plane, line) not in loop
+    ]
     if not elsewhere:
         return steps
     later = steps[steps["start_ns"].to_numpy(dtype=np.int64) >= min(elsewhere)]
@@ -306,12 +341,23 @@ def input_stage_table(view: TraceView, steps: pd.DataFrame) -> pd.DataFrame:
         mean_wait_ns = iv.total(iv.intersect(waits, _window(steps))) / max(training_steps(steps), 1)
         held = iv.intersect(waits, window)
         if iv.total(held):
-            waited = [mean_wait_ns * iv.total(iv.intersect(times.working.get(name, iv.empty()), held))
-                      / iv.total(held) / NS_PER_MS for name in self_ns.index]
+            waited = [
+                mean_wait_ns
+                * iv.total(iv.intersect(times.working.get(name, iv.empty()), held))
+                / iv.total(held)
+                / NS_PER_MS
+                for name in self_ns.index
+            ]
         else:
             waited = [0.0] * len(self_ns)
-    table = pd.DataFrame({"stage": self_ns.index, "ms_per_batch": self_ns.to_numpy() / NS_PER_MS / calls.to_numpy(),
-                          "calls": calls.to_numpy(), "wait_ms_per_step": waited})
+    table = pd.DataFrame(
+        {
+            "stage": self_ns.index,
+            "ms_per_batch": self_ns.to_numpy() / NS_PER_MS / calls.to_numpy(),
+            "calls": calls.to_numpy(),
+            "wait_ms_per_step": waited,
+        }
+    )
     total = table["ms_per_batch"] * table["calls"]
     order = np.lexsort((-total.to_numpy(), -table["wait_ms_per_step"].fillna(0.0).to_numpy()))
     return table.iloc[order].reset_index(drop=True)

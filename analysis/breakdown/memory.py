@@ -44,8 +44,21 @@ MIN_GROWTH_EPOCHS = 3
 MIN_EPOCH_GROWTH_SHARE = 0.05
 GPU_ALLOCATOR = re.compile(r"^GPU_(\d+)_bfc$")
 HOST_ALLOCATORS = ("mklcpu", "cpu", "cpu_bfc")  # the host memory's own allocators (not gpu_host_bfc's pinned pool)
-TIMELINE_COLUMNS = ["allocator", "time_ms", "step", "activity", "bytes_in_use", "bytes", "requested_bytes", "op",
-                    "region", "dtype", "shape", "fragmentation", "bytes_available"]
+TIMELINE_COLUMNS = [
+    "allocator",
+    "time_ms",
+    "step",
+    "activity",
+    "bytes_in_use",
+    "bytes",
+    "requested_bytes",
+    "op",
+    "region",
+    "dtype",
+    "shape",
+    "fragmentation",
+    "bytes_available",
+]
 STEP_COLUMNS = ["allocator", "step", "start_ms", "end_ms", "peak_bytes", "end_bytes"]
 
 
@@ -61,8 +74,14 @@ class Live:
     count: int | None  # None: unknown (before the window)
 
     def as_dict(self) -> dict:
-        return {"op": self.op, "shape": self.shape, "dtype": self.dtype, "region": self.region, "bytes": self.bytes,
-                "count": self.count}
+        return {
+            "op": self.op,
+            "shape": self.shape,
+            "dtype": self.dtype,
+            "region": self.region,
+            "bytes": self.bytes,
+            "count": self.count,
+        }
 
     @property
     def in_window(self) -> bool:
@@ -115,20 +134,33 @@ class AllocatorPeak:
 
     def as_dict(self, steps: pd.DataFrame) -> dict:
         mine = steps[steps["allocator"] == self.name]
-        return {"name": self.name, "peak_bytes": self.peak_bytes, "peak_step": self.peak_step,
-                "peak_op": self.peak_op, "capacity_bytes": _int_or_none(self.capacity_bytes),
-                "fragmentation": _float_or_none(self.fragmentation), "batch_bytes": _int_or_none(self.batch_bytes),
-                "fixed_bytes": _int_or_none(self.fixed_bytes), "max_batch": _int_or_none(self.max_batch),
-                "top_at_peak": [live.as_dict() for live in self.top_at_peak],
-                "peak_time_ms": self.peak_time_ms, "capacity_source": self.capacity_source,
-                "headroom": self.headroom, "headroom_basis": self.headroom_basis,
-                "headroom_reason": self.headroom if self.headroom_basis is None else None,
-                "lifetime_peak_bytes": _int_or_none(self.lifetime_peak_bytes),
-                "holder": self.holder.as_dict() if self.holder is not None else None,
-                "by_region": dict(self.by_region), "events": self.events,
-                "growth_bytes_per_step": _float_or_none(self.growth_bytes_per_step), "growth_steps": self.growth_steps,
-                "steps": [{"step": int(s), "peak_bytes": _int_or_none(p), "end_bytes": _int_or_none(e)}
-                          for s, p, e in zip(mine["step"], mine["peak_bytes"], mine["end_bytes"])]}
+        return {
+            "name": self.name,
+            "peak_bytes": self.peak_bytes,
+            "peak_step": self.peak_step,
+            "peak_op": self.peak_op,
+            "capacity_bytes": _int_or_none(self.capacity_bytes),
+            "fragmentation": _float_or_none(self.fragmentation),
+            "batch_bytes": _int_or_none(self.batch_bytes),
+            "fixed_bytes": _int_or_none(self.fixed_bytes),
+            "max_batch": _int_or_none(self.max_batch),
+            "top_at_peak": [live.as_dict() for live in self.top_at_peak],
+            "peak_time_ms": self.peak_time_ms,
+            "capacity_source": self.capacity_source,
+            "headroom": self.headroom,
+            "headroom_basis": self.headroom_basis,
+            "headroom_reason": self.headroom if self.headroom_basis is None else None,
+            "lifetime_peak_bytes": _int_or_none(self.lifetime_peak_bytes),
+            "holder": self.holder.as_dict() if self.holder is not None else None,
+            "by_region": dict(self.by_region),
+            "events": self.events,
+            "growth_bytes_per_step": _float_or_none(self.growth_bytes_per_step),
+            "growth_steps": self.growth_steps,
+            "steps": [
+                {"step": int(s), "peak_bytes": _int_or_none(p), "end_bytes": _int_or_none(e)}
+                for s, p, e in zip(mine["step"], mine["peak_bytes"], mine["end_bytes"])
+            ],
+        }
 
 
 @dataclass(frozen=True)
@@ -147,11 +179,17 @@ class SampledMemory:
     growth_bytes_per_epoch: float  # NaN: not growing epoch after epoch, or too few epochs
 
     def as_dict(self) -> dict:
-        return {"sampler": self.sampler, "what": self.what, "column": self.column,
-                **{key: _int_or_none(getattr(self, key)) for key in
-                   ("first_bytes", "last_bytes", "peak_bytes", "total_bytes", "min_available_bytes")},
-                "epoch_end_bytes": [_int_or_none(v) for v in self.epoch_end_bytes],
-                "growth_bytes_per_epoch": _float_or_none(self.growth_bytes_per_epoch)}
+        return {
+            "sampler": self.sampler,
+            "what": self.what,
+            "column": self.column,
+            **{
+                key: _int_or_none(getattr(self, key))
+                for key in ("first_bytes", "last_bytes", "peak_bytes", "total_bytes", "min_available_bytes")
+            },
+            "epoch_end_bytes": [_int_or_none(v) for v in self.epoch_end_bytes],
+            "growth_bytes_per_epoch": _float_or_none(self.growth_bytes_per_epoch),
+        }
 
 
 @dataclass(frozen=True)
@@ -176,14 +214,24 @@ class OomAtFailure:
     sampled: tuple[tuple[str, str, float, float], ...] = ()  # samplers: (sampler, what, last bytes, total bytes)
 
     def as_dict(self) -> dict:
-        return {"bytes": self.bytes, "shape": list(self.shape) if self.shape is not None else None,
-                "dtype": self.dtype, "op": self.op, "allocator": self.allocator, "device": self.device,
-                "source": self.source, "held_allocator": self.held_allocator,
-                "held_bytes": _int_or_none(self.held_bytes), "capacity_bytes": _int_or_none(self.capacity_bytes),
-                "before_failure_ms": _float_or_none(self.before_failure_ms),
-                "top_at_failure": [live.as_dict() for live in self.top],
-                "samplers": [{"sampler": s, "what": w, "last_bytes": _int_or_none(v), "total_bytes": _int_or_none(t)}
-                             for s, w, v, t in self.sampled]}
+        return {
+            "bytes": self.bytes,
+            "shape": list(self.shape) if self.shape is not None else None,
+            "dtype": self.dtype,
+            "op": self.op,
+            "allocator": self.allocator,
+            "device": self.device,
+            "source": self.source,
+            "held_allocator": self.held_allocator,
+            "held_bytes": _int_or_none(self.held_bytes),
+            "capacity_bytes": _int_or_none(self.capacity_bytes),
+            "before_failure_ms": _float_or_none(self.before_failure_ms),
+            "top_at_failure": [live.as_dict() for live in self.top],
+            "samplers": [
+                {"sampler": s, "what": w, "last_bytes": _int_or_none(v), "total_bytes": _int_or_none(t)}
+                for s, w, v, t in self.sampled
+            ],
+        }
 
 
 @dataclass(frozen=True)
@@ -217,11 +265,13 @@ class MemoryReport:
         return self.workers or (WorkerMemory(None, self.allocators, self.steps),)
 
     def as_dict(self) -> dict:
-        return {"allocators": [a.as_dict(self.steps) for a in self.allocators],
-                "workers": [worker.as_dict() for worker in self.every_worker],
-                "batch_size": _int_or_none(self.batch_size),
-                "samplers": [s.as_dict() for s in self.sampled],
-                "oom": self.oom.as_dict() if self.oom is not None else None}
+        return {
+            "allocators": [a.as_dict(self.steps) for a in self.allocators],
+            "workers": [worker.as_dict() for worker in self.every_worker],
+            "batch_size": _int_or_none(self.batch_size),
+            "samplers": [s.as_dict() for s in self.sampled],
+            "oom": self.oom.as_dict() if self.oom is not None else None,
+        }
 
 
 def _int_or_none(value) -> int | None:
@@ -252,7 +302,7 @@ def next_at_same_address(address: np.ndarray) -> np.ndarray:
     position = np.arange(n)
     order = np.lexsort((position, address))
     following = np.full(n, n)
-    same = (address[order][1:] == address[order][:-1])  # NaN never equals: no address, never matched
+    same = address[order][1:] == address[order][:-1]  # NaN never equals: no address, never matched
     following[order[:-1][same]] = order[1:][same]
     return following
 
@@ -280,17 +330,34 @@ def _grouped(live: pd.DataFrame, before: float, reserved: float = 0.0) -> tuple[
     before the window and the allocator's reserved bytes, each a group of no op."""
     keys = ["op", "shape", "dtype", "region"]
     groups = live.groupby(keys, sort=False, dropna=False)["allocation_bytes"].agg(["sum", "size"]).reset_index()
-    rows = [Live(str(r.op) or None, str(r.shape) or None, str(r.dtype) or None, str(r.region) or "unknown",
-                 int(r.sum), int(r.size)) for r in groups.itertuples(index=False)]
+    rows = [
+        Live(
+            str(r.op) or None,
+            str(r.shape) or None,
+            str(r.dtype) or None,
+            str(r.region) or "unknown",
+            int(r.sum),
+            int(r.size),
+        )
+        for r in groups.itertuples(index=False)
+    ]
     if before > 0:
         rows.append(Live(None, None, None, BEFORE_WINDOW, int(before), None))
     if reserved > 0:
         rows.append(Live(None, None, None, RESERVED, int(reserved), None))
     rows.sort(key=lambda live: -live.bytes)
-    by_op = live[live["op"] != ""].groupby("op", sort=False)["allocation_bytes"].sum().sort_values(
-        ascending=False, kind="stable")
-    regions = live.assign(region=live["region"].replace("", "unknown")).groupby("region", sort=False)[
-        "allocation_bytes"].sum().to_dict()
+    by_op = (
+        live[live["op"] != ""]
+        .groupby("op", sort=False)["allocation_bytes"]
+        .sum()
+        .sort_values(ascending=False, kind="stable")
+    )
+    regions = (
+        live.assign(region=live["region"].replace("", "unknown"))
+        .groupby("region", sort=False)["allocation_bytes"]
+        .sum()
+        .to_dict()
+    )
     if before > 0:
         regions[BEFORE_WINDOW] = before
     if reserved > 0:
@@ -317,9 +384,17 @@ def step_table(name: str, events: pd.DataFrame, steps: pd.DataFrame, origin_ns: 
         # appended at the end keeps every bound a valid index
         inside[np.flatnonzero(has)[order]] = np.maximum.reduceat(in_use, bounds)[::2]
     peak = np.fmax(inside, entering)
-    return pd.DataFrame({"allocator": name, "step": steps["step"].to_numpy(dtype=np.int64),
-                         "start_ms": (starts - origin_ns) / NS_PER_MS, "end_ms": (ends - origin_ns) / NS_PER_MS,
-                         "peak_bytes": peak, "end_bytes": end_bytes}, columns=STEP_COLUMNS)
+    return pd.DataFrame(
+        {
+            "allocator": name,
+            "step": steps["step"].to_numpy(dtype=np.int64),
+            "start_ms": (starts - origin_ns) / NS_PER_MS,
+            "end_ms": (ends - origin_ns) / NS_PER_MS,
+            "peak_bytes": peak,
+            "end_bytes": end_bytes,
+        },
+        columns=STEP_COLUMNS,
+    )
 
 
 def growth_per_step(end_bytes: np.ndarray) -> float:
@@ -346,9 +421,15 @@ def growth_steps(end_bytes: np.ndarray) -> int:
     return int((~np.isnan(end_bytes[1:])).sum())
 
 
-def allocator_peak(name: str, events: pd.DataFrame, steps: pd.DataFrame, batch_size: float,
-                   stated_capacity: tuple[float, str], origin_ns: int, host: HostRoom | None = None
-                   ) -> tuple[AllocatorPeak, pd.DataFrame] | None:
+def allocator_peak(
+    name: str,
+    events: pd.DataFrame,
+    steps: pd.DataFrame,
+    batch_size: float,
+    stated_capacity: tuple[float, str],
+    origin_ns: int,
+    host: HostRoom | None = None,
+) -> tuple[AllocatorPeak, pd.DataFrame] | None:
     """One allocator's peak and steps from its events in time order; None where no event states its bytes.
     `host`: the machine's memory as sampled, for an allocator of the host's own memory."""
     events = events.reset_index(drop=True)
@@ -362,8 +443,11 @@ def allocator_peak(name: str, events: pd.DataFrame, steps: pd.DataFrame, batch_s
     before = max(peak - reserved - float(live["allocation_bytes"].sum()), 0.0)
     available = float(events["bytes_available"].iat[at])
     # a negative amount free, or a fragmentation outside 0-1, is no allocator's: not stated, never a share
-    capacity, source = ((peak + available, "the allocator's bytes in use + bytes available at the peak")
-                        if available >= 0 else stated_capacity)
+    capacity, source = (
+        (peak + available, "the allocator's bytes in use + bytes available at the peak")
+        if available >= 0
+        else stated_capacity
+    )
     if capacity < peak:
         capacity, source = math.nan, ""
     fragmentation = float(events["fragmentation"].iat[at])
@@ -376,29 +460,53 @@ def allocator_peak(name: str, events: pd.DataFrame, steps: pd.DataFrame, batch_s
     op = str(events["op"].iat[at]) or None
     per_step = step_table(name, events, steps, origin_ns)
     return AllocatorPeak(
-        name=name, peak_bytes=int(peak), peak_time_ms=(at_ns - origin_ns) / NS_PER_MS,
-        peak_step=int(step) if step == step else None, peak_op=op, capacity_bytes=capacity, capacity_source=source,
-        fragmentation=fragmentation, batch_bytes=batch_bytes, fixed_bytes=fixed, max_batch=max_batch,
-        headroom=how, headroom_basis=basis, top_at_peak=top, by_op=by_op, by_region=by_region, events=len(events),
+        name=name,
+        peak_bytes=int(peak),
+        peak_time_ms=(at_ns - origin_ns) / NS_PER_MS,
+        peak_step=int(step) if step == step else None,
+        peak_op=op,
+        capacity_bytes=capacity,
+        capacity_source=source,
+        fragmentation=fragmentation,
+        batch_bytes=batch_bytes,
+        fixed_bytes=fixed,
+        max_batch=max_batch,
+        headroom=how,
+        headroom_basis=basis,
+        top_at_peak=top,
+        by_op=by_op,
+        by_region=by_region,
+        events=len(events),
         growth_bytes_per_step=growth_per_step(per_step["end_bytes"].to_numpy(dtype=np.float64)),
         growth_steps=growth_steps(per_step["end_bytes"].to_numpy(dtype=np.float64)),
-        lifetime_peak_bytes=float(lifetime) if lifetime == lifetime else math.nan, reserved_bytes=reserved,
-        holder=_with_steps(holder_of(live, batch_size), events, steps)), per_step
+        lifetime_peak_bytes=float(lifetime) if lifetime == lifetime else math.nan,
+        reserved_bytes=reserved,
+        holder=_with_steps(holder_of(live, batch_size), events, steps),
+    ), per_step
 
 
 def timeline(events: pd.DataFrame, steps: pd.DataFrame, origin_ns: int) -> pd.DataFrame:
     """The allocator events as memory.csv has them: times in ms from the window's start, with their step."""
     times = events["start_ns"].to_numpy(dtype=np.int64)
     step = step_of(times, steps)
-    return pd.DataFrame({
-        "allocator": events["allocator"].to_numpy(), "time_ms": (times - origin_ns) / NS_PER_MS,
-        "step": pd.arrays.IntegerArray(np.nan_to_num(step).astype(np.int64), np.isnan(step)),
-        "activity": np.where(events["allocation"].to_numpy(dtype=bool), "allocation", "deallocation"),
-        "bytes_in_use": events["bytes_in_use"].to_numpy(), "bytes": events["allocation_bytes"].to_numpy(),
-        "requested_bytes": events["requested_bytes"].to_numpy(), "op": events["op"].to_numpy(),
-        "region": events["region"].to_numpy(), "dtype": events["dtype"].to_numpy(),
-        "shape": events["shape"].to_numpy(), "fragmentation": events["fragmentation"].to_numpy(),
-        "bytes_available": events["bytes_available"].to_numpy()}, columns=TIMELINE_COLUMNS)
+    return pd.DataFrame(
+        {
+            "allocator": events["allocator"].to_numpy(),
+            "time_ms": (times - origin_ns) / NS_PER_MS,
+            "step": pd.arrays.IntegerArray(np.nan_to_num(step).astype(np.int64), np.isnan(step)),
+            "activity": np.where(events["allocation"].to_numpy(dtype=bool), "allocation", "deallocation"),
+            "bytes_in_use": events["bytes_in_use"].to_numpy(),
+            "bytes": events["allocation_bytes"].to_numpy(),
+            "requested_bytes": events["requested_bytes"].to_numpy(),
+            "op": events["op"].to_numpy(),
+            "region": events["region"].to_numpy(),
+            "dtype": events["dtype"].to_numpy(),
+            "shape": events["shape"].to_numpy(),
+            "fragmentation": events["fragmentation"].to_numpy(),
+            "bytes_available": events["bytes_available"].to_numpy(),
+        },
+        columns=TIMELINE_COLUMNS,
+    )
 
 
 def stated_capacity(name: str, samplers: dict[str, pd.DataFrame], run: RunRecord | None) -> tuple[float, str]:
@@ -426,15 +534,27 @@ def _positive(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
-def allocator_report(events: pd.DataFrame, steps: pd.DataFrame, origin_ns: int, batch_size: float = math.nan,
-                     samplers: dict[str, pd.DataFrame] | None = None, run: RunRecord | None = None
-                     ) -> tuple[tuple[AllocatorPeak, ...], pd.DataFrame, pd.DataFrame]:
+def allocator_report(
+    events: pd.DataFrame,
+    steps: pd.DataFrame,
+    origin_ns: int,
+    batch_size: float = math.nan,
+    samplers: dict[str, pd.DataFrame] | None = None,
+    run: RunRecord | None = None,
+) -> tuple[tuple[AllocatorPeak, ...], pd.DataFrame, pd.DataFrame]:
     """Every allocator's peak (the largest peak first), the timeline and the per-step table."""
     peaks, tables = [], []
     room = HostRoom.of(samplers or {})
     for name, mine in events.groupby("allocator", sort=True):
-        made = allocator_peak(str(name), mine, steps, batch_size, stated_capacity(str(name), samplers or {}, run),
-                              origin_ns, room if str(name) in HOST_ALLOCATORS else None)
+        made = allocator_peak(
+            str(name),
+            mine,
+            steps,
+            batch_size,
+            stated_capacity(str(name), samplers or {}, run),
+            origin_ns,
+            room if str(name) in HOST_ALLOCATORS else None,
+        )
         if made is not None:
             peaks.append(made[0])
             tables.append(made[1])
@@ -445,9 +565,14 @@ def allocator_report(events: pd.DataFrame, steps: pd.DataFrame, origin_ns: int, 
 
 # The sampled memories: the process's RSS on the host; per GPU, TensorFlow's own figure where sampled,
 # else the process's, else the whole device's.
-SAMPLED_COLUMNS = {"host": (("proc_rss_bytes", "process RSS"),),
-                   "gpu": (("tf_mem_current_bytes", "TensorFlow's GPU memory"),
-                           ("proc_mem_bytes", "the process's GPU memory"), ("mem_used_bytes", "GPU memory used"))}
+SAMPLED_COLUMNS = {
+    "host": (("proc_rss_bytes", "process RSS"),),
+    "gpu": (
+        ("tf_mem_current_bytes", "TensorFlow's GPU memory"),
+        ("proc_mem_bytes", "the process's GPU memory"),
+        ("mem_used_bytes", "GPU memory used"),
+    ),
+}
 
 
 def epoch_ends_s(steps_table: pd.DataFrame | None) -> list[float]:
@@ -484,8 +609,10 @@ def sampled_memory(samplers: dict[str, pd.DataFrame], steps_table: pd.DataFrame 
                 continue
             samples = frame[[TIME_COLUMN, column]].dropna().sort_values(TIME_COLUMN)
             times, values = samples[TIME_COLUMN].to_numpy(dtype=np.float64), samples[column].to_numpy(dtype=np.float64)
-            at_end = [float(values[i - 1]) if (i := np.searchsorted(times, end, side="right")) > 0 else math.nan
-                      for end in ends]
+            at_end = [
+                float(values[i - 1]) if (i := np.searchsorted(times, end, side="right")) > 0 else math.nan
+                for end in ends
+            ]
             total, least = math.nan, math.nan
             if kind == "host" and {"mem_used_bytes", "mem_available_bytes"} <= set(frame.columns):
                 machine = (frame["mem_used_bytes"] + frame["mem_available_bytes"]).dropna()
@@ -493,8 +620,20 @@ def sampled_memory(samplers: dict[str, pd.DataFrame], steps_table: pd.DataFrame 
                 least = float(frame["mem_available_bytes"].min())
             elif kind == "gpu" and "mem_total_bytes" in frame:
                 total = float(frame["mem_total_bytes"].max())
-            found.append(SampledMemory(sampler, what, column, float(values[0]), float(values[-1]), float(values.max()),
-                                       total, least, tuple(at_end), epoch_growth(at_end)))
+            found.append(
+                SampledMemory(
+                    sampler,
+                    what,
+                    column,
+                    float(values[0]),
+                    float(values[-1]),
+                    float(values.max()),
+                    total,
+                    least,
+                    tuple(at_end),
+                    epoch_growth(at_end),
+                )
+            )
             break
     return tuple(found)
 
@@ -507,10 +646,13 @@ def run_batch_size(run: RunRecord | None, steps_table: pd.DataFrame | None = Non
         return float(batch)
     if steps_table is None or not {"images", "steps"} <= set(steps_table.columns) or steps_table.empty:
         return math.nan
-    per_step = (pd.to_numeric(steps_table["images"], errors="coerce")
-                / pd.to_numeric(steps_table["steps"], errors="coerce").clip(lower=1)).dropna()
-    return float(per_step.iat[0]) if not per_step.empty and per_step.nunique() == 1 and per_step.iat[0] > 0 \
-        else math.nan
+    per_step = (
+        pd.to_numeric(steps_table["images"], errors="coerce")
+        / pd.to_numeric(steps_table["steps"], errors="coerce").clip(lower=1)
+    ).dropna()
+    return (
+        float(per_step.iat[0]) if not per_step.empty and per_step.nunique() == 1 and per_step.iat[0] > 0 else math.nan
+    )
 
 
 # The trace covers a failure up to this long after its last event: the error is timed when the run
@@ -549,9 +691,13 @@ def _held_in_trace(events: pd.DataFrame, at_ns: int, allocator: str | None) -> d
     live = live_at(mine, len(mine) - 1)
     top, _, _ = _grouped(live, max(in_use - float(live["allocation_bytes"].sum()), 0.0))
     available = float(mine["bytes_available"].iat[at])
-    return {"held_allocator": best["name"], "held_bytes": in_use,
-            "capacity_bytes": in_use + available if available == available else math.nan,
-            "before_failure_ms": (at_ns - int(mine["start_ns"].iat[len(mine) - 1])) / NS_PER_MS, "top": top}
+    return {
+        "held_allocator": best["name"],
+        "held_bytes": in_use,
+        "capacity_bytes": in_use + available if available == available else math.nan,
+        "before_failure_ms": (at_ns - int(mine["start_ns"].iat[len(mine) - 1])) / NS_PER_MS,
+        "top": top,
+    }
 
 
 def _held_in_samplers(samplers: dict[str, pd.DataFrame], time_s: float) -> tuple:
@@ -577,8 +723,9 @@ def _held_in_samplers(samplers: dict[str, pd.DataFrame], time_s: float) -> tuple
     return tuple(found)
 
 
-def oom_at_failure(oom: dict, events: pd.DataFrame | None, window: tuple[int, int] | None,
-                   samplers: dict[str, pd.DataFrame]) -> OomAtFailure:
+def oom_at_failure(
+    oom: dict, events: pd.DataFrame | None, window: tuple[int, int] | None, samplers: dict[str, pd.DataFrame]
+) -> OomAtFailure:
     """What held the memory when the run ran out of it: from the trace where its window covered the
     failure's time, else from the samplers."""
     size = _typed(oom.get("bytes"), int)
@@ -608,13 +755,19 @@ def memory_report(inputs: RunInputs, steps: pd.DataFrame) -> MemoryReport | None
     if (events is None or events.empty) and not sampled and oom is None:
         return None
     batch = run_batch_size(inputs.run, inputs.steps_table)
-    failure = oom_at_failure(oom, events, view.window if view is not None else None,
-                             inputs.samplers) if oom is not None else None
+    failure = (
+        oom_at_failure(oom, events, view.window if view is not None else None, inputs.samplers)
+        if oom is not None
+        else None
+    )
     if events is None or events.empty:
         empty = pd.DataFrame(columns=TIMELINE_COLUMNS)
         return MemoryReport((), empty, pd.DataFrame(columns=STEP_COLUMNS), sampled, batch, failure)
     assert view is not None
-    steps = steps[["step", "start_ns", "end_ns"]] if not steps.empty else pd.DataFrame(
-        columns=["step", "start_ns", "end_ns"])
+    steps = (
+        steps[["step", "start_ns", "end_ns"]]
+        if not steps.empty
+        else pd.DataFrame(columns=["step", "start_ns", "end_ns"])
+    )
     peaks, table, per_step = allocator_report(events, steps, view.window[0], batch, inputs.samplers, inputs.run)
     return MemoryReport(peaks, table, per_step, sampled, batch, failure)

@@ -34,8 +34,15 @@ class Holder:
         return self.steps >= 2 and self.steps_made == self.steps
 
     def as_dict(self) -> dict:
-        return {"op": self.op, "bytes": self.bytes, "kind": self.kind, "tensors": list(self.tensors),
-                "count": self.count, "steps_made": self.steps_made, "steps": self.steps}
+        return {
+            "op": self.op,
+            "bytes": self.bytes,
+            "kind": self.kind,
+            "tensors": list(self.tensors),
+            "count": self.count,
+            "steps_made": self.steps_made,
+            "steps": self.steps,
+        }
 
 
 def first_dimension(shape: str) -> float:
@@ -69,8 +76,14 @@ class HostRoom:
         return cls(least, peak)
 
 
-def headroom(live: pd.DataFrame, peak: float, capacity: float, fragmentation: float, batch_size: float,
-             host: HostRoom | None = None) -> tuple[float, float, float, str, str | None]:
+def headroom(
+    live: pd.DataFrame,
+    peak: float,
+    capacity: float,
+    fragmentation: float,
+    batch_size: float,
+    host: HostRoom | None = None,
+) -> tuple[float, float, float, str, str | None]:
     """(batch bytes, fixed bytes, the largest batch that fits, how, its basis: HEADROOM_BASES, None where
     unknown). The batch part is the live allocations whose first dimension is the batch size; the rest
     (bytes from before the window included) does not grow with it. On a device, the batch that fits:
@@ -78,36 +91,73 @@ def headroom(live: pd.DataFrame, peak: float, capacity: float, fragmentation: fl
     fragmentation leaves in pieces. On the host (`host` given), the batch bytes may grow into the memory
     the machine had available at its least, never into the whole RAM."""
     if not batch_size > 0:
-        return math.nan, math.nan, math.nan, ("unknown: the batch size is not known (no run.json states it, and "
-                                              "steps.csv's images per step are not one number)"), None
+        return (
+            math.nan,
+            math.nan,
+            math.nan,
+            (
+                "unknown: the batch size is not known (no run.json states it, and "
+                "steps.csv's images per step are not one number)"
+            ),
+            None,
+        )
     scaled = live["shape"].map(first_dimension).to_numpy() == batch_size
     batch_bytes = float(live.loc[scaled, "allocation_bytes"].sum())
     fixed = peak - batch_bytes
     batch = f"{batch_size:.0f}"
     if batch_bytes <= 0:
-        return batch_bytes, fixed, math.nan, (f"unknown: no tensor live at the peak has the batch ({batch}) as its "
-                                              "first dimension"), None
-    grows = (f"{_gib(batch_bytes)} of the {_gib(peak)} peak are tensors whose first dimension is the batch ({batch}) "
-             f"and grow with it, {_gib(fixed)} do not")
+        return (
+            batch_bytes,
+            fixed,
+            math.nan,
+            (f"unknown: no tensor live at the peak has the batch ({batch}) as its first dimension"),
+            None,
+        )
+    grows = (
+        f"{_gib(batch_bytes)} of the {_gib(peak)} peak are tensors whose first dimension is the batch ({batch}) "
+        f"and grow with it, {_gib(fixed)} do not"
+    )
     if host is not None:
         if not host.available_bytes == host.available_bytes:
-            return batch_bytes, fixed, math.nan, (
-                "unknown: this allocator draws on the machine's memory, shared with every other process, and no host "
-                "sampler recorded how much of it was available (run with the samplers on)"), None
+            return (
+                batch_bytes,
+                fixed,
+                math.nan,
+                (
+                    "unknown: this allocator draws on the machine's memory, shared with every other process, and no host "
+                    "sampler recorded how much of it was available (run with the samplers on)"
+                ),
+                None,
+            )
         fits = math.floor(batch_size * (batch_bytes + host.available_bytes) / batch_bytes)
-        rss = (f"; the process's RSS peaked at {_gib(host.rss_peak_bytes)}, {host.rss_peak_bytes / peak:.1f}x this "
-               "allocator's peak" if host.rss_peak_bytes > 0 and peak > 0 else "")
-        return batch_bytes, fixed, float(max(fits, 0)), (
-            f"{grows}; the machine had {_gib(host.available_bytes)} available at its least while the run ran (host.csv "
-            f"mem_available_bytes), the room a larger batch can take{rss}"), AVAILABLE_MEMORY
+        rss = (
+            f"; the process's RSS peaked at {_gib(host.rss_peak_bytes)}, {host.rss_peak_bytes / peak:.1f}x this "
+            "allocator's peak"
+            if host.rss_peak_bytes > 0 and peak > 0
+            else ""
+        )
+        return (
+            batch_bytes,
+            fixed,
+            float(max(fits, 0)),
+            (
+                f"{grows}; the machine had {_gib(host.available_bytes)} available at its least while the run ran (host.csv "
+                f"mem_available_bytes), the room a larger batch can take{rss}"
+            ),
+            AVAILABLE_MEMORY,
+        )
     if not capacity > 0:
         return batch_bytes, fixed, math.nan, "unknown: the allocator states no capacity", None
     frag = fragmentation if fragmentation == fragmentation else 0.0
     usable = peak + max(capacity - peak, 0.0) * (1.0 - frag)
     fits = math.floor(batch_size * (usable - fixed) / batch_bytes)
-    return batch_bytes, fixed, float(max(fits, 0)), (
-        f"{grows}; {_gib(usable)} of the {_gib(capacity)} capacity is usable at {100 * frag:.1f} % fragmentation"
-    ), ALLOCATOR_CAPACITY
+    return (
+        batch_bytes,
+        fixed,
+        float(max(fits, 0)),
+        (f"{grows}; {_gib(usable)} of the {_gib(capacity)} capacity is usable at {100 * frag:.1f} % fragmentation"),
+        ALLOCATOR_CAPACITY,
+    )
 
 
 def _rank(shape: str) -> int:
@@ -156,8 +206,12 @@ def holder_of(live: pd.DataFrame, batch_size: float) -> Holder | None:
     by_op = named.groupby("op", sort=False)["allocation_bytes"].sum().sort_values(ascending=False, kind="stable")
     op = str(by_op.index[0])
     mine = named[named["op"] == op].sort_values("allocation_bytes", ascending=False, kind="stable")
-    tensors = tuple(dict.fromkeys(" ".join(part for part in (str(row.shape), str(row.dtype)) if part)
-                                  + f" ({row.region or 'unknown'})" for row in mine.itertuples(index=False)))
+    tensors = tuple(
+        dict.fromkeys(
+            " ".join(part for part in (str(row.shape), str(row.dtype)) if part) + f" ({row.region or 'unknown'})"
+            for row in mine.itertuples(index=False)
+        )
+    )
     return Holder(op, int(by_op.iat[0]), holder_kind(op, mine, batch_size), tensors[:HOLDER_TENSORS], len(mine))
 
 

@@ -26,8 +26,9 @@ END_SLACK_NS = 50_000
 
 
 def _empty() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=float if c.endswith("_per_step") else object)
-                         for c in IMPLEMENTATION_COLUMNS})
+    return pd.DataFrame(
+        {c: pd.Series(dtype=float if c.endswith("_per_step") else object) for c in IMPLEMENTATION_COLUMNS}
+    )
 
 
 def _op_events(view: TraceView) -> pd.DataFrame:
@@ -36,9 +37,15 @@ def _op_events(view: TraceView) -> pd.DataFrame:
     host = view.host
     ops, parent = thread_nesting(host[matches(host["name"], TF_OP_RE)])
     threads = (ops["plane"].to_numpy(dtype=np.int64) << 32) + ops["line"].to_numpy(dtype=np.int64)
-    return pd.DataFrame({"name": ops["name"].astype(str).to_numpy(dtype=object), "thread": threads,
-                         "start_ns": ops["start_ns"].to_numpy(dtype=np.int64),
-                         "end_ns": ops["end_ns"].to_numpy(dtype=np.int64), "parent": parent})
+    return pd.DataFrame(
+        {
+            "name": ops["name"].astype(str).to_numpy(dtype=object),
+            "thread": threads,
+            "start_ns": ops["start_ns"].to_numpy(dtype=np.int64),
+            "end_ns": ops["end_ns"].to_numpy(dtype=np.int64),
+            "parent": parent,
+        }
+    )
 
 
 def _innermost(events: pd.DataFrame, at: np.ndarray) -> np.ndarray:
@@ -83,8 +90,9 @@ def op_implementations(view: TraceView, steps: pd.DataFrame, executions: pd.Data
     whole = (held >= 0) & (ev_end[safe] + END_SLACK_NS >= end)
     length = np.where(held >= 0, ev_end[safe] - ev_start[safe], np.iinfo(np.int64).max)
     # the op that holds the execution whole, the shortest (innermost) first; else any that holds its start
-    rank = np.where(whole, length, np.where(held >= 0, np.iinfo(np.int64).max // 2 + length // 2,
-                                            np.iinfo(np.int64).max))
+    rank = np.where(
+        whole, length, np.where(held >= 0, np.iinfo(np.int64).max // 2 + length // 2, np.iinfo(np.int64).max)
+    )
     best = np.argmin(rank, axis=0) if held.size else np.zeros(0, dtype=np.int64)
     chosen = held[best, np.arange(start.size)] if start.size else np.zeros(0, dtype=np.int64)
     ran = chosen >= 0
@@ -98,18 +106,26 @@ def op_implementations(view: TraceView, steps: pd.DataFrame, executions: pd.Data
         return _empty()
     names = events["name"].to_numpy(dtype=object)[chosen[ran]]
     split = [str(name).rpartition(":") for name in names]
-    table = pd.DataFrame({"op": [s[0] for s in split], "type": [s[2] for s in split],
-                          "primitive": executions.loc[ran, "primitive"].astype(str).to_numpy(dtype=object),
-                          "implementation": executions.loc[ran, "implementation"].astype(str).to_numpy(dtype=object),
-                          "ms": executions.loc[ran, "ms"].to_numpy(dtype=float)})
+    table = pd.DataFrame(
+        {
+            "op": [s[0] for s in split],
+            "type": [s[2] for s in split],
+            "primitive": executions.loc[ran, "primitive"].astype(str).to_numpy(dtype=object),
+            "implementation": executions.loc[ran, "implementation"].astype(str).to_numpy(dtype=object),
+            "ms": executions.loc[ran, "ms"].to_numpy(dtype=float),
+        }
+    )
     training_steps = float(steps["steps"].sum()) if "steps" in steps else float(len(steps))
     per = table.groupby(["op", "type", "primitive", "implementation"], sort=False)["ms"].sum().reset_index()
     by_primitive = per.groupby(["op", "type", "primitive"], sort=False)["ms"].sum().rename("primitive_ms").reset_index()
     total = per.groupby(["op", "type"], sort=False)["ms"].sum().rename("onednn_ms").reset_index()
     main = by_primitive.sort_values("primitive_ms", ascending=False, kind="stable").drop_duplicates(["op", "type"])
     # the implementation that ran most of the main primitive's time
-    impl = (per.merge(main[["op", "type", "primitive"]], on=["op", "type", "primitive"])
-            .sort_values("ms", ascending=False, kind="stable").drop_duplicates(["op", "type"]))
+    impl = (
+        per.merge(main[["op", "type", "primitive"]], on=["op", "type", "primitive"])
+        .sort_values("ms", ascending=False, kind="stable")
+        .drop_duplicates(["op", "type"])
+    )
     out = main.merge(impl[["op", "type", "implementation"]], on=["op", "type"]).merge(total, on=["op", "type"])
     out["primitive_ms_per_step"] = out["primitive_ms"] / training_steps
     out["onednn_ms_per_step"] = out["onednn_ms"] / training_steps

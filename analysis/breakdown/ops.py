@@ -30,7 +30,7 @@ XLA_MODULE = "XlaModule"
 
 
 def _split_tf_op(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """"scope/name:Type" -> ("scope/name", "Type"); anything else -> ("", "").
+    """ "scope/name:Type" -> ("scope/name", "Type"); anything else -> ("", "").
 
     Split once per distinct name: a trace repeats a few thousand op names over millions of events."""
     names = values.astype("category") if not isinstance(values.dtype, pd.CategoricalDtype) else values
@@ -54,11 +54,22 @@ def device_ops(view: TraceView) -> pd.DataFrame:
     kernel_name = kernels["name"].astype(str)
     op = np.where(framework, name, np.where(hlo != "", hlo, kernel_name))
     op_type = np.where(framework, kind, np.where(hlo != "", "XLA", "kernel"))
-    program = (kernels["program_id"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
-               if "program_id" in kernels else np.full(len(kernels), np.nan))
-    return pd.DataFrame({"op": op, "type": op_type, "device": kernels["plane_name"].astype(str).to_numpy(),
-                         "program_id": np.where(op_type == "XLA", program, np.nan), "kernel": kernel_name.to_numpy(),
-                         "start_ns": kernels["start_ns"].to_numpy(), "self_ns": kernels["duration_ns"].to_numpy()})
+    program = (
+        kernels["program_id"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
+        if "program_id" in kernels
+        else np.full(len(kernels), np.nan)
+    )
+    return pd.DataFrame(
+        {
+            "op": op,
+            "type": op_type,
+            "device": kernels["plane_name"].astype(str).to_numpy(),
+            "program_id": np.where(op_type == "XLA", program, np.nan),
+            "kernel": kernel_name.to_numpy(),
+            "start_ns": kernels["start_ns"].to_numpy(),
+            "self_ns": kernels["duration_ns"].to_numpy(),
+        }
+    )
 
 
 # XLA's CPU runtime runs a compiled program as thunks, one event per HLO instruction ("convolution.1",
@@ -73,8 +84,9 @@ def xla_cpu_thunks(host: pd.DataFrame) -> pd.DataFrame:
     if executors.empty:
         return host.iloc[:0]
     thread = (host["plane"].to_numpy(dtype=np.int64) << 32) + host["line"].to_numpy(dtype=np.int64)
-    spans = executors.assign(_thread=(executors["plane"].to_numpy(dtype=np.int64) << 32)
-                             + executors["line"].to_numpy(dtype=np.int64)).sort_values(["_thread", "start_ns"])
+    spans = executors.assign(
+        _thread=(executors["plane"].to_numpy(dtype=np.int64) << 32) + executors["line"].to_numpy(dtype=np.int64)
+    ).sort_values(["_thread", "start_ns"])
     inside = np.zeros(len(host), dtype=bool)
     starts, ends = host["start_ns"].to_numpy(dtype=np.int64), host["end_ns"].to_numpy(dtype=np.int64)
     for key, group in spans.groupby("_thread", sort=False):
@@ -94,8 +106,11 @@ def host_ops(view: TraceView) -> pd.DataFrame:
     host = view.host
     input_pipeline = re.compile(tf_producer.INPUT_PIPELINE_FUNCTION, re.IGNORECASE)
     # tf.data runs its functions' ops on its own threads: input, not the step's compute.
-    ops = host[matches(host["name"], TF_OP_RE) & ~matches(host["line_name"], input_pipeline, search=True)
-               & ~matches(host["name"], producers.pattern("collective"), search=True)]  # waiting, not compute
+    ops = host[
+        matches(host["name"], TF_OP_RE)
+        & ~matches(host["line_name"], input_pipeline, search=True)
+        & ~matches(host["name"], producers.pattern("collective"), search=True)
+    ]  # waiting, not compute
     thunks = xla_cpu_thunks(host)
     if not thunks.empty:
         ops = _without_compiled_calls(ops, host[host["name"] == XLA_CPU_THUNKS])
@@ -105,9 +120,17 @@ def host_ops(view: TraceView) -> pd.DataFrame:
         return pd.DataFrame(columns=_FRAME_COLUMNS)
     ops, parent = thread_nesting(ops)
     name, kind = _split_tf_op(ops["name"])
-    return pd.DataFrame({"op": name, "type": kind, "device": ops["plane_name"].astype(str).to_numpy(),
-                         "program_id": np.nan, "kernel": kind, "start_ns": ops["start_ns"].to_numpy(),
-                         "self_ns": _self_ns(ops, parent)})
+    return pd.DataFrame(
+        {
+            "op": name,
+            "type": kind,
+            "device": ops["plane_name"].astype(str).to_numpy(),
+            "program_id": np.nan,
+            "kernel": kind,
+            "start_ns": ops["start_ns"].to_numpy(),
+            "self_ns": _self_ns(ops, parent),
+        }
+    )
 
 
 def _without_compiled_calls(ops: pd.DataFrame, executors: pd.DataFrame) -> pd.DataFrame:
@@ -148,10 +171,16 @@ def op_table(view: TraceView, steps: pd.DataFrame, device: str) -> pd.DataFrame:
     ops = ops[inside]
     training_steps = float(steps["steps"].sum()) if "steps" in steps else float(len(steps))
     keys = ["op", "type", "device", "program_id"]
-    per_kernel = (ops.groupby([*keys, "kernel"], sort=False, dropna=False)
-                  .agg(count=("self_ns", "size"), ns=("self_ns", "sum")).reset_index())
-    table = per_kernel.groupby(keys, sort=False, dropna=False).agg(count=("count", "sum"), ns=("ns", "sum"),
-                                                                    executions=("count", "max")).reset_index()
+    per_kernel = (
+        ops.groupby([*keys, "kernel"], sort=False, dropna=False)
+        .agg(count=("self_ns", "size"), ns=("self_ns", "sum"))
+        .reset_index()
+    )
+    table = (
+        per_kernel.groupby(keys, sort=False, dropna=False)
+        .agg(count=("count", "sum"), ns=("ns", "sum"), executions=("count", "max"))
+        .reset_index()
+    )
     # Each execution of an op launches each of its kernels once: its executions are its most frequent kernel's.
     biggest = per_kernel.sort_values("ns", ascending=False, kind="stable").drop_duplicates(keys)
     table = table.merge(biggest[[*keys, "kernel"]], on=keys, how="left", sort=False)
@@ -160,14 +189,15 @@ def op_table(view: TraceView, steps: pd.DataFrame, device: str) -> pd.DataFrame:
     table["executions_per_step"] = table["executions"] / training_steps
     table["ms_per_step"] = table["ns"] / NS_PER_MS / training_steps
     table["compute_pct"] = 100.0 * table["ns"] / total if total > 0 else 0.0
-    return (table.sort_values("ms_per_step", ascending=False, kind="stable")[OP_COLUMNS + OP_KEYS]
-            .reset_index(drop=True))
+    return table.sort_values("ms_per_step", ascending=False, kind="stable")[OP_COLUMNS + OP_KEYS].reset_index(drop=True)
 
 
 # TensorFlow's own (Eigen) kernels for the dense math of a CPU step; with oneDNN's kernels on,
 # the same ops run as `_Mkl...` types instead.
-EIGEN_DENSE_TYPE = re.compile(r"^(Conv[23]D(BackpropInput|BackpropFilter)?(V2)?|_FusedConv2D|"
-                              r"DepthwiseConv2dNative(BackpropInput|BackpropFilter)?|MatMul|BatchMatMul(V2|V3)?|_FusedMatMul)$")
+EIGEN_DENSE_TYPE = re.compile(
+    r"^(Conv[23]D(BackpropInput|BackpropFilter)?(V2)?|_FusedConv2D|"
+    r"DepthwiseConv2dNative(BackpropInput|BackpropFilter)?|MatMul|BatchMatMul(V2|V3)?|_FusedMatMul)$"
+)
 
 
 def eigen_dense_pct(ops: pd.DataFrame) -> float:
@@ -179,4 +209,3 @@ def eigen_dense_pct(ops: pd.DataFrame) -> float:
     if types.str.startswith("_Mkl").any():
         return math.nan
     return float(100.0 * ops.loc[types.str.match(EIGEN_DENSE_TYPE), "ms_per_step"].sum() / ops["ms_per_step"].sum())
-

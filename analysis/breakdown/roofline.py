@@ -32,8 +32,19 @@ from analysis.read import run_files
 from analysis.read.inputs import RunInputs
 from analysis.read.run_files import PEAK_FLOPS_LIMIT, RunRecord
 
-ROOFLINE_COLUMNS = ["program", "dtype", "kind", "kernel", "flops_per_step", "bytes_per_step", "flops_per_second",
-                    "bytes_per_second", "intensity", "bound", "ceiling_pct"]
+ROOFLINE_COLUMNS = [
+    "program",
+    "dtype",
+    "kind",
+    "kernel",
+    "flops_per_step",
+    "bytes_per_step",
+    "flops_per_second",
+    "bytes_per_second",
+    "intensity",
+    "bound",
+    "ceiling_pct",
+]
 ANY_DTYPE = "*"
 CEILING_KEYS = ("matrix_flops_per_second", "vector_flops_per_second", "memory_bytes_per_second")
 # Grappler and oneDNN fuse a matrix op with the bias add and activation after it into one op named
@@ -72,7 +83,9 @@ class Ceilings:
         return any(_finite(v) for values in self.by_dtype.values() for v in values.values())
 
     def as_dict(self) -> dict:
-        return {dtype: {key: _or_nan(values.get(key)) for key in CEILING_KEYS} for dtype, values in self.by_dtype.items()}
+        return {
+            dtype: {key: _or_nan(values.get(key)) for key in CEILING_KEYS} for dtype, values in self.by_dtype.items()
+        }
 
 
 def _finite(value) -> bool:
@@ -101,8 +114,11 @@ def ceilings_from_peak(peak: dict | None, source: str) -> Ceilings | None:
     else:
         bandwidth = _or_nan(peak.get("memory_bytes_per_second"))
         for dtype, rate in (peak.get("peak_flops_per_second") or {}).items():
-            by_dtype[str(dtype)] = {"matrix_flops_per_second": _or_nan(rate), "vector_flops_per_second": math.nan,
-                                    "memory_bytes_per_second": bandwidth}
+            by_dtype[str(dtype)] = {
+                "matrix_flops_per_second": _or_nan(rate),
+                "vector_flops_per_second": math.nan,
+                "memory_bytes_per_second": bandwidth,
+            }
     result = Ceilings(by_dtype, source, str(peak.get("device_name") or ""), _peak_cores(peak))
     return result if result.known() else None
 
@@ -122,12 +138,15 @@ def smallest_matrix_rates(peak: dict | None) -> tuple[tuple[str, str, float], ..
     found = []
     for kind in ("conv", "matmul"):
         results = peak.get(kind)
-        for dtype, result in (results.items() if isinstance(results, dict) else ()):
+        for dtype, result in results.items() if isinstance(results, dict) else ():
             sizes = result.get("sizes") if isinstance(result, dict) else None
             if not isinstance(sizes, list) or not sizes or not isinstance(sizes[0], dict):
                 continue
-            smallest = min((s for s in sizes if isinstance(s, dict) and _finite(s.get("size"))),
-                           key=lambda s: s["size"], default=None)
+            smallest = min(
+                (s for s in sizes if isinstance(s, dict) and _finite(s.get("size"))),
+                key=lambda s: s["size"],
+                default=None,
+            )
             rate = _or_nan(smallest.get("per_second")) if smallest else math.nan
             if _finite(rate) and rate > 0:
                 found.append((kind, str(dtype), float(rate)))
@@ -156,19 +175,24 @@ def parse_peak_tflops(text: str) -> dict[str, float]:
         try:
             number = float(value)
         except ValueError:
-            raise ValueError(f"--peak-tflops {text!r}: {value!r} is not a number (give e.g. 1307 or "
-                             "bfloat16=1307,float32=163)") from None
+            raise ValueError(
+                f"--peak-tflops {text!r}: {value!r} is not a number (give e.g. 1307 or bfloat16=1307,float32=163)"
+            ) from None
         if not math.isfinite(number) or number <= 0:
             raise ValueError(f"--peak-tflops {text!r}: a peak must be a positive number of TFLOP/s")
         if number * 1e12 > PEAK_FLOPS_LIMIT:
-            raise ValueError(f"--peak-tflops {text!r}: {value.strip()} TFLOP/s is above the {PEAK_FLOPS_LIMIT / 1e12:,.0f} TFLOP/s "
-                             "devprof takes from any device")
+            raise ValueError(
+                f"--peak-tflops {text!r}: {value.strip()} TFLOP/s is above the {PEAK_FLOPS_LIMIT / 1e12:,.0f} TFLOP/s "
+                "devprof takes from any device"
+            )
         dtype = dtype.strip() or ANY_DTYPE
         if dtype != ANY_DTYPE and not _DTYPE_NAME.match(dtype):
             raise ValueError(f"--peak-tflops {text!r}: {dtype!r} is not a dtype (e.g. float32, bfloat16, float16)")
         if dtype in out:
-            raise ValueError(f"--peak-tflops {text!r}: " + ("one number for every dtype is given twice"
-                                                            if dtype == ANY_DTYPE else f"{dtype} is given twice"))
+            raise ValueError(
+                f"--peak-tflops {text!r}: "
+                + ("one number for every dtype is given twice" if dtype == ANY_DTYPE else f"{dtype} is given twice")
+            )
         out[dtype] = number * 1e12
     return out
 
@@ -180,8 +204,17 @@ _DTYPE_NAME = re.compile(r"^(?:b?float\d+(?:_\w+)?|u?int\d+|complex\d+|bool)$")
 def ceilings_from_tflops(peaks: dict[str, float]) -> Ceilings:
     """The user's compute peaks (FLOP/s by dtype, `ANY_DTYPE` for every dtype) as matrix ceilings; the
     vector ceiling and the bandwidth unknown."""
-    return Ceilings({dtype: {"matrix_flops_per_second": rate, "vector_flops_per_second": math.nan,
-                             "memory_bytes_per_second": math.nan} for dtype, rate in peaks.items()}, "--peak-tflops")
+    return Ceilings(
+        {
+            dtype: {
+                "matrix_flops_per_second": rate,
+                "vector_flops_per_second": math.nan,
+                "memory_bytes_per_second": math.nan,
+            }
+            for dtype, rate in peaks.items()
+        },
+        "--peak-tflops",
+    )
 
 
 def with_bandwidth(ceilings: Ceilings | None, bandwidth: float, dtypes: list[str], source: str) -> Ceilings | None:
@@ -199,8 +232,9 @@ def with_bandwidth(ceilings: Ceilings | None, bandwidth: float, dtypes: list[str
     if not filled:  # every memory ceiling was measured: the stated one is not used, nor named
         return ceilings
     names = [s for s in ((ceilings.source if ceilings else None), source) if s]
-    return Ceilings(by_dtype, " + ".join(names), ceilings.device_name if ceilings else "",
-                    ceilings.cores if ceilings else math.nan)
+    return Ceilings(
+        by_dtype, " + ".join(names), ceilings.device_name if ceilings else "", ceilings.cores if ceilings else math.nan
+    )
 
 
 def with_stated_peak(ceilings: Ceilings | None, peak_flops: float, dtypes: list[str], source: str) -> Ceilings | None:
@@ -219,8 +253,9 @@ def with_stated_peak(ceilings: Ceilings | None, peak_flops: float, dtypes: list[
     if not filled:
         return ceilings
     names = [s for s in ((ceilings.source if ceilings else None), source) if s]
-    return Ceilings(by_dtype, " + ".join(names), ceilings.device_name if ceilings else "",
-                    ceilings.cores if ceilings else math.nan)
+    return Ceilings(
+        by_dtype, " + ".join(names), ceilings.device_name if ceilings else "", ceilings.cores if ceilings else math.nan
+    )
 
 
 def for_worker_cores(ceilings: Ceilings | None, worker_cores: float, machine_cores: float) -> Ceilings | None:
@@ -233,8 +268,13 @@ def for_worker_cores(ceilings: Ceilings | None, worker_cores: float, machine_cor
     if not _finite(cores) or worker_cores >= cores:
         return ceilings
     share = worker_cores / cores
-    by_dtype = {dtype: {key: (value * share if key != "memory_bytes_per_second" and _finite(value) else value)
-                        for key, value in values.items()} for dtype, values in ceilings.by_dtype.items()}
+    by_dtype = {
+        dtype: {
+            key: (value * share if key != "memory_bytes_per_second" and _finite(value) else value)
+            for key, value in values.items()
+        }
+        for dtype, values in ceilings.by_dtype.items()
+    }
     source = f"{ceilings.source or 'ceilings'} x {worker_cores:g}/{cores:g} cores (this worker's share)"
     return Ceilings(by_dtype, source, ceilings.device_name, float(worker_cores))
 
@@ -254,8 +294,10 @@ def refuse_beaten(ops: pd.DataFrame, ceilings: Ceilings | None) -> tuple[Ceiling
             ceiling, achieved = _or_nan(values.get(f"{kind}_flops_per_second")), _rate(rows)
             if ceiling == ceiling and _finite(achieved) and achieved > ceiling:
                 values[f"{kind}_flops_per_second"] = math.nan
-                said.append(f"the {which}ceiling {ceiling / 1e12:.3g} TFLOP/s for {dtype} is below the achieved "
-                            f"{achieved / 1e12:.3g} TFLOP/s: not used")
+                said.append(
+                    f"the {which}ceiling {ceiling / 1e12:.3g} TFLOP/s for {dtype} is below the achieved "
+                    f"{achieved / 1e12:.3g} TFLOP/s: not used"
+                )
     if not said:
         return ceilings, ()
     return dataclasses.replace(ceilings, by_dtype=by_dtype), tuple(said)
@@ -271,8 +313,9 @@ def _base_type(op_type: str) -> str:
     return _LIBRARY_PREFIX_RE.sub("", str(op_type))
 
 
-def attach_costs(ops: pd.DataFrame, costs: pd.DataFrame | None, device: str,
-                 implementations: pd.DataFrame | None = None) -> pd.DataFrame:
+def attach_costs(
+    ops: pd.DataFrame, costs: pd.DataFrame | None, device: str, implementations: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """`ops` with `ROOFLINE_COLUMNS`: each op's cost row (by name; XLA ops by program and name) times
     its executions per step. Where several traced functions name the same op, the function that holds
     the most of the step's ops is the one that ran. A fused op takes its chain's costs.
@@ -292,10 +335,14 @@ def attach_costs(ops: pd.DataFrame, costs: pd.DataFrame | None, device: str,
         kind[at] = np.where(fused, "matrix", rows["kind"].astype(object).fillna("").astype(str)).astype(object)
         xla = rows["_program"].to_numpy(dtype=float) >= 0
         # "jit_dot(49)", as XLA names its programs: one name often runs as several programs
-        program[at[xla]] = [f"{name}({int(key)})" for name, key in zip(rows.loc[xla, "function"].astype(str),
-                                                                       rows.loc[xla, "_program"])]
-    executions = ops["executions_per_step"].to_numpy(dtype=float) if "executions_per_step" in ops \
+        program[at[xla]] = [
+            f"{name}({int(key)})" for name, key in zip(rows.loc[xla, "function"].astype(str), rows.loc[xla, "_program"])
+        ]
+    executions = (
+        ops["executions_per_step"].to_numpy(dtype=float)
+        if "executions_per_step" in ops
         else ops["count_per_step"].to_numpy(dtype=float)
+    )
     seconds = ops["ms_per_step"].to_numpy(dtype=float) / 1e3
     per_step_flops, per_step_bytes = flops * executions, nbytes * executions
     ops["program"], ops["dtype"], ops["kind"] = program, dtype, kind
@@ -325,13 +372,17 @@ def _kernels(ops: pd.DataFrame, device: str, implementations: pd.DataFrame | Non
         library = np.where(types.str.startswith("_Mkl"), "oneDNN", "Eigen").astype(object)
         if implementations is None or implementations.empty or ops.empty:
             return library
-        named = ops[["op", "type", "ms_per_step"]].astype({"op": str, "type": str}).merge(
-            implementations, on=["op", "type"], how="left", sort=False)
+        named = (
+            ops[["op", "type", "ms_per_step"]]
+            .astype({"op": str, "type": str})
+            .merge(implementations, on=["op", "type"], how="left", sort=False)
+        )
         implementation = named["implementation"].fillna("").astype(str).to_numpy(dtype=object)
         # An op outside oneDNN's `_Mkl` types (Eigen's, calling oneDNN's gemm) is named by oneDNN only
         # where oneDNN's time is at least half the op's: a stray execution names nothing.
-        mostly = (named["onednn_ms_per_step"].to_numpy(dtype=float)
-                  >= ONEDNN_MIN_SHARE * named["ms_per_step"].to_numpy(dtype=float))
+        mostly = named["onednn_ms_per_step"].to_numpy(dtype=float) >= ONEDNN_MIN_SHARE * named["ms_per_step"].to_numpy(
+            dtype=float
+        )
         use = (implementation != "") & ((library == "oneDNN") | mostly)
         return np.where(use, "oneDNN " + implementation, library).astype(object)
     return ops["kernel"].astype(object).fillna("").astype(str).to_numpy(dtype=object)
@@ -361,13 +412,20 @@ def _chosen_rows(ops: pd.DataFrame, costs: pd.DataFrame) -> pd.DataFrame:
     present = costs[costs["op"].isin(set(names) | set(inner))]
     coverage = present.groupby("function")["op"].nunique()
     costs["_rank"] = -costs["function"].map(coverage).fillna(0).to_numpy(dtype=float)
-    wanted = pd.DataFrame({"_op_index": np.arange(len(ops)), "op": names.to_numpy(), "_inlined": False,
-                           "_trace_type": ops["type"].astype(str).to_numpy(),
-                           "_op_program": _program_keys(ops["program_id"]) if "program_id" in ops else -1.0})
+    wanted = pd.DataFrame(
+        {
+            "_op_index": np.arange(len(ops)),
+            "op": names.to_numpy(),
+            "_inlined": False,
+            "_trace_type": ops["type"].astype(str).to_numpy(),
+            "_op_program": _program_keys(ops["program_id"]) if "program_id" in ops else -1.0,
+        }
+    )
     # The name the op has in its own function's graph, where the trace's is an inlined one: the exact name first.
     renamed = inner != names
-    wanted = pd.concat([wanted, wanted[renamed.to_numpy()].assign(op=inner[renamed].to_numpy(), _inlined=True)],
-                       ignore_index=True)
+    wanted = pd.concat(
+        [wanted, wanted[renamed.to_numpy()].assign(op=inner[renamed].to_numpy(), _inlined=True)], ignore_index=True
+    )
     matched = wanted.merge(costs, on="op", how="inner", sort=False)
     # An op of a known program takes that program's row only; one of none, any row of its name.
     matched = matched[(matched["_op_program"] < 0) | (matched["_program"] == matched["_op_program"])]
@@ -376,8 +434,13 @@ def _chosen_rows(ops: pd.DataFrame, costs: pd.DataFrame) -> pd.DataFrame:
     keep = [a == "XLA" or fits[(a, b)] for a, b in zip(matched["_trace_type"], matched["type"])]
     matched = matched[np.asarray(keep, dtype=bool)] if len(matched) else matched
     matched = matched.sort_values(["_op_index", "_inlined", "_rank"], kind="stable").drop_duplicates("_op_index")
-    fused_op = np.asarray([bool(FUSED_TYPE_RE.search(a)) and not FUSED_TYPE_RE.search(b)
-                           for a, b in zip(matched["_trace_type"], matched["type"])], dtype=bool)
+    fused_op = np.asarray(
+        [
+            bool(FUSED_TYPE_RE.search(a)) and not FUSED_TYPE_RE.search(b)
+            for a, b in zip(matched["_trace_type"], matched["type"])
+        ],
+        dtype=bool,
+    )
     chain = pd.to_numeric(matched["chain_flops"], errors="coerce").notna().to_numpy()
     matrix = (matched["kind"] == "matrix").to_numpy()
     # A fused op takes its chain's costs; named after its matrix op, that op's own (the bias and
@@ -396,7 +459,7 @@ _INLINED_RE = re.compile(r"^(?:.*/)?(?:(?:Stateful)?PartitionedCall(?:_\d+)?|(?:
 def graph_name(trace_name: str) -> str:
     """The op's name in the graph of the innermost function it ran in (the trace's name if none)."""
     match = _INLINED_RE.match(trace_name)
-    return trace_name[match.end():] if match else trace_name
+    return trace_name[match.end() :] if match else trace_name
 
 
 def _type_fits(trace_type: str, graph_type: str) -> bool:
@@ -459,14 +522,31 @@ def below_roofline(ops: pd.DataFrame) -> tuple[BelowRoofline, ...]:
         return ()
     lost = low["ms_per_step"] * (1 - low["ceiling_pct"] / 100.0)
     low = low.assign(_lost=lost).sort_values("_lost", ascending=False, kind="stable").head(BELOW_ROOFLINE_SHOWN)
-    return tuple(BelowRoofline(str(r.op), str(r.type), str(r.kind), str(r.dtype), str(r.bound), str(r.kernel),
-                               float(r.ceiling_pct), float(r.ms_per_step), float(r.compute_pct),
-                               float(r.flops_per_second), str(getattr(r, "program", "") or ""))
-                 for r in low.itertuples(index=False))
+    return tuple(
+        BelowRoofline(
+            str(r.op),
+            str(r.type),
+            str(r.kind),
+            str(r.dtype),
+            str(r.bound),
+            str(r.kernel),
+            float(r.ceiling_pct),
+            float(r.ms_per_step),
+            float(r.compute_pct),
+            float(r.flops_per_second),
+            str(getattr(r, "program", "") or ""),
+        )
+        for r in low.itertuples(index=False)
+    )
 
 
-def summary(ops: pd.DataFrame, ceilings: Ceilings | None, model_flops_per_step: float, costs_known: bool,
-            refused: tuple[str, ...] = ()) -> dict | None:
+def summary(
+    ops: pd.DataFrame,
+    ceilings: Ceilings | None,
+    model_flops_per_step: float,
+    costs_known: bool,
+    refused: tuple[str, ...] = (),
+) -> dict | None:
     """The roofline's JSON summary (`roofline`), or None when no op has a known cost and nothing is
     said about it; `refused` says which ceilings `refuse_beaten` took out. The achieved rate is the
     costed ops' FLOPs over those ops' own time: the ops without known costs hold the rest of the
@@ -485,8 +565,11 @@ def summary(ops: pd.DataFrame, ceilings: Ceilings | None, model_flops_per_step: 
         "bytes_per_step": float(ops.loc[known, "bytes_per_step"].sum()) if known.any() else math.nan,
         "known_time_pct": known_pct,
         "model_flops_per_step": model_flops_per_step,
-        "flops_gap_pct": (100.0 * (flops - model_flops_per_step) / model_flops_per_step
-                          if model_flops_per_step > 0 and flops == flops else math.nan),
+        "flops_gap_pct": (
+            100.0 * (flops - model_flops_per_step) / model_flops_per_step
+            if model_flops_per_step > 0 and flops == flops
+            else math.nan
+        ),
         "dtype": "",
         "achieved_flops_per_second": math.nan,
         "achieved_over": None,
@@ -499,45 +582,66 @@ def summary(ops: pd.DataFrame, ceilings: Ceilings | None, model_flops_per_step: 
         achieved = flops / (known_ms / 1e3)
         out["dtype"], out["achieved_flops_per_second"] = dtype, achieved
         out["achieved_over"] = f"over {known_pct:.0f} % of op time that has known costs"
-        peak = ceilings.of(dtype).get("matrix_flops_per_second", math.nan) if ceilings is not None and dtype else math.nan
+        peak = (
+            ceilings.of(dtype).get("matrix_flops_per_second", math.nan) if ceilings is not None and dtype else math.nan
+        )
         out["mfu_pct"] = 100.0 * achieved / peak if _finite(peak) else math.nan
     compute = ("matrix_flops_per_second", "vector_flops_per_second")
-    given = sorted(d for d, values in (ceilings.by_dtype.items() if ceilings is not None else ())
-                   if d != ANY_DTYPE and any(_finite(values.get(k)) for k in compute))
+    given = sorted(
+        d
+        for d, values in (ceilings.by_dtype.items() if ceilings is not None else ())
+        if d != ANY_DTYPE and any(_finite(values.get(k)) for k in compute)
+    )
     costed = sorted(set(ops.loc[known & (ops["dtype"] != ""), "dtype"].astype(str)))
     uncovered = [d for d in costed if not any(_finite(ceilings.of(d).get(k)) for k in compute)] if ceilings else []
     if given and uncovered:
-        out["notes"].append(f"no ceiling for {', '.join(uncovered)}, the dtype of ops with known costs (ceilings are "
-                            f"given for {', '.join(given)} only): those ops' shares of a ceiling are not given")
+        out["notes"].append(
+            f"no ceiling for {', '.join(uncovered)}, the dtype of ops with known costs (ceilings are "
+            f"given for {', '.join(given)} only): those ops' shares of a ceiling are not given"
+        )
     if not costs_known and not known.any():
-        out["notes"].append("no op costs: the run has no op_costs.csv and the trace carries no HLO shapes, so FLOPs "
-                            "and bytes per op are unknown (not guessed)")
-    elif not refused and (ceilings is None or not any(_finite(values.get("matrix_flops_per_second"))
-                                                      for values in ceilings.by_dtype.values())):
-        stated = " (the memory ceiling is the device's stated bandwidth)" if ceilings is not None and ceilings.known() else ""
-        out["notes"].append(f"compute ceilings unknown: no measured peak for this device{stated}, so no op's share "
-                            "of its ceiling is given; measure one (devprof peak, then devprof run --measure-peak) or "
-                            "give it (devprof analyze --peak-file FILE or --peak-tflops TFLOPS)")
+        out["notes"].append(
+            "no op costs: the run has no op_costs.csv and the trace carries no HLO shapes, so FLOPs "
+            "and bytes per op are unknown (not guessed)"
+        )
+    elif not refused and (
+        ceilings is None
+        or not any(_finite(values.get("matrix_flops_per_second")) for values in ceilings.by_dtype.values())
+    ):
+        stated = (
+            " (the memory ceiling is the device's stated bandwidth)"
+            if ceilings is not None and ceilings.known()
+            else ""
+        )
+        out["notes"].append(
+            f"compute ceilings unknown: no measured peak for this device{stated}, so no op's share "
+            "of its ceiling is given; measure one (devprof peak, then devprof run --measure-peak) or "
+            "give it (devprof analyze --peak-file FILE or --peak-tflops TFLOPS)"
+        )
     return out
 
 
 # ---------------------------------------------------------------- one worker's ops on its ceilings
 
-def ops_on_the_roofline(inputs: RunInputs, used: pd.DataFrame, device: str, peak: Ceilings | None
-                         ) -> tuple[pd.DataFrame, dict | None]:
+
+def ops_on_the_roofline(
+    inputs: RunInputs, used: pd.DataFrame, device: str, peak: Ceilings | None
+) -> tuple[pd.DataFrame, dict | None]:
     """The op table of the `used` steps with each op's costs and share of its ceiling, and the
     roofline summary. The ceilings: `peak` (the user's), else the run's measured peak, a CPU one
     scaled to this worker's share of the cores; a peak and a bandwidth the trace states fill in what
     neither gives; a compute ceiling the ops beat is refused, with a warning."""
     view = inputs.trace
     ops = op_table(view, used, device) if view is not None else pd.DataFrame(columns=OP_COLUMNS + OP_KEYS)
-    implementations = (onednn.op_implementations(view, used, inputs.onednn)
-                       if view is not None and device == "cpu" and inputs.onednn is not None else None)
+    implementations = (
+        onednn.op_implementations(view, used, inputs.onednn)
+        if view is not None and device == "cpu" and inputs.onednn is not None
+        else None
+    )
     ops = attach_costs(ops, inputs.op_costs, device, implementations)
     dtypes = sorted(set(ops["dtype"]) - {""})
     run = inputs.run
-    ceilings = peak if peak is not None else ceilings_from_peak(run.peak if run is not None else None,
-                                                                           "run.json peak")
+    ceilings = peak if peak is not None else ceilings_from_peak(run.peak if run is not None else None, "run.json peak")
     ceilings = ceilings.for_dtypes(dtypes) if ceilings is not None else None
     if device == "cpu" and run is not None:
         ceilings = for_worker_cores(ceilings, *_worker_cores(run))
@@ -547,8 +651,9 @@ def ops_on_the_roofline(inputs: RunInputs, used: pd.DataFrame, device: str, peak
     for sentence in refused:
         run_files.warn(f"roofline: {sentence}")
     ops = apply_ceilings(ops, ceilings)
-    return ops, summary(ops, ceilings, _model_flops_per_step(run),
-                        inputs.op_costs is not None and not inputs.op_costs.empty, refused)
+    return ops, summary(
+        ops, ceilings, _model_flops_per_step(run), inputs.op_costs is not None and not inputs.op_costs.empty, refused
+    )
 
 
 def _worker_cores(run: RunRecord) -> tuple[float, float]:
@@ -562,19 +667,19 @@ def _worker_cores(run: RunRecord) -> tuple[float, float]:
     return float(threads), float(cores) if isinstance(cores, number) and cores > 0 else math.nan
 
 
-
-def measured_matrix_ceilings(inputs: RunInputs, peak: Ceilings | None
-                              ) -> tuple[dict[str, float], str | None, tuple]:
+def measured_matrix_ceilings(inputs: RunInputs, peak: Ceilings | None) -> tuple[dict[str, float], str | None, tuple]:
     """The matrix FLOP/s measured (or given) per dtype, their source, and what the smallest matrix ops
     `devprof peak` timed reached per dtype: what precision advice compares. A ceiling given for every
     dtype at once, or stated by the trace, says nothing of one dtype against another."""
     run = inputs.run
-    ceilings = peak if peak is not None else ceilings_from_peak(run.peak if run is not None else None,
-                                                                           "run.json peak")
+    ceilings = peak if peak is not None else ceilings_from_peak(run.peak if run is not None else None, "run.json peak")
     if ceilings is None:
         return {}, None, ()
-    rates = {dtype: values.get("matrix_flops_per_second", math.nan) for dtype, values in ceilings.by_dtype.items()
-             if dtype != ANY_DTYPE}
+    rates = {
+        dtype: values.get("matrix_flops_per_second", math.nan)
+        for dtype, values in ceilings.by_dtype.items()
+        if dtype != ANY_DTYPE
+    }
     small = smallest_matrix_rates(run.peak) if peak is None and run is not None else ()
     return rates, ceilings.source, small
 
@@ -588,5 +693,3 @@ def _model_flops_per_step(run: RunRecord | None) -> float:
     if not isinstance(per_image, (int, float)) or not isinstance(batch, (int, float)) or per_image <= 0 or batch <= 0:
         return math.nan
     return float(per_image) * float(batch)
-
-

@@ -26,8 +26,9 @@ OUTLIER_COLUMNS = ["step", "step_ms", "cause", "excess_ms"]
 
 def _parts(steps: pd.DataFrame, device_ms: pd.Series | None) -> pd.DataFrame:
     """The parts each cause is read from, one column per cause (parts the table lacks are left out)."""
-    parts = pd.DataFrame({cause: steps[column].astype(float) for column, cause in CAUSES.items() if column in steps},
-                         index=steps.index)
+    parts = pd.DataFrame(
+        {cause: steps[column].astype(float) for column, cause in CAUSES.items() if column in steps}, index=steps.index
+    )
     if device_ms is not None:
         device = device_ms.reindex(steps.index)
         if device.notna().all():  # one basis for every step, or none
@@ -50,9 +51,14 @@ def outliers(steps: pd.DataFrame, device_ms: pd.Series | None = None) -> pd.Data
     excess = parts.loc[slow.index] - parts.median()
     values = excess.to_numpy(dtype=float)
     largest = np.argmax(np.where(np.isnan(values), -np.inf, values), axis=1)
-    frame = pd.DataFrame({"step": slow["step"].to_numpy(), "step_ms": slow["step_ms"].to_numpy(dtype=float),
-                          "cause": np.asarray(excess.columns)[largest],
-                          "excess_ms": values[np.arange(len(values)), largest]})
+    frame = pd.DataFrame(
+        {
+            "step": slow["step"].to_numpy(),
+            "step_ms": slow["step_ms"].to_numpy(dtype=float),
+            "cause": np.asarray(excess.columns)[largest],
+            "excess_ms": values[np.arange(len(values)), largest],
+        }
+    )
     return frame.sort_values("step_ms", ascending=False, kind="stable").reset_index(drop=True)
 
 
@@ -63,6 +69,11 @@ def spread(steps: pd.DataFrame, device_ms: pd.Series | None = None) -> dict | No
         return None
     step_ms = steps["step_ms"].to_numpy(dtype=float)
     slow = outliers(steps, device_ms)
-    return {"median_ms": float(np.median(step_ms)), "p90_ms": float(np.percentile(step_ms, 90)),
-            "outliers": [{"step": int(step), "step_ms": float(ms), "cause": str(cause), "excess_ms": float(excess)}
-                         for step, ms, cause, excess in slow.itertuples(index=False)]}
+    return {
+        "median_ms": float(np.median(step_ms)),
+        "p90_ms": float(np.percentile(step_ms, 90)),
+        "outliers": [
+            {"step": int(step), "step_ms": float(ms), "cause": str(cause), "excess_ms": float(excess)}
+            for step, ms, cause, excess in slow.itertuples(index=False)
+        ],
+    }

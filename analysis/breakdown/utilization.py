@@ -75,8 +75,11 @@ def headline(summaries: dict) -> dict[str, float]:
 # Per-step columns: the host's CPU and memory under the names host.csv uses, and each kind of
 # device sampler's main figures (several GPUs: the mean utilization, the largest memory).
 STEP_HOST_COLUMNS = ("cpu_pct", "proc_cpu_pct", "proc_rss_bytes", "mem_used_bytes")
-STEP_DEVICE_COLUMNS = {"gpu_util_pct": ("gpu_util_pct", "mean"), "gpu_mem_used_bytes": ("mem_used_bytes", "max"),
-                       "mxu_util_pct": ("mxu_util_pct", "mean")}
+STEP_DEVICE_COLUMNS = {
+    "gpu_util_pct": ("gpu_util_pct", "mean"),
+    "gpu_mem_used_bytes": ("mem_used_bytes", "max"),
+    "mxu_util_pct": ("mxu_util_pct", "mean"),
+}
 
 
 def window_means(frame: pd.DataFrame, column: str, starts_s: np.ndarray, ends_s: np.ndarray) -> np.ndarray:
@@ -105,8 +108,9 @@ def window_means(frame: pd.DataFrame, column: str, starts_s: np.ndarray, ends_s:
     with np.errstate(invalid="ignore", divide="ignore"):
         means = (integral(hi) - integral(lo)) / covered
     inside = np.clip(np.searchsorted(ends, lo, side="left"), 0, ends.size - 1)
-    means = np.where(covered > 0, means, np.where((starts_s >= begins[0]) & (starts_s <= ends[-1]), held[inside],
-                                                  np.nan))
+    means = np.where(
+        covered > 0, means, np.where((starts_s >= begins[0]) & (starts_s <= ends[-1]), held[inside], np.nan)
+    )
     return means
 
 
@@ -124,8 +128,11 @@ def per_window(samplers: dict[str, pd.DataFrame], starts_s, ends_s) -> tuple[pd.
                 if column in frame:
                     out[column] = window_means(frame, column, starts_s, ends_s)
     for target, (column, combine) in STEP_DEVICE_COLUMNS.items():
-        per_device = [window_means(frame, column, starts_s, ends_s) for name, frame in samplers.items()
-                      if name != "host" and column in frame and TIME_COLUMN in frame and len(frame) >= 2]
+        per_device = [
+            window_means(frame, column, starts_s, ends_s)
+            for name, frame in samplers.items()
+            if name != "host" and column in frame and TIME_COLUMN in frame and len(frame) >= 2
+        ]
         if per_device:
             stacked = np.vstack(per_device)
             with np.errstate(all="ignore"):
@@ -141,12 +148,17 @@ def trace_clock_offset_s(steps: pd.DataFrame, table: pd.DataFrame) -> float | No
     common = steps["step"].isin(table.index)
     if not common.any():
         return None
-    return float((table.loc[steps.loc[common, "step"], "start_time_s"].to_numpy()
-                  - steps.loc[common, "start_ns"].to_numpy() / 1e9).mean())
+    return float(
+        (
+            table.loc[steps.loc[common, "step"], "start_time_s"].to_numpy()
+            - steps.loc[common, "start_ns"].to_numpy() / 1e9
+        ).mean()
+    )
 
 
-def steps_with_utilization(steps: pd.DataFrame, steps_table: pd.DataFrame | None, samplers: dict[str, pd.DataFrame],
-                           from_csv: bool) -> tuple[pd.DataFrame, str | None]:
+def steps_with_utilization(
+    steps: pd.DataFrame, steps_table: pd.DataFrame | None, samplers: dict[str, pd.DataFrame], from_csv: bool
+) -> tuple[pd.DataFrame, str | None]:
     """(the steps with the samplers' time-weighted means over each step, a note on their resolution).
     A trace's clock is put on the samplers' wall clock by the steps both it and steps.csv hold."""
     if not samplers or steps_table is None:
@@ -169,8 +181,10 @@ def steps_with_utilization(steps: pd.DataFrame, steps_table: pd.DataFrame | None
     if not len(steps) or resolution_ms != resolution_ms:
         return steps, None
     shorter = float(steps["step_ms"].median()) < resolution_ms
-    return steps, (f"utilization per step from samples every {resolution_ms:.0f} ms"
-                   + (": steps are shorter, so each takes the sample around it" if shorter else ""))
+    return steps, (
+        f"utilization per step from samples every {resolution_ms:.0f} ms"
+        + (": steps are shorter, so each takes the sample around it" if shorter else "")
+    )
 
 
 def evidence(summaries: dict) -> dict[str, float]:

@@ -8,13 +8,24 @@ from typing import Any
 
 import pandas as pd
 
-WORKER_KEYS = ["worker", "host", "step_ms", "input_ms", "compute_ms", "host_ms", "collective_ms", "steps_used",
-               "own_noise_ms", "proc_cpu_mean_pct"]
+WORKER_KEYS = [
+    "worker",
+    "host",
+    "step_ms",
+    "input_ms",
+    "compute_ms",
+    "host_ms",
+    "collective_ms",
+    "steps_used",
+    "own_noise_ms",
+    "proc_cpu_mean_pct",
+]
 CAUSES = ("input", "compute", "host")
 
 
-def worker_row(worker: str | int, host: str, mean: dict, steps: pd.DataFrame | None = None,
-               proc_cpu_pct: float = math.nan) -> dict:
+def worker_row(
+    worker: str | int, host: str, mean: dict, steps: pd.DataFrame | None = None, proc_cpu_pct: float = math.nan
+) -> dict:
     """One worker: its mean step and parts, how many steady steps they average, the standard
     deviation of its step without collective wait over those steps, and its process's CPU."""
     row: dict[str, Any] = {"worker": worker, "host": host}
@@ -28,5 +39,3 @@ def worker_row(worker: str | int, host: str, mean: dict, steps: pd.DataFrame | N
         spread = steps[column].std(ddof=1) if steps is not None and column in steps and len(steps) > 1 else math.nan
         row[f"{part}_noise_ms"] = float(spread)
     return row
-
-

@@ -63,14 +63,15 @@ class Comparison(Rendered):
         return write_perfetto(self, path, events).path
 
 
-
 def write_perfetto(comparison: Comparison, path: str | Path, events: str = "ops"):
     """`Comparison.to_perfetto`, returning what the trace holds (`analysis.render.perfetto.Written`)."""
     from analysis import timeline
 
-    runs = [(str(run), functools.partial(analyze, where, processes=1))
-            for run, where in zip(comparison.table["run"], comparison.table["path"])
-            if isinstance(where, str) and where]  # a timing measured elsewhere has no timeline
+    runs = [
+        (str(run), functools.partial(analyze, where, processes=1))
+        for run, where in zip(comparison.table["run"], comparison.table["path"])
+        if isinstance(where, str) and where
+    ]  # a timing measured elsewhere has no timeline
     return timeline.write_runs(runs, path, analyze_inputs, events)
 
 
@@ -89,9 +90,11 @@ def _read_runs(runs, externals=()) -> dict[Path, RunRead]:
     skipped = [path for path in runs if path.is_dir() and not (path / run_files.RUN_JSON).is_file()]
     if skipped and len(skipped) < len(runs) + len(externals):
         why = {path: ", ".join(run_files.irregular_run_files(path)) or "no run.json" for path in skipped}
-        run_files.warn(f"skipped {len(skipped)} folder{'s' if len(skipped) > 1 else ''} that "
-                       f"{'are' if len(skipped) > 1 else 'is'} not a run directory: "
-                       f"{', '.join(f'{path} ({why[path]})' for path in skipped)}")
+        run_files.warn(
+            f"skipped {len(skipped)} folder{'s' if len(skipped) > 1 else ''} that "
+            f"{'are' if len(skipped) > 1 else 'is'} not a run directory: "
+            f"{', '.join(f'{path} ({why[path]})' for path in skipped)}"
+        )
         runs = [path for path in runs if path not in skipped]
     return {path: read_run(path) for path in _each_once(runs)}
 
@@ -151,9 +154,29 @@ def compare_paths(runs, externals=(), baseline: str | None = None, ops: bool = F
 
 
 __all__ = [
-    "COMPONENTS", "LABELS", "CompareError", "Comparison", "compare_paths", "advice", "compare", "compare_runs", "explain", "external_rows",
-    "flags_for", "op_diff_runs", "per_image_gaps", "pick_baseline", "plot_compare", "read_external", "read_run",
-    "run_row", "slower_than_baseline", "speedups", "steady_components",
+    "COMPONENTS",
+    "LABELS",
+    "CompareError",
+    "Comparison",
+    "compare_paths",
+    "advice",
+    "compare",
+    "compare_runs",
+    "explain",
+    "external_rows",
+    "flags_for",
+    "op_diff_runs",
+    "per_image_gaps",
+    "pick_baseline",
+    "plot_compare",
+    "read_external",
+    "read_run",
+    "run_row",
+    "slower_than_baseline",
+    "speedups",
+    "steady_components",
     "steady_epochs",
-    "suggest_steps_per_execution", "validate_external", "warnings",
+    "suggest_steps_per_execution",
+    "validate_external",
+    "warnings",
 ]

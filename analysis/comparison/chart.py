@@ -27,10 +27,17 @@ def chart_data(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     data = pd.DataFrame({part: table[f"{part}_s"] * scale for part in (*STACKED, "epoch_level")})
     data["total"] = table["seconds_per_epoch"] * scale
     data["label"] = [
-        f"{r['device']}{' (ext)' if r['external'] else ''}" + (f"\n{r['run']}" if r["run"] != r["device"] else "")
-        + (f"\n{r['images_per_epoch']:,.0f} images/epoch" if per_image and r["images_per_epoch"] == r["images_per_epoch"]
-           else "\nimages unknown" if per_image else "")
-        for _, r in table.iterrows()]
+        f"{r['device']}{' (ext)' if r['external'] else ''}"
+        + (f"\n{r['run']}" if r["run"] != r["device"] else "")
+        + (
+            f"\n{r['images_per_epoch']:,.0f} images/epoch"
+            if per_image and r["images_per_epoch"] == r["images_per_epoch"]
+            else "\nimages unknown"
+            if per_image
+            else ""
+        )
+        for _, r in table.iterrows()
+    ]
     return data, ("ms per image" if per_image else "seconds per epoch")
 
 
@@ -49,8 +56,14 @@ def plot_compare(table: pd.DataFrame, path: str | Path, named: bool = False) -> 
     ax.barh(y, level, left=left, color="#7f7f7f", label="epoch-level work" if level.any() else None)
     no_parts = table["input_s"].isna().to_numpy()
     if no_parts.any():
-        ax.barh(y[no_parts], data["total"].fillna(0.0).to_numpy()[no_parts], color="white", edgecolor="black",
-                hatch="//", label="no breakdown")
+        ax.barh(
+            y[no_parts],
+            data["total"].fillna(0.0).to_numpy()[no_parts],
+            color="white",
+            edgecolor="black",
+            hatch="//",
+            label="no breakdown",
+        )
     short = "ms" if unit == "ms per image" else "s"
     for yi, total in zip(y, data["total"]):
         if total == total:
@@ -59,7 +72,10 @@ def plot_compare(table: pd.DataFrame, path: str | Path, named: bool = False) -> 
     ax.set_yticklabels(data["label"], fontsize="small")
     ax.invert_yaxis()
     ax.set_xlabel(unit)
-    ax.set_title("Seconds per epoch by device" if unit == "seconds per epoch"
-                 else "Milliseconds per image by device (runs train different numbers of images per epoch)")
+    ax.set_title(
+        "Seconds per epoch by device"
+        if unit == "seconds per epoch"
+        else "Milliseconds per image by device (runs train different numbers of images per epoch)"
+    )
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="x-small")
     return plots.save(fig, path, named)

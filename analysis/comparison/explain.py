@@ -13,22 +13,39 @@ from analysis.rules.facts import Facts, make_facts
 from analysis.rules.table import classify, fix_for
 
 NO_GAP_SHARE = 0.01  # a per-image gap under 1 % of the fastest row's time is noise, not a finding
-LABELS = {"input": "input", "compute": "compute", "collective": "collective wait", "host": "host overhead",
-          "epoch_level": "epoch-level work (validation, iterator set-up)"}
+LABELS = {
+    "input": "input",
+    "compute": "compute",
+    "collective": "collective wait",
+    "host": "host overhead",
+    "epoch_level": "epoch-level work (validation, iterator set-up)",
+}
 
 
 def facts_of(row) -> Facts:
     """The rules' view of a row: shares of its epoch, its device and settings."""
     return make_facts(
-        input_pct=row.get("input_pct"), compute_pct=row.get("compute_pct"), host_pct=row.get("host_pct"),
+        input_pct=row.get("input_pct"),
+        compute_pct=row.get("compute_pct"),
+        host_pct=row.get("host_pct"),
         collective_pct=row.get("collective_pct"),
-        device=row.get("kind"), precision=row.get("precision"), jit_compile=row.get("jit_compile"),
-        steps_per_call=row.get("steps_per_call"), steps_per_epoch=row.get("steps_per_epoch"),
-        prefetches=row.get("prefetches"), mfu_pct=row.get("mfu_pct"), peak_dtype=row.get("peak_dtype"),
-        other_cpu_pct=row.get("other_cpu_mean_pct"), proc_cpu_pct=row.get("proc_cpu_mean_pct"),
-        cpu_cores=row.get("cpu_cores"), bfloat16_units=row.get("bfloat16_units"),
-        matrix_ceilings=row.get("matrix_flops_per_second"), ceilings_source="run.json peak",
-        device_mem_peak_bytes=row.get("device_mem_peak_bytes"), device_mem_total_bytes=row.get("device_mem_total_bytes"))
+        device=row.get("kind"),
+        precision=row.get("precision"),
+        jit_compile=row.get("jit_compile"),
+        steps_per_call=row.get("steps_per_call"),
+        steps_per_epoch=row.get("steps_per_epoch"),
+        prefetches=row.get("prefetches"),
+        mfu_pct=row.get("mfu_pct"),
+        peak_dtype=row.get("peak_dtype"),
+        other_cpu_pct=row.get("other_cpu_mean_pct"),
+        proc_cpu_pct=row.get("proc_cpu_mean_pct"),
+        cpu_cores=row.get("cpu_cores"),
+        bfloat16_units=row.get("bfloat16_units"),
+        matrix_ceilings=row.get("matrix_flops_per_second"),
+        ceilings_source="run.json peak",
+        device_mem_peak_bytes=row.get("device_mem_peak_bytes"),
+        device_mem_total_bytes=row.get("device_mem_total_bytes"),
+    )
 
 
 def with_findings(why: str, found: list[dict]) -> str:
@@ -53,21 +70,27 @@ def explain(row: dict | pd.Series, fastest: dict | pd.Series) -> str:
         bound, _ = classify(facts_of(row))
         assert bound is not None  # compute-bound applies to every row
         part = bound
-        return (f"{device}: fastest ({row['seconds_per_epoch']:.3g} s/epoch), {bound}-bound: "
-                f"{_parts_text(row)}; {advice(row, part)}")
+        return (
+            f"{device}: fastest ({row['seconds_per_epoch']:.3g} s/epoch), {bound}-bound: "
+            f"{_parts_text(row)}; {advice(row, part)}"
+        )
     ratio = _slower_ratio(row, fastest)
     if _same_images(row, fastest):
         numbers = f"{row['seconds_per_epoch']:.3g} vs {fastest['seconds_per_epoch']:.3g} s/epoch"
     else:
-        numbers = (f"{row['epoch_images_per_second']:.0f} vs {fastest['epoch_images_per_second']:.0f} images/s "
-                   "over whole epochs")
+        numbers = (
+            f"{row['epoch_images_per_second']:.0f} vs {fastest['epoch_images_per_second']:.0f} images/s "
+            "over whole epochs"
+        )
     head = f"{device}: {times(ratio)} slower than {other} ({numbers})"
     if not has_parts:
         return f"{head}; measured elsewhere, no breakdown: run it under 'devprof run' to see why"
     if not fastest_parts:
         part = max(COMPONENTS, key=lambda p: row[f"{p}_pct"])
-        return (f"{head}; the faster one has no breakdown; here {LABELS[part]} is {row[f'{part}_pct']:.0f} % "
-                f"of the epoch ({_parts_text(row)}); {advice(row, part)}")
+        return (
+            f"{head}; the faster one has no breakdown; here {LABELS[part]} is {row[f'{part}_pct']:.0f} % "
+            f"of the epoch ({_parts_text(row)}); {advice(row, part)}"
+        )
     # Runs that train different numbers of images: the training part is compared per image, and
     # epoch-level work (validation of a fixed set, iterator set-up) on its own, since per training
     # image it weighs more the fewer images an epoch trains.
@@ -79,26 +102,40 @@ def explain(row: dict | pd.Series, fastest: dict | pd.Series) -> str:
     gaps = {p: cost(row, p) - cost(fastest, p) for p in parts}
     total = sum(gaps.values())
     fastest_cost = sum(cost(fastest, p) for p in parts)
-    level = (f"; epoch-level work is apart, as the runs train different numbers of images: "
-             f"{row['epoch_level_s']:.3g} vs {fastest['epoch_level_s']:.3g} s per epoch") if separate else ""
+    level = (
+        (
+            f"; epoch-level work is apart, as the runs train different numbers of images: "
+            f"{row['epoch_level_s']:.3g} vs {fastest['epoch_level_s']:.3g} s per epoch"
+        )
+        if separate
+        else ""
+    )
     if not total > NO_GAP_SHARE * fastest_cost:
         if separate:
-            return (f"{head}; training costs the same per image ({sum(cost(row, p) for p in parts):.3g} vs "
-                    f"{fastest_cost:.3g} ms/image){level}; {advice(row, 'epoch_level')}")
-        return (f"{device}: as fast as {other} ({row['seconds_per_epoch']:.3g} vs "
-                f"{fastest['seconds_per_epoch']:.3g} s/epoch): no gap to explain")
+            return (
+                f"{head}; training costs the same per image ({sum(cost(row, p) for p in parts):.3g} vs "
+                f"{fastest_cost:.3g} ms/image){level}; {advice(row, 'epoch_level')}"
+            )
+        return (
+            f"{device}: as fast as {other} ({row['seconds_per_epoch']:.3g} vs "
+            f"{fastest['seconds_per_epoch']:.3g} s/epoch): no gap to explain"
+        )
     # Shares are of the parts that got slower, so each lies in 0-100 %; parts that got
     # faster are named as such instead of pushing another part's share past 100 %.
     slower = {p: g for p, g in gaps.items() if g > 0}
     part = max(slower, key=lambda name: slower[name])
     share = 100.0 * slower[part] / sum(slower.values())
     mine, theirs = cost(row, part), cost(fastest, part)
-    faster = [f"{_short(p)} {-g:.3g} {unit} faster" for p, g in gaps.items() if g < 0 and -g > NO_GAP_SHARE * fastest_cost]
+    faster = [
+        f"{_short(p)} {-g:.3g} {unit} faster" for p, g in gaps.items() if g < 0 and -g > NO_GAP_SHARE * fastest_cost
+    ]
     offset = f", while {' and '.join(faster)}" if faster else ""
     training = " of training" if separate else ""
-    return (f"{head}; {LABELS[part]} explains {share:.0f} % of the {total:.3g} {unit} gap{training} "
-            f"({mine:.3g} vs {theirs:.3g} {unit}; {row[f'{part}_pct']:.0f} % {_short(part)} in its epoch{offset})"
-            f"{level}; {_setting_advice(row, fastest, part) or advice(row, part)}")
+    return (
+        f"{head}; {LABELS[part]} explains {share:.0f} % of the {total:.3g} {unit} gap{training} "
+        f"({mine:.3g} vs {theirs:.3g} {unit}; {row[f'{part}_pct']:.0f} % {_short(part)} in its epoch{offset})"
+        f"{level}; {_setting_advice(row, fastest, part) or advice(row, part)}"
+    )
 
 
 def _setting_advice(row, fastest, part: str) -> str | None:
@@ -109,14 +146,20 @@ def _setting_advice(row, fastest, part: str) -> str | None:
     mine, theirs = bool(row.get("jit_compile")), bool(fastest.get("jit_compile"))
     if mine != theirs:
         if mine:
-            return ("the runs differ in XLA: this one compiles the step with XLA (`--jit-compile`, `jit_compile=True`) "
-                    "and the faster one does not: XLA is the slower setting on this device, so leave it off")
-        return ("the runs differ in XLA: the faster one compiles the step with XLA (`--jit-compile`, "
-                "`jit_compile=True`): turn it on")
+            return (
+                "the runs differ in XLA: this one compiles the step with XLA (`--jit-compile`, `jit_compile=True`) "
+                "and the faster one does not: XLA is the slower setting on this device, so leave it off"
+            )
+        return (
+            "the runs differ in XLA: the faster one compiles the step with XLA (`--jit-compile`, "
+            "`jit_compile=True`): turn it on"
+        )
     now, other = row.get("precision") or "float32", fastest.get("precision") or "float32"
     if now != other:
-        return (f"the runs differ in precision: this one computes in {now}, the faster one in {other}, which is the "
-                f"faster setting on this device: use {other}")
+        return (
+            f"the runs differ in precision: this one computes in {now}, the faster one in {other}, which is the "
+            f"faster setting on this device: use {other}"
+        )
     return None
 
 
@@ -166,5 +209,6 @@ def per_image_gaps(row, fastest) -> dict[str, float]:
 
 def _parts_text(row) -> str:
     """Each part's share of the epoch; the collective wait only where there is one (several workers or devices)."""
-    return ", ".join(f"{_short(p)} {row[f'{p}_pct']:.0f} %" for p in COMPONENTS
-                     if p != "collective" or row.get(f"{p}_pct", 0.0) > 0)
+    return ", ".join(
+        f"{_short(p)} {row[f'{p}_pct']:.0f} %" for p in COMPONENTS if p != "collective" or row.get(f"{p}_pct", 0.0) > 0
+    )

@@ -27,8 +27,10 @@ def slower_than_baseline(table: pd.DataFrame, baseline: int, pct: float) -> list
             continue
         slower = 100.0 * (row[column] / base[column] - 1.0)
         if slower > pct:
-            failed.append(f"{row['run']} is {slower:.1f} % slower than {base['run']} "
-                          f"({row[column]:.4g} vs {base[column]:.4g} {unit}, median steady step; limit {pct:g} %)")
+            failed.append(
+                f"{row['run']} is {slower:.1f} % slower than {base['run']} "
+                f"({row[column]:.4g} vs {base[column]:.4g} {unit}, median steady step; limit {pct:g} %)"
+            )
     return failed
 
 
@@ -50,5 +52,8 @@ def parse_limits(spec: str) -> dict[str, float]:
 
 def over_limits(mean: dict, limits: dict[str, float]) -> list[str]:
     """Parts of the mean step whose share is above its limit, one sentence each."""
-    return [f"{part} is {mean.get(f'{part}_pct', 0.0):.1f} % of step time, above the {limit:g} % limit"
-            for part, limit in limits.items() if mean.get(f"{part}_pct", 0.0) > limit]
+    return [
+        f"{part} is {mean.get(f'{part}_pct', 0.0):.1f} % of step time, above the {limit:g} % limit"
+        for part, limit in limits.items()
+        if mean.get(f"{part}_pct", 0.0) > limit
+    ]

@@ -37,15 +37,22 @@ def op_diff(a, b, a_batch: float = math.nan, b_batch: float = math.nan) -> tuple
     b_step = b.mean["step_ms"] / b.steps_per_call * scale_b
     a_ops, b_ops = _per_op(a.ops, scale_a), _per_op(b.ops, scale_b)
     merged = a_ops.join(b_ops, how="outer", lsuffix="_a", rsuffix="_b")
-    rows = pd.DataFrame({
-        "op": merged.index.astype(str),
-        "type": [_types(ta, tb) for ta, tb in zip(merged["type_a"], merged["type_b"])],
-        "a_ms": merged["ms_a"].fillna(0.0).to_numpy(),
-        "b_ms": merged["ms_b"].fillna(0.0).to_numpy(),
-        "only_in": np.where(merged["ms_a"].isna(), "b", np.where(merged["ms_b"].isna(), "a", NEITHER)),
-    })
-    outside = {"op": OUTSIDE_OPS, "type": "", "a_ms": a_step - rows["a_ms"].sum(), "b_ms": b_step - rows["b_ms"].sum(),
-               "only_in": None}
+    rows = pd.DataFrame(
+        {
+            "op": merged.index.astype(str),
+            "type": [_types(ta, tb) for ta, tb in zip(merged["type_a"], merged["type_b"])],
+            "a_ms": merged["ms_a"].fillna(0.0).to_numpy(),
+            "b_ms": merged["ms_b"].fillna(0.0).to_numpy(),
+            "only_in": np.where(merged["ms_a"].isna(), "b", np.where(merged["ms_b"].isna(), "a", NEITHER)),
+        }
+    )
+    outside = {
+        "op": OUTSIDE_OPS,
+        "type": "",
+        "a_ms": a_step - rows["a_ms"].sum(),
+        "b_ms": b_step - rows["b_ms"].sum(),
+        "only_in": None,
+    }
     rows = pd.concat([rows, pd.DataFrame([outside])], ignore_index=True)
     rows["delta_ms"] = rows["b_ms"] - rows["a_ms"]
     gap = b_step - a_step

@@ -113,8 +113,10 @@ def validate_external(frame: pd.DataFrame, source: str = "external CSV") -> pd.D
     frame = frame.rename(columns=lambda c: str(c).strip())
     missing = [c for c in EXTERNAL_REQUIRED if c not in frame.columns]
     if missing:
-        raise CompareError(f"{source}: missing column {', '.join(missing)} "
-                           "(expected device,seconds_per_epoch[,batch_size,images,notes])")
+        raise CompareError(
+            f"{source}: missing column {', '.join(missing)} "
+            "(expected device,seconds_per_epoch[,batch_size,images,notes])"
+        )
     if frame.empty:
         raise CompareError(f"{source}: no rows")
     out = pd.DataFrame({"device": frame["device"].astype(str).str.strip()})

@@ -23,8 +23,9 @@ def steady_epochs(epochs: pd.DataFrame) -> pd.DataFrame:
     return epochs.iloc[1:] if len(epochs) > 1 else epochs
 
 
-def steady_components(breakdown: pd.DataFrame, epochs_used: list[int], seconds_per_epoch: float,
-                      trace_mean: dict | None = None) -> dict[str, float]:
+def steady_components(
+    breakdown: pd.DataFrame, epochs_used: list[int], seconds_per_epoch: float, trace_mean: dict | None = None
+) -> dict[str, float]:
     """Seconds per epoch of input / compute / collective / host / epoch-level work in steady state.
 
     Shares are summed over the steady epochs of `epochs_mod.epoch_breakdown` and applied to
@@ -48,15 +49,15 @@ def steady_components(breakdown: pd.DataFrame, epochs_used: list[int], seconds_p
         compute_s = min(call_s, share * float(trace_mean["compute_ms"]))
         collective_s = min(call_s - compute_s, share * float(trace_mean.get("collective_ms") or 0.0))
     host_s = call_s - compute_s - collective_s + other_s
-    parts = {"input": input_s, "compute": compute_s, "collective": collective_s, "host": host_s,
-             "epoch_level": level_s}
+    parts = {"input": input_s, "compute": compute_s, "collective": collective_s, "host": host_s, "epoch_level": level_s}
     scale = seconds_per_epoch / total if total > 0 else float("nan")
     out = {}
     for part, seconds in parts.items():
         out[f"{part}_s"] = seconds * scale
         out[f"{part}_pct"] = 100.0 * seconds / total if total > 0 else float("nan")
-    assert math.isnan(scale) or math.isclose(sum(out[f"{p}_s"] for p in COMPONENTS), seconds_per_epoch,
-                                             rel_tol=1e-9), "components must add up to seconds per epoch"
+    assert math.isnan(scale) or math.isclose(sum(out[f"{p}_s"] for p in COMPONENTS), seconds_per_epoch, rel_tol=1e-9), (
+        "components must add up to seconds per epoch"
+    )
     return out
 
 
@@ -86,21 +87,29 @@ def run_row(run: RunRead) -> dict:
     images = float(steady["images"].median()) if "images" in steady else float("nan")
     train_seconds = float(steady["train_seconds"].median()) if "train_seconds" in steady else float("nan")
     row = {
-        "run": run.name, "path": run.path, "device": str(device.get("name") or device.get("kind") or "?"),
-        "kind": device.get("kind"), "external": False, "status": record.status,
-        "precision": config.get("precision", "float32"), "jit_compile": bool(config.get("jit_compile")),
+        "run": run.name,
+        "path": run.path,
+        "device": str(device.get("name") or device.get("kind") or "?"),
+        "kind": device.get("kind"),
+        "external": False,
+        "status": record.status,
+        "precision": config.get("precision", "float32"),
+        "jit_compile": bool(config.get("jit_compile")),
         "bfloat16_units": device.get("bfloat16_units") if isinstance(device.get("bfloat16_units"), list) else None,
         "batch_size": _num(config.get("batch_size")),
         "steps_per_call": int(config.get("steps_per_execution") or 1),
         "steps_per_epoch": _num(record.steps_per_epoch),
-        "epochs": int(len(epochs)), "epochs_used": [int(e) for e in steady["epoch"]],
-        "seconds_per_epoch": seconds, "images_per_epoch": images,
+        "epochs": int(len(epochs)),
+        "epochs_used": [int(e) for e in steady["epoch"]],
+        "seconds_per_epoch": seconds,
+        "images_per_epoch": images,
         "train_seconds_per_epoch": train_seconds,
         # as Keras and the console count it: training images over training time
         "images_per_second": images / train_seconds if train_seconds > 0 else float("nan"),
         # the whole epoch, validation included, like seconds_per_epoch (speed-ups use this)
         "epoch_images_per_second": images / seconds if seconds > 0 else float("nan"),
-        "compute_source": "none", "notes": run.trace_note or "",
+        "compute_source": "none",
+        "notes": run.trace_note or "",
         "prefetches": run.prefetches,
     }
     for part in COMPONENTS:
@@ -136,8 +145,12 @@ def measured_matrix_rates(peak: dict | None) -> dict[str, float]:
     ceilings = roofline.ceilings_from_peak(peak, "run.json peak")
     if ceilings is None:
         return {}
-    return {dtype: values["matrix_flops_per_second"] for dtype, values in ceilings.by_dtype.items()
-            if dtype != roofline.ANY_DTYPE and values.get("matrix_flops_per_second") == values.get("matrix_flops_per_second")}
+    return {
+        dtype: values["matrix_flops_per_second"]
+        for dtype, values in ceilings.by_dtype.items()
+        if dtype != roofline.ANY_DTYPE
+        and values.get("matrix_flops_per_second") == values.get("matrix_flops_per_second")
+    }
 
 
 # The ops' own FLOPs stand for the step's when the ops with known costs hold at least this share of op time.
@@ -157,8 +170,17 @@ def _flops_per_image(run: RunRead, batch_size: float) -> tuple[float, str]:
     return _num(record.model.get("train_flops_per_image")), "model"
 
 
-WORKER_SUBROW_KEYS = ("run", "seconds_per_epoch", "images_per_second", "input_pct", "compute_pct", "collective_pct",
-                      "host_pct", "epoch_level_pct", "cpu_util_mean_pct")
+WORKER_SUBROW_KEYS = (
+    "run",
+    "seconds_per_epoch",
+    "images_per_second",
+    "input_pct",
+    "compute_pct",
+    "collective_pct",
+    "host_pct",
+    "epoch_level_pct",
+    "cpu_util_mean_pct",
+)
 
 
 def _job_cpu(run: RunRead, row: dict) -> dict:
@@ -185,20 +207,47 @@ def external_rows(external: pd.DataFrame) -> list[dict]:
     for record in external.to_dict(orient="records"):
         seconds = float(record["seconds_per_epoch"])
         images = float(record.get("images", float("nan")))
-        row = {"run": record["device"], "path": None, "device": record["device"], "kind": None, "external": True,
-               "status": "external", "precision": None, "jit_compile": None, "bfloat16_units": None, "batch_size": float(record.get("batch_size", float("nan"))),
-               "steps_per_call": None, "steps_per_epoch": float("nan"), "epochs": None, "epochs_used": [],
-               "seconds_per_epoch": seconds, "images_per_epoch": images, "train_seconds_per_epoch": float("nan"),
-               "images_per_second": float("nan"), "epoch_images_per_second": images / seconds,
-               "compute_source": "none", "notes": record.get("notes") or "",
-               "median_step_ms": float("nan"), "median_ms_per_image": float("nan"), "workers": [],
-               "prefetches": None}
+        row = {
+            "run": record["device"],
+            "path": None,
+            "device": record["device"],
+            "kind": None,
+            "external": True,
+            "status": "external",
+            "precision": None,
+            "jit_compile": None,
+            "bfloat16_units": None,
+            "batch_size": float(record.get("batch_size", float("nan"))),
+            "steps_per_call": None,
+            "steps_per_epoch": float("nan"),
+            "epochs": None,
+            "epochs_used": [],
+            "seconds_per_epoch": seconds,
+            "images_per_epoch": images,
+            "train_seconds_per_epoch": float("nan"),
+            "images_per_second": float("nan"),
+            "epoch_images_per_second": images / seconds,
+            "compute_source": "none",
+            "notes": record.get("notes") or "",
+            "median_step_ms": float("nan"),
+            "median_ms_per_image": float("nan"),
+            "workers": [],
+            "prefetches": None,
+        }
         for part in COMPONENTS:
             row[f"{part}_s"] = row[f"{part}_pct"] = float("nan")
         row.update(headline({}))
-        row.update({"train_flops_per_image": float("nan"), "flops_source": None, "achieved_flops_per_second": float("nan"),
-                    "peak_flops_per_second": float("nan"), "peak_dtype": None, "mfu_pct": float("nan"),
-                    "matrix_flops_per_second": {}})
+        row.update(
+            {
+                "train_flops_per_image": float("nan"),
+                "flops_source": None,
+                "achieved_flops_per_second": float("nan"),
+                "peak_flops_per_second": float("nan"),
+                "peak_dtype": None,
+                "mfu_pct": float("nan"),
+                "matrix_flops_per_second": {},
+            }
+        )
         rows.append(row)
     return rows
 

@@ -17,14 +17,19 @@ def pick_baseline(table: pd.DataFrame, baseline: str | None = None) -> int:
     if baseline is not None:
         wanted = baseline.strip()
         stripped = wanted.rstrip("/")
-        matches = [i for i, row in table.iterrows()
-                   if wanted in (row["run"], row["path"]) or stripped in (row["run"], row["path"])
-                   or (isinstance(row["path"], str) and Path(row["path"]) == Path(stripped))]  # external: no path
+        matches = [
+            i
+            for i, row in table.iterrows()
+            if wanted in (row["run"], row["path"])
+            or stripped in (row["run"], row["path"])
+            or (isinstance(row["path"], str) and Path(row["path"]) == Path(stripped))
+        ]  # external: no path
         if not matches:
             matches = [i for i, row in table.iterrows() if str(row["device"]).lower() == wanted.lower()]
         if not matches:
-            raise CompareError(f"--baseline {baseline!r} matches no run or device; "
-                               f"choose one of: {', '.join(map(str, table['run']))}")
+            raise CompareError(
+                f"--baseline {baseline!r} matches no run or device; choose one of: {', '.join(map(str, table['run']))}"
+            )
         if len(matches) > 1:
             raise CompareError(f"--baseline {baseline!r} matches {len(matches)} rows; name the run directory instead")
         return matches[0]
@@ -74,8 +79,7 @@ def compare(rows: list[dict], baseline: str | None = None) -> pd.DataFrame:
     table["baseline"] = table.index == base
     for part in COMPONENTS:
         table[f"{part}_ms_per_image"] = 1000.0 * table[f"{part}_s"] / table["images_per_epoch"]
-    table["bound"] = [classify(facts_of(r))[0] if not pd.isna(r["input_pct"]) else None
-                      for _, r in table.iterrows()]
+    table["bound"] = [classify(facts_of(r))[0] if not pd.isna(r["input_pct"]) else None for _, r in table.iterrows()]
     table["flags"] = flags_for(table, base)
     repeated = table["device"].duplicated(keep=False)
     table["label"] = table["device"].where(~repeated, table["run"])  # same device twice: name the runs

@@ -142,4 +142,3 @@ class Helpers:
             self.plots.close()
             self.plots = None
         self._waiting = []
-

@@ -73,8 +73,9 @@ class Child:
             self.close()
             return False
 
-    def result(self, place: Placer | None = None, timeout_s: float | None = None
-               ) -> tuple[object, list[Warning]] | None:
+    def result(
+        self, place: Placer | None = None, timeout_s: float | None = None
+    ) -> tuple[object, list[Warning]] | None:
         """The child's answer and the warnings its work raised, or None where it gave none (it failed, was
         killed, or never started). `place(sizes)`: where its out-of-band buffers (their sizes in bytes, in
         pickling order) are to be read, writable memoryviews of those sizes, or None for buffers of their own.
@@ -179,7 +180,7 @@ def _send(fd: int, value: object) -> None:
 def _write(fd: int, data) -> None:
     view = memoryview(data).cast("B")
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _receive(fd: int, place: Placer | None = None) -> object:

@@ -76,7 +76,6 @@ def matches(names: pd.Series, pattern: re.Pattern, *, search: bool = False) -> p
     return pd.Series(hit[codes] & (codes >= 0), index=names.index)
 
 
-
 @functools.cache
 def pattern(meaning: str) -> re.Pattern:
     """One case-insensitive pattern for a meaning, across all producers (matches nothing if none has it)."""
@@ -119,8 +118,11 @@ def program_of(host) -> str:
     names = host["name"]
     if names.isin(step_markers()[1:]).any() or matches(names, KERAS_FUNCTION, search=True).any():
         return "keras"
-    tensorflow = host["tf_function_call"].notna().any() or matches(names, pattern("host_input")).any() \
+    tensorflow = (
+        host["tf_function_call"].notna().any()
+        or matches(names, pattern("host_input")).any()
         or matches(names, pattern("eager_wrapper")).any()
+    )
     if tensorflow:
         return "tensorflow"
     if matches(names, pattern("program")).any():

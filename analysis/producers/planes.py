@@ -12,9 +12,21 @@ HOST_PLANE = re.compile(r"^/host:")
 DEVICE_PLANE = re.compile(r"^/device:(GPU|TPU)(?::|_)", re.IGNORECASE)
 STREAM_LINE = re.compile(r"^Stream #\d+")
 DERIVED_LINE_MIN_ID = 0xDEADBEEF
-DERIVED_LINE_NAMES = frozenset({
-    "Steps", "XLA Modules", "XLA Ops", "TensorFlow Ops", "TensorFlow Name Scope", "Launch Stats",
-    "Framework Ops", "Framework Name Scope", "Source code", "XLA TraceMe", "Async XLA Ops", "Sparse Core Steps",
-})
+DERIVED_LINE_NAMES = frozenset(
+    {
+        "Steps",
+        "XLA Modules",
+        "XLA Ops",
+        "TensorFlow Ops",
+        "TensorFlow Name Scope",
+        "Launch Stats",
+        "Framework Ops",
+        "Framework Name Scope",
+        "Source code",
+        "XLA TraceMe",
+        "Async XLA Ops",
+        "Sparse Core Steps",
+    }
+)
 # The device's own step line (XProf's step grouping on a device plane).
 STEPS_LINE = "Steps"

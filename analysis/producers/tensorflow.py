@@ -7,7 +7,7 @@ PRODUCER = Producer(
     # The iterator op, eager or in a graph ("scope/IteratorGetNext:IteratorGetNext").
     host_input=r"^(?:IteratorGetNext|InfeedEnqueue)|:(?:IteratorGetNext\w*|InfeedEnqueue\w*)$",
     compile=r"^(?:tf\.function-graph_building|XlaCompile\w*|TfrtCompile\w*|\w*CompilationCache\w*|\w*Compiler::\w+"
-            r"|HLO passes.*)$",
+    r"|HLO passes.*)$",
     host_execution=r"^(?:KernelAndDevice\w*::Run|ExecutorState::Process|ExecutorDoneCallback|ThunkExecutor::Execute)$",
     eager_wrapper=r"^(?:EagerExecute|EagerLocalExecute|EagerKernelExecute|FunctionRun)",
     # Collective ops on the host (MultiWorkerMirroredStrategy on CPUs): the step waits for its peers there.
@@ -29,8 +29,10 @@ INPUT_PIPELINE_FUNCTION = r"Dataset|tf_data"
 TF_OP = r"^[^\s:][^:]*:[A-Za-z_][A-Za-z0-9_]*$"
 
 # Roots of event groups that are not training steps: evaluation, prediction, summaries, callbacks.
-NOT_A_TRAINING_STEP = (r"test_function|eval(?:uate)?_?(?:step|function)|predict_(?:step|function)|summary|"
-                       r"on_(?:train|test|predict)_(?:batch|epoch)_(?:begin|end)|callback")
+NOT_A_TRAINING_STEP = (
+    r"test_function|eval(?:uate)?_?(?:step|function)|predict_(?:step|function)|summary|"
+    r"on_(?:train|test|predict)_(?:batch|epoch)_(?:begin|end)|callback"
+)
 
 # tf.data: one `Iterator::` event per stage and batch ("Iterator::Root::Prefetch::Map").
 INPUT_STAGE = r"^Iterator::"
@@ -61,8 +63,35 @@ MEMORY_ALLOCATION = "MemoryAllocation"
 MEMORY_DEALLOCATION = "MemoryDeallocation"
 # TensorFlow's DataType numbers (types.proto) as TensorFlow names them (DataTypeString), for the
 # allocation events' `data_type` stat; 0 (a deallocation's) is no type.
-DATA_TYPES = {1: "float", 2: "double", 3: "int32", 4: "uint8", 5: "int16", 6: "int8", 7: "string", 8: "complex64",
-              9: "int64", 10: "bool", 11: "qint8", 12: "quint8", 13: "qint32", 14: "bfloat16", 15: "qint16",
-              16: "quint16", 17: "uint16", 18: "complex128", 19: "half", 20: "resource", 21: "variant",
-              22: "uint32", 23: "uint64", 24: "float8_e5m2", 25: "float8_e4m3fn", 26: "float8_e4m3fnuz",
-              27: "float8_e4m3b11fnuz", 28: "float8_e5m2fnuz", 29: "int4", 30: "uint4"}
+DATA_TYPES = {
+    1: "float",
+    2: "double",
+    3: "int32",
+    4: "uint8",
+    5: "int16",
+    6: "int8",
+    7: "string",
+    8: "complex64",
+    9: "int64",
+    10: "bool",
+    11: "qint8",
+    12: "quint8",
+    13: "qint32",
+    14: "bfloat16",
+    15: "qint16",
+    16: "quint16",
+    17: "uint16",
+    18: "complex128",
+    19: "half",
+    20: "resource",
+    21: "variant",
+    22: "uint32",
+    23: "uint64",
+    24: "float8_e5m2",
+    25: "float8_e4m3fn",
+    26: "float8_e4m3fnuz",
+    27: "float8_e4m3b11fnuz",
+    28: "float8_e5m2fnuz",
+    29: "int4",
+    30: "uint4",
+}

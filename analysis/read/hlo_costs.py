@@ -53,38 +53,124 @@ METADATA_PLANE = "/host:metadata"
 HLO_PROTO_STAT = "Hlo Proto"
 
 # The cost table's columns (the contract with TensorFlow's op costs), then this source's own.
-COST_COLUMNS = ("function", "op", "type", "dtype", "kind", "input_shapes", "output_shapes", "flops", "bytes",
-                "flops_source", "chain_flops", "chain_bytes")
+COST_COLUMNS = (
+    "function",
+    "op",
+    "type",
+    "dtype",
+    "kind",
+    "input_shapes",
+    "output_shapes",
+    "flops",
+    "bytes",
+    "flops_source",
+    "chain_flops",
+    "chain_bytes",
+)
 COLUMNS = COST_COLUMNS + ("program_id",)
 
 # Computations whose instructions launch their own kernels: the calling opcode's called computations.
 KERNEL_LEVEL_CALLERS = frozenset({"while", "conditional", "call", "async-start", "async-update", "async-done"})
 # Instructions that launch no kernel: no row.
-NO_KERNEL = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all",
-                       "add-dependency", "opt-barrier", "domain", "partition-id", "replica-id", "while",
-                       "conditional", "call", "async-start", "async-update", "async-done"})
+NO_KERNEL = frozenset(
+    {
+        "parameter",
+        "constant",
+        "tuple",
+        "get-tuple-element",
+        "bitcast",
+        "after-all",
+        "add-dependency",
+        "opt-barrier",
+        "domain",
+        "partition-id",
+        "replica-id",
+        "while",
+        "conditional",
+        "call",
+        "async-start",
+        "async-update",
+        "async-done",
+    }
+)
 # Data movement: 0 FLOPs.
-DATA_MOVEMENT = frozenset({
-    "parameter", "constant", "tuple", "get-tuple-element", "bitcast", "bitcast-convert", "broadcast", "reshape",
-    "dynamic-reshape", "transpose", "copy", "copy-start", "copy-done", "slice", "dynamic-slice",
-    "dynamic-update-slice", "concatenate", "pad", "gather", "iota", "reverse", "after-all", "add-dependency",
-    "opt-barrier", "domain", "partition-id", "replica-id", "get-dimension-size", "set-dimension-size", "send",
-    "send-done", "recv", "recv-done", "infeed", "outfeed", "all-gather", "all-gather-start", "all-gather-done",
-    "all-reduce", "all-reduce-start", "all-reduce-done", "reduce-scatter", "all-to-all", "collective-permute",
-    "collective-permute-start", "collective-permute-done", "collective-broadcast", "ragged-all-to-all",
-    "while", "conditional", "call", "async-start", "async-update", "async-done",
-})
+DATA_MOVEMENT = frozenset(
+    {
+        "parameter",
+        "constant",
+        "tuple",
+        "get-tuple-element",
+        "bitcast",
+        "bitcast-convert",
+        "broadcast",
+        "reshape",
+        "dynamic-reshape",
+        "transpose",
+        "copy",
+        "copy-start",
+        "copy-done",
+        "slice",
+        "dynamic-slice",
+        "dynamic-update-slice",
+        "concatenate",
+        "pad",
+        "gather",
+        "iota",
+        "reverse",
+        "after-all",
+        "add-dependency",
+        "opt-barrier",
+        "domain",
+        "partition-id",
+        "replica-id",
+        "get-dimension-size",
+        "set-dimension-size",
+        "send",
+        "send-done",
+        "recv",
+        "recv-done",
+        "infeed",
+        "outfeed",
+        "all-gather",
+        "all-gather-start",
+        "all-gather-done",
+        "all-reduce",
+        "all-reduce-start",
+        "all-reduce-done",
+        "reduce-scatter",
+        "all-to-all",
+        "collective-permute",
+        "collective-permute-start",
+        "collective-permute-done",
+        "collective-broadcast",
+        "ragged-all-to-all",
+        "while",
+        "conditional",
+        "call",
+        "async-start",
+        "async-update",
+        "async-done",
+    }
+)
 GEMM_TARGET = re.compile(r"gemm|matmul", re.IGNORECASE)
 CONV_TARGET = re.compile(r"^__(cudnn|miopen)\$conv", re.IGNORECASE)
 
 # XLA element type names (xla_data.proto's PrimitiveType) -> the dtype names devprof uses.
-DTYPE_NAMES = {"PRED": "bool", "BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64",
-               "C64": "complex64", "C128": "complex128"}
+DTYPE_NAMES = {
+    "PRED": "bool",
+    "BF16": "bfloat16",
+    "F16": "float16",
+    "F32": "float32",
+    "F64": "float64",
+    "C64": "complex64",
+    "C128": "complex128",
+}
 _WIDTH = re.compile(r"^[A-Z]+?(\d+)")
 _SMALL_FLOAT = re.compile(r"^F(\d+)(E\d+M\d+\w*)$")
 
 
 # ---------------------------------------------------------------- the HloProto classes
+
 
 class _Unavailable(Exception):
     """The HloProto classes cannot be had here."""
@@ -107,6 +193,7 @@ def hlo_proto_class() -> Any:
 
 
 # ---------------------------------------------------------------- shapes
+
 
 @functools.lru_cache(maxsize=None)
 def _type_info(element_type: int) -> tuple[str, float]:
@@ -162,6 +249,7 @@ def _dtype(shape) -> str:
 
 # ---------------------------------------------------------------- FLOPs
 
+
 class _Module:
     """One HloModuleProto's instructions by id, and the FLOPs rules."""
 
@@ -203,7 +291,7 @@ class _Module:
         output = sum(_elements(leaf) for leaf in _leaves(instruction.shape))
         if opcode == "reduce":
             inputs = self.operand_shapes(instruction)
-            flops = float(sum(_elements(leaf) for leaf in inputs[:max(len(inputs) // 2, 1)]))
+            flops = float(sum(_elements(leaf) for leaf in inputs[: max(len(inputs) // 2, 1)]))
         elif opcode == "reduce-window":
             window = np.prod([d.size for d in instruction.window.dimensions], dtype=np.float64)
             flops = float(output * window)
@@ -213,10 +301,12 @@ class _Module:
             flops = float(_elements(source.shape) * window) if source is not None else math.nan
         elif opcode == "scatter":
             updates = self.operand_shapes(instruction)
-            flops = float(sum(_elements(leaf) for leaf in updates[len(updates) // 2 + 1:])) if updates else math.nan
+            flops = float(sum(_elements(leaf) for leaf in updates[len(updates) // 2 + 1 :])) if updates else math.nan
         elif opcode == "sort":
             first = _leaves(instruction.shape)[0]
-            size = int(first.dimensions[instruction.dimensions[0]]) if instruction.dimensions and first.dimensions else 1
+            size = (
+                int(first.dimensions[instruction.dimensions[0]]) if instruction.dimensions and first.dimensions else 1
+            )
             flops = float(_elements(first) * math.log2(max(size, 2)))
         else:
             flops = float(output)
@@ -313,10 +403,19 @@ def _row(module: _Module, instruction, program_id: float) -> dict:
     else:
         source = "hlo" if flops else "none"
     return {
-        "function": module.module.name, "op": instruction.name, "type": instruction.opcode,
-        "dtype": dtype or _dtype(instruction.shape), "kind": kind, "input_shapes": _shape_text(inputs),
-        "output_shapes": _shape_text(outputs), "flops": flops, "bytes": _bytes(inputs) + _bytes(outputs),
-        "flops_source": source, "chain_flops": math.nan, "chain_bytes": math.nan, "program_id": program_id,
+        "function": module.module.name,
+        "op": instruction.name,
+        "type": instruction.opcode,
+        "dtype": dtype or _dtype(instruction.shape),
+        "kind": kind,
+        "input_shapes": _shape_text(inputs),
+        "output_shapes": _shape_text(outputs),
+        "flops": flops,
+        "bytes": _bytes(inputs) + _bytes(outputs),
+        "flops_source": source,
+        "chain_flops": math.nan,
+        "chain_bytes": math.nan,
+        "program_id": program_id,
     }
 
 
@@ -332,9 +431,14 @@ def module_costs(hlo_proto, named=(), program_id: float = math.nan) -> list[dict
 
 
 def _empty(note: str = "") -> pd.DataFrame:
-    table = pd.DataFrame({column: pd.Series(dtype=float if column in ("flops", "bytes", "chain_flops", "chain_bytes",
-                                                                       "program_id") else object)
-                          for column in COLUMNS})
+    table = pd.DataFrame(
+        {
+            column: pd.Series(
+                dtype=float if column in ("flops", "bytes", "chain_flops", "chain_bytes", "program_id") else object
+            )
+            for column in COLUMNS
+        }
+    )
     table.attrs["note"] = note
     return table
 
@@ -348,8 +452,11 @@ def _named_ops(trace) -> dict[float, set[str]]:
     if not has_op.any():
         return {}
     ops = events["hlo_op"].to_numpy(dtype=object)[has_op]
-    programs = (events["program_id"].to_numpy(dtype=np.float64, na_value=np.nan)[has_op]
-                if "program_id" in events else np.full(ops.size, np.nan))
+    programs = (
+        events["program_id"].to_numpy(dtype=np.float64, na_value=np.nan)[has_op]
+        if "program_id" in events
+        else np.full(ops.size, np.nan)
+    )
     named: dict[float, set[str]] = {}
     for program, op in set(zip(programs.tolist(), ops.tolist())):
         named.setdefault(-1.0 if math.isnan(program) else program, set()).add(str(op))
@@ -368,9 +475,12 @@ def hlo_costs(source) -> pd.DataFrame:
     warning).
     """
     planes = trace_reader.plane_metadata(source, lambda name: name == METADATA_PLANE, (HLO_PROTO_STAT,))
-    programs = [(key, name, stats[HLO_PROTO_STAT]) for plane in planes
-                for key, (name, stats) in sorted(plane.event_stats.items())
-                if isinstance(stats.get(HLO_PROTO_STAT), bytes)]
+    programs = [
+        (key, name, stats[HLO_PROTO_STAT])
+        for plane in planes
+        for key, (name, stats) in sorted(plane.event_stats.items())
+        if isinstance(stats.get(HLO_PROTO_STAT), bytes)
+    ]
     if not programs:
         return _empty()
     try:
@@ -393,8 +503,10 @@ def hlo_costs(source) -> pd.DataFrame:
     note = ""
     if broken:
         shown = ", ".join(repr(n) for n in broken[:3]) + (", ..." if len(broken) > 3 else "")
-        note = (f"{len(broken)} of {len(programs)} XLA programs' Hlo Proto could not be parsed ({shown}): "
-                "their ops' FLOPs and bytes are unknown")
+        note = (
+            f"{len(broken)} of {len(programs)} XLA programs' Hlo Proto could not be parsed ({shown}): "
+            "their ops' FLOPs and bytes are unknown"
+        )
         warn(f"{getattr(source, 'source', source)}: {note}")
     table = pd.DataFrame(rows, columns=list(COLUMNS)) if rows else _empty()
     for column in ("flops", "bytes", "chain_flops", "chain_bytes", "program_id"):

@@ -58,9 +58,21 @@ class RunInputs:
 
     def without_trace(self) -> RunInputs:
         """The same files with the trace let go (what is kept once the trace has been analysed)."""
-        return RunInputs(self.path, None, self.trace_error, self.run_dir, self.run, self.steps_table, self.samplers,
-                         self.summaries, self.tensorflow, self.op_costs, self.stated_bandwidth, self.onednn,
-                         self.stated_peak_flops)
+        return RunInputs(
+            self.path,
+            None,
+            self.trace_error,
+            self.run_dir,
+            self.run,
+            self.steps_table,
+            self.samplers,
+            self.summaries,
+            self.tensorflow,
+            self.op_costs,
+            self.stated_bandwidth,
+            self.onednn,
+            self.stated_peak_flops,
+        )
 
 
 def is_run_dir(path: Path) -> bool:
@@ -95,8 +107,9 @@ def read_inputs(path: str | Path, *, trace: bool = True, helpers: Helpers | None
         _warn_irregular_run_files(location.xplane, run_dir)
     costs, bandwidth, peak = _trace_costs(view)
     if run_dir is None:
-        return RunInputs(path, view, tensorflow=tensorflow, op_costs=costs, stated_bandwidth=bandwidth,
-                         stated_peak_flops=peak)
+        return RunInputs(
+            path, view, tensorflow=tensorflow, op_costs=costs, stated_bandwidth=bandwidth, stated_peak_flops=peak
+        )
     # steps.csv first where it is the steps' source: its problems are the ones to hear first
     steps_csv = run_dir / run_files.STEPS_CSV
     steps_table = run_files.read_steps_csv(steps_csv) if view is None and steps_csv.is_file() else None
@@ -113,8 +126,21 @@ def read_inputs(path: str | Path, *, trace: bool = True, helpers: Helpers | None
     recorded = read_op_costs(run_dir) if is_run_dir(run_dir) else None
     if recorded is not None:
         costs = recorded if costs is None else pd.concat([recorded, costs], ignore_index=True)
-    return RunInputs(path, view, error, run_dir, record, steps_table, samplers, _summaries(samplers, record),
-                     tensorflow, costs, bandwidth, _onednn_executions(run_dir, view), peak)
+    return RunInputs(
+        path,
+        view,
+        error,
+        run_dir,
+        record,
+        steps_table,
+        samplers,
+        _summaries(samplers, record),
+        tensorflow,
+        costs,
+        bandwidth,
+        _onednn_executions(run_dir, view),
+        peak,
+    )
 
 
 def _warn_irregular_run_files(xplane: Path, run_dir: Path | None) -> None:

@@ -9,8 +9,13 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def file_kind(mode: int) -> str:
@@ -70,8 +75,9 @@ def locate_trace(path: str | Path) -> TraceLocation:
         raise TraceError(f"{requested} is {_kind_of(requested)}, not a profiler trace file")
     if requested.is_file():
         if requested.name.endswith(TRACE_SUFFIX + GZIP_SUFFIX):
-            raise TraceError(f"{requested} is gzipped: unzip it first (gunzip -k '{requested}') and analyse the "
-                             f"{TRACE_SUFFIX} file")
+            raise TraceError(
+                f"{requested} is gzipped: unzip it first (gunzip -k '{requested}') and analyse the {TRACE_SUFFIX} file"
+            )
         if not requested.name.endswith(TRACE_SUFFIX):
             raise TraceError(f"{requested} is not a profiler trace: expected a file named *{TRACE_SUFFIX}")
         return TraceLocation(requested, requested, requested.parent.name, _run_dir_of(requested), "", (requested,))
@@ -114,8 +120,12 @@ def _run_dir_of(xplane: Path) -> Path | None:
     (`RUN/plugins/profile/SESSION/HOST.xplane.pb`) where it has a run.json. Never a run.json further up:
     an unrelated run's settings and steps would be read (and its folder written to)."""
     parents = xplane.parents
-    if len(parents) > 3 and parents[1].name == "profile" and parents[2].name == "plugins" \
-            and (parents[3] / "run.json").is_file():
+    if (
+        len(parents) > 3
+        and parents[1].name == "profile"
+        and parents[2].name == "plugins"
+        and (parents[3] / "run.json").is_file()
+    ):
         return parents[3]
     return None
 
@@ -134,8 +144,10 @@ def _gzipped_note(folder: Path, profile_dirs: list[Path]) -> str:
     found = sorted(folder.glob(pattern)) + sorted(f for d in profile_dirs for f in d.glob("*/" + pattern))
     if not found:
         return ""
-    return (f"; {found[0]}{f' and {len(found) - 1} more' if len(found) > 1 else ''} is gzipped: unzip it first "
-            f"(gunzip -k FILE) so that it is a {TRACE_SUFFIX} file")
+    return (
+        f"; {found[0]}{f' and {len(found) - 1} more' if len(found) > 1 else ''} is gzipped: unzip it first "
+        f"(gunzip -k FILE) so that it is a {TRACE_SUFFIX} file"
+    )
 
 
 def _kind_of(path: Path) -> str:

@@ -28,8 +28,10 @@ LINE_MARKER = "onednn_verbose,"
 ONEDNN_COLUMNS = ["at_ns", "ms", "primitive", "implementation", "prop"]
 
 # Version 3 writes `v1,` after the marker and `primitive,` before `exec`; version 2 neither.
-_EXEC = (r"^onednn_verbose,(?:v\d+,)?(?P<whole>\d+)(?:\.(?P<fraction>\d+))?,(?:primitive,)?exec,cpu[^,]*,"
-         r"(?P<primitive>[^,]+),(?P<implementation>[^,]+),(?P<prop>[^,]*),.*,(?P<ms>\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)\s*$")
+_EXEC = (
+    r"^onednn_verbose,(?:v\d+,)?(?P<whole>\d+)(?:\.(?P<fraction>\d+))?,(?:primitive,)?exec,cpu[^,]*,"
+    r"(?P<primitive>[^,]+),(?P<implementation>[^,]+),(?P<prop>[^,]*),.*,(?P<ms>\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)\s*$"
+)
 
 
 def parse_onednn_log(text: str) -> pd.DataFrame:
@@ -47,15 +49,25 @@ def parse_onednn_log(text: str) -> pd.DataFrame:
     keep = whole.notna() & ms.notna() & np.isfinite(ms) & (ms >= 0) & (whole < 2**63 // 10**6 - 1)
     found, fraction, whole, ms = found[keep], fraction[keep], whole[keep], ms[keep]
     at_ns = whole.astype(np.int64) * 1_000_000 + fraction.astype(np.int64)  # 6 decimals of a ms: ns
-    return pd.DataFrame({"at_ns": at_ns.to_numpy(dtype=np.int64), "ms": ms.to_numpy(dtype=float),
-                         "primitive": found["primitive"].astype(str).to_numpy(dtype=object),
-                         "implementation": found["implementation"].astype(str).to_numpy(dtype=object),
-                         "prop": found["prop"].fillna("").astype(str).to_numpy(dtype=object)})
+    return pd.DataFrame(
+        {
+            "at_ns": at_ns.to_numpy(dtype=np.int64),
+            "ms": ms.to_numpy(dtype=float),
+            "primitive": found["primitive"].astype(str).to_numpy(dtype=object),
+            "implementation": found["implementation"].astype(str).to_numpy(dtype=object),
+            "prop": found["prop"].fillna("").astype(str).to_numpy(dtype=object),
+        }
+    )
 
 
 def _empty() -> pd.DataFrame:
-    return pd.DataFrame({"at_ns": pd.Series(dtype=np.int64), "ms": pd.Series(dtype=float),
-                         **{c: pd.Series(dtype=object) for c in ("primitive", "implementation", "prop")}})
+    return pd.DataFrame(
+        {
+            "at_ns": pd.Series(dtype=np.int64),
+            "ms": pd.Series(dtype=float),
+            **{c: pd.Series(dtype=object) for c in ("primitive", "implementation", "prop")},
+        }
+    )
 
 
 def read_onednn_log(run_dir: str | Path) -> pd.DataFrame | None:
@@ -101,5 +113,13 @@ def on_trace_clock(executions: pd.DataFrame, origin_ns: int) -> pd.DataFrame:
     return executions.assign(start_ns=start, end_ns=start + duration)
 
 
-__all__ = ["ONEDNN_COLUMNS", "ONEDNN_LOG", "ONEDNN_LOG_MAX_BYTES", "LINE_MARKER", "on_trace_clock",
-           "parse_onednn_log", "read_onednn_log", "trace_origin_ns"]
+__all__ = [
+    "ONEDNN_COLUMNS",
+    "ONEDNN_LOG",
+    "ONEDNN_LOG_MAX_BYTES",
+    "LINE_MARKER",
+    "on_trace_clock",
+    "parse_onednn_log",
+    "read_onednn_log",
+    "trace_origin_ns",
+]

@@ -20,8 +20,20 @@ from analysis.read.run_files import CSV_MAX_BYTES, RunFileError, read_regular, w
 
 OP_COSTS_CSV = "op_costs.csv"
 
-OP_COST_COLUMNS = ["function", "op", "type", "dtype", "kind", "input_shapes", "output_shapes", "flops", "bytes",
-                   "flops_source", "chain_flops", "chain_bytes"]
+OP_COST_COLUMNS = [
+    "function",
+    "op",
+    "type",
+    "dtype",
+    "kind",
+    "input_shapes",
+    "output_shapes",
+    "flops",
+    "bytes",
+    "flops_source",
+    "chain_flops",
+    "chain_bytes",
+]
 OP_COST_NUMBER_COLUMNS = ("flops", "bytes", "chain_flops", "chain_bytes")
 OP_COST_TEXT_COLUMNS = tuple(c for c in OP_COST_COLUMNS if c not in OP_COST_NUMBER_COLUMNS)
 
@@ -71,8 +83,9 @@ def read_op_costs(run_dir: str | Path) -> pd.DataFrame | None:
         warn(f"{path}: empty file (no header): op costs skipped")
         return None
     try:
-        frame = pd.read_csv(io.BytesIO(raw), dtype=str, keep_default_na=False, on_bad_lines="skip",
-                            encoding_errors="replace")
+        frame = pd.read_csv(
+            io.BytesIO(raw), dtype=str, keep_default_na=False, on_bad_lines="skip", encoding_errors="replace"
+        )
     except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         warn(f"{path}: not a CSV ({str(exc).splitlines()[0]}): op costs skipped")
         return None
@@ -91,8 +104,10 @@ def read_op_costs(run_dir: str | Path) -> pd.DataFrame | None:
         values[bad] = np.nan
         frame[column] = values
     if unusable:
-        warn(f"{path}: {unusable:,} FLOPs or bytes {'is' if unusable == 1 else 'are'} not a number from 0 to "
-             f"{OP_COST_LIMIT:g}: those ops' costs read as unknown")
+        warn(
+            f"{path}: {unusable:,} FLOPs or bytes {'is' if unusable == 1 else 'are'} not a number from 0 to "
+            f"{OP_COST_LIMIT:g}: those ops' costs read as unknown"
+        )
     frame["kind"] = frame["kind"].where(frame["kind"].isin(KINDS), KIND_NONE)
     frame["flops_source"] = frame["flops_source"].where(frame["flops_source"].isin(FLOPS_SOURCES), SOURCE_UNKNOWN)
     return frame.reset_index(drop=True)

@@ -36,17 +36,44 @@ CRASH_LOG = "crash.log"  # a fatal signal's Python stacks (profiler/record/rundi
 STEPS_COLUMNS = ["epoch", "step", "steps", "start_time_s", "input_ms", "call_ms", "other_host_ms", "step_ms", "images"]
 STEPS_INTEGER_COLUMNS = ("epoch", "step", "steps", "images")
 # The most a steps.csv cell can hold: a day per step, a trillion steps or images, a time before 5138.
-STEPS_LIMITS = {"epoch": 1e12, "step": 1e12, "steps": 1e12, "start_time_s": 1e11, "input_ms": 8.64e7,
-                "call_ms": 8.64e7, "other_host_ms": 8.64e7, "step_ms": 8.64e7, "images": 1e12}
+STEPS_LIMITS = {
+    "epoch": 1e12,
+    "step": 1e12,
+    "steps": 1e12,
+    "start_time_s": 1e11,
+    "input_ms": 8.64e7,
+    "call_ms": 8.64e7,
+    "other_host_ms": 8.64e7,
+    "step_ms": 8.64e7,
+    "images": 1e12,
+}
 
 TIME_COLUMN = "time_s"
 HOST_PROCESS_COLUMNS = [
-    "proc_cpu_pct", "proc_rss_bytes", "proc_count", "mem_used_bytes", "mem_available_bytes", "load1",
-    "disk_read_bytes_per_s", "disk_write_bytes_per_s", "net_sent_bytes_per_s", "net_recv_bytes_per_s",
+    "proc_cpu_pct",
+    "proc_rss_bytes",
+    "proc_count",
+    "mem_used_bytes",
+    "mem_available_bytes",
+    "load1",
+    "disk_read_bytes_per_s",
+    "disk_write_bytes_per_s",
+    "net_sent_bytes_per_s",
+    "net_recv_bytes_per_s",
 ]
 GPU_COLUMNS = [
-    "gpu_util_pct", "mem_util_pct", "mem_used_bytes", "mem_total_bytes", "power_w", "temp_c", "sm_clock_mhz",
-    "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "proc_mem_bytes", "tf_mem_current_bytes", "tf_mem_peak_bytes",
+    "gpu_util_pct",
+    "mem_util_pct",
+    "mem_used_bytes",
+    "mem_total_bytes",
+    "power_w",
+    "temp_c",
+    "sm_clock_mhz",
+    "pcie_tx_bytes_per_s",
+    "pcie_rx_bytes_per_s",
+    "proc_mem_bytes",
+    "tf_mem_current_bytes",
+    "tf_mem_peak_bytes",
 ]
 TPU_COLUMNS = ["mxu_util_pct", "idle_pct", "step_time_ms", "infeed_pct", "tf_mem_current_bytes", "tf_mem_peak_bytes"]
 
@@ -63,7 +90,7 @@ def worker_dirs(run_dir: str | Path) -> list[Path]:
     found: dict[int, list[Path]] = {}
     odd: list[str] = []
     for child in sorted(Path(run_dir).glob(f"{WORKER_DIR_PREFIX}*")):
-        index = child.name[len(WORKER_DIR_PREFIX):]
+        index = child.name[len(WORKER_DIR_PREFIX) :]
         if not child.is_dir():
             continue
         if index.isdigit() and index.isascii() and (child / RUN_JSON).is_file():
@@ -79,8 +106,10 @@ def worker_dirs(run_dir: str | Path) -> list[Path]:
         # `worker-0` and a copy named `worker-00` are the same worker: the name devprof writes is read
         paths.sort(key=lambda path: (path.name != f"{WORKER_DIR_PREFIX}{number}", path.name))
         if len(paths) > 1:
-            warn(f"{run_dir}: {', '.join(path.name for path in paths)} all name worker {number}; "
-                 f"{paths[0].name} is read, the others are left out")
+            warn(
+                f"{run_dir}: {', '.join(path.name for path in paths)} all name worker {number}; "
+                f"{paths[0].name} is read, the others are left out"
+            )
         chosen.append(paths[0])
     return chosen
 
@@ -110,6 +139,8 @@ def warn(message: str) -> None:
 # and far below what would exhaust memory. A file above its bound is refused before it is read.
 RUN_JSON_MAX_BYTES = 64 * 2**20
 CSV_MAX_BYTES = 512 * 2**20
+
+
 def irregular_run_file_kinds(folder: Path) -> list[tuple[str, str]]:
     """(name, what it is) of run.json and steps.csv where they exist in `folder` but are no regular
     files (a link to /dev/zero, a FIFO): ("run.json", "a character device")."""
@@ -158,8 +189,9 @@ def read_regular(path: str | Path, limit: int, within: Path | None = None) -> by
         if not stat.S_ISREG(info.st_mode):
             raise RunFileError(f"{path}: {file_kind(info.st_mode)}, not a regular file: not read")
         if info.st_size > limit:
-            raise RunFileError(f"{path}: {info.st_size:,} bytes, above the {limit // 2**20} MiB devprof reads "
-                               "from such a file")
+            raise RunFileError(
+                f"{path}: {info.st_size:,} bytes, above the {limit // 2**20} MiB devprof reads from such a file"
+            )
         chunks, size = [], 0
         while size <= limit:
             chunk = os.read(fd, min(limit + 1 - size, 2**24))
@@ -202,12 +234,16 @@ def read_peak_file(path: str | Path) -> dict:
     path = Path(path)
     peak = read_json(path)
     if not isinstance(peak, dict) or not isinstance(peak.get("peak_flops_per_second"), dict):
-        raise RunFileError(f"{path}: not a devprof peak result (no peak_flops_per_second; write one with "
-                           "devprof peak --format json > FILE)")
+        raise RunFileError(
+            f"{path}: not a devprof peak result (no peak_flops_per_second; write one with "
+            "devprof peak --format json > FILE)"
+        )
     peak = checked_peak(peak, str(path))
     if not peak or not peak["peak_flops_per_second"]:
-        raise RunFileError(f"{path}: no usable peak (every peak_flops_per_second must be a positive number of "
-                           f"FLOP/s up to {PEAK_FLOPS_LIMIT:g})")
+        raise RunFileError(
+            f"{path}: no usable peak (every peak_flops_per_second must be a positive number of "
+            f"FLOP/s up to {PEAK_FLOPS_LIMIT:g})"
+        )
     return peak
 
 
@@ -215,8 +251,11 @@ def read_peak_file(path: str | Path) -> dict:
 PEAK_FLOPS_LIMIT = 1e18
 PEAK_BYTES_LIMIT = 1e16
 _PEAK_BY_DTYPE = ("peak_flops_per_second", "matmul_flops_per_second", "conv_flops_per_second")
-_CEILING_LIMITS = {"matrix_flops_per_second": PEAK_FLOPS_LIMIT, "vector_flops_per_second": PEAK_FLOPS_LIMIT,
-                   "memory_bytes_per_second": PEAK_BYTES_LIMIT}
+_CEILING_LIMITS = {
+    "matrix_flops_per_second": PEAK_FLOPS_LIMIT,
+    "vector_flops_per_second": PEAK_FLOPS_LIMIT,
+    "memory_bytes_per_second": PEAK_BYTES_LIMIT,
+}
 
 
 def checked_peak(peak, where: str) -> dict | None:
@@ -245,10 +284,12 @@ def checked_peak(peak, where: str) -> dict | None:
 
     for key in _PEAK_BY_DTYPE:
         if key in peak:
-            peak[key] = {dtype: rate for dtype, rate in objects(key).items()
-                         if kept(f"{key}.{dtype}", rate, PEAK_FLOPS_LIMIT)}
-    if "memory_bytes_per_second" in peak and not kept("memory_bytes_per_second", peak["memory_bytes_per_second"],
-                                                      PEAK_BYTES_LIMIT):
+            peak[key] = {
+                dtype: rate for dtype, rate in objects(key).items() if kept(f"{key}.{dtype}", rate, PEAK_FLOPS_LIMIT)
+            }
+    if "memory_bytes_per_second" in peak and not kept(
+        "memory_bytes_per_second", peak["memory_bytes_per_second"], PEAK_BYTES_LIMIT
+    ):
         peak["memory_bytes_per_second"] = None
     if "ceilings" in peak:
         ceilings = {}
@@ -256,14 +297,18 @@ def checked_peak(peak, where: str) -> dict | None:
             if not isinstance(values, dict):
                 kept(f"ceilings.{dtype}", values, 0)
                 continue
-            ceilings[dtype] = {key: value for key, value in values.items()
-                               if key not in _CEILING_LIMITS or kept(f"ceilings.{dtype}.{key}", value,
-                                                                     _CEILING_LIMITS[key])}
+            ceilings[dtype] = {
+                key: value
+                for key, value in values.items()
+                if key not in _CEILING_LIMITS or kept(f"ceilings.{dtype}.{key}", value, _CEILING_LIMITS[key])
+            }
         peak["ceilings"] = ceilings
     if dropped:
         shown = ", ".join(dropped[:3]) + (f" and {len(dropped) - 3} more" if len(dropped) > 3 else "")
-        warn(f"{where}: peak rates must be positive numbers (FLOP/s up to {PEAK_FLOPS_LIMIT:g}, B/s up to "
-             f"{PEAK_BYTES_LIMIT:g}); ignored {shown}")
+        warn(
+            f"{where}: peak rates must be positive numbers (FLOP/s up to {PEAK_FLOPS_LIMIT:g}, B/s up to "
+            f"{PEAK_BYTES_LIMIT:g}); ignored {shown}"
+        )
     return peak
 
 
@@ -313,8 +358,9 @@ RUN_STATUSES = ("running", "complete", "failed", "interrupted")  # run.json `sta
 def _checked(meta: dict, path: Path) -> dict:
     meta = dict(meta)
     if "status" in meta and meta["status"] not in RUN_STATUSES:
-        warn(f"{path}: 'status' must be one of {', '.join(RUN_STATUSES)}, got {_shown(meta['status'])}: read as "
-             "unknown")
+        warn(
+            f"{path}: 'status' must be one of {', '.join(RUN_STATUSES)}, got {_shown(meta['status'])}: read as unknown"
+        )
         meta["status"] = None
     for key in RUN_JSON_OBJECTS:
         if key in meta and meta[key] is not None and not isinstance(meta[key], dict):
@@ -330,8 +376,10 @@ def _checked(meta: dict, path: Path) -> dict:
         fields = dict(meta[sec])
         for key, limit in ((k, lim) for s, k, lim in RUN_JSON_NUMBERS if s == sec):
             if fields.get(key) is not None and plausible_number(fields[key], limit) is None:
-                warn(f"{path}: '{sec}.{key}' must be a positive number up to {limit:g}, got "
-                     f"{_shown(fields[key])}: ignored")
+                warn(
+                    f"{path}: '{sec}.{key}' must be a positive number up to {limit:g}, got "
+                    f"{_shown(fields[key])}: ignored"
+                )
                 fields[key] = None
         meta[sec] = fields
     if "peak" in meta:
@@ -362,10 +410,17 @@ def ended_unrecorded(run_dir: Path, raw: dict) -> str | None:
         first = next(line.strip() for line in lines if line.strip())
         return f"its process crashed ({first[:120]}; every thread's stack is in {CRASH_LOG})"
     pid, host = raw.get("pid"), section(raw, "device").get("host")
-    if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 and host == _host_name() \
-            and not _alive(pid, raw.get("start_time_s")):
-        return (f"its process (pid {pid} on this host) is gone without recording how it ended "
-                "(killed with SIGKILL, or by the out-of-memory killer)")
+    if (
+        isinstance(pid, int)
+        and not isinstance(pid, bool)
+        and pid > 0
+        and host == _host_name()
+        and not _alive(pid, raw.get("start_time_s"))
+    ):
+        return (
+            f"its process (pid {pid} on this host) is gone without recording how it ended "
+            "(killed with SIGKILL, or by the out-of-memory killer)"
+        )
     return None
 
 
@@ -446,20 +501,23 @@ def run_epochs(meta: dict, source: str | Path = RUN_JSON) -> pd.DataFrame:
     if epochs in (None, []):
         return pd.DataFrame(columns=["epoch", "seconds"])
     if not isinstance(epochs, list) or not all(isinstance(e, dict) for e in epochs):
-        raise RunFileError(f"{source}: 'epochs' must be a list of objects, got {type(epochs).__name__} "
-                           f"{str(epochs)[:40]!r}")
+        raise RunFileError(
+            f"{source}: 'epochs' must be a list of objects, got {type(epochs).__name__} {str(epochs)[:40]!r}"
+        )
     frame = pd.DataFrame(epochs)
     for column in ("epoch", "seconds"):
         if column not in frame:
             raise RunFileError(f"{source}: epochs lack {column!r}")
+
     def number(value):  # JSON numbers only: text, booleans and null are not numbers
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
 
     for column in frame.columns:
         if column != "epoch" and not pd.api.types.is_numeric_dtype(frame[column]):
             frame[column] = [number(e.get(column)) for e in epochs]
-    frame["epoch"] = [v if math.isfinite(v) and v == int(v) else math.nan
-                      for v in (number(e.get("epoch")) for e in epochs)]
+    frame["epoch"] = [
+        v if math.isfinite(v) and v == int(v) else math.nan for v in (number(e.get("epoch")) for e in epochs)
+    ]
     for column, limit in EPOCH_LIMITS.items():
         if column not in frame:
             continue
@@ -469,14 +527,18 @@ def run_epochs(meta: dict, source: str | Path = RUN_JSON) -> pd.DataFrame:
         if wrong.any():
             first = epochs[int(np.flatnonzero(wrong.to_numpy())[0])][column]
             action = "those epochs are skipped" if column == "seconds" else "left empty"
-            warn(f"{source}: epochs' {column!r} must be a positive number up to {limit:g}, got {_shown(first)} in "
-                 f"{int(wrong.sum())} of {len(frame)} epochs: {action}")
+            warn(
+                f"{source}: epochs' {column!r} must be a positive number up to {limit:g}, got {_shown(first)} in "
+                f"{int(wrong.sum())} of {len(frame)} epochs: {action}"
+            )
             frame.loc[wrong, column] = math.nan
     bad = frame["epoch"].isna() | frame["seconds"].isna()
     if bad.all():
         raise RunFileError(f"{source}: no epoch has a whole number for 'epoch' and a positive number for 'seconds'")
     if bad.any() and frame.loc[bad, "epoch"].isna().any():
-        warn(f"{source}: skipped {int(frame['epoch'].isna().sum())} of {len(frame)} epochs without a whole epoch number")
+        warn(
+            f"{source}: skipped {int(frame['epoch'].isna().sum())} of {len(frame)} epochs without a whole epoch number"
+        )
     frame = frame[~bad].copy()
     frame["epoch"] = frame["epoch"].astype(int)
     repeated = frame["epoch"].duplicated(keep="last")
@@ -523,8 +585,15 @@ def read_steps_csv(path: str | Path) -> pd.DataFrame:
         raise RunFileError(f"{path}: empty file (no header)")
     rows_written = raw.count(b"\n") - len(_BLANK_LINE.findall(raw)) - 1 - (not raw[: raw.find(b"\n")].strip())
     try:
-        frame = pd.read_csv(io.BytesIO(raw), usecols=lambda c: str(c).strip() in STEPS_COLUMNS, dtype=str,
-                            keep_default_na=False, on_bad_lines="skip", engine="c", encoding_errors="replace")
+        frame = pd.read_csv(
+            io.BytesIO(raw),
+            usecols=lambda c: str(c).strip() in STEPS_COLUMNS,
+            dtype=str,
+            keep_default_na=False,
+            on_bad_lines="skip",
+            engine="c",
+            encoding_errors="replace",
+        )
     except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise RunFileError(f"{path}: not a CSV ({str(exc).splitlines()[0]})") from None
     frame.columns = [str(c).strip() for c in frame.columns]
@@ -534,12 +603,21 @@ def read_steps_csv(path: str | Path) -> pd.DataFrame:
     if missing:
         raise RunFileError(f"{path}: missing columns {', '.join(missing)}")
     frame = frame.loc[:, ~frame.columns.duplicated()][STEPS_COLUMNS]
-    values = np.column_stack([pd.to_numeric(frame[c].str.strip(), errors="coerce").to_numpy(dtype=float)
-                              for c in STEPS_COLUMNS]) if len(frame) else np.empty((0, len(STEPS_COLUMNS)))
+    values = (
+        np.column_stack(
+            [pd.to_numeric(frame[c].str.strip(), errors="coerce").to_numpy(dtype=float) for c in STEPS_COLUMNS]
+        )
+        if len(frame)
+        else np.empty((0, len(STEPS_COLUMNS)))
+    )
     frame = pd.DataFrame(values, columns=STEPS_COLUMNS)
     limits = np.array([STEPS_LIMITS[c] for c in STEPS_COLUMNS])
-    valid = np.isfinite(values).all(axis=1) & (values >= 0).all(axis=1) & (frame["steps"] >= 1).to_numpy() \
+    valid = (
+        np.isfinite(values).all(axis=1)
+        & (values >= 0).all(axis=1)
+        & (frame["steps"] >= 1).to_numpy()
         & (values <= limits).all(axis=1)
+    )
     skipped = max(rows_written, len(frame)) - int(valid.sum())
     if skipped:
         warn(f"{path}: skipped {skipped} of {max(rows_written, len(frame))} rows that do not parse")
@@ -605,8 +683,13 @@ def read_sampler_csv(path: str | Path) -> pd.DataFrame:
 _CORE_COLUMN = re.compile(r"cpu\d+_pct")
 # The most any sampler can write for an amount: past these no machine measures (an exabyte of
 # memory, an exabyte per second, 100 kW, 1 THz, 1000 degrees).
-_AMOUNT_LIMITS = ((re.compile(r".*_bytes(_per_s)?$"), 2.0**60), (re.compile(r".*_w$"), 1e5),
-                  (re.compile(r".*_mhz$"), 1e6), (re.compile(r"^temp_c$"), 1e3), (re.compile(r"^proc_count$"), 1e7))
+_AMOUNT_LIMITS = (
+    (re.compile(r".*_bytes(_per_s)?$"), 2.0**60),
+    (re.compile(r".*_w$"), 1e5),
+    (re.compile(r".*_mhz$"), 1e6),
+    (re.compile(r"^temp_c$"), 1e3),
+    (re.compile(r"^proc_count$"), 1e7),
+)
 
 
 def _amount_limit(column: str) -> float:
@@ -636,9 +719,11 @@ def _plausible_samples(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
             values[bad] = np.nan
         frame[column] = values
     if named:
-        warn(f"{path}: values no sampler writes (a share outside 0-100 %, a negative, infinite or impossibly "
-             "large amount) "
-             f"read as empty: {', '.join(named[:5])}{' and more' if len(named) > 5 else ''}")
+        warn(
+            f"{path}: values no sampler writes (a share outside 0-100 %, a negative, infinite or impossibly "
+            "large amount) "
+            f"read as empty: {', '.join(named[:5])}{' and more' if len(named) > 5 else ''}"
+        )
     return frame
 
 

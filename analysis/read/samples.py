@@ -114,5 +114,3 @@ def summary_table(summary: dict) -> pd.DataFrame:
     """The run-level part of `summarize` as a frame: one row per metric, one column per stat."""
     rows = {metric: stats for metric, stats in summary.get("metrics", {}).items()}
     return pd.DataFrame.from_dict(rows, orient="index", columns=list(STATS)).astype(float)
-
-

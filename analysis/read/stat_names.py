@@ -27,12 +27,27 @@ ID_STAT_COLUMNS = ("_p", "_c", "correlation_id")
 # pass into `Trace.memory`, one row per event that names its allocator, not into a column of every event;
 # their op is the `tf_op` column, their group `group_id`. Texts: the allocator, region and shape. PJRT's
 # allocators (JAX on TPUs) name no allocator: their device is `index_on_host` (or `device_ordinal`).
-MEMORY_STAT_COLUMNS = ("allocator_name", "index_on_host", "device_ordinal", "bytes_reserved", "bytes_allocated", "bytes_available", "peak_bytes_in_use",
-                       "requested_bytes", "allocation_bytes", "fragmentation", "addr", "region_type", "data_type",
-                       "shape")
+MEMORY_STAT_COLUMNS = (
+    "allocator_name",
+    "index_on_host",
+    "device_ordinal",
+    "bytes_reserved",
+    "bytes_allocated",
+    "bytes_available",
+    "peak_bytes_in_use",
+    "requested_bytes",
+    "allocation_bytes",
+    "fragmentation",
+    "addr",
+    "region_type",
+    "data_type",
+    "shape",
+)
 MEMORY_TEXT_STATS = ("allocator_name", "region_type", "shape")
 MEMORY_KEY_STATS = ("allocator_name", "index_on_host", "device_ordinal")  # an allocator event states one of them
 
 # What read_trace asks the decoder for: the stats to keep, and those of them read as numbers.
 READ_STATS = EVENT_STAT_COLUMNS + MEMORY_STAT_COLUMNS
-READ_NUMBERS = NUMERIC_STAT_COLUMNS + ID_STAT_COLUMNS + tuple(c for c in MEMORY_STAT_COLUMNS if c not in MEMORY_TEXT_STATS)
+READ_NUMBERS = (
+    NUMERIC_STAT_COLUMNS + ID_STAT_COLUMNS + tuple(c for c in MEMORY_STAT_COLUMNS if c not in MEMORY_TEXT_STATS)
+)

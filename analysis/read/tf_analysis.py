@@ -24,9 +24,14 @@ MAX_FILE_BYTES = 64 * 2**20
 # XProf's running statistics start their maximum at the smallest double: a summary with that
 # maximum had no sample (the part was not measured), which is not the same as a measured 0.
 _NEVER_SAMPLED = 1e-300
-_BREAKDOWN = {"input_ms": "input_ms_summary", "host_wait_input_ms": "host_wait_input_ms_summary",
-              "host_to_device_ms": "host_to_device_ms_summary", "host_compute_ms": "host_compute_ms_summary",
-              "device_compute_ms": "device_compute_ms_summary", "compile_ms": "host_compile_ms_summary"}
+_BREAKDOWN = {
+    "input_ms": "input_ms_summary",
+    "host_wait_input_ms": "host_wait_input_ms_summary",
+    "host_to_device_ms": "host_to_device_ms_summary",
+    "host_compute_ms": "host_compute_ms_summary",
+    "device_compute_ms": "device_compute_ms_summary",
+    "compile_ms": "host_compile_ms_summary",
+}
 
 
 @dataclass(frozen=True)
@@ -106,11 +111,20 @@ def _from_result(result, files: tuple[Path, ...], bound: str, statement: str) ->
         if result.recommendation.bottleneck_analysis.Unpack(analysis):
             bound, statement = analysis.input_classification, analysis.input_statement
     if not (math.isfinite(step_ms) and step_ms > 0 and math.isfinite(input_pct) and 0 <= input_pct <= 100):
-        warn(f"{files[0]}: TensorFlow's step time {step_ms:g} ms or input share {input_pct:g} % is not a time: "
-             "left out")
+        warn(
+            f"{files[0]}: TensorFlow's step time {step_ms:g} ms or input share {input_pct:g} % is not a time: left out"
+        )
         return None
-    return TensorFlowAnalysis(files=files, hardware=str(result.hardware_type), steps=count, step_ms=step_ms,
-                              input_pct=input_pct, bound=bound, statement=statement, **parts)
+    return TensorFlowAnalysis(
+        files=files,
+        hardware=str(result.hardware_type),
+        steps=count,
+        step_ms=step_ms,
+        input_pct=input_pct,
+        bound=bound,
+        statement=statement,
+        **parts,
+    )
 
 
 def read_tf_analysis(xplane: str | Path) -> TensorFlowAnalysis | None:
@@ -125,8 +139,10 @@ def read_tf_analysis(xplane: str | Path) -> TensorFlowAnalysis | None:
     try:
         from xprof.protobuf import input_pipeline_pb2, overview_page_pb2
     except ImportError:
-        warn(f"{xplane.parent}: TensorFlow's own analysis is there but the profile plugin "
-             "(tensorboard-plugin-profile) is not installed to read it: left out")
+        warn(
+            f"{xplane.parent}: TensorFlow's own analysis is there but the profile plugin "
+            "(tensorboard-plugin-profile) is not installed to read it: left out"
+        )
         return None
     overview = _parse(overview_path, overview_page_pb2.OverviewPage)
     bound, statement = "", ""

@@ -50,13 +50,15 @@ TRACE_MAX_BYTES = wire.TRACE_MAX_BYTES
 # Event times no profiler writes: a negative duration, a start more than a second before its
 # line's start, a line's start before 1970 or past 2100, or a start or end more than a day from the middle of its plane (a profile
 # session lasts seconds to minutes). Such events are dropped with one warning naming the trace.
-EARLIEST_OFFSET_PS = -10**12
+EARLIEST_OFFSET_PS = -(10**12)
 # A line's clock before 1970 or past 2100: no profiler's (and past it, a start plus its offset and
 # duration overflows 64 bits): its events' times are impossible too.
 LATEST_LINE_START_NS = 4_102_444_800 * 10**9
 FARTHEST_FROM_TRACE_NS = 24 * 3600 * 10**9
 # More of the events than this with impossible times: the trace is refused rather than analysed without them.
 MOST_IMPOSSIBLE_SHARE = 0.1
+
+
 @dataclass
 class Trace:
     """An XSpace as tables; times are integer nanoseconds on the trace's clock."""
@@ -105,8 +107,9 @@ def _open_trace(xplane: Path):
         if not info.st_size:
             raise TraceUnreadable(f"{xplane} is empty (0 bytes): the profiler did not finish writing it")
         if info.st_size > TRACE_MAX_BYTES:
-            raise TraceUnreadable(f"{xplane}: {info.st_size:,} bytes, above the {TRACE_MAX_BYTES // 2**30} GiB "
-                                  "devprof reads from a trace")
+            raise TraceUnreadable(
+                f"{xplane}: {info.st_size:,} bytes, above the {TRACE_MAX_BYTES // 2**30} GiB devprof reads from a trace"
+            )
         return info.st_size, wire.read_into_memory(fd, info.st_size)
     except wire.WireError as exc:
         raise _unreadable(xplane, info.st_size, str(exc)) from None
@@ -136,8 +139,13 @@ def _decode_file(xplane: Path, names, number_names=(), helpers: Helpers | None =
     else:
         size, buffer = _open_trace(xplane)
         try:
-            space = _decode(buffer, names, lambda why: _unreadable(xplane, size, why), number_names,
-                            helpers.child if helpers is not None else None)
+            space = _decode(
+                buffer,
+                names,
+                lambda why: _unreadable(xplane, size, why),
+                number_names,
+                helpers.child if helpers is not None else None,
+            )
         finally:
             wire.close_map(buffer)
     if not space.planes:
@@ -179,11 +187,13 @@ def event_stats(source, names=None) -> pd.DataFrame:
 
 
 def _stats_table(space: wire.DecodedSpace) -> pd.DataFrame:
-    return pd.DataFrame({
-        "event": space.events.stat_event,
-        "stat": pd.Categorical.from_codes(space.stat_name_code, categories=space.stat_names),
-        "value": pd.Series(space.stat_values, dtype=object),
-    })
+    return pd.DataFrame(
+        {
+            "event": space.events.stat_event,
+            "stat": pd.Categorical.from_codes(space.stat_name_code, categories=space.stat_names),
+            "value": pd.Series(space.stat_values, dtype=object),
+        }
+    )
 
 
 def plane_metadata(source, wanted_plane=None, event_stat_names=()) -> list[wire.PlaneMetadata]:
@@ -213,9 +223,17 @@ def plane_metadata(source, wanted_plane=None, event_stat_names=()) -> list[wire.
 
 # A device plane's stated capabilities, as the profiler writes them (XProf's `kDevCap*` stats):
 # `peak_teraflops_per_second` and `peak_hbm_bw_gigabytes_per_second` where the plane states its peaks.
-DEVICE_SPEC_STATS = ("memory_bandwidth", "clock_rate", "core_count", "memory_size", "compute_cap_major",
-                     "compute_cap_minor", "device_vendor", "peak_teraflops_per_second",
-                     "peak_hbm_bw_gigabytes_per_second")
+DEVICE_SPEC_STATS = (
+    "memory_bandwidth",
+    "clock_rate",
+    "core_count",
+    "memory_size",
+    "compute_cap_major",
+    "compute_cap_minor",
+    "device_vendor",
+    "peak_teraflops_per_second",
+    "peak_hbm_bw_gigabytes_per_second",
+)
 
 
 @dataclass(frozen=True)
@@ -254,9 +272,15 @@ def device_specs(source) -> dict[str, DeviceSpecs]:
         if bandwidth != bandwidth:  # a TPU plane states its HBM's instead
             bandwidth = _stated(stats, "peak_hbm_bw_gigabytes_per_second", 1e9)
         specs[plane.name] = DeviceSpecs(
-            plane.name, vendor if isinstance(vendor, str) else "", bandwidth,
-            _stated(stats, "clock_rate", 1e3), _stated(stats, "core_count"), _stated(stats, "memory_size"), capability,
-            _stated(stats, "peak_teraflops_per_second", 1e12))
+            plane.name,
+            vendor if isinstance(vendor, str) else "",
+            bandwidth,
+            _stated(stats, "clock_rate", 1e3),
+            _stated(stats, "core_count"),
+            _stated(stats, "memory_size"),
+            capability,
+            _stated(stats, "peak_teraflops_per_second", 1e12),
+        )
     return specs
 
 
@@ -267,14 +291,20 @@ def _plane_and_line_tables(space: wire.DecodedSpace) -> tuple[pd.DataFrame, pd.D
         events_of_plane[line.plane] += line.events
         lines_of_plane[line.plane] += 1
     planes = pd.DataFrame(
-        {"plane": range(len(space.planes)), "plane_id": [plane.plane_id for plane in space.planes],
-         "plane_name": [plane.name for plane in space.planes], "lines": lines_of_plane.tolist(),
-         "events": events_of_plane.tolist()},
+        {
+            "plane": range(len(space.planes)),
+            "plane_id": [plane.plane_id for plane in space.planes],
+            "plane_name": [plane.name for plane in space.planes],
+            "lines": lines_of_plane.tolist(),
+            "events": events_of_plane.tolist(),
+        },
         columns=["plane", "plane_id", "plane_name", "lines", "events"],
     )
     lines = pd.DataFrame(
-        [(line.plane, line.line, line.line_id, line.name, line.display_name, line.timestamp_ns, line.events)
-         for line in space.lines],
+        [
+            (line.plane, line.line, line.line_id, line.name, line.display_name, line.timestamp_ns, line.events)
+            for line in space.lines
+        ],
         columns=["plane", "line", "line_id", "line_name", "display_name", "timestamp_ns", "events"],
     )
     return planes, lines
@@ -304,8 +334,9 @@ def _event_name_codes(space: wire.DecodedSpace, plane_of: np.ndarray) -> pd.Cate
     return pd.Categorical.from_codes(codes, categories=categories)
 
 
-def _events_table(space: wire.DecodedSpace, planes: pd.DataFrame, lines: pd.DataFrame,
-                  consume: bool = False) -> tuple[pd.DataFrame, np.ndarray]:
+def _events_table(
+    space: wire.DecodedSpace, planes: pd.DataFrame, lines: pd.DataFrame, consume: bool = False
+) -> tuple[pd.DataFrame, np.ndarray]:
     """Events with their names, times, plane and line; times are the line's `timestamp_ns` +
     `offset_ps`/1000 (+ `duration_ps`/1000). `consume`: drop each decoded column once used.
     Also returns which events have impossible times (`_impossible_times`)."""
@@ -316,8 +347,12 @@ def _events_table(space: wire.DecodedSpace, planes: pd.DataFrame, lines: pd.Data
     line_start = lines["timestamp_ns"].to_numpy(dtype=np.int64)[row]
     start_ns = line_start + decoded.offset_ps // 1000
     duration_ns = decoded.duration_ps // 1000
-    impossible = (decoded.duration_ps < 0) | (decoded.offset_ps < EARLIEST_OFFSET_PS) \
-        | (line_start < 0) | (line_start > LATEST_LINE_START_NS)
+    impossible = (
+        (decoded.duration_ps < 0)
+        | (decoded.offset_ps < EARLIEST_OFFSET_PS)
+        | (line_start < 0)
+        | (line_start > LATEST_LINE_START_NS)
+    )
     if consume:
         decoded.release("metadata_id", "offset_ps", "duration_ps")
     end_ns = start_ns + duration_ns
@@ -353,20 +388,25 @@ def _far_from_their_plane(start_ns: np.ndarray, end_ns: np.ndarray, plane_of: np
         if first == last:
             continue
         middle = int(np.median(start_ns[first:last]))
-        far[first:last] = (start_ns[first:last] < middle - FARTHEST_FROM_TRACE_NS) \
-            | (end_ns[first:last] > middle + FARTHEST_FROM_TRACE_NS)
+        far[first:last] = (start_ns[first:last] < middle - FARTHEST_FROM_TRACE_NS) | (
+            end_ns[first:last] > middle + FARTHEST_FROM_TRACE_NS
+        )
     return far
 
 
-def _drop_impossible(events: pd.DataFrame, impossible: np.ndarray, source: str) -> tuple[pd.DataFrame, np.ndarray | None]:
+def _drop_impossible(
+    events: pd.DataFrame, impossible: np.ndarray, source: str
+) -> tuple[pd.DataFrame, np.ndarray | None]:
     """`events` without those with impossible times, and the file's numbers of the rows kept (None:
     none dropped); one warning names the trace, how many and which names."""
     if not impossible.any():
         return events, None
     names = [str(name) for name in pd.unique(events["name"].to_numpy()[impossible])]
     shown = ", ".join(repr(n) for n in names[:3]) + (", ..." if len(names) > 3 else "")
-    what = (f"{int(impossible.sum())} of {len(events)} events with impossible times (a negative duration, a start "
-            f"before its timeline's, or more than a day from the rest of its plane: {shown})")
+    what = (
+        f"{int(impossible.sum())} of {len(events)} events with impossible times (a negative duration, a start "
+        f"before its timeline's, or more than a day from the rest of its plane: {shown})"
+    )
     if impossible.sum() > len(events) * MOST_IMPOSSIBLE_SHARE:
         raise TraceUnreadable(f"{source} is corrupt: {what}")
     warn(f"{source}: dropped {what}; the trace is corrupt there")
@@ -426,7 +466,11 @@ def _id_column(space: wire.DecodedSpace, rows: np.ndarray, of_event: np.ndarray,
         missing[of_event] = False
         return pd.arrays.IntegerArray(values, missing)
     boxed = space.stat_values[rows].copy()
-    for stat_kind, as_type in ((wire.STAT_UINT64, np.uint64), (wire.STAT_INT64, np.int64), (wire.STAT_DOUBLE, np.float64)):
+    for stat_kind, as_type in (
+        (wire.STAT_UINT64, np.uint64),
+        (wire.STAT_INT64, np.int64),
+        (wire.STAT_DOUBLE, np.float64),
+    ):
         chosen = np.flatnonzero(kind == stat_kind)
         boxed[chosen] = number[chosen].view(as_type).astype(object)
     values = np.full(count, pd.NA, dtype=object)
@@ -450,11 +494,17 @@ def _text_column(found: np.ndarray, of_event: np.ndarray, count: int):
     return pd.Categorical.from_codes(codes, categories=pd.Index(distinct.astype(object)[order], dtype=object))
 
 
-def _numeric_column(space: wire.DecodedSpace, rows: np.ndarray, of_event: np.ndarray, count: int) -> pd.arrays.FloatingArray:
+def _numeric_column(
+    space: wire.DecodedSpace, rows: np.ndarray, of_event: np.ndarray, count: int
+) -> pd.arrays.FloatingArray:
     """A stat as nullable floats: numbers as they are, strings parsed as numbers (NA if they are not)."""
     kind, number = space.events.stat_kind[rows], space.events.stat_number[rows]
     numbers = np.full(rows.size, np.nan)
-    for stat_kind, as_type in ((wire.STAT_UINT64, np.uint64), (wire.STAT_INT64, np.int64), (wire.STAT_DOUBLE, np.float64)):
+    for stat_kind, as_type in (
+        (wire.STAT_UINT64, np.uint64),
+        (wire.STAT_INT64, np.int64),
+        (wire.STAT_DOUBLE, np.float64),
+    ):
         chosen = kind == stat_kind
         numbers[chosen] = number[chosen].view(as_type).astype(np.float64)
     other = np.flatnonzero((kind != wire.STAT_UINT64) & (kind != wire.STAT_INT64) & (kind != wire.STAT_DOUBLE))
@@ -482,7 +532,11 @@ def _stat_numbers(space: wire.DecodedSpace, rows: np.ndarray) -> np.ndarray:
     """The decoded stats' values as float64 (NaN where a value is no number)."""
     kind, number = space.events.stat_kind[rows], space.events.stat_number[rows]
     numbers = np.full(rows.size, np.nan)
-    for stat_kind, as_type in ((wire.STAT_UINT64, np.uint64), (wire.STAT_INT64, np.int64), (wire.STAT_DOUBLE, np.float64)):
+    for stat_kind, as_type in (
+        (wire.STAT_UINT64, np.uint64),
+        (wire.STAT_INT64, np.int64),
+        (wire.STAT_DOUBLE, np.float64),
+    ):
         chosen = kind == stat_kind
         numbers[chosen] = number[chosen].view(as_type).astype(np.float64)
     other = np.flatnonzero(~np.isin(kind, (wire.STAT_UINT64, wire.STAT_INT64, wire.STAT_DOUBLE)))
@@ -531,8 +585,9 @@ def _tables(space: wire.DecodedSpace) -> tuple[pd.DataFrame, pd.DataFrame, pd.Da
     return planes, lines, events, stats
 
 
-def _event_tables(space: wire.DecodedSpace, source: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame,
-                                                                  np.ndarray | None]:
+def _event_tables(
+    space: wire.DecodedSpace, source: str
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, np.ndarray | None]:
     """Planes, lines, events (without those with impossible times) and the file's numbers of the
     events kept (None: all); the decoded columns are let go as the table takes them, so that the
     decoder's arrays and the table are not both held whole."""
@@ -577,5 +632,7 @@ def _warn_repeated_planes(planes: pd.DataFrame, xplane: Path) -> None:
     busy = planes[planes["events"] > 0]
     repeated = busy["plane_name"][busy["plane_name"].duplicated()].astype(str).unique().tolist()
     if repeated:
-        run_files.warn(f"{xplane}: {', '.join(repr(name) for name in repeated[:3])} appear as several planes: their "
-                       "events are read together, and steps found on them may count twice")
+        run_files.warn(
+            f"{xplane}: {', '.join(repr(name) for name in repeated[:3])} appear as several planes: their "
+            "events are read together, and steps found on them may count twice"
+        )

@@ -28,10 +28,24 @@ NS_PER_MS = 1e6
 T = TypeVar("T")
 # The allocators' events (`TraceView.memory`): bytes in use is the allocator's bytes_allocated plus
 # bytes_reserved after the event (XProf's heap + stack), NaN where the event does not say.
-MEMORY_COLUMNS = {"allocator": object, "start_ns": "int64", "allocation": bool, "bytes_in_use": float,
-                  "bytes_reserved": float, "bytes_available": float, "peak_bytes_in_use": float, "requested_bytes": float,
-                  "allocation_bytes": float, "fragmentation": float, "address": float, "op": object,
-                  "region": object, "dtype": object, "shape": object, "group_id": float}
+MEMORY_COLUMNS = {
+    "allocator": object,
+    "start_ns": "int64",
+    "allocation": bool,
+    "bytes_in_use": float,
+    "bytes_reserved": float,
+    "bytes_available": float,
+    "peak_bytes_in_use": float,
+    "requested_bytes": float,
+    "allocation_bytes": float,
+    "fragmentation": float,
+    "address": float,
+    "op": object,
+    "region": object,
+    "dtype": object,
+    "shape": object,
+    "group_id": float,
+}
 STAGE_RE = re.compile(tf_producer.INPUT_STAGE)
 HOST_OP_RE = re.compile(tf_producer.XPROF_HOST_OP)
 TPU_PLANE = re.compile("TPU", re.IGNORECASE)
@@ -58,19 +72,22 @@ def thread_nesting(events: pd.DataFrame, enclosing: bool = False) -> tuple[pd.Da
     parent there (its position in that order; -1: none): the innermost event on its thread still running
     when it starts, or with `enclosing` the innermost that holds it whole (XProf's `ConnectIntraThread`).
     The two differ only where events on one thread overlap without nesting."""
-    events = events.sort_values(["plane", "line", "start_ns", "end_ns"], ascending=[True, True, True, False],
-                                kind="stable")
+    events = events.sort_values(
+        ["plane", "line", "start_ns", "end_ns"], ascending=[True, True, True, False], kind="stable"
+    )
     starts, ends = events["start_ns"].to_numpy(dtype=np.int64), events["end_ns"].to_numpy(dtype=np.int64)
     thread = (events["plane"].to_numpy(dtype=np.int64) << 32) + events["line"].to_numpy(dtype=np.int64)
     parent = np.full(starts.size, -1, dtype=np.int64)
     # Read and written through memoryviews: as fast as lists of Python ints, without a million of them.
-    threads, begin, end, found = (np.ascontiguousarray(values, dtype=np.int64).data
-                                  for values in (thread, starts, ends, parent))
+    threads, begin, end, found = (
+        np.ascontiguousarray(values, dtype=np.int64).data for values in (thread, starts, ends, parent)
+    )
     stack: list[int] = []
     for i in range(len(begin)):
         if enclosing:
-            while stack and (threads[stack[-1]] != threads[i] or end[stack[-1]] < end[i]
-                             or begin[stack[-1]] > begin[i]):
+            while stack and (
+                threads[stack[-1]] != threads[i] or end[stack[-1]] < end[i] or begin[stack[-1]] > begin[i]
+            ):
                 stack.pop()
         else:
             while stack and (threads[stack[-1]] != threads[i] or end[stack[-1]] <= begin[i]):
@@ -96,7 +113,7 @@ def _rows(events: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
     events are: the host table of a CPU trace is most of the trace and is not copied."""
     where = np.flatnonzero(mask)
     if where.size and where[-1] - where[0] + 1 == where.size:
-        return events.iloc[int(where[0]):int(where[-1]) + 1]
+        return events.iloc[int(where[0]) : int(where[-1]) + 1]
     return events[mask]
 
 
@@ -107,8 +124,12 @@ def device_parts(device: pd.DataFrame) -> dict[str, iv.Intervals]:
     is_copy = matches(device["name"], producers.pattern("device_copy"), search=True) & ~is_input
     is_collective = matches(device["name"], producers.pattern("collective"), search=True) & ~is_input & ~is_copy
     is_compute = ~(is_input | is_copy | is_collective)
-    return {"input": intervals(device[is_input]), "copy": intervals(device[is_copy]),
-            "collective": intervals(device[is_collective]), "compute": intervals(device[is_compute])}
+    return {
+        "input": intervals(device[is_input]),
+        "copy": intervals(device[is_copy]),
+        "collective": intervals(device[is_collective]),
+        "compute": intervals(device[is_compute]),
+    }
 
 
 class TraceView:
@@ -166,8 +187,10 @@ class TraceView:
             return on_device
         is_tpu = matches(on_device["plane_name"], TPU_PLANE, search=True).to_numpy()  # once per plane name
         stream = matches(on_device["line_name"], planes.STREAM_LINE).to_numpy()
-        derived = ((on_device["line_id"].astype("int64") >= planes.DERIVED_LINE_MIN_ID)
-                   | on_device["line_name"].isin(planes.DERIVED_LINE_NAMES)).to_numpy()
+        derived = (
+            (on_device["line_id"].astype("int64") >= planes.DERIVED_LINE_MIN_ID)
+            | on_device["line_name"].isin(planes.DERIVED_LINE_NAMES)
+        ).to_numpy()
         planes_with_streams = set(on_device.loc[stream, "plane"])
         has_streams = on_device["plane"].isin(planes_with_streams).to_numpy()
         tpu_activity = is_tpu & (on_device["line_name"] == tpu_producer.ACTIVITY_LINE).to_numpy()
@@ -227,11 +250,14 @@ class TraceView:
     def stages(self) -> pd.DataFrame:
         """tf.data's `Iterator::` events other than the bare root, with a `depth` column."""
         events = self.events
-        stages = events.loc[matches(events["name"], STAGE_RE), ["name", "plane", "line", "start_ns", "end_ns",
-                                                                "duration_ns"]]
-        names = stages["name"].astype(str).astype("category") if not isinstance(stages["name"].dtype,
-                                                                              pd.CategoricalDtype) \
+        stages = events.loc[
+            matches(events["name"], STAGE_RE), ["name", "plane", "line", "start_ns", "end_ns", "duration_ns"]
+        ]
+        names = (
+            stages["name"].astype(str).astype("category")
+            if not isinstance(stages["name"].dtype, pd.CategoricalDtype)
             else stages["name"].cat.remove_unused_categories()
+        )
         root = (names != tf_producer.INPUT_ROOT).to_numpy()
         stages = stages[root]
         names = names[root].cat.remove_unused_categories()
@@ -262,24 +288,34 @@ class TraceView:
         events = self.events.iloc[stats["event"].to_numpy()]
         names = events["name"].astype(str).to_numpy()
         allocation = names == tf_producer.MEMORY_ALLOCATION
-        keep = (allocation | (names == tf_producer.MEMORY_DEALLOCATION)) \
-            & matches(events["plane_name"], planes.HOST_PLANE).to_numpy()
+        keep = (allocation | (names == tf_producer.MEMORY_DEALLOCATION)) & matches(
+            events["plane_name"], planes.HOST_PLANE
+        ).to_numpy()
         events, stats, allocation = events[keep], stats[keep], allocation[keep]
         in_use = stats["bytes_allocated"].to_numpy() + np.nan_to_num(stats["bytes_reserved"].to_numpy())
-        dtype = stats["data_type"].map(lambda number: tf_producer.DATA_TYPES.get(int(number), "")
-                                       if number == number else "")
-        frame = pd.DataFrame({
-            "allocator": self._allocator_names(stats), "start_ns": events["start_ns"].to_numpy(dtype=np.int64),
-            "allocation": allocation, "bytes_in_use": in_use,
-            "bytes_reserved": stats["bytes_reserved"].to_numpy(), "bytes_available": stats["bytes_available"].to_numpy(),
-            "peak_bytes_in_use": stats["peak_bytes_in_use"].to_numpy(),
-            "requested_bytes": stats["requested_bytes"].to_numpy(),
-            "allocation_bytes": stats["allocation_bytes"].to_numpy(),
-            "fragmentation": stats["fragmentation"].to_numpy(), "address": stats["addr"].to_numpy(),
-            "op": events["tf_op"].astype(object).where(events["tf_op"].notna(), "").to_numpy(dtype=object),
-            "region": stats["region_type"].to_numpy(), "dtype": dtype.to_numpy(dtype=object),
-            "shape": stats["shape"].to_numpy(), "group_id": events["group_id"].to_numpy(dtype=np.float64,
-                                                                                         na_value=np.nan)})
+        dtype = stats["data_type"].map(
+            lambda number: tf_producer.DATA_TYPES.get(int(number), "") if number == number else ""
+        )
+        frame = pd.DataFrame(
+            {
+                "allocator": self._allocator_names(stats),
+                "start_ns": events["start_ns"].to_numpy(dtype=np.int64),
+                "allocation": allocation,
+                "bytes_in_use": in_use,
+                "bytes_reserved": stats["bytes_reserved"].to_numpy(),
+                "bytes_available": stats["bytes_available"].to_numpy(),
+                "peak_bytes_in_use": stats["peak_bytes_in_use"].to_numpy(),
+                "requested_bytes": stats["requested_bytes"].to_numpy(),
+                "allocation_bytes": stats["allocation_bytes"].to_numpy(),
+                "fragmentation": stats["fragmentation"].to_numpy(),
+                "address": stats["addr"].to_numpy(),
+                "op": events["tf_op"].astype(object).where(events["tf_op"].notna(), "").to_numpy(dtype=object),
+                "region": stats["region_type"].to_numpy(),
+                "dtype": dtype.to_numpy(dtype=object),
+                "shape": stats["shape"].to_numpy(),
+                "group_id": events["group_id"].to_numpy(dtype=np.float64, na_value=np.nan),
+            }
+        )
         return frame.sort_values("start_ns", kind="stable").reset_index(drop=True)
 
     def _allocator_names(self, stats: pd.DataFrame) -> np.ndarray:
@@ -290,8 +326,11 @@ class TraceView:
         if not unnamed.any():
             return names
         index = stats["index_on_host"].where(stats["index_on_host"].notna(), stats["device_ordinal"]).to_numpy()
-        kinds = {int(found.group(2)): found.group(1) for name in self.trace.planes["plane_name"].astype(str)
-                 if (found := DEVICE_PLANE_INDEX.match(name))}
+        kinds = {
+            int(found.group(2)): found.group(1)
+            for name in self.trace.planes["plane_name"].astype(str)
+            if (found := DEVICE_PLANE_INDEX.match(name))
+        }
         names = names.copy()
         for i in np.flatnonzero(unnamed & ~np.isnan(index)):
             names[i] = f"{kinds.get(int(index[i]), 'device')}_{int(index[i])}"

@@ -102,6 +102,7 @@ class DecodedSpace:
 
 # ---------------------------------------------------------------- scalar scanner (small messages)
 
+
 def _varint(buf, pos: int) -> tuple[int, int]:
     """One varint at `pos` (a Python int, unsigned), and the position after it."""
     byte = buf[pos]
@@ -162,8 +163,15 @@ def _fields(buf, pos: int, end: int):
 # line and paragraph separators, the bidirectional overrides and isolates. A trace from anyone may hold
 # them in its names (an ESC sequence retitles a terminal or writes its clipboard): each is kept, as a
 # visible escape, so every output shows what the trace says and none of them acts.
-_INVISIBLE = [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029, *range(0x202A, 0x202F),
-              *range(0x2066, 0x206A)]
+_INVISIBLE = [
+    *range(0x00, 0x20),
+    0x7F,
+    *range(0x80, 0xA0),
+    0x2028,
+    0x2029,
+    *range(0x202A, 0x202F),
+    *range(0x2066, 0x206A),
+]
 _VISIBLE = {code: (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}") for code in _INVISIBLE}
 
 
@@ -200,6 +208,7 @@ def _map_entry_names(buf, start: int, stop: int) -> tuple[int, str]:
 
 
 # ---------------------------------------------------------------- events
+
 
 def _event_tags_serial(buf, pos: int, end: int, limit: int | None = None) -> tuple[list[int], int]:
     """Tag positions of consecutive events (field 4) from `pos`, one Python step each, and where they stop.
@@ -263,7 +272,9 @@ def _window_tags(buf, data: np.ndarray, start: int, window_end: int) -> tuple[np
     near = nominal[:, None] + _LOOKAHEAD
     bytes_near = data[np.minimum(near, last - 2)]
     after_near = data[np.minimum(near + 2, last)]
-    plausible = (bytes_near == 0x22) & (data[np.minimum(near + 1, last)] < 0x80) & (after_near == 0x08) & (near < window_end)
+    plausible = (
+        (bytes_near == 0x22) & (data[np.minimum(near + 1, last)] < 0x80) & (after_near == 0x08) & (near < window_end)
+    )
     found = plausible.any(axis=1)
     guesses = near[found, plausible[found].argmax(axis=1)]
     starts = np.unique(np.concatenate(([start], guesses)))
@@ -303,7 +314,7 @@ def _window_tags(buf, data: np.ndarray, start: int, window_end: int) -> tuple[np
     for block in range(blocks):
         if expected >= limits[block]:
             continue  # one event spans the whole block
-        chain = tags[first[block]:first[block + 1]]
+        chain = tags[first[block] : first[block + 1]]
         if expected == starts[block]:
             offset = 0
         else:
@@ -444,8 +455,11 @@ def _decode_events(data: np.ndarray, starts: np.ndarray, stops: np.ndarray):
     that has one left.
     """
     count = starts.size
-    columns = {1: np.zeros(count, dtype=np.uint64), 2: np.zeros(count, dtype=np.uint64),
-               3: np.zeros(count, dtype=np.uint64)}  # metadata_id, offset_ps, duration_ps
+    columns = {
+        1: np.zeros(count, dtype=np.uint64),
+        2: np.zeros(count, dtype=np.uint64),
+        3: np.zeros(count, dtype=np.uint64),
+    }  # metadata_id, offset_ps, duration_ps
     stat_rounds: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     position = starts.copy()
     active = np.flatnonzero(position < stops)
@@ -542,9 +556,18 @@ CHILD_SHARE = 0.4
 
 
 # A decoded chunk's columns, in the order `_decode_chunk` makes them.
-PART_COLUMNS = {"line_row": np.int64, "metadata_id": np.int64, "offset_ps": np.int64, "duration_ps": np.int64,
-                "stat_event": np.int64, "stat_metadata_id": np.int64, "stat_kind": np.int8, "stat_number": np.uint64,
-                "stat_start": np.int64, "stat_stop": np.int64}
+PART_COLUMNS = {
+    "line_row": np.int64,
+    "metadata_id": np.int64,
+    "offset_ps": np.int64,
+    "duration_ps": np.int64,
+    "stat_event": np.int64,
+    "stat_metadata_id": np.int64,
+    "stat_kind": np.int8,
+    "stat_number": np.uint64,
+    "stat_start": np.int64,
+    "stat_stop": np.int64,
+}
 Chunk = tuple[np.ndarray, np.ndarray, np.ndarray]  # an event chunk's tag positions, line rows and planes
 ForkChild = Callable[[Callable[[Callable[[], object]], object]], "object | None"]  # `analysis.parallel.Helpers.child`
 
@@ -565,8 +588,9 @@ class _EventBatches:
 
     def add_plane(self, stat_names: dict[int, str]) -> None:
         if self.wanted_stat_names is not None:
-            self.wanted_ids.append(np.array(
-                [key for key, name in stat_names.items() if name in self.wanted_stat_names], dtype=np.int64))
+            self.wanted_ids.append(
+                np.array([key for key, name in stat_names.items() if name in self.wanted_stat_names], dtype=np.int64)
+            )
 
     def add_events(self, line_row: int, plane: int, pos: int, end: int) -> tuple[int, int]:
         """A line's events from `pos` up to its next other field: where that is, and how many."""
@@ -593,8 +617,14 @@ class _EventBatches:
         rows, planes, counts = (np.array(column, dtype=np.int64) for column in zip(*self.pending))
         self.tags, self.pending = [], []
         line_row, event_plane = np.repeat(rows, counts), np.repeat(planes, counts)
-        return [(tags[first:first + CHUNK_EVENTS], line_row[first:first + CHUNK_EVENTS],
-                 event_plane[first:first + CHUNK_EVENTS]) for first in range(0, tags.size, CHUNK_EVENTS)]
+        return [
+            (
+                tags[first : first + CHUNK_EVENTS],
+                line_row[first : first + CHUNK_EVENTS],
+                event_plane[first : first + CHUNK_EVENTS],
+            )
+            for first in range(0, tags.size, CHUNK_EVENTS)
+        ]
 
     def start(self, fork: ForkChild, child_share: float = CHILD_SHARE) -> None:
         """Fork the child that decodes the last `child_share` of the events' bytes (`fork(work)`: a started
@@ -624,8 +654,10 @@ class _EventBatches:
         finally:
             self.close()
         theirs = answer[0] if answer is not None else None
-        if not (isinstance(theirs, list) and all(isinstance(part, dict) and list(part) == list(PART_COLUMNS)
-                                                 for part in theirs)):
+        if not (
+            isinstance(theirs, list)
+            and all(isinstance(part, dict) and list(part) == list(PART_COLUMNS) for part in theirs)
+        ):
             theirs = self._decode_chunks(self.theirs, sum(tags.size for tags, _, _ in self.mine))
         self.mine, self.theirs = [], []
         return EventColumns(**_joined(parts + theirs))
@@ -650,12 +682,19 @@ class _EventBatches:
         keep = self._keep(stat_plane, stat_id)
         # Stats were found round by round; the kept ones go back in file order.
         kept_per_round = np.split(keep, np.cumsum([events.size for events, _, _ in stat_rounds])[:-1])
-        keep = np.flatnonzero(keep)[_file_order(
-            [events[kept] for (events, _, _), kept in zip(stat_rounds, kept_per_round)], line_row.size)]
+        keep = np.flatnonzero(keep)[
+            _file_order([events[kept] for (events, _, _), kept in zip(stat_rounds, kept_per_round)], line_row.size)
+        ]
         return {
-            "line_row": line_row, "metadata_id": metadata_id, "offset_ps": offset_ps, "duration_ps": duration_ps,
-            "stat_event": stat_event[keep] + first_event, "stat_metadata_id": stat_id[keep],
-            "stat_kind": kind[keep], "stat_number": number[keep], "stat_start": text_start[keep],
+            "line_row": line_row,
+            "metadata_id": metadata_id,
+            "offset_ps": offset_ps,
+            "duration_ps": duration_ps,
+            "stat_event": stat_event[keep] + first_event,
+            "stat_metadata_id": stat_id[keep],
+            "stat_kind": kind[keep],
+            "stat_number": number[keep],
+            "stat_start": text_start[keep],
             "stat_stop": text_stop[keep],
         }
 
@@ -751,8 +790,9 @@ def locate(buf, wanted_stat_names) -> Located:
     planes: list[PlaneInfo] = []
     lines: list[LineInfo] = []
     hostnames: list[str] = []
-    batches = _EventBatches(buf, np.frombuffer(buf, dtype=np.uint8),
-                            None if wanted_stat_names is None else frozenset(wanted_stat_names))
+    batches = _EventBatches(
+        buf, np.frombuffer(buf, dtype=np.uint8), None if wanted_stat_names is None else frozenset(wanted_stat_names)
+    )
     for number, wire, start, stop in _fields(buf, 0, len(buf)):
         if number == 1 and wire == WIRE_LEN:
             planes.append(_read_plane(buf, start, stop, len(planes), lines, batches))
@@ -853,8 +893,9 @@ def positions(keys: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return np.where(keys[at] == ids, at, -1)
 
 
-def _stat_values(buf, events: EventColumns, stat_plane: np.ndarray, planes: list[PlaneInfo],
-                 boxed: np.ndarray | None = None) -> np.ndarray:
+def _stat_values(
+    buf, events: EventColumns, stat_plane: np.ndarray, planes: list[PlaneInfo], boxed: np.ndarray | None = None
+) -> np.ndarray:
     """Each stat's value as a Python object (None outside the `boxed` rows, when given), made
     kind by kind, not stat by stat where numbers."""
     kind, number = events.stat_kind, events.stat_number
@@ -875,14 +916,14 @@ def _stat_values(buf, events: EventColumns, stat_plane: np.ndarray, planes: list
     if texts.size:
         decoded: dict[tuple[bool, bytes], object] = {}  # one object per distinct value
         is_str = (kind[texts] == STAT_STR).tolist()
-        for row, start, stop, text in zip(texts.tolist(), events.stat_start[texts].tolist(),
-                                          events.stat_stop[texts].tolist(), is_str):
+        for row, start, stop, text in zip(
+            texts.tolist(), events.stat_start[texts].tolist(), events.stat_stop[texts].tolist(), is_str
+        ):
             raw = buf[start:stop]
             key = (text, raw)
             value = decoded.get(key)
             if value is None:
-                value = decoded[key] = (visible(raw.decode("utf-8", errors="backslashreplace")) if text
-                                        else raw.hex())
+                value = decoded[key] = visible(raw.decode("utf-8", errors="backslashreplace")) if text else raw.hex()
             values[row] = value
     return values
 
@@ -902,8 +943,13 @@ def _stat_name_codes(stat_id: np.ndarray, stat_plane: np.ndarray, planes: list[P
             local[unknown] = keys.size + inverse
             labels += [str(key) for key in distinct.tolist()]
         per_plane.append((rows, local, labels))
-    categories = sorted({labels[code] for _, local, labels in per_plane
-                         for code in np.flatnonzero(np.bincount(local, minlength=len(labels))).tolist()})
+    categories = sorted(
+        {
+            labels[code]
+            for _, local, labels in per_plane
+            for code in np.flatnonzero(np.bincount(local, minlength=len(labels))).tolist()
+        }
+    )
     position = {name: code for code, name in enumerate(categories)}
     codes = np.zeros(stat_id.size, dtype=np.int64)
     for rows, local, labels in per_plane:
@@ -936,8 +982,9 @@ def _read_plane(buf, start: int, stop: int, plane_index: int, lines: list, batch
     return plane
 
 
-def _read_line(buf, start: int, stop: int, plane_index: int, line_index: int, row: int,
-               batches: _EventBatches) -> LineInfo:
+def _read_line(
+    buf, start: int, stop: int, plane_index: int, line_index: int, row: int, batches: _EventBatches
+) -> LineInfo:
     """The line whose fields lie in [start, stop); its events located (`batches`), decoded later."""
     line = LineInfo(plane_index, line_index, 0, "", "", 0, 0)
     pos = start
@@ -1053,6 +1100,7 @@ def open_trace_bytes(path: str | Path):
 
 
 # ---------------------------------------------------------------- plane and event metadata stats (on request)
+
 
 @dataclass
 class PlaneMetadata:

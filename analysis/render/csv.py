@@ -24,7 +24,8 @@ def comparison_frame(table: pd.DataFrame) -> pd.DataFrame:
     frame["epochs_used"] = frame["epochs_used"].map(lambda e: " ".join(map(str, e)))
     if "matrix_flops_per_second" in frame:
         frame["matrix_flops_per_second"] = frame["matrix_flops_per_second"].map(
-            lambda rates: " ".join(f"{dtype}={rate:.4g}" for dtype, rate in (rates or {}).items()))
+            lambda rates: " ".join(f"{dtype}={rate:.4g}" for dtype, rate in (rates or {}).items())
+        )
     return frame
 
 

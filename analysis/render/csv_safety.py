@@ -54,8 +54,9 @@ def neutralize_frame(frame: pd.DataFrame, header: bool = True) -> pd.DataFrame:
         # Cell by cell, not `Series.map`, which would turn None into NaN.
         # A categorical column's new text is no category of it: plain text from here on.
         dtype = object if isinstance(series.dtype, pd.CategoricalDtype) else series.dtype
-        out[column] = pd.Series([neutralize_cell(value) for value in series], index=series.index,
-                                dtype=dtype, name=series.name)
+        out[column] = pd.Series(
+            [neutralize_cell(value) for value in series], index=series.index, dtype=dtype, name=series.name
+        )
     if header:
         out.columns = [neutralize_cell(name) for name in out.columns]
     return out
@@ -105,8 +106,11 @@ def _csv_cells(series: pd.Series) -> Callable[[slice], list[str]] | None:
     if dtype.kind in "iub" and isinstance(dtype, np.dtype):
         numbers = series.to_numpy()
         return lambda rows: list(map(str, numbers[rows].tolist()))
-    if isinstance(dtype, pd.api.extensions.ExtensionDtype) and dtype.kind in "iu" \
-            and not isinstance(dtype, pd.CategoricalDtype):  # Int64 and the like: NA as ''
+    if (
+        isinstance(dtype, pd.api.extensions.ExtensionDtype)
+        and dtype.kind in "iu"
+        and not isinstance(dtype, pd.CategoricalDtype)
+    ):  # Int64 and the like: NA as ''
         boxed = series.to_numpy(dtype=object, na_value=None)
         return lambda rows: ["" if value is None else str(value) for value in boxed[rows]]
     kinds = series.cat.categories if isinstance(dtype, pd.CategoricalDtype) else series

@@ -75,8 +75,15 @@ def open_stream(path: Path):
 # Characters a terminal, a viewer or a browser acts on rather than shows (line breaks and tabs aside):
 # whatever an input held (a run.json field, a file name), an output shows them as `\u001b`, which JSON
 # also reads as the character itself. Trace names are escaped where they are read (`xplane_wire.visible`).
-_ACTING = [*(c for c in range(0x20) if c not in (0x09, 0x0A, 0x0D)), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029,
-           *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+_ACTING = [
+    *(c for c in range(0x20) if c not in (0x09, 0x0A, 0x0D)),
+    0x7F,
+    *range(0x80, 0xA0),
+    0x2028,
+    0x2029,
+    *range(0x202A, 0x202F),
+    *range(0x2066, 0x206A),
+]
 _INERT = {code: f"\\u{code:04x}" for code in _ACTING}
 
 

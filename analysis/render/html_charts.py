@@ -25,8 +25,18 @@ WIDTH = 960  # viewBox units; the SVG scales to the page's width
 LEFT, RIGHT = 64, 16  # plot area margins, shared by charts drawn on the same x axis
 COMPILE_PATTERN = "compile-hatch"
 OUTLIER_COLOR = "#e6007e"  # steps over 1.5x the median: apart from every part's colour
-SERIES_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-                 "#bcbd22", "#7f7f7f")
+SERIES_COLORS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+    "#bcbd22",
+    "#7f7f7f",
+)
 
 
 _NARROW = frozenset("'ijlIJ .,:;/\\|")  # advance widths in em, rounded up from DejaVu Sans (Linux's sans-serif)
@@ -61,7 +71,7 @@ def num(value: float, digits: int = 3) -> str:
     value = float(value)
     if value == 0:
         return "0"
-    if abs(value) >= 10 ** digits:
+    if abs(value) >= 10**digits:
         return f"{value:,.0f}"
     return f"{value:.{digits}g}"
 
@@ -80,15 +90,19 @@ def nice_ticks(top: float, count: int = 5) -> list[float]:
 
 
 def _svg_open(height: int, label: str) -> str:
-    return (f'<svg class="chart" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" role="img" '
-            f'aria-label="{esc(label)}" '
-            'preserveAspectRatio="xMinYMin meet" font-family="system-ui, sans-serif" font-size="12">')
+    return (
+        f'<svg class="chart" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" role="img" '
+        f'aria-label="{esc(label)}" '
+        'preserveAspectRatio="xMinYMin meet" font-family="system-ui, sans-serif" font-size="12">'
+    )
 
 
 def _defs() -> str:
-    return (f'<defs><pattern id="{COMPILE_PATTERN}" width="6" height="6" patternUnits="userSpaceOnUse" '
-            'patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="6" stroke="#000" stroke-width="1.5"/>'
-            '</pattern></defs>')
+    return (
+        f'<defs><pattern id="{COMPILE_PATTERN}" width="6" height="6" patternUnits="userSpaceOnUse" '
+        'patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="6" stroke="#000" stroke-width="1.5"/>'
+        "</pattern></defs>"
+    )
 
 
 def _y_axis(ticks: list[float], y_of, top: float, bottom: float, unit: str, fmt=num) -> list[str]:
@@ -98,8 +112,9 @@ def _y_axis(ticks: list[float], y_of, top: float, bottom: float, unit: str, fmt=
         out.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>')
         out.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#444">{esc(fmt(tick))}</text>')
     middle = (top + bottom) / 2
-    out.append(f'<text transform="translate(14 {middle:.1f}) rotate(-90)" text-anchor="middle" fill="#444">'
-               f'{esc(unit)}</text>')
+    out.append(
+        f'<text transform="translate(14 {middle:.1f}) rotate(-90)" text-anchor="middle" fill="#444">{esc(unit)}</text>'
+    )
     return out
 
 
@@ -115,9 +130,19 @@ class Bar:
     peak: float | None = None  # slowest step of a bar that averages several, drawn as a tick
 
 
-def stacked_bars(bars: list[Bar], parts: list[tuple[str, str]], unit: str, label: str, *, height: int = 280,
-                 hatch_after: int = 0, x_title: str = "", cap_outliers: bool = True,
-                 marked: dict[int, str] | None = None, median: float | None = None) -> tuple[str, bool]:
+def stacked_bars(
+    bars: list[Bar],
+    parts: list[tuple[str, str]],
+    unit: str,
+    label: str,
+    *,
+    height: int = 280,
+    hatch_after: int = 0,
+    x_title: str = "",
+    cap_outliers: bool = True,
+    marked: dict[int, str] | None = None,
+    median: float | None = None,
+) -> tuple[str, bool]:
     """Vertical stacked bars; `parts` are (name, color). Bars far taller than the rest (a compile step)
     are cut at the top of the axis, marked with a triangle and their value, so the others stay readable.
     Bars in `marked` (bar index -> tooltip) are outlined in `OUTLIER_COLOR` with a dot above them;
@@ -147,7 +172,7 @@ def stacked_bars(bars: list[Bar], parts: list[tuple[str, str]], unit: str, label
     for i, bar in enumerate(bars):
         x = LEFT + i * slot + (slot - width) / 2
         opacity = ' opacity="0.45"' if bar.faded else ""
-        out.append(f'<g{opacity}><title>{esc(bar.title)}</title>')
+        out.append(f"<g{opacity}><title>{esc(bar.title)}</title>")
         base = 0.0
         hatch_base = None
         for index, ((_, color), value) in enumerate(zip(parts, bar.values)):
@@ -156,49 +181,67 @@ def stacked_bars(bars: list[Bar], parts: list[tuple[str, str]], unit: str, label
                 hatch_base = base
             if value > 0 and base < y_max:
                 y1, y0 = y_of(base + value), y_of(base)
-                out.append(f'<rect x="{x:.2f}" y="{y1:.2f}" width="{width:.2f}" height="{max(0.0, y0 - y1):.2f}" '
-                           f'fill="{color}"/>')
+                out.append(
+                    f'<rect x="{x:.2f}" y="{y1:.2f}" width="{width:.2f}" height="{max(0.0, y0 - y1):.2f}" '
+                    f'fill="{color}"/>'
+                )
             base += value
         if bar.hatch > 0 and hatch_base is not None and hatch_base < y_max:
             y1, y0 = y_of(hatch_base + bar.hatch), y_of(hatch_base)
-            out.append(f'<rect x="{x:.2f}" y="{y1:.2f}" width="{width:.2f}" height="{max(0.0, y0 - y1):.2f}" '
-                       f'fill="url(#{COMPILE_PATTERN})"/>')
+            out.append(
+                f'<rect x="{x:.2f}" y="{y1:.2f}" width="{width:.2f}" height="{max(0.0, y0 - y1):.2f}" '
+                f'fill="url(#{COMPILE_PATTERN})"/>'
+            )
         if bar.peak is not None and bar.peak == bar.peak:
             y = y_of(bar.peak)
-            out.append(f'<line x1="{x:.2f}" x2="{x + width:.2f}" y1="{y:.2f}" y2="{y:.2f}" stroke="#000" '
-                       'stroke-width="1"/>')
+            out.append(
+                f'<line x1="{x:.2f}" x2="{x + width:.2f}" y1="{y:.2f}" y2="{y:.2f}" stroke="#000" stroke-width="1"/>'
+            )
         if max(base, bar.peak or 0.0) > y_max:  # cut at the top: say so, with the bar's own value
             cut = True
             cx = x + width / 2
-            out.append(f'<path d="M{cx - 4:.1f} {top_pad + 6} L{cx + 4:.1f} {top_pad + 6} L{cx:.1f} {top_pad - 1} Z" '
-                       'fill="#000"/>')
+            out.append(
+                f'<path d="M{cx - 4:.1f} {top_pad + 6} L{cx + 4:.1f} {top_pad + 6} L{cx:.1f} {top_pad - 1} Z" '
+                'fill="#000"/>'
+            )
             if n <= 60:
-                out.append(f'<text x="{cx:.1f}" y="{top_pad + 18}" text-anchor="middle" font-size="10" '
-                           f'fill="#fff" stroke="#000" stroke-width="2.5" paint-order="stroke">'
-                           f'{esc(num(max(base, bar.peak or 0.0)))}</text>')
+                out.append(
+                    f'<text x="{cx:.1f}" y="{top_pad + 18}" text-anchor="middle" font-size="10" '
+                    f'fill="#fff" stroke="#000" stroke-width="2.5" paint-order="stroke">'
+                    f"{esc(num(max(base, bar.peak or 0.0)))}</text>"
+                )
         out.append("</g>")
         if marked and i in marked:
             drawn = min(max(base, bar.peak or 0.0), y_max)
             y, cx = y_of(drawn), x + width / 2
             dot = f'<circle cx="{cx:.2f}" cy="{y - 5:.2f}" r="2.5" fill="{OUTLIER_COLOR}"/>' if drawn < y_max else ""
-            out.append(f'<g class="outlier"><title>{esc(marked[i])}</title><rect x="{x:.2f}" y="{y:.2f}" '
-                       f'width="{width:.2f}" height="{max(0.0, y_of(0.0) - y):.2f}" fill="none" '
-                       f'stroke="{OUTLIER_COLOR}" stroke-width="1.5"/>{dot}</g>')
+            out.append(
+                f'<g class="outlier"><title>{esc(marked[i])}</title><rect x="{x:.2f}" y="{y:.2f}" '
+                f'width="{width:.2f}" height="{max(0.0, y_of(0.0) - y):.2f}" fill="none" '
+                f'stroke="{OUTLIER_COLOR}" stroke-width="1.5"/>{dot}</g>'
+            )
         if bar.label and (i % label_every == 0 or i == n - 1 and n <= 16):
-            out.append(f'<text x="{x + width / 2:.1f}" y="{top_pad + plot_h + 15}" text-anchor="middle" '
-                       f'fill="#444">{esc(bar.label)}</text>')
-    out.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{top_pad + plot_h}" y2="{top_pad + plot_h}" '
-               'stroke="#888"/>')
+            out.append(
+                f'<text x="{x + width / 2:.1f}" y="{top_pad + plot_h + 15}" text-anchor="middle" '
+                f'fill="#444">{esc(bar.label)}</text>'
+            )
+    out.append(
+        f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{top_pad + plot_h}" y2="{top_pad + plot_h}" stroke="#888"/>'
+    )
     if median is not None and median == median and 0 < median <= y_max:
         y = y_of(median)
-        out.append(f'<g class="median"><title>median {esc(num(median))} {esc(unit)}</title><line x1="{LEFT}" '
-                   f'x2="{WIDTH - RIGHT}" y1="{y:.2f}" y2="{y:.2f}" stroke="#000" stroke-dasharray="6 3"/>'
-                   f'<text x="{WIDTH - RIGHT - 2}" y="{y - 3:.2f}" text-anchor="end" font-size="10" fill="#000" '
-                   f'stroke="#fff" stroke-width="2.5" paint-order="stroke">median {esc(num(median))} {esc(unit)}'
-                   '</text></g>')
+        out.append(
+            f'<g class="median"><title>median {esc(num(median))} {esc(unit)}</title><line x1="{LEFT}" '
+            f'x2="{WIDTH - RIGHT}" y1="{y:.2f}" y2="{y:.2f}" stroke="#000" stroke-dasharray="6 3"/>'
+            f'<text x="{WIDTH - RIGHT - 2}" y="{y - 3:.2f}" text-anchor="end" font-size="10" fill="#000" '
+            f'stroke="#fff" stroke-width="2.5" paint-order="stroke">median {esc(num(median))} {esc(unit)}'
+            "</text></g>"
+        )
     if x_title:
-        out.append(f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{height - 6}" text-anchor="middle" fill="#444">'
-                   f'{esc(x_title)}</text>')
+        out.append(
+            f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{height - 6}" text-anchor="middle" fill="#444">'
+            f"{esc(x_title)}</text>"
+        )
     out.append("</svg>")
     return "".join(out), cut
 
@@ -225,9 +268,19 @@ class Band:
     title: str
 
 
-def lines(series: list[Series], unit: str, label: str, *, x_range: tuple[float, float], y_max: float | None = None,
-          height: int = 200, x_title: str = "", x_ticks: list[tuple[float, str]] | None = None,
-          bands: Sequence[Band] = (), y_format=num) -> str:
+def lines(
+    series: list[Series],
+    unit: str,
+    label: str,
+    *,
+    x_range: tuple[float, float],
+    y_max: float | None = None,
+    height: int = 200,
+    x_title: str = "",
+    x_ticks: list[tuple[float, str]] | None = None,
+    bands: Sequence[Band] = (),
+    y_format=num,
+) -> str:
     """Lines over a shared x range (the step chart's or seconds), with optional shaded bands."""
     top_pad, bottom_pad = 14, 40 if x_title else 24
     plot_h = height - top_pad - bottom_pad
@@ -249,8 +302,10 @@ def lines(series: list[Series], unit: str, label: str, *, x_range: tuple[float, 
         if b <= a:
             continue
         fill = "#f1f1f1" if i % 2 == 0 else "#e4e4e4"
-        out.append(f'<g><title>{esc(band.title)}</title><rect x="{a:.1f}" y="{top_pad}" width="{b - a:.1f}" '
-                   f'height="{plot_h}" fill="{fill}" opacity="0.8"/>')
+        out.append(
+            f'<g><title>{esc(band.title)}</title><rect x="{a:.1f}" y="{top_pad}" width="{b - a:.1f}" '
+            f'height="{plot_h}" fill="{fill}" opacity="0.8"/>'
+        )
         if b - a > 40:
             out.append(f'<text x="{a + 4:.1f}" y="{top_pad + 12}" fill="#666" font-size="11">{esc(band.label)}</text>')
         out.append("</g>")
@@ -266,11 +321,13 @@ def lines(series: list[Series], unit: str, label: str, *, x_range: tuple[float, 
         for run in _finite_runs(np.isfinite(py) & keep):
             points = " ".join(f"{px[j]:.1f},{py[j]:.1f}" for j in run)
             if len(run) == 1 or (len(px) <= 40 and not s.hold):  # few points: each one visible
-                out += [f'<circle cx="{px[j]:.1f}" cy="{py[j]:.1f}" r="2.5" fill="{s.color}" stroke="none"/>'
-                        for j in run]
+                out += [
+                    f'<circle cx="{px[j]:.1f}" cy="{py[j]:.1f}" r="2.5" fill="{s.color}" stroke="none"/>' for j in run
+                ]
             if len(run) > 1:
-                out.append(f'<polyline points="{points}" stroke="{s.color}"{dash}><title>{esc(s.name)}</title>'
-                           '</polyline>')
+                out.append(
+                    f'<polyline points="{points}" stroke="{s.color}"{dash}><title>{esc(s.name)}</title></polyline>'
+                )
     out.append("</g>")
     base = top_pad + plot_h
     out.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{base}" y2="{base}" stroke="#888"/>')
@@ -278,8 +335,10 @@ def lines(series: list[Series], unit: str, label: str, *, x_range: tuple[float, 
         tick_x = float(x_of(value))
         out.append(f'<text x="{tick_x:.1f}" y="{base + 15}" text-anchor="middle" fill="#444">{esc(text)}</text>')
     if x_title:
-        out.append(f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{height - 6}" text-anchor="middle" fill="#444">'
-                   f'{esc(x_title)}</text>')
+        out.append(
+            f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{height - 6}" text-anchor="middle" fill="#444">'
+            f"{esc(x_title)}</text>"
+        )
     out.append("</svg>")
     return "".join(out)
 
@@ -304,8 +363,9 @@ def _fit(label: str, width: float) -> str:
     return middle_cut(label, limit)
 
 
-def hbars(rows: list[tuple[str, tuple[float, ...], str, float]], parts: list[tuple[str, str]], unit: str,
-          label: str) -> str:
+def hbars(
+    rows: list[tuple[str, tuple[float, ...], str, float]], parts: list[tuple[str, str]], unit: str, label: str
+) -> str:
     """Horizontal stacked bars, one per row: (label, part values, tooltip, total drawn at the bar's end).
     A row whose parts are all missing is drawn as one outlined bar of its total. Labels too long lose
     what every row shares (`distinct_labels`), the tooltip keeps the whole; the label column is as
@@ -324,22 +384,28 @@ def hbars(rows: list[tuple[str, tuple[float, ...], str, float]], parts: list[tup
         x = left + tick * scale
         out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="12" y2="{axis_y}" stroke="#ddd"/>')
         out.append(f'<text x="{x:.1f}" y="{axis_y + 15}" text-anchor="middle" fill="#444">{esc(num(tick))}</text>')
-    out.append(f'<text x="{left + (WIDTH - left - 70) / 2:.0f}" y="{height - 4}" text-anchor="middle" fill="#444">'
-               f'{esc(unit)}</text>')
+    out.append(
+        f'<text x="{left + (WIDTH - left - 70) / 2:.0f}" y="{height - 4}" text-anchor="middle" fill="#444">'
+        f"{esc(unit)}</text>"
+    )
     for i, (name, values, title, total) in enumerate(rows):
         y = 20 + i * row_h + 4
-        out.append(f'<g><title>{esc(title)}</title>')
-        out.append(f'<text class="label" x="{left - 8}" y="{y + 15}" text-anchor="end" fill="#222">{esc(shown[i])}'
-                   '</text>')
+        out.append(f"<g><title>{esc(title)}</title>")
+        out.append(
+            f'<text class="label" x="{left - 8}" y="{y + 15}" text-anchor="end" fill="#222">{esc(shown[i])}</text>'
+        )
         x = float(left)
         if all(not (v == v) for v in values):
             if total == total:
-                out.append(f'<rect x="{x:.1f}" y="{y}" width="{total * scale:.1f}" height="{row_h - 10}" '
-                           'fill="#fff" stroke="#000" stroke-dasharray="4 2"/>')
+                out.append(
+                    f'<rect x="{x:.1f}" y="{y}" width="{total * scale:.1f}" height="{row_h - 10}" '
+                    'fill="#fff" stroke="#000" stroke-dasharray="4 2"/>'
+                )
         for (_, color), value in zip(parts, values):
             if value == value and value > 0:
-                out.append(f'<rect x="{x:.1f}" y="{y}" width="{value * scale:.2f}" height="{row_h - 10}" '
-                           f'fill="{color}"/>')
+                out.append(
+                    f'<rect x="{x:.1f}" y="{y}" width="{value * scale:.2f}" height="{row_h - 10}" fill="{color}"/>'
+                )
                 x += value * scale
         if total == total:
             end = left + total * scale
@@ -349,8 +415,16 @@ def hbars(rows: list[tuple[str, tuple[float, ...], str, float]], parts: list[tup
     return "".join(out)
 
 
-def heat_map(values: np.ndarray, rows: list[str], columns: list[str], marked: dict[int, str], unit: str,
-             label: str, *, max_height: int = 640) -> str:
+def heat_map(
+    values: np.ndarray,
+    rows: list[str],
+    columns: list[str],
+    marked: dict[int, str],
+    unit: str,
+    label: str,
+    *,
+    max_height: int = 640,
+) -> str:
     """A rows x columns grid of cells shaded from the smallest value (light) to the largest (dark red);
     rows in `marked` (row index -> note) get a red outline and their note at the right. Columns past
     `MAX_BARS` are averaged in consecutive groups, rows are at most `max_height` units tall in all."""
@@ -363,7 +437,9 @@ def heat_map(values: np.ndarray, rows: list[str], columns: list[str], marked: di
         padded = np.pad(values, ((0, 0), (0, pad)), constant_values=np.nan)
         with np.errstate(all="ignore"):
             values = np.nanmean(padded.reshape(values.shape[0], -1, group), axis=2)
-        columns = [f"{columns[k * group]}-{columns[min((k + 1) * group, len(columns)) - 1]}" for k in range(values.shape[1])]
+        columns = [
+            f"{columns[k * group]}-{columns[min((k + 1) * group, len(columns)) - 1]}" for k in range(values.shape[1])
+        ]
     count, steps = values.shape
     cell_h = max(1.0, min(14.0, max_height / count))
     top, left, right = 8, 80, 200
@@ -384,19 +460,24 @@ def heat_map(values: np.ndarray, rows: list[str], columns: list[str], marked: di
                 continue
             shade = (value - low) / span
             color = f"rgb(255,{int(245 - 200 * shade)},{int(235 - 215 * shade)})"
-            out.append(f'<rect x="{left + c * cell_w:.1f}" y="{y:.1f}" width="{cell_w:.2f}" height="{cell_h:.2f}" '
-                       f'fill="{color}"><title>{esc(rows[r])}, step {esc(columns[c])}: {num(value)} {esc(unit)}'
-                       '</title></rect>')
+            out.append(
+                f'<rect x="{left + c * cell_w:.1f}" y="{y:.1f}" width="{cell_w:.2f}" height="{cell_h:.2f}" '
+                f'fill="{color}"><title>{esc(rows[r])}, step {esc(columns[c])}: {num(value)} {esc(unit)}'
+                "</title></rect>"
+            )
     for r, note in marked.items():
         y = top + r * cell_h
-        out.append(f'<rect class="marked" x="{left}" y="{y:.1f}" width="{cell_w * steps:.1f}" height="{cell_h:.2f}" '
-                   'fill="none" stroke="#d62728" stroke-width="2"/>')
+        out.append(
+            f'<rect class="marked" x="{left}" y="{y:.1f}" width="{cell_w * steps:.1f}" height="{cell_h:.2f}" '
+            'fill="none" stroke="#d62728" stroke-width="2"/>'
+        )
         out.append(f'<text x="{WIDTH - right + 6}" y="{y + cell_h / 2 + 4:.1f}" fill="#d62728">{esc(note)}</text>')
     bottom = top + cell_h * count
     out.append(f'<text x="{left}" y="{bottom + 16:.1f}">step {esc(columns[0])}</text>')
     out.append(f'<text x="{WIDTH - right}" y="{bottom + 16:.1f}" text-anchor="end">step {esc(columns[-1])}</text>')
-    out.append(f'<text x="{left}" y="{bottom + 32:.1f}">light {num(low)} {esc(unit)}, dark {num(high)} {esc(unit)}'
-               '</text>')
+    out.append(
+        f'<text x="{left}" y="{bottom + 32:.1f}">light {num(low)} {esc(unit)}, dark {num(high)} {esc(unit)}</text>'
+    )
     out.append("</svg>")
     return "".join(out)
 
@@ -493,11 +574,23 @@ def roofline(points: list[RoofPoint], roofs: list[Roof], label: str, *, height: 
     # The ceilings are named in a margin right of the plot, where no op can hide them.
     left, right, top_pad, bottom_pad = 104, 200 if flat_roofs else 20, 16, 46
     plot_w, plot_h = WIDTH - left - right, height - top_pad - bottom_pad
-    points = [p for p in points if p.intensity > 0 and p.flops_per_second > 0 and p.ms_per_step > 0
-              and math.isfinite(p.intensity) and math.isfinite(p.flops_per_second) and math.isfinite(p.ms_per_step)]
+    points = [
+        p
+        for p in points
+        if p.intensity > 0
+        and p.flops_per_second > 0
+        and p.ms_per_step > 0
+        and math.isfinite(p.intensity)
+        and math.isfinite(p.flops_per_second)
+        and math.isfinite(p.ms_per_step)
+    ]
     peaks = [v for r in roofs for v in (r.matrix, r.vector) if v > 0 and math.isfinite(v)]
-    ridges = [p / r.bandwidth for r in roofs for p in (r.matrix, r.vector)
-              if p > 0 and math.isfinite(p) and r.bandwidth > 0 and math.isfinite(r.bandwidth)]
+    ridges = [
+        p / r.bandwidth
+        for r in roofs
+        for p in (r.matrix, r.vector)
+        if p > 0 and math.isfinite(p) and r.bandwidth > 0 and math.isfinite(r.bandwidth)
+    ]
     x_lo, x_hi = _decades([p.intensity for p in points] + ridges, 0.15, 3)
     y_lo, y_hi = _decades([p.flops_per_second for p in points] + peaks, 0.25, 3)
     if peaks and math.log10(max(peaks)) > y_hi - 0.15:  # room for the highest ceiling's label
@@ -511,28 +604,46 @@ def roofline(points: list[RoofPoint], roofs: list[Roof], label: str, *, height: 
 
     labelled = [p for p in points if p.label]
     total_height = height + (17 * len(labelled) + 8 if labelled else 0)
-    out = [_svg_open(total_height, label), f'<rect x="{left}" y="{top_pad}" width="{plot_w}" height="{plot_h}" '
-           'fill="none" stroke="#888"/>']
+    out = [
+        _svg_open(total_height, label),
+        f'<rect x="{left}" y="{top_pad}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#888"/>',
+    ]
     x_step = max(1, math.ceil((x_hi - x_lo) / 10))
     for power in range(x_lo, x_hi + 1):
-        x = x_of(10.0 ** power)
-        text = f'<text x="{x:.2f}" y="{top_pad + plot_h + 16}" text-anchor="middle" fill="#444">' \
-               f'{esc(num(10.0 ** power))}</text>' if (power - x_lo) % x_step == 0 else ""
-        out.append(f'<g class="tick-x"><line x1="{x:.2f}" x2="{x:.2f}" y1="{top_pad}" y2="{top_pad + plot_h}" '
-                   f'stroke="#e6e6e6"/>{text}</g>')
+        x = x_of(10.0**power)
+        text = (
+            f'<text x="{x:.2f}" y="{top_pad + plot_h + 16}" text-anchor="middle" fill="#444">'
+            f"{esc(num(10.0**power))}</text>"
+            if (power - x_lo) % x_step == 0
+            else ""
+        )
+        out.append(
+            f'<g class="tick-x"><line x1="{x:.2f}" x2="{x:.2f}" y1="{top_pad}" y2="{top_pad + plot_h}" '
+            f'stroke="#e6e6e6"/>{text}</g>'
+        )
     y_step = max(1, math.ceil((y_hi - y_lo) / 8))
     for power in range(y_lo, y_hi + 1):
-        y = y_of(10.0 ** power)
-        text = f'<text x="{left - 6}" y="{y + 4:.2f}" text-anchor="end" fill="#444">' \
-               f'{esc(si(10.0 ** power, "FLOP/s"))}</text>' if (power - y_lo) % y_step == 0 else ""
-        out.append(f'<g class="tick-y"><line x1="{left}" x2="{left + plot_w}" y1="{y:.2f}" y2="{y:.2f}" '
-                   f'stroke="#e6e6e6"/>{text}</g>')
-    out.append(f'<text x="{left + plot_w / 2:.0f}" y="{height - 8}" text-anchor="middle" fill="#444">'
-               "arithmetic intensity (FLOP per byte read and written), log scale</text>")
-    out.append(f'<text transform="translate(14 {top_pad + plot_h / 2:.0f}) rotate(-90)" text-anchor="middle" '
-               'fill="#444">achieved FLOP/s, log scale</text>')
-    x_min, x_max = 10.0 ** x_lo, 10.0 ** x_hi
-    y_min, y_max = 10.0 ** y_lo, 10.0 ** y_hi
+        y = y_of(10.0**power)
+        text = (
+            f'<text x="{left - 6}" y="{y + 4:.2f}" text-anchor="end" fill="#444">'
+            f"{esc(si(10.0**power, 'FLOP/s'))}</text>"
+            if (power - y_lo) % y_step == 0
+            else ""
+        )
+        out.append(
+            f'<g class="tick-y"><line x1="{left}" x2="{left + plot_w}" y1="{y:.2f}" y2="{y:.2f}" '
+            f'stroke="#e6e6e6"/>{text}</g>'
+        )
+    out.append(
+        f'<text x="{left + plot_w / 2:.0f}" y="{height - 8}" text-anchor="middle" fill="#444">'
+        "arithmetic intensity (FLOP per byte read and written), log scale</text>"
+    )
+    out.append(
+        f'<text transform="translate(14 {top_pad + plot_h / 2:.0f}) rotate(-90)" text-anchor="middle" '
+        'fill="#444">achieved FLOP/s, log scale</text>'
+    )
+    x_min, x_max = 10.0**x_lo, 10.0**x_hi
+    y_min, y_max = 10.0**y_lo, 10.0**y_hi
     ceiling_labels: list[tuple[float, str, str]] = []  # (y, text, colour) drawn right-aligned above the roofs
     slope_labels: dict[float, list[str]] = {}  # bandwidth -> dtypes
     out.append('<g fill="none" stroke-width="2">')
@@ -541,23 +652,30 @@ def roofline(points: list[RoofPoint], roofs: list[Roof], label: str, *, height: 
         dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
         out.append(f'<g class="roof" data-dtype="{esc(roof.dtype)}">')
         bandwidth = roof.bandwidth if roof.bandwidth > 0 and math.isfinite(roof.bandwidth) else math.nan
-        flats = [(kind, value) for kind, value in (("matrix", roof.matrix), ("vector", roof.vector))
-                 if value > 0 and math.isfinite(value)]
+        flats = [
+            (kind, value)
+            for kind, value in (("matrix", roof.matrix), ("vector", roof.vector))
+            if value > 0 and math.isfinite(value)
+        ]
         if bandwidth == bandwidth:
             start = max(x_min, y_min / bandwidth)
             end = min(x_max, y_max / bandwidth, max((v / bandwidth for _, v in flats), default=math.inf))
             if end > start:
-                out.append(f'<line class="memory" x1="{x_of(start):.2f}" y1="{y_of(bandwidth * start):.2f}" '
-                           f'x2="{x_of(end):.2f}" y2="{y_of(bandwidth * end):.2f}" stroke="{MEMORY_COLOR}"'
-                           f'{dash_attr}><title>{esc(roof.dtype)} memory bandwidth: '
-                           f'{esc(si(bandwidth, "B/s"))}</title></line>')
+                out.append(
+                    f'<line class="memory" x1="{x_of(start):.2f}" y1="{y_of(bandwidth * start):.2f}" '
+                    f'x2="{x_of(end):.2f}" y2="{y_of(bandwidth * end):.2f}" stroke="{MEMORY_COLOR}"'
+                    f"{dash_attr}><title>{esc(roof.dtype)} memory bandwidth: "
+                    f"{esc(si(bandwidth, 'B/s'))}</title></line>"
+                )
                 slope_labels.setdefault(bandwidth, []).append(roof.dtype)
         for kind, value in flats:
             ridge = value / bandwidth if bandwidth == bandwidth else x_min
             text = f"{roof.dtype} {kind} {si(value, 'FLOP/s')}"
-            out.append(f'<line class="{kind}" x1="{x_of(max(ridge, x_min)):.2f}" y1="{y_of(value):.2f}" '
-                       f'x2="{x_of(x_max):.2f}" y2="{y_of(value):.2f}" stroke="{KIND_COLORS[kind]}"{dash_attr}>'
-                       f'<title>{esc(text)}</title></line>')
+            out.append(
+                f'<line class="{kind}" x1="{x_of(max(ridge, x_min)):.2f}" y1="{y_of(value):.2f}" '
+                f'x2="{x_of(x_max):.2f}" y2="{y_of(value):.2f}" stroke="{KIND_COLORS[kind]}"{dash_attr}>'
+                f"<title>{esc(text)}</title></line>"
+            )
             ceiling_labels.append((y_of(value), text, KIND_COLORS[kind]))
         out.append("</g>")
     out.append("</g>")
@@ -575,8 +693,10 @@ def roofline(points: list[RoofPoint], roofs: list[Roof], label: str, *, height: 
             continue
         x, y = x_of(start), y_of(bandwidth * start)
         names = "" if len(slope_labels) == 1 else " ".join(dtypes) + " "
-        on_top.append(f'<text class="ceiling" transform="translate({x:.2f} {y - 6:.2f}) rotate({angle:.1f})" '
-                      f'fill="{MEMORY_COLOR}" {halo}>{esc(names)}memory {esc(si(bandwidth, "B/s"))}</text>')
+        on_top.append(
+            f'<text class="ceiling" transform="translate({x:.2f} {y - 6:.2f}) rotate({angle:.1f})" '
+            f'fill="{MEMORY_COLOR}" {halo}>{esc(names)}memory {esc(si(bandwidth, "B/s"))}</text>'
+        )
     if points:
         largest = max(p.ms_per_step for p in points)
         max_r = 18.0
@@ -587,25 +707,50 @@ def roofline(points: list[RoofPoint], roofs: list[Roof], label: str, *, height: 
             r = max(MIN_R, max_r * math.sqrt(point.ms_per_step / largest))
             cx, cy = x_of(point.intensity), y_of(point.flops_per_second)
             color = KIND_COLORS.get(point.kind, KIND_COLORS[""])
-            out.append(f'<g class="op"><title>{esc(point.title)}</title><circle cx="{cx:.2f}" cy="{cy:.2f}" '
-                       f'r="{r:.3f}" fill="{color}" fill-opacity="0.55" stroke="{color}"/></g>')
+            out.append(
+                f'<g class="op"><title>{esc(point.title)}</title><circle cx="{cx:.2f}" cy="{cy:.2f}" '
+                f'r="{r:.3f}" fill="{color}" fill-opacity="0.55" stroke="{color}"/></g>'
+            )
             if id(point) in ranks:
-                on_top.append(f'<text class="op-rank" x="{cx + 0.7 * r + 1:.2f}" y="{cy - 0.7 * r - 1:.2f}" '
-                              f'font-weight="700" fill="#000" {halo}>{ranks[id(point)]}</text>')
+                on_top.append(
+                    f'<text class="op-rank" x="{cx + 0.7 * r + 1:.2f}" y="{cy - 0.7 * r - 1:.2f}" '
+                    f'font-weight="700" fill="#000" {halo}>{ranks[id(point)]}</text>'
+                )
         out.append("</g>")
     out += on_top
     for n, point in enumerate(labelled, 1):
         y = height + 4 + 17 * n
         note = f'<tspan fill="#555">{esc(point.note)}</tspan>' if point.note else ""
-        out.append(f'<text x="{left}" y="{y}"><tspan font-weight="700">{n}</tspan>'
-                   f'<tspan class="op-label" x="{left + 18}">{esc(point.label)}</tspan>{note}</text>')
+        out.append(
+            f'<text x="{left}" y="{y}"><tspan font-weight="700">{n}</tspan>'
+            f'<tspan class="op-label" x="{left + 18}">{esc(point.label)}</tspan>{note}</text>'
+        )
     out.append("</svg>")
     return "".join(out)
 
 
-__all__ = ["Band", "Bar", "EPOCH_LEVEL_COLOR", "KIND_COLORS", "OUTLIER_COLOR", "PART_COLORS", "SERIES_COLORS", "Roof",
-           "RoofPoint", "Series", "esc", "hbars", "heat_map", "legend", "lines", "nice_ticks", "num", "roofline", "si",
-           "stacked_bars"]
+__all__ = [
+    "Band",
+    "Bar",
+    "EPOCH_LEVEL_COLOR",
+    "KIND_COLORS",
+    "OUTLIER_COLOR",
+    "PART_COLORS",
+    "SERIES_COLORS",
+    "Roof",
+    "RoofPoint",
+    "Series",
+    "esc",
+    "hbars",
+    "heat_map",
+    "legend",
+    "lines",
+    "nice_ticks",
+    "num",
+    "roofline",
+    "si",
+    "stacked_bars",
+]
 
 
 # ---------------------------------------------------------------- memory over the window
@@ -621,8 +766,16 @@ def _binary_unit(top: float) -> tuple[float, str]:
     return 1.0, "bytes"
 
 
-def memory_timeline(time_ms: np.ndarray, in_use: np.ndarray, bands: Sequence[Band], peak: tuple[float, float, str],
-                    label: str, *, capacity: float = math.nan, height: int = 380) -> str:
+def memory_timeline(
+    time_ms: np.ndarray,
+    in_use: np.ndarray,
+    bands: Sequence[Band],
+    peak: tuple[float, float, str],
+    label: str,
+    *,
+    capacity: float = math.nan,
+    height: int = 380,
+) -> str:
     """Bytes in use over the window as steps (each event's value holds until the next one), the steps
     shaded, the peak marked with a line and a dot (its tooltip says what held it); the capacity drawn
     where the peak reaches half of it."""
@@ -647,43 +800,60 @@ def memory_timeline(time_ms: np.ndarray, in_use: np.ndarray, bands: Sequence[Ban
     def y_of(value):
         return top_pad + plot_h * (1 - np.clip(np.asarray(value, dtype=float), 0, top) / top)
 
-    out = [_svg_open(height, label),
-           *_y_axis([t * factor for t in ticks], y_of, top_pad, top_pad + plot_h, unit,
-                    lambda value: num(value / factor))]
+    out = [
+        _svg_open(height, label),
+        *_y_axis([t * factor for t in ticks], y_of, top_pad, top_pad + plot_h, unit, lambda value: num(value / factor)),
+    ]
     for i, band in enumerate(bands):
         a, b = float(x_of(band.start)), float(x_of(band.end))
         if b <= a:
             continue
         fill = "#f1f1f1" if i % 2 == 0 else "#e4e4e4"
-        out.append(f'<g><title>{esc(band.title)}</title><rect x="{a:.1f}" y="{top_pad}" width="{b - a:.1f}" '
-                   f'height="{plot_h}" fill="{fill}"/>'
-                   + (f'<text x="{a + 4:.1f}" y="{top_pad + 12}" fill="#666" font-size="11">{esc(band.label)}</text>'
-                      if b - a > 40 else "") + "</g>")
+        out.append(
+            f'<g><title>{esc(band.title)}</title><rect x="{a:.1f}" y="{top_pad}" width="{b - a:.1f}" '
+            f'height="{plot_h}" fill="{fill}"/>'
+            + (
+                f'<text x="{a + 4:.1f}" y="{top_pad + 12}" fill="#666" font-size="11">{esc(band.label)}</text>'
+                if b - a > 40
+                else ""
+            )
+            + "</g>"
+        )
     if show_capacity:
         cap_y = float(y_of(capacity))
-        out.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{cap_y:.1f}" y2="{cap_y:.1f}" stroke="#555" '
-                   f'stroke-dasharray="6 4"><title>capacity {num(capacity / factor)} {unit}</title></line>')
+        out.append(
+            f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{cap_y:.1f}" y2="{cap_y:.1f}" stroke="#555" '
+            f'stroke-dasharray="6 4"><title>capacity {num(capacity / factor)} {unit}</title></line>'
+        )
     x, y = min_max_points(time_ms, in_use, MAX_LINE_POINTS)
     if len(x):
         x, y = np.append(x, x1), np.append(y, y[-1])  # the last value holds to the window's end
         xs, ys = np.repeat(x, 2)[1:], np.repeat(y, 2)[:-1]  # hold each value until the next event
         points = " ".join(f"{px:.1f},{py:.1f}" for px, py in zip(x_of(xs), y_of(ys)))
-        out.append(f'<polyline points="{points}" fill="none" stroke="{MEMORY_LINE_COLOR}" stroke-width="1.6" '
-                   f'stroke-linejoin="round"><title>bytes in use</title></polyline>')
+        out.append(
+            f'<polyline points="{points}" fill="none" stroke="{MEMORY_LINE_COLOR}" stroke-width="1.6" '
+            f'stroke-linejoin="round"><title>bytes in use</title></polyline>'
+        )
     px, py = float(x_of(peak_ms)), float(y_of(peak_bytes))
     anchor = "end" if px > WIDTH * 0.7 else "start"
     shift = -6 if anchor == "end" else 6
-    out.append(f'<g><title>{esc(peak_title)}</title>'
-               f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{top_pad}" y2="{top_pad + plot_h}" stroke="{PEAK_COLOR}" '
-               f'stroke-dasharray="3 3"/><circle cx="{px:.1f}" cy="{py:.1f}" r="4" fill="{PEAK_COLOR}"/>'
-               f'<text x="{px + shift:.1f}" y="{max(py - 6, top_pad + 10):.1f}" text-anchor="{anchor}" '
-               f'fill="{PEAK_COLOR}" font-weight="600">peak {num(peak_bytes / factor)} {unit}</text></g>')
+    out.append(
+        f"<g><title>{esc(peak_title)}</title>"
+        f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{top_pad}" y2="{top_pad + plot_h}" stroke="{PEAK_COLOR}" '
+        f'stroke-dasharray="3 3"/><circle cx="{px:.1f}" cy="{py:.1f}" r="4" fill="{PEAK_COLOR}"/>'
+        f'<text x="{px + shift:.1f}" y="{max(py - 6, top_pad + 10):.1f}" text-anchor="{anchor}" '
+        f'fill="{PEAK_COLOR}" font-weight="600">peak {num(peak_bytes / factor)} {unit}</text></g>'
+    )
     base = top_pad + plot_h
     out.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{base}" y2="{base}" stroke="#888"/>')
     step = nice_ticks(span, 5)[1]
     for index in range(math.ceil(x0 / step), math.floor(x1 / step) + 1):
-        out.append(f'<text x="{float(x_of(index * step)):.1f}" y="{base + 15}" text-anchor="middle" fill="#444">'
-                   f'{esc(num(index * step))}</text>')
-    out.append(f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{height - 6}" text-anchor="middle" fill="#444">'
-               "ms into the traced window</text></svg>")
+        out.append(
+            f'<text x="{float(x_of(index * step)):.1f}" y="{base + 15}" text-anchor="middle" fill="#444">'
+            f"{esc(num(index * step))}</text>"
+        )
+    out.append(
+        f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{height - 6}" text-anchor="middle" fill="#444">'
+        "ms into the traced window</text></svg>"
+    )
     return "".join(out)

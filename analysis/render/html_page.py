@@ -84,13 +84,15 @@ footer{margin-top:30px;color:#777;font-size:12px}
 
 
 def _page(title: str, body: list[str]) -> str:
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{esc(title)}</title><style>{STYLE}</style></head>\n<body><main>\n"
-            + "\n".join(part for part in body if part)
-            + "\n<footer>devprof report: one file, nothing loaded from the network. Hover a bar for its numbers."
-              "</footer>\n</main></body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{STYLE}</style></head>\n<body><main>\n"
+        + "\n".join(part for part in body if part)
+        + "\n<footer>devprof report: one file, nothing loaded from the network. Hover a bar for its numbers."
+        "</footer>\n</main></body></html>\n"
+    )
 
 
 def _section(title: str, *content: str, anchor: str = "") -> str:
@@ -160,7 +162,7 @@ def _table(frame: pd.DataFrame, highlight=None, name_columns=(), right=()) -> st
 def _key_values(title: str, values: dict) -> str:
     if not values:
         return ""
-    rows = "".join(f"<tr><td>{esc(k)}</td><td class=\"name\">{esc(_cell(v)[0])}</td></tr>" for k, v in values.items())
+    rows = "".join(f'<tr><td>{esc(k)}</td><td class="name">{esc(_cell(v)[0])}</td></tr>' for k, v in values.items())
     return f"<div><h3>{esc(title)}</h3><table>{rows}</table></div>"
 
 

@@ -31,8 +31,10 @@ ROOF_TABLE = {"flops_per_second": "FLOP/s", "intensity": "FLOP/byte", "bound": "
 ROOF_HIDDEN = ("dtype", "kind", "kernel", "flops_per_step", "bytes_per_step", "bytes_per_second")
 LABELLED_OPS = 5  # ops named on the chart: the most time at the lowest share of their ceiling
 LABEL_CHARS, LABEL_CONTEXT = 36, 200  # a label's length, and how many of the busiest ops it is told apart from
-CEILING_HOW = ("measure them with `devprof peak` before the run (or `devprof run --measure-peak`), or give them to "
-               "`devprof analyze --peak-tflops` or `--peak-file`")
+CEILING_HOW = (
+    "measure them with `devprof peak` before the run (or `devprof run --measure-peak`), or give them to "
+    "`devprof analyze --peak-tflops` or `--peak-file`"
+)
 
 
 def _ops(analysis) -> str:
@@ -57,12 +59,20 @@ def _ops(analysis) -> str:
         else:
             text = [str(v) if isinstance(v, str) else "" for v in values]
         table[ROOF_TABLE[column]] = text
-    return _section("Top ops", f'<p class="caption">The {len(shown)} slowest of {len(analysis.ops):,} ops, ms per '
-                    "training step and share of op time (all of them in ops.csv)"
-                    + ("; FLOP/s achieved, FLOPs per byte, what bounds the op and its share of that ceiling where "
-                       "its costs are known" if known else "") + ".</p>",
-                    _table(table, name_columns=("op", "type", "device"),
-                           right=[ROOF_TABLE[c] for c in known if c != "bound"]), anchor="ops")
+    return _section(
+        "Top ops",
+        f'<p class="caption">The {len(shown)} slowest of {len(analysis.ops):,} ops, ms per '
+        "training step and share of op time (all of them in ops.csv)"
+        + (
+            "; FLOP/s achieved, FLOPs per byte, what bounds the op and its share of that ceiling where "
+            "its costs are known"
+            if known
+            else ""
+        )
+        + ".</p>",
+        _table(table, name_columns=("op", "type", "device"), right=[ROOF_TABLE[c] for c in known if c != "bound"]),
+        anchor="ops",
+    )
 
 
 def _is_number(value) -> bool:
@@ -110,8 +120,12 @@ def _roofs(ceilings: dict, dtypes: list[str]) -> tuple[list[Roof], list[str]]:
             v = _number(values.get(key))
             return v if v > 0 else math.nan
 
-        roof = Roof("any dtype" if dtype == "*" else str(dtype), value("matrix_flops_per_second"), value("vector_flops_per_second"),
-                    value("memory_bytes_per_second"))
+        roof = Roof(
+            "any dtype" if dtype == "*" else str(dtype),
+            value("matrix_flops_per_second"),
+            value("vector_flops_per_second"),
+            value("memory_bytes_per_second"),
+        )
         roofs.append(roof)
         for what, v in (("matrix", roof.matrix), ("vector", roof.vector), ("memory bandwidth", roof.bandwidth)):
             if v != v:
@@ -127,16 +141,22 @@ def _roofline(analysis) -> str:
         return ""
     info = getattr(analysis, "roofline", None) or {}
     # The two notes this section says in its own words are left out.
-    notes = [str(n) for n in [info.get("note"), *(info.get("notes") or [])]
-             if isinstance(n, str) and n and not n.startswith("no op costs") and "ceilings unknown" not in n]
+    notes = [
+        str(n)
+        for n in [info.get("note"), *(info.get("notes") or [])]
+        if isinstance(n, str) and n and not n.startswith("no op costs") and "ceilings unknown" not in n
+    ]
     note = "".join(f'<p class="caption">{esc(n[:1].upper() + n[1:])}.</p>' for n in notes)
     drawn = _roof_points(ops)
     if drawn.empty:
         costed = [c for c in ("flops_per_step", "bytes_per_step") if c in ops]
         known = len(costed) == 2 and bool((_known(ops["flops_per_step"]) & _known(ops["bytes_per_step"])).any())
-        why = ("the ops with known FLOPs and bytes do no arithmetic" if known else
-               "no traced op has known FLOPs and bytes (they come from the run's op_costs.csv, recorded at capture, "
-               "or from HLO shapes in the trace, and neither gave any)")
+        why = (
+            "the ops with known FLOPs and bytes do no arithmetic"
+            if known
+            else "no traced op has known FLOPs and bytes (they come from the run's op_costs.csv, recorded at capture, "
+            "or from HLO shapes in the trace, and neither gave any)"
+        )
         return _section("Roofline", _missing(f"No roofline: {why}."), note, anchor="roofline")
     total = len(drawn)
     drawn = drawn.sort_values("ms_per_step", ascending=False, kind="stable").head(MAX_ROOF_POINTS)
@@ -147,9 +167,17 @@ def _roofline(analysis) -> str:
     # and a dtype with a sliver of the op time is not worth a warning.
     time_by_dtype = drawn.groupby(drawn["dtype"].astype(str))["ms_per_step"].sum() if "dtype" in drawn else None
     total_ms = float(drawn["ms_per_step"].sum())
-    unknown = [u for u in unknown if u.split(" ")[0] in ("*", "any") or (
-        "float" in u.split(" ")[0] and time_by_dtype is not None and total_ms > 0
-        and float(time_by_dtype.get(u.split(" ")[0], 0.0)) >= MIN_WARNED_SHARE * total_ms)]
+    unknown = [
+        u
+        for u in unknown
+        if u.split(" ")[0] in ("*", "any")
+        or (
+            "float" in u.split(" ")[0]
+            and time_by_dtype is not None
+            and total_ms > 0
+            and float(time_by_dtype.get(u.split(" ")[0], 0.0)) >= MIN_WARNED_SHARE * total_ms
+        )
+    ]
     ms = drawn["ms_per_step"].to_numpy(dtype=float)
     pct = drawn["ceiling_pct"].to_numpy(dtype=float) if "ceiling_pct" in drawn else np.full(len(drawn), np.nan)
     # Most time at the lowest share of its ceiling (without ceilings: most time).
@@ -157,8 +185,10 @@ def _roofline(analysis) -> str:
     order = [i for i in np.argsort(-score, kind="stable")[:LABELLED_OPS] if score[i] > 0]
     # Shortened against the busiest ops around them, so that a label still tells its op from its neighbours'.
     context = list(dict.fromkeys([*order, *range(min(len(drawn), LABEL_CONTEXT))]))
-    full = [f"{p}/{o}" if isinstance(p, str) and p else str(o)  # XLA's op names repeat across programs
-            for p, o in zip(drawn["program"] if "program" in drawn else [""] * len(drawn), drawn["op"])]
+    full = [
+        f"{p}/{o}" if isinstance(p, str) and p else str(o)  # XLA's op names repeat across programs
+        for p, o in zip(drawn["program"] if "program" in drawn else [""] * len(drawn), drawn["op"])
+    ]
     names = distinct_names([full[i] for i in context], LABEL_CHARS)
     labels = dict(zip(order, names))
     points = []
@@ -168,47 +198,81 @@ def _roofline(analysis) -> str:
         share = f"{pct[i]:.1f} % {ceiling}" if math.isfinite(pct[i]) else "ceiling unknown"
         bound = _text(row, "bound")
         time = f"{num(float(row['ms_per_step']))} ms per step"
-        details = [full[i] + (f" ({row['type']})" if _text(row, "type") else ""),
-                   f"{si(float(row['flops_per_second']), 'FLOP/s')} at {num(float(row['intensity']))} FLOP/byte",
-                   share + (f", {bound}-bound" if bound else ""), time]
+        details = [
+            full[i] + (f" ({row['type']})" if _text(row, "type") else ""),
+            f"{si(float(row['flops_per_second']), 'FLOP/s')} at {num(float(row['intensity']))} FLOP/byte",
+            share + (f", {bound}-bound" if bound else ""),
+            time,
+        ]
         if _text(row, "kernel"):
             details.append(f"kernel {row['kernel']}")
-        points.append(RoofPoint(float(row["intensity"]), float(row["flops_per_second"]), float(row["ms_per_step"]),
-                                kind if kind in KIND_COLORS else "", "\n".join(details), labels.get(i, ""),
-                                f": {time}, {share}"))
+        points.append(
+            RoofPoint(
+                float(row["intensity"]),
+                float(row["flops_per_second"]),
+                float(row["ms_per_step"]),
+                kind if kind in KIND_COLORS else "",
+                "\n".join(details),
+                labels.get(i, ""),
+                f": {time}, {share}",
+            )
+        )
     # The labelled ops first, the least efficient first: the chart numbers them in this order.
     points = [points[i] for i in order] + [p for i, p in enumerate(points) if i not in labels]
     svg = roofline(points, roofs, "roofline: achieved FLOP/s against arithmetic intensity per op")
     kinds = {p.kind for p in points}
     known = any(v == v for r in roofs for v in (r.matrix, r.vector, r.bandwidth))  # any ceiling drawn
     roof = " and their roof" if known else ""
-    keys = [(name, KIND_COLORS[kind]) for kind, name in (
-        ("matrix", f"matrix ops (convolutions, matmuls){roof}"), ("vector", f"vector ops{roof}"),
-        ("", "ops of unknown kind")) if kind in kinds]
+    keys = [
+        (name, KIND_COLORS[kind])
+        for kind, name in (
+            ("matrix", f"matrix ops (convolutions, matmuls){roof}"),
+            ("vector", f"vector ops{roof}"),
+            ("", "ops of unknown kind"),
+        )
+        if kind in kinds
+    ]
     if any(r.bandwidth == r.bandwidth for r in roofs):
         keys.append(("memory bandwidth", MEMORY_COLOR))
     styles = ["solid", "dashed", "dotted", "dash-dot"]
-    extra = (f'<span class="key">lines: {esc(", ".join(f"{r.dtype} {styles[k % 4]}" for k, r in enumerate(roofs)))}'
-             "</span>") if len(roofs) > 1 and known else ""
+    extra = (
+        (f'<span class="key">lines: {esc(", ".join(f"{r.dtype} {styles[k % 4]}" for k, r in enumerate(roofs)))}</span>')
+        if len(roofs) > 1 and known
+        else ""
+    )
     source = info.get("ceilings_source")
-    sentences = [f"Each circle is an op with known FLOPs and bytes, its area its time per step ({total:,} of "
-                 f"{len(ops):,} ops"
-                 + (f", {float(info['known_time_pct']):.1f} % of op time" if _is_number(info.get("known_time_pct"))
-                    else "") + ")" + (f"; the {MAX_ROOF_POINTS:,} slowest are drawn" if total > MAX_ROOF_POINTS
-                                      else "")
-                 + "." + (" An op is bound by the lower of its roofs: the memory slope or its flat ceiling." if known
-                          else "") + " Numbered: the ops with the most time at the lowest share of their ceiling."]
+    sentences = [
+        f"Each circle is an op with known FLOPs and bytes, its area its time per step ({total:,} of "
+        f"{len(ops):,} ops"
+        + (f", {float(info['known_time_pct']):.1f} % of op time" if _is_number(info.get("known_time_pct")) else "")
+        + ")"
+        + (f"; the {MAX_ROOF_POINTS:,} slowest are drawn" if total > MAX_ROOF_POINTS else "")
+        + "."
+        + (" An op is bound by the lower of its roofs: the memory slope or its flat ceiling." if known else "")
+        + " Numbered: the ops with the most time at the lowest share of their ceiling."
+    ]
     if known:
         sentences.append(f"Ceilings from {source}." if isinstance(source, str) and source else "")
     flops, model = _number(info.get("flops_per_step")), _number(info.get("model_flops_per_step"))
     achieved, mfu = _number(info.get("achieved_flops_per_second")), _number(info.get("mfu_pct"))
     if flops == flops:
-        sentences.append(f"FLOPs per step: {si(flops, 'FLOP')}" + (f" (model: {si(model, 'FLOP')})" if model == model
-                                                                     else "")
-                         + (f", {si(achieved, 'FLOP/s')} achieved {info.get('achieved_over') or ''}".rstrip()
-                            if achieved == achieved else "")
-                         + (f", MFU {mfu:.1f} % of the {info.get('dtype') or ''} matrix ceiling over the same ops"
-                            .replace("  ", " ") if mfu == mfu else "") + ".")
+        sentences.append(
+            f"FLOPs per step: {si(flops, 'FLOP')}"
+            + (f" (model: {si(model, 'FLOP')})" if model == model else "")
+            + (
+                f", {si(achieved, 'FLOP/s')} achieved {info.get('achieved_over') or ''}".rstrip()
+                if achieved == achieved
+                else ""
+            )
+            + (
+                f", MFU {mfu:.1f} % of the {info.get('dtype') or ''} matrix ceiling over the same ops".replace(
+                    "  ", " "
+                )
+                if mfu == mfu
+                else ""
+            )
+            + "."
+        )
     caption = f'<p class="caption">{esc(" ".join(s for s in sentences if s))}</p>'
     if not known:
         warning = _missing(f"The ceilings are unknown, so only the ops are drawn: {CEILING_HOW}.")

@@ -11,13 +11,45 @@ import pandas as pd
 from analysis.read.run_files import SCHEMA_VERSION
 from analysis.render import tables
 
-STEP_KEYS = ["step", "steps", "step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "compile_ms",
-             "partial", "input_wait_ms", "input_copy_ms", "between_steps_ms"]
+STEP_KEYS = [
+    "step",
+    "steps",
+    "step_ms",
+    "input_ms",
+    "compute_ms",
+    "collective_ms",
+    "host_ms",
+    "compile_ms",
+    "partial",
+    "input_wait_ms",
+    "input_copy_ms",
+    "between_steps_ms",
+]
 # Per-step utilization, where the run has samplers (analysis.utilization.per_window).
-UTILIZATION_KEYS = ["cpu_pct", "proc_cpu_pct", "proc_rss_bytes", "mem_used_bytes", "gpu_util_pct",
-                    "gpu_mem_used_bytes", "mxu_util_pct"]
-MEAN_KEYS = ["step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "input_pct", "compute_pct",
-             "collective_pct", "host_pct", "input_overlapped_ms", "device_step_ms", "input_wait_ms", "input_copy_ms"]
+UTILIZATION_KEYS = [
+    "cpu_pct",
+    "proc_cpu_pct",
+    "proc_rss_bytes",
+    "mem_used_bytes",
+    "gpu_util_pct",
+    "gpu_mem_used_bytes",
+    "mxu_util_pct",
+]
+MEAN_KEYS = [
+    "step_ms",
+    "input_ms",
+    "compute_ms",
+    "collective_ms",
+    "host_ms",
+    "input_pct",
+    "compute_pct",
+    "collective_pct",
+    "host_pct",
+    "input_overlapped_ms",
+    "device_step_ms",
+    "input_wait_ms",
+    "input_copy_ms",
+]
 
 
 def jsonable(value):
@@ -44,10 +76,14 @@ def dumps(value, level: int = 0) -> str:
         items = [f"{pad}{json.dumps(str(key))}: {dumps(item, level + 1)}" for key, item in value.items()]
     elif isinstance(value, list) and value:
         # A table's rows share their shape: the first one tells whether they nest.
-        flat_rows = (all(isinstance(item, dict) for item in value)
-                     and not any(isinstance(v, (dict, list)) for v in value[0].values()))
-        items = [pad + row for row in map(json.dumps, value)] if flat_rows else [
-            pad + dumps(item, level + 1) for item in value]
+        flat_rows = all(isinstance(item, dict) for item in value) and not any(
+            isinstance(v, (dict, list)) for v in value[0].values()
+        )
+        items = (
+            [pad + row for row in map(json.dumps, value)]
+            if flat_rows
+            else [pad + dumps(item, level + 1) for item in value]
+        )
     else:
         return json.dumps(value)
     opening, closing = ("{", "}") if isinstance(value, dict) else ("[", "]")
@@ -86,8 +122,9 @@ def analysis_document(analysis) -> dict:
         "step_name": analysis.step_name,
         "device": analysis.device,
         "notes": list(analysis.notes),
-        "steps": records(analysis.steps[STEP_KEYS + [c for c in UTILIZATION_KEYS if c in analysis.steps]],
-                         ("step", "steps")),
+        "steps": records(
+            analysis.steps[STEP_KEYS + [c for c in UTILIZATION_KEYS if c in analysis.steps]], ("step", "steps")
+        ),
         "mean": jsonable({key: float(analysis.mean.get(key, math.nan)) for key in MEAN_KEYS}),
         "steps_used": int(analysis.steps_used),
         "verdict": dict(analysis.verdict),
@@ -123,9 +160,13 @@ def comparison_document(comparison) -> dict:
     """`{"baseline": run, "fastest": run, "warnings": [...], "rows": [...]}`."""
     table = comparison.table
     rows = [{key: jsonable(value) for key, value in record.items()} for record in table.to_dict(orient="records")]
-    document = {"schema_version": SCHEMA_VERSION, "baseline": comparison.baseline,
-                "fastest": str(table.loc[table["fastest"], "run"].iloc[0]),
-                "warnings": list(comparison.warnings), "rows": rows}
+    document = {
+        "schema_version": SCHEMA_VERSION,
+        "baseline": comparison.baseline,
+        "fastest": str(table.loc[table["fastest"], "run"].iloc[0]),
+        "warnings": list(comparison.warnings),
+        "rows": rows,
+    }
     if comparison.op_diff is not None:
         document["op_diff_unit"] = comparison.op_diff["unit"]
         document["op_diff"] = [jsonable(record) for record in comparison.op_diff["rows"].to_dict(orient="records")]

@@ -54,8 +54,15 @@ def render_analysis(analysis, plot_names: list[str] | None = None) -> str:
     out = ["# devprof analysis", ""]
     out += [f"- {line}" for line in tables.header_lines(analysis)]
     saving = [f"*{line[0].upper()}{line[1:]}*" for line in tables.verdict_saving_lines(verdict)]
-    out += ["", f"## Verdict: {tables.verdict_title(verdict)}", "", verdict["evidence"], "", *saving,
-            *([""] if saving else [])]
+    out += [
+        "",
+        f"## Verdict: {tables.verdict_title(verdict)}",
+        "",
+        verdict["evidence"],
+        "",
+        *saving,
+        *([""] if saving else []),
+    ]
     out += [f"- {item}" for item in verdict["advice"]]
     if analysis.findings:
         out += ["", "## Findings", ""] + tables.findings_lines(analysis.findings, "- ")[1:]
@@ -65,34 +72,68 @@ def render_analysis(analysis, plot_names: list[str] | None = None) -> str:
     spread = tables.spread_line(analysis)
     out += [spread[0].upper() + spread[1:] + ".", ""] if spread else []
     shown, left_out = tables.slowest_steps(tables.steps_table(analysis), MAX_MARKDOWN_STEPS)
-    out += ["## Steps", "", "Host overhead includes compile time." + (
-        f" The {len(shown)} slowest of {len(analysis.steps)} steps; every one is in step_breakdown.csv and the "
-        "JSON." if left_out else ""), "", markdown_table(shown), ""]
+    out += [
+        "## Steps",
+        "",
+        "Host overhead includes compile time."
+        + (
+            f" The {len(shown)} slowest of {len(analysis.steps)} steps; every one is in step_breakdown.csv and the "
+            "JSON."
+            if left_out
+            else ""
+        ),
+        "",
+        markdown_table(shown),
+        "",
+    ]
     if not analysis.devices.empty:
         out += ["## Devices", "", markdown_table(tables.devices_table(analysis)), ""]
     if not analysis.ops.empty:
-        out += ["## Top ops", "", f"The {min(len(analysis.ops), tables.TOP_OPS)} slowest of {len(analysis.ops)} ops "
-                "(every one in ops.csv); ms per training step, share of op time, and where costs are known the "
-                "achieved rate, intensity and share of the op's roofline ceiling.", "",
-                markdown_table(tables.ops_table(analysis).fillna("")), ""]
+        out += [
+            "## Top ops",
+            "",
+            f"The {min(len(analysis.ops), tables.TOP_OPS)} slowest of {len(analysis.ops)} ops "
+            "(every one in ops.csv); ms per training step, share of op time, and where costs are known the "
+            "achieved rate, intensity and share of the op's roofline ceiling.",
+            "",
+            markdown_table(tables.ops_table(analysis).fillna("")),
+            "",
+        ]
         out += [*tables.roofline_lines(analysis), ""] if tables.roofline_lines(analysis) else []
     if not analysis.workers.empty:
         out += ["## Workers", "", markdown_table(tables.workers_table(analysis)), ""]
         if analysis.straggler:
-            out += [f"Straggler: **{analysis.straggler['worker']}** ({analysis.straggler['cause']}): "
-                    f"{analysis.straggler['evidence']}", ""]
+            out += [
+                f"Straggler: **{analysis.straggler['worker']}** ({analysis.straggler['cause']}): "
+                f"{analysis.straggler['evidence']}",
+                "",
+            ]
         elif tables.straggler_line(analysis):
             out += [f"Straggler: none ({analysis.straggler_reason or 'no worker stands out'}).", ""]
     if analysis.epochs is not None:
-        out += ["## Epochs", "", "From steps.csv and run.json; `epoch_level` is work outside training steps "
-                "(validation, iterator setup, checkpoints)." + (
+        out += [
+            "## Epochs",
+            "",
+            "From steps.csv and run.json; `epoch_level` is work outside training steps "
+            "(validation, iterator setup, checkpoints)."
+            + (
                 f" The first {MAX_MARKDOWN_EPOCHS} of {len(analysis.epochs)} epochs; every one is in "
-                "epoch_breakdown.csv." if len(analysis.epochs) > MAX_MARKDOWN_EPOCHS else ""), "",
-                markdown_table(tables.epochs_table(analysis).head(MAX_MARKDOWN_EPOCHS)), ""]
+                "epoch_breakdown.csv."
+                if len(analysis.epochs) > MAX_MARKDOWN_EPOCHS
+                else ""
+            ),
+            "",
+            markdown_table(tables.epochs_table(analysis).head(MAX_MARKDOWN_EPOCHS)),
+            "",
+        ]
     memory = tables.memory_lines(analysis)
     if memory:  # indented lines belong to the allocator above them
-        out += ["## Memory", "", *(f"{'  ' if line.startswith('    ') else ''}- {escape(line.strip())}"
-                                   for line in memory[2:]), ""]
+        out += [
+            "## Memory",
+            "",
+            *(f"{'  ' if line.startswith('    ') else ''}- {escape(line.strip())}" for line in memory[2:]),
+            "",
+        ]
     if analysis.reconciliation is not None and not analysis.reconciliation.empty:
         out += ["## Trace vs steps.csv", "", markdown_table(analysis.reconciliation.round(3)), ""]
     for name in plot_names or []:
@@ -104,8 +145,16 @@ def render_comparison(comparison) -> str:
     table = comparison.table
     frame = tables.compare_display_frame(table)
     align = [":---" if i < 2 else "---:" for i in range(len(frame.columns))]
-    out = ["# devprof compare", "", markdown_table(frame, align), "",
-           f"Baseline (*): {code(comparison.baseline)}. Percentages are shares of the epoch.", "", "## Why", ""]
+    out = [
+        "# devprof compare",
+        "",
+        markdown_table(frame, align),
+        "",
+        f"Baseline (*): {code(comparison.baseline)}. Percentages are shares of the epoch.",
+        "",
+        "## Why",
+        "",
+    ]
     out += [f"- {why}" for why in table["why"]]
     notes = tables.external_notes(table)
     out += ["", *(f"- external: {note}" for note in notes)] if notes else []

@@ -38,7 +38,7 @@ def middle_cut(name: str, limit: int) -> str:
     if len(name) <= limit:
         return name
     half = (limit - 1) // 2
-    return name[:half] + ELLIPSIS + name[-(limit - 1 - half):]
+    return name[:half] + ELLIPSIS + name[-(limit - 1 - half) :]
 
 
 class Wildcard:
@@ -188,13 +188,13 @@ def _cut_between_words(text: str, limit: int) -> str:
         return text
     head_n = (limit - 1) // 2
     tail_n = limit - 1 - head_n
-    head, tail = text[:head_n], text[len(text) - tail_n:]
+    head, tail = text[:head_n], text[len(text) - tail_n :]
     if text[head_n] not in _LABEL_SEPARATORS:
         cut = max((k for k, c in enumerate(head) if c in _LABEL_SEPARATORS), default=-1)
         head = head[:cut] if cut >= head_n // 2 else head
     if text[len(text) - tail_n - 1] not in _LABEL_SEPARATORS:
         cut = next((k for k, c in enumerate(tail) if c in _LABEL_SEPARATORS), len(tail))
-        tail = tail[cut + 1:] if cut < tail_n // 2 else tail
+        tail = tail[cut + 1 :] if cut < tail_n // 2 else tail
     return head.rstrip("".join(_LABEL_SEPARATORS)) + ELLIPSIS + tail.lstrip("".join(_LABEL_SEPARATORS))
 
 
@@ -222,19 +222,19 @@ def distinct_labels(names: list[str], limit: int) -> list[str]:
     marks = (1 if head else 0) + (1 if tail else 0)
 
     def label(core: str) -> str:
-        return (ELLIPSIS if head else "") + _cut_between_words(core, max(3, limit - marks)) + (
-            ELLIPSIS if tail else "")
+        return (ELLIPSIS if head else "") + _cut_between_words(core, max(3, limit - marks)) + (ELLIPSIS if tail else "")
 
-    shown = {t: label(core[:len(core) - tail]) for t, core in cores.items()}
+    shown = {t: label(core[: len(core) - tail]) for t, core in cores.items()}
     groups: dict[str, list[str]] = {}
     for t in distinct:
         groups.setdefault(shown[t], []).append(t)
     for same in (g for g in groups.values() if len(g) > 1):  # what tells them apart was in the middle cut out
         for t in same:
-            first = min(next((i for i, (a, b) in enumerate(zip(t, o)) if a != b), min(len(t), len(o)))
-                        for o in same if o != t)
+            first = min(
+                next((i for i, (a, b) in enumerate(zip(t, o)) if a != b), min(len(t), len(o))) for o in same if o != t
+            )
             start = max(0, min(first - (limit - 2) // 2, len(t) - (limit - 2)))
-            window = t[start:start + limit - 2]
+            window = t[start : start + limit - 2]
             shown[t] = (ELLIPSIS if start else "") + window + (ELLIPSIS if start + len(window) < len(t) else "")
     return [shown[t] for t in texts]
 

@@ -24,8 +24,9 @@ def csv_text(frame: pd.DataFrame) -> str:
 Jobs = list[tuple[str, tuple]]  # (a function of analysis.render.plots, its arguments)
 
 
-def write_outputs(analysis, out_dir: str | Path,
-                  draw: Callable[[Jobs], Callable[[], list[Path]]] | None = None) -> list[Path]:
+def write_outputs(
+    analysis, out_dir: str | Path, draw: Callable[[Jobs], Callable[[], list[Path]]] | None = None
+) -> list[Path]:
     """Every file under `out_dir`; returns their paths. `draw(jobs)` begins drawing the PNGs elsewhere
     (another process) while the other files are written here, and gives what waits for their paths."""
     out_dir = Path(out_dir)
@@ -35,7 +36,9 @@ def write_outputs(analysis, out_dir: str | Path,
     if analysis.epochs is not None:
         jobs.append(("plot_epoch_breakdown", (analysis.epochs, out_dir / "epoch_breakdown.png")))
     if analysis.samplers:
-        jobs.append(("plot_utilization", (analysis.samplers, list(analysis.epoch_starts_s), out_dir / "utilization.png")))
+        jobs.append(
+            ("plot_utilization", (analysis.samplers, list(analysis.epoch_starts_s), out_dir / "utilization.png"))
+        )
     drawn = draw(jobs) if draw is not None else None
     written = [write_text_atomically(out_dir / "step_breakdown.csv", csv_text(analysis.steps))]
     if not analysis.ops.empty:
@@ -49,8 +52,10 @@ def write_outputs(analysis, out_dir: str | Path,
     if analysis.reconciliation is not None:
         written.append(write_text_atomically(out_dir / "trace_vs_steps.csv", csv_text(analysis.reconciliation)))
     plot_names = [path.name for _, (*_, path) in jobs]
-    reports = [write_text_atomically(out_dir / "report.md", markdown.render_analysis(analysis, plot_names)),
-               write_text_atomically(out_dir / "report.html", html.render_analysis(analysis))]
+    reports = [
+        write_text_atomically(out_dir / "report.md", markdown.render_analysis(analysis, plot_names)),
+        write_text_atomically(out_dir / "report.html", html.render_analysis(analysis)),
+    ]
     document = json_format.dumps(json_format.analysis_document(analysis))
     reports.append(write_text_atomically(out_dir / "analysis.json", document))
     return written + (drawn() if drawn is not None else [getattr(plots, name)(*args) for name, args in jobs]) + reports

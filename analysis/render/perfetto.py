@@ -133,8 +133,16 @@ class _Writer:
             packet.sequence_flags = self.protos.TracePacket.SequenceFlags.Value("SEQ_NEEDS_INCREMENTAL_STATE")
         return packet
 
-    def track(self, name: str | None, parent: int | None = None, rank: int | None = None, *, pid: int | None = None,
-              unit: str | None = None, ordered: bool = False) -> int:
+    def track(
+        self,
+        name: str | None,
+        parent: int | None = None,
+        rank: int | None = None,
+        *,
+        pid: int | None = None,
+        unit: str | None = None,
+        ordered: bool = False,
+    ) -> int:
         """A new track's uuid, its descriptor written; `unit`: a counter track."""
         uuid = self.next_uuid
         self.next_uuid += 1
@@ -154,7 +162,8 @@ class _Writer:
             track.child_ordering = self.protos.TrackDescriptor.ChildTracksOrdering.Value("EXPLICIT")
         # tracks of one name under one parent stay apart (two lines called "Stream #1")
         track.sibling_merge_behavior = self.protos.TrackDescriptor.SiblingMergeBehavior.Value(
-            "SIBLING_MERGE_BEHAVIOR_NONE")
+            "SIBLING_MERGE_BEHAVIOR_NONE"
+        )
         if unit is not None:
             if unit == "bytes":
                 track.counter.unit = self.protos.CounterDescriptor.Unit.Value("UNIT_SIZE_BYTES")
@@ -250,13 +259,23 @@ class _Writer:
         iids = self.intern([name for name, _ in PARTS])
         for i, (name, _) in enumerate(PARTS):
             keep = bounds[i + 1] > bounds[i]
-            self.slices(parts[i], (name, track, i), bounds[i][keep], bounds[i + 1][keep],
-                        np.full(int(keep.sum()), iids + i, dtype=np.int64))
+            self.slices(
+                parts[i],
+                (name, track, i),
+                bounds[i][keep],
+                bounds[i + 1][keep],
+                np.full(int(keep.sum()), iids + i, dtype=np.int64),
+            )
 
     def findings(self, uuid: int, findings: list[dict]) -> None:
         for finding in sorted(findings, key=lambda f: f["at_ns"]):
-            self.annotated(finding["at_ns"], "TYPE_INSTANT", uuid, str(finding.get("rule")),
-                           {key: finding.get(key) for key in FINDING_ARGUMENTS})
+            self.annotated(
+                finding["at_ns"],
+                "TYPE_INSTANT",
+                uuid,
+                str(finding.get("rule")),
+                {key: finding.get(key) for key in FINDING_ARGUMENTS},
+            )
             self.written.instants += 1
 
     def devices(self, root: int, rank, devices: pd.DataFrame) -> dict[str, int]:
@@ -268,16 +287,22 @@ class _Writer:
             order = next(rank)
             uuid = tracks[str(name)] = self.track(str(name), root, order, ordered=True)
             busy = spans["busy"].to_numpy(dtype=bool)
-            self.slices(uuid, (str(name), root, order), spans["start_ns"].to_numpy(dtype=np.int64),
-                        spans["end_ns"].to_numpy(dtype=np.int64), iids + busy.astype(np.int64))
+            self.slices(
+                uuid,
+                (str(name), root, order),
+                spans["start_ns"].to_numpy(dtype=np.int64),
+                spans["end_ns"].to_numpy(dtype=np.int64),
+                iids + busy.astype(np.int64),
+            )
         return tracks
 
     def counter(self, uuid: int, counter: Counter) -> None:
         times = np.asarray(counter.times_ns, dtype=np.int64)
         values = np.asarray(counter.values, dtype=float)
         for at in range(0, len(times), CHUNK):
-            self.stream.write(packets.counters(self.fields, times[at:at + CHUNK], uuid, values[at:at + CHUNK],
-                                               SEQUENCE_ID))
+            self.stream.write(
+                packets.counters(self.fields, times[at : at + CHUNK], uuid, values[at : at + CHUNK], SEQUENCE_ID)
+            )
         self.written.counter_values += len(times)
 
     def events(self, root: int, rank, events: pd.DataFrame, device_tracks: dict[str, int]) -> None:
@@ -312,8 +337,9 @@ class _Writer:
             uuids[i] = self.track(label, parent, ((track_key // 1024) & 0xFFFFFFFF) * 64 + min(lane, 63))
         self.emit(layout, uuids[of_event.reshape(-1)], iids)
 
-    def slices(self, uuid: int, place: tuple[str, int, int], starts: np.ndarray, ends: np.ndarray,
-               iids: np.ndarray) -> None:
+    def slices(
+        self, uuid: int, place: tuple[str, int, int], starts: np.ndarray, ends: np.ndarray, iids: np.ndarray
+    ) -> None:
         """Slices (instants where one lasts no time) on the track `uuid`; where they cross (steps that
         overlap), those that do not fit go on tracks beside it (`place`: its name, parent and rank)."""
         layout = _Layout(np.zeros(len(starts), dtype=np.int64), starts, ends)
@@ -324,13 +350,14 @@ class _Writer:
     def emit(self, layout: _Layout, uuids: np.ndarray, iids: np.ndarray) -> None:
         f = self.fields
         for at in range(0, len(layout.events), CHUNK):
-            index = layout.events[at:at + CHUNK]
-            is_end = layout.is_end[at:at + CHUNK]
+            index = layout.events[at : at + CHUNK]
+            is_end = layout.is_end[at : at + CHUNK]
             instant = layout.starts[index] == layout.ends[index]
             types = np.where(is_end, f.SLICE_END, np.where(instant, f.INSTANT, f.SLICE_BEGIN))
             times = np.where(is_end, layout.ends[index], layout.starts[index])
-            self.stream.write(packets.track_events(f, times, types, uuids[index], np.where(is_end, 0, iids[index]),
-                                                   SEQUENCE_ID))
+            self.stream.write(
+                packets.track_events(f, times, types, uuids[index], np.where(is_end, 0, iids[index]), SEQUENCE_ID)
+            )
         zero = int((layout.starts == layout.ends).sum())
         self.written.instants += zero
         self.written.slices += len(layout.starts) - zero
@@ -375,7 +402,7 @@ class _Layout:
         # ends in reverse rank, then begins in rank: a stable sort by (track, time) keeps that order at ties
         events = np.concatenate([slices[::-1], rank])
         is_end = np.zeros(events.size, dtype=bool)
-        is_end[:slices.size] = True
+        is_end[: slices.size] = True
         times = np.where(is_end, ends[events], starts[events])
         order = _by_track_and_time(track[events], times)
         events, is_end = events[order], is_end[order]
@@ -403,8 +430,9 @@ def _ranked(track: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarr
         return np.arange(track.size)
     same_track = track[1:] == track[:-1]
     same_start = same_track & (starts[1:] == starts[:-1])
-    ordered = ((track[1:] > track[:-1]) | (same_track & (starts[1:] > starts[:-1]))
-               | (same_start & (ends[1:] <= ends[:-1]))).all()
+    ordered = (
+        (track[1:] > track[:-1]) | (same_track & (starts[1:] > starts[:-1])) | (same_start & (ends[1:] <= ends[:-1]))
+    ).all()
     return np.arange(track.size) if ordered else np.lexsort((-ends, starts, track))
 
 

@@ -71,7 +71,7 @@ def varints(values: np.ndarray, size: int) -> np.ndarray:
     out = np.empty((values.size, size), dtype=np.uint8)
     for k in range(size):
         out[:, k] = ((values >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
-    out[:, :size - 1] |= 0x80
+    out[:, : size - 1] |= 0x80
     return out
 
 
@@ -88,12 +88,18 @@ class _Rows:
 
     def put(self, block: np.ndarray) -> None:
         size = block.shape[-1]
-        self.data[:, self.at:self.at + size] = block
+        self.data[:, self.at : self.at + size] = block
         self.at += size
 
 
-def track_events(fields: Fields, timestamps: np.ndarray, types: np.ndarray, track_uuids: np.ndarray,
-                 name_iids: np.ndarray, sequence_id: int) -> bytes:
+def track_events(
+    fields: Fields,
+    timestamps: np.ndarray,
+    types: np.ndarray,
+    track_uuids: np.ndarray,
+    name_iids: np.ndarray,
+    sequence_id: int,
+) -> bytes:
     """Slice begins, ends and instants: `types` per row (TrackEvent.Type); `name_iids` 0 leaves the name
     out (a slice's end). The names are interned on the sequence, so every packet needs its state."""
     rows = len(timestamps)
@@ -108,8 +114,9 @@ def track_events(fields: Fields, timestamps: np.ndarray, types: np.ndarray, trac
     if lead_size > MAX_VARINT:
         raise ValueError("name ids too large for one packet width")
     event_length = len(fields.type) + lead_size + len(fields.track_uuid) + uuid_size
-    tail = _bytes(fields.sequence_id, _varint(sequence_id), fields.sequence_flags,
-                  _varint(fields.NEEDS_INCREMENTAL_STATE))
+    tail = _bytes(
+        fields.sequence_id, _varint(sequence_id), fields.sequence_flags, _varint(fields.NEEDS_INCREMENTAL_STATE)
+    )
     packet_length = len(fields.timestamp) + time_size + len(fields.track_event) + 1 + event_length + tail.size
     assert event_length < 128 and packet_length < 128  # one-byte lengths
     kinds = np.asarray(types, dtype=np.uint64)
@@ -117,8 +124,8 @@ def track_events(fields: Fields, timestamps: np.ndarray, types: np.ndarray, trac
     if named.any():
         with_name = np.empty_like(lead)
         with_name[:, 0] = kinds.astype(np.uint8)
-        with_name[:, 1:1 + len(fields.name_iid)] = _bytes(fields.name_iid)
-        with_name[:, 1 + len(fields.name_iid):] = varints(name_iids, iid_size)
+        with_name[:, 1 : 1 + len(fields.name_iid)] = _bytes(fields.name_iid)
+        with_name[:, 1 + len(fields.name_iid) :] = varints(name_iids, iid_size)
         lead = np.where(named[:, None], with_name, lead)
     out = _Rows(rows, len(fields.trace_packet) + 1 + packet_length)
     out.put(_bytes(fields.trace_packet, _varint(packet_length), fields.timestamp))
@@ -137,8 +144,9 @@ def counters(fields: Fields, timestamps: np.ndarray, track_uuid: int, values: np
     if not rows:
         return b""
     time_size = width(np.asarray(timestamps))
-    event = _bytes(fields.type, _varint(fields.COUNTER), fields.track_uuid, _varint(int(track_uuid)),
-                   fields.double_counter_value)
+    event = _bytes(
+        fields.type, _varint(fields.COUNTER), fields.track_uuid, _varint(int(track_uuid)), fields.double_counter_value
+    )
     event_length = event.size + 8
     tail = _bytes(fields.sequence_id, _varint(sequence_id))
     packet_length = len(fields.timestamp) + time_size + len(fields.track_event) + 1 + event_length + tail.size

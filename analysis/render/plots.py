@@ -67,8 +67,11 @@ def save(fig, path: str | Path, named: bool = False) -> Path:
 
 def _layers(frame: pd.DataFrame, parts: list[tuple[str, str, str]]) -> list[tuple[np.ndarray, str, str]]:
     """(values, color, label) per part present in `frame`; missing values count as 0."""
-    return [(frame[column].fillna(0.0).to_numpy(dtype=float), color, label)
-            for column, color, label in parts if column in frame]
+    return [
+        (frame[column].fillna(0.0).to_numpy(dtype=float), color, label)
+        for column, color, label in parts
+        if column in frame
+    ]
 
 
 def _bars(ax, frame: pd.DataFrame, key: str, parts: list[tuple[str, str, str]], rotate_over: int | None = None):
@@ -151,28 +154,52 @@ def plot_step_breakdown(steps: pd.DataFrame, path: str | Path, title: str = "Ste
     """Input, compute, (collective wait,) host overhead per step, compile hatched inside host: stacked
     bars up to `BAR_LIMIT` steps, stacked areas beyond (with the slowest step of each point when
     points average several steps)."""
-    parts = [(f"{part}_ms", PART_COLORS[part], f"{part} (ms)") for part in ("input", "compute", "collective", "host")
-             if part != "collective" or _any_positive(steps, "collective_ms")]
+    parts = [
+        (f"{part}_ms", PART_COLORS[part], f"{part} (ms)")
+        for part in ("input", "compute", "collective", "host")
+        if part != "collective" or _any_positive(steps, "collective_ms")
+    ]
     compiles = _any_positive(steps, "compile_ms")
-    host_base = (steps["input_ms"] + steps["compute_ms"]
-                 + (steps["collective_ms"] if "collective_ms" in steps else 0.0)).fillna(0.0).to_numpy(dtype=float)
+    host_base = (
+        (steps["input_ms"] + steps["compute_ms"] + (steps["collective_ms"] if "collective_ms" in steps else 0.0))
+        .fillna(0.0)
+        .to_numpy(dtype=float)
+    )
     if len(steps) <= BAR_LIMIT:
         fig, ax = _subplots((max(6.0, 0.35 * len(steps) + 2), 4))
         x = _bars(ax, steps, "step", parts, rotate_over=20)
         if compiles:
-            ax.bar(x, steps["compile_ms"], bottom=host_base, fill=False, hatch="//", edgecolor="black",
-                   label="compile (ms)")
+            ax.bar(
+                x,
+                steps["compile_ms"],
+                bottom=host_base,
+                fill=False,
+                hatch="//",
+                edgecolor="black",
+                label="compile (ms)",
+            )
     else:
         fig, ax = _subplots(WIDE_FIGURE)
         edges, per_point, lowest = _areas(ax, steps, "step", parts)
         if compiles:
             base = _bin_mean(host_base, per_point)
             compile_ms = _bin_mean(steps["compile_ms"].fillna(0.0).to_numpy(dtype=float), per_point)
-            _steps_between(ax, edges, base, base + compile_ms, facecolor="none", hatch="//", hatchcolor="black",
-                           linewidth=0, label="compile (ms)")
+            _steps_between(
+                ax,
+                edges,
+                base,
+                base + compile_ms,
+                facecolor="none",
+                hatch="//",
+                hatchcolor="black",
+                linewidth=0,
+                label="compile (ms)",
+            )
         if per_point > 1 and "step_ms" in steps:
             slowest = _bin_max(steps["step_ms"].fillna(0.0).to_numpy(dtype=float), per_point)
-            ax.stairs(slowest, edges, color="black", linewidth=0.6, baseline=None, label="slowest step of the point (ms)")
+            ax.stairs(
+                slowest, edges, color="black", linewidth=0.6, baseline=None, label="slowest step of the point (ms)"
+            )
         title = _per_point_title(title, len(steps), "steps", per_point)
         ax.set_ylim(bottom=lowest)  # last: the top is then the autoscaled one of everything drawn
     ax.set_xlabel("step")
@@ -186,9 +213,12 @@ def plot_step_breakdown(steps: pd.DataFrame, path: str | Path, title: str = "Ste
 def plot_epoch_breakdown(epochs: pd.DataFrame, path: str | Path) -> Path:
     """Input, step call, other host, epoch-level work (seconds) per epoch: stacked bars up to
     `BAR_LIMIT` epochs, stacked areas beyond."""
-    parts = [("input_s", PART_COLORS["input"], "input (s)"), ("call_s", PART_COLORS["compute"], "call (s)"),
-             ("other_host_s", PART_COLORS["host"], "other_host (s)"),
-             ("epoch_level_s", EPOCH_LEVEL_COLOR, "epoch_level (s)")]
+    parts = [
+        ("input_s", PART_COLORS["input"], "input (s)"),
+        ("call_s", PART_COLORS["compute"], "call (s)"),
+        ("other_host_s", PART_COLORS["host"], "other_host (s)"),
+        ("epoch_level_s", EPOCH_LEVEL_COLOR, "epoch_level (s)"),
+    ]
     title = "Epoch time breakdown"
     if len(epochs) <= BAR_LIMIT:
         fig, ax = _subplots((max(5.0, 0.6 * len(epochs) + 2), 4))
@@ -241,8 +271,13 @@ def plot_utilization(samplers: dict[str, pd.DataFrame], epoch_starts_s: list[flo
         if "cpu_pct" in frame and "proc_cpu_pct" in frame:
             # proc_cpu_pct counts 100 per core; on the machine's scale the gap to cpu_pct is other processes
             cores = max(1, sum(1 for c in frame.columns if re.fullmatch(r"cpu\d+_pct", c)))
-            line(frame, frame["proc_cpu_pct"] / cores, linewidth=1, linestyle=":",
-                 label=f"{name}: training process cpu (of all {cores} cores)")
+            line(
+                frame,
+                frame["proc_cpu_pct"] / cores,
+                linewidth=1,
+                linestyle=":",
+                label=f"{name}: training process cpu (of all {cores} cores)",
+            )
     starts = np.asarray(epoch_starts_s, dtype=float) - origin
     title = "Utilization (dashed: epoch starts)"
     if starts.size > MAX_EPOCH_LINES:  # dashed lines this close would grey the plot out: ticks along the bottom

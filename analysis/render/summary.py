@@ -43,8 +43,15 @@ FIX = 240  # the verdict's first advice: its cause's fix
 FINDING_TEXT = 128
 LONGEST_NAME = 1024  # characters of an op's name that distinct_names looks at
 
-UTILIZATION_KEYS = ("cpu_util_mean_pct", "proc_cpu_mean_pct", "other_cpu_mean_pct", "device_util_mean_pct",
-                    "host_mem_peak_bytes", "device_mem_peak_bytes", "device_mem_total_bytes")
+UTILIZATION_KEYS = (
+    "cpu_util_mean_pct",
+    "proc_cpu_mean_pct",
+    "other_cpu_mean_pct",
+    "device_util_mean_pct",
+    "host_mem_peak_bytes",
+    "device_mem_peak_bytes",
+    "device_mem_total_bytes",
+)
 PARTS = ("input", "compute", "host", "collective")
 
 
@@ -76,9 +83,9 @@ def text(value, limit: int, middle: bool = False) -> str | None:
     def cut(chars: int) -> str:
         if middle:
             return middle_cut(whole, chars)
-        head = whole[:chars - 1]
+        head = whole[: chars - 1]
         stop = head.rfind(". ")
-        return (head[:stop + 2] if stop >= chars // 2 else head) + ELLIPSIS
+        return (head[: stop + 2] if stop >= chars // 2 else head) + ELLIPSIS
 
     # The longest cut that fits: characters take 1 to 6 bytes each (escapes), so search.
     best, low, high = None, 2, limit - 2
@@ -115,7 +122,7 @@ def number(value, significant: int = 4) -> float | None:
 def count(value) -> int | None:
     """A whole number of things (bytes, steps); None where missing, not finite or beyond int64."""
     value = _finite(value)
-    return int(value) if value is not None and abs(value) < 2 ** 63 else None
+    return int(value) if value is not None and abs(value) < 2**63 else None
 
 
 TOP_FIXES = 3  # the verdict's fixes in the summary, largest first (the analysis JSON has all)
@@ -123,24 +130,42 @@ TOP_FIXES = 3  # the verdict's fixes in the summary, largest first (the analysis
 
 def _verdict(verdict: dict) -> dict:
     advice = verdict.get("advice") or []
-    return {"bound": text(verdict.get("bound"), WORD), "bound_pct": number(verdict.get("bound_pct")),
-            "level": text(verdict.get("level"), WORD),
-            "rule": text(verdict.get("rule"), ID), "cause": text(verdict.get("cause"), ID),
-            "saving_ms": number(verdict.get("saving_ms")), "saving_pct": number(verdict.get("saving_pct")),
-            "saving_basis": text(verdict.get("saving_basis"), BASIS),
-            "evidence": text(verdict.get("evidence"), EVIDENCE),
-            "fix": text(advice[0], FIX) if advice else None,
-            "fixes": [{"rule": text(fix.get("rule"), ID), "saving_ms": number(fix.get("saving_ms")),
-                       "saving_pct": number(fix.get("saving_pct"))} for fix in (verdict.get("fixes") or [])[:TOP_FIXES]],
-            "xprof_reading": text(verdict.get("xprof_reading"), SENTENCE),
-            "reason": text(verdict.get("reason"), SENTENCE)}
+    return {
+        "bound": text(verdict.get("bound"), WORD),
+        "bound_pct": number(verdict.get("bound_pct")),
+        "level": text(verdict.get("level"), WORD),
+        "rule": text(verdict.get("rule"), ID),
+        "cause": text(verdict.get("cause"), ID),
+        "saving_ms": number(verdict.get("saving_ms")),
+        "saving_pct": number(verdict.get("saving_pct")),
+        "saving_basis": text(verdict.get("saving_basis"), BASIS),
+        "evidence": text(verdict.get("evidence"), EVIDENCE),
+        "fix": text(advice[0], FIX) if advice else None,
+        "fixes": [
+            {
+                "rule": text(fix.get("rule"), ID),
+                "saving_ms": number(fix.get("saving_ms")),
+                "saving_pct": number(fix.get("saving_pct")),
+            }
+            for fix in (verdict.get("fixes") or [])[:TOP_FIXES]
+        ],
+        "xprof_reading": text(verdict.get("xprof_reading"), SENTENCE),
+        "reason": text(verdict.get("reason"), SENTENCE),
+    }
 
 
 def _findings(findings: list[dict]) -> list[dict]:
-    return [{"rule": text(item.get("rule"), ID), "severity": text(item.get("severity"), WORD),
-             "saving_ms": number(item.get("saving_ms")), "saving_pct": number(item.get("saving_pct")),
-             "evidence": text(item.get("evidence"), FINDING_TEXT), "fix": text(item.get("advice"), FINDING_TEXT)}
-            for item in findings[:TOP_FINDINGS]]
+    return [
+        {
+            "rule": text(item.get("rule"), ID),
+            "severity": text(item.get("severity"), WORD),
+            "saving_ms": number(item.get("saving_ms")),
+            "saving_pct": number(item.get("saving_pct")),
+            "evidence": text(item.get("evidence"), FINDING_TEXT),
+            "fix": text(item.get("advice"), FINDING_TEXT),
+        }
+        for item in findings[:TOP_FINDINGS]
+    ]
 
 
 def _ops(ops) -> list[dict]:
@@ -153,33 +178,62 @@ def _ops(ops) -> list[dict]:
     def column(key):
         return top[key].tolist() if key in top else [None] * len(top)
 
-    return [{"op": text(name, NAME, middle=True), "type": text(kind, LABEL, middle=True),
-             "program": text(program, LABEL, middle=True), "device": text(device, LABEL, middle=True),
-             "dtype": text(dtype, WORD), "ms_per_step": number(ms), "compute_pct": number(pct),
-             "ceiling_pct": number(ceiling), "bound": text(bound, WORD)}
-            for name, kind, program, device, dtype, ms, pct, ceiling, bound in zip(
-                names, column("type"), column("program"), column("device"), column("dtype"), column("ms_per_step"),
-                column("compute_pct"), column("ceiling_pct"), column("bound"))]
+    return [
+        {
+            "op": text(name, NAME, middle=True),
+            "type": text(kind, LABEL, middle=True),
+            "program": text(program, LABEL, middle=True),
+            "device": text(device, LABEL, middle=True),
+            "dtype": text(dtype, WORD),
+            "ms_per_step": number(ms),
+            "compute_pct": number(pct),
+            "ceiling_pct": number(ceiling),
+            "bound": text(bound, WORD),
+        }
+        for name, kind, program, device, dtype, ms, pct, ceiling, bound in zip(
+            names,
+            column("type"),
+            column("program"),
+            column("device"),
+            column("dtype"),
+            column("ms_per_step"),
+            column("compute_pct"),
+            column("ceiling_pct"),
+            column("bound"),
+        )
+    ]
 
 
 def _roofline(roofline: dict | None) -> dict | None:
     if not roofline:
         return None
-    return {"mfu_pct": number(roofline.get("mfu_pct")), "dtype": text(roofline.get("dtype"), WORD),
-            "known_time_pct": number(roofline.get("known_time_pct")),
-            "flops_per_step": number(roofline.get("flops_per_step")),
-            "achieved_flops_per_second": number(roofline.get("achieved_flops_per_second")),
-            "ceilings_source": text(roofline.get("ceilings_source"), NAME)}
+    return {
+        "mfu_pct": number(roofline.get("mfu_pct")),
+        "dtype": text(roofline.get("dtype"), WORD),
+        "known_time_pct": number(roofline.get("known_time_pct")),
+        "flops_per_step": number(roofline.get("flops_per_step")),
+        "achieved_flops_per_second": number(roofline.get("achieved_flops_per_second")),
+        "ceilings_source": text(roofline.get("ceilings_source"), NAME),
+    }
 
 
 def _spread(spread: dict | None) -> dict | None:
     if not spread:
         return None
     outliers = spread.get("outliers") or []
-    return {"median_ms": number(spread.get("median_ms")), "p90_ms": number(spread.get("p90_ms")),
-            "outliers": len(outliers),
-            "slowest": [{"step": count(item.get("step")), "step_ms": number(item.get("step_ms")),
-                         "cause": text(item.get("cause"), WORD)} for item in outliers[:TOP_OUTLIERS]]}
+    return {
+        "median_ms": number(spread.get("median_ms")),
+        "p90_ms": number(spread.get("p90_ms")),
+        "outliers": len(outliers),
+        "slowest": [
+            {
+                "step": count(item.get("step")),
+                "step_ms": number(item.get("step_ms")),
+                "cause": text(item.get("cause"), WORD),
+            }
+            for item in outliers[:TOP_OUTLIERS]
+        ],
+    }
 
 
 def _oom(failure) -> dict | None:
@@ -190,15 +244,22 @@ def _oom(failure) -> dict | None:
     held_by, held, capacity = failure.held_allocator, failure.held_bytes, failure.capacity_bytes
     if failure.source == "samplers" and failure.sampled:
         gpu = (failure.allocator or "").startswith("GPU_") or "GPU" in (failure.device or "")
-        sampler, _, held, capacity = next((s for s in failure.sampled if s[0].startswith("gpu") == gpu),
-                                          failure.sampled[0])
+        sampler, _, held, capacity = next(
+            (s for s in failure.sampled if s[0].startswith("gpu") == gpu), failure.sampled[0]
+        )
         held_by = sampler
-    return {"bytes": count(failure.bytes), "op": text(failure.op, NAME, middle=True),
-            "allocator": text(failure.allocator, LABEL, middle=True), "source": text(failure.source, WORD),
-            "held_by": text(held_by, LABEL, middle=True), "held_bytes": count(held),
-            "capacity_bytes": count(capacity),
-            "top": [{"op": text(live.op, NAME, middle=True), "bytes": count(live.bytes)}
-                    for live in failure.top[:TOP_OOM_HELD]]}
+    return {
+        "bytes": count(failure.bytes),
+        "op": text(failure.op, NAME, middle=True),
+        "allocator": text(failure.allocator, LABEL, middle=True),
+        "source": text(failure.source, WORD),
+        "held_by": text(held_by, LABEL, middle=True),
+        "held_bytes": count(held),
+        "capacity_bytes": count(capacity),
+        "top": [
+            {"op": text(live.op, NAME, middle=True), "bytes": count(live.bytes)} for live in failure.top[:TOP_OOM_HELD]
+        ],
+    }
 
 
 def _memory(memory) -> dict | None:
@@ -206,12 +267,23 @@ def _memory(memory) -> dict | None:
         return None
     allocators = list(memory.allocators)
     shown = TOP_ALLOCATORS - (memory.oom is not None)
-    return {"allocators": [{"name": text(a.name, NAME, middle=True), "peak_bytes": count(a.peak_bytes),
-                            "capacity_bytes": count(a.capacity_bytes), "peak_step": count(a.peak_step),
-                            "peak_op": text(a.peak_op, NAME, middle=True), "max_batch": count(a.max_batch)}
-                           for a in allocators[:shown]],
-            "allocators_total": len(allocators), "batch_size": count(memory.batch_size), "oom": _oom(memory.oom),
-            "fullest_worker": _fullest_worker(memory.workers)}
+    return {
+        "allocators": [
+            {
+                "name": text(a.name, NAME, middle=True),
+                "peak_bytes": count(a.peak_bytes),
+                "capacity_bytes": count(a.capacity_bytes),
+                "peak_step": count(a.peak_step),
+                "peak_op": text(a.peak_op, NAME, middle=True),
+                "max_batch": count(a.max_batch),
+            }
+            for a in allocators[:shown]
+        ],
+        "allocators_total": len(allocators),
+        "batch_size": count(memory.batch_size),
+        "oom": _oom(memory.oom),
+        "fullest_worker": _fullest_worker(memory.workers),
+    }
 
 
 def _fullest_worker(workers) -> dict | None:
@@ -219,11 +291,16 @@ def _fullest_worker(workers) -> dict | None:
     held = [(worker, peak) for worker in workers for peak in worker.allocators]
     if not held:
         return None
-    worker, peak = max(held, key=lambda item: (item[1].capacity_share if item[1].capacity_bytes > 0 else -1.0,
-                                               item[1].peak_bytes))
+    worker, peak = max(
+        held, key=lambda item: (item[1].capacity_share if item[1].capacity_bytes > 0 else -1.0, item[1].peak_bytes)
+    )
     name = worker.worker if isinstance(worker.worker, int) else text(worker.worker, LABEL, middle=True)
-    return {"worker": name, "allocator": text(peak.name, LABEL, middle=True), "peak_bytes": count(peak.peak_bytes),
-            "capacity_bytes": count(peak.capacity_bytes)}
+    return {
+        "worker": name,
+        "allocator": text(peak.name, LABEL, middle=True),
+        "peak_bytes": count(peak.peak_bytes),
+        "capacity_bytes": count(peak.capacity_bytes),
+    }
 
 
 def _workers(analysis) -> dict | None:
@@ -231,17 +308,22 @@ def _workers(analysis) -> dict | None:
     if workers is None or workers.empty:
         return None
     straggler = analysis.straggler
-    return {"count": len(workers),
-            "straggler": None if not straggler else {"worker": text(straggler.get("worker"), NAME, middle=True),
-                                                     "cause": text(straggler.get("cause"), WORD)},
-            "reason": text(analysis.straggler_reason, SENTENCE)}
+    return {
+        "count": len(workers),
+        "straggler": None
+        if not straggler
+        else {"worker": text(straggler.get("worker"), NAME, middle=True), "cause": text(straggler.get("cause"), WORD)},
+        "reason": text(analysis.straggler_reason, SENTENCE),
+    }
 
 
 def _input_bottleneck(bottleneck: dict | None) -> dict | None:
     if not bottleneck:
         return None
-    return {"stage": text(bottleneck.get("stage"), NAME, middle=True),
-            "ms_per_batch": number(bottleneck.get("ms_per_batch"))}
+    return {
+        "stage": text(bottleneck.get("stage"), NAME, middle=True),
+        "ms_per_batch": number(bottleneck.get("ms_per_batch")),
+    }
 
 
 def summary_document(analysis) -> dict:
@@ -265,8 +347,12 @@ def summary_document(analysis) -> dict:
         "spread": _spread(analysis.spread),
         "input_bottleneck": _input_bottleneck(analysis.input_bottleneck),
         "memory": _memory(analysis.memory),
-        "utilization": {key: count(analysis.utilization.get(key)) if key.endswith("_bytes")
-                        else number(analysis.utilization.get(key)) for key in UTILIZATION_KEYS},
+        "utilization": {
+            key: count(analysis.utilization.get(key))
+            if key.endswith("_bytes")
+            else number(analysis.utilization.get(key))
+            for key in UTILIZATION_KEYS
+        },
         "workers": _workers(analysis),
         "notes": [text(note, SENTENCE) for note in notes[:TOP_NOTES]],
         "notes_total": len(notes),

@@ -8,15 +8,50 @@ import pandas as pd
 
 from analysis.render.names import distinct_names
 
-STEP_COLUMNS = ["step", "steps", "step_ms", "input_ms", "compute_ms", "host_ms", "compile_ms", "input_pct",
-                "compute_pct", "host_pct"]
-EPOCH_COLUMNS = ["epoch", "calls", "seconds", "input_s", "call_s", "other_host_s", "epoch_level_s", "input_pct",
-                 "call_pct", "other_host_pct", "epoch_level_pct"]
-DEVICE_COLUMNS = ["device", "step_count", "step_ms", "compute_ms", "input_ms", "copy_ms", "collective_ms", "idle_ms",
-                  "idle_input_ms", "idle_host_ms"]
+STEP_COLUMNS = [
+    "step",
+    "steps",
+    "step_ms",
+    "input_ms",
+    "compute_ms",
+    "host_ms",
+    "compile_ms",
+    "input_pct",
+    "compute_pct",
+    "host_pct",
+]
+EPOCH_COLUMNS = [
+    "epoch",
+    "calls",
+    "seconds",
+    "input_s",
+    "call_s",
+    "other_host_s",
+    "epoch_level_s",
+    "input_pct",
+    "call_pct",
+    "other_host_pct",
+    "epoch_level_pct",
+]
+DEVICE_COLUMNS = [
+    "device",
+    "step_count",
+    "step_ms",
+    "compute_ms",
+    "input_ms",
+    "copy_ms",
+    "collective_ms",
+    "idle_ms",
+    "idle_input_ms",
+    "idle_host_ms",
+]
 TOP_OPS = 10
-STEP_HOW = {"markers": "step marker", "trace_groups": "the trace's step groups",
-            "program_executions": "executions of", "window": "one interval:"}
+STEP_HOW = {
+    "markers": "step marker",
+    "trace_groups": "the trace's step groups",
+    "program_executions": "executions of",
+    "window": "one interval:",
+}
 
 
 TOLERANCE = 1e-6
@@ -38,11 +73,15 @@ def check_figures(analysis) -> None:
                 continue
             values = frame[column].astype(float)
             if (values < -TOLERANCE).any():
-                raise ValueError(f"internal error: {name} {column} is negative ({values.min():g}); "
-                                 "please report it with the run directory")
+                raise ValueError(
+                    f"internal error: {name} {column} is negative ({values.min():g}); "
+                    "please report it with the run directory"
+                )
             if column.endswith("_pct") and not column.startswith("proc_") and (values > 100 + TOLERANCE).any():
-                raise ValueError(f"internal error: {name} {column} is over 100 % ({values.max():g}); "
-                                 "please report it with the run directory")
+                raise ValueError(
+                    f"internal error: {name} {column} is over 100 % ({values.max():g}); "
+                    "please report it with the run directory"
+                )
 
 
 def has_collective(analysis) -> bool:
@@ -65,7 +104,9 @@ def steps_table(analysis) -> pd.DataFrame:
         columns.insert(columns.index("host_ms"), "collective_ms")
     steps = analysis.steps
     if "collective_pct" in columns and "collective_pct" not in steps:
-        steps = steps.assign(collective_pct=100.0 * steps["collective_ms"] / steps["step_ms"].where(steps["step_ms"] > 0))
+        steps = steps.assign(
+            collective_pct=100.0 * steps["collective_ms"] / steps["step_ms"].where(steps["step_ms"] > 0)
+        )
     return steps[columns].round(3)
 
 
@@ -120,8 +161,9 @@ def devices_table(analysis, recorded_only: bool = False) -> pd.DataFrame:
     devices = analysis.devices
     if recorded_only and "recorded" in devices:
         devices = devices[devices["recorded"].astype(bool)]
-    columns = DEVICE_COLUMNS + [c for c in ("input_overlapped_ms", "outside_steps_ms") if c in devices
-                                and (devices[c].fillna(0) > 0).any()]
+    columns = DEVICE_COLUMNS + [
+        c for c in ("input_overlapped_ms", "outside_steps_ms") if c in devices and (devices[c].fillna(0) > 0).any()
+    ]
     return devices[columns].round(3)
 
 
@@ -142,27 +184,35 @@ def worker_summary_lines(analysis) -> list[str]:
     out = []
     hidden = len(analysis.workers) - SHOWN_WORKERS
     if hidden > 0:
-        out.append(f"the {SHOWN_WORKERS} highest straggler scores of {len(analysis.workers)} workers; {hidden} more in "
-                   "workers.csv and the JSON")
+        out.append(
+            f"the {SHOWN_WORKERS} highest straggler scores of {len(analysis.workers)} workers; {hidden} more in "
+            "workers.csv and the JSON"
+        )
     spread = analysis.worker_distribution
     if spread:
         own, step = spread["own_step_ms"], spread["step_ms"]
-        out.append(f"step time across {spread['workers']} workers (ms): without collective wait p50 {own['p50']:.1f}, "
-                   f"p90 {own['p90']:.1f}, max {own['max']:.1f}; whole step p50 {step['p50']:.1f}, "
-                   f"p90 {step['p90']:.1f}, max {step['max']:.1f}")
+        out.append(
+            f"step time across {spread['workers']} workers (ms): without collective wait p50 {own['p50']:.1f}, "
+            f"p90 {own['p90']:.1f}, max {own['max']:.1f}; whole step p50 {step['p50']:.1f}, "
+            f"p90 {step['p90']:.1f}, max {step['max']:.1f}"
+        )
     return out
 
 
 def header_lines(analysis) -> list[str]:
     unit = ("call" if analysis.steps_per_call > 1 else "step") + ("s" if len(analysis.steps) != 1 else "")
     if analysis.step_source == "steps_csv":
-        lines = [f"source: {analysis.path} (no profiler trace)",
-                 f"device: {analysis.device}; {len(analysis.steps)} {unit}"]
+        lines = [
+            f"source: {analysis.path} (no profiler trace)",
+            f"device: {analysis.device}; {len(analysis.steps)} {unit}",
+        ]
     else:
         how = STEP_HOW.get(analysis.step_source, analysis.step_source)
-        lines = [f"trace: {analysis.path}",
-                 f"device: {analysis.device}; {len(analysis.steps)} {unit} found by {analysis.step_source} "
-                 f"({how} '{analysis.step_name}')"]
+        lines = [
+            f"trace: {analysis.path}",
+            f"device: {analysis.device}; {len(analysis.steps)} {unit} found by {analysis.step_source} "
+            f"({how} '{analysis.step_name}')",
+        ]
     if analysis.steps_per_call > 1:
         lines.append(f"steps per call: {analysis.steps_per_call} (one marker per tf.function call)")
     lines += [f"note: {note}" for note in analysis.notes]
@@ -203,8 +253,10 @@ def roofline_lines(analysis) -> list[str]:
             line += f"; {_si(achieved, 'FLOP/s')} achieved {roof.get('achieved_over') or ''}".rstrip()
             if roof.get("mfu_pct", math.nan) == roof.get("mfu_pct", math.nan):
                 ceiling = roof["ceilings"].get(roof["dtype"], {}).get("matrix_flops_per_second", math.nan)
-                line += (f", {roof['mfu_pct']:.1f} % of the {roof['dtype']} matrix ceiling ({_si(ceiling, 'FLOP/s')}, "
-                         f"{roof['ceilings_source']})")
+                line += (
+                    f", {roof['mfu_pct']:.1f} % of the {roof['dtype']} matrix ceiling ({_si(ceiling, 'FLOP/s')}, "
+                    f"{roof['ceilings_source']})"
+                )
         out.append(line)
     out += [f"roofline: {note}" for note in roof.get("notes", [])]
     return out
@@ -215,7 +267,7 @@ MAX_OUTLIERS = 10  # slow steps named in a line; the JSON has every one
 
 def short_ms(value: float, digits: int = 3) -> str:
     """`digits` significant digits, trailing zeros kept (7.70, 14.2, 0.270); whole ms from 1000 on."""
-    return f"{value:,.0f}" if abs(value) >= 10 ** digits else f"{value:#.{digits}g}".rstrip(".")
+    return f"{value:,.0f}" if abs(value) >= 10**digits else f"{value:#.{digits}g}".rstrip(".")
 
 
 def spread_line(analysis) -> str | None:
@@ -226,13 +278,18 @@ def spread_line(analysis) -> str | None:
         return None
     noun = "call" if analysis.steps_per_call > 1 else "step"
     count = analysis.steps_used
-    line = (f"spread over {count} {noun}{'s' if count != 1 else ''}: median {short_ms(spread['median_ms'])} ms, "
-            f"p90 {short_ms(spread['p90_ms'])} ms; ")
+    line = (
+        f"spread over {count} {noun}{'s' if count != 1 else ''}: median {short_ms(spread['median_ms'])} ms, "
+        f"p90 {short_ms(spread['p90_ms'])} ms; "
+    )
     slow = spread["outliers"]
     if not slow:
         return line + f"no {noun} over 1.5x the median"
-    named = ", ".join(f"{noun} {o['step']} {short_ms(o['step_ms'])} ms ({o['cause']} {'+' if o['excess_ms'] >= 0 else ''}"
-                      f"{short_ms(o['excess_ms'], 2)} ms)" for o in slow[:MAX_OUTLIERS])
+    named = ", ".join(
+        f"{noun} {o['step']} {short_ms(o['step_ms'])} ms ({o['cause']} {'+' if o['excess_ms'] >= 0 else ''}"
+        f"{short_ms(o['excess_ms'], 2)} ms)"
+        for o in slow[:MAX_OUTLIERS]
+    )
     more = f", and {len(slow) - MAX_OUTLIERS} more in the JSON" if len(slow) > MAX_OUTLIERS else ""
     return f"{line}{len(slow)} {noun}{'s' if len(slow) != 1 else ''} over 1.5x the median: {named}{more}"
 
@@ -242,11 +299,12 @@ def findings_lines(findings: list[dict], bullet: str) -> list[str]:
         return []
     return ["findings (the largest saving first):"] + [
         f"{bullet}[{f['severity']}] {f['rule']}: {f['evidence']} Fix: {f['advice']}.{_finding_saving(f)}"
-        for f in findings]
+        for f in findings
+    ]
 
 
 def saving_sentence(item: dict) -> str:
-    """"fixing this would save about 3.10 ms of 8.50 per step (36 %)" for a verdict or finding with a
+    """ "fixing this would save about 3.10 ms of 8.50 per step (36 %)" for a verdict or finding with a
     known saving; its share alone where the step's length is unknown; "" where the saving is unknown."""
     pct, ms = item.get("saving_pct"), item.get("saving_ms")
     if pct is None:
@@ -267,8 +325,7 @@ def verdict_saving_lines(verdict: dict) -> list[str]:
     out = [f"saving: {sentence} ({basis})" if sentence else f"saving: unknown ({basis})"] if basis else []
     fixes = verdict.get("fixes") or []
     if len(fixes) > 1:
-        out.append("fixes, largest saving first: " + "; ".join(
-            f"{fix['rule']} {_fix_size(fix)}" for fix in fixes))
+        out.append("fixes, largest saving first: " + "; ".join(f"{fix['rule']} {_fix_size(fix)}" for fix in fixes))
     if verdict.get("xprof_reading"):
         out.append(f"xprof: {verdict['xprof_reading']}")
     return out
@@ -312,13 +369,18 @@ def op_diff_lines(comparison) -> list[str]:
 def describe(rows: pd.DataFrame, unit: str, gap: float, a_name: str, b_name: str, top: int = 10) -> list[str]:
     """Sentences such as "Conv2DBackpropFilter: 41.2 -> 12.3 ms/step, explains 38 % of the 76 ms/step gap"."""
     short = "ms/image" if unit == "ms_per_image" else "ms/step"
-    lines = [f"op diff, {b_name} against {a_name} ({abs(gap):.3g} {short} "
-             f"{'slower' if gap > 0 else 'faster'}; rows add up to the gap):"]
+    lines = [
+        f"op diff, {b_name} against {a_name} ({abs(gap):.3g} {short} "
+        f"{'slower' if gap > 0 else 'faster'}; rows add up to the gap):"
+    ]
     shown = rows.head(top)
     for row, name in zip(shown.itertuples(), distinct_names(shown["op"].tolist(), MAX_NAME)):
         only = {"a": f" (only in {a_name})", "b": f" (only in {b_name})"}.get(row.only_in, "")
-        share = f"explains {row.share_pct:.0f} % of the {abs(gap):.3g} {short} gap" if row.share_pct == row.share_pct \
+        share = (
+            f"explains {row.share_pct:.0f} % of the {abs(gap):.3g} {short} gap"
+            if row.share_pct == row.share_pct
             else "no gap to explain"
+        )
         lines.append(f"  - {name}{only}: {row.a_ms:.3g} -> {row.b_ms:.3g} {short}, {share}")
     if len(rows) > top:
         lines.append(f"  ... {len(rows) - top} more rows in the JSON or CSV output")
@@ -328,14 +390,20 @@ def describe(rows: pd.DataFrame, unit: str, gap: float, a_name: str, b_name: str
 def compare_display_frame(table: pd.DataFrame) -> pd.DataFrame:
     """The human table: rounded, memory in MiB, `*` on the baseline, `(ext)` on external rows."""
     out = pd.DataFrame()
-    out["run"] = [f"{'(external)' if r['external'] else r['run']}{' *' if r['baseline'] else ''}"
-                  for _, r in table.iterrows()]
+    out["run"] = [
+        f"{'(external)' if r['external'] else r['run']}{' *' if r['baseline'] else ''}" for _, r in table.iterrows()
+    ]
     out["device"] = table["device"].astype(str)
     out["s/epoch"] = table["seconds_per_epoch"].map(lambda v: f"{v:.3g}")
     out["images/s"] = table["images_per_second"].map(_fmt(1))
     out["speedup"] = table["speedup"].map(lambda v: f"{v:.2f}x" if v < 10 else f"{v:.1f}x")
-    parts = [("input", "input%"), ("compute", "compute%"), ("collective", "collective%"), ("host", "host%"),
-             ("epoch_level", "epoch%")]
+    parts = [
+        ("input", "input%"),
+        ("compute", "compute%"),
+        ("collective", "collective%"),
+        ("host", "host%"),
+        ("epoch_level", "epoch%"),
+    ]
     for part, title in parts:
         if part == "collective" and not (table[f"{part}_pct"].fillna(0) > 0).any():
             continue  # no run waits in collectives (one device each): no column of zeros
@@ -346,7 +414,8 @@ def compare_display_frame(table: pd.DataFrame) -> pd.DataFrame:
     out["dev MiB"] = (table["device_mem_peak_bytes"] / 2**20).map(_fmt(0))
     out["GFLOP/s (peak)"] = [
         "-" if pd.isna(a) else f"{a / 1e9:.0f} ({'-' if pd.isna(p) else f'{p / 1e9:.0f}'})"
-        for a, p in zip(table["achieved_flops_per_second"], table["peak_flops_per_second"])]
+        for a, p in zip(table["achieved_flops_per_second"], table["peak_flops_per_second"])
+    ]
     out["MFU%"] = table["mfu_pct"].map(_fmt(1))
     measured = [c for c in out.columns if (out[c] != "-").any()]
     return out[measured]  # columns nobody measured (e.g. utilization of external rows) are left out
@@ -358,8 +427,6 @@ def _fmt(digits: int):
 
 def _pair(a, b) -> str:
     return "-" if pd.isna(a) else f"{a:.0f}/{b:.0f}"
-
-
 
 
 MEMORY_LIVE_SHOWN = 3  # live groups named per allocator in text; the HTML table and the JSON have ten
@@ -394,16 +461,20 @@ def peak_sentence(peak) -> str:
     if peak.lifetime_above_window:
         of = f" ({100 * peak.lifetime_peak_bytes / peak.capacity_bytes:.1f} %)" if peak.capacity_bytes > 0 else ""
         lifetime = f"; its own lifetime peak, before the window, was {size(peak.lifetime_peak_bytes)}{of}"
-    return (f"peak {size(peak.peak_bytes)}{share} at {step} ({peak.peak_time_ms:.1f} ms into the window){op}{frag}"
-            f"{lifetime}")
+    return (
+        f"peak {size(peak.peak_bytes)}{share} at {step} ({peak.peak_time_ms:.1f} ms into the window){op}{frag}"
+        f"{lifetime}"
+    )
 
 
 def headroom_sentence(peak, batch: float) -> str:
     if peak.max_batch == peak.max_batch:
-        against = ("the machine's available memory" if peak.headroom_basis == "available_memory"
-                   else "the allocator's capacity")
-        return (f"headroom: a batch of about {peak.max_batch:,.0f} fits {against} (today {batch:,.0f}): "
-                f"{peak.headroom}")
+        against = (
+            "the machine's available memory"
+            if peak.headroom_basis == "available_memory"
+            else "the allocator's capacity"
+        )
+        return f"headroom: a batch of about {peak.max_batch:,.0f} fits {against} (today {batch:,.0f}): {peak.headroom}"
     return f"headroom: {peak.headroom}"
 
 
@@ -413,19 +484,27 @@ def oom_allocation(failure) -> str:
     shape = f"[{','.join(map(str, failure.shape))}]" if failure.shape is not None else None
     tensor = " ".join(v for v in (shape, failure.dtype) if v)
     where = failure.allocator or failure.device
-    return (f"allocating {size_}" + (f" for a {tensor} tensor" if tensor else "")
-            + (f" in {failure.op}" if failure.op else "") + (f" on {where}" if where else ""))
+    return (
+        f"allocating {size_}"
+        + (f" for a {tensor} tensor" if tensor else "")
+        + (f" in {failure.op}" if failure.op else "")
+        + (f" on {where}" if where else "")
+    )
 
 
 def oom_held(failure) -> str:
     """What held the memory when the allocation failed: the trace's allocator, else the samplers."""
     if failure.source == "trace":
         of = f" of its {size(failure.capacity_bytes)}" if failure.capacity_bytes > 0 else ""
-        return (f"held then: {failure.held_allocator} {size(failure.held_bytes)}{of} (its last traced event, "
-                f"{failure.before_failure_ms:.1f} ms before the failure)")
+        return (
+            f"held then: {failure.held_allocator} {size(failure.held_bytes)}{of} (its last traced event, "
+            f"{failure.before_failure_ms:.1f} ms before the failure)"
+        )
     if failure.source == "samplers":
-        values = "; ".join(f"{what} ({sampler}) {size(last)}" + (f" of {size(total)}" if total > 0 else "")
-                           for sampler, what, last, total in failure.sampled)
+        values = "; ".join(
+            f"{what} ({sampler}) {size(last)}" + (f" of {size(total)}" if total > 0 else "")
+            for sampler, what, last, total in failure.sampled
+        )
         return f"held then (no allocator event traced at the failure; each sampler's last value before it): {values}"
     return "held then: not recorded (neither a trace nor a sampler covered the failure)"
 
@@ -474,9 +553,15 @@ def worker_memory_lines(memory) -> list[str]:
     """One line per worker of a job: each of its allocators' peak against its capacity."""
     out = []
     for worker in memory.workers:
-        peaks = "; ".join(f"{peak.name} {size(peak.peak_bytes)}" + (
-            f" of {size(peak.capacity_bytes)} ({100 * peak.capacity_share:.0f} %)" if peak.capacity_bytes > 0 else "")
-            for peak in worker.allocators)
+        peaks = "; ".join(
+            f"{peak.name} {size(peak.peak_bytes)}"
+            + (
+                f" of {size(peak.capacity_bytes)} ({100 * peak.capacity_share:.0f} %)"
+                if peak.capacity_bytes > 0
+                else ""
+            )
+            for peak in worker.allocators
+        )
         out.append(f"{worker_name(worker.worker)}: {peaks or 'no allocator events traced'}")
     return out
 
@@ -485,10 +570,16 @@ def sampled_memory_lines(memory) -> list[str]:
     """Each sampled memory over the run: its peak, at each epoch's end, its growth."""
     out = []
     for sampled in memory.sampled:
-        grows = (f", growing {size(sampled.growth_bytes_per_epoch)} an epoch"
-                 if sampled.growth_bytes_per_epoch == sampled.growth_bytes_per_epoch else "")
+        grows = (
+            f", growing {size(sampled.growth_bytes_per_epoch)} an epoch"
+            if sampled.growth_bytes_per_epoch == sampled.growth_bytes_per_epoch
+            else ""
+        )
         total = f" of {size(sampled.total_bytes)}" if sampled.total_bytes == sampled.total_bytes else ""
         ends = ", ".join(size(v) for v in sampled.epoch_end_bytes)
-        out.append(f"{sampled.what} ({sampled.sampler}.csv): peak {size(sampled.peak_bytes)}{total}"
-                   + (f"; at each epoch's end {ends}" if ends else "") + grows)
+        out.append(
+            f"{sampled.what} ({sampled.sampler}.csv): peak {size(sampled.peak_bytes)}{total}"
+            + (f"; at each epoch's end {ends}" if ends else "")
+            + grows
+        )
     return out

@@ -20,12 +20,26 @@ LARGER_BATCH_ADVICE = (
 MIXED_FOR_DTYPE = {"bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 
 
-def compute_advice(device: str = "", precision: str | None = None, jit_compile: bool | None = None,
-                   producer: str = "devprof", bfloat16_units: tuple[str, ...] | None = None) -> list[str]:
+def compute_advice(
+    device: str = "",
+    precision: str | None = None,
+    jit_compile: bool | None = None,
+    producer: str = "devprof",
+    bfloat16_units: tuple[str, ...] | None = None,
+) -> list[str]:
     """What to try on a compute-bound step, leaving out what the run already does, in the
     words of the program that wrote the trace."""
-    return _compute_advice(make_facts(input_pct=None, host_pct=None, device=device, precision=precision,
-                                      jit_compile=jit_compile, producer=producer, bfloat16_units=bfloat16_units))
+    return _compute_advice(
+        make_facts(
+            input_pct=None,
+            host_pct=None,
+            device=device,
+            precision=precision,
+            jit_compile=jit_compile,
+            producer=producer,
+            bfloat16_units=bfloat16_units,
+        )
+    )
 
 
 def precision_advice(facts: Facts) -> str | None:
@@ -36,23 +50,31 @@ def precision_advice(facts: Facts) -> str | None:
     ratio = savings.precision_ratio(facts)
     if now != "float32":
         if ratio == ratio and ratio > 1.0:
-            return (f"Go back to float32 ({_precision_change(facts, 'float32')}): its measured ceiling is higher here, "
-                    f"{savings.ceilings_text(facts)}.")
+            return (
+                f"Go back to float32 ({_precision_change(facts, 'float32')}): its measured ceiling is higher here, "
+                f"{savings.ceilings_text(facts)}."
+            )
         if ratio != ratio and _bfloat16_emulated(facts.precision or "", facts.bfloat16_units):
             return f"Go back to float32 ({_precision_change(facts, 'float32')}): this CPU has no bfloat16 units."
         return None
     if ratio == ratio:
         if ratio > 1.0:
-            return (f"Use mixed precision: {program_facts.precision(facts.producer, device.mixed_precision)}; "
-                    f"{savings.ceilings_text(facts)}.")
+            return (
+                f"Use mixed precision: {program_facts.precision(facts.producer, device.mixed_precision)}; "
+                f"{savings.ceilings_text(facts)}."
+            )
         return f"Keep float32: {savings.ceilings_text(facts)}, so {device.mixed_precision} would be slower here."
     if _bfloat16_emulated(device.mixed_precision, facts.bfloat16_units):
-        return ("Keep float32: this CPU has no bfloat16 units (no AVX512-BF16, no AMX), so mixed_bfloat16 "
-                "would be emulated and slower.")
+        return (
+            "Keep float32: this CPU has no bfloat16 units (no AVX512-BF16, no AMX), so mixed_bfloat16 "
+            "would be emulated and slower."
+        )
     note = f" ({device.precision_note})" if device.precision_note else ""
-    return (f"Whether {device.mixed_precision} would be faster is a guess until measured{note}: `devprof peak` "
-            f"measures {other}'s and float32's ceilings on this device; switch "
-            f"({program_facts.precision(facts.producer, device.mixed_precision)}) only if {other}'s is higher.")
+    return (
+        f"Whether {device.mixed_precision} would be faster is a guess until measured{note}: `devprof peak` "
+        f"measures {other}'s and float32's ceilings on this device; switch "
+        f"({program_facts.precision(facts.producer, device.mixed_precision)}) only if {other}'s is higher."
+    )
 
 
 def _precision_change(facts: Facts, dtype: str) -> str:
@@ -74,8 +96,10 @@ def _compute_advice(facts: Facts) -> list[str]:
     if program.name == "devprof":
         return advice + [LARGER_BATCH_ADVICE]
     how = "" if program.batch_size == "a larger batch" else f" ({program.batch_size})"
-    return advice + [f"A larger batch{how} uses the device better if memory allows; otherwise a "
-                     "faster device or a smaller model is what helps."]
+    return advice + [
+        f"A larger batch{how} uses the device better if memory allows; otherwise a "
+        "faster device or a smaller model is what helps."
+    ]
 
 
 def _bfloat16_emulated(policy: str, bfloat16_units: tuple[str, ...] | None) -> bool:
@@ -85,12 +109,16 @@ def _bfloat16_emulated(policy: str, bfloat16_units: tuple[str, ...] | None) -> b
 
 def _compute_fix(facts: Facts) -> str:
     device = facts_for(facts.device)
-    at_peak = (f"{facts.mfu_scope} at {facts.mfu_pct:.0f} % of the device's {facts.peak_dtype} ceiling; "
-               if facts.mfu_pct == facts.mfu_pct else "")
+    at_peak = (
+        f"{facts.mfu_scope} at {facts.mfu_pct:.0f} % of the device's {facts.peak_dtype} ceiling; "
+        if facts.mfu_pct == facts.mfu_pct
+        else ""
+    )
     now, _ = savings.precision_dtypes(facts)
     ratio = savings.precision_ratio(facts)
-    slower_now = now != "float32" and (ratio > 1.0 if ratio == ratio
-                                       else _bfloat16_emulated(facts.precision or "", facts.bfloat16_units))
+    slower_now = now != "float32" and (
+        ratio > 1.0 if ratio == ratio else _bfloat16_emulated(facts.precision or "", facts.bfloat16_units)
+    )
     if slower_now:
         return f"{at_peak}go back to float32 ({_precision_change(facts, 'float32')}): {_slower_dtype_reason(facts)}"
     # Mixed precision only where its measured ceiling is higher.
@@ -117,8 +145,9 @@ def _slower_dtype_reason(facts: Facts) -> str:
 
 def _compute_words(facts: Facts) -> str:
     kind = facts_for(facts.device).kind
-    return "the device's kernels" if kind in ("gpu", "tpu") else "TensorFlow's ops" if kind == "cpu" else \
-        "the step's ops"
+    return (
+        "the device's kernels" if kind in ("gpu", "tpu") else "TensorFlow's ops" if kind == "cpu" else "the step's ops"
+    )
 
 
 def _si_rate(value: float) -> str:
@@ -138,12 +167,16 @@ def _roofline_headline(facts: Facts) -> str:
     ops = facts.below_roofline
     first = ops[0]
     roof = "compute" if first.bound == "compute" else "memory-bandwidth"
-    kernel = first.kernel if len(first.kernel) <= KERNEL_NAME_SHOWN else f"{first.kernel[:KERNEL_NAME_SHOWN - 1]}…"
+    kernel = first.kernel if len(first.kernel) <= KERNEL_NAME_SHOWN else f"{first.kernel[: KERNEL_NAME_SHOWN - 1]}…"
     kernel = f", {kernel}" if kernel else ""
-    lead = (f"{first.name} ({first.type}, {first.dtype}{kernel}) runs at {first.ceiling_pct:.0f} % of its {roof} "
-            f"ceiling ({_si_rate(first.flops_per_second)}) and holds {first.share_pct:.0f} % of op time "
-            f"({first.ms_per_step:.2f} ms per step)")
-    more = "; ".join(f"{op.name} {op.ceiling_pct:.0f} % of its ceiling, {op.share_pct:.0f} % of op time" for op in ops[1:])
+    lead = (
+        f"{first.name} ({first.type}, {first.dtype}{kernel}) runs at {first.ceiling_pct:.0f} % of its {roof} "
+        f"ceiling ({_si_rate(first.flops_per_second)}) and holds {first.share_pct:.0f} % of op time "
+        f"({first.ms_per_step:.2f} ms per step)"
+    )
+    more = "; ".join(
+        f"{op.name} {op.ceiling_pct:.0f} % of its ceiling, {op.share_pct:.0f} % of op time" for op in ops[1:]
+    )
     return f"{lead}{'; also ' + more if more else ''}."
 
 
@@ -153,41 +186,63 @@ def _roofline_fix(facts: Facts) -> str:
     program = program_facts.program(facts.producer)
     if op.kind == "vector" or op.bound == "memory":
         xla = "--jit-compile" if facts.producer == "devprof" else (program.xla or "XLA")
-        return (f"fuse the memory-bound elementwise work with XLA ({xla}): one pass over memory instead of one "
-                "per op")
+        return f"fuse the memory-bound elementwise work with XLA ({xla}): one pass over memory instead of one per op"
     if facts.device == "cpu":
         if op.kernel == "Eigen":
             return "set TF_ENABLE_ONEDNN_OPTS=1 before TensorFlow is imported: oneDNN's kernels are faster"
         ratio = savings.precision_ratio(facts)
-        measured_faster = (savings.precision_dtypes(facts)[0] == "float32" and op.dtype in ("", "float32")
-                           and ratio == ratio and ratio > 1.0)
+        measured_faster = (
+            savings.precision_dtypes(facts)[0] == "float32"
+            and op.dtype in ("", "float32")
+            and ratio == ratio
+            and ratio > 1.0
+        )
         wide = bool(facts.bfloat16_units) or bool(facts.matrix_units)  # AVX-512 BF16 or AMX: brgemm kernels exist
-        faster = (f"bfloat16 ({_precision_change(facts, 'bfloat16')}: {savings.ceilings_text(facts)})"
-                  if measured_faster else "a faster device" if wide else
-                  "a CPU with AVX-512 or AMX, where oneDNN has faster (brgemm) kernels for it")
+        faster = (
+            f"bfloat16 ({_precision_change(facts, 'bfloat16')}: {savings.ceilings_text(facts)})"
+            if measured_faster
+            else "a faster device"
+            if wide
+            else "a CPU with AVX-512 or AMX, where oneDNN has faster (brgemm) kernels for it"
+        )
         op_type = re.sub(r"^_(Mkl)?(Native)?", "", op.type)
         implementation = op.kernel.removeprefix("oneDNN").strip()  # "oneDNN jit:avx2": named by its log
         if not implementation:
-            log = ("`devprof run --onednn-kernels`" if facts.producer == "devprof"
-                   else "`ONEDNN_VERBOSE=1` in the environment")
-            return (f"which oneDNN kernel ran this {op_type} was not recorded ({log} logs it; brgemm kernels are the "
-                    f"fast kind): try a larger batch, or {faster}")
+            log = (
+                "`devprof run --onednn-kernels`"
+                if facts.producer == "devprof"
+                else "`ONEDNN_VERBOSE=1` in the environment"
+            )
+            return (
+                f"which oneDNN kernel ran this {op_type} was not recorded ({log} logs it; brgemm kernels are the "
+                f"fast kind): try a larger batch, or {faster}"
+            )
         if BRGEMM_RE.search(implementation):
-            return (f"oneDNN ran this {op_type} with {implementation}, a brgemm kernel, its fastest kind on this CPU: "
-                    f"try a larger batch, or {faster}")
+            return (
+                f"oneDNN ran this {op_type} with {implementation}, a brgemm kernel, its fastest kind on this CPU: "
+                f"try a larger batch, or {faster}"
+            )
         if wide:
-            return (f"oneDNN ran this {op_type} with {implementation}, not one of the brgemm kernels (brg_conv_*, "
-                    "brg:*) this CPU has: its shapes may not fit them; try channels in multiples of 16 and a larger "
-                    f"batch, or {faster}")
-        return (f"oneDNN ran this {op_type} with {implementation}, not one of its brgemm kernels (brg_conv_*, "
-                f"brg:*), which are the fast ones: this CPU has none for it (an AVX2 CPU falls back to jit:avx2 for "
-                f"backward weights; AVX-512 and AMX CPUs have brgemm ones); try a larger batch, or {faster}")
+            return (
+                f"oneDNN ran this {op_type} with {implementation}, not one of the brgemm kernels (brg_conv_*, "
+                "brg:*) this CPU has: its shapes may not fit them; try channels in multiples of 16 and a larger "
+                f"batch, or {faster}"
+            )
+        return (
+            f"oneDNN ran this {op_type} with {implementation}, not one of its brgemm kernels (brg_conv_*, "
+            f"brg:*), which are the fast ones: this CPU has none for it (an AVX2 CPU falls back to jit:avx2 for "
+            f"backward weights; AVX-512 and AMX CPUs have brgemm ones); try a larger batch, or {faster}"
+        )
     if op.dtype == "float32" and facts.matrix_units:
-        return (f"{op.dtype} does not use the device's {'/'.join(facts.matrix_units)} matrix units: train with "
-                f"{MIXED_FOR_DTYPE.get(facts.matrix_units[-1], 'mixed precision')}")
-    return ("give each kernel more work: a larger batch, and matrix dimensions (channels, features) that are "
-            "multiples of 64 so the matrix units' tiles are full; for convolutions, channels-last layout so no "
-            "transposes run around them")
+        return (
+            f"{op.dtype} does not use the device's {'/'.join(facts.matrix_units)} matrix units: train with "
+            f"{MIXED_FOR_DTYPE.get(facts.matrix_units[-1], 'mixed precision')}"
+        )
+    return (
+        "give each kernel more work: a larger batch, and matrix dimensions (channels, features) that are "
+        "multiples of 64 so the matrix units' tiles are full; for convolutions, channels-last layout so no "
+        "transposes run around them"
+    )
 
 
 def _slower_dtype(facts: Facts) -> bool:
@@ -205,5 +260,7 @@ def _matrix_units_fix(facts: Facts) -> str:
     ratio = facts.matrix_ceiling(dtype) / facts.matrix_ceiling("float32")
     if ratio == ratio:
         return f"train with {how} ({dtype} {ratio:.1f}x float32's measured matrix ceiling)"
-    return (f"measure {dtype}'s ceiling against float32's (`devprof peak`); where it is higher, train with {how} "
-            "(from the device's datasheet alone this is a guess)")
+    return (
+        f"measure {dtype}'s ceiling against float32's (`devprof peak`); where it is higher, train with {how} "
+        "(from the device's datasheet alone this is a guess)"
+    )

@@ -20,8 +20,9 @@ class DeviceFacts:
 
 
 DEVICE_FACTS = {
-    "cpu": DeviceFacts("cpu", "mixed_bfloat16", "bfloat16 matrix units on recent CPUs", xla_helps=False,
-                       float16_is_slow=True),
+    "cpu": DeviceFacts(
+        "cpu", "mixed_bfloat16", "bfloat16 matrix units on recent CPUs", xla_helps=False, float16_is_slow=True
+    ),
     "gpu": DeviceFacts("gpu", "mixed_float16", "", xla_helps=True, float16_is_slow=False),
     "tpu": DeviceFacts("tpu", "mixed_bfloat16", "", xla_helps=True, float16_is_slow=True),
 }

@@ -60,7 +60,9 @@ class Facts:
     steps_per_epoch: float = math.nan
     slowest_input_stage: SlowestStage | None = None
     prefetches: bool | None = None  # whether the input pipeline already prefetches (None: unknown)
-    input_stage_kinds: tuple[str, ...] | None = None  # the kinds of tf.data stage it has ("ParallelMapV2"; None: unknown)
+    input_stage_kinds: tuple[str, ...] | None = (
+        None  # the kinds of tf.data stage it has ("ParallelMapV2"; None: unknown)
+    )
     mfu_pct: float = math.nan
     peak_dtype: str | None = None
     other_cpu_pct: float = math.nan  # other processes' CPU, % of the whole machine
@@ -114,8 +116,11 @@ class Facts:
         """`other`'s rate over `now`'s on the smallest matrix ops `devprof peak` timed, the lower of the
         kinds measured in both, and that kind (NaN, "": not measured)."""
         rates = {(kind, dtype): rate for kind, dtype, rate in self.small_matrix_rates}
-        ratios = [(rates[(kind, other)] / rates[(kind, now)], kind) for kind in ("conv", "matmul")
-                  if (kind, now) in rates and (kind, other) in rates]
+        ratios = [
+            (rates[(kind, other)] / rates[(kind, now)], kind)
+            for kind in ("conv", "matmul")
+            if (kind, now) in rates and (kind, other) in rates
+        ]
         return min(ratios) if ratios else (math.nan, "")
 
 
@@ -154,8 +159,12 @@ def syncs_in_every_step(view: TraceView, steps: pd.DataFrame) -> str | None:
         return None
     host = view.host
     device = view.device
-    candidates = pd.concat([host[matches(host["name"], HOST_SYNC_RE, search=True)],
-                            device[matches(device["name"], DEVICE_TO_HOST_RE, search=True)]])
+    candidates = pd.concat(
+        [
+            host[matches(host["name"], HOST_SYNC_RE, search=True)],
+            device[matches(device["name"], DEVICE_TO_HOST_RE, search=True)],
+        ]
+    )
     if candidates.empty:
         return None
     starts = steps["start_ns"].to_numpy(dtype=np.int64)
@@ -175,7 +184,8 @@ def kernels(view: TraceView, steps: pd.DataFrame) -> tuple[float, float]:
     if device.empty or not len(steps):
         return math.nan, math.nan
     is_copy = matches(device["name"], producers.pattern("device_copy"), search=True) | matches(
-        device["name"], producers.pattern("device_input"), search=True)
+        device["name"], producers.pattern("device_input"), search=True
+    )
     compute = device[~is_copy]
     inside = compute[(compute["start_ns"] >= steps["start_ns"].min()) & (compute["start_ns"] < steps["end_ns"].max())]
     if inside.empty:
@@ -221,16 +231,26 @@ def _is_number(value) -> bool:
         return False
 
 
-def trace_facts(view: TraceView | None, steps: pd.DataFrame, devices: pd.DataFrame,
-                prefetching: bool | None) -> TraceFacts:
+def trace_facts(
+    view: TraceView | None, steps: pd.DataFrame, devices: pd.DataFrame, prefetching: bool | None
+) -> TraceFacts:
     """The facts of one trace's steps and device rows (all unknown without a trace)."""
     if view is None:
         return TraceFacts()
     retrace_steps, retrace_ms = retracing(steps)
     per_step, mean_us = kernels(view, steps)
-    return TraceFacts(retrace_steps, retrace_ms, syncs_in_every_step(view, steps), per_step, mean_us,
-                      idle_waiting_for_host_pct(devices), prefetching, stage_kinds(view),
-                      call_entry_exit_ms(view, steady_steps(steps)), not view.host.empty)
+    return TraceFacts(
+        retrace_steps,
+        retrace_ms,
+        syncs_in_every_step(view, steps),
+        per_step,
+        mean_us,
+        idle_waiting_for_host_pct(devices),
+        prefetching,
+        stage_kinds(view),
+        call_entry_exit_ms(view, steady_steps(steps)),
+        not view.host.empty,
+    )
 
 
 def _float(value, default: float = math.nan) -> float:
@@ -240,21 +260,56 @@ def _float(value, default: float = math.nan) -> float:
         return default
 
 
-def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, idle_pct=None,
-               xprof: XProfReading | None = None, device: str | None = "",
-               producer: str | None = "devprof", device_recorded: bool | None = None, precision: str | None = None,
-               jit_compile: bool | None = None, steps_per_call=1, steps_per_epoch=None,
-               slowest_input_stage: SlowestStage | None = None, trace: TraceFacts = TraceFacts(),
-               prefetches: bool | None = None, input_stage_kinds=None, mfu_pct=None, peak_dtype: str | None = None, other_cpu_pct=None,
-               proc_cpu_pct=None, cpu_cores=None, matrix_units=None, bfloat16_units=None,
-               device_mem_peak_bytes=None, device_mem_total_bytes=None, eigen_dense_pct=None, input_wait_pct=None,
-               input_copy_pct=None, input_wait_ms=None, eager: EagerOps | None = None,
-               idle_stretch: IdleStretch | None = None, below_roofline: tuple[BelowRoofline, ...] = (),
-               step_ms=None, traced_steps=0, launch_ms=None, host_per_call_pct=None, op_ms=None, matrix_pct=None,
-               matrix_ceilings=None, small_matrix_rates=None, holder_op_ms=None, python_iterator=False,
-               job_workers_here=0,
-               ceilings_source: str | None = None, mfu_scope: str | None = None,
-               memory: MemoryReport | None = None) -> Facts:
+def make_facts(
+    *,
+    input_pct,
+    host_pct,
+    compute_pct=None,
+    collective_pct=None,
+    idle_pct=None,
+    xprof: XProfReading | None = None,
+    device: str | None = "",
+    producer: str | None = "devprof",
+    device_recorded: bool | None = None,
+    precision: str | None = None,
+    jit_compile: bool | None = None,
+    steps_per_call=1,
+    steps_per_epoch=None,
+    slowest_input_stage: SlowestStage | None = None,
+    trace: TraceFacts = TraceFacts(),
+    prefetches: bool | None = None,
+    input_stage_kinds=None,
+    mfu_pct=None,
+    peak_dtype: str | None = None,
+    other_cpu_pct=None,
+    proc_cpu_pct=None,
+    cpu_cores=None,
+    matrix_units=None,
+    bfloat16_units=None,
+    device_mem_peak_bytes=None,
+    device_mem_total_bytes=None,
+    eigen_dense_pct=None,
+    input_wait_pct=None,
+    input_copy_pct=None,
+    input_wait_ms=None,
+    eager: EagerOps | None = None,
+    idle_stretch: IdleStretch | None = None,
+    below_roofline: tuple[BelowRoofline, ...] = (),
+    step_ms=None,
+    traced_steps=0,
+    launch_ms=None,
+    host_per_call_pct=None,
+    op_ms=None,
+    matrix_pct=None,
+    matrix_ceilings=None,
+    small_matrix_rates=None,
+    holder_op_ms=None,
+    python_iterator=False,
+    job_workers_here=0,
+    ceilings_source: str | None = None,
+    mfu_scope: str | None = None,
+    memory: MemoryReport | None = None,
+) -> Facts:
     """The rules' view of one breakdown. Numbers may be missing (None, NaN: unknown); compute
     defaults to what input and host leave; `trace` holds what a trace shows (its `prefetches`
     wins over `prefetches`)."""
@@ -263,7 +318,9 @@ def make_facts(*, input_pct, host_pct, compute_pct=None, collective_pct=None, id
     prefetching = trace.prefetches if trace.prefetches is not None else prefetches
     kinds = trace.input_stage_kinds if trace.input_stage_kinds is not None else input_stage_kinds
     return Facts(
-        input_, _float(compute_pct, 100.0 - input_ - host), host,
+        input_,
+        _float(compute_pct, 100.0 - input_ - host),
+        host,
         input_wait_pct=_float(input_wait_pct),
         input_copy_pct=_float(input_copy_pct),
         input_wait_ms=_float(input_wait_ms),
@@ -322,8 +379,11 @@ def _measured_rates(rates) -> tuple[tuple[str, float], ...]:
     if not rates:
         return ()
     items = rates.items() if isinstance(rates, dict) else rates
-    kept = [(str(dtype), float(rate)) for dtype, rate in items
-            if isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0]
+    kept = [
+        (str(dtype), float(rate))
+        for dtype, rate in items
+        if isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0
+    ]
     return tuple(sorted(kept))
 
 
@@ -354,8 +414,13 @@ def matrix_share_pct(ops: pd.DataFrame, compute_pct: float) -> float:
 
 # The policy a run computes in, from the dtype most of its costed ops' FLOPs run in (a program of the
 # user's own states no policy): the dtype the trace shows decides, so the run is never told to use it.
-POLICY_OF_DTYPE = {"bfloat16": "mixed_bfloat16", "float16": "mixed_float16", "half": "mixed_float16",
-                   "float64": "float64", "double": "float64"}
+POLICY_OF_DTYPE = {
+    "bfloat16": "mixed_bfloat16",
+    "float16": "mixed_float16",
+    "half": "mixed_float16",
+    "float64": "float64",
+    "double": "float64",
+}
 
 
 def holder_op_ms(memory: MemoryReport | None, ops: pd.DataFrame) -> float:
@@ -388,13 +453,26 @@ def run_precision(config: dict, trace_dtype: str | None) -> str | None:
     return stated if isinstance(stated, str) and stated else traced
 
 
-def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | None, machine: dict[str, float],
-                 trace: TraceFacts, devices: DeviceTable, stage: SlowestStage | None, ops: pd.DataFrame,
-                 eager: EagerOps | None = None, idle_stretch: IdleStretch | None = None,
-                 roofline: dict | None = None, measured: dict[str, float] | None = None,
-                 measured_source: str | None = None, small_measured: tuple = (), traced_steps: int = 0,
-                 memory: MemoryReport | None = None, host_per_call_ms: float = math.nan,
-                 xprof: XProfReading | None = None) -> Facts:
+def worker_facts(
+    mean: dict[str, float],
+    source: StepSource,
+    run: RunRecord | None,
+    machine: dict[str, float],
+    trace: TraceFacts,
+    devices: DeviceTable,
+    stage: SlowestStage | None,
+    ops: pd.DataFrame,
+    eager: EagerOps | None = None,
+    idle_stretch: IdleStretch | None = None,
+    roofline: dict | None = None,
+    measured: dict[str, float] | None = None,
+    measured_source: str | None = None,
+    small_measured: tuple = (),
+    traced_steps: int = 0,
+    memory: MemoryReport | None = None,
+    host_per_call_ms: float = math.nan,
+    xprof: XProfReading | None = None,
+) -> Facts:
     """The facts of one worker's analysis: its steady mean, its run's settings, its utilization
     headline, what its trace shows and where its process sat idle."""
     config = run.config if run is not None else {}
@@ -402,29 +480,50 @@ def worker_facts(mean: dict[str, float], source: StepSource, run: RunRecord | No
     step_ms = _float(mean.get("step_ms"))
     share = (lambda key: 100.0 * _float(mean.get(key)) / step_ms) if step_ms > 0 else (lambda key: math.nan)
     return make_facts(
-        input_pct=mean.get("input_pct"), host_pct=mean.get("host_pct"), compute_pct=mean.get("compute_pct"),
-        input_wait_pct=share("input_wait_ms"), input_copy_pct=share("input_copy_ms"),
-        input_wait_ms=mean.get("input_wait_ms"), eager=eager, idle_stretch=idle_stretch,
-        collective_pct=mean.get("collective_pct"), device=source.device, producer=source.producer,
+        input_pct=mean.get("input_pct"),
+        host_pct=mean.get("host_pct"),
+        compute_pct=mean.get("compute_pct"),
+        input_wait_pct=share("input_wait_ms"),
+        input_copy_pct=share("input_copy_ms"),
+        input_wait_ms=mean.get("input_wait_ms"),
+        eager=eager,
+        idle_stretch=idle_stretch,
+        collective_pct=mean.get("collective_pct"),
+        device=source.device,
+        producer=source.producer,
         # Device steps with no host activity traced: the device's idle has no cause the trace can tell.
         idle_pct=mean.get("host_pct") if source.basis == "device" and not trace.host_recorded else None,
-        device_recorded=devices.recorded, precision=run_precision(config, (roofline or {}).get("dtype")),
+        device_recorded=devices.recorded,
+        precision=run_precision(config, (roofline or {}).get("dtype")),
         jit_compile=config.get("jit_compile"),
-        steps_per_call=source.steps_per_call, steps_per_epoch=run.steps_per_epoch if run is not None else None,
-        slowest_input_stage=stage, trace=trace, other_cpu_pct=machine.get("other_cpu_mean_pct"),
-        proc_cpu_pct=machine.get("proc_cpu_mean_pct"), cpu_cores=machine.get("cpu_cores"),
-        matrix_units=matrix_unit_dtypes(device), bfloat16_units=device.get("bfloat16_units"),
+        steps_per_call=source.steps_per_call,
+        steps_per_epoch=run.steps_per_epoch if run is not None else None,
+        slowest_input_stage=stage,
+        trace=trace,
+        other_cpu_pct=machine.get("other_cpu_mean_pct"),
+        proc_cpu_pct=machine.get("proc_cpu_mean_pct"),
+        cpu_cores=machine.get("cpu_cores"),
+        matrix_units=matrix_unit_dtypes(device),
+        bfloat16_units=device.get("bfloat16_units"),
         device_mem_peak_bytes=machine.get("device_mem_peak_bytes"),
         device_mem_total_bytes=machine.get("device_mem_total_bytes"),
         eigen_dense_pct=eigen_dense_pct(ops) if source.device == "cpu" else math.nan,
-        mfu_pct=(roofline or {}).get("mfu_pct"), peak_dtype=(roofline or {}).get("dtype") or None,
-        below_roofline=below_roofline(ops), step_ms=step_ms, traced_steps=traced_steps,
+        mfu_pct=(roofline or {}).get("mfu_pct"),
+        peak_dtype=(roofline or {}).get("dtype") or None,
+        below_roofline=below_roofline(ops),
+        step_ms=step_ms,
+        traced_steps=traced_steps,
         launch_ms=(devices.kernel_launch or {}).get("ms_per_step", math.nan),  # per row of steps: per call
         host_per_call_pct=100.0 * host_per_call_ms / step_ms if step_ms > 0 else math.nan,
         op_ms=cpu_op_ms(ops, source.steps_per_call) if source.device == "cpu" else math.nan,
         matrix_pct=matrix_share_pct(ops, _float(mean.get("compute_pct"))),
-        matrix_ceilings=measured, ceilings_source=measured_source, small_matrix_rates=small_measured,
-        holder_op_ms=holder_op_ms(memory, ops), python_iterator=source.python_iterator,
+        matrix_ceilings=measured,
+        ceilings_source=measured_source,
+        small_matrix_rates=small_measured,
+        holder_op_ms=holder_op_ms(memory, ops),
+        python_iterator=source.python_iterator,
         job_workers_here=job_workers_here(run),
         mfu_scope=f"the costed ops ({(roofline or {}).get('achieved_over') or 'some of op time'}) run",
-        memory=memory, xprof=xprof)
+        memory=memory,
+        xprof=xprof,
+    )

@@ -23,23 +23,46 @@ class ProgramFacts:
 
 PROGRAMS = {
     "devprof": ProgramFacts(
-        "devprof", "`--steps-per-execution {k}`", "`--precision {policy}`", "`--jit-compile`", "`--batch-size`",
-        "tf.data"),
+        "devprof",
+        "`--steps-per-execution {k}`",
+        "`--precision {policy}`",
+        "`--jit-compile`",
+        "`--batch-size`",
+        "tf.data",
+    ),
     "keras": ProgramFacts(
-        "keras", "`model.compile(..., steps_per_execution={k})`",
-        "`keras.mixed_precision.set_global_policy(\"{policy}\")`", "`model.compile(..., jit_compile=True)`",
-        "a larger `batch_size` in `fit`", "tf.data"),
+        "keras",
+        "`model.compile(..., steps_per_execution={k})`",
+        '`keras.mixed_precision.set_global_policy("{policy}")`',
+        "`model.compile(..., jit_compile=True)`",
+        "a larger `batch_size` in `fit`",
+        "tf.data",
+    ),
     "tensorflow": ProgramFacts(
-        "tensorflow", "{k} steps inside one `tf.function` call (a `tf.range({k})` loop over the iterator)",
-        "`keras.mixed_precision.set_global_policy(\"{policy}\")`", "`tf.function(jit_compile=True)` on the step",
-        "a larger batch", "tf.data"),
+        "tensorflow",
+        "{k} steps inside one `tf.function` call (a `tf.range({k})` loop over the iterator)",
+        '`keras.mixed_precision.set_global_policy("{policy}")`',
+        "`tf.function(jit_compile=True)` on the step",
+        "a larger batch",
+        "tf.data",
+    ),
     "jax": ProgramFacts(
-        "jax", "{k} steps inside one jitted call (`jax.lax.scan` or `jax.lax.fori_loop` over the steps)",
-        "{policy_dtype} parameters and activations (e.g. `jmp` policies or `dtype=jnp.{policy_dtype}` layers)", "",
-        "a larger batch", ""),
+        "jax",
+        "{k} steps inside one jitted call (`jax.lax.scan` or `jax.lax.fori_loop` over the steps)",
+        "{policy_dtype} parameters and activations (e.g. `jmp` policies or `dtype=jnp.{policy_dtype}` layers)",
+        "",
+        "a larger batch",
+        "",
+    ),
 }
-UNKNOWN = ProgramFacts("unknown", "{k} steps per call of the step function", "mixed precision ({policy})",
-                       "XLA compilation of the step", "a larger batch", "")
+UNKNOWN = ProgramFacts(
+    "unknown",
+    "{k} steps per call of the step function",
+    "mixed precision ({policy})",
+    "XLA compilation of the step",
+    "a larger batch",
+    "",
+)
 
 
 def program(producer: str | None) -> ProgramFacts:
@@ -58,8 +81,10 @@ def precision(producer: str | None, policy: str) -> str:
 def float32(producer: str | None) -> str:
     """How a program that computes in float64 goes back to float32."""
     if producer == "jax":
-        return "float32 arrays (`jax.config.update(\"jax_enable_x64\", False)`, or `.astype(jnp.float32)` on the data)"
+        return 'float32 arrays (`jax.config.update("jax_enable_x64", False)`, or `.astype(jnp.float32)` on the data)'
     if producer == "devprof":
         return "a model and data in float32 (`--precision float32`)"
-    return ("`keras.backend.set_floatx(\"float32\")` before the model is built, and float32 data "
-            "(`tf.cast(x, tf.float32)` in the pipeline)")
+    return (
+        '`keras.backend.set_floatx("float32")` before the model is built, and float32 data '
+        "(`tf.cast(x, tf.float32)` in the pipeline)"
+    )

@@ -79,8 +79,9 @@ def input_copy(facts: Facts) -> Saving:
     copy = _copy_pct(facts)
     if copy <= 0:
         return Saving(0.0, "no exposed host-to-device copy")
-    return Saving(copy, f"prefetching to the device runs the batch's {_ms(facts, copy)} copy under the previous "
-                        "step's kernels")
+    return Saving(
+        copy, f"prefetching to the device runs the batch's {_ms(facts, copy)} copy under the previous step's kernels"
+    )
 
 
 def prefetch_only(facts: Facts) -> Saving:
@@ -95,23 +96,31 @@ def input_wait(facts: Facts, fix_stage: bool = True) -> Saving:
     if not _known(wait) or wait <= 0:
         return Saving(0.0 if _known(wait) else math.nan, "the loop does not wait for its batches")
     if facts.python_iterator:  # its Python, under the GIL, goes once the batches are precomputed or made by tf.data
-        return Saving(wait, f"the {_ms(facts, wait)} the loop waits for its Python iterator, gone once the batches "
-                            "are precomputed (or made by tf.data's parallel ops instead of Python)")
+        return Saving(
+            wait,
+            f"the {_ms(facts, wait)} the loop waits for its Python iterator, gone once the batches "
+            "are precomputed (or made by tf.data's parallel ops instead of Python)",
+        )
     rest = 100.0 - facts.input_pct  # compute, host overhead and collectives: what prefetching hides it under
     cores = _cores(facts)
     on_cpu = facts_for(facts.device).kind == "cpu"
     stage = facts.slowest_input_stage
-    stage_pct = (100.0 * stage.ms_per_step * max(1, facts.steps_per_call) / facts.step_ms
-                 if stage is not None and _known(stage.ms_per_step) and _known(facts.step_ms) and facts.step_ms > 0
-                 else math.nan)
+    stage_pct = (
+        100.0 * stage.ms_per_step * max(1, facts.steps_per_call) / facts.step_ms
+        if stage is not None and _known(stage.ms_per_step) and _known(facts.step_ms) and facts.step_ms > 0
+        else math.nan
+    )
     if facts.prefetches:
         # It prefetches and still keeps the step waiting: it makes a batch in the step's time. Only a faster
         # slowest stage helps: parallel over the cores, or gone where it runs Python under the GIL.
         if stage is not None and _known(stage.ms_per_batch) and _known(facts.step_ms) and facts.step_ms > 0:
             stage_pct = max(stage_pct if _known(stage_pct) else 0.0, 100.0 * stage.ms_per_batch / facts.step_ms)
         if not _known(stage_pct):
-            return Saving(wait, f"at most the {_ms(facts, wait)} wait: the pipeline already prefetches, so only a "
-                                "faster pipeline helps, and its stages' times were not traced")
+            return Saving(
+                wait,
+                f"at most the {_ms(facts, wait)} wait: the pipeline already prefetches, so only a "
+                "faster pipeline helps, and its stages' times were not traced",
+            )
         assert stage is not None  # a known stage_pct has a stage
         stage_pct = min(stage_pct, 100.0)
         produce = 100.0  # a batch per step now
@@ -120,12 +129,20 @@ def input_wait(facts: Facts, fix_stage: bool = True) -> Saving:
         # Spreading the stage over the cores moves work, it does not remove it (Python taken out does).
         floor = _cpu_floor_pct(facts) if on_cpu and not stage.runs_python else 0.0
         saving = _clip(100.0 - max(rest, after, floor), wait)
-        how = ("rewriting it without Python" if stage.runs_python else f"running it on the {cores:.0f} cores"
-               if _known(cores) else "parallelising it")
-        return Saving(saving, f"the pipeline already prefetches and makes one batch per step; its slowest stage "
-                              f"takes {_ms(facts, stage_pct)} per batch, and {how} leaves the pipeline "
-                              f"{_ms(facts, after)} per batch against {_ms(facts, rest)} for the rest of the step"
-                              f"{_cpu_floor_text(facts, floor, max(rest, after))}")
+        how = (
+            "rewriting it without Python"
+            if stage.runs_python
+            else f"running it on the {cores:.0f} cores"
+            if _known(cores)
+            else "parallelising it"
+        )
+        return Saving(
+            saving,
+            f"the pipeline already prefetches and makes one batch per step; its slowest stage "
+            f"takes {_ms(facts, stage_pct)} per batch, and {how} leaves the pipeline "
+            f"{_ms(facts, after)} per batch against {_ms(facts, rest)} for the rest of the step"
+            f"{_cpu_floor_text(facts, floor, max(rest, after))}",
+        )
     # No prefetch: the pipeline makes each batch while the loop waits, `wait` per batch. The advice also
     # fixes the stage that holds the wait: Python taken out of the pipeline, a serial map run on the cores.
     produce, how = wait, ""
@@ -140,12 +157,19 @@ def input_wait(facts: Facts, fix_stage: bool = True) -> Saving:
     removes_python = produce < wait and stage is not None and stage.runs_python
     floor = _cpu_floor_pct(facts) if on_cpu and not removes_python else 0.0
     saving = _clip(100.0 - max(rest + shared, produce, floor), wait)
-    cpu = (f"; on the CPU its work takes {_ms(facts, shared)} of the {cores:.0f} cores' time from compute"
-           if shared > 0 else "; its work takes no CPU time from compute (the process's CPU shows none)"
-           if on_cpu and _known(cores) else "")
+    cpu = (
+        f"; on the CPU its work takes {_ms(facts, shared)} of the {cores:.0f} cores' time from compute"
+        if shared > 0
+        else "; its work takes no CPU time from compute (the process's CPU shows none)"
+        if on_cpu and _known(cores)
+        else ""
+    )
     made = f"the pipeline makes a batch in {_ms(facts, wait)}{how}, {_ms(facts, produce)}; " if how else ""
-    return Saving(saving, f"{made}prefetching overlaps the pipeline's {_ms(facts, produce)} per batch with the rest "
-                          f"of the step ({_ms(facts, rest)}){cpu}{_cpu_floor_text(facts, floor, max(rest + shared, produce))}")
+    return Saving(
+        saving,
+        f"{made}prefetching overlaps the pipeline's {_ms(facts, produce)} per batch with the rest "
+        f"of the step ({_ms(facts, rest)}){cpu}{_cpu_floor_text(facts, floor, max(rest + shared, produce))}",
+    )
 
 
 def _cpu_floor_pct(facts: Facts) -> float:
@@ -161,8 +185,10 @@ def _cpu_floor_pct(facts: Facts) -> float:
 def _cpu_floor_text(facts: Facts, floor: float, otherwise: float) -> str:
     if floor <= otherwise:
         return ""
-    return (f"; but the process already keeps {facts.proc_cpu_pct / 100.0:.1f} of the {_cores(facts):.0f} cores "
-            f"busy, and spreading work over them does not shrink it: the step stays at least {_ms(facts, floor)}")
+    return (
+        f"; but the process already keeps {facts.proc_cpu_pct / 100.0:.1f} of the {_cores(facts):.0f} cores "
+        f"busy, and spreading work over them does not shrink it: the step stays at least {_ms(facts, floor)}"
+    )
 
 
 def _pipeline_cpu_pct(facts: Facts, wait: float) -> float:
@@ -245,20 +271,29 @@ def host_part(facts: Facts, suggested_steps_per_call: int) -> Saving:
         outside = _outside_compiled_ops_pct(facts)
         if outside > host:
             assert facts.eager is not None  # all_eager
-            return Saving(outside - floor, f"compiling the step removes the Python between its ops and the eager "
-                                           f"runtime's dispatch around each, and runs independent ops side by side: "
-                                           f"its ops' {_ms(facts, facts.eager.step_pct)} would take about "
-                                           f"{_ms(facts, _compiled_ops_pct(facts))}{floor_text}")
-        return Saving(host - floor, f"compiling the step removes the Python dispatch between its ops, "
-                                    f"{_ms(facts, host - floor)} of host overhead{floor_text}")
+            return Saving(
+                outside - floor,
+                f"compiling the step removes the Python between its ops and the eager "
+                f"runtime's dispatch around each, and runs independent ops side by side: "
+                f"its ops' {_ms(facts, facts.eager.step_pct)} would take about "
+                f"{_ms(facts, _compiled_ops_pct(facts))}{floor_text}",
+            )
+        return Saving(
+            host - floor,
+            f"compiling the step removes the Python dispatch between its ops, "
+            f"{_ms(facts, host - floor)} of host overhead{floor_text}",
+        )
     host = facts.per_call_host_pct()
     now = max(1, facts.steps_per_call)
     later = max(now, suggested_steps_per_call)
     entry = _call_entry_exit_pct(facts)
     saving = (host - floor + entry) * (1.0 - now / later)
     inside = f" and the call's own {_ms(facts, entry)} of dispatch around its ops" if entry > 0 else ""
-    return Saving(saving, f"{later} steps per call pay the {_ms(facts, host - floor)} of per-call Python and "
-                          f"dispatch{inside} once per {later} steps instead of once per {now}{floor_text}")
+    return Saving(
+        saving,
+        f"{later} steps per call pay the {_ms(facts, host - floor)} of per-call Python and "
+        f"dispatch{inside} once per {later} steps instead of once per {now}{floor_text}",
+    )
 
 
 def _call_entry_exit_pct(facts: Facts) -> float:
@@ -280,12 +315,12 @@ def roofline_saving(facts: Facts) -> Saving:
     if not facts.below_roofline or not (_known(facts.step_ms) and facts.step_ms > 0):
         return UNKNOWN
     k = max(1, facts.steps_per_call)
-    lost = sum(op.ms_per_step * k * max(0.0, 1.0 - op.ceiling_pct / ATTAINABLE_CEILING_PCT)
-               for op in facts.below_roofline)
+    lost = sum(
+        op.ms_per_step * k * max(0.0, 1.0 - op.ceiling_pct / ATTAINABLE_CEILING_PCT) for op in facts.below_roofline
+    )
     pct = 100.0 * lost / facts.step_ms
     names = ", ".join(op.name for op in facts.below_roofline)
-    return Saving(pct, f"{names} brought to {ATTAINABLE_CEILING_PCT:.0f} % of their ceilings, what tuned kernels "
-                       "reach")
+    return Saving(pct, f"{names} brought to {ATTAINABLE_CEILING_PCT:.0f} % of their ceilings, what tuned kernels reach")
 
 
 def precision_dtypes(facts: Facts) -> tuple[str, str]:
@@ -309,11 +344,13 @@ def _rate(value: float) -> str:
 
 
 def ceilings_text(facts: Facts) -> str:
-    """"bfloat16 185 GFLOP/s against float32 325 GFLOP/s (run.json peak)": the two measured ceilings."""
+    """ "bfloat16 185 GFLOP/s against float32 325 GFLOP/s (run.json peak)": the two measured ceilings."""
     now, other = precision_dtypes(facts)
     source = f" ({facts.ceilings_source})" if facts.ceilings_source else ""
-    return (f"{other} {_rate(facts.matrix_ceiling(other))} against {now} {_rate(facts.matrix_ceiling(now))} "
-            f"measured{source}")
+    return (
+        f"{other} {_rate(facts.matrix_ceiling(other))} against {now} {_rate(facts.matrix_ceiling(now))} "
+        f"measured{source}"
+    )
 
 
 def precision_saving(facts: Facts) -> Saving:
@@ -323,8 +360,9 @@ def precision_saving(facts: Facts) -> Saving:
     ratio = precision_ratio(facts)
     now, other = precision_dtypes(facts)
     if not _known(ratio):
-        return Saving(math.nan, f"a guess: no measured {other} and {now} ceilings for this device (`devprof peak` "
-                                "measures both)")
+        return Saving(
+            math.nan, f"a guess: no measured {other} and {now} ceilings for this device (`devprof peak` measures both)"
+        )
     matrix = facts.matrix_pct
     if not _known(matrix) or matrix <= 0:
         return Saving(math.nan, f"{ceilings_text(facts)}; the trace shows no matrix op time to apply them to")
@@ -332,12 +370,19 @@ def precision_saving(facts: Facts) -> Saving:
     at_ceilings = matrix * (1.0 - 1.0 / ratio)
     if _known(small) and abs(1.0 - 1.0 / small) < abs(1.0 - 1.0 / ratio):
         bound = "a gain" if ratio > 1.0 else "a loss"
-        return Saving(matrix * (1.0 - 1.0 / small), (
-            f"the matrix ops ({_ms(facts, matrix)}) in {other} at the ratio `devprof peak` measured on its smallest "
-            f"{'convolutions' if kind == 'conv' else 'matmuls'}, {small:.2f}x; at the ceilings' ratio, {ratio:.2f}x, "
-            f"{bound} of up to {_ms(facts, abs(at_ceilings))}, which only large shapes reach ({ceilings_text(facts)})"))
-    return Saving(at_ceilings, f"the matrix ops ({_ms(facts, matrix)}) in {other} at the measured ceilings' ratio, "
-                               f"{ratio:.2f}x, an upper bound that only large shapes reach: {ceilings_text(facts)}")
+        return Saving(
+            matrix * (1.0 - 1.0 / small),
+            (
+                f"the matrix ops ({_ms(facts, matrix)}) in {other} at the ratio `devprof peak` measured on its smallest "
+                f"{'convolutions' if kind == 'conv' else 'matmuls'}, {small:.2f}x; at the ceilings' ratio, {ratio:.2f}x, "
+                f"{bound} of up to {_ms(facts, abs(at_ceilings))}, which only large shapes reach ({ceilings_text(facts)})"
+            ),
+        )
+    return Saving(
+        at_ceilings,
+        f"the matrix ops ({_ms(facts, matrix)}) in {other} at the measured ceilings' ratio, "
+        f"{ratio:.2f}x, an upper bound that only large shapes reach: {ceilings_text(facts)}",
+    )
 
 
 FLOAT64_SPEEDUP = 2.0  # at least: a float64 vector holds half the numbers a float32 one does
@@ -353,9 +398,11 @@ def float64_saving(facts: Facts) -> Saving:
     matrix = facts.matrix_pct
     if not _known(matrix) or matrix <= 0:
         return Saving(math.nan, "the trace shows no matrix op time to apply it to")
-    return Saving(matrix * (1.0 - 1.0 / FLOAT64_SPEEDUP),
-                  f"a floor: half the matrix ops' {_ms(facts, matrix)} (a float64 vector holds half the numbers a "
-                  "float32 one does; float64 has no oneDNN, cuDNN or tensor-core kernels, so the gain is usually more)")
+    return Saving(
+        matrix * (1.0 - 1.0 / FLOAT64_SPEEDUP),
+        f"a floor: half the matrix ops' {_ms(facts, matrix)} (a float64 vector holds half the numbers a "
+        "float32 one does; float64 has no oneDNN, cuDNN or tensor-core kernels, so the gain is usually more)",
+    )
 
 
 def compute_part(facts: Facts) -> Saving:
@@ -364,8 +411,11 @@ def compute_part(facts: Facts) -> Saving:
     options = [s for s in (roofline, precision) if s.known and s.pct > 0]
     if options:
         return max(options, key=lambda s: s.pct)
-    why = "no op far below its roofline" if facts.below_roofline == () and roofline.known else \
-        "no op costs held against a ceiling"
+    why = (
+        "no op far below its roofline"
+        if facts.below_roofline == () and roofline.known
+        else "no op costs held against a ceiling"
+    )
     return Saving(math.nan, f"unknown: {why}, and for a change of precision {precision.basis}")
 
 
@@ -378,8 +428,11 @@ def contention(facts: Facts) -> Saving:
     alone = min(cores, used_cores + others * cores / 100.0)
     cpu_work = facts.compute_pct + facts.host_pct if facts_for(facts.device).kind == "cpu" else facts.host_pct
     pct = cpu_work * (1.0 - used_cores / alone) if alone > 0 else 0.0
-    return Saving(max(0.0, pct), f"the step's CPU work ({_ms(facts, cpu_work)}) on the {alone:.1f} cores it would "
-                                 f"have alone instead of the {used_cores:.1f} it got")
+    return Saving(
+        max(0.0, pct),
+        f"the step's CPU work ({_ms(facts, cpu_work)}) on the {alone:.1f} cores it would "
+        f"have alone instead of the {used_cores:.1f} it got",
+    )
 
 
 def retracing(facts: Facts) -> Saving:
@@ -394,8 +447,11 @@ def idle_for_host(facts: Facts) -> Saving:
     if not _known(facts.idle_host_pct):
         return UNKNOWN
     pct = min(facts.idle_host_pct, facts.host_pct) if _known(facts.host_pct) else facts.idle_host_pct
-    return Saving(pct, f"the device idles {_ms(facts, facts.idle_host_pct)} per step waiting for the host; at most "
-                       "that much, if the host queued the next step ahead")
+    return Saving(
+        pct,
+        f"the device idles {_ms(facts, facts.idle_host_pct)} per step waiting for the host; at most "
+        "that much, if the host queued the next step ahead",
+    )
 
 
 def eager(facts: Facts, suggested_steps_per_call: int) -> Saving:
@@ -411,9 +467,11 @@ def onednn(facts: Facts) -> Saving:
     if not _known(facts.eigen_dense_pct) or not _known(facts.compute_pct):
         return UNKNOWN
     dense = facts.eigen_dense_pct * facts.compute_pct / 100.0
-    return Saving(dense * (1.0 - 1.0 / ONEDNN_SPEEDUP),
-                  f"the Eigen convolutions and matmuls ({_ms(facts, dense)}) {ONEDNN_SPEEDUP:g}x faster with oneDNN, "
-                  "the least devprof measured on a 2-core AVX2 CPU")
+    return Saving(
+        dense * (1.0 - 1.0 / ONEDNN_SPEEDUP),
+        f"the Eigen convolutions and matmuls ({_ms(facts, dense)}) {ONEDNN_SPEEDUP:g}x faster with oneDNN, "
+        "the least devprof measured on a 2-core AVX2 CPU",
+    )
 
 
 def as_fields(saving: Saving, facts: Facts) -> dict:
@@ -426,7 +484,7 @@ def _json(value: float) -> float | None:
 
 
 def sentence(fields: dict, facts: Facts) -> str:
-    """"fixing this would save about 3.10 ms of 8.50 per step (36 %)", or its share where the step's
+    """ "fixing this would save about 3.10 ms of 8.50 per step (36 %)", or its share where the step's
     length is unknown; empty where the saving is unknown."""
     ms, pct = fields.get("saving_ms"), fields.get("saving_pct")
     if pct is None:

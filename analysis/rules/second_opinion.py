@@ -16,8 +16,11 @@ from analysis.read.tf_analysis import TensorFlowAnalysis
 
 INPUT_POINTS = 5.0  # input shares further apart than this (percentage points) are explained
 STEP_PCT = 5.0  # step times further apart than this (% of TensorFlow's) are explained
-STEP_SOURCES = {"markers": "step markers", "trace_groups": "the trace's step groups",
-                "program_executions": "executions of"}
+STEP_SOURCES = {
+    "markers": "step markers",
+    "trace_groups": "the trace's step groups",
+    "program_executions": "executions of",
+}
 
 
 @dataclass(frozen=True)
@@ -41,17 +44,35 @@ class SecondOpinion:
     def as_dict(self) -> dict:
         """The JSON key `tensorflow_analysis` (docs/json.md)."""
         tf = self.tensorflow
-        return {"files": [f.name for f in tf.files], "hardware": tf.hardware or None, "steps": tf.steps,
-                "step_ms": tf.step_ms, "input_pct": tf.input_pct, "input_ms": tf.input_ms,
-                "host_wait_input_ms": tf.host_wait_input_ms, "host_to_device_ms": tf.host_to_device_ms,
-                "host_compute_ms": tf.host_compute_ms, "device_compute_ms": tf.device_compute_ms,
-                "bound": tf.bound or None, "statement": tf.statement or None,
-                "devprof_step_ms": self.step_ms, "devprof_input_pct": self.input_pct,
-                "step_diff_pct": self.step_diff_pct, "input_diff_points": self.input_diff_points, "note": self.note}
+        return {
+            "files": [f.name for f in tf.files],
+            "hardware": tf.hardware or None,
+            "steps": tf.steps,
+            "step_ms": tf.step_ms,
+            "input_pct": tf.input_pct,
+            "input_ms": tf.input_ms,
+            "host_wait_input_ms": tf.host_wait_input_ms,
+            "host_to_device_ms": tf.host_to_device_ms,
+            "host_compute_ms": tf.host_compute_ms,
+            "device_compute_ms": tf.device_compute_ms,
+            "bound": tf.bound or None,
+            "statement": tf.statement or None,
+            "devprof_step_ms": self.step_ms,
+            "devprof_input_pct": self.input_pct,
+            "step_diff_pct": self.step_diff_pct,
+            "input_diff_points": self.input_diff_points,
+            "note": self.note,
+        }
 
 
-def second_opinion(tf: TensorFlowAnalysis | None, mean: dict[str, float], step_source: str, step_name: str,
-                   steps_used: int, devices: pd.DataFrame) -> SecondOpinion | None:
+def second_opinion(
+    tf: TensorFlowAnalysis | None,
+    mean: dict[str, float],
+    step_source: str,
+    step_name: str,
+    steps_used: int,
+    devices: pd.DataFrame,
+) -> SecondOpinion | None:
     """devprof's mean beside TensorFlow's (None without TensorFlow's analysis); `devices` are the
     device rows (their `input_ms`: host-to-device copies no kernel overlaps)."""
     if tf is None:
@@ -67,9 +88,11 @@ def second_opinion(tf: TensorFlowAnalysis | None, mean: dict[str, float], step_s
         reasons.append(_steps_reason(tf, step_ms, step_source, step_name, steps_used))
     if input_off:
         reasons.append(_input_reason(tf, mean, devices))
-    head = (f"TensorFlow's own analysis beside the trace ({tf.files[0].name}) says step {tf.step_ms:.2f} ms, input "
-            f"{tf.input_pct:.1f} % over {_count(tf.steps)}; devprof {step_ms:.2f} ms, input {input_pct:.1f} % over "
-            f"{_count(steps_used)}")
+    head = (
+        f"TensorFlow's own analysis beside the trace ({tf.files[0].name}) says step {tf.step_ms:.2f} ms, input "
+        f"{tf.input_pct:.1f} % over {_count(tf.steps)}; devprof {step_ms:.2f} ms, input {input_pct:.1f} % over "
+        f"{_count(steps_used)}"
+    )
     return SecondOpinion(tf, step_ms, input_pct, f"{head}: " + "; ".join(r for r in reasons if r))
 
 
@@ -79,28 +102,39 @@ def _count(steps: int) -> str:
 
 def _steps_reason(tf: TensorFlowAnalysis, step_ms: float, step_source: str, step_name: str, steps_used: int) -> str:
     if step_source == "window":
-        return (f"devprof found nothing that repeats and took the whole traced window as one step, where TensorFlow "
-                f"grouped the work into {_count(tf.steps)} of its own ({step_ms - tf.step_ms:+.2f} ms per step is "
-                "what lies outside its grouping)")
+        return (
+            f"devprof found nothing that repeats and took the whole traced window as one step, where TensorFlow "
+            f"grouped the work into {_count(tf.steps)} of its own ({step_ms - tf.step_ms:+.2f} ms per step is "
+            "what lies outside its grouping)"
+        )
     how = STEP_SOURCES.get(step_source, step_source)
-    return (f"the steps are not the same: devprof's are {how} '{step_name}' ({steps_used} steady), "
-            f"TensorFlow's its own grouping ({_count(tf.steps)})")
+    return (
+        f"the steps are not the same: devprof's are {how} '{step_name}' ({steps_used} steady), "
+        f"TensorFlow's its own grouping ({_count(tf.steps)})"
+    )
 
 
 def _input_reason(tf: TensorFlowAnalysis, mean: dict[str, float], devices: pd.DataFrame) -> str:
     higher = mean["input_pct"] > tf.input_pct
-    copy_ms = float(devices["input_ms"].max()) if "input_ms" in devices and devices["input_ms"].notna().any() \
-        else math.nan
+    copy_ms = (
+        float(devices["input_ms"].max()) if "input_ms" in devices and devices["input_ms"].notna().any() else math.nan
+    )
     tf_copy = tf.host_to_device_ms if math.isfinite(tf.host_to_device_ms) else 0.0
     if higher and math.isfinite(copy_ms) and copy_ms > tf_copy:
-        return (f"devprof counts the host-to-device copy that no kernel overlaps as input ({copy_ms:.2f} ms per "
-                f"device step; the device waits for its data), TensorFlow {tf_copy:.2f} ms")
+        return (
+            f"devprof counts the host-to-device copy that no kernel overlaps as input ({copy_ms:.2f} ms per "
+            f"device step; the device waits for its data), TensorFlow {tf_copy:.2f} ms"
+        )
     overlapped = float(mean.get("input_overlapped_ms", 0.0) or 0.0)
     if not higher and overlapped > 0:
-        return (f"devprof counts only the input the step waits for: {overlapped:.2f} ms per step of it ran while the "
-                "devices computed, which TensorFlow counts as input")
-    return (f"TensorFlow's input is the host's wait for the batch ({tf.host_wait_input_ms:.2f} ms) and its "
-            f"copies ({tf_copy:.2f} ms), devprof's {mean['input_ms']:.2f} ms")
+        return (
+            f"devprof counts only the input the step waits for: {overlapped:.2f} ms per step of it ran while the "
+            "devices computed, which TensorFlow counts as input"
+        )
+    return (
+        f"TensorFlow's input is the host's wait for the batch ({tf.host_wait_input_ms:.2f} ms) and its "
+        f"copies ({tf_copy:.2f} ms), devprof's {mean['input_ms']:.2f} ms"
+    )
 
 
 __all__ = ["INPUT_POINTS", "STEP_PCT", "SecondOpinion", "second_opinion"]

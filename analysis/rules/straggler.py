@@ -28,9 +28,10 @@ MIN_STRAGGLER_STEPS = 3  # steady steps each worker needs before one can be told
 CONTENTION_OTHER_CPU_PCT = CONTENTION_PCT  # other processes' share of the machine that makes timings suspect
 CONTENTION_CPU_SHORTFALL = 0.05  # the straggler's CPU at least this far below the others' median
 CONTENTION = "contention"
-NO_TRACE = ("no worker has a profiler trace, and steps.csv does not time the collective wait: the straggler cannot "
-            "be told (profile the run)")
-
+NO_TRACE = (
+    "no worker has a profiler trace, and steps.csv does not time the collective wait: the straggler cannot "
+    "be told (profile the run)"
+)
 
 
 def find_straggler(frame: pd.DataFrame, other_cpu_pct: float = math.nan) -> tuple[dict | None, str | None]:
@@ -45,11 +46,14 @@ def find_straggler(frame: pd.DataFrame, other_cpu_pct: float = math.nan) -> tupl
     few = frame[steps_used < MIN_STRAGGLER_STEPS]
     if not few.empty:
         named = ", ".join(f"{r['worker']} ({int(steps_used[i])})" for i, r in few.iterrows())
-        return None, (f"too few steps to tell: steady steps per worker {named}, at least {MIN_STRAGGLER_STEPS} "
-                      "needed; trace more steps (--profile-steps)")
+        return None, (
+            f"too few steps to tell: steady steps per worker {named}, at least {MIN_STRAGGLER_STEPS} "
+            "needed; trace more steps (--profile-steps)"
+        )
     if not (frame["collective_ms"] > 0).any():
-        return None, ("the hosts are independent: none waits in a collective that the others share, so none holds "
-                      "the others back")
+        return None, (
+            "the hosts are independent: none waits in a collective that the others share, so none holds the others back"
+        )
     own = frame["step_ms"] - frame["collective_ms"]
     # A straggler holds the others back (they wait longer in the collective than it does, where the
     # noise lets that show), and it stands out by one part (input, compute, host) by more than STRAGGLER_EXCESS of their step
@@ -76,36 +80,47 @@ def find_straggler(frame: pd.DataFrame, other_cpu_pct: float = math.nan) -> tupl
                 closest = (excess, i, part, noise, median)
     if not (frame["collective_ms"] > 0).all() and not candidates:
         slow = int(own.idxmax())
-        return None, (f"the hosts are independent: {frame.at[slow, 'worker']} is slower, but the others do not wait "
-                      "for it in a collective")
+        return None, (
+            f"the hosts are independent: {frame.at[slow, 'worker']} is slower, but the others do not wait "
+            "for it in a collective"
+        )
     if not candidates:
         assert closest is not None  # every worker and part was weighed: one came closest
         part_excess, best, part, noise, median = closest
         share = 100.0 * max(part_excess, 0.0) / median if median > 0 else 0.0
-        return None, (f"no worker stands out: the largest excess, {frame.at[best, 'worker']}'s {part}, is "
-                      f"{max(part_excess, 0.0):.1f} ms ({share:.0f} % of the others' step without collective wait) "
-                      f"above the others' median; a straggler needs more than {100 * STRAGGLER_EXCESS:.0f} % and "
-                      f"more than {NOISE_FACTOR:g} times that part's step-to-step noise ({noise:.1f} ms), and the "
-                      "others waiting for it")
+        return None, (
+            f"no worker stands out: the largest excess, {frame.at[best, 'worker']}'s {part}, is "
+            f"{max(part_excess, 0.0):.1f} ms ({share:.0f} % of the others' step without collective wait) "
+            f"above the others' median; a straggler needs more than {100 * STRAGGLER_EXCESS:.0f} % and "
+            f"more than {NOISE_FACTOR:g} times that part's step-to-step noise ({noise:.1f} ms), and the "
+            "others waiting for it"
+        )
     _, part_excess, best, part, noise, median = max(candidates)
     others = frame.drop(best)
     excess_own = {best: float(own[best] - median)}
     best_excess = excess_own[best]
     name = frame.at[best, "worker"]
-    detail = (f"its {part} is {frame.at[best, f'{part}_ms']:.1f} ms vs a median {others[f'{part}_ms'].median():.1f} ms")
+    detail = f"its {part} is {frame.at[best, f'{part}_ms']:.1f} ms vs a median {others[f'{part}_ms'].median():.1f} ms"
     cause = part
     cpu = _process_cpu(frame)
     others_cpu = float(cpu.drop(best).median())
     if _slowed_by_load(frame, best, part, other_cpu_pct):
         cause = CONTENTION
-        detail = (f"other processes took {other_cpu_pct:.0f} % of the machine's CPU and its process got "
-                  f"{cpu[best]:.0f} % CPU against the others' {others_cpu:.0f} %: it was slowed by the load, not "
-                  f"given more work ({detail})")
+        detail = (
+            f"other processes took {other_cpu_pct:.0f} % of the machine's CPU and its process got "
+            f"{cpu[best]:.0f} % CPU against the others' {others_cpu:.0f} %: it was slowed by the load, not "
+            f"given more work ({detail})"
+        )
     waiting = ", ".join(f"{r['worker']} ({r['collective_ms']:.1f} ms)" for _, r in others.iterrows())
-    against = (f"{100 * best_excess / median:.0f} % above the others' median ({median:.1f} ms)" if best_excess > 0
-               else f"beside the others' median of {median:.1f} ms")
-    evidence = (f"{name}'s step without collective wait is {own[best]:.1f} ms, {against}; {detail} (step-to-step noise of its {part} {noise:.1f} ms). "
-                f"The others wait for it in the collective: {waiting}")
+    against = (
+        f"{100 * best_excess / median:.0f} % above the others' median ({median:.1f} ms)"
+        if best_excess > 0
+        else f"beside the others' median of {median:.1f} ms"
+    )
+    evidence = (
+        f"{name}'s step without collective wait is {own[best]:.1f} ms, {against}; {detail} (step-to-step noise of its {part} {noise:.1f} ms). "
+        f"The others wait for it in the collective: {waiting}"
+    )
     return {"worker": frame["worker"].tolist()[best], "cause": cause, "evidence": evidence}, None
 
 
@@ -118,8 +133,10 @@ def _slowed_by_load(frame: pd.DataFrame, i, part: str, other_cpu_pct: float) -> 
     process got less CPU than the others'. A worker waiting for its data uses less CPU on any machine,
     so an input straggler was starved only if the part that needs the CPU, its compute, is slow too."""
     cpu = _process_cpu(frame)
-    if not (other_cpu_pct >= CONTENTION_OTHER_CPU_PCT and
-            cpu[i] < (1 - CONTENTION_CPU_SHORTFALL) * float(cpu.drop(i).median())):
+    if not (
+        other_cpu_pct >= CONTENTION_OTHER_CPU_PCT
+        and cpu[i] < (1 - CONTENTION_CPU_SHORTFALL) * float(cpu.drop(i).median())
+    ):
         return False
     if part != "input":
         return True
@@ -149,7 +166,13 @@ def slowest_workers(frame: pd.DataFrame, k: int = SLOWEST_SHOWN, other_cpu_pct: 
         if cause and _slowed_by_load(frame, i, part, other_cpu_pct):
             cause = CONTENTION
         score = frame.at[i, "straggler_score"]
-        out.append({"worker": frame["worker"].tolist()[i], "straggler_score": None if score != score else float(score),
-                    "own_step_ms": float(frame.at[i, "step_ms"] - frame.at[i, "collective_ms"]),
-                    "cause": cause, "excess_ms": max(excess[part], 0.0)})
+        out.append(
+            {
+                "worker": frame["worker"].tolist()[i],
+                "straggler_score": None if score != score else float(score),
+                "own_step_ms": float(frame.at[i, "step_ms"] - frame.at[i, "collective_ms"]),
+                "cause": cause,
+                "excess_ms": max(excess[part], 0.0),
+            }
+        )
     return out

@@ -44,23 +44,38 @@ def compare_trials(baseline: Sequence[float], candidate: Sequence[float], alpha:
     cand = [float(value) for value in candidate if math.isfinite(value)]
     if len(base) < MIN_TRIALS or len(cand) < MIN_TRIALS:
         middle = (statistics.median(base) if base else math.nan, statistics.median(cand) if cand else math.nan)
-        return TrialComparison(*middle, middle[0] - middle[1], math.nan, math.nan, math.nan, NOT_SURE,
-                               f"{min(len(base), len(cand))} trials on a side; {MIN_TRIALS} are needed to tell")
+        return TrialComparison(
+            *middle,
+            middle[0] - middle[1],
+            math.nan,
+            math.nan,
+            math.nan,
+            NOT_SURE,
+            f"{min(len(base), len(cand))} trials on a side; {MIN_TRIALS} are needed to tell",
+        )
     base_ms, cand_ms = statistics.median(base), statistics.median(cand)
     measured = base_ms - cand_ms
     noise = max(max(base) - min(base), max(cand) - min(cand))
     p_faster, p_slower = rank_p_below(cand, base), rank_p_below(base, cand)
     trials = f"{len(cand)} trials against {len(base)}"
     if p_faster <= alpha and measured > noise:
-        result, why = FASTER, f"{trials}: {measured:.2f} ms faster, beyond the trials' noise ({noise:.2f} ms; " \
-                              f"rank test p = {p_faster:.3f})"
+        result, why = (
+            FASTER,
+            f"{trials}: {measured:.2f} ms faster, beyond the trials' noise ({noise:.2f} ms; "
+            f"rank test p = {p_faster:.3f})",
+        )
     elif p_slower <= alpha and -measured > noise:
-        result, why = SLOWER, f"{trials}: {-measured:.2f} ms slower, beyond the trials' noise ({noise:.2f} ms; " \
-                              f"rank test p = {p_slower:.3f})"
+        result, why = (
+            SLOWER,
+            f"{trials}: {-measured:.2f} ms slower, beyond the trials' noise ({noise:.2f} ms; "
+            f"rank test p = {p_slower:.3f})",
+        )
     else:
         p = min(p_faster, p_slower)
-        result, why = NOT_SURE, f"{trials}: {measured:+.2f} ms within the trials' noise ({noise:.2f} ms; " \
-                                f"rank test p = {p:.3f})"
+        result, why = (
+            NOT_SURE,
+            f"{trials}: {measured:+.2f} ms within the trials' noise ({noise:.2f} ms; rank test p = {p:.3f})",
+        )
     return TrialComparison(base_ms, cand_ms, measured, noise, p_faster, p_slower, result, why)
 
 

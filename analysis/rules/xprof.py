@@ -35,7 +35,7 @@ class XProfReading:
         words = self.input_bound
         if words is None or bound is None or (words == "NOT") == (bound != "input"):
             return None
-        return f"XProf's Overview page, as TensorFlow wrote it at capture, reads: \"{self.statement}\""
+        return f'XProf\'s Overview page, as TensorFlow wrote it at capture, reads: "{self.statement}"'
 
 
 def reading(input_pct: float, statement: str) -> XProfReading | None:

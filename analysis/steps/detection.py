@@ -69,25 +69,33 @@ def detect_steps(view: TraceView, step_name: str | None = None) -> DetectedSteps
             if wanted is not None and found.method != "markers":
                 markers = find_markers(view, None)
                 if markers is not None:  # say what the trace's own steps are, beside what the pattern matched
-                    found.note = (f"--step-name {step_name!r} matches none of the trace's step markers "
-                                  f"({markers.name!r}): {found.note.removeprefix('no step markers: ')}")
+                    found.note = (
+                        f"--step-name {step_name!r} matches none of the trace's step markers "
+                        f"({markers.name!r}): {found.note.removeprefix('no step markers: ')}"
+                    )
             return found
     if wanted is not None:
-        raise TraceError(f"--step-name {step_name!r} matches no step marker and no repeated program execution; "
-                         f"candidates: {', '.join(candidate_names(view)[:8]) or 'none'}")
+        raise TraceError(
+            f"--step-name {step_name!r} matches no step marker and no repeated program execution; "
+            f"candidates: {', '.join(candidate_names(view)[:8]) or 'none'}"
+        )
     return whole_window(view)
 
 
 def candidate_names(view: TraceView) -> list[str]:
     """Names `--step-name` can pick: markers, tf.function calls and program executions, most frequent first."""
     host = view.host
-    picked = host[present(host["step_num"]) | present(host["tf_function_call"])
-                  | matches(host["name"], producers.pattern("program"), search=True)]
+    picked = host[
+        present(host["step_num"])
+        | present(host["tf_function_call"])
+        | matches(host["name"], producers.pattern("program"), search=True)
+    ]
     return [str(name) for name in picked["name"].astype(str).value_counts().index]
 
 
-def _ends(starts: np.ndarray, own_ends: np.ndarray, consecutive: np.ndarray | None = None,
-          partition: bool = False) -> np.ndarray:
+def _ends(
+    starts: np.ndarray, own_ends: np.ndarray, consecutive: np.ndarray | None = None, partition: bool = False
+) -> np.ndarray:
     """A step lasts until the next one starts (when that is after its own end), else to its own end.
 
     With `partition`, every step but the last ends where the next starts, so that steps never
@@ -101,20 +109,40 @@ def _ends(starts: np.ndarray, own_ends: np.ndarray, consecutive: np.ndarray | No
     return ends
 
 
-def _frame(step, steps, name, plane, line, start, marker_end, partition: bool = False, partial=False,
-           keep_own_ends: bool = False) -> pd.DataFrame:
+def _frame(
+    step,
+    steps,
+    name,
+    plane,
+    line,
+    start,
+    marker_end,
+    partition: bool = False,
+    partial=False,
+    keep_own_ends: bool = False,
+) -> pd.DataFrame:
     count = len(np.atleast_1d(np.asarray(step)))
 
     def column(values, dtype=np.int64):
         return np.broadcast_to(np.asarray(values, dtype=dtype), (count,)).copy()
 
-    frame = pd.DataFrame({"step": column(step), "steps": column(steps), "name": name, "plane": column(plane),
-                          "line": column(line), "start_ns": column(start), "marker_end_ns": column(marker_end),
-                          "partial": column(partial, bool)})
+    frame = pd.DataFrame(
+        {
+            "step": column(step),
+            "steps": column(steps),
+            "name": name,
+            "plane": column(plane),
+            "line": column(line),
+            "start_ns": column(start),
+            "marker_end_ns": column(marker_end),
+            "partial": column(partial, bool),
+        }
+    )
     frame = frame.sort_values("start_ns", kind="stable").reset_index(drop=True)
     own_ends = frame["marker_end_ns"].to_numpy()
-    frame["end_ns"] = own_ends.copy() if keep_own_ends else _ends(frame["start_ns"].to_numpy(), own_ends,
-                                                                  partition=partition)
+    frame["end_ns"] = (
+        own_ends.copy() if keep_own_ends else _ends(frame["start_ns"].to_numpy(), own_ends, partition=partition)
+    )
     return frame[STEP_COLUMNS]
 
 
@@ -129,8 +157,10 @@ def find_markers(view: TraceView, wanted: re.Pattern | None = None) -> DetectedS
         candidates = candidates[matches(candidates["name"], wanted, search=True)]
     if candidates.empty:
         return None
-    ranking = [(producers.marker_rank(str(name), bool((group["_r"] == 1).any()), len(group)), str(name))
-               for name, group in candidates.groupby("name", sort=False, observed=True)]
+    ranking = [
+        (producers.marker_rank(str(name), bool((group["_r"] == 1).any()), len(group)), str(name))
+        for name, group in candidates.groupby("name", sort=False, observed=True)
+    ]
     marker_name = min(ranking)[1]
     markers = candidates[candidates["name"].astype(str) == marker_name].sort_values("start_ns", kind="stable")
     markers = markers.rename(columns={"end_ns": "marker_end_ns"})
@@ -196,10 +226,13 @@ def find_trace_groups(view: TraceView) -> DetectedSteps | None:
     # Each group's longest host event is its root, on the thread that ran the step.
     roots = grouped.sort_values("duration_ns", ascending=False, kind="stable").drop_duplicates("group_id")
     enclosing = _keras_function_of(host, roots)
-    other = matches(roots["name"], re.compile(tf_producer.NOT_A_TRAINING_STEP, re.IGNORECASE), search=True) \
-        | matches(enclosing, keras_producer.OTHER_FUNCTION, search=True)
-    in_training = (matches(enclosing, keras_producer.TRAIN_FUNCTION, search=True)
-                   | matches(roots["name"], keras_producer.TRAIN_FUNCTION, search=True)) & ~other
+    other = matches(roots["name"], re.compile(tf_producer.NOT_A_TRAINING_STEP, re.IGNORECASE), search=True) | matches(
+        enclosing, keras_producer.OTHER_FUNCTION, search=True
+    )
+    in_training = (
+        matches(enclosing, keras_producer.TRAIN_FUNCTION, search=True)
+        | matches(roots["name"], keras_producer.TRAIN_FUNCTION, search=True)
+    ) & ~other
     keep = roots["group_id"][in_training] if in_training.any() else roots["group_id"][~other]
     grouped = grouped[grouped["group_id"].isin(keep)]
     roots = roots[roots["group_id"].isin(keep)]
@@ -217,22 +250,36 @@ def find_trace_groups(view: TraceView) -> DetectedSteps | None:
     if keras:
         # Keras' step is its train_function: a group that runs on past the call (callbacks, summaries)
         # ends with the call, and what follows is between steps.
-        calls = _enclosing_calls(host, roots.assign(start_ns=spans["start_ns"]).reset_index(),
-                                 keras_producer.TRAIN_FUNCTION)
+        calls = _enclosing_calls(
+            host, roots.assign(start_ns=spans["start_ns"]).reset_index(), keras_producer.TRAIN_FUNCTION
+        )
         call_end = pd.Series(calls["call_end_ns"].to_numpy(), index=spans.index)
         inside = call_end.notna() & (call_end > spans["start_ns"])
-        spans.loc[inside, "marker_end_ns"] = np.minimum(spans.loc[inside, "marker_end_ns"],
-                                                        call_end[inside].astype(np.int64))
+        spans.loc[inside, "marker_end_ns"] = np.minimum(
+            spans.loc[inside, "marker_end_ns"], call_end[inside].astype(np.int64)
+        )
     partial = _cut_by_window(view, spans["start_ns"].to_numpy(), spans["marker_end_ns"].to_numpy())
-    steps = _frame(spans.index.to_numpy(), 1, "group_id", roots["plane"], roots["line"], spans["start_ns"],
-                   spans["marker_end_ns"], partial=partial, keep_own_ends=keras)
+    steps = _frame(
+        spans.index.to_numpy(),
+        1,
+        "group_id",
+        roots["plane"],
+        roots["line"],
+        spans["start_ns"],
+        spans["marker_end_ns"],
+        partial=partial,
+        keep_own_ends=keras,
+    )
     if keras:
-        steps["run_on_end_ns"] = np.maximum(group_ends.reindex(steps["step"]).to_numpy(dtype=np.int64),
-                                            steps["end_ns"].to_numpy(dtype=np.int64))
+        steps["run_on_end_ns"] = np.maximum(
+            group_ends.reindex(steps["step"]).to_numpy(dtype=np.int64), steps["end_ns"].to_numpy(dtype=np.int64)
+        )
     note = "steps are the trace's own step groups (group_id stats)"
     if in_training.any():
-        note = ("steps are Keras' own: the step groups TensorFlow recorded inside its train_function (group_id "
-                "stats; the function's Python-level dispatch before the group is host overhead between steps)")
+        note = (
+            "steps are Keras' own: the step groups TensorFlow recorded inside its train_function (group_id "
+            "stats; the function's Python-level dispatch before the group is host overhead between steps)"
+        )
     return DetectedSteps("trace_groups", "group_id", steps, steps[SPAN_COLUMNS].copy(), note)
 
 
@@ -244,9 +291,13 @@ def _marked_roots(grouped: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["start_ns", "end_ns"])
     candidates = grouped[["group_id", "plane", "line", "start_ns", "end_ns", "duration_ns"]].merge(
         marker[["group_id", "plane", "line", "start_ns", "end_ns"]].rename(
-            columns={"start_ns": "marker_ns", "end_ns": "marker_end_ns"}), on=["group_id", "plane", "line"])
-    holds = candidates[(candidates["start_ns"] <= candidates["marker_ns"])
-                       & (candidates["end_ns"] >= candidates["marker_end_ns"])]
+            columns={"start_ns": "marker_ns", "end_ns": "marker_end_ns"}
+        ),
+        on=["group_id", "plane", "line"],
+    )
+    holds = candidates[
+        (candidates["start_ns"] <= candidates["marker_ns"]) & (candidates["end_ns"] >= candidates["marker_end_ns"])
+    ]
     holds = holds.sort_values("duration_ns", ascending=False, kind="stable").drop_duplicates("group_id")
     return holds.set_index("group_id")[["start_ns", "end_ns"]]
 
@@ -263,22 +314,33 @@ def _enclosing_calls(host: pd.DataFrame, events: pd.DataFrame, pattern: re.Patte
     `call` ('' where none does) and `call_end_ns` (NaN there)."""
     calls = host[matches(host["name"], pattern, search=True)]
     if calls.empty or events.empty:
-        return pd.DataFrame({"call": pd.Series("", index=events.index, dtype=object),
-                             "call_end_ns": pd.Series(np.nan, index=events.index)})
+        return pd.DataFrame(
+            {
+                "call": pd.Series("", index=events.index, dtype=object),
+                "call_end_ns": pd.Series(np.nan, index=events.index),
+            }
+        )
     threads = {"plane": "int64", "line": "int64"}
     found = pd.merge_asof(
         events[["plane", "line", "start_ns"]].astype(threads).reset_index().sort_values("start_ns", kind="stable"),
-        calls[["plane", "line", "start_ns", "end_ns", "name"]].astype(threads)
+        calls[["plane", "line", "start_ns", "end_ns", "name"]]
+        .astype(threads)
         .rename(columns={"start_ns": "call_ns", "end_ns": "call_end_ns", "name": "call"})
         .sort_values("call_ns", kind="stable"),
-        left_on="start_ns", right_on="call_ns", by=["plane", "line"], direction="backward")
+        left_on="start_ns",
+        right_on="call_ns",
+        by=["plane", "line"],
+        direction="backward",
+    )
     inside = found["call_ns"].notna() & (found["start_ns"] < found["call_end_ns"])
     names = found["call"].astype(object).where(inside, "")
     ends = found["call_end_ns"].astype(float).where(inside)
-    return pd.DataFrame({"call": pd.Series(names.to_numpy(), index=found["index"].to_numpy())
-                         .reindex(events.index).fillna(""),
-                         "call_end_ns": pd.Series(ends.to_numpy(), index=found["index"].to_numpy())
-                         .reindex(events.index)})
+    return pd.DataFrame(
+        {
+            "call": pd.Series(names.to_numpy(), index=found["index"].to_numpy()).reindex(events.index).fillna(""),
+            "call_end_ns": pd.Series(ends.to_numpy(), index=found["index"].to_numpy()).reindex(events.index),
+        }
+    )
 
 
 def _device_steps_line(view: TraceView) -> DetectedSteps | None:
@@ -291,8 +353,13 @@ def _device_steps_line(view: TraceView) -> DetectedSteps | None:
     numbers = pd.to_numeric(line["name"].astype(str), errors="coerce")
     step_numbers = numbers.fillna(pd.Series(np.arange(len(line)), index=line.index)).astype("int64")
     steps = _frame(step_numbers, 1, "Steps", line["plane"], line["line"], line["start_ns"], line["end_ns"])
-    return DetectedSteps("trace_groups", f"Steps ({line['plane_name'].iloc[0]})", steps,
-                         steps[SPAN_COLUMNS].iloc[0:0].copy(), "steps are the device's own Steps line")
+    return DetectedSteps(
+        "trace_groups",
+        f"Steps ({line['plane_name'].iloc[0]})",
+        steps,
+        steps[SPAN_COLUMNS].iloc[0:0].copy(),
+        "steps are the device's own Steps line",
+    )
 
 
 def _cut_by_window(view: TraceView, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -319,10 +386,14 @@ def find_program_executions(view: TraceView, wanted: re.Pattern | None = None) -
     clock) comes before the host's launches, which say less (a launch may carry no program at all, or
     be recorded on a clock of its own); a GPU's `XLA Modules` line is derived from those launches."""
     on_device = view.on_device
-    tpu = (on_device["line_name"] == tpu_producer.PROGRAM_LINE).any() \
-        and matches(on_device["plane_name"], tpu_producer.PLANE, search=True).any()
-    finders = (_function_calls, _device_programs, _host_programs) if tpu else \
-        (_function_calls, _host_programs, _device_programs)
+    tpu = (on_device["line_name"] == tpu_producer.PROGRAM_LINE).any() and matches(
+        on_device["plane_name"], tpu_producer.PLANE, search=True
+    ).any()
+    finders = (
+        (_function_calls, _device_programs, _host_programs)
+        if tpu
+        else (_function_calls, _host_programs, _device_programs)
+    )
     for finder in finders:
         found = finder(view, wanted)
         if found is not None:
@@ -342,14 +413,18 @@ def _the_program_that_is_the_work(view: TraceView, found: DetectedSteps, finder)
         work = finder(view, re.compile(f"^{re.escape(str(shares.index[0]))}$"))
         if work is not None:
             return work
-    listed = "; ".join(f"{name} {int(row.executions)} execution{'s' if row.executions != 1 else ''}, "
-                       f"{100 * row.share:.1f} %" for name, row in shares.head(8).iterrows())
+    listed = "; ".join(
+        f"{name} {int(row.executions)} execution{'s' if row.executions != 1 else ''}, {100 * row.share:.1f} %"
+        for name, row in shares.head(8).iterrows()
+    )
     more = f"; {len(shares) - 8} more" if len(shares) > 8 else ""
     window = whole_window(view)
-    window.note = (f"{found.name} repeats most but holds only {100 * shares.at[found.name, 'share']:.1f} % of the "
-                   f"devices' busy time (its executions are the steps from {100 * PROGRAM_SHARE_MIN:.0f} %): the "
-                   f"whole traced window is analysed as one step. Programs (executions, share of device busy "
-                   f"time): {listed}{more}")
+    window.note = (
+        f"{found.name} repeats most but holds only {100 * shares.at[found.name, 'share']:.1f} % of the "
+        f"devices' busy time (its executions are the steps from {100 * PROGRAM_SHARE_MIN:.0f} %): the "
+        f"whole traced window is analysed as one step. Programs (executions, share of device busy "
+        f"time): {listed}{more}"
+    )
     return window
 
 
@@ -368,8 +443,12 @@ def program_shares(view: TraceView, candidates: pd.DataFrame | None) -> pd.DataF
         launched = calls.groupby(calls["correlation_id"].astype(str)).first()[["plane", "line", "start_ns"]]
         at = launched.reindex(device["correlation_id"].astype(str).to_numpy()).set_axis(device.index)
         threads = {"plane": "int64", "line": "int64"}
-        runs = candidates[["plane", "line", "start_ns", "end_ns", "key"]].astype(threads) \
-            .rename(columns={"start_ns": "run_ns"}).sort_values("run_ns", kind="stable")
+        runs = (
+            candidates[["plane", "line", "start_ns", "end_ns", "key"]]
+            .astype(threads)
+            .rename(columns={"start_ns": "run_ns"})
+            .sort_values("run_ns", kind="stable")
+        )
         # The execution on the launch's own thread; else (the runtime records its API calls on a line
         # of their own) the execution running when the launch was made.
         for by in (["plane", "line"], None):
@@ -379,11 +458,18 @@ def program_shares(view: TraceView, candidates: pd.DataFrame | None) -> pd.DataF
             found = pd.merge_asof(
                 known.astype({**threads, "start_ns": "int64"}).reset_index().sort_values("start_ns", kind="stable"),
                 runs if by else runs.drop(columns=["plane", "line"]),
-                left_on="start_ns", right_on="run_ns", by=by, direction="backward")
+                left_on="start_ns",
+                right_on="run_ns",
+                by=by,
+                direction="backward",
+            )
             inside = found["run_ns"].notna() & (found["start_ns"] < found["end_ns"])
             owner.loc[found.loc[inside, "index"].to_numpy()] = found.loc[inside, "key"].to_numpy()
-    on_modules = candidates[candidates["line_name"] == tpu_producer.PROGRAM_LINE] if "line_name" in candidates \
+    on_modules = (
+        candidates[candidates["line_name"] == tpu_producer.PROGRAM_LINE]
+        if "line_name" in candidates
         else candidates.iloc[0:0]
+    )
     for plane, modules in on_modules.groupby("plane"):
         mine = (device["plane"] == plane).to_numpy() & owner.isna().to_numpy()
         spans = modules.sort_values("start_ns", kind="stable")
@@ -403,13 +489,18 @@ def program_shares(view: TraceView, candidates: pd.DataFrame | None) -> pd.DataF
     owned = device.assign(owner=owner.to_numpy())
     rows = {str(key): busy(events) for key, events in owned[owned["owner"].notna()].groupby("owner")}
     counts = candidates.groupby(["key", "plane", "line"]).size().groupby(level=0).max()
-    shares = pd.DataFrame({"executions": counts.reindex(list(rows)).fillna(0).astype(int),
-                           "share": pd.Series(rows, dtype=float) / total if total else 0.0})
+    shares = pd.DataFrame(
+        {
+            "executions": counts.reindex(list(rows)).fillna(0).astype(int),
+            "share": pd.Series(rows, dtype=float) / total if total else 0.0,
+        }
+    )
     return shares.sort_values("share", ascending=False, kind="stable")
 
 
-def _kth_on_each_thread(executions: pd.DataFrame, name: str, method_note: str, *, rounds: int = 2,
-                        view: TraceView | None = None) -> DetectedSteps | None:
+def _kth_on_each_thread(
+    executions: pd.DataFrame, name: str, method_note: str, *, rounds: int = 2, view: TraceView | None = None
+) -> DetectedSteps | None:
     """Step k = the k-th execution on every thread (or device) that runs the program; at least
     `rounds` of them. With `view`, an execution cut by the traced window's edge makes its round partial."""
     executions = executions.sort_values("start_ns", kind="stable").copy()
@@ -421,16 +512,30 @@ def _kth_on_each_thread(executions: pd.DataFrame, name: str, method_note: str, *
     first = first.loc[per_step.index]
     thread = executions["plane"].astype("int64") * 1_000_003 + executions["line"].astype("int64")
     threads_per_step = thread.groupby(executions["step"]).nunique()
-    partial = (threads_per_step.loc[per_step.index] < thread.nunique()).to_numpy().copy()  # a round some thread did not run
+    partial = (
+        (threads_per_step.loc[per_step.index] < thread.nunique()).to_numpy().copy()
+    )  # a round some thread did not run
     if view is not None and len(executions) > 1:
         cut = pd.Series(_cut_executions(view, executions), index=executions.index).groupby(executions["step"]).any()
         partial |= cut.loc[per_step.index].to_numpy()
-    steps = _frame(per_step.index.to_numpy(), 1, name, first["plane"], first["line"], per_step["start_ns"],
-                   per_step["marker_end_ns"], partition=True, partial=partial)
+    steps = _frame(
+        per_step.index.to_numpy(),
+        1,
+        name,
+        first["plane"],
+        first["line"],
+        per_step["start_ns"],
+        per_step["marker_end_ns"],
+        partition=True,
+        partial=partial,
+    )
     spans = executions.rename(columns={"end_ns": "marker_end_ns"})[SPAN_COLUMNS].reset_index(drop=True)
     threads = executions[["plane", "line"]].drop_duplicates()
-    note = (f"no step markers: each step is one execution of {name} ({method_note}"
-            + (f", on {len(threads)} threads or devices at once" if len(threads) > 1 else "") + ")")
+    note = (
+        f"no step markers: each step is one execution of {name} ({method_note}"
+        + (f", on {len(threads)} threads or devices at once" if len(threads) > 1 else "")
+        + ")"
+    )
     return DetectedSteps("program_executions", name, steps, spans, note)
 
 
@@ -448,8 +553,11 @@ def _most_frequent(executions: pd.DataFrame, key: str) -> str | None:
     """The name executed most often on one thread (ties: the longest in total)."""
     if executions.empty:
         return None
-    per_thread = executions.groupby([key, "plane", "line"], observed=True).agg(
-        count=("start_ns", "size"), total=("duration_ns", "sum")).reset_index()
+    per_thread = (
+        executions.groupby([key, "plane", "line"], observed=True)
+        .agg(count=("start_ns", "size"), total=("duration_ns", "sum"))
+        .reset_index()
+    )
     per_thread = per_thread.sort_values(["count", "total"], ascending=False, kind="stable")
     best = per_thread.iloc[0]
     return str(best[key]) if best["count"] >= 2 else None
@@ -460,12 +568,17 @@ def _function_calls(view: TraceView, wanted: re.Pattern | None) -> DetectedSteps
     host = view.host
     calls = host[host[tf_producer.FUNCTION_CALL_STAT].notna()]
     input_pipeline = re.compile(tf_producer.INPUT_PIPELINE_FUNCTION, re.IGNORECASE)
-    calls = calls[~(matches(calls["name"], input_pipeline, search=True)
-                    | matches(calls["line_name"], input_pipeline, search=True))]
+    calls = calls[
+        ~(
+            matches(calls["name"], input_pipeline, search=True)
+            | matches(calls["line_name"], input_pipeline, search=True)
+        )
+    ]
     calls = calls.assign(concrete=_concrete_functions(host, calls))
     if wanted is not None:
-        concrete_named = np.fromiter((bool(n) and bool(wanted.search(n)) for n in calls["concrete"]), dtype=bool,
-                                     count=len(calls))
+        concrete_named = np.fromiter(
+            (bool(n) and bool(wanted.search(n)) for n in calls["concrete"]), dtype=bool, count=len(calls)
+        )
         calls = calls[matches(calls["name"], wanted, search=True).to_numpy() | concrete_named]
     calls = calls.assign(key=calls["name"].astype(str))
     name = _most_frequent(calls, "key")
@@ -478,8 +591,12 @@ def _function_calls(view: TraceView, wanted: re.Pattern | None) -> DetectedSteps
     top = chosen.groupby(["plane", "line"]).size().idxmax()
     chosen = chosen[(chosen["plane"] == top[0]) & (chosen["line"] == top[1])]
     concrete = next((c for c in chosen["concrete"] if c), "")
-    found = _kth_on_each_thread(chosen, concrete or name, f"tf.function '{name}' called from the training thread",
-                                rounds=1 if len(chosen) == 1 else 2)
+    found = _kth_on_each_thread(
+        chosen,
+        concrete or name,
+        f"tf.function '{name}' called from the training thread",
+        rounds=1 if len(chosen) == 1 else 2,
+    )
     if found is not None:
         found.candidates = calls.assign(key=calls["key"].where(calls["key"] != name, found.name))
     return found
@@ -494,8 +611,13 @@ def _concrete_functions(host: pd.DataFrame, calls: pd.DataFrame) -> pd.Series:
     found = pd.merge_asof(
         calls[["plane", "line", "start_ns", "end_ns"]].reset_index().sort_values("start_ns", kind="stable"),
         named.rename(columns={"start_ns": "named_ns"}).sort_values("named_ns", kind="stable"),
-        left_on="start_ns", right_on="named_ns", by=["plane", "line"], direction="forward")
+        left_on="start_ns",
+        right_on="named_ns",
+        by=["plane", "line"],
+        direction="forward",
+    )
     inside = found["named_ns"].notna() & (found["named_ns"] < found["end_ns"])
+
     def function_of(name) -> str:
         match = concrete.search(name) if isinstance(name, str) else None
         return match.group(1) if match else ""
@@ -516,8 +638,9 @@ def _host_programs(view: TraceView, wanted: re.Pattern | None) -> DetectedSteps 
     executions = executions.assign(key=_program_names(host, executions))
     if wanted is not None:  # asked for by name, any repeated host event (or program) can stand for a step
         named = host[matches(host["name"], wanted, search=True)]
-        executions = pd.concat([executions[matches(executions["key"], wanted, search=True)],
-                                named.assign(key=named["name"].astype(str))])
+        executions = pd.concat(
+            [executions[matches(executions["key"], wanted, search=True)], named.assign(key=named["name"].astype(str))]
+        )
         executions = executions[~executions.index.duplicated()]
     name = _most_frequent(executions, "key")
     if name is None:
@@ -525,10 +648,15 @@ def _host_programs(view: TraceView, wanted: re.Pattern | None) -> DetectedSteps 
     is_program = matches(executions.loc[executions["key"] == name, "name"], producers.pattern("program")).any()
     if wanted is not None and not is_program and TF_OP_NAME.search(name):
         # One execution of one op is no step: every other op of the step would read as host overhead.
-        raise TraceError(f"--step-name {wanted.pattern!r} matches a TensorFlow op ({name}), not a step; a step is a "
-                         f"step marker, a tf.function call or a program: {', '.join(candidate_names(view)[:8]) or 'none'}")
-    what = "an XLA program run from the host" if is_program else "a host event matching --step-name, not a program " \
-        "or step marker"
+        raise TraceError(
+            f"--step-name {wanted.pattern!r} matches a TensorFlow op ({name}), not a step; a step is a "
+            f"step marker, a tf.function call or a program: {', '.join(candidate_names(view)[:8]) or 'none'}"
+        )
+    what = (
+        "an XLA program run from the host"
+        if is_program
+        else "a host event matching --step-name, not a program or step marker"
+    )
     found = _kth_on_each_thread(executions[executions["key"] == name], name, what, view=view)
     if found is not None:
         found.candidates = executions
@@ -551,11 +679,18 @@ def _program_names(host: pd.DataFrame, executions: pd.DataFrame) -> pd.Series:
     if named.empty:
         return own
     found = pd.merge_asof(
-        executions[["plane", "line", "start_ns", "end_ns"]].reset_index().astype({"plane": "int64", "line": "int64"})
+        executions[["plane", "line", "start_ns", "end_ns"]]
+        .reset_index()
+        .astype({"plane": "int64", "line": "int64"})
         .sort_values("start_ns", kind="stable"),
-        named.rename(columns={"start_ns": "named_ns"}).astype({"plane": "int64", "line": "int64"})
+        named.rename(columns={"start_ns": "named_ns"})
+        .astype({"plane": "int64", "line": "int64"})
         .sort_values("named_ns", kind="stable"),
-        left_on="start_ns", right_on="named_ns", by=["plane", "line"], direction="forward")
+        left_on="start_ns",
+        right_on="named_ns",
+        by=["plane", "line"],
+        direction="forward",
+    )
     inside = found["named_ns"].notna() & (found["named_ns"] < found["end_ns"])
     modules = pd.Series(found["module_name"].where(inside).to_numpy(), index=found["index"].to_numpy())
     return modules.reindex(executions.index).astype(object).where(lambda m: m.notna(), own)
@@ -578,8 +713,9 @@ def _device_programs(view: TraceView, wanted: re.Pattern | None) -> DetectedStep
     name = _most_frequent(modules, "key")
     if name is None:
         return None
-    found = _kth_on_each_thread(modules[modules["key"] == name], name, "a program on the devices' XLA Modules line",
-                                view=view)
+    found = _kth_on_each_thread(
+        modules[modules["key"] == name], name, "a program on the devices' XLA Modules line", view=view
+    )
     if found is not None:
         found.spans = found.spans.iloc[0:0]  # device lines: no host thread ran it
         found.candidates = modules
@@ -598,6 +734,11 @@ def whole_window(view: TraceView) -> DetectedSteps:
     line = int(busiest.index[0]) if len(busiest) else 0
     plane = int(view.host["plane"].iloc[0]) if len(busiest) else 0
     steps = _frame([0], 1, "the traced window", [plane], [line], [start], [end])
-    return DetectedSteps("window", "the traced window", steps, steps[SPAN_COLUMNS].iloc[0:0].copy(),
-                         "nothing repeats in this trace (no step markers, step groups or repeated program "
-                         "executions): the whole traced window is analysed as one step")
+    return DetectedSteps(
+        "window",
+        "the traced window",
+        steps,
+        steps[SPAN_COLUMNS].iloc[0:0].copy(),
+        "nothing repeats in this trace (no step markers, step groups or repeated program "
+        "executions): the whole traced window is analysed as one step",
+    )

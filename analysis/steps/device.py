@@ -66,8 +66,10 @@ def _identity(steps: pd.DataFrame) -> pd.Series:
 
 
 def _spans(line: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame({"start_ns": line["start_ns"].to_numpy(dtype=np.int64),
-                         "end_ns": line["end_ns"].to_numpy(dtype=np.int64)}, index=np.arange(len(line)))
+    return pd.DataFrame(
+        {"start_ns": line["start_ns"].to_numpy(dtype=np.int64), "end_ns": line["end_ns"].to_numpy(dtype=np.int64)},
+        index=np.arange(len(line)),
+    )
 
 
 def _containing_step(steps: pd.DataFrame, at: np.ndarray, end: str = "end_ns") -> np.ndarray:
@@ -132,8 +134,11 @@ def _by_steps_line(device, view, steps):
     else:  # unnumbered: the k-th Steps event is the step whose span holds its start
         positions = _containing_step(steps, line["start_ns"].to_numpy(dtype=np.int64))
     position_of = pd.Series(positions, index=np.arange(len(line)))
-    return Grouping("steps_line", which, position_of, _spans(line)) if (positions[np.unique(which[which >= 0])] >= 0).any() \
+    return (
+        Grouping("steps_line", which, position_of, _spans(line))
+        if (positions[np.unique(which[which >= 0])] >= 0).any()
         else None
+    )
 
 
 def _by_programs(device, view, steps):
@@ -195,8 +200,9 @@ def disjoint_parts(parts: dict[str, iv.Intervals]) -> dict[str, iv.Intervals]:
     return out
 
 
-def per_step_parts(device: pd.DataFrame, labels: np.ndarray, parts_of, host_input: iv.Intervals,
-                   own_spans: pd.DataFrame | None = None) -> pd.DataFrame:
+def per_step_parts(
+    device: pd.DataFrame, labels: np.ndarray, parts_of, host_input: iv.Intervals, own_spans: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """One row per step position the device ran in: its own span (its `Steps` or program event
     where `own_spans` has one, widened to hold all its events) and exact parts, in ns.
 
@@ -210,8 +216,19 @@ def per_step_parts(device: pd.DataFrame, labels: np.ndarray, parts_of, host_inpu
     if own_spans is not None:
         own_spans = own_spans.reindex(slots).set_axis(np.arange(len(slots)))
     if device.empty:
-        return pd.DataFrame(columns=["position", "start_ns", "end_ns", "span_ns", *[f"{p}_ns" for p in PART_ORDER],
-                                     "input_overlapped_ns", "idle_ns", "idle_input_ns", "label"])
+        return pd.DataFrame(
+            columns=[
+                "position",
+                "start_ns",
+                "end_ns",
+                "span_ns",
+                *[f"{p}_ns" for p in PART_ORDER],
+                "input_overlapped_ns",
+                "idle_ns",
+                "idle_input_ns",
+                "label",
+            ]
+        )
     starts = device["start_ns"].to_numpy(dtype=np.int64)
     ends = device["end_ns"].to_numpy(dtype=np.int64)
     origin = int(starts.min())
@@ -221,7 +238,9 @@ def per_step_parts(device: pd.DataFrame, labels: np.ndarray, parts_of, host_inpu
     spans = frame.groupby("position").agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
     if own_spans is not None:
         declared = own_spans.reindex(spans.index)
-        spans["start_ns"] = np.minimum(spans["start_ns"], declared["start_ns"].fillna(spans["start_ns"])).astype(np.int64)
+        spans["start_ns"] = np.minimum(spans["start_ns"], declared["start_ns"].fillna(spans["start_ns"])).astype(
+            np.int64
+        )
         spans["end_ns"] = np.maximum(spans["end_ns"], declared["end_ns"].fillna(spans["end_ns"])).astype(np.int64)
         origin = min(origin, int(spans["start_ns"].min()))
         slot = int(max(int(ends.max()), int(spans["end_ns"].max())) - origin) + 1

@@ -133,9 +133,16 @@ def _callers(events: pd.DataFrame, markers: pd.DataFrame) -> np.ndarray:
     left = events[["plane", "line", "start_ns", "end_ns"]].astype(threads).assign(row=np.arange(len(events)))
     found = pd.merge_asof(
         left.sort_values("start_ns", kind="stable"),
-        markers[["plane", "line", "start_ns"]].astype(threads).rename(columns={"start_ns": "step_ns"})
+        markers[["plane", "line", "start_ns"]]
+        .astype(threads)
+        .rename(columns={"start_ns": "step_ns"})
         .sort_values("step_ns", kind="stable"),
-        left_on="start_ns", right_on="step_ns", by=["plane", "line"], direction="forward", allow_exact_matches=False)
+        left_on="start_ns",
+        right_on="step_ns",
+        by=["plane", "line"],
+        direction="forward",
+        allow_exact_matches=False,
+    )
     caller[found["row"].to_numpy()] = (found["step_ns"].notna() & (found["step_ns"] < found["end_ns"])).to_numpy()
     return caller
 
@@ -159,7 +166,9 @@ def _producer_markers(producing: pd.DataFrame, markers: pd.DataFrame) -> pd.Data
     )
     inside = found["marker_start_ns"].notna() & (found["start_ns"] < found["marker_end_ns"])
     found = found[inside].drop_duplicates("_p", keep="first")
-    return found[["_p", "marker_start_ns", "marker_end_ns"]].astype({"marker_start_ns": "int64", "marker_end_ns": "int64"})
+    return found[["_p", "marker_start_ns", "marker_end_ns"]].astype(
+        {"marker_start_ns": "int64", "marker_end_ns": "int64"}
+    )
 
 
 def _linked_to_own_step(events: pd.DataFrame, consumers: np.ndarray, producers: pd.DataFrame) -> iv.Intervals:
@@ -192,8 +201,11 @@ def call_entry_exit_ms(view: TraceView, steps: pd.DataFrame) -> float:
     op_starts = ops["start_ns"].to_numpy(dtype=np.int64)[order]
     op_ends = ops["end_ns"].to_numpy(dtype=np.int64)[order]
     starts = steps["start_ns"].to_numpy(dtype=np.int64)
-    ends = steps["marker_end_ns"].to_numpy(dtype=np.int64) if "marker_end_ns" in steps \
+    ends = (
+        steps["marker_end_ns"].to_numpy(dtype=np.int64)
+        if "marker_end_ns" in steps
         else steps["end_ns"].to_numpy(dtype=np.int64)
+    )
     first = np.searchsorted(op_starts, starts, side="left")
     last = np.searchsorted(op_starts, ends, side="left")
     spans = []
@@ -205,8 +217,14 @@ def call_entry_exit_ms(view: TraceView, steps: pd.DataFrame) -> float:
     return mean_without_stalls(spans)
 
 
-def step_breakdown(markers: pd.DataFrame, input_: iv.Intervals, compute: iv.Intervals, compile_: iv.Intervals,
-                   collective: iv.Intervals | None = None, overlapped: iv.Intervals | None = None) -> pd.DataFrame:
+def step_breakdown(
+    markers: pd.DataFrame,
+    input_: iv.Intervals,
+    compute: iv.Intervals,
+    compile_: iv.Intervals,
+    collective: iv.Intervals | None = None,
+    overlapped: iv.Intervals | None = None,
+) -> pd.DataFrame:
     """Per-step input/compute/collective/host/compile in ms from category intervals.
 
     Input has priority over compile, compile over compute, compute over collective
@@ -247,7 +265,9 @@ def step_breakdown(markers: pd.DataFrame, input_: iv.Intervals, compute: iv.Inte
         }
     )
     for part in ("input", "compute", "collective", "host", "compile"):
-        frame[f"{part}_pct"] = np.where(step_ns > 0, 100.0 * frame[f"{part}_ms"] / frame["step_ms"].where(step_ns > 0, 1), 0.0)
+        frame[f"{part}_pct"] = np.where(
+            step_ns > 0, 100.0 * frame[f"{part}_ms"] / frame["step_ms"].where(step_ns > 0, 1), 0.0
+        )
     assert (host_ns >= 0).all(), "categories exceed the step: intervals were not made disjoint"
     assert (compile_ns <= host_ns).all()
     assert np.array_equal(input_ns + compute_ns + collective_ns + host_ns, step_ns)
@@ -279,8 +299,10 @@ def analyze_steps(view: TraceView, detected: DetectedSteps) -> StepAnalysis:
     if (steps["between_steps_ms"] > 0).any():
         notes.append(between_steps_note(view, detected.steps, steps["between_steps_ms"]))
     if view.host.empty:
-        notes.append("no host threads recorded: input waits and host overhead are unknown; what is not device work "
-                     "is counted as host overhead")
+        notes.append(
+            "no host threads recorded: input waits and host overhead are unknown; what is not device work "
+            "is counted as host overhead"
+        )
     elif view.producer in ("tensorflow", "keras") and view.input_waits.empty:
         notes.append("no input-pipeline events recorded (IteratorGetNext): input counts only host-to-device copies")
     return StepAnalysis(view.kind, detected.method, detected.name, steps, detected, notes)
@@ -311,15 +333,19 @@ def between_steps_note(view: TraceView, steps: pd.DataFrame, between_ms: pd.Seri
     at = host["start_ns"].to_numpy(dtype=np.int64)
     last = np.maximum(host["end_ns"].to_numpy(dtype=np.int64) - 1, at)
     # Events wholly between steps: a call that runs on into the next step (its dispatch) is the step's.
-    inside = (iv.covered_before(gaps, at + 1) - iv.covered_before(gaps, at) > 0) & (
-        iv.covered_before(gaps, last + 1) - iv.covered_before(gaps, last) > 0) & (
-        iv.overlap(gaps, at, last + 1) == last + 1 - at)
+    inside = (
+        (iv.covered_before(gaps, at + 1) - iv.covered_before(gaps, at) > 0)
+        & (iv.covered_before(gaps, last + 1) - iv.covered_before(gaps, last) > 0)
+        & (iv.overlap(gaps, at, last + 1) == last + 1 - at)
+    )
     events = host[inside]
     heaviest = events.groupby(events["name"].astype(str))["duration_ns"].sum().nlargest(BETWEEN_OPS_NAMED)
     named = ", ".join(f"{name} {ns / NS_PER_MS / len(steps):.2f} ms" for name, ns in heaviest.items())
-    return (f"between the steps, outside them: {float(between_ms.mean()):.2f} ms per step (`steps[].between_steps_ms`)"
-            f" of host work that is not the step's, such as Keras' callbacks and summary writing after train_function"
-            + (f"; heaviest, per step: {named}" if named else ""))
+    return (
+        f"between the steps, outside them: {float(between_ms.mean()):.2f} ms per step (`steps[].between_steps_ms`)"
+        f" of host work that is not the step's, such as Keras' callbacks and summary writing after train_function"
+        + (f"; heaviest, per step: {named}" if named else "")
+    )
 
 
 def complete_steps(steps: pd.DataFrame) -> pd.DataFrame:
@@ -340,9 +366,11 @@ def only_first_call(steps: pd.DataFrame) -> bool:
 def first_call_note(steps_per_call: int = 1) -> str:
     first = "step 0" if steps_per_call <= 1 else f"the first call (steps 0-{steps_per_call - 1})"
     later = f"{steps_per_call}:{steps_per_call * 11}" if steps_per_call > 1 else "5:15"
-    return (f"the only traced step is the compile step: {first}, the first call, which traces and compiles the "
-            f"training function, so no steady step was traced and its time is no mean step's; trace later steps "
-            f"(--profile-steps {later}, profile_steps=\"{later}\")")
+    return (
+        f"the only traced step is the compile step: {first}, the first call, which traces and compiles the "
+        f"training function, so no steady step was traced and its time is no mean step's; trace later steps "
+        f'(--profile-steps {later}, profile_steps="{later}")'
+    )
 
 
 def steady_steps(steps: pd.DataFrame, compile_share: float = 0.05) -> pd.DataFrame:
@@ -384,7 +412,7 @@ def mean_without_stalls(values) -> float:
     stalled = int((values > q3 + STALL_FENCE_IQR * (q3 - q1)).sum())
     if stalled > int(STALLS_PER_CALL * values.size):
         stalled = 0
-    return float(values[:values.size - stalled].mean())
+    return float(values[: values.size - stalled].mean())
 
 
 def per_call_host_ms(steps: pd.DataFrame) -> float:
@@ -420,5 +448,9 @@ def choose_steps(steps: pd.DataFrame) -> ChosenSteps:
     steady = steady_steps(steps)
     complete = complete_steps(steps)
     used = steps.loc[steady.index] if not steady.empty else steps
-    return ChosenSteps(used, steady, complete[~complete.index.isin(steady.index)],
-                       mean_breakdown(steady if not steady.empty else steps))
+    return ChosenSteps(
+        used,
+        steady,
+        complete[~complete.index.isin(steady.index)],
+        mean_breakdown(steady if not steady.empty else steps),
+    )

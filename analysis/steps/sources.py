@@ -19,8 +19,10 @@ from analysis.read.view import TraceView
 from analysis.steps.detection import DetectedSteps, detect_steps
 from analysis.steps.host import analyze_steps
 
-STEPS_CSV_COMPUTE_NOTE = ("no profiler trace: breakdown from steps.csv, where compute is the time in the step call "
-                          "(the math plus tf.function dispatch); run with the profiler window for the trace's split")
+STEPS_CSV_COMPUTE_NOTE = (
+    "no profiler trace: breakdown from steps.csv, where compute is the time in the step call "
+    "(the math plus tf.function dispatch); run with the profiler window for the trace's split"
+)
 
 
 @dataclass(frozen=True)
@@ -41,9 +43,12 @@ class StepSource:
 
     @property
     def basis(self) -> str:
-        """"device" when the steps are the device's own (its Steps line, its programs), else "host"."""
-        from_device = self.detected is not None and self.detected.spans.empty \
+        """ "device" when the steps are the device's own (its Steps line, its programs), else "host"."""
+        from_device = (
+            self.detected is not None
+            and self.detected.spans.empty
             and self.kind in ("trace_groups", "program_executions")
+        )
         return "device" if from_device else "host"
 
 
@@ -51,28 +56,46 @@ def find_steps(inputs: RunInputs, step_name: str | None = None) -> StepSource:
     """The steps of one worker: from its trace, else from its run's steps.csv."""
     if inputs.trace is not None:
         source = from_trace(inputs.trace, inputs.run_dir is not None, step_name)
-        return replace(source, producer=recording_program(inputs.run, inputs.trace.producer)) \
-            if inputs.run_dir is not None else source
+        return (
+            replace(source, producer=recording_program(inputs.run, inputs.trace.producer))
+            if inputs.run_dir is not None
+            else source
+        )
     note = STEPS_CSV_COMPUTE_NOTE
     unwritten = trace_write_failure(inputs.run)
     if inputs.trace_error is not None:
-        note = (f"the profiler trace is truncated or corrupt ({inputs.trace_error}); breakdown from steps.csv, "
-                "where compute is the time in the step call")
+        note = (
+            f"the profiler trace is truncated or corrupt ({inputs.trace_error}); breakdown from steps.csv, "
+            "where compute is the time in the step call"
+        )
     elif unwritten is not None:
         note = f"{unwritten}; breakdown from steps.csv, where compute is the time in the step call"
     if inputs.steps_table is None or inputs.steps_table.empty:
         status = inputs.run.status if inputs.run is not None else None
         lost = inputs.run.ended_unrecorded if inputs.run is not None else None
-        what = f"no steps (the run ended without recording its end: {lost})" if lost else \
-            "no steps yet (the run is still running)" if status == "running" else \
-            f"no steps (no usable rows; run.json status {status!r})" if status else "no steps (no usable rows)"
+        what = (
+            f"no steps (the run ended without recording its end: {lost})"
+            if lost
+            else "no steps yet (the run is still running)"
+            if status == "running"
+            else f"no steps (no usable rows; run.json status {status!r})"
+            if status
+            else "no steps (no usable rows)"
+        )
         none = f"no profiler trace ({unwritten})" if unwritten else "no profiler trace"
         if inputs.steps_table is None:
             raise TraceError(f"{inputs.run_dir} has {none} and no steps.csv")
         raise TraceError(f"{inputs.run_dir} has {none} and steps.csv has {what}")
     device = str((inputs.run.device if inputs.run is not None else {}).get("kind") or "unknown")
-    return StepSource("steps_csv", "steps.csv", device, steps_from_csv(inputs.steps_table), inputs.source, (note,),
-                      producer=recording_program(inputs.run, "unknown"))
+    return StepSource(
+        "steps_csv",
+        "steps.csv",
+        device,
+        steps_from_csv(inputs.steps_table),
+        inputs.source,
+        (note,),
+        producer=recording_program(inputs.run, "unknown"),
+    )
 
 
 def trace_write_failure(run) -> str | None:
@@ -88,7 +111,9 @@ def trace_write_failure(run) -> str | None:
         return f"the profiler window ran but its trace could not be written ({_one_line(error)}){kept}"
     # Runs recorded before `trace_error`, or a trace that vanished: the profiler's warning says why.
     said = next((w for w in profiler.get("warnings") or () if isinstance(w, str) and "trace" in w), None)
-    return f"the profiler window ran but left no readable trace ({_one_line(said or 'run.json does not say why')}){kept}"
+    return (
+        f"the profiler window ran but left no readable trace ({_one_line(said or 'run.json does not say why')}){kept}"
+    )
 
 
 def _one_line(text: str, limit: int = 300) -> str:
@@ -115,35 +140,47 @@ def from_trace(view: TraceView, in_run_dir: bool, step_name: str | None = None) 
     location = view.trace.location
     notes = ([location.note] if location is not None and location.note else []) + analysis.notes
     producer = "devprof" if in_run_dir else view.producer
-    return StepSource(analysis.method, analysis.step_name, analysis.device, analysis.steps,
-                      location.xplane if location is not None else Path("<memory>"), tuple(notes), detected, producer)
+    return StepSource(
+        analysis.method,
+        analysis.step_name,
+        analysis.device,
+        analysis.steps,
+        location.xplane if location is not None else Path("<memory>"),
+        tuple(notes),
+        detected,
+        producer,
+    )
 
 
 def steps_from_csv(steps_table: pd.DataFrame) -> pd.DataFrame:
     """steps.csv as a breakdown: compute is the time in the step call (on a CPU the math plus
     tf.function dispatch); the first call's excess over the median call is its tracing and
     compilation, reported as compile and counted in host overhead, as the trace analysis does."""
-    frame = pd.DataFrame({
-        "step": steps_table["step"].astype(int),
-        "steps": steps_table["steps"].astype(int),
-        "step_ms": steps_table["step_ms"],
-        "input_ms": steps_table["input_ms"],
-        "compute_ms": steps_table["call_ms"],
-        "host_ms": steps_table["other_host_ms"],
-        "compile_ms": 0.0,
-        "collective_ms": 0.0,
-        "between_steps_ms": 0.0,  # steps.csv's steps follow one another
-        "partial": False,
-    }).reset_index(drop=True)
+    frame = pd.DataFrame(
+        {
+            "step": steps_table["step"].astype(int),
+            "steps": steps_table["steps"].astype(int),
+            "step_ms": steps_table["step_ms"],
+            "input_ms": steps_table["input_ms"],
+            "compute_ms": steps_table["call_ms"],
+            "host_ms": steps_table["other_host_ms"],
+            "compile_ms": 0.0,
+            "collective_ms": 0.0,
+            "between_steps_ms": 0.0,  # steps.csv's steps follow one another
+            "partial": False,
+        }
+    ).reset_index(drop=True)
     first = frame.index[0]
     later = frame["compute_ms"].iloc[1:]  # with one call only, its compile time cannot be told apart
     excess = max(0.0, float(frame.at[first, "compute_ms"] - later.median())) if len(later) else 0.0
     frame.loc[first, ["compute_ms", "host_ms", "compile_ms"]] = [
-        frame.at[first, "compute_ms"] - excess, frame.at[first, "host_ms"] + excess, excess]
+        frame.at[first, "compute_ms"] - excess,
+        frame.at[first, "host_ms"] + excess,
+        excess,
+    ]
     for part in ("input", "compute", "host", "compile"):
         frame[f"{part}_pct"] = 100.0 * frame[f"{part}_ms"] / frame["step_ms"].where(frame["step_ms"] > 0)
     frame[[f"{p}_pct" for p in ("input", "compute", "host", "compile")]] = frame[
-        [f"{p}_pct" for p in ("input", "compute", "host", "compile")]].fillna(0.0)
+        [f"{p}_pct" for p in ("input", "compute", "host", "compile")]
+    ].fillna(0.0)
     return frame
-
-

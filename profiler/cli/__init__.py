@@ -150,6 +150,8 @@ def main(argv: list[str] | None = None, ran: list[str] | None = None) -> int:
         if quiet.debug():
             raise
         first = str(exc).strip().splitlines()
-        return error(f"{args.command} failed: {type(exc).__name__}: {first[0] if first else 'no detail'}",
-                     hint="set DEVPROF_DEBUG=1 for the traceback", code=EXIT_FAILURE)
-
+        return error(
+            f"{args.command} failed: {type(exc).__name__}: {first[0] if first else 'no detail'}",
+            hint="set DEVPROF_DEBUG=1 for the traceback",
+            code=EXIT_FAILURE,
+        )

@@ -30,8 +30,7 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if (action.default is None or action.nargs == 0 or "default" in text
-                or action.default is argparse.SUPPRESS):
+        if action.default is None or action.nargs == 0 or "default" in text or action.default is argparse.SUPPRESS:
             return text
         return super()._get_help_string(action)
 
@@ -59,9 +58,22 @@ def output_file_problem(option: str, path: str | None, example: str) -> str | No
 INPUT_FILE_NAMES = frozenset({"run.json", "steps.csv", "op_costs.csv", "crash.log", "onednn_verbose.log"})
 INPUT_FOLDERS = frozenset({"utilization", "plugins"})
 # What `analyze` writes into its --out folder (analysis/render/outputs.py).
-ANALYSIS_FILES = frozenset({"step_breakdown.csv", "step_breakdown.png", "ops.csv", "epoch_breakdown.csv",
-                            "epoch_breakdown.png", "utilization.png", "workers.csv", "memory.csv",
-                            "trace_vs_steps.csv", "report.md", "report.html", "analysis.json"})
+ANALYSIS_FILES = frozenset(
+    {
+        "step_breakdown.csv",
+        "step_breakdown.png",
+        "ops.csv",
+        "epoch_breakdown.csv",
+        "epoch_breakdown.png",
+        "utilization.png",
+        "workers.csv",
+        "memory.csv",
+        "trace_vs_steps.csv",
+        "report.md",
+        "report.html",
+        "analysis.json",
+    }
+)
 
 
 def _is_input(output: Path, inputs: list[Path]) -> bool:
@@ -74,14 +86,21 @@ def _is_input(output: Path, inputs: list[Path]) -> bool:
             return True
         if root.is_dir() and out.is_relative_to(root):
             inside = out.relative_to(root).parts
-            if out.name in INPUT_FILE_NAMES or out.name.endswith(".xplane.pb") \
-                    or any(part in INPUT_FOLDERS for part in inside[:-1]):
+            if (
+                out.name in INPUT_FILE_NAMES
+                or out.name.endswith(".xplane.pb")
+                or any(part in INPUT_FOLDERS for part in inside[:-1])
+            ):
                 return True
     return False
 
 
-def outputs_problem(inputs: list[str | Path], files: dict[str, str | None], out_dir: Path | None = None,
-                    out_files: frozenset[str] = ANALYSIS_FILES) -> str | None:
+def outputs_problem(
+    inputs: list[str | Path],
+    files: dict[str, str | None],
+    out_dir: Path | None = None,
+    out_files: frozenset[str] = ANALYSIS_FILES,
+) -> str | None:
     """Why the output files (`{option: path}`) cannot be written, before anything is read: one would
     replace an input, another output, or a file the --out folder gets; else None."""
     named: dict[str, Path] = {}
@@ -167,14 +186,21 @@ class DeprecatedAlias(argparse.Action):
         setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
 
 
-def add_format_option(parser: argparse.ArgumentParser, choices: tuple[str, ...], help: str,
-                      json_alias: bool = False) -> None:
+def add_format_option(
+    parser: argparse.ArgumentParser, choices: tuple[str, ...], help: str, json_alias: bool = False
+) -> None:
     """`--format {choices}` (default: the first); `json_alias` keeps the old `--json` working."""
     parser.add_argument("--format", choices=choices, default=choices[0], help=f"{help} (default: {choices[0]})")
     if json_alias:
-        parser.add_argument("--json", action=DeprecatedAlias, dest="format", nargs=0, const="json",
-                            message="--json is deprecated; use --format json",
-                            help="deprecated spelling of --format json")
+        parser.add_argument(
+            "--json",
+            action=DeprecatedAlias,
+            dest="format",
+            nargs=0,
+            const="json",
+            message="--json is deprecated; use --format json",
+            help="deprecated spelling of --format json",
+        )
 
 
 @dataclass(frozen=True)
@@ -203,10 +229,20 @@ def option(flag: str, *, per_worker: bool = False, **keywords: Any) -> Option:
 
 # The profiler's tracer options, the same for `devprof run` and `devprof capture`.
 TRACER_OPTIONS = (
-    option("--host-tracer-level", type=int, choices=[0, 1, 2, 3], default=2,
-           help="host trace detail: 0 off, 1 user annotations only, 2 also TensorFlow ops, 3 verbose"),
-    option("--device-tracer-level", type=int, choices=[0, 1], default=1,
-           help="device (GPU/TPU) kernels and copies: 0 off, 1 on"),
+    option(
+        "--host-tracer-level",
+        type=int,
+        choices=[0, 1, 2, 3],
+        default=2,
+        help="host trace detail: 0 off, 1 user annotations only, 2 also TensorFlow ops, 3 verbose",
+    ),
+    option(
+        "--device-tracer-level",
+        type=int,
+        choices=[0, 1],
+        default=1,
+        help="device (GPU/TPU) kernels and copies: 0 off, 1 on",
+    ),
     option("--python-tracer", action="store_true", help="trace Python calls (python_tracer_level=1; large traces)"),
 )
 

@@ -59,13 +59,15 @@ class Worker:
         return cluster_mod.worker_name(self.index)
 
 
-def launch(args: argparse.Namespace, build_config: Callable[[argparse.Namespace, cluster_mod.Cluster], RunConfig],
-           options: Sequence[Option]) -> int:
+def launch(
+    args: argparse.Namespace,
+    build_config: Callable[[argparse.Namespace, cluster_mod.Cluster], RunConfig],
+    options: Sequence[Option],
+) -> int:
     """Check the options, start the workers, watch them; the exit code of the job. `build_config`
     and `options` are `devprof run`'s: the launcher checks what a worker would, and passes on
     the options it was given."""
     from profiler.train.config import UsageError
-
 
     n = args.workers
     problem = _launcher_problem(args)
@@ -73,13 +75,18 @@ def launch(args: argparse.Namespace, build_config: Callable[[argparse.Namespace,
         problem = capacity_problem(n, *machine_capacity())
     if problem:
         return error(problem)
-    run_name = args.run_name or rundir.free_run_dir(Path(args.out), rundir.default_run_name(f"cpu-{n}workers",
-                                                                                              _host())).name
+    run_name = (
+        args.run_name or rundir.free_run_dir(Path(args.out), rundir.default_run_name(f"cpu-{n}workers", _host())).name
+    )
     args.run_name = run_name
     job_dir = Path(args.out) / run_name
     # Every check a worker would make before training, made once here on a stand-in cluster.
-    stand_in = cluster_mod.Cluster(tuple(f"127.0.0.1:{i + 1}" for i in range(n)), 0, "--workers",
-                                   cluster_mod.local_tf_config(list(range(1, n + 1)), 0))
+    stand_in = cluster_mod.Cluster(
+        tuple(f"127.0.0.1:{i + 1}" for i in range(n)),
+        0,
+        "--workers",
+        cluster_mod.local_tf_config(list(range(1, n + 1)), 0),
+    )
     config = build_config(args, stand_in)
     try:
         config.validate()
@@ -93,16 +100,23 @@ def launch(args: argparse.Namespace, build_config: Callable[[argparse.Namespace,
     rundir.create(job_dir)
     meta = job.new_meta(config, [f"127.0.0.1:{port}" for port in ports], job_id)
     threads = cluster_mod.thread_counts(n)
-    meta["launcher"] = {"pid": os.getpid(), "ports": ports, "profiler_ports": profiler_ports,
-                        "logs": [f"{cluster_mod.worker_name(i)}.log" for i in range(n)],
-                        "grace_s": GRACE_S, "intra_op_threads": threads[0] if threads else None}
+    meta["launcher"] = {
+        "pid": os.getpid(),
+        "ports": ports,
+        "profiler_ports": profiler_ports,
+        "logs": [f"{cluster_mod.worker_name(i)}.log" for i in range(n)],
+        "grace_s": GRACE_S,
+        "intra_op_threads": threads[0] if threads else None,
+    }
     job.write(job_dir, meta)
     console = Console(args.quiet)
     cores = os.cpu_count() or 1
     workers = f"{n} worker{'s' if n != 1 else ''}"
-    console.print(f"job {job_dir}: {workers} on this machine ({', '.join(meta['addresses'])}), "
-                  f"{threads[0] if threads else cores} of {cores} cores each; global batch {args.batch_size} = "
-                  f"{n} x {args.batch_size // n}; worker output in {job_dir}/worker-<i>.log")
+    console.print(
+        f"job {job_dir}: {workers} on this machine ({', '.join(meta['addresses'])}), "
+        f"{threads[0] if threads else cores} of {cores} cores each; global batch {args.batch_size} = "
+        f"{n} x {args.batch_size // n}; worker output in {job_dir}/worker-<i>.log"
+    )
     common = child_options(args, options)
     return _Job(args, job_dir, job_id, ports, profiler_ports, common, console).run()
 
@@ -132,14 +146,18 @@ def capacity_problem(n: int, cores: int, available: int | None) -> str | None:
     """Why this machine cannot run `n` TensorFlow worker processes at once, or None. One worker
     always may: it is one ordinary run."""
     if n > max(cores, 1):
-        return (f"--workers {n} is more workers than this machine has cores ({cores}); each worker is a "
-                f"TensorFlow process and more of them than cores only slow each other down (and the machine): "
-                f"use --workers {max(cores, 1)} or fewer, or --oversubscribe to start them anyway")
+        return (
+            f"--workers {n} is more workers than this machine has cores ({cores}); each worker is a "
+            f"TensorFlow process and more of them than cores only slow each other down (and the machine): "
+            f"use --workers {max(cores, 1)} or fewer, or --oversubscribe to start them anyway"
+        )
     if available is not None and n > 1 and n * WORKER_MEMORY_BYTES > available:
         fits = max(1, available // WORKER_MEMORY_BYTES)
-        return (f"--workers {n} needs about {n * WORKER_MEMORY_BYTES / 2**30:.1f} GiB of memory "
-                f"({WORKER_MEMORY_BYTES / 2**30:.1f} GiB per worker) but {available / 2**30:.1f} GiB is available: "
-                f"use --workers {fits} or fewer, or --oversubscribe to start them anyway")
+        return (
+            f"--workers {n} needs about {n * WORKER_MEMORY_BYTES / 2**30:.1f} GiB of memory "
+            f"({WORKER_MEMORY_BYTES / 2**30:.1f} GiB per worker) but {available / 2**30:.1f} GiB is available: "
+            f"use --workers {fits} or fewer, or --oversubscribe to start them anyway"
+        )
     return None
 
 
@@ -147,15 +165,21 @@ def _launcher_problem(args) -> str | None:
     if args.workers < 1:
         return f"--workers must be at least 1 (got {args.workers})"
     if args.cluster is not None or args.task_index is not None:
-        return ("--workers starts a job on this machine; --cluster and --task-index are for one worker of a job "
-                "on several hosts (run 'devprof run --cluster ... --task-index I' on each host)")
+        return (
+            "--workers starts a job on this machine; --cluster and --task-index are for one worker of a job "
+            "on several hosts (run 'devprof run --cluster ... --task-index I' on each host)"
+        )
     if os.environ.get(cluster_mod.TF_CONFIG):
-        return ("--workers starts a job on this machine with its own TF_CONFIG, but TF_CONFIG is set in the "
-                "environment (unset it, or run one worker per host without --workers)")
+        return (
+            "--workers starts a job on this machine with its own TF_CONFIG, but TF_CONFIG is set in the "
+            "environment (unset it, or run one worker per host without --workers)"
+        )
     if args.device in ("gpu", "tpu") or args.gpus is not None:
-        return ("--workers starts CPU workers on this machine; for several GPUs in one machine use --gpus N "
-                "(MirroredStrategy), and for GPUs on several machines run one worker per host with --cluster "
-                "or TF_CONFIG")
+        return (
+            "--workers starts CPU workers on this machine; for several GPUs in one machine use --gpus N "
+            "(MirroredStrategy), and for GPUs on several machines run one worker per host with --cluster "
+            "or TF_CONFIG"
+        )
     return None
 
 
@@ -168,14 +192,17 @@ def _check_profiler_ports(port: int | None, n: int) -> list[int] | None:
         return None
     ports = [port + i for i in range(n)]
     if ports[-1] > 65535:
-        raise UsageError(f"--profiler-port {port} with {n} workers needs ports up to {ports[-1]}; the last port is "
-                         "65535")
+        raise UsageError(
+            f"--profiler-port {port} with {n} workers needs ports up to {ports[-1]}; the last port is 65535"
+        )
     for candidate in ports:
         try:
             tracing.check_port_free(candidate)
         except OSError as exc:
-            raise UsageError(f"--profiler-port {port}: worker {candidate - port} would listen on {candidate}, which "
-                             f"is not free ({exc.strerror or exc}); choose another port") from None
+            raise UsageError(
+                f"--profiler-port {port}: worker {candidate - port} would listen on {candidate}, which "
+                f"is not free ({exc.strerror or exc}); choose another port"
+            ) from None
     return ports
 
 
@@ -210,8 +237,16 @@ def given_options(args: argparse.Namespace, options: Sequence[Option]) -> list[s
 class _Job:
     """The workers of one job on this machine, from start to the job's last run.json."""
 
-    def __init__(self, args, job_dir: Path, job_id: str, ports: list[int], profiler_ports: list[int] | None,
-                 common: list[str], console: Console):
+    def __init__(
+        self,
+        args,
+        job_dir: Path,
+        job_id: str,
+        ports: list[int],
+        profiler_ports: list[int] | None,
+        common: list[str],
+        console: Console,
+    ):
         self.args, self.job_dir, self.job_id = args, job_dir, job_id
         self.ports, self.profiler_ports, self.common = ports, profiler_ports, common
         self.console = console
@@ -258,21 +293,46 @@ class _Job:
 
     def command(self, index: int) -> list[str]:
         """Worker `index`'s command line."""
-        argv = [sys.executable, "-m", "profiler", "run", *self.common, "--out", str(self.args.out),
-                "--run-name", self.args.run_name, "--quiet", "--task-index", str(index)]
+        argv = [
+            sys.executable,
+            "-m",
+            "profiler",
+            "run",
+            *self.common,
+            "--out",
+            str(self.args.out),
+            "--run-name",
+            self.args.run_name,
+            "--quiet",
+            "--task-index",
+            str(index),
+        ]
         if self.profiler_ports:
             argv += ["--profiler-port", str(self.profiler_ports[index])]
         return argv
 
     def _start(self, index: int) -> Worker:
         argv = self.command(index)
-        env = dict(os.environ, **{cluster_mod.TF_CONFIG: cluster_mod.local_tf_config(self.ports, index),
-                                  job.JOB_ID_ENV: self.job_id, "PYTHONUNBUFFERED": "1"})
+        env = dict(
+            os.environ,
+            **{
+                cluster_mod.TF_CONFIG: cluster_mod.local_tf_config(self.ports, index),
+                job.JOB_ID_ENV: self.job_id,
+                "PYTHONUNBUFFERED": "1",
+            },
+        )
         log = self.job_dir / f"{cluster_mod.worker_name(index)}.log"
         with open(log, "wb") as out:
             # Its own session: a Ctrl-C in the terminal reaches the launcher only, which passes it on.
-            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                       start_new_session=True, preexec_fn=_die_with_parent)
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         return Worker(index, process, log)
 
     def _watch(self) -> None:
@@ -336,8 +396,9 @@ class _Job:
             status, error_text = "complete", None
         else:
             status, error_text = "failed", "a worker failed"
-        meta.update(status=status, error=error_text, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                    worker_status=outcomes)
+        meta.update(
+            status=status, error=error_text, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), worker_status=outcomes
+        )
         meta.setdefault("launcher", {})["exit_codes"] = {w.name: w.returncode for w in self.workers}
         if self.failed is not None:
             meta["failed_worker"] = self.failed.name
@@ -345,15 +406,16 @@ class _Job:
         self._relay_warnings()
         if self.stop_signal is not None:
             what = "terminated (SIGTERM)" if self.stop_signal == signal.SIGTERM else "interrupted"
-            print(f"\n{what}: job {self.job_dir} stopped; each worker-<i>/run.json says how it ended",
-                  file=sys.stderr)
+            print(f"\n{what}: job {self.job_dir} stopped; each worker-<i>/run.json says how it ended", file=sys.stderr)
             return EXIT_TERMINATED if self.stop_signal == signal.SIGTERM else EXIT_INTERRUPTED
         if self.failed is not None:
             usage = self.failed.returncode == EXIT_USAGE
-            return error(f"worker {self.failed.index} {'refused to start' if usage else 'failed'}: {why}; "
-                         f"{'the other workers were stopped; ' if len(self.workers) > 1 else ''}"
-                         f"details in {self.failed.log} and {self.job_dir / run_files.RUN_JSON}",
-                         code=EXIT_USAGE if usage else EXIT_FAILURE)
+            return error(
+                f"worker {self.failed.index} {'refused to start' if usage else 'failed'}: {why}; "
+                f"{'the other workers were stopped; ' if len(self.workers) > 1 else ''}"
+                f"details in {self.failed.log} and {self.job_dir / run_files.RUN_JSON}",
+                code=EXIT_USAGE if usage else EXIT_FAILURE,
+            )
         self.console.print(f"run directory: {self.job_dir}")
         return EXIT_OK
 
@@ -408,7 +470,7 @@ class _Job:
             for line in _log_lines(worker.log):
                 if line.startswith("warning: ") and line not in seen:
                     seen.add(line)
-                    print(f"warning: {worker.name}: {line[len('warning: '):]}", file=sys.stderr)
+                    print(f"warning: {worker.name}: {line[len('warning: ') :]}", file=sys.stderr)
 
 
 class _Progress:
@@ -440,8 +502,12 @@ class _Progress:
         epoch = min(self.rows // self.steps_per_epoch + 1, self.epochs)
         done = self.rows - (epoch - 1) * self.steps_per_epoch
         if self.console.interactive:
-            print(f"\rEpoch {epoch}/{self.epochs} - step {done}/{self.steps_per_epoch}", end="",
-                  file=self.console.stream, flush=True)
+            print(
+                f"\rEpoch {epoch}/{self.epochs} - step {done}/{self.steps_per_epoch}",
+                end="",
+                file=self.console.stream,
+                flush=True,
+            )
             self.line_open = True
             return
         # Not a terminal (a scheduler's log, `| tee`): a line now and then, not one per poll.
@@ -525,7 +591,7 @@ def _log_lines(path: Path) -> list[str]:
 def _last_error_line(path: Path) -> str | None:
     for line in reversed(_log_lines(path)):
         if line.startswith("error: "):
-            return line[len("error: "):]
+            return line[len("error: ") :]
     return None
 
 

@@ -71,8 +71,9 @@ class Roots:
             raise Refused("a path with a NUL character is refused")
         given = Path(path).expanduser()
         if ".." in given.parts:
-            raise Refused(f"{path}: paths with '..' are refused; name the run by its path under a root "
-                          f"({self.shown()})")
+            raise Refused(
+                f"{path}: paths with '..' are refused; name the run by its path under a root ({self.shown()})"
+            )
         candidates = [given] if given.is_absolute() else [root / given for root in self.folders]
         for candidate in candidates:
             if not os.path.lexists(candidate):
@@ -103,8 +104,10 @@ class Roots:
             for entry in children:
                 entries += 1
                 if entries > MAX_SCANNED_ENTRIES:
-                    raise Refused(f"{path}: holds more than {MAX_SCANNED_ENTRIES:,} files and folders; name one run, "
-                                  "job or log folder inside it (list_runs shows them)")
+                    raise Refused(
+                        f"{path}: holds more than {MAX_SCANNED_ENTRIES:,} files and folders; name one run, "
+                        "job or log folder inside it (list_runs shows them)"
+                    )
                 target = Path(entry.path)
                 if entry.is_symlink():
                     try:
@@ -112,8 +115,10 @@ class Roots:
                     except (OSError, RuntimeError):
                         continue  # a broken link leads nowhere
                     if not self.within(target):
-                        raise Refused(f"{path}: {entry.path} is a link to {target}, outside the roots this server "
-                                      f"reads ({self.shown()})")
+                        raise Refused(
+                            f"{path}: {entry.path} is a link to {target}, outside the roots this server "
+                            f"reads ({self.shown()})"
+                        )
                 try:
                     info = target.stat()
                 except OSError:
@@ -139,7 +144,7 @@ def _json(value) -> str:
 def _records(frame, limit: int, offset: int = 0) -> list[dict]:
     from analysis.render.json import records
 
-    return records(frame.iloc[offset:offset + limit], ("step", "steps"))
+    return records(frame.iloc[offset : offset + limit], ("step", "steps"))
 
 
 def _bounded(value: int, name: str, low: int, high: int) -> int:
@@ -191,12 +196,18 @@ class Tools:
         for folder in folders:
             self._find_runs(folder, 0, runs, too_deep)
         listed = sorted(runs.values(), key=lambda run: (-run["modified_s"], run["path"]))
-        answer = {"roots": [str(root) for root in self.roots.folders], "runs_total": len(listed),
-                  "runs": listed[:limit], "not_searched": None}
+        answer = {
+            "roots": [str(root) for root in self.roots.folders],
+            "runs_total": len(listed),
+            "runs": listed[:limit],
+            "not_searched": None,
+        }
         if too_deep:  # said, not left out in silence: list_runs with `root` set deeper lists them
             shown = ", ".join(str(folder) for folder in too_deep[:3]) + (", ..." if len(too_deep) > 3 else "")
-            answer["not_searched"] = (f"{len(too_deep)} folder{'s' if len(too_deep) > 1 else ''} more than "
-                                      f"{LIST_DEPTH} deep, not searched ({shown}): pass one as `root`")
+            answer["not_searched"] = (
+                f"{len(too_deep)} folder{'s' if len(too_deep) > 1 else ''} more than "
+                f"{LIST_DEPTH} deep, not searched ({shown}): pass one as `root`"
+            )
         return _json(answer)
 
     def _find_runs(self, folder: Path, depth: int, runs: dict, too_deep: list | None = None) -> None:
@@ -260,14 +271,26 @@ class Tools:
 
     def findings(self, path: str, step_name: str | None = None) -> str:
         result = self.analysis(path, step_name)
-        return _json({"source": str(result.path), "verdict": dict(result.verdict), "findings": list(result.findings),
-                      "notes": list(result.notes)})
+        return _json(
+            {
+                "source": str(result.path),
+                "verdict": dict(result.verdict),
+                "findings": list(result.findings),
+                "notes": list(result.notes),
+            }
+        )
 
     def ops(self, path: str, limit: StrictInt = 20, step_name: str | None = None) -> str:
         limit = _bounded(limit, "limit", 1, MAX_OPS)
         result = self.analysis(path, step_name)
-        return _json({"source": str(result.path), "ops_total": len(result.ops), "ops": _records(result.ops, limit),
-                      "roofline": result.roofline})
+        return _json(
+            {
+                "source": str(result.path),
+                "ops_total": len(result.ops),
+                "ops": _records(result.ops, limit),
+                "roofline": result.roofline,
+            }
+        )
 
     def steps(self, path: str, limit: StrictInt = 50, offset: StrictInt = 0, step_name: str | None = None) -> str:
         from analysis.render.json import MEAN_KEYS, STEP_KEYS, UTILIZATION_KEYS
@@ -276,10 +299,18 @@ class Tools:
         result = self.analysis(path, step_name)
         offset = _bounded(offset, "offset", 0, max(len(result.steps), 0))
         columns = STEP_KEYS + [key for key in UTILIZATION_KEYS if key in result.steps]
-        return _json({"source": str(result.path), "step_source": result.step_source, "steps_total": len(result.steps),
-                      "offset": offset, "steps": _records(result.steps[columns], limit, offset),
-                      "steps_used": int(result.steps_used),
-                      "mean": {key: result.mean.get(key) for key in MEAN_KEYS}, "spread": result.spread})
+        return _json(
+            {
+                "source": str(result.path),
+                "step_source": result.step_source,
+                "steps_total": len(result.steps),
+                "offset": offset,
+                "steps": _records(result.steps[columns], limit, offset),
+                "steps_used": int(result.steps_used),
+                "mean": {key: result.mean.get(key) for key in MEAN_KEYS},
+                "spread": result.spread,
+            }
+        )
 
     def compare(self, paths: list[str], baseline: str | None = None) -> str:
         import analysis
@@ -306,8 +337,11 @@ class Tools:
         applies, fix = None, None
         if result is not None:  # where it applies, the advice the analysis gave
             verdict = result.verdict
-            given = [item.get("advice") for item in (*(verdict.get("fixes") or ()), *result.findings)
-                     if item.get("rule") == found.id]
+            given = [
+                item.get("advice")
+                for item in (*(verdict.get("fixes") or ()), *result.findings)
+                if item.get("rule") == found.id
+            ]
             if found.id == verdict.get("rule") and verdict.get("advice"):
                 given.append(verdict["advice"][0])
             applies = bool(given)
@@ -319,32 +353,45 @@ class Tools:
                 fix = None
         note = None
         if fix is None:
-            note = ("it words its fix from the numbers of a run it applies to; it does not apply to this one"
-                    if result is not None else "it words its fix from a run's numbers: pass the path of a run")
-        return _json({"rule": found.id, "component": found.component, "severity": found.severity,
-                      "bound": found.bound, "level": found.level, "finding": found.finding,
-                      "description": found.description, "fix": fix,
-                      "fix_for": str(result.path) if result is not None else "any run",
-                      "applies": applies, "note": note})
+            note = (
+                "it words its fix from the numbers of a run it applies to; it does not apply to this one"
+                if result is not None
+                else "it words its fix from a run's numbers: pass the path of a run"
+            )
+        return _json(
+            {
+                "rule": found.id,
+                "component": found.component,
+                "severity": found.severity,
+                "bound": found.bound,
+                "level": found.level,
+                "finding": found.finding,
+                "description": found.description,
+                "fix": fix,
+                "fix_for": str(result.path) if result is not None else "any run",
+                "applies": applies,
+                "note": note,
+            }
+        )
 
 
 TOOL_DESCRIPTIONS = {
     "list_runs": "The runs, jobs, log folders and .xplane.pb traces under the server's roots (or under `root`), "
-                 "newest first: their paths to pass to the other tools, kind, status and device.",
+    "newest first: their paths to pass to the other tools, kind, status and device.",
     "analyze": "The summary of one run, log folder or trace (JSON, schema devprof.summary/1, at most 8 KB): the "
-               "verdict and what its fix saves, the findings ranked by saving, the top ops with their roofline share, "
-               "the spread of step times, memory and utilization headlines. `step_name` (a regex) picks the marker "
-               "or program that stands for a step.",
+    "verdict and what its fix saves, the findings ranked by saving, the top ops with their roofline share, "
+    "the spread of step times, memory and utilization headlines. `step_name` (a regex) picks the marker "
+    "or program that stands for a step.",
     "findings": "The verdict (bound, its share, evidence, the fixes ranked by saving, advice) and every finding (rule, severity, "
-                "evidence, saving, advice) of one run, in full.",
+    "evidence, saving, advice) of one run, in full.",
     "ops": "The ops of the steady steps, biggest first (up to `limit`): time per step, share, FLOPs, bytes, "
-           "intensity, roofline bound and share of the ceiling; with the roofline's totals.",
+    "intensity, roofline bound and share of the ceiling; with the roofline's totals.",
     "steps": "The steps found (from `offset`, up to `limit`): each step's input, compute, collective and host ms, "
-             "compile and partial flags, per-step utilization; with the steady steps' mean and spread.",
+    "compile and partial flags, per-step utilization; with the steady steps' mean and spread.",
     "compare": "Runs side by side (devprof compare): seconds per epoch, the parts of the step, and the reason for "
-               "every gap against the baseline (default: the slowest).",
+    "every gap against the baseline (default: the slowest).",
     "explain_rule": "What a rule of devprof's rules table checks (its description) and its fix: in general, or for "
-                    "the run at `path` with whether it applies there.",
+    "the run at `path` with whether it applies there.",
 }
 
 
@@ -363,14 +410,22 @@ def build_server(roots: Roots):
     # The SDK logs every refused call as a several-line INFO block on stderr: the client gets the reason
     logging.getLogger("mcp").setLevel(logging.WARNING)
     tools = Tools(roots)
-    server = MCPServer("devprof", instructions=(
-        "devprof explains why a TensorFlow (or JAX) training step is slow from its profiler trace. Start with "
-        "list_runs, then analyze a run's path for its verdict and findings; ops, steps and findings give the "
-        f"detail, explain_rule a rule's meaning and fix. Paths must lie under: {roots.shown()}."))
+    server = MCPServer(
+        "devprof",
+        instructions=(
+            "devprof explains why a TensorFlow (or JAX) training step is slow from its profiler trace. Start with "
+            "list_runs, then analyze a run's path for its verdict and findings; ops, steps and findings give the "
+            f"detail, explain_rule a rule's meaning and fix. Paths must lie under: {roots.shown()}."
+        ),
+    )
     # The camelCase names are the SDK 2.x models' aliases (an alias_generator, which type checkers do
     # not see) and the SDK 1.x fields: both take them.
-    annotations = ToolAnnotations(readOnlyHint=True, destructiveHint=False,  # type: ignore[call-arg]
-                                  idempotentHint=True, openWorldHint=False)
+    annotations = ToolAnnotations(
+        readOnlyHint=True,
+        destructiveHint=False,  # type: ignore[call-arg]
+        idempotentHint=True,
+        openWorldHint=False,
+    )
 
     def as_tool(method):
         @functools.wraps(method)
@@ -384,6 +439,7 @@ def build_server(roots: Roots):
             except Exception as exc:  # noqa: BLE001 - the analysis' own errors (TraceError, CompareError), one line
                 first = str(exc).strip().splitlines()
                 raise ToolError(f"{type(exc).__name__}: {first[0] if first else 'no detail'}") from None
+
         return call
 
     for name, description in TOOL_DESCRIPTIONS.items():

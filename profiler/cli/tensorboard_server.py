@@ -22,8 +22,9 @@ def launch(logdir: str, port: int = 0):
 
     _quiet_request_logs()
     board = program.TensorBoard()
-    board.configure(argv=[None, "--logdir", logdir, "--host", "127.0.0.1", "--port", str(port),
-                          "--reload_interval", "5"])
+    board.configure(
+        argv=[None, "--logdir", logdir, "--host", "127.0.0.1", "--port", str(port), "--reload_interval", "5"]
+    )
     if quiet.verbose():
         return board, board.launch()
     notes = io.StringIO()

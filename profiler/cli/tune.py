@@ -50,8 +50,9 @@ class Setting:
         return [token for flag, value in self.options.items() for token in ([flag] if value is None else [flag, value])]
 
     def with_fix(self, candidate: Candidate) -> Setting:
-        return Setting({**self.options, **candidate.options}, {**self.env, **candidate.env},
-                       (*self.fixes, candidate.rule))
+        return Setting(
+            {**self.options, **candidate.options}, {**self.env, **candidate.env}, (*self.fixes, candidate.rule)
+        )
 
     def document(self) -> dict:
         return {"fixes": list(self.fixes), "options": dict(self.options), "env": dict(self.env)}
@@ -90,13 +91,17 @@ def measured(run_dir: Path) -> Measured:
     record = json.loads((run_dir / "run.json").read_text())
     epochs = record.get("epochs") or [{}]
     loss = epochs[-1].get("loss")
-    return Measured(run_dir, float(per_step.median()) if len(per_step) else math.nan,
-                    float(steady["images"].sum()) / seconds if seconds > 0 else math.nan,
-                    float(loss) if isinstance(loss, (int, float)) else math.nan)
+    return Measured(
+        run_dir,
+        float(per_step.median()) if len(per_step) else math.nan,
+        float(steady["images"].sum()) / seconds if seconds > 0 else math.nan,
+        float(loss) if isinstance(loss, (int, float)) else math.nan,
+    )
 
 
-def candidates(verdict: dict, mean: dict, steps_per_call: int, setting: Setting, tried: set[str],
-               own_pipeline: bool) -> tuple[list[Candidate], list[dict]]:
+def candidates(
+    verdict: dict, mean: dict, steps_per_call: int, setting: Setting, tried: set[str], own_pipeline: bool
+) -> tuple[list[Candidate], list[dict]]:
     """The verdict's fixes (`verdict.fixes`, best first) that tune can apply from `setting`, and the
     others as advice (`{rule, advice}`). `own_pipeline`: the CNN's pipeline, whose settings tune sets."""
     from analysis.rules.advice_loop import suggest_steps_per_execution
@@ -109,10 +114,14 @@ def candidates(verdict: dict, mean: dict, steps_per_call: int, setting: Setting,
         env: dict[str, str] = {}
         label, changes_training = "", False
         if rule in ("input_wait", "no_prefetch") and own_pipeline and "--parallel-calls" not in setting.options:
-            options, label = {"--parallel-calls": "auto", "--prefetch": "auto"}, "the pipeline's stages in parallel, prefetched"
+            options, label = (
+                {"--parallel-calls": "auto", "--prefetch": "auto"},
+                "the pipeline's stages in parallel, prefetched",
+            )
         elif rule in ("host_bound", "launch_bound", "host_sync"):
-            per_call = suggest_steps_per_execution(mean.get("host_pct", math.nan), mean.get("compute_pct", math.nan),
-                                                   steps_per_call)
+            per_call = suggest_steps_per_execution(
+                mean.get("host_pct", math.nan), mean.get("compute_pct", math.nan), steps_per_call
+            )
             if per_call > steps_per_call and per_call <= 16:
                 options, label = {"--steps-per-execution": str(per_call)}, f"{per_call} steps per call"
         elif rule == "fp32_on_matrix_units" and setting.options.get("--precision") is None:
@@ -135,25 +144,47 @@ def run_in_process(argv: list[str], env: dict[str, str]) -> int:
     """`devprof run ARGV` in a fresh Python, with `env` added to this process's environment."""
     import subprocess
 
-    return subprocess.run([sys.executable, "-m", "profiler", "run", *argv], env={**os.environ, **env},
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True).returncode
+    return subprocess.run(
+        [sys.executable, "-m", "profiler", "run", *argv],
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    ).returncode
 
 
 class Tuner:
     """One tune: its folder, the user's run options, the budget; `run()` gives tune.json's document."""
 
-    def __init__(self, tune_dir: Path, user_argv: Sequence[str], budget_s: float, *, batch_size: int,
-                 epoch_images: int, own_pipeline: bool, runner: Runner | None = None,
-                 analyze: Callable[[Path], object] | None = None, clock: Callable[[], float] = time.monotonic,
-                 say: Callable[[str], None] = print):
+    def __init__(
+        self,
+        tune_dir: Path,
+        user_argv: Sequence[str],
+        budget_s: float,
+        *,
+        batch_size: int,
+        epoch_images: int,
+        own_pipeline: bool,
+        runner: Runner | None = None,
+        analyze: Callable[[Path], object] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        say: Callable[[str], None] = print,
+    ):
         self.tune_dir, self.user_argv, self.budget_s = tune_dir, list(user_argv), budget_s
         self.batch_size, self.epoch_images, self.own_pipeline = batch_size, epoch_images, own_pipeline
         self.runner, self.clock, self.say = runner or run_in_process, clock, say
         self.analyze = analyze or _analyze
         self.started = clock()
         self.count = 0
-        self.document: dict = {"schema": SCHEMA, "status": "running", "budget_s": budget_s, "baseline": None,
-                               "best": None, "trials": [], "advice": []}
+        self.document: dict = {
+            "schema": SCHEMA,
+            "status": "running",
+            "budget_s": budget_s,
+            "baseline": None,
+            "best": None,
+            "trials": [],
+            "advice": [],
+        }
 
     # ---- trials
 
@@ -165,9 +196,22 @@ class Tuner:
         self.count += 1
         name = f"{self.count:02d}-{kind}"
         images = self.batch_size * TRIAL_STEPS
-        argv = [*self.user_argv, *setting.argv(), "--epochs", "1", "--limit-images", str(images),
-                "--limit-test-images", str(self.batch_size), "--out", str(self.tune_dir), "--run-name", name,
-                "--quiet", *([] if profile else ["--no-profile", "--no-sample"])]
+        argv = [
+            *self.user_argv,
+            *setting.argv(),
+            "--epochs",
+            "1",
+            "--limit-images",
+            str(images),
+            "--limit-test-images",
+            str(self.batch_size),
+            "--out",
+            str(self.tune_dir),
+            "--run-name",
+            name,
+            "--quiet",
+            *([] if profile else ["--no-profile", "--no-sample"]),
+        ]
         self.say(f"trial {self.count}: {kind} ({max(0.0, self.left_s()) / 60:.1f} min of the budget left)")
         code = self.runner(argv, setting.env)
         run_dir = self.tune_dir / name
@@ -237,8 +281,9 @@ class Tuner:
         self.document["best"] = {**self.summary(setting, current), "command": self.command(setting)}
         return self.document
 
-    def judge(self, base_setting: Setting, candidate: Candidate, base: list[Measured], cand: list[Measured],
-              stopped: bool) -> tuple[dict, bool]:
+    def judge(
+        self, base_setting: Setting, candidate: Candidate, base: list[Measured], cand: list[Measured], stopped: bool
+    ) -> tuple[dict, bool]:
         verdict = trial_rules.compare_trials([m.step_ms for m in base], [m.step_ms for m in cand])
         keep, why = verdict.result == trial_rules.FASTER, verdict.why
         base_loss = _median([m.loss for m in base])
@@ -246,31 +291,47 @@ class Tuner:
         cand_loss = _median([m.loss for m in cand]) if all(math.isfinite(m.loss) for m in cand) else math.nan
         if keep and candidate.changes_training and not (cand_loss <= LOSS_LIMIT * base_loss):
             keep = False
-            why = (f"{why}; rejected: its loss after the same images is {cand_loss:.4g} against the baseline's "
-                   f"{base_loss:.4g} (NaN, or more than {LOSS_LIMIT - 1:.0%} above)")
+            why = (
+                f"{why}; rejected: its loss after the same images is {cand_loss:.4g} against the baseline's "
+                f"{base_loss:.4g} (NaN, or more than {LOSS_LIMIT - 1:.0%} above)"
+            )
         if stopped:
             why = f"{why}; the budget was spent after {len(base) + len(cand)} trials"
         estimate = candidate.estimate_ms
-        holds = (abs(verdict.measured_ms - estimate) <= max(0.35 * estimate, 3.0)
-                 if math.isfinite(estimate) and math.isfinite(verdict.measured_ms) else None)
-        entry = {"rule": candidate.rule, "label": candidate.label,
-                 "setting": base_setting.with_fix(candidate).document(),
-                 "step_ms": _finite(verdict.candidate_ms), "baseline_step_ms": _finite(verdict.baseline_ms),
-                 "images_per_second": _finite(_median([m.images_per_second for m in cand])),
-                 "estimate_ms": _finite(estimate), "measured_ms": _finite(verdict.measured_ms),
-                 "noise_ms": _finite(verdict.noise_ms), "estimate_holds": holds, "result": verdict.result,
-                 "kept": keep, "why": why,
-                 "loss": _finite(cand_loss) if candidate.changes_training else None,
-                 "baseline_loss": _finite(base_loss) if candidate.changes_training else None,
-                 "trials": [str(m.run_dir.name) for m in (*base, *cand)]}
+        holds = (
+            abs(verdict.measured_ms - estimate) <= max(0.35 * estimate, 3.0)
+            if math.isfinite(estimate) and math.isfinite(verdict.measured_ms)
+            else None
+        )
+        entry = {
+            "rule": candidate.rule,
+            "label": candidate.label,
+            "setting": base_setting.with_fix(candidate).document(),
+            "step_ms": _finite(verdict.candidate_ms),
+            "baseline_step_ms": _finite(verdict.baseline_ms),
+            "images_per_second": _finite(_median([m.images_per_second for m in cand])),
+            "estimate_ms": _finite(estimate),
+            "measured_ms": _finite(verdict.measured_ms),
+            "noise_ms": _finite(verdict.noise_ms),
+            "estimate_holds": holds,
+            "result": verdict.result,
+            "kept": keep,
+            "why": why,
+            "loss": _finite(cand_loss) if candidate.changes_training else None,
+            "baseline_loss": _finite(base_loss) if candidate.changes_training else None,
+            "trials": [str(m.run_dir.name) for m in (*base, *cand)],
+        }
         return entry, keep
 
     def summary(self, setting: Setting, runs: list[Measured]) -> dict:
         images_per_second = _median([m.images_per_second for m in runs])
-        return {"setting": setting.document(), "step_ms": _finite(_median([m.step_ms for m in runs])),
-                "images_per_second": _finite(images_per_second),
-                "seconds_per_epoch": _finite(self.epoch_images / images_per_second if images_per_second else math.nan),
-                "loss": _finite(_median([m.loss for m in runs]))}
+        return {
+            "setting": setting.document(),
+            "step_ms": _finite(_median([m.step_ms for m in runs])),
+            "images_per_second": _finite(images_per_second),
+            "seconds_per_epoch": _finite(self.epoch_images / images_per_second if images_per_second else math.nan),
+            "loss": _finite(_median([m.loss for m in runs])),
+        }
 
     def command(self, setting: Setting) -> str:
         env = " ".join(f"{key}={shlex.quote(value)}" for key, value in setting.env.items())
@@ -291,20 +352,25 @@ def render_text(document: dict) -> str:
         lines.append("| fix | setting | step ms (baseline) | estimate ms | measured ms | noise ms | result | kept |")
         lines.append("|---|---|---:|---:|---:|---:|---|---|")
         for row in rows:
-            options = " ".join(f"{flag} {value}" if value is not None else flag
-                               for flag, value in row["setting"]["options"].items())
+            options = " ".join(
+                f"{flag} {value}" if value is not None else flag for flag, value in row["setting"]["options"].items()
+            )
             env = " ".join(f"{key}={value}" for key, value in row["setting"]["env"].items())
-            lines.append(f"| {row['rule']} | {' '.join(filter(None, [env, options]))} | {_cell(row['step_ms'])} "
-                         f"({_cell(row['baseline_step_ms'])}) | {_cell(row['estimate_ms'])} | "
-                         f"{_cell(row['measured_ms'])} | {_cell(row['noise_ms'])} | {row['result']} | "
-                         f"{'yes' if row['kept'] else 'no'} |")
+            lines.append(
+                f"| {row['rule']} | {' '.join(filter(None, [env, options]))} | {_cell(row['step_ms'])} "
+                f"({_cell(row['baseline_step_ms'])}) | {_cell(row['estimate_ms'])} | "
+                f"{_cell(row['measured_ms'])} | {_cell(row['noise_ms'])} | {row['result']} | "
+                f"{'yes' if row['kept'] else 'no'} |"
+            )
         lines += [f"- {row['rule']}: {row['why']}" for row in rows]
     for advice in document.get("advice") or ():
         lines.append(f"- not tried ({advice['rule']}, no setting devprof applies): {advice['advice']}")
     baseline, best = document.get("baseline"), document.get("best")
     if baseline and best:
-        lines.append(f"seconds per epoch: {_cell(baseline['seconds_per_epoch'])} at the default, "
-                     f"{_cell(best['seconds_per_epoch'])} at the best setting")
+        lines.append(
+            f"seconds per epoch: {_cell(baseline['seconds_per_epoch'])} at the default, "
+            f"{_cell(best['seconds_per_epoch'])} at the best setting"
+        )
         lines.append(f"best: {best['command']}")
     return "\n".join(lines)
 

@@ -95,8 +95,10 @@ def _check_index(index, count: int, where: str) -> int:
     if isinstance(index, bool) or not isinstance(index, int):
         raise ClusterError(f"{where}: the task index must be a whole number (got {index!r})")
     if not 0 <= index < count:
-        raise ClusterError(f"{where}: task index {index} is out of range: the cluster has {count} "
-                           f"worker{'s' if count != 1 else ''} (0..{count - 1})")
+        raise ClusterError(
+            f"{where}: task index {index} is out of range: the cluster has {count} "
+            f"worker{'s' if count != 1 else ''} (0..{count - 1})"
+        )
     return index
 
 
@@ -108,13 +110,17 @@ def from_tf_config(text: str) -> Cluster:
     except ValueError as exc:
         raise ClusterError(f"TF_CONFIG is not valid JSON ({exc})") from None
     if not isinstance(config, dict) or not isinstance(config.get("cluster"), dict):
-        raise ClusterError('TF_CONFIG needs a "cluster" object, e.g. {"cluster": {"worker": ["host1:12345", '
-                           '"host2:12345"]}, "task": {"type": "worker", "index": 0}}')
+        raise ClusterError(
+            'TF_CONFIG needs a "cluster" object, e.g. {"cluster": {"worker": ["host1:12345", '
+            '"host2:12345"]}, "task": {"type": "worker", "index": 0}}'
+        )
     spec = config["cluster"]
     other = sorted(set(spec) - set(TASK_TYPES))
     if other:
-        raise ClusterError(f"TF_CONFIG's cluster has {', '.join(repr(t) for t in other)} tasks; devprof trains with "
-                           "MultiWorkerMirroredStrategy, whose cluster has only 'chief' and 'worker' tasks")
+        raise ClusterError(
+            f"TF_CONFIG's cluster has {', '.join(repr(t) for t in other)} tasks; devprof trains with "
+            "MultiWorkerMirroredStrategy, whose cluster has only 'chief' and 'worker' tasks"
+        )
     chief = spec.get("chief") or []
     workers = spec.get("worker") or []
     if not isinstance(chief, list) or not isinstance(workers, list):
@@ -124,8 +130,9 @@ def from_tf_config(text: str) -> Cluster:
     every = _check_workers([*chief, *workers], "TF_CONFIG's cluster")
     task = config.get("task")
     if not isinstance(task, dict) or task.get("type") not in TASK_TYPES:
-        raise ClusterError('TF_CONFIG needs a "task" such as {"type": "worker", "index": 0} saying which '
-                           "worker this host is")
+        raise ClusterError(
+            'TF_CONFIG needs a "task" such as {"type": "worker", "index": 0} saying which worker this host is'
+        )
     kind = task["type"]
     if kind == "chief":
         if not chief:
@@ -151,8 +158,9 @@ def from_option(text: str, task_index: int | None) -> Cluster:
 
 def local_tf_config(ports: list[int], index: int) -> str:
     """TF_CONFIG for worker `index` of a job on this machine (one 127.0.0.1 port each)."""
-    return json.dumps({"cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
-                       "task": {"type": "worker", "index": index}})
+    return json.dumps(
+        {"cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]}, "task": {"type": "worker", "index": index}}
+    )
 
 
 def resolve(cluster_option: str | None, task_index: int | None, environ=None) -> Cluster | None:
@@ -167,8 +175,9 @@ def resolve(cluster_option: str | None, task_index: int | None, environ=None) ->
         return None
     cluster = from_tf_config(text)
     if task_index is not None and task_index != cluster.index:
-        raise ClusterError(f"--task-index {task_index} disagrees with TF_CONFIG, which makes this host worker "
-                           f"{cluster.index}")
+        raise ClusterError(
+            f"--task-index {task_index} disagrees with TF_CONFIG, which makes this host worker {cluster.index}"
+        )
     return cluster
 
 
@@ -256,9 +265,13 @@ def check_injection(option: str, injection: Injection, num_workers: int | None) 
     if injection.worker is None:
         return None
     if num_workers is None:
-        return (f"{option} {injection} names worker {injection.worker}, but this run has one worker "
-                f"(use --workers N, --cluster or TF_CONFIG; or give {option} without @WORKER)")
+        return (
+            f"{option} {injection} names worker {injection.worker}, but this run has one worker "
+            f"(use --workers N, --cluster or TF_CONFIG; or give {option} without @WORKER)"
+        )
     if injection.worker >= num_workers:
-        return (f"{option} {injection}: there is no worker {injection.worker}; the job has {num_workers} "
-                f"workers (0..{num_workers - 1})")
+        return (
+            f"{option} {injection}: there is no worker {injection.worker}; the job has {num_workers} "
+            f"workers (0..{num_workers - 1})"
+        )
     return None

@@ -107,14 +107,19 @@ class TFBackend:
         from tensorflow.python.distribute import collective_all_reduce_strategy as cars
 
         extended = cars.CollectiveAllReduceExtended
-        health = {"_check_health_interval": HEALTH_INTERVAL_S, "_check_health_timeout": HEALTH_TIMEOUT_S,
-                  "_check_health_retry_limit": HEALTH_RETRIES, "_check_health_initial_timeout": wait_s}
+        health = {
+            "_check_health_interval": HEALTH_INTERVAL_S,
+            "_check_health_timeout": HEALTH_TIMEOUT_S,
+            "_check_health_retry_limit": HEALTH_RETRIES,
+            "_check_health_initial_timeout": wait_s,
+        }
         for attribute, value in health.items():
             if hasattr(extended, attribute):  # private knobs: a TensorFlow without them keeps its defaults
                 setattr(extended, attribute, value)
         implementation = tf.distribute.experimental.CommunicationImplementation
         options = tf.distribute.experimental.CommunicationOptions(
-            implementation=implementation.RING if kind == "cpu" else implementation.NCCL, timeout_seconds=timeout_s)
+            implementation=implementation.RING if kind == "cpu" else implementation.NCCL, timeout_seconds=timeout_s
+        )
         # Collective instance keys fixed when a step function is traced (TensorFlow's default
         # gives every call new keys). With new keys a worker that is not the group leader resolves
         # each collective with a round trip to the leader, finished on a gRPC thread, and TensorFlow
@@ -128,10 +133,18 @@ class TFBackend:
         if hasattr(launcher, "_prefer_unique_instance_key"):
             launcher._prefer_unique_instance_key = False
         strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-        return strategy, {"communication": "RING" if kind == "cpu" else "NCCL", "collective_timeout_s": timeout_s,
-                          "health_check": {"interval_s": HEALTH_INTERVAL_S, "timeout_s": HEALTH_TIMEOUT_S,
-                                           "retries": HEALTH_RETRIES, "cluster_wait_s": wait_s},
-                          "replicas": strategy.num_replicas_in_sync, "instance_keys": "per traced function"}
+        return strategy, {
+            "communication": "RING" if kind == "cpu" else "NCCL",
+            "collective_timeout_s": timeout_s,
+            "health_check": {
+                "interval_s": HEALTH_INTERVAL_S,
+                "timeout_s": HEALTH_TIMEOUT_S,
+                "retries": HEALTH_RETRIES,
+                "cluster_wait_s": wait_s,
+            },
+            "replicas": strategy.num_replicas_in_sync,
+            "instance_keys": "per traced function",
+        }
 
     def tpu_strategy(self, address: str | None):
         resolver = self.tf.distribute.cluster_resolver.TPUClusterResolver(tpu=address)
@@ -151,8 +164,14 @@ def tpu_hint_present(address: str | None) -> bool:
     return any(Path(name).exists() for name in TPU_DEVICE_FILES)
 
 
-def resolve(device: str = "auto", gpus: int | None = None, tpu: str | None = None,
-            backend: TFBackend | None = None, cluster=None, collective_timeout_s: float = 60.0) -> Resolved:
+def resolve(
+    device: str = "auto",
+    gpus: int | None = None,
+    tpu: str | None = None,
+    backend: TFBackend | None = None,
+    cluster=None,
+    collective_timeout_s: float = 60.0,
+) -> Resolved:
     if device not in DEVICE_KINDS:
         raise DeviceError(f"unknown device {device!r}; choose from {', '.join(DEVICE_KINDS)}")
     if gpus is not None and gpus < 1:
@@ -163,9 +182,11 @@ def resolve(device: str = "auto", gpus: int | None = None, tpu: str | None = Non
         return _resolve_multi_worker(backend or TFBackend(), device, gpus, cluster, collective_timeout_s)
     if device == "tpu" and not tpu_hint_present(tpu):
         # Nothing says a TPU is there: say so now, before TensorFlow starts and the resolver waits.
-        raise DeviceError(f"no TPU reachable: this machine has no TPU device ({', '.join(TPU_DEVICE_FILES)}) and "
-                          f"none of {', '.join(TPU_ENV_VARS)} is set; give --tpu NAME_OR_ADDRESS for a TPU "
-                          "elsewhere, or use --device cpu or gpu")
+        raise DeviceError(
+            f"no TPU reachable: this machine has no TPU device ({', '.join(TPU_DEVICE_FILES)}) and "
+            f"none of {', '.join(TPU_ENV_VARS)} is set; give --tpu NAME_OR_ADDRESS for a TPU "
+            "elsewhere, or use --device cpu or gpu"
+        )
     backend = backend or TFBackend()
     if device == "tpu" or (device == "auto" and tpu_hint_present(tpu)):
         try:
@@ -254,8 +275,8 @@ def _resolve_multi_worker(backend, device: str, gpus: int | None, cluster, timeo
     threads = cluster_mod.thread_counts(local)
     wait_s = cluster_wait_s()
     if found:
-        backend.use_gpus(found[:gpus or len(found)])
-        backend.enable_memory_growth(found[:gpus or len(found)])
+        backend.use_gpus(found[: gpus or len(found)])
+        backend.enable_memory_growth(found[: gpus or len(found)])
         kind = "gpu"
     else:
         backend.hide_gpus()
@@ -264,20 +285,29 @@ def _resolve_multi_worker(backend, device: str, gpus: int | None, cluster, timeo
         strategy, facts = backend.multi_worker_strategy(kind, timeout_s, wait_s, threads)
     except RuntimeError as exc:
         if "Timeout waiting for the cluster" in str(exc):
-            raise DeviceError(f"not every worker of {', '.join(cluster.workers)} started within {wait_s:g} s "
-                              f"({CLUSTER_WAIT_ENV} sets the wait)") from None
+            raise DeviceError(
+                f"not every worker of {', '.join(cluster.workers)} started within {wait_s:g} s "
+                f"({CLUSTER_WAIT_ENV} sets the wait)"
+            ) from None
         raise
     if kind == "cpu":
         info = cpu_info()
     else:
-        details = [backend.gpu_details(d) for d in found[:gpus or len(found)]]
-        info = {"name": details[0].get("device_name", "GPU") if details else "GPU",
-                "gpus": [{"name": d.get("device_name"), "compute_capability": _cc(d.get("compute_capability"))}
-                         for d in details]}
+        details = [backend.gpu_details(d) for d in found[: gpus or len(found)]]
+        info = {
+            "name": details[0].get("device_name", "GPU") if details else "GPU",
+            "gpus": [
+                {"name": d.get("device_name"), "compute_capability": _cc(d.get("compute_capability"))} for d in details
+            ],
+        }
         info.update(_gpu_memory(len(details)))
     info.update(facts)
-    info.update(strategy="MultiWorkerMirroredStrategy", count=facts["replicas"] // cluster.num_workers or 1,
-                workers=cluster.num_workers, local_workers=local)
+    info.update(
+        strategy="MultiWorkerMirroredStrategy",
+        count=facts["replicas"] // cluster.num_workers or 1,
+        workers=cluster.num_workers,
+        local_workers=local,
+    )
     if threads is not None:
         info.update(intra_op_threads=threads[0], inter_op_threads=threads[1])
     return Resolved(kind, strategy, info)
@@ -288,8 +318,10 @@ def _no_gpu_hint(environ=None) -> str:
     this machine does not have, hides them all, which the driver's own tools would not show."""
     environ = os.environ if environ is None else environ
     if "CUDA_VISIBLE_DEVICES" in environ:
-        return (f"CUDA_VISIBLE_DEVICES={environ['CUDA_VISIBLE_DEVICES']!r} is set and hides every GPU it does not "
-                "name: unset it or name the GPUs to use, or use --device cpu")
+        return (
+            f"CUDA_VISIBLE_DEVICES={environ['CUDA_VISIBLE_DEVICES']!r} is set and hides every GPU it does not "
+            "name: unset it or name the GPUs to use, or use --device cpu"
+        )
     return "install the 'gpu' extra and an NVIDIA driver, or use --device cpu"
 
 
@@ -301,8 +333,10 @@ def _seen(backend) -> str:
 def _resolve_gpu(backend, found, gpus: int | None) -> Resolved:
     want = gpus or 1
     if want > len(found):
-        raise DeviceError(f"--gpus {want} requested but only {len(found)} GPU(s) found: "
-                          + ", ".join(d.name.replace("/physical_device:", "") for d in found))
+        raise DeviceError(
+            f"--gpus {want} requested but only {len(found)} GPU(s) found: "
+            + ", ".join(d.name.replace("/physical_device:", "") for d in found)
+        )
     backend.enable_memory_growth(found)
     names = [f"/gpu:{i}" for i in range(want)]
     strategy = backend.one_device_strategy(names[0]) if want == 1 else backend.mirrored_strategy(names)
@@ -310,8 +344,9 @@ def _resolve_gpu(backend, found, gpus: int | None) -> Resolved:
     info = {
         "name": details[0].get("device_name", "GPU") if details else "GPU",
         "count": want,
-        "gpus": [{"name": d.get("device_name"), "compute_capability": _cc(d.get("compute_capability"))}
-                 for d in details],
+        "gpus": [
+            {"name": d.get("device_name"), "compute_capability": _cc(d.get("compute_capability"))} for d in details
+        ],
         "strategy": type(strategy).__name__,
     }
     info.update(_gpu_memory(want))
@@ -388,11 +423,14 @@ def _resolve_tpu(backend, address: str | None) -> Resolved:
         with quiet.stderr_dropped_on_failure():
             strategy, facts = _call_with_timeout(lambda: backend.tpu_strategy(address), timeout_s)
     except _NoAnswer as exc:
-        raise DeviceError(f"no TPU reachable{' at ' + address if address else ''} ({exc}; "
-                          f"{TPU_TIMEOUT_ENV} sets the wait)") from None
+        raise DeviceError(
+            f"no TPU reachable{' at ' + address if address else ''} ({exc}; {TPU_TIMEOUT_ENV} sets the wait)"
+        ) from None
     except Exception as exc:
-        raise DeviceError(f"no TPU reachable{' at ' + address if address else ''} "
-                          f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no detail'})") from None
+        raise DeviceError(
+            f"no TPU reachable{' at ' + address if address else ''} "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no detail'})"
+        ) from None
     info = {"name": "TPU", "count": facts.get("cores"), "strategy": type(strategy).__name__, **facts}
     return Resolved("tpu", strategy, info)
 
@@ -439,15 +477,19 @@ def precision_warning(precision: str, kind: str, flags: set[str] | None) -> str 
     if kind != "cpu":
         return None
     if precision == "mixed_float16":
-        return ("float16 has no fast kernels on CPUs (it is emulated, often 10-100x slower); use --precision "
-                "mixed_bfloat16 on a CPU with bfloat16 units, else float32")
+        return (
+            "float16 has no fast kernels on CPUs (it is emulated, often 10-100x slower); use --precision "
+            "mixed_bfloat16 on a CPU with bfloat16 units, else float32"
+        )
     if precision == "mixed_bfloat16" and flags is not None:
         if bfloat16_units(flags):
             return None
         arm = "asimd" in flags  # every 64-bit Arm CPU lists it; no x86 CPU does
         missing = f"the {BF16_ARM_FEATURE} feature" if arm else " or ".join(BF16_X86_FLAGS)
-        return (f"this CPU has no bfloat16 units ({missing} not in its flags): bfloat16 math is emulated, often "
-                "several times slower than float32; use --precision float32 on this CPU")
+        return (
+            f"this CPU has no bfloat16 units ({missing} not in its flags): bfloat16 math is emulated, often "
+            "several times slower than float32; use --precision float32 on this CPU"
+        )
     return None
 
 
@@ -508,8 +550,12 @@ def describe_devices(backend: TFBackend | None = None, tpu: str | None = None) -
     memory = _gpu_memory(len(gpus)).get("memory_bytes_per_gpu", []) if gpus else []
     for i, gpu in enumerate(gpus):
         details = backend.gpu_details(gpu)
-        row = {"kind": "gpu", "index": i, "name": details.get("device_name", gpu.name),
-               "compute_capability": _cc(details.get("compute_capability"))}
+        row = {
+            "kind": "gpu",
+            "index": i,
+            "name": details.get("device_name", gpu.name),
+            "compute_capability": _cc(details.get("compute_capability")),
+        }
         if i < len(memory):
             row["memory_bytes"] = memory[i]
         rows.append(row)
@@ -519,4 +565,3 @@ def describe_devices(backend: TFBackend | None = None, tpu: str | None = None) -
         except DeviceError as exc:
             rows.append({"kind": "tpu", "name": "unavailable", "error": str(exc)})
     return rows
-

@@ -24,7 +24,9 @@ DEFAULT_LOG_LEVEL = "2"  # C++ INFO and WARNING off; ERROR stays visible
 
 # absl's lines before its log is initialized ("I0000 00:00:1795386464.557924   13046 port.cc:153] ...").
 _ABSL_LINE = re.compile(r"^([IWEF])\d{4} [\d:.]+\s+\d+ [^\]\s]+:\d+\] ")
-_ABSL_PREAMBLE = re.compile(r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$")
+_ABSL_PREAMBLE = re.compile(
+    r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$"
+)
 # No GPU driver on this machine: TensorFlow says so as an error, but the CPU is used as asked.
 _NO_GPU_DRIVER = re.compile(r"failed call to cuInit")
 # oneDNN on a CPU without AVX-512 says, as an error, that bfloat16 stays on Eigen: a fact of the CPU
@@ -41,8 +43,11 @@ def configure() -> None:
     value = os.environ.get(LOG_LEVEL_VAR)
     if value is not None and not re.fullmatch(r"\s*[+-]?\d+\s*", value):
         if value.strip():
-            print(f"warning: {LOG_LEVEL_VAR}={value!r} is not a log level (0 all, 1 warnings, 2 errors, 3 fatal "
-                  f"only): using {DEFAULT_LOG_LEVEL}", file=sys.stderr)
+            print(
+                f"warning: {LOG_LEVEL_VAR}={value!r} is not a log level (0 all, 1 warnings, 2 errors, 3 fatal "
+                f"only): using {DEFAULT_LOG_LEVEL}",
+                file=sys.stderr,
+            )
         os.environ[LOG_LEVEL_VAR] = DEFAULT_LOG_LEVEL
     os.environ.setdefault(LOG_LEVEL_VAR, DEFAULT_LOG_LEVEL)
 

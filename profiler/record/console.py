@@ -59,15 +59,27 @@ class Console:
         now = self.clock()
         if now - self._last_line >= self.progress_every_s:
             self._last_line = now
-            self.print(f"{done_steps}/{self._epoch_steps} - {now - self._epoch_began:.0f}s - loss: {loss:.4f}"
-                       f" - accuracy: {accuracy:.4f}")
+            self.print(
+                f"{done_steps}/{self._epoch_steps} - {now - self._epoch_began:.0f}s - loss: {loss:.4f}"
+                f" - accuracy: {accuracy:.4f}"
+            )
 
     def epoch_end(self, r: EpochResult) -> None:
         self.bar = None
         self._last_line = None
         # A metric the run does not compute (no validation data with --dataset) is left out, not "nan".
-        metrics = " - ".join(f"{name}: {value:.4f}" for name, value in (
-            ("loss", r.loss), ("accuracy", r.accuracy), ("val_loss", r.val_loss), ("val_accuracy", r.val_accuracy))
-            if value == value)
-        self.print(f"{r.steps}/{r.steps} - {r.seconds:.1f}s" + (f" - {metrics}" if metrics else "")
-                   + f" - {r.seconds:.2f} s/epoch - {r.images_per_second:.0f} images/s")
+        metrics = " - ".join(
+            f"{name}: {value:.4f}"
+            for name, value in (
+                ("loss", r.loss),
+                ("accuracy", r.accuracy),
+                ("val_loss", r.val_loss),
+                ("val_accuracy", r.val_accuracy),
+            )
+            if value == value
+        )
+        self.print(
+            f"{r.steps}/{r.steps} - {r.seconds:.1f}s"
+            + (f" - {metrics}" if metrics else "")
+            + f" - {r.seconds:.2f} s/epoch - {r.images_per_second:.0f} images/s"
+        )

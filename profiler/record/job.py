@@ -41,8 +41,9 @@ def check_free(job_dir: Path, job_id: str | None) -> None:
     found = read(job_dir) or {}
     if job_id is not None and found.get("job_id") == job_id:
         return
-    raise rundir.RunExistsError(f"run directory {job_dir} already holds a job; runs are never overwritten "
-                                "(choose another --run-name or --out)")
+    raise rundir.RunExistsError(
+        f"run directory {job_dir} already holds a job; runs are never overwritten (choose another --run-name or --out)"
+    )
 
 
 def new_meta(config, addresses: list[str], job_id: str | None) -> dict:

@@ -13,16 +13,40 @@ import time
 OOM_ERRORS = ("ResourceExhaustedError",)  # tf.errors; XLA's and JAX's OOMs say RESOURCE_EXHAUSTED in the text
 
 # Bytes per element of TensorFlow's DataTypeString names; string, resource and variant have none.
-DTYPE_BYTES = {"float": 4, "double": 8, "half": 2, "bfloat16": 2, "float8_e5m2": 1, "float8_e4m3fn": 1,
-               "int8": 1, "uint8": 1, "bool": 1, "qint8": 1, "quint8": 1, "int16": 2, "uint16": 2, "qint16": 2,
-               "quint16": 2, "int32": 4, "uint32": 4, "qint32": 4, "int64": 8, "uint64": 8, "complex64": 8,
-               "complex128": 16, "int4": 0.5, "uint4": 0.5}
+DTYPE_BYTES = {
+    "float": 4,
+    "double": 8,
+    "half": 2,
+    "bfloat16": 2,
+    "float8_e5m2": 1,
+    "float8_e4m3fn": 1,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "qint8": 1,
+    "quint8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "qint16": 2,
+    "quint16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "qint32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "complex64": 8,
+    "complex128": 16,
+    "int4": 0.5,
+    "uint4": 0.5,
+}
 
 # "OOM when allocating tensor with shape[256,64,112,112] and type float on /job:.../device:GPU:0 by
 # allocator GPU_0_bfc" (TF 1.x: "tensor of shape [..]")
-_ALLOCATING = re.compile(r"OOM when allocating tensor (?:with|of) shape\s*\[(?P<shape>[^\]]*)\]"
-                         r"(?:\s+and type (?P<dtype>\w+))?(?:\s+on (?P<device>\S+?))?(?:\s+by allocator (?P<allocator>[^\s\[]+))?"
-                         r"(?=[\s\[]|$)")
+_ALLOCATING = re.compile(
+    r"OOM when allocating tensor (?:with|of) shape\s*\[(?P<shape>[^\]]*)\]"
+    r"(?:\s+and type (?P<dtype>\w+))?(?:\s+on (?P<device>\S+?))?(?:\s+by allocator (?P<allocator>[^\s\[]+))?"
+    r"(?=[\s\[]|$)"
+)
 _XLA_BYTES = re.compile(r"(?:trying to allocate|allocate) (?P<bytes>\d+) bytes")
 _NODE = re.compile(r"\{\{node (?P<op>[^}\s]+)\s*\}\}|\[\[node (?P<op1>[^\s\]]+)|Node: '(?P<op2>[^']+)'")
 _OP = re.compile(r"\[Op:(?P<op>[^\]\s]+)\]")
@@ -69,5 +93,11 @@ def oom_record(exc: BaseException, at_s: float | None = None) -> dict | None:
     if not is_oom(exc):
         return None
     parsed = parse_oom(str(getattr(exc, "message", None) or exc)) or {
-        "bytes": None, "shape": None, "dtype": None, "op": None, "allocator": None, "device": None}
+        "bytes": None,
+        "shape": None,
+        "dtype": None,
+        "op": None,
+        "allocator": None,
+        "device": None,
+    }
     return {**parsed, "time_s": time.time() if at_s is None else at_s}

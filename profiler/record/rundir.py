@@ -104,8 +104,9 @@ def create_default(out: Path, name: str) -> Path:
 
 def check_new(path: Path) -> None:
     if path.exists():
-        raise RunExistsError(f"run directory {path} already exists; runs are never overwritten "
-                             "(choose another --run-name or --out)")
+        raise RunExistsError(
+            f"run directory {path} already exists; runs are never overwritten (choose another --run-name or --out)"
+        )
 
 
 def create(path: Path) -> Path:
@@ -224,8 +225,16 @@ class StepsWriter:
     def write(self, record) -> None:
         # One formatted line and one system call: this runs every step of the user's loop.
         line = "%d,%d,%d,%.6f,%.4f,%.4f,%.4f,%.4f,%d\r\n" % (
-            record.epoch, record.step, record.steps, record.start_time_s, record.input_ms, record.call_ms,
-            record.other_host_ms, record.input_ms + record.call_ms + record.other_host_ms, record.images)
+            record.epoch,
+            record.step,
+            record.steps,
+            record.start_time_s,
+            record.input_ms,
+            record.call_ms,
+            record.other_host_ms,
+            record.input_ms + record.call_ms + record.other_host_ms,
+            record.images,
+        )
         try:
             self._file.write(line)
             self._file.flush()

@@ -94,9 +94,16 @@ class Session:
     def _worker_meta(self) -> dict:
         """run.json `worker`: this process's place in a multi-worker job."""
         cluster = self.config.cluster
-        return {"index": cluster.index, "name": cluster.name, "num_workers": cluster.num_workers,
-                "chief": cluster.is_chief, "addresses": list(cluster.workers),
-                "address": cluster.workers[cluster.index], "source": cluster.source, "job": str(self.job_dir)}
+        return {
+            "index": cluster.index,
+            "name": cluster.name,
+            "num_workers": cluster.num_workers,
+            "chief": cluster.is_chief,
+            "addresses": list(cluster.workers),
+            "address": cluster.workers[cluster.index],
+            "source": cluster.source,
+            "job": str(self.job_dir),
+        }
 
     # ------------------------------------------------------------ the run directory
 
@@ -136,24 +143,32 @@ class Session:
             try:
                 tracing.start_server(cfg.profiler_port)
                 self.meta["profiler"]["server_port"] = cfg.profiler_port
-                self.console.print(f"profiler server listening on port {cfg.profiler_port} "
-                                   f"(capture with: devprof capture grpc://localhost:{cfg.profiler_port})")
+                self.console.print(
+                    f"profiler server listening on port {cfg.profiler_port} "
+                    f"(capture with: devprof capture grpc://localhost:{cfg.profiler_port})"
+                )
             except Exception as exc:  # noqa: BLE001
                 self._profiler_warning(f"profiler server did not start on port {cfg.profiler_port} ({exc})")
 
-    def _open_window(self, start: int, stop: int, device_kind: str,
-                     steps_per_call: int = 1) -> tracing.ProfileWindow:
+    def _open_window(self, start: int, stop: int, device_kind: str, steps_per_call: int = 1) -> tracing.ProfileWindow:
         self._graphs_before = self._live_graph_ids()
-        window = self.window = tracing.ProfileWindow(self._run_dir, start, stop, self.config.tracer,
-                                                     warn=self.console.warn, steps_per_call=steps_per_call,
-                                                     notes=self.meta["profiler"])
+        window = self.window = tracing.ProfileWindow(
+            self._run_dir,
+            start,
+            stop,
+            self.config.tracer,
+            warn=self.console.warn,
+            steps_per_call=steps_per_call,
+            notes=self.meta["profiler"],
+        )
         self.meta["profiler"]["window"] = [start, stop]
         estimate = tracing.estimate_events(stop - start, self.config.tracer, device_kind)
         self.meta["profiler"]["estimated_events"] = estimate
         if estimate > tracing.VIEWER_EVENT_LIMIT:
             self._profiler_warning(
                 f"profile window {start}:{stop} may hold about {estimate:,} events, more than the "
-                f"{tracing.VIEWER_EVENT_LIMIT:,} XProf's trace viewer shows; use a shorter {self._window_option}")
+                f"{tracing.VIEWER_EVENT_LIMIT:,} XProf's trace viewer shows; use a shorter {self._window_option}"
+            )
         compile_only = tracing.compile_only_window(start, stop, steps_per_call, self._window_option)
         if compile_only:
             self._profiler_warning(compile_only)
@@ -164,6 +179,7 @@ class Session:
         if not cfg.sample:
             self.meta["samplers"] = {"enabled": False, "reason": "turned off with --no-sample"}
             return
+
         def system(name, step, row):
             if self.write_errors or self.scalars is None:
                 return
@@ -176,9 +192,13 @@ class Session:
             step = self.current_step()
             self._write_scalars(lambda: system(name, step, row))
 
-        group = samplers.build_sampler_group(self._run_dir / "utilization", resolved.kind, cfg.sample_interval,
-                                             on_row=to_tensorboard,
-                                             tpu_service_addr=tpu_monitor_address(resolved.info.get("tpu")))
+        group = samplers.build_sampler_group(
+            self._run_dir / "utilization",
+            resolved.kind,
+            cfg.sample_interval,
+            on_row=to_tensorboard,
+            tpu_service_addr=tpu_monitor_address(resolved.info.get("tpu")),
+        )
         self.samplers = group.start()
         self.meta["samplers"] = {"enabled": True, "interval_s": cfg.sample_interval, "status": group.status()}
         for name, status in group.status().items():
@@ -280,13 +300,15 @@ class Session:
         """Stop the profiler and samplers and close the files, once. With `strict`, a file that
         could not be written raises `WriteError` after everything is closed."""
         if self._to_close is None:
-            self._to_close = [lambda: None if self.window is None else self.window.maybe_stop(0, force=True),
-                              lambda: None if self.window is None else self.window.describe(),
-                              self._record_op_costs,
-                              self._stop_samplers,
-                              lambda: None if self.steps is None else self.steps.close(),
-                              lambda: None if self.scalars is None else self._write_scalars(),
-                              lambda: None if self.scalars is None else self.scalars.close()]
+            self._to_close = [
+                lambda: None if self.window is None else self.window.maybe_stop(0, force=True),
+                lambda: None if self.window is None else self.window.describe(),
+                self._record_op_costs,
+                self._stop_samplers,
+                lambda: None if self.steps is None else self.steps.close(),
+                lambda: None if self.scalars is None else self._write_scalars(),
+                lambda: None if self.scalars is None else self.scalars.close(),
+            ]
         failures = []
         while self._to_close:  # each once, even when an interruption cuts this short and it is called again
             action = self._to_close.pop(0)
@@ -389,8 +411,11 @@ class Session:
             meta = found
         else:
             meta = self._new_job_meta(list(cluster.workers), job_id)
-        meta.update(status="running", chief=cluster.name, device={"kind": self.meta["device"]["kind"],
-                                                                  "name": self.meta["device"].get("name")})
+        meta.update(
+            status="running",
+            chief=cluster.name,
+            device={"kind": self.meta["device"]["kind"], "name": self.meta["device"].get("name")},
+        )
         if "validation_images" in self.meta.get("config", {}):
             meta.setdefault("config", {})["validation_images"] = self.meta["config"]["validation_images"]
         self.job_meta = meta
@@ -408,9 +433,12 @@ class Session:
             return
         cluster = self.config.cluster
         meta = self.job_meta
-        meta.update(status=self.meta.get("status"), error=self.meta.get("error"),
-                    finished_at=self.meta.get("finished_at"),
-                    worker_status=job.worker_outcomes(self.job_dir, cluster.num_workers))
+        meta.update(
+            status=self.meta.get("status"),
+            error=self.meta.get("error"),
+            finished_at=self.meta.get("finished_at"),
+            worker_status=job.worker_outcomes(self.job_dir, cluster.num_workers),
+        )
         if "interrupted_by" in self.meta:
             meta["interrupted_by"] = self.meta["interrupted_by"]
         with contextlib.suppress(OSError):  # the chief's own run.json already says how it ended
@@ -447,8 +475,9 @@ class Session:
 
         handled: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT) if workers else (signal.SIGTERM,)
         if only_if_default:
-            handled = tuple(s for s in handled
-                            if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler, None))
+            handled = tuple(
+                s for s in handled if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler, None)
+            )
         previous = {signum: signal.signal(signum, on_signal) for signum in handled}
         watcher = _CollectiveCanceller(self, lock, raised) if workers else None
         # MultiWorkerMirroredStrategy starts TensorFlow's coordination service, whose preemption
@@ -469,7 +498,7 @@ def tpu_monitor_address(tpu: str | None) -> str | None:
     """Cloud TPU workers serve gRPC on 8470 and the profiler's monitor on 8466."""
     if not tpu or not tpu.startswith("grpc://"):
         return None
-    host, _, port = tpu[len("grpc://"):].rpartition(":")
+    host, _, port = tpu[len("grpc://") :].rpartition(":")
     return f"{host}:8466" if host and port == "8470" else None
 
 
@@ -513,8 +542,14 @@ def versions() -> dict:
         build = {k: v for k, v in tf.sysconfig.get_build_info().items() if k in ("cuda_version", "cudnn_version")}
     except Exception:  # noqa: BLE001
         pass
-    return {"python": platform.python_version(), "tensorflow": tf.__version__, "keras": keras.__version__,
-            "numpy": numpy.__version__, "devprof": __version__, **build}
+    return {
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "numpy": numpy.__version__,
+        "devprof": __version__,
+        **build,
+    }
 
 
 COLLECTIVE_STOP_GRACE_S = 1.0  # how long a signal's handler may take before the collectives are cancelled

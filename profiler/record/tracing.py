@@ -92,8 +92,10 @@ def compile_only_window(start: int, stop: int, steps_per_call: int = 1, option: 
     first = "step 0" if steps_per_call == 1 else f"the first call (steps 0-{steps_per_call - 1})"
     suggested = f"{steps_per_call}:{steps_per_call * (1 + window_calls(steps_per_call))}"
     example = f"{option} {suggested}" if option.startswith("--") else f'{option}="{suggested}"'
-    return (f"profile window {start}:{stop} traces only {first}, which traces and compiles the training "
-            f"function: its time is not a steady step's; trace the steps after it (e.g. {example})")
+    return (
+        f"profile window {start}:{stop} traces only {first}, which traces and compiles the training "
+        f"function: its time is not a steady step's; trace the steps after it (e.g. {example})"
+    )
 
 
 def estimate_events(steps: int, options: TracerOptions, device_kind: str) -> int:
@@ -141,10 +143,14 @@ class ProfileWindow:
 
         began = time.perf_counter()
         try:
-            tf.profiler.experimental.start(str(self.logdir), options=tf.profiler.experimental.ProfilerOptions(
-                host_tracer_level=self.options.host_tracer_level,
-                python_tracer_level=self.options.python_tracer_level,
-                device_tracer_level=self.options.device_tracer_level))
+            tf.profiler.experimental.start(
+                str(self.logdir),
+                options=tf.profiler.experimental.ProfilerOptions(
+                    host_tracer_level=self.options.host_tracer_level,
+                    python_tracer_level=self.options.python_tracer_level,
+                    device_tracer_level=self.options.device_tracer_level,
+                ),
+            )
         except Exception as exc:
             self.done = True
             self._warn(f"profiler did not start ({_reason(exc)}); training goes on without a trace")
@@ -161,8 +167,10 @@ class ProfileWindow:
             self.done = True
             # Training stopped before the window: it failed, was stopped, or had fewer steps.
             steps = f"{self.reached} step{'' if self.reached == 1 else 's'}"
-            self._warn(f"profile window {self.start}:{self.stop} was never reached: training stopped after "
-                       f"{steps}; no trace was written")
+            self._warn(
+                f"profile window {self.start}:{self.stop} was never reached: training stopped after "
+                f"{steps}; no trace was written"
+            )
             return
         if not self.active or (next_step < self.stop and not force):
             return
@@ -250,9 +258,11 @@ class ProfileWindow:
         elif self.options.python_tracer_level and facts.get("python_events") == 0:
             # TensorFlow 2.16-2.21 drop the options of an in-process session ("... expects an i
             # value" in its log): the Python tracer stays off. A remote capture honours them.
-            self._warn("the Python tracer was requested but the trace has no Python events (this TensorFlow "
-                       "ignores tracer options in-process); for Python events run with --profiler-port PORT "
-                       "and use 'devprof capture grpc://localhost:PORT --python-tracer'")
+            self._warn(
+                "the Python tracer was requested but the trace has no Python events (this TensorFlow "
+                "ignores tracer options in-process); for Python events run with --profiler-port PORT "
+                "and use 'devprof capture grpc://localhost:PORT --python-tracer'"
+            )
 
     def _warn(self, message: str) -> None:
         self.notes.setdefault("warnings", []).append(message)
@@ -429,8 +439,11 @@ def parse_service_addresses(text: str) -> list[str]:
     for part in parts:
         host, sep, port = part.removeprefix("grpc://").rpartition(":")
         if not part.startswith("grpc://") or not sep or not _HOST.match(host) or not port.isdigit():
-            raise ValueError(f"capture wants grpc://HOST:PORT (several: grpc://HOST1:PORT1,grpc://HOST2:PORT2), "
-                             f"got {part!r}" if part else f"capture wants grpc://HOST:PORT, got {text!r}")
+            raise ValueError(
+                f"capture wants grpc://HOST:PORT (several: grpc://HOST1:PORT1,grpc://HOST2:PORT2), got {part!r}"
+                if part
+                else f"capture wants grpc://HOST:PORT, got {text!r}"
+            )
         if not 1 <= int(port) <= 65535:
             raise ValueError(f"capture: port {port} of {part!r} is not a port number (1 to 65535)")
     if len(set(parts)) != len(parts):
@@ -438,8 +451,15 @@ def parse_service_addresses(text: str) -> list[str]:
     return parts
 
 
-def capture(service_addr: str, logdir: str, duration_ms: int, host_tracer_level: int = 2,
-            device_tracer_level: int = 1, python_tracer_level: int = 0, attempts: int = 3) -> None:
+def capture(
+    service_addr: str,
+    logdir: str,
+    duration_ms: int,
+    host_tracer_level: int = 2,
+    device_tracer_level: int = 1,
+    python_tracer_level: int = 0,
+    attempts: int = 3,
+) -> None:
     """Trace a job's profiler server for `duration_ms`; the trace lands in `logdir/plugins/profile/`.
 
     Uses XProf's capture client: it sends the tracer levels typed, as the server expects them
@@ -449,8 +469,11 @@ def capture(service_addr: str, logdir: str, duration_ms: int, host_tracer_level:
     """
     # Several workers: one comma-separated list, without the scheme (the client takes HOST:PORT,...).
     address = ",".join(part.strip().removeprefix("grpc://") for part in service_addr.split(","))
-    options = {"host_tracer_level": host_tracer_level, "device_tracer_level": device_tracer_level,
-               "python_tracer_level": python_tracer_level}
+    options = {
+        "host_tracer_level": host_tracer_level,
+        "device_tracer_level": device_tracer_level,
+        "python_tracer_level": python_tracer_level,
+    }
     try:
         from xprof.convert import _pywrap_profiler_plugin as xprof_client
     except ImportError:
@@ -458,6 +481,7 @@ def capture(service_addr: str, logdir: str, duration_ms: int, host_tracer_level:
     from profiler.device import quiet
 
     if xprof_client is not None:
+
         def call():
             xprof_client.trace(address, str(logdir), "", True, int(duration_ms), int(attempts), options)
     else:
@@ -465,8 +489,13 @@ def capture(service_addr: str, logdir: str, duration_ms: int, host_tracer_level:
 
         def call():
             tf.profiler.experimental.client.trace(
-                "grpc://" + address, str(logdir), duration_ms, num_tracing_attempts=attempts,
-                options=tf.profiler.experimental.ProfilerOptions(**options))
+                "grpc://" + address,
+                str(logdir),
+                duration_ms,
+                num_tracing_attempts=attempts,
+                options=tf.profiler.experimental.ProfilerOptions(**options),
+            )
+
     if quiet.verbose():
         call()
         return

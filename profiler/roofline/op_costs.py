@@ -38,7 +38,8 @@ NAN = math.nan
 
 # Ops that move, reshape, read or name data without arithmetic: 0 FLOPs, kind "". A function
 # call or control-flow op counts 0 too: its body is a function of its own, recorded with its nodes.
-NO_ARITHMETIC = frozenset("""
+NO_ARITHMETIC = frozenset(
+    """
     Identity IdentityN Snapshot StopGradient PreventGradient EnsureShape CheckNumerics CheckNumericsV2
     Reshape Squeeze ExpandDims Transpose Const HostConst Placeholder PlaceholderWithDefault _Arg _Retval
     NoOp Shape ShapeN Size Rank ReadVariableOp AssignVariableOp VarHandleOp VarIsInitializedOp
@@ -52,11 +53,13 @@ NO_ARITHMETIC = frozenset("""
     Switch Merge Enter Exit NextIteration LoopCond ControlTrigger
     TensorListFromTensor TensorListGetItem TensorListSetItem TensorListStack TensorListReserve
     TensorListLength TensorListElementShape TensorListPushBack TensorListPopBack
-""".split())
+""".split()
+)
 
 # Element-wise ops without a TensorFlow statistic: 1 FLOP per output element (also those that
 # count more in hardware, such as exp or tanh: XLA's cost analysis counts them as 1 too).
-ELEMENTWISE = frozenset("""
+ELEMENTWISE = frozenset(
+    """
     Abs Acos Acosh Asin Asinh Atan Atanh Atan2 Ceil Cos Cosh Digamma Erf Erfc Exp Expm1 Floor Inv Lgamma Log1p
     Round Rint Sign Sin Sinh Sqrt Tan Tanh Sigmoid Relu Relu6 Elu Selu LeakyRelu Softplus Softsign
     ReluGrad Relu6Grad EluGrad SeluGrad LeakyReluGrad SigmoidGrad TanhGrad SqrtGrad SoftplusGrad SoftsignGrad
@@ -65,7 +68,8 @@ ELEMENTWISE = frozenset("""
     Select SelectV2 ClipByValue ApproximateEqual IsFinite IsNan IsInf LogicalAnd LogicalOr LogicalNot
     BitwiseAnd BitwiseOr BitwiseXor Invert LeftShift RightShift BiasAddV1 AddN
     AssignAddVariableOp AssignSubVariableOp
-""".split())
+""".split()
+)
 
 # Reductions without a TensorFlow statistic: 1 FLOP per input element.
 REDUCTIONS = frozenset("Max Min Prod All Any EuclideanNorm".split())
@@ -83,8 +87,10 @@ BATCH_NORM_TRAINING, BATCH_NORM_INFERENCE, BATCH_NORM_BACKWARD = 5, 2, 7  # per 
 # Fused optimizer updates: FLOPs per variable element, from each update's documented formula.
 OPTIMIZER_UPDATES = {
     "ApplyGradientDescent": 2,  # var -= alpha * delta
-    "ApplyMomentum": 4, "ApplyKerasMomentum": 4,  # accum = accum * momentum + grad; var -= lr * accum
-    "ApplyAdagrad": 6, "ApplyAdagradV2": 6,  # accum += grad^2; var -= lr * grad / sqrt(accum)
+    "ApplyMomentum": 4,
+    "ApplyKerasMomentum": 4,  # accum = accum * momentum + grad; var -= lr * accum
+    "ApplyAdagrad": 6,
+    "ApplyAdagradV2": 6,  # accum += grad^2; var -= lr * grad / sqrt(accum)
     "ApplyAdam": 12,  # m: 3, v: 4, var -= lr_t * m / (sqrt(v) + epsilon): 5
     "ApplyRMSProp": 11,  # ms: 4, mom: 6, var -= mom: 1
 }
@@ -109,8 +115,7 @@ def shape_text(shape) -> str:
     """`128x32x32x3`; "" for a scalar, "?" for an unknown dimension or rank."""
     if shape.rank is None:
         return columns.UNKNOWN_DIMENSION
-    return columns.DIMENSION_SEPARATOR.join(columns.UNKNOWN_DIMENSION if d is None else str(d)
-                                            for d in shape.as_list())
+    return columns.DIMENSION_SEPARATOR.join(columns.UNKNOWN_DIMENSION if d is None else str(d) for d in shape.as_list())
 
 
 def elements(tensor) -> float:
@@ -132,8 +137,10 @@ def _variable_updates(op) -> float:
     """Bytes of the variables an op updates through resource handles: read and written, each the
     size of the update (the gradient's, the value's); AssignVariableOp only writes."""
     handles = [t for t in op.inputs if t.dtype.name == "resource"]
-    if not handles or not (op.type.startswith(("ResourceApply", "Apply")) or op.type in (
-            "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp")):
+    if not handles or not (
+        op.type.startswith(("ResourceApply", "Apply"))
+        or op.type in ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp")
+    ):
         return 0.0
     values = [tensor_bytes(t) for t in op.inputs if t.dtype.name != "resource"]
     size = max(values, default=NAN)
@@ -203,7 +210,7 @@ def _einsum_flops(op) -> float:
     for labels, tensor in zip(operands, op.inputs):
         labels = labels.replace("...", "")
         dims = tensor.shape.as_list()
-        for label, size in zip(labels, dims[len(dims) - len(labels):]):
+        for label, size in zip(labels, dims[len(dims) - len(labels) :]):
             sizes[label] = size
     summed = math.prod(sizes[label] for label in set(sizes) - set(output_text))
     return 2.0 * elements(op.outputs[0]) * summed
@@ -212,9 +219,11 @@ def _einsum_flops(op) -> float:
 def _formula_flops(op) -> float | None:
     """devprof's stated formula for op types TensorFlow has no statistic for; None: not known."""
     t = op.type
-    base = t[len("Resource"):] if t.startswith("ResourceApply") else t
+    base = t[len("Resource") :] if t.startswith("ResourceApply") else t
     if t in ELEMENTWISE:  # an update in place (AssignAddVariableOp) has no output: its value's elements
-        return elements(op.outputs[0]) if op.outputs else max(elements(x) for x in op.inputs if x.dtype.name != "resource")
+        return (
+            elements(op.outputs[0]) if op.outputs else max(elements(x) for x in op.inputs if x.dtype.name != "resource")
+        )
     if t in REDUCTIONS:
         return elements(op.inputs[0])
     if t in PER_ELEMENT:
@@ -263,10 +272,18 @@ def op_flops(op) -> tuple[float, str, str]:
     return NAN, SOURCE_UNKNOWN, KIND_NONE
 
 
-FORMULA_TYPES = (ELEMENTWISE | REDUCTIONS | BATCH_NORM | BATCH_NORM_GRAD | frozenset(PER_ELEMENT)
-                 | frozenset(f"{prefix}{name}" for name in OPTIMIZER_UPDATES for prefix in ("", "Resource"))
-                 | frozenset("MaxPool AvgPool MaxPool3D AvgPool3D MaxPoolGradGrad MaxPoolGrad MaxPool3DGrad "
-                             "AvgPoolGrad AvgPool3DGrad Conv3DBackpropInputV2 Conv3DBackpropFilterV2".split()))
+FORMULA_TYPES = (
+    ELEMENTWISE
+    | REDUCTIONS
+    | BATCH_NORM
+    | BATCH_NORM_GRAD
+    | frozenset(PER_ELEMENT)
+    | frozenset(f"{prefix}{name}" for name in OPTIMIZER_UPDATES for prefix in ("", "Resource"))
+    | frozenset(
+        "MaxPool AvgPool MaxPool3D AvgPool3D MaxPoolGradGrad MaxPoolGrad MaxPool3DGrad "
+        "AvgPoolGrad AvgPool3DGrad Conv3DBackpropInputV2 Conv3DBackpropFilterV2".split()
+    )
+)
 
 
 def _computes(op_type: str) -> bool:
@@ -298,11 +315,20 @@ def graph_rows(graph) -> list[dict]:
     rows, by_name = [], {}
     for op in graph.get_operations():
         flops, source, kind = op_flops(op)
-        row = {"function": graph.name, "op": op.name, "type": op.type, "dtype": op_dtype(op), "kind": kind,
-               "input_shapes": columns.SHAPE_SEPARATOR.join(shape_text(t.shape) for t in op.inputs),
-               "output_shapes": columns.SHAPE_SEPARATOR.join(shape_text(t.shape) for t in op.outputs),
-               "flops": flops, "bytes": op_bytes(op), "flops_source": source,
-               "chain_flops": NAN, "chain_bytes": NAN}
+        row = {
+            "function": graph.name,
+            "op": op.name,
+            "type": op.type,
+            "dtype": op_dtype(op),
+            "kind": kind,
+            "input_shapes": columns.SHAPE_SEPARATOR.join(shape_text(t.shape) for t in op.inputs),
+            "output_shapes": columns.SHAPE_SEPARATOR.join(shape_text(t.shape) for t in op.outputs),
+            "flops": flops,
+            "bytes": op_bytes(op),
+            "flops_source": source,
+            "chain_flops": NAN,
+            "chain_bytes": NAN,
+        }
         rows.append(row)
         by_name[op.name] = row
     for chain in fusable_chains(graph):
@@ -328,8 +354,9 @@ def fusable_chains(graph) -> list[list]:
         if not op.inputs:
             continue
         source = op.inputs[0].op
-        if op.type == "BiasAdd" or (op.type in BATCH_NORM and not op.get_attr("is_training")
-                                    and source.type != "MatMul"):
+        if op.type == "BiasAdd" or (
+            op.type in BATCH_NORM and not op.get_attr("is_training") and source.type != "MatMul"
+        ):
             if source.type in FUSABLE_MATRIX and _only_consumer(source, op):
                 middles[op.name] = [source, op]
                 chains.append(middles[op.name])
@@ -418,5 +445,8 @@ def write(run_dir: str | Path, graphs=None, before: frozenset[int] | None = None
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-    return {"op_costs_seconds": time.perf_counter() - began,
-            "op_costs_functions": int(frame["function"].nunique()), "op_costs_ops": len(frame)}
+    return {
+        "op_costs_seconds": time.perf_counter() - began,
+        "op_costs_functions": int(frame["function"].nunique()),
+        "op_costs_ops": len(frame),
+    }

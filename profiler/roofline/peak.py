@@ -149,9 +149,16 @@ def time_call(run: Runner, iters: int, clock: Callable[[], float]) -> float:
     return clock() - began
 
 
-def best_time(run: Runner, *, repeats: int = REPEATS, min_time_s: float = MIN_TIME_S, max_iters: int = 1 << 20,
-              min_repeats: int = MIN_REPEATS, budget_s: float = SIZE_BUDGET_S,
-              clock: Callable[[], float] = time.perf_counter) -> tuple[int, float]:
+def best_time(
+    run: Runner,
+    *,
+    repeats: int = REPEATS,
+    min_time_s: float = MIN_TIME_S,
+    max_iters: int = 1 << 20,
+    min_repeats: int = MIN_REPEATS,
+    budget_s: float = SIZE_BUDGET_S,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[int, float]:
     """(iters, best seconds): grow `iters` until one call takes `min_time_s`, then best of `repeats` such calls
     (of `min_repeats` where those already took `budget_s`: one big matmul on a slow CPU takes seconds).
 
@@ -171,9 +178,17 @@ def best_time(run: Runner, *, repeats: int = REPEATS, min_time_s: float = MIN_TI
     return iters, seconds
 
 
-def measure_rate(make_runner: Callable[[int], Runner], sizes, work: Callable[[int, int], float], *,
-                 repeats: int = REPEATS, min_time_s: float = MIN_TIME_S, max_op_s: float = MAX_OP_S,
-                 growth: float = GROWTH, clock: Callable[[], float] = time.perf_counter) -> dict:
+def measure_rate(
+    make_runner: Callable[[int], Runner],
+    sizes,
+    work: Callable[[int, int], float],
+    *,
+    repeats: int = REPEATS,
+    min_time_s: float = MIN_TIME_S,
+    max_op_s: float = MAX_OP_S,
+    growth: float = GROWTH,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict:
     """Best `work(size, iters) / seconds` over sizes that grow until the rate stops growing.
 
     Sizes are tried in order; the search stops at the first size whose rate is less than
@@ -211,8 +226,12 @@ def measure_rate(make_runner: Callable[[int], Runner], sizes, work: Callable[[in
     return {**best, "stopped": stopped, "sizes": tried}
 
 
-def _retime_in_turns(rows: list[tuple[dict, Runner]], work: Callable[[int, int], float],
-                     clock: Callable[[], float], rounds: int = CONFIRM_ROUNDS) -> None:
+def _retime_in_turns(
+    rows: list[tuple[dict, Runner]],
+    work: Callable[[int, int], float],
+    clock: Callable[[], float],
+    rounds: int = CONFIRM_ROUNDS,
+) -> None:
     """Time each row's runner at its `iters` again, the rows in turn, `rounds` times in alternating
     order; a faster call replaces a row's `seconds` and `per_second`."""
     for index in range(rounds):
@@ -222,9 +241,16 @@ def _retime_in_turns(rows: list[tuple[dict, Runner]], work: Callable[[int, int],
                 row.update(seconds=seconds, per_second=work(row["size"], row["iters"]) / seconds)
 
 
-def confirm_rates(make_runners: dict[str, Callable[[int], Runner]], results: dict[str, dict],
-                  work: Callable[[int, int], float], *, rounds: int = CONFIRM_ROUNDS, repeats: int = REPEATS,
-                  min_time_s: float = MIN_TIME_S, clock: Callable[[], float] = time.perf_counter) -> None:
+def confirm_rates(
+    make_runners: dict[str, Callable[[int], Runner]],
+    results: dict[str, dict],
+    work: Callable[[int, int], float],
+    *,
+    rounds: int = CONFIRM_ROUNDS,
+    repeats: int = REPEATS,
+    min_time_s: float = MIN_TIME_S,
+    clock: Callable[[], float] = time.perf_counter,
+) -> None:
     """Time each dtype's best size, and the size its search stopped at, again: the dtypes in turn, `rounds`
     times, in alternating order, so that the machine's load weighs on every dtype alike. A better rate
     replaces the search's; `results[dtype]["confirmed"]` lists every timing."""
@@ -364,17 +390,23 @@ def tf_vector_runner(device: str, dtype: str, nbytes: int) -> Callable[[int], Ru
     def program(k: int, fused: bool, variable):
         with tf.device(_tf_device(device)):
             # Tensors, not Python numbers: the function takes them as inputs, so no compiler folds them.
-            chains = [(tf.constant(a, tf_dtype), tf.constant(b, tf_dtype))
-                      for a, b in vector_coefficients(vector_lanes(k))]
+            chains = [
+                (tf.constant(a, tf_dtype), tf.constant(b, tf_dtype)) for a, b in vector_coefficients(vector_lanes(k))
+            ]
 
         if fused:
+
             @tf.function(jit_compile=True)
             def passes(iters):
-                _, x = tf.while_loop(lambda i, x: i < iters, lambda i, x: (i + 1, vector_chain(x, k, chains)),
-                                     (tf.constant(0), variable.read_value()))
+                _, x = tf.while_loop(
+                    lambda i, x: i < iters,
+                    lambda i, x: (i + 1, vector_chain(x, k, chains)),
+                    (tf.constant(0), variable.read_value()),
+                )
                 variable.assign(x)
                 return x[0]
         else:
+
             @tf.function
             def passes(iters):
                 for _ in tf.range(iters):
@@ -435,16 +467,27 @@ class PeakError(Exception):
     """The peak cannot be measured here (no such device): `error: ...`, exit code 2."""
 
 
-def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_bytes: int | None = None,
-                 matmul_runner: Callable[[str, str], Callable[[int], Runner]] | None = None,
-                 copy_runner: Callable[[str], Callable[[int], Runner]] | None = None,
-                 conv_runner: Callable[[str, str], Callable[[int], Runner]] | None = None, conv_channels=None,
-                 vector_runner: Callable[[str, str, int], Callable[[int], Runner]] | None = None,
-                 vector_chains=None, vector_max_op_s: float = VECTOR_MAX_OP_S,
-                 cpu_flags: Callable[[], set[str] | None] | None = None,
-                 clock: Callable[[], float] = time.perf_counter, repeats: int = REPEATS,
-                 min_time_s: float = MIN_TIME_S, max_op_s: float = MAX_OP_S, growth: float = GROWTH,
-                 name: str | None = None) -> dict:
+def measure_peak(
+    device: str = "cpu",
+    dtypes=None,
+    *,
+    sizes=None,
+    bandwidth_bytes: int | None = None,
+    matmul_runner: Callable[[str, str], Callable[[int], Runner]] | None = None,
+    copy_runner: Callable[[str], Callable[[int], Runner]] | None = None,
+    conv_runner: Callable[[str, str], Callable[[int], Runner]] | None = None,
+    conv_channels=None,
+    vector_runner: Callable[[str, str, int], Callable[[int], Runner]] | None = None,
+    vector_chains=None,
+    vector_max_op_s: float = VECTOR_MAX_OP_S,
+    cpu_flags: Callable[[], set[str] | None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    repeats: int = REPEATS,
+    min_time_s: float = MIN_TIME_S,
+    max_op_s: float = MAX_OP_S,
+    growth: float = GROWTH,
+    name: str | None = None,
+) -> dict:
     """Measure matmul, convolution and vector FLOP/s per dtype, and memory bandwidth, on `device` (``cpu|gpu``).
 
     A dtype the device cannot run (or, on a CPU, runs without bfloat16 units: `cpu_flags()`,
@@ -498,10 +541,18 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
         conv_results[dtype] = (result, dtype_began)
     if len(matmul_results) > 1:
         confirm: Confirming = {"rounds": CONFIRM_ROUNDS, "repeats": repeats, "min_time_s": min_time_s, "clock": clock}
-        confirm_rates({dtype: matmul_runner(device, dtype) for dtype in matmul_results},
-                      {dtype: result for dtype, (result, _) in matmul_results.items()}, matmul_flops, **confirm)
-        confirm_rates({dtype: conv_runner(device, dtype) for dtype in conv_results},
-                      {dtype: result for dtype, (result, _) in conv_results.items()}, conv_flops, **confirm)
+        confirm_rates(
+            {dtype: matmul_runner(device, dtype) for dtype in matmul_results},
+            {dtype: result for dtype, (result, _) in matmul_results.items()},
+            matmul_flops,
+            **confirm,
+        )
+        confirm_rates(
+            {dtype: conv_runner(device, dtype) for dtype in conv_results},
+            {dtype: result for dtype, (result, _) in conv_results.items()},
+            conv_flops,
+            **confirm,
+        )
     for dtype, (result, dtype_began) in matmul_results.items():
         flops[dtype] = result["per_second"]
         matmul[dtype] = {**_search_record(result, "n", dtype_began), "confirmed": result.get("confirmed", [])}
@@ -518,13 +569,18 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
         try:
             elements = nbytes // ITEMSIZE[dtype]
             make = vector_runner(device, dtype, nbytes)
-            result = measure_rate(make, vector_chains, lambda k, iters: vector_flops(k, elements, iters),
-                                  growth=growth, **vector_timing)
+            result = measure_rate(
+                make, vector_chains, lambda k, iters: vector_flops(k, elements, iters), growth=growth, **vector_timing
+            )
         except Exception as exc:  # noqa: BLE001 - an unknown vector ceiling is a fact, not a failure
             vector[dtype] = {"error": _failure(exc)}
             continue
-        vector[dtype] = {**_search_record(result, "k", dtype_began), "lanes": vector_lanes(result["size"]),
-                         "elements": elements, "fused": getattr(make, "fused", None)}
+        vector[dtype] = {
+            **_search_record(result, "k", dtype_began),
+            "lanes": vector_lanes(result["size"]),
+            "elements": elements,
+            "fused": getattr(make, "fused", None),
+        }
         from analysis.breakdown.roofline import search_gave_up
 
         if search_gave_up(vector[dtype]):  # it timed its slowest kernel only: no ceiling
@@ -543,9 +599,14 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
         "conv_flops_per_second": conv_rates,
         "memory_bytes_per_second": bandwidth["per_second"],
         # Bandwidth does not depend on the dtype: the one measurement is every dtype's memory ceiling.
-        "ceilings": {dtype: {"matrix_flops_per_second": best[dtype],
-                             "vector_flops_per_second": vector_rates.get(dtype),
-                             "memory_bytes_per_second": bandwidth["per_second"]} for dtype in flops},
+        "ceilings": {
+            dtype: {
+                "matrix_flops_per_second": best[dtype],
+                "vector_flops_per_second": vector_rates.get(dtype),
+                "memory_bytes_per_second": bandwidth["per_second"],
+            }
+            for dtype in flops
+        },
         "matmul": matmul,
         "conv": conv,
         "vector": vector,
@@ -555,14 +616,14 @@ def measure_peak(device: str = "cpu", dtypes=None, *, sizes=None, bandwidth_byte
         "threads": _threads(),
         "cpu_kernels": _cpu_kernels(device),
         "method": f"chained square matmuls in one tf.function on all threads, FLOP = 2 n^3; sizes grow until the "
-                  f"next adds < {growth:.0%} (both timed again in turns before it stops); per size a warm-up, "
-                  f"then best of {repeats} calls of >= {min_time_s} s; "
-                  f"the same for chained 3x3 convolutions of growing channel counts (FLOP = 2 per multiply-add); "
-                  f"then each dtype's best size timed again {CONFIRM_ROUNDS} times, the dtypes in turn; "
-                  f"the peak is the best over both, sizes and repeats; vector = K multiply-adds per element "
-                  f"(x * a + b in up to {VECTOR_LANES} independent chains, averaged) over {nbytes} bytes, fused by "
-                  f"XLA, K growing the same way; bandwidth = float32 v += ones in place, bytes read + written, "
-                  f"the same for every dtype",
+        f"next adds < {growth:.0%} (both timed again in turns before it stops); per size a warm-up, "
+        f"then best of {repeats} calls of >= {min_time_s} s; "
+        f"the same for chained 3x3 convolutions of growing channel counts (FLOP = 2 per multiply-add); "
+        f"then each dtype's best size timed again {CONFIRM_ROUNDS} times, the dtypes in turn; "
+        f"the peak is the best over both, sizes and repeats; vector = K multiply-adds per element "
+        f"(x * a + b in up to {VECTOR_LANES} independent chains, averaged) over {nbytes} bytes, fused by "
+        f"XLA, K growing the same way; bandwidth = float32 v += ones in place, bytes read + written, "
+        f"the same for every dtype",
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "measure_seconds": time.perf_counter() - began,
         "tensorflow": _tf_version(),
@@ -583,8 +644,14 @@ def _no_bfloat16_units(cpu_flags: Callable[[], set[str] | None] | None) -> str |
 
 def _search_record(result: dict, size_key: str, began: float) -> dict:
     """One dtype's search for run.json: the best size (under `size_key`) and how the search went."""
-    return {size_key: result["size"], "iters": result["iters"], "seconds": result["seconds"],
-            "stopped": result["stopped"], "sizes": result["sizes"], "measure_seconds": time.perf_counter() - began}
+    return {
+        size_key: result["size"],
+        "iters": result["iters"],
+        "seconds": result["seconds"],
+        "stopped": result["stopped"],
+        "sizes": result["sizes"],
+        "measure_seconds": time.perf_counter() - began,
+    }
 
 
 def _failure(exc: Exception) -> str:
@@ -661,8 +728,10 @@ def cached_peak(device_name: str, measure_fn: Callable[[], dict], *, refresh: bo
 
 def not_cached_message(cache_error: str) -> str:
     """What to say when a measured peak could not be written to the cache."""
-    return (f"the result could not be cached in {cache_dir()} ({cache_error}); it will be measured again next "
-            "time (DEVPROF_CACHE_DIR sets the cache folder)")
+    return (
+        f"the result could not be cached in {cache_dir()} ({cache_error}); it will be measured again next "
+        "time (DEVPROF_CACHE_DIR sets the cache folder)"
+    )
 
 
 def peak_for(device: str = "cpu", refresh: bool = False) -> dict:
@@ -681,8 +750,11 @@ def cached_for_run(kind: str, name: str | None) -> dict | None:
         cached = json.loads(path.read_text()) if path.is_file() else None
     except (OSError, ValueError):
         return None
-    if not isinstance(cached, dict) or cached.get("format") != PEAK_FORMAT_VERSION \
-            or not cached.get("peak_flops_per_second"):
+    if (
+        not isinstance(cached, dict)
+        or cached.get("format") != PEAK_FORMAT_VERSION
+        or not cached.get("peak_flops_per_second")
+    ):
         return None
     return {**cached, "cache": str(path), "cached": True}
 

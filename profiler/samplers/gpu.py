@@ -125,9 +125,7 @@ class GpuSampler(Sampler):
             self.close()
             raise
         raw_name = self._nvml_call("name", "nvmlDeviceGetName", self._handle)
-        self.device_name = (
-            raw_name.decode(errors="replace") if isinstance(raw_name, bytes) else raw_name
-        )
+        self.device_name = raw_name.decode(errors="replace") if isinstance(raw_name, bytes) else raw_name
         if is_nan(self.device_name):
             self.device_name = None
         if self.tf_device is None:
@@ -154,8 +152,7 @@ class GpuSampler(Sampler):
         except Exception as exc:
             if self._lost_errors and isinstance(exc, self._lost_errors):
                 self.deactivate(
-                    f"GPU {self.index} lost ({function}: {_describe(exc)}); "
-                    "its sampling stopped, the run went on"
+                    f"GPU {self.index} lost ({function}: {_describe(exc)}); its sampling stopped, the run went on"
                 )
             elif isinstance(exc, getattr(self._nvml, "NVMLError_NotSupported", ())):
                 self._disable_query(query, f"not supported on this GPU ({function})")

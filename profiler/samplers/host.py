@@ -173,5 +173,7 @@ class HostSampler(Sampler):
         if last_time is None or now <= last_time:
             return dict.fromkeys(RATE_COLUMNS, NAN)
         span = now - last_time
-        return {column: (value - before) / span if value - before >= 0 else NAN
-                for column, value, before in zip(RATE_COLUMNS, counters, last)}
+        return {
+            column: (value - before) / span if value - before >= 0 else NAN
+            for column, value, before in zip(RATE_COLUMNS, counters, last)
+        }

@@ -96,7 +96,7 @@ def parse_meminfo(data: bytes) -> dict[bytes, int]:
 def parse_pid_stat(data: bytes) -> tuple[bytes, int, int, int, int]:
     """/proc/<pid>/stat: (state, ppid, utime + stime in clock ticks, start time in ticks, RSS in pages)."""
     # The command name is in parentheses and may itself hold spaces and parentheses.
-    fields = data[data.rfind(b")") + 2:].split()
+    fields = data[data.rfind(b")") + 2 :].split()
     return fields[0], int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[19]), int(fields[21])
 
 
@@ -142,7 +142,7 @@ class ProcSource:
         self._last_disk: tuple[bytes, tuple] = (b"", (0.0, 0.0))  # the file last parsed and its sums
         self._last_net: tuple[bytes, tuple] = (b"", (0.0, 0.0))
         stat = self._read(f"{self.root}/stat")
-        self.cpu_fields = CPU_FIELDS[:len(stat.split(b"\n", 1)[0].split()) - 1]
+        self.cpu_fields = CPU_FIELDS[: len(stat.split(b"\n", 1)[0].split()) - 1]
         # The cpu lines and one more: the rest of /proc/stat is never split.
         self._stat_lines = sum(1 for line in stat.split(b"\n") if line.startswith(b"cpu")) + 1
 

@@ -33,7 +33,9 @@ def validate_interval(interval_s: float) -> float:
     except (TypeError, ValueError):
         raise ValueError(f"sampling interval must be a number of seconds, got {interval_s!r}") from None
     if not math.isfinite(value):
-        raise ValueError(f"sampling interval must be a finite number of seconds >= {MIN_INTERVAL_S}, got {interval_s!r}")
+        raise ValueError(
+            f"sampling interval must be a finite number of seconds >= {MIN_INTERVAL_S}, got {interval_s!r}"
+        )
     if value < MIN_INTERVAL_S:
         raise ValueError(
             f"sampling interval must be at least {MIN_INTERVAL_S} s, got {interval_s!r}: "
@@ -234,9 +236,7 @@ class SamplerGroup:
         self.interval_s = validate_interval(interval_s)
         self.out_dir = Path(out_dir)
         self.unavailable = dict(unavailable or {})
-        self.threads = [
-            SamplerThread(s, self.out_dir / f"{s.name}.csv", self.interval_s, on_row) for s in samplers
-        ]
+        self.threads = [SamplerThread(s, self.out_dir / f"{s.name}.csv", self.interval_s, on_row) for s in samplers]
         names = [t.name for t in self.threads]
         if len(set(names)) != len(names):
             raise ValueError(f"sampler names must be unique (they name the CSV files), got {names}")

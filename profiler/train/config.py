@@ -45,13 +45,17 @@ def check_run_name(name: str) -> str | None:
     # (logs, CSVs, Markdown tables) and can hide what the name really is.
     control = next((c for c in name if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
     if control is not None:
-        return (f"--run-name {name!r} contains the control character U+{ord(control):04X}; a run name is "
-                "one line of printable text")
+        return (
+            f"--run-name {name!r} contains the control character U+{ord(control):04X}; a run name is "
+            "one line of printable text"
+        )
     separators = {"/", os.sep} | ({os.altsep} if os.altsep else set())
     found = sorted(sep for sep in separators if sep in name)
     if found:
-        return (f"--run-name {name!r} contains {' and '.join(repr(sep) for sep in found)}: a run name is one "
-                f"folder name inside --out, not a path (use --out for where it goes)")
+        return (
+            f"--run-name {name!r} contains {' and '.join(repr(sep) for sep in found)}: a run name is one "
+            f"folder name inside --out, not a path (use --out for where it goes)"
+        )
     if name in (".", ".."):
         return f"--run-name cannot be {name!r}: a run name is one new folder inside --out"
     try:
@@ -114,8 +118,10 @@ class RunConfig:
     def injections(self) -> tuple[cluster_mod.Injection, cluster_mod.Injection]:
         """(input delay, host delay) as asked, each for one worker or all."""
         t = self.train
-        return (cluster_mod.Injection(t.inject_input_delay_ms, self.inject_input_worker),
-                cluster_mod.Injection(t.inject_host_delay_ms, self.inject_host_worker))
+        return (
+            cluster_mod.Injection(t.inject_input_delay_ms, self.inject_input_worker),
+            cluster_mod.Injection(t.inject_host_delay_ms, self.inject_host_worker),
+        )
 
     def validate(self) -> None:
         """Raise `UsageError` naming the first option that cannot work."""
@@ -124,22 +130,33 @@ class RunConfig:
             (t.epochs >= 1, f"--epochs must be at least 1 (got {t.epochs})"),
             (t.batch_size >= 1, f"--batch-size must be at least 1 (got {t.batch_size})"),
             (t.steps_per_execution >= 1, f"--steps-per-execution must be at least 1 (got {t.steps_per_execution})"),
-            (self.limit_images is None or self.limit_images >= 1, f"--limit-images must be at least 1 (got {self.limit_images})"),
-            (self.limit_test_images is None or self.limit_test_images >= 1,
-             f"--limit-test-images must be at least 1 (got {self.limit_test_images})"),
+            (
+                self.limit_images is None or self.limit_images >= 1,
+                f"--limit-images must be at least 1 (got {self.limit_images})",
+            ),
+            (
+                self.limit_test_images is None or self.limit_test_images >= 1,
+                f"--limit-test-images must be at least 1 (got {self.limit_test_images})",
+            ),
             (self.scalars_every >= 1, f"--scalars-every must be at least 1 (got {self.scalars_every})"),
-            (self.profiler_port is None or 1 <= self.profiler_port <= 65535,
-             f"--profiler-port must be a port number from 1 to 65535 (got {self.profiler_port})"),
+            (
+                self.profiler_port is None or 1 <= self.profiler_port <= 65535,
+                f"--profiler-port must be a port number from 1 to 65535 (got {self.profiler_port})",
+            ),
             # Keras, NumPy and tf.data take seeds of 32 bits: outside them training failed after the run
             # directory was made.
             (0 <= t.seed <= MAX_SEED, f"--seed must be a whole number from 0 to {MAX_SEED} (got {t.seed})"),
             # Options of the profiler window that --no-profile leaves without a window were ignored in silence.
-            (self.profile or self.profile_steps is None,
-             f"--profile-steps {self.profile_steps} sets the traced window and --no-profile traces none: "
-             "leave one of them out"),
-            (self.profile or not self.tracer.python_tracer_level,
-             "--python-tracer traces Python calls in the profiler window and --no-profile traces none: "
-             "leave one of them out"),
+            (
+                self.profile or self.profile_steps is None,
+                f"--profile-steps {self.profile_steps} sets the traced window and --no-profile traces none: "
+                "leave one of them out",
+            ),
+            (
+                self.profile or not self.tracer.python_tracer_level,
+                "--python-tracer traces Python calls in the profiler window and --no-profile traces none: "
+                "leave one of them out",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -148,32 +165,48 @@ class RunConfig:
         for option, value, minimum, unit, below in (
             ("--inject-input-delay-ms", t.inject_input_delay_ms, 0.0, "", ""),
             ("--inject-host-delay-ms", t.inject_host_delay_ms, 0.0, "", ""),
-            ("--sample-interval", self.sample_interval, samplers.MIN_INTERVAL_S, " s",
-             ": shorter intervals cost more than they show"),
+            (
+                "--sample-interval",
+                self.sample_interval,
+                samplers.MIN_INTERVAL_S,
+                " s",
+                ": shorter intervals cost more than they show",
+            ),
             ("--collective-timeout-s", self.collective_timeout_s, 1.0, " s", ""),
         ):
             problem = check_finite(option, value, minimum, unit)
             if problem:
                 raise UsageError(problem + (below if problem.startswith(f"{option} must be at least") else ""))
-        for option, value in (("--inject-input-delay-ms", t.inject_input_delay_ms),
-                              ("--inject-host-delay-ms", t.inject_host_delay_ms)):
+        for option, value in (
+            ("--inject-input-delay-ms", t.inject_input_delay_ms),
+            ("--inject-host-delay-ms", t.inject_host_delay_ms),
+        ):
             if value > MAX_INJECTED_DELAY_MS:  # slept in every step: 1e9 ms was a run that never ended
-                raise UsageError(f"{option} must be at most {MAX_INJECTED_DELAY_MS:g} (a minute in every step; "
-                                 f"got {value:g})")
+                raise UsageError(
+                    f"{option} must be at most {MAX_INJECTED_DELAY_MS:g} (a minute in every step; got {value:g})"
+                )
         if self.model is None and (self.dataset is not None or self.loss is not None):
-            raise UsageError(f"{'--dataset' if self.dataset is not None else '--loss'} goes with --model "
-                             "MODULE:FUNCTION (the CNN trains on CIFAR-10 or synthetic data with its own loss)")
+            raise UsageError(
+                f"{'--dataset' if self.dataset is not None else '--loss'} goes with --model "
+                "MODULE:FUNCTION (the CNN trains on CIFAR-10 or synthetic data with its own loss)"
+            )
         if self.model is not None and (t.prefetch is not None or t.parallel_calls is not None):
-            raise UsageError(f"{'--prefetch' if t.prefetch is not None else '--parallel-calls'} sets the CNN's own "
-                             "pipeline; with --model, set them in your pipeline (--dataset) or leave them out")
+            raise UsageError(
+                f"{'--prefetch' if t.prefetch is not None else '--parallel-calls'} sets the CNN's own "
+                "pipeline; with --model, set them in your pipeline (--dataset) or leave them out"
+            )
         if self.dataset is not None and self.data not in ("auto", "synthetic"):
             raise UsageError(f"--dataset replaces --data; leave --data {self.data} out")
         if self.onednn_kernels and not self.profile:
-            raise UsageError("--onednn-kernels names the oneDNN kernel of each traced op: it needs the profile "
-                             "window (leave --no-profile out)")
+            raise UsageError(
+                "--onednn-kernels names the oneDNN kernel of each traced op: it needs the profile "
+                "window (leave --no-profile out)"
+            )
         if self.onednn_kernels and self.device in ("gpu", "tpu"):
-            raise UsageError(f"--onednn-kernels names oneDNN's CPU kernels; --device {self.device} runs the step's "
-                             "ops on the device (use it with --device cpu)")
+            raise UsageError(
+                f"--onednn-kernels names oneDNN's CPU kernels; --device {self.device} runs the step's "
+                "ops on the device (use it with --device cpu)"
+            )
         self._validate_workers()
         if self.run_name is not None:
             problem = check_run_name(self.run_name)
@@ -196,12 +229,18 @@ class RunConfig:
             return
         workers = self.cluster.num_workers
         if self.run_name is None:
-            raise UsageError(f"--run-name is required with {self.cluster.source}: every worker writes its "
-                             "worker-<i>/ folder into the same <out>/<run-name>/ job folder")
+            raise UsageError(
+                f"--run-name is required with {self.cluster.source}: every worker writes its "
+                "worker-<i>/ folder into the same <out>/<run-name>/ job folder"
+            )
         if self.device == "tpu":
-            raise UsageError("several workers train with MultiWorkerMirroredStrategy on CPUs or GPUs; a TPU pod "
-                             "is one TPUStrategy job (use --device tpu --tpu ADDRESS without a cluster)")
+            raise UsageError(
+                "several workers train with MultiWorkerMirroredStrategy on CPUs or GPUs; a TPU pod "
+                "is one TPUStrategy job (use --device tpu --tpu ADDRESS without a cluster)"
+            )
         if self.train.batch_size % workers:
             low = self.train.batch_size - self.train.batch_size % workers
-            raise UsageError(f"--batch-size {self.train.batch_size} is the global batch and must split evenly "
-                             f"among {workers} workers (e.g. {max(low, workers)} or {low + workers})")
+            raise UsageError(
+                f"--batch-size {self.train.batch_size} is the global batch and must split evenly "
+                f"among {workers} workers (e.g. {max(low, workers)} or {low + workers})"
+            )

@@ -37,19 +37,27 @@ def problem(environ=None, modules=None) -> str | None:
     environ = os.environ if environ is None else environ
     modules = sys.modules if modules is None else modules
     if "tensorflow" in modules:
-        return ("--onednn-kernels must be given before TensorFlow is loaded (oneDNN reads ONEDNN_VERBOSE once); "
-                "run devprof run in a new process")
+        return (
+            "--onednn-kernels must be given before TensorFlow is loaded (oneDNN reads ONEDNN_VERBOSE once); "
+            "run devprof run in a new process"
+        )
     value = environ.get(VERBOSE_VAR)
     if value not in (None, "", VERBOSE_VALUE):
-        return (f"--onednn-kernels sets {VERBOSE_VAR}={VERBOSE_VALUE}, but it is set to {value!r}: unset it "
-                "(devprof keeps oneDNN's lines in the run's onednn_verbose.log)")
+        return (
+            f"--onednn-kernels sets {VERBOSE_VAR}={VERBOSE_VALUE}, but it is set to {value!r}: unset it "
+            "(devprof keeps oneDNN's lines in the run's onednn_verbose.log)"
+        )
     stamp = environ.get(TIMESTAMP_VAR)
     if stamp not in (None, "", "1"):
-        return (f"--onednn-kernels needs {TIMESTAMP_VAR}=1 (the stamps lay oneDNN's lines on the trace), but it is "
-                f"set to {stamp!r}: unset it")
+        return (
+            f"--onednn-kernels needs {TIMESTAMP_VAR}=1 (the stamps lay oneDNN's lines on the trace), but it is "
+            f"set to {stamp!r}: unset it"
+        )
     if environ.get(ONEDNN_OPTS_VAR, "").strip() in ("0", "false", "False"):
-        return (f"--onednn-kernels names oneDNN's kernels, but {ONEDNN_OPTS_VAR}=0 turns them off (TensorFlow's "
-                "Eigen kernels run instead): unset it")
+        return (
+            f"--onednn-kernels names oneDNN's kernels, but {ONEDNN_OPTS_VAR}=0 turns them off (TensorFlow's "
+            "Eigen kernels run instead): unset it"
+        )
     return None
 
 
@@ -89,8 +97,7 @@ class Diversion:
         out = os.dup(self._real)
         os.dup2(write_end, self.fd)
         os.close(write_end)
-        self._thread = threading.Thread(target=self._pump, args=(read_end, out), name="devprof-onednn-log",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._pump, args=(read_end, out), name="devprof-onednn-log", daemon=True)
         self._thread.start()
         return self
 
@@ -124,8 +131,13 @@ class Diversion:
 
     def summary(self) -> dict:
         """run.json `profiler.onednn_verbose`."""
-        return {"file": ONEDNN_LOG, "lines": self.lines, "bytes": self.bytes, "dropped_lines": self.dropped,
-                "capped": self.capped}
+        return {
+            "file": ONEDNN_LOG,
+            "lines": self.lines,
+            "bytes": self.bytes,
+            "dropped_lines": self.dropped,
+            "capped": self.capped,
+        }
 
     # ------------------------------------------------------------ the pump
 
@@ -224,6 +236,8 @@ def _write_all(fd: int, data: bytes) -> None:
 def cap_warning(summary: dict, max_bytes: int = ONEDNN_LOG_MAX_BYTES) -> str | None:
     if not summary.get("capped"):
         return None
-    return (f"{ONEDNN_LOG} reached {max_bytes // 2**20} MiB (or could not be written): oneDNN's later lines were "
-            f"dropped ({summary.get('dropped_lines', 0):,}), so ops that ran after that have no kernel name; "
-            "use an earlier or shorter --profile-steps")
+    return (
+        f"{ONEDNN_LOG} reached {max_bytes // 2**20} MiB (or could not be written): oneDNN's later lines were "
+        f"dropped ({summary.get('dropped_lines', 0):,}), so ops that ran after that have no kernel name; "
+        "use an earlier or shorter --profile-steps"
+    )

@@ -63,19 +63,32 @@ class Run(Session):
             try:
                 tracing.check_port_free(cfg.profiler_port)
             except OSError as exc:
-                raise UsageError(f"--profiler-port {cfg.profiler_port} is not free "
-                                 f"({exc.strerror or exc}); choose another port") from None
+                raise UsageError(
+                    f"--profiler-port {cfg.profiler_port} is not free ({exc.strerror or exc}); choose another port"
+                ) from None
         try:
-            resolved = devices.resolve(cfg.device, cfg.gpus, cfg.tpu, backend=self.backend, cluster=cluster,
-                                       collective_timeout_s=cfg.collective_timeout_s)
+            resolved = devices.resolve(
+                cfg.device,
+                cfg.gpus,
+                cfg.tpu,
+                backend=self.backend,
+                cluster=cluster,
+                collective_timeout_s=cfg.collective_timeout_s,
+            )
         except devices.DeviceError as exc:
             raise UsageError(str(exc)) from None
         try:
             if cfg.model is not None:
                 arrays = self._prepare_user_model()
             else:
-                arrays = data_mod.load(cfg.data, cfg.data_dir, cfg.limit_images, cfg.train.seed,
-                                       notice=self.console.notice, limit_test_images=cfg.limit_test_images)
+                arrays = data_mod.load(
+                    cfg.data,
+                    cfg.data_dir,
+                    cfg.limit_images,
+                    cfg.train.seed,
+                    notice=self.console.notice,
+                    limit_test_images=cfg.limit_test_images,
+                )
         except data_mod.DataError as exc:
             raise UsageError(str(exc)) from None
         if arrays is not None and cfg.train.batch_size > len(arrays.x_train):
@@ -89,8 +102,9 @@ class Run(Session):
                 self.default_name = rundir.default_run_name(resolved.kind, devices.host_name())
                 self.path = rundir.free_run_dir(Path(cfg.out), self.default_name)
         rundir.check_new(self.path)
-        slow = devices.precision_warning(cfg.train.precision, resolved.kind,
-                                         devices.cpu_flags() if resolved.kind == "cpu" else None)
+        slow = devices.precision_warning(
+            cfg.train.precision, resolved.kind, devices.cpu_flags() if resolved.kind == "cpu" else None
+        )
         if slow:
             self.console.warn(f"warning: {slow}")
         return resolved, arrays
@@ -101,14 +115,21 @@ class Run(Session):
         batches only, and a batch that size could not be allocated here (a mistyped size)."""
         cfg = self.config
         batch = cfg.train.batch_size
-        why = ("several workers train on full batches only" if cfg.cluster is not None
-               else batch_memory_problem(batch, per_example))
+        why = (
+            "several workers train on full batches only"
+            if cfg.cluster is not None
+            else batch_memory_problem(batch, per_example)
+        )
         if why:
-            raise UsageError(f"--batch-size {batch:,} is more than the {images:,} training images, and {why} "
-                             f"(use --batch-size {images} or fewer"
-                             f"{', or a larger --limit-images' if cfg.limit_images is not None else ''})")
-        self.console.notice(f"notice: --batch-size {batch:,} is more than the {images:,} training images: each "
-                            f"epoch is one short batch of {images:,}")
+            raise UsageError(
+                f"--batch-size {batch:,} is more than the {images:,} training images, and {why} "
+                f"(use --batch-size {images} or fewer"
+                f"{', or a larger --limit-images' if cfg.limit_images is not None else ''})"
+            )
+        self.console.notice(
+            f"notice: --batch-size {batch:,} is more than the {images:,} training images: each "
+            f"epoch is one short batch of {images:,}"
+        )
 
     def _prepare_user_model(self):
         """--model (and --dataset, --loss): load the user's functions, build the model once to
@@ -131,8 +152,14 @@ class Run(Session):
                 x, y = batch
             else:
                 if cfg.data == "cifar10":
-                    arrays = data_mod.load("cifar10", cfg.data_dir, cfg.limit_images, cfg.train.seed,
-                                           notice=self.console.notice, limit_test_images=cfg.limit_test_images)
+                    arrays = data_mod.load(
+                        "cifar10",
+                        cfg.data_dir,
+                        cfg.limit_images,
+                        cfg.train.seed,
+                        notice=self.console.notice,
+                        limit_test_images=cfg.limit_test_images,
+                    )
                 else:
                     too_big = batch_memory_problem(cfg.train.batch_size, 4 * math.prod(um.shapes(model)[0]))
                     if too_big and not cfg.limit_images:  # before making a full batch of synthetic examples
@@ -147,14 +174,21 @@ class Run(Session):
                     warnings.simplefilter("ignore")
                     loss(y, model(x, training=False))
             except Exception as exc:  # noqa: BLE001 - the user's shapes: one line says which
-                raise um.ModelError(f"--model {cfg.model}: a batch does not fit the model and loss "
-                                    f"({um._one_line(exc)}; batch x {_shape(x)}, y {_shape(y)}"
-                                    f"{_model_shapes(model)})") from None
+                raise um.ModelError(
+                    f"--model {cfg.model}: a batch does not fit the model and loss "
+                    f"({um._one_line(exc)}; batch x {_shape(x)}, y {_shape(y)}"
+                    f"{_model_shapes(model)})"
+                ) from None
         except um.ModelError as exc:
             raise UsageError(str(exc)) from None
-        self.user_model = {"function": function, "loss": loss, "classification": classification,
-                           "dataset": dataset, "steps_per_epoch": steps,
-                           "flops": um.train_flops_per_example(model)}
+        self.user_model = {
+            "function": function,
+            "loss": loss,
+            "classification": classification,
+            "dataset": dataset,
+            "steps_per_epoch": steps,
+            "flops": um.train_flops_per_example(model),
+        }
         return arrays
 
     def _user_dataset(self, function):
@@ -189,8 +223,10 @@ class Run(Session):
             # Its length is known only by reading it (a generator may never end): no further than
             # the limit needs.
             if not limit:
-                self.console.notice(f"notice: --dataset {spec} does not say how many batches it has; reading it "
-                                    "once to count them (--limit-images N reads only what N needs)")
+                self.console.notice(
+                    f"notice: --dataset {spec} does not say how many batches it has; reading it "
+                    "once to count them (--limit-images N reads only what N needs)"
+                )
             try:
                 steps = sum(1 for _ in (dataset.take(limit) if limit else dataset))
             except Exception as exc:  # noqa: BLE001 - the user's pipeline
@@ -259,8 +295,9 @@ class Run(Session):
         try:
             self.onednn.attach(self._run_dir / ONEDNN_LOG)
         except OSError as exc:
-            self._profiler_warning(f"oneDNN's lines are not kept: cannot write {self._run_dir / ONEDNN_LOG} "
-                                   f"({rundir.reason(exc)})")
+            self._profiler_warning(
+                f"oneDNN's lines are not kept: cannot write {self._run_dir / ONEDNN_LOG} ({rundir.reason(exc)})"
+            )
 
     def _stop_onednn_lines(self) -> None:
         """Stop taking oneDNN's lines (every one read, the log closed) and say what was kept."""
@@ -309,20 +346,36 @@ class Run(Session):
             def build(precision):
                 return um.build_model(user["function"], cfg.model, precision)
 
-            self.trainer = trainer = Trainer(resolved.strategy, build, arrays, self.train_config(), hooks,
-                                             loss_fn=user["loss"], classification=user["classification"],
-                                             dataset=user["dataset"], steps_per_epoch=user["steps_per_epoch"])
+            self.trainer = trainer = Trainer(
+                resolved.strategy,
+                build,
+                arrays,
+                self.train_config(),
+                hooks,
+                loss_fn=user["loss"],
+                classification=user["classification"],
+                dataset=user["dataset"],
+                steps_per_epoch=user["steps_per_epoch"],
+            )
             flops = user["flops"]
-        self.meta["model"] = {"name": trainer.model.name, "params": int(trainer.model.count_params()),
-                              "train_flops_per_image": flops}
+        self.meta["model"] = {
+            "name": trainer.model.name,
+            "params": int(trainer.model.count_params()),
+            "train_flops_per_image": flops,
+        }
         self.meta["steps_per_epoch"] = trainer.steps_per_epoch
         if cfg.profile:
             total = trainer.steps_per_epoch * cfg.train.epochs
-            start, stop = (tracing.parse_window(cfg.profile_steps) if cfg.profile_steps
-                           else tracing.default_window(trainer.steps_per_epoch, cfg.train.steps_per_execution, total))
+            start, stop = (
+                tracing.parse_window(cfg.profile_steps)
+                if cfg.profile_steps
+                else tracing.default_window(trainer.steps_per_epoch, cfg.train.steps_per_execution, total)
+            )
             if start >= total:
-                self._profiler_warning(f"profile window {start}:{stop} is never reached: the run has "
-                                       f"{total} steps; no trace will be written")
+                self._profiler_warning(
+                    f"profile window {start}:{stop} is never reached: the run has "
+                    f"{total} steps; no trace will be written"
+                )
             else:
                 # A call never crosses an epoch: with N > the epoch's steps, each call is one epoch.
                 per_call = min(cfg.train.steps_per_execution, trainer.steps_per_epoch)
@@ -334,8 +387,12 @@ class Run(Session):
         self.console.print(evaluation_message(len(arrays.x_test), cfg.limit_test_images))
         began = time.perf_counter()
         test_loss, test_accuracy = trainer.evaluate()
-        self.meta["test"] = {"loss": test_loss, "accuracy": test_accuracy, "images": len(arrays.x_test),
-                             "seconds": time.perf_counter() - began}
+        self.meta["test"] = {
+            "loss": test_loss,
+            "accuracy": test_accuracy,
+            "images": len(arrays.x_test),
+            "seconds": time.perf_counter() - began,
+        }
         self.console.print(f"test_loss: {test_loss:.4f} - test_accuracy: {test_accuracy:.4f}")
 
     def train_config(self):
@@ -344,8 +401,11 @@ class Run(Session):
         cfg = self.config
         index = cfg.cluster.index if cfg.cluster is not None else None
         injected_input, injected_host = cfg.injections()
-        return dataclasses.replace(cfg.train, inject_input_delay_ms=injected_input.for_worker(index),
-                                   inject_host_delay_ms=injected_host.for_worker(index))
+        return dataclasses.replace(
+            cfg.train,
+            inject_input_delay_ms=injected_input.for_worker(index),
+            inject_host_delay_ms=injected_host.for_worker(index),
+        )
 
     # ------------------------------------------------------------ run.json
 
@@ -358,9 +418,17 @@ class Run(Session):
         config.pop("cluster")
         validated = min(cfg.train.validation_images, len(arrays.x_test)) if arrays is not None else 0
         config["validation_images"] = validated  # as validated: the test set may be smaller than asked
-        data = ({"source": arrays.source, "path": arrays.path, "train_images": len(arrays.x_train),
-                 "val_images": validated, "test_images": len(arrays.x_test)} if arrays is not None else
-                {"source": "dataset", "path": cfg.dataset, "train_images": None, "val_images": 0, "test_images": 0})
+        data = (
+            {
+                "source": arrays.source,
+                "path": arrays.path,
+                "train_images": len(arrays.x_train),
+                "val_images": validated,
+                "test_images": len(arrays.x_test),
+            }
+            if arrays is not None
+            else {"source": "dataset", "path": cfg.dataset, "train_images": None, "val_images": 0, "test_images": 0}
+        )
         meta = starting_meta(resolved, config, cfg.profile, data=data)
         if cfg.cluster is not None:
             cluster = cfg.cluster
@@ -368,8 +436,10 @@ class Run(Session):
             meta["worker"] = self._worker_meta()
             meta["global_batch_size"] = cfg.train.batch_size
             meta["per_worker_batch_size"] = cfg.train.batch_size // cluster.num_workers
-            meta["injected"] = {"input_delay_ms": train.inject_input_delay_ms,
-                                "host_delay_ms": train.inject_host_delay_ms}
+            meta["injected"] = {
+                "input_delay_ms": train.inject_input_delay_ms,
+                "host_delay_ms": train.inject_host_delay_ms,
+            }
         return meta
 
 
@@ -385,8 +455,10 @@ def batch_memory_problem(batch_size: int, per_example: int) -> str | None:
     need, memory = batch_size * per_example, psutil.virtual_memory().total
     if need <= memory:
         return None
-    return (f"a full batch of that size needs {need / 2**30:,.0f} GiB as float32, more than this machine's "
-            f"{memory / 2**30:,.0f} GiB of memory")
+    return (
+        f"a full batch of that size needs {need / 2**30:,.0f} GiB as float32, more than this machine's "
+        f"{memory / 2**30:,.0f} GiB of memory"
+    )
 
 
 def _shape(value):
@@ -407,12 +479,15 @@ def _check_inputs(name: str, model, x) -> None:
         return
     given = len(x) if isinstance(x, (tuple, list, dict)) else 1
     if wanted and given != wanted:
-        raise um.ModelError(f"--model {name}: a batch has {given} input{'s' if given != 1 else ''} "
-                            f"(x {_shape(x)}) and the model takes {wanted}{_model_shapes(model)}")
+        raise um.ModelError(
+            f"--model {name}: a batch has {given} input{'s' if given != 1 else ''} "
+            f"(x {_shape(x)}) and the model takes {wanted}{_model_shapes(model)}"
+        )
 
 
 def _model_shapes(model) -> str:
     """`; model input (None, 8), output (None, 3)` where the model knows them (a list for several)."""
+
     def shapes(tensors):
         listed = [tuple(t.shape) for t in tensors]
         return listed[0] if len(listed) == 1 else listed
@@ -428,5 +503,3 @@ def evaluation_message(test_images: int, limit_test_images: int | None) -> str:
     if limit_test_images is not None and test_images >= limit_test_images:
         return f"Evaluating on the first {test_images:,} test images (--limit-test-images)..."
     return f"Evaluating on the whole test set ({test_images:,} images)..."
-
-

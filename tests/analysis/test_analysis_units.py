@@ -26,17 +26,30 @@ def test_union_subtract_overlap():
     "input_pct, host_pct, expected",
     # The part with the largest share holds the step (compute is what input and host leave), whatever
     # its fix would save; it holds it "high" from half the step. A tie goes to compute.
-    [(20.0, 0.0, ("compute", "high")), (19.9, 50.0, ("host", "high")), (55.0, 10.0, ("input", "high")),
-     (40.0, 35.0, ("input", "moderate")), (4.9, 4.0, ("compute", "high")), (30.0, 40.0, ("host", "moderate")),
-     (50.0, 0.0, ("compute", "high"))],
+    [
+        (20.0, 0.0, ("compute", "high")),
+        (19.9, 50.0, ("host", "high")),
+        (55.0, 10.0, ("input", "high")),
+        (40.0, 35.0, ("input", "moderate")),
+        (4.9, 4.0, ("compute", "high")),
+        (30.0, 40.0, ("host", "moderate")),
+        (50.0, 0.0, ("compute", "high")),
+    ],
 )
 def test_verdict_cutoffs(input_pct, host_pct, expected):
     assert classify(facts_from_mean({"input_pct": input_pct, "host_pct": host_pct})) == expected
 
 
 def test_verdict_evidence_has_numbers():
-    mean = {"step_ms": 20.0, "input_ms": 2.0, "compute_ms": 14.0, "host_ms": 4.0, "input_pct": 10.0,
-            "compute_pct": 70.0, "host_pct": 20.0}
+    mean = {
+        "step_ms": 20.0,
+        "input_ms": 2.0,
+        "compute_ms": 14.0,
+        "host_ms": 4.0,
+        "input_pct": 10.0,
+        "compute_pct": 70.0,
+        "host_pct": 20.0,
+    }
     verdict = make_verdict(mean, facts_from_mean(mean), steps_used=5, utilization={"mean host cpu": 42.0})
     # Compute holds the step; several steps per call is the largest fix, and the headline says both.
     assert verdict["bound"] == "compute" and verdict["level"] == "high" and verdict["bound_pct"] == 70.0
@@ -50,16 +63,30 @@ def test_verdict_evidence_has_numbers():
     # surer fix (the input's wait) goes first; the headline says it is not the largest.
     short = {key: value / 2 if key.endswith("_ms") else value for key, value in mean.items()}
     tied = make_verdict(short, facts_from_mean(short), steps_used=5)
-    assert tied["first_fix"]["rule"] == "input_wait" and [f["rule"] for f in tied["fixes"]][:2] == ["input_wait",
-                                                                                                  "host_bound"]
-    assert "The fix to make first is hiding the wait for the input pipeline: 1.00 ms" in tied["evidence"], tied["evidence"]
+    assert tied["first_fix"]["rule"] == "input_wait" and [f["rule"] for f in tied["fixes"]][:2] == [
+        "input_wait",
+        "host_bound",
+    ]
+    assert "The fix to make first is hiding the wait for the input pipeline: 1.00 ms" in tied["evidence"], tied[
+        "evidence"
+    ]
     assert "within noise of the largest (running several steps per call" in tied["evidence"]
 
 
 def test_epoch_breakdown_adds_up():
-    steps = pd.DataFrame({"epoch": [1, 1, 2], "step": [0, 1, 2], "steps": [1, 1, 1], "start_time_s": [0, 1, 2],
-                          "input_ms": [100.0, 100.0, 50.0], "call_ms": [300.0, 300.0, 300.0],
-                          "other_host_ms": [0.0, 0.0, 10.0], "step_ms": [400.0, 400.0, 360.0], "images": [8, 8, 8]})
+    steps = pd.DataFrame(
+        {
+            "epoch": [1, 1, 2],
+            "step": [0, 1, 2],
+            "steps": [1, 1, 1],
+            "start_time_s": [0, 1, 2],
+            "input_ms": [100.0, 100.0, 50.0],
+            "call_ms": [300.0, 300.0, 300.0],
+            "other_host_ms": [0.0, 0.0, 10.0],
+            "step_ms": [400.0, 400.0, 360.0],
+            "images": [8, 8, 8],
+        }
+    )
     epochs = pd.DataFrame({"epoch": [1, 2], "seconds": [1.0, 0.5]})
     result = epoch_breakdown(steps, epochs).set_index("epoch")
     assert result.loc[1, "epoch_level_s"] == pytest.approx(0.2)
@@ -100,9 +127,15 @@ def test_json_documents_keep_each_table_row_on_one_line():
 
     from analysis.render.json import dumps
 
-    document = {"schema_version": 1, "notes": ["a", "b"], "mean": {"step_ms": 1.5, "input_ms": None},
-                "steps": [{"step": i, "step_ms": 10.0 + i, "partial": False} for i in range(3)],
-                "devices": [], "verdict": {"advice": ["x"], "evidence": "e"}, "nested": [{"rows": [1]}]}
+    document = {
+        "schema_version": 1,
+        "notes": ["a", "b"],
+        "mean": {"step_ms": 1.5, "input_ms": None},
+        "steps": [{"step": i, "step_ms": 10.0 + i, "partial": False} for i in range(3)],
+        "devices": [],
+        "verdict": {"advice": ["x"], "evidence": "e"},
+        "nested": [{"rows": [1]}],
+    }
     text = dumps(document)
     assert json.loads(text) == document
     lines = text.splitlines()
@@ -115,10 +148,19 @@ def test_json_documents_keep_each_table_row_on_one_line():
 def _rounded_steps(epochs: int, calls: int) -> pd.DataFrame:
     """steps.csv rows as the recorder writes them: each field rounded to 0.1 us on its own, so
     `step_ms` (0.0004) is 0.1 us more than its three parts (0.0001 each) on every row."""
-    return pd.DataFrame({
-        "epoch": np.repeat(np.arange(1, epochs + 1), calls), "step": np.arange(epochs * calls),
-        "steps": 1, "start_time_s": 0.0, "input_ms": 0.0001, "call_ms": 0.0001, "other_host_ms": 0.0001,
-        "step_ms": 0.0004, "images": 8})
+    return pd.DataFrame(
+        {
+            "epoch": np.repeat(np.arange(1, epochs + 1), calls),
+            "step": np.arange(epochs * calls),
+            "steps": 1,
+            "start_time_s": 0.0,
+            "input_ms": 0.0001,
+            "call_ms": 0.0001,
+            "other_host_ms": 0.0001,
+            "step_ms": 0.0004,
+            "images": 8,
+        }
+    )
 
 
 # ---------------------------------------------------------------- epochs of millisecond steps

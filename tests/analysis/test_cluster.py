@@ -73,9 +73,15 @@ def test_the_slowest_workers_come_with_their_cause_and_the_spread_across_workers
 def test_a_steadier_worker_scores_lower_than_one_with_slow_steps():
     from analysis.breakdown import cluster
 
-    steps = pd.DataFrame({"worker": ["a"] * 4 + ["b"] * 4, "step": [0, 1, 2, 3] * 2,
-                          "own_ms": [10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 20.0],
-                          "step_ms": 20.0, "end_ns": 0})
+    steps = pd.DataFrame(
+        {
+            "worker": ["a"] * 4 + ["b"] * 4,
+            "step": [0, 1, 2, 3] * 2,
+            "own_ms": [10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 20.0],
+            "step_ms": 20.0,
+            "end_ns": 0,
+        }
+    )
     scores = cluster.straggler_scores(steps)
     # b: mean 12.5 against a's 10 (pace 0.8); best 10 against its 90th percentile 17 (steadiness 10/17)
     assert scores["a"] == 0.0 and scores["b"] == pytest.approx(1 - 0.8 * 10 / 17)
@@ -143,8 +149,15 @@ def test_a_worker_other_than_the_first_sends_back_only_the_columns_of_its_steady
     sent = {args[0].name: blob for args, blob in recording.sent}
     for name in ("worker-1", "worker-2"):
         summary = pickle.loads(sent[name])
-        assert list(summary.steady.columns) == ["step", "step_ms", "input_ms", "compute_ms", "host_ms",
-                                                "collective_ms", "end_ns"]
+        assert list(summary.steady.columns) == [
+            "step",
+            "step_ms",
+            "input_ms",
+            "compute_ms",
+            "host_ms",
+            "collective_ms",
+            "end_ns",
+        ]
         assert len(summary.steady) == steps
         # 7 eight-byte columns of 200 steps (11,200 bytes), its means and notes: not its whole steps table
         # (21 columns), ops, devices and verdict
@@ -217,8 +230,21 @@ def dask_cluster(tmp_path):
 
 @pytest.mark.slow  # starts a Dask scheduler and two worker processes
 def test_dask_cluster_gives_the_local_pools_output(job16, local16, dask_cluster, capsys):
-    assert main(["analyze", str(job16.path), "--scheduler", dask_cluster.address, "--format", "json",
-                 "--out", str(job16.path.parent / "dask-out")]) == 0
+    assert (
+        main(
+            [
+                "analyze",
+                str(job16.path),
+                "--scheduler",
+                dask_cluster.address,
+                "--format",
+                "json",
+                "--out",
+                str(job16.path.parent / "dask-out"),
+            ]
+        )
+        == 0
+    )
     remote = json.loads(capsys.readouterr().out)
     assert main(["analyze", str(job16.path), "--format", "json", "--out", str(job16.path.parent / "local-out")]) == 0
     local = json.loads(capsys.readouterr().out)
@@ -276,26 +302,42 @@ def _analyze_command(path, *options: str) -> list[str]:
 @pytest.mark.slow  # runs devprof analyze as its own process, to see what it prints as it exits
 def test_a_bad_scheduler_address_is_one_error_line_and_nothing_at_exit(tmp_path):
     # 'foo' and http:// are refused before connecting; tls:// without certificates fails in Dask's client
-    addresses = {"foo": "error: --scheduler 'foo' is not HOST:PORT",
-                 "http://127.0.0.1:8787/status": "error: --scheduler 'http://127.0.0.1:8787/status' is a web address",
-                 f"tls://127.0.0.1:{_free_port()}": "error: cannot connect to a Dask scheduler at tls://"}
+    addresses = {
+        "foo": "error: --scheduler 'foo' is not HOST:PORT",
+        "http://127.0.0.1:8787/status": "error: --scheduler 'http://127.0.0.1:8787/status' is a web address",
+        f"tls://127.0.0.1:{_free_port()}": "error: cannot connect to a Dask scheduler at tls://",
+    }
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    runs = {address: subprocess.Popen(_analyze_command(tmp_path, "--scheduler", address), stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, cwd=REPO, env=env) for address in addresses}
+    runs = {
+        address: subprocess.Popen(
+            _analyze_command(tmp_path, "--scheduler", address),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env=env,
+        )
+        for address in addresses
+    }
     for address, process in runs.items():
         out, err = process.communicate(timeout=120)
         assert process.returncode == 2, (address, err)
-        assert err.count("\n") == 1 and err.startswith(addresses[address]), (address, err)  # no Client.__del__ traceback
+        assert err.count("\n") == 1 and err.startswith(addresses[address]), (
+            address,
+            err,
+        )  # no Client.__del__ traceback
         assert out == ""
 
 
 @pytest.mark.slow  # starts a Dask scheduler and two worker processes
-def test_the_dask_workers_get_the_jobs_absolute_path_and_a_path_they_cannot_see_is_named(tmp_path, dask_cluster,
-                                                                                       capsys, monkeypatch):
+def test_the_dask_workers_get_the_jobs_absolute_path_and_a_path_they_cannot_see_is_named(
+    tmp_path, dask_cluster, capsys, monkeypatch
+):
     job = write_job(tmp_path, workers=3, slow={})
     monkeypatch.chdir(tmp_path)  # the Dask workers run in the repository's folder, not this one
-    assert main(["analyze", job.path.name, "--scheduler", dask_cluster.address, "--format", "json",
-                 "--out", "out"]) == 0
+    assert (
+        main(["analyze", job.path.name, "--scheduler", dask_cluster.address, "--format", "json", "--out", "out"]) == 0
+    )
     remote = json.loads(capsys.readouterr().out)
     assert [w["status"] for w in remote["workers"]] == ["ok"] * 3
     assert remote["source"].startswith(str(job.path.absolute()))
@@ -322,9 +364,14 @@ def test_the_last_dask_worker_killed_mid_job_ends_analyze_with_one_error_line(tm
     cluster = DaskCluster(tmp_path, workers=1)
     analyze = None
     try:
-        analyze = subprocess.Popen(_analyze_command(job.path, "--scheduler", cluster.address, "--format", "json"),
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                                   env=dict(os.environ, PYTHONPATH=str(REPO)))
+        analyze = subprocess.Popen(
+            _analyze_command(job.path, "--scheduler", cluster.address, "--format", "json"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+        )
         assert analyze.stderr is not None
         with distributed.Client(cluster.address, timeout=60) as client:
             deadline = time.monotonic() + 120
@@ -342,8 +389,9 @@ def test_the_last_dask_worker_killed_mid_job_ends_analyze_with_one_error_line(tm
         cluster.close()
     assert analyze.returncode == 1, err
     assert err.count("\n") == 1
-    assert err.startswith(f"error: the Dask cluster at {cluster.address} lost its last worker, and none came back "
-                          "within 10 s; ")
+    assert err.startswith(
+        f"error: the Dask cluster at {cluster.address} lost its last worker, and none came back within 10 s; "
+    )
     assert after_kill_s < 30  # 10 s without a worker, then the error: a wide margin for a loaded machine
 
 
@@ -386,15 +434,25 @@ def lines_starting(text: str, prefix: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def device_trace(tmp_path_factory):
-    return fx.write_synthetic_device_trace(tmp_path_factory.mktemp("gpu") / "plugins/profile/s/h.xplane.pb",
-                                           gpus=2, empty_gpus=0)
+    return fx.write_synthetic_device_trace(
+        tmp_path_factory.mktemp("gpu") / "plugins/profile/s/h.xplane.pb", gpus=2, empty_gpus=0
+    )
 
 
 def independent_session(folder: Path) -> Path:
     """Two host traces in one session that share nothing: no collective, one host twice as slow."""
     session = folder / "plugins" / "profile" / "2030_01_01_00_00_00"
-    base: dict[str, Any] = dict(gpus=1, steps=6, h2d_ms=1.5, d2d_ms=0.5, collective_ms=0.0, gap_ms=2.0, skew_ms=0.0,
-                                empty_gpus=0, custom_plane=False)
+    base: dict[str, Any] = dict(
+        gpus=1,
+        steps=6,
+        h2d_ms=1.5,
+        d2d_ms=0.5,
+        collective_ms=0.0,
+        gap_ms=2.0,
+        skew_ms=0.0,
+        empty_gpus=0,
+        custom_plane=False,
+    )
     fx.write_synthetic_device_trace(session / "hostA.xplane.pb", kernel_ms=6.0, hostname="hostA", **base)
     fx.write_synthetic_device_trace(session / "hostB.xplane.pb", kernel_ms=14.0, hostname="hostB", **base)
     return folder
@@ -440,8 +498,13 @@ def test_a_one_worker_job_has_no_worker_note_and_no_straggler_line(tmp_path, cap
 
 
 def row(worker, own_ms, collective_ms=2.0, part="compute", noise=1.0, steps=10, cpu=math.nan):
-    mean = {"step_ms": own_ms + collective_ms, "input_ms": 1.0, "compute_ms": own_ms - 2.0, "host_ms": 1.0,
-            "collective_ms": collective_ms}
+    mean = {
+        "step_ms": own_ms + collective_ms,
+        "input_ms": 1.0,
+        "compute_ms": own_ms - 2.0,
+        "host_ms": 1.0,
+        "collective_ms": collective_ms,
+    }
     if part != "compute":
         mean["compute_ms"] = 10.0
         mean[f"{part}_ms"] = own_ms - 11.0
@@ -496,7 +559,9 @@ def test_a_worker_slowed_by_other_processes_is_a_contention_straggler():
 
 
 def test_too_few_steps_to_tell_is_said_plainly():
-    straggler, reason = straggler_rule.find_straggler(pd.DataFrame([row(0, 100.0, 40.0, steps=2), row(1, 140.0, steps=2)]))
+    straggler, reason = straggler_rule.find_straggler(
+        pd.DataFrame([row(0, 100.0, 40.0, steps=2), row(1, 140.0, steps=2)])
+    )
     assert straggler is None and reason is not None
     assert "too few steps to tell" in reason and "--profile-steps" in reason
 

@@ -28,7 +28,9 @@ def test_one_nanosecond_segments_survive(base):
     remove = spans((base + 1, base + 9), (base + 21, base + 22), (base + 29, base + 40))
     diff = iv.subtract(keep, remove)
     assert [x.tolist() for x in diff] == [
-        [base, base + 9, base + 20, base + 22], [base + 1, base + 10, base + 21, base + 29]]
+        [base, base + 9, base + 20, base + 22],
+        [base + 1, base + 10, base + 21, base + 29],
+    ]
     assert iv.total(diff) == 1 + 1 + 1 + 7
     assert iv.overlap(diff, [base + 9], [base + 21]).tolist() == [2]
 

@@ -12,8 +12,25 @@ from profiler import cli
 
 pytestmark = pytest.mark.slow  # every test here trains, imports TensorFlow or starts a process
 
-RUN = ["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "400", "--limit-test-images", "200",
-       "--batch-size", "50", "--epochs", "1", "--profile-steps", "2:8", "--no-sample", "--quiet"]
+RUN = [
+    "run",
+    "--device",
+    "cpu",
+    "--data",
+    "synthetic",
+    "--limit-images",
+    "400",
+    "--limit-test-images",
+    "200",
+    "--batch-size",
+    "50",
+    "--epochs",
+    "1",
+    "--profile-steps",
+    "2:8",
+    "--no-sample",
+    "--quiet",
+]
 UNTRACED = [arg for i, arg in enumerate(RUN) if arg != "--profile-steps" and RUN[i - 1] != "--profile-steps"]
 INPUT_DELAY_MS = 40.0
 
@@ -47,8 +64,16 @@ def analyze_json(path, capsys, *extra) -> dict:
 def test_op_table_is_per_step_and_written_to_ops_csv(runs, capsys):
     result = analyze_json(runs["f32"], capsys)
     ops = result["ops"]
-    assert ops and {"op", "type", "device", "count_per_step", "ms_per_step", "compute_pct", "flops_per_step",
-                    "ceiling_pct"} <= set(ops[0])
+    assert ops and {
+        "op",
+        "type",
+        "device",
+        "count_per_step",
+        "ms_per_step",
+        "compute_pct",
+        "flops_per_step",
+        "ceiling_pct",
+    } <= set(ops[0])
     # the run recorded its ops' costs: its convolutions' FLOPs are known, and they add up to the model's
     assert ops[0]["kind"] == "matrix" and ops[0]["flops_per_step"] > 0, ops[0]
     assert result["roofline"]["flops_gap_pct"] == pytest.approx(0, abs=2), result["roofline"]
@@ -75,8 +100,10 @@ def test_op_diff_of_float32_and_mixed_bfloat16_adds_up_to_the_gap(runs, capsys):
     assert sum(row["share_pct"] for row in rows) == pytest.approx(100.0, abs=5.0)
     assert any(row["op"].startswith("(outside ops") for row in rows)
     ops_first = [row for row in rows if not row["op"].startswith("(outside ops")][:3]
-    assert all(any(word in (row["op"] + row["type"]) for word in ("Conv2D", "MatMul", "conv", "BiasAdd", "Relu"))
-               for row in ops_first), ops_first
+    assert all(
+        any(word in (row["op"] + row["type"]) for word in ("Conv2D", "MatMul", "conv", "BiasAdd", "Relu"))
+        for row in ops_first
+    ), ops_first
     casts = [row for row in rows if row["only_in"] == "b"]
     assert casts, "mixed precision adds ops (casts) that float32 does not have"
     shares = [row["share_pct"] for row in rows]

@@ -35,11 +35,16 @@ from analysis.steps.host import steady_steps
 from repo_paths import REPO
 
 # onednn_verbose,v1,<ms since the epoch>,primitive,exec,cpu,<primitive>,<impl>,<prop>,<mds>,<attrs>,<aux>,<desc>,<ms>
-EXEC = re.compile(r"^onednn_verbose,v\d+,(?P<at>[\d.]+),primitive,exec,cpu,(?P<primitive>[^,]*),(?P<impl>[^,]*),"
-                  r"(?P<prop>[^,]*),.*,(?P<desc>[^,]*),(?P<ms>[\d.]+)$")
+EXEC = re.compile(
+    r"^onednn_verbose,v\d+,(?P<at>[\d.]+),primitive,exec,cpu,(?P<primitive>[^,]*),(?P<impl>[^,]*),"
+    r"(?P<prop>[^,]*),.*,(?P<desc>[^,]*),(?P<ms>[\d.]+)$"
+)
 DESC = re.compile(r"mb(?P<n>\d+)_ic(?P<ic>\d+)oc(?P<oc>\d+)_ih(?P<ih>\d+)")
-PROP = {"Conv2D": "forward_training", "Conv2DBackpropInput": "backward_data",
-        "Conv2DBackpropFilter": "backward_weights"}
+PROP = {
+    "Conv2D": "forward_training",
+    "Conv2DBackpropInput": "backward_data",
+    "Conv2DBackpropFilter": "backward_weights",
+}
 
 
 def onednn_executions(stdout: str) -> pd.DataFrame:
@@ -48,9 +53,16 @@ def onednn_executions(stdout: str) -> pd.DataFrame:
         found = EXEC.match(line.strip())
         if found:
             shape = DESC.search(found["desc"])
-            rows.append({"at_ns": float(found["at"]) * 1e6, "primitive": found["primitive"], "impl": found["impl"],
-                         "prop": found["prop"], "ms": float(found["ms"]),
-                         "shape": ",".join(shape[k] for k in ("n", "ic", "oc", "ih")) if shape else ""})
+            rows.append(
+                {
+                    "at_ns": float(found["at"]) * 1e6,
+                    "primitive": found["primitive"],
+                    "impl": found["impl"],
+                    "prop": found["prop"],
+                    "ms": float(found["ms"]),
+                    "shape": ",".join(shape[k] for k in ("n", "ic", "oc", "ih")) if shape else "",
+                }
+            )
     return pd.DataFrame(rows).sort_values("at_ns", kind="stable").reset_index(drop=True)
 
 
@@ -73,11 +85,39 @@ def layer_scope(op: str) -> str:
 def test_convolution_rates_agree_with_onednns_own_times(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_VERBOSE", "ONEDNN_VERBOSE_TIMESTAMP")}
     env.update(TF_ENABLE_ONEDNN_OPTS="1", CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run([sys.executable, "-m", "profiler", "run", "--device", "cpu", "--data", "synthetic",
-                           "--limit-images", "1536", "--limit-test-images", "64", "--batch-size", "256", "--epochs", "1",
-                           "--profile-steps", "2:6", "--no-sample", "--out", str(tmp_path), "--run-name", "r",
-                           "--onednn-kernels"], env=env, capture_output=True, text=True, timeout=900,
-                          cwd=REPO)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "profiler",
+            "run",
+            "--device",
+            "cpu",
+            "--data",
+            "synthetic",
+            "--limit-images",
+            "1536",
+            "--limit-test-images",
+            "64",
+            "--batch-size",
+            "256",
+            "--epochs",
+            "1",
+            "--profile-steps",
+            "2:6",
+            "--no-sample",
+            "--out",
+            str(tmp_path),
+            "--run-name",
+            "r",
+            "--onednn-kernels",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     # oneDNN's lines went to the run's log; the rest of stdout is there
     assert "onednn_verbose," not in done.stdout and "Epoch 1/1" in done.stdout
@@ -112,8 +152,11 @@ def test_convolution_rates_agree_with_onednns_own_times(tmp_path):
         convolutions = ran[ran["primitive"] == "convolution"]
         # one convolution per execution, the one the op type and its layer's recorded shapes name
         assert len(convolutions) == len(events), (op.op, convolutions)
-        assert set(convolutions["prop"]) == {prop} and set(convolutions["shape"]) == {shapes[layer_scope(op.op)]}, \
-            (op.op, set(convolutions["prop"]), set(convolutions["shape"]))
+        assert set(convolutions["prop"]) == {prop} and set(convolutions["shape"]) == {shapes[layer_scope(op.op)]}, (
+            op.op,
+            set(convolutions["prop"]),
+            set(convolutions["shape"]),
+        )
         # devprof's rate is the op's FLOPs over its time in the trace ...
         flops_per_execution = op.flops_per_step / op.executions_per_step
         op_seconds = (events["end_ns"] - events["start_ns"]).to_numpy() / 1e9

@@ -17,13 +17,33 @@ from child_signals import default_sigint
 from profiler import cli
 from repo_paths import REPO
 
-EPOCH_KEYS = {"epoch", "seconds", "train_seconds", "images", "images_per_second", "loss", "accuracy",
-              "val_loss", "val_accuracy"}
+EPOCH_KEYS = {
+    "epoch",
+    "seconds",
+    "train_seconds",
+    "images",
+    "images_per_second",
+    "loss",
+    "accuracy",
+    "val_loss",
+    "val_accuracy",
+}
 
 
 def run_devprof(tmp_path, *extra, name="r"):
-    argv = ["run", "--device", "cpu", "--data", "synthetic", "--out", str(tmp_path), "--run-name", name,
-            "--quiet", *extra]
+    argv = [
+        "run",
+        "--device",
+        "cpu",
+        "--data",
+        "synthetic",
+        "--out",
+        str(tmp_path),
+        "--run-name",
+        name,
+        "--quiet",
+        *extra,
+    ]
     return cli.main(argv), tmp_path / name
 
 
@@ -57,8 +77,13 @@ def test_complete_run_directory(complete_run):
     assert meta["status"] == "complete" and meta["error"] is None
     assert meta["model"]["params"] == 1_337_002
     assert meta["device"]["kind"] == "cpu" and meta["device"]["cores"] >= 1
-    assert meta["data"] == {"source": "synthetic", "path": None, "train_images": 2000, "val_images": 1000,
-                            "test_images": 10000}
+    assert meta["data"] == {
+        "source": "synthetic",
+        "path": None,
+        "train_images": 2000,
+        "val_images": 1000,
+        "test_images": 10000,
+    }
     assert [e["epoch"] for e in meta["epochs"]] == [1, 2]
     for epoch in meta["epochs"]:
         assert EPOCH_KEYS <= set(epoch)
@@ -158,8 +183,9 @@ def _tolerance(injected: float = INJECTED_MS) -> float:
 
 def assert_shows_injected(grew: float, control_noise: float, what: str, injected: float = INJECTED_MS):
     assert abs(grew - injected) <= _tolerance(injected), f"{what} grew by {grew:.1f} ms, expected {injected:.0f}"
-    assert grew > 5 * control_noise, f"{what} grew by {grew:.1f} ms, not clear of the control's noise " \
-                                     f"({control_noise:.2f} ms step to step)"
+    assert grew > 5 * control_noise, (
+        f"{what} grew by {grew:.1f} ms, not clear of the control's noise ({control_noise:.2f} ms step to step)"
+    )
 
 
 def assert_unmoved(moved: float, what: str, injected: float = INJECTED_MS):
@@ -170,8 +196,9 @@ def assert_unmoved(moved: float, what: str, injected: float = INJECTED_MS):
 def test_injected_input_delay_shows_as_input_wait(injected_runs):
     base, run = injected_runs["base"], injected_runs["input"]
     injected = run.attrs["injected"]
-    assert_shows_injected(run["input_ms"] - base["input_ms"], _noise(base.attrs["steady"]["input_ms"]), "input wait",
-                          injected)
+    assert_shows_injected(
+        run["input_ms"] - base["input_ms"], _noise(base.attrs["steady"]["input_ms"]), "input wait", injected
+    )
     assert_unmoved(run["other_host_ms"] - base["other_host_ms"], "other host time", injected)
 
 
@@ -179,8 +206,12 @@ def test_injected_input_delay_shows_as_input_wait(injected_runs):
 def test_injected_host_delay_shows_as_other_host_time(injected_runs):
     base, run = injected_runs["base"], injected_runs["host"]
     injected = run.attrs["injected"]
-    assert_shows_injected(run["other_host_ms"] - base["other_host_ms"],
-                          _noise(base.attrs["steady"]["other_host_ms"]), "other host time", injected)
+    assert_shows_injected(
+        run["other_host_ms"] - base["other_host_ms"],
+        _noise(base.attrs["steady"]["other_host_ms"]),
+        "other host time",
+        injected,
+    )
     assert_unmoved(run["input_ms"] - base["input_ms"], "input wait", injected)
 
 
@@ -198,8 +229,18 @@ def test_ground_truth_check_fails_when_the_control_is_too_noisy():
 
 @pytest.mark.slow
 def test_steps_per_execution_records_one_row_per_call(tmp_path):
-    rc, path = run_devprof(tmp_path, "--epochs", "1", "--limit-images", "1000", "--steps-per-execution", "4",
-                           "--no-sample", "--profile-steps", "0:8")
+    rc, path = run_devprof(
+        tmp_path,
+        "--epochs",
+        "1",
+        "--limit-images",
+        "1000",
+        "--steps-per-execution",
+        "4",
+        "--no-sample",
+        "--profile-steps",
+        "0:8",
+    )
     assert rc == 0
     steps = pd.read_csv(path / "steps.csv")
     assert steps["steps"].tolist() == [4, 4, 2]  # 10 steps in calls of 4
@@ -229,10 +270,32 @@ def test_crash_leaves_failed_run_with_completed_steps(tmp_path, monkeypatch, cap
 def start_long_run(tmp_path, **popen_kwargs):
     """A `devprof run` subprocess long enough to be stopped from outside."""
     return subprocess.Popen(
-        [sys.executable, "-m", "profiler", "run", "--device", "cpu", "--data", "synthetic", "--epochs", "50",
-         "--limit-images", "1000", "--out", str(tmp_path), "--run-name", "r", "--quiet", "--no-profile",
-         "--sample-interval", "0.1"],
-        cwd=REPO, preexec_fn=default_sigint, **popen_kwargs)
+        [
+            sys.executable,
+            "-m",
+            "profiler",
+            "run",
+            "--device",
+            "cpu",
+            "--data",
+            "synthetic",
+            "--epochs",
+            "50",
+            "--limit-images",
+            "1000",
+            "--out",
+            str(tmp_path),
+            "--run-name",
+            "r",
+            "--quiet",
+            "--no-profile",
+            "--sample-interval",
+            "0.1",
+        ],
+        cwd=REPO,
+        preexec_fn=default_sigint,
+        **popen_kwargs,
+    )
 
 
 # Limits on waiting for a subprocess, not timings: a run beside other CPU-bound processes (two
@@ -336,8 +399,16 @@ def test_devices_lists_this_cpu(capsys):
 def test_run_samples_host_at_the_requested_rate(measured_complete_run):
     complete_run, cpu_seconds = measured_complete_run
     host = pd.read_csv(complete_run / "utilization" / "host.csv")
-    for column in ("time_s", "cpu_pct", "cpu0_pct", "proc_cpu_pct", "proc_rss_bytes", "mem_used_bytes",
-                   "mem_available_bytes", "load1"):
+    for column in (
+        "time_s",
+        "cpu_pct",
+        "cpu0_pct",
+        "proc_cpu_pct",
+        "proc_rss_bytes",
+        "mem_used_bytes",
+        "mem_available_bytes",
+        "load1",
+    ):
         assert column in host.columns
     spacing = host["time_s"].diff().median()
     assert spacing == pytest.approx(0.2, rel=0.2)
@@ -395,7 +466,9 @@ def test_analysis_of_real_runs_finds_the_injected_cost(injected_runs, name, boun
     report = _analyze_json(path, capsys)
     assert report["verdict"]["bound"] == bound, (
         {key: report["verdict"][key] for key in ("cause", "evidence", "saving_basis")},
-        report["findings"], [(s["step"], s["host_ms"], s["compile_ms"]) for s in report["steps"]])
+        report["findings"],
+        [(s["step"], s["host_ms"], s["compile_ms"]) for s in report["steps"]],
+    )
     steps = pd.read_csv(path / "steps.csv").set_index("step")
     traced = [s["step"] for s in report["steps"]]
     assert traced and set(traced) <= set(steps.index)
@@ -403,18 +476,27 @@ def test_analysis_of_real_runs_finds_the_injected_cost(injected_runs, name, boun
     base = injected_runs["base"]
     injected = injected_runs[name].attrs["injected"]
     if name == "input":
-        assert_shows_injected(traced_steps["input_ms"].median() - base["input_ms"],
-                              _noise(base.attrs["steady"]["input_ms"]), "traced input", injected)
+        assert_shows_injected(
+            traced_steps["input_ms"].median() - base["input_ms"],
+            _noise(base.attrs["steady"]["input_ms"]),
+            "traced input",
+            injected,
+        )
     if name == "host":
-        assert_shows_injected(traced_steps["host_ms"].median() - base["other_host_ms"],
-                              _noise(base.attrs["steady"]["other_host_ms"]), "traced host overhead", injected)
+        assert_shows_injected(
+            traced_steps["host_ms"].median() - base["other_host_ms"],
+            _noise(base.attrs["steady"]["other_host_ms"]),
+            "traced host overhead",
+            injected,
+        )
     # The trace and steps.csv time the same steps: they agree within 5 % of step time. A step in
     # which another process took the CPU away can be cut differently by the two (the loop's clock
     # counts the wait before IteratorGetNext starts as input, the trace as host time): most
     # steps, and the typical step, must agree; one in five may not.
     for part in ("step_ms", "input_ms"):
-        off = pd.Series([abs(s[part] - steps.loc[s["step"], part]) / steps.loc[s["step"], "step_ms"]
-                         for s in report["steps"]])
+        off = pd.Series(
+            [abs(s[part] - steps.loc[s["step"], part]) / steps.loc[s["step"], "step_ms"] for s in report["steps"]]
+        )
         assert off.median() <= 0.05, (part, off.tolist())
         assert (off > 0.05).sum() <= len(off) // 5, (part, off.tolist())
 
@@ -429,7 +511,9 @@ def test_unexpected_errors_are_one_line_unless_debugging(monkeypatch, capsys):
     monkeypatch.delenv("DEVPROF_DEBUG", raising=False)
     assert cli.main(["compare", "--external", "examples/seed_table.csv"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: compare failed: ValueError: something nobody expected (set DEVPROF_DEBUG=1 for the traceback)"]
+    assert err == [
+        "error: compare failed: ValueError: something nobody expected (set DEVPROF_DEBUG=1 for the traceback)"
+    ]
     monkeypatch.setenv("DEVPROF_DEBUG", "1")
     with pytest.raises(ValueError):
         cli.main(["compare", "--external", "examples/seed_table.csv"])

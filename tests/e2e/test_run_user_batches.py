@@ -122,25 +122,40 @@ def test_a_window_that_training_stops_before_says_how_far_it_got(tmp_path):
     for next_step in (0, 1, 2):  # training fails in step 2: the window never starts
         window.maybe_start(next_step)
     window.maybe_stop(0, force=True)
-    assert warnings == ["warning: profile window 5:15 was never reached: training stopped after 2 steps; "
-                        "no trace was written"]
+    assert warnings == [
+        "warning: profile window 5:15 was never reached: training stopped after 2 steps; no trace was written"
+    ]
 
 
 @pytest.mark.slow
 def test_limit_images_below_the_batch_trains_one_short_batch_with_a_notice(tmp_path, capsys):
-    module = write_module(tmp_path, """
+    module = write_module(
+        tmp_path,
+        """
         import keras
 
         def build():
             return keras.Sequential([keras.Input((8,)), keras.layers.Dense(3)], name="small")
-        """)
-    args = ["run", "--model", f"{module}:build", "--limit-images", "99", "--out", str(tmp_path / "runs"),
-            "--run-name", "short", *[a for a in QUICK if a != "--quiet"]]  # the notice is not shown with --quiet
+        """,
+    )
+    args = [
+        "run",
+        "--model",
+        f"{module}:build",
+        "--limit-images",
+        "99",
+        "--out",
+        str(tmp_path / "runs"),
+        "--run-name",
+        "short",
+        *[a for a in QUICK if a != "--quiet"],
+    ]  # the notice is not shown with --quiet
     assert cli.main(args) == 0
     err = capsys.readouterr().err
     notices = [line for line in err.splitlines() if line.startswith("notice:")]
-    assert notices == ["notice: --batch-size 100 is more than the 99 training images: each epoch is one short "
-                       "batch of 99"], err
+    assert notices == [
+        "notice: --batch-size 100 is more than the 99 training images: each epoch is one short batch of 99"
+    ], err
     path = tmp_path / "runs" / "short"
     assert_counts(path, [99])
     meta = json.loads((path / "run.json").read_text())

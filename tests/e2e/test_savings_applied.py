@@ -35,8 +35,10 @@ bench = _bench()  # imports neither TensorFlow nor devprof's analysis until a pr
 
 def check(result) -> None:
     allowed = bench.tolerance_ms(result.estimate_ms)
-    said = (f"{result.cause}: estimate {result.estimate_ms:.2f} ms ({result.source} {result.rule}), measured "
-            f"{result.measured_ms:.2f} ms (before {result.before_ms:.2f}, after {result.after_ms:.2f}: {result.fix})")
+    said = (
+        f"{result.cause}: estimate {result.estimate_ms:.2f} ms ({result.source} {result.rule}), measured "
+        f"{result.measured_ms:.2f} ms (before {result.before_ms:.2f}, after {result.after_ms:.2f}: {result.fix})"
+    )
 
     def passes(estimate: float) -> bool:
         return abs(estimate - result.measured_ms) <= bench.tolerance_ms(estimate)
@@ -45,8 +47,9 @@ def check(result) -> None:
     # The measurement tells estimates apart: no saving at all fails, and so does half or twice the estimate (a
     # measured saving near 1.3x the estimate lies in twice its band, near 0.66x in half its: not in both).
     assert not passes(0.0), f"{said}: an estimate of no saving passes too"
-    assert not (passes(2 * result.estimate_ms) and passes(result.estimate_ms / 2)), \
+    assert not (passes(2 * result.estimate_ms) and passes(result.estimate_ms / 2)), (
         f"{said}: half and twice the estimate pass too"
+    )
 
 
 @pytest.mark.slow
@@ -54,8 +57,9 @@ def test_a_sleep_in_the_loop_saved_as_estimated_by_several_steps_per_call(tmp_pa
     # 30 ms: the fix also takes the call's own dispatch (1 to 3 ms a step here), which the breakdown counts as
     # compute and the estimate leaves out; a sleep of this size keeps that inside the tolerance.
     before = bench.Program(loop_sleep_ms=30.0)
-    result = bench.compare("loop_sleep", tmp_path, before, bench.steps_per_call_fix(before, calls=2),
-                           bench.HOST_RULES, reps=3)
+    result = bench.compare(
+        "loop_sleep", tmp_path, before, bench.steps_per_call_fix(before, calls=2), bench.HOST_RULES, reps=3
+    )
     assert "steps inside one `tf.function` call" in result.advice
     check(result)
 
@@ -63,8 +67,9 @@ def test_a_sleep_in_the_loop_saved_as_estimated_by_several_steps_per_call(tmp_pa
 @pytest.mark.slow
 def test_numpy_every_step_saved_as_estimated_by_doing_it_every_n_steps(tmp_path):
     before = bench.Program(numpy_every=1)
-    result = bench.compare("numpy_every_step", tmp_path, before, bench.every_n_steps_fix(before, calls=2),
-                           bench.HOST_RULES, reps=3)
+    result = bench.compare(
+        "numpy_every_step", tmp_path, before, bench.every_n_steps_fix(before, calls=2), bench.HOST_RULES, reps=3
+    )
     check(result)
 
 
@@ -75,8 +80,9 @@ def test_a_missing_prefetch_saved_as_estimated(tmp_path):
     # rate: a saving a busy machine stretches alike before and after (a 15 ms wait, shorter than the rest,
     # left the saving to how the load split the cores between the two).
     before = bench.Program(map_wait_ms=60.0, prefetch=False)
-    result = bench.compare("no_prefetch", tmp_path, before, bench.changed(before, "prefetch", prefetch=True),
-                           bench.INPUT_RULES, reps=3)
+    result = bench.compare(
+        "no_prefetch", tmp_path, before, bench.changed(before, "prefetch", prefetch=True), bench.INPUT_RULES, reps=3
+    )
     assert result.rule == "no_prefetch" and ".prefetch(tf.data.AUTOTUNE)" in result.advice
     check(result)
 

@@ -27,21 +27,53 @@ from repo_paths import REPO
 
 # Tiny jobs: 400 images in global batches of 20 (10 per worker) are 20 steps an epoch; the
 # steps traced are 4..19, and validation and test use 200 images.
-TINY = ["--device", "cpu", "--data", "synthetic", "--limit-images", "400", "--limit-test-images", "200",
-        "--batch-size", "20", "--sample-interval", "0.2"]
+TINY = [
+    "--device",
+    "cpu",
+    "--data",
+    "synthetic",
+    "--limit-images",
+    "400",
+    "--limit-test-images",
+    "200",
+    "--batch-size",
+    "20",
+    "--sample-interval",
+    "0.2",
+]
 INJECTED_MS = 40.0
 
 
 def devprof(*args: str | Path, **kwargs) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop(cluster_mod.TF_CONFIG, None)
-    return subprocess.Popen([sys.executable, "-m", "profiler", *map(str, args)], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "profiler", *map(str, args)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
 
 
 def run_job(out: Path, name: str, *args: str) -> tuple[Path, str, str]:
-    proc = devprof("run", "--workers", "2", *TINY, "--epochs", "1", "--profile-steps", "4:20",
-                   "--out", out, "--run-name", name, *args)
+    proc = devprof(
+        "run",
+        "--workers",
+        "2",
+        *TINY,
+        "--epochs",
+        "1",
+        "--profile-steps",
+        "4:20",
+        "--out",
+        out,
+        "--run-name",
+        name,
+        *args,
+    )
     stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 0, (stdout, stderr)
     return out / name, stdout, stderr
@@ -87,8 +119,10 @@ def test_two_workers_write_a_job_of_two_complete_run_directories(host_straggler_
     assert meta["workers"] == ["worker-0", "worker-1"] and meta["num_workers"] == 2
     assert meta["global_batch_size"] == 20 and meta["per_worker_batch_size"] == 10
     assert meta["strategy"] == "MultiWorkerMirroredStrategy"
-    assert {w: s["status"] for w, s in meta["worker_status"].items()} == {"worker-0": "complete",
-                                                                          "worker-1": "complete"}
+    assert {w: s["status"] for w, s in meta["worker_status"].items()} == {
+        "worker-0": "complete",
+        "worker-1": "complete",
+    }
     assert meta["launcher"]["exit_codes"] == {"worker-0": 0, "worker-1": 0}
     assert run_files.worker_dirs(job) == [job / "worker-0", job / "worker-1"]
     for index in (0, 1):
@@ -109,8 +143,9 @@ def test_two_workers_write_a_job_of_two_complete_run_directories(host_straggler_
     # (a pipe gets a progress line "Epoch 1/1 - step k/20" every 30 s of a slow epoch as well)
     lines = stdout.splitlines()
     assert lines.count("Epoch 1/1") == 1 and stdout.count("20/20 - ") == 1, stdout
-    assert all(re.fullmatch(r"Epoch 1/1 - step (1?[0-9])/20", line) for line in lines
-               if line.startswith("Epoch 1/1 - ")), stdout
+    assert all(
+        re.fullmatch(r"Epoch 1/1 - step (1?[0-9])/20", line) for line in lines if line.startswith("Epoch 1/1 - ")
+    ), stdout
     assert stdout.strip().splitlines()[-1] == f"run directory: {job}"
     assert "Traceback" not in stdout + stderr and "error" not in stderr, stderr
 
@@ -123,7 +158,9 @@ def test_analysis_names_the_worker_with_host_work_as_the_straggler(host_straggle
     assert sorted(rows) == [0, 1]
     assert result["straggler"]["worker"] == 1 and result["straggler"]["cause"] == "host", result["straggler"]
     # Ground truth: the 40 ms are worker 1's host time, and worker 0 spends them waiting in the all-reduce.
-    assert rows[1]["host_ms"] >= 0.9 * INJECTED_MS and rows[0]["host_ms"] < INJECTED_MS / 2, rows  # a hog beside it shifts a little of the spin
+    assert rows[1]["host_ms"] >= 0.9 * INJECTED_MS and rows[0]["host_ms"] < INJECTED_MS / 2, (
+        rows
+    )  # a hog beside it shifts a little of the spin
     assert rows[0]["collective_ms"] > rows[1]["collective_ms"] + INJECTED_MS / 4, rows
     # Every worker's memory, named by worker: each one's allocators as that worker's own analysis reads them.
     memory = result["memory"]["workers"]
@@ -131,7 +168,9 @@ def test_analysis_names_the_worker_with_host_work_as_the_straggler(host_straggle
     for entry in memory:
         own = analysis.analyze(job / f"worker-{entry['worker']}").memory
         assert own is not None and own.allocators, f"worker {entry['worker']} traced no allocator"
-        assert {a["name"]: a["peak_bytes"] for a in entry["allocators"]} == {a.name: a.peak_bytes for a in own.allocators}
+        assert {a["name"]: a["peak_bytes"] for a in entry["allocators"]} == {
+            a.name: a.peak_bytes for a in own.allocators
+        }
 
 
 @pytest.mark.slow
@@ -150,8 +189,9 @@ def test_analysis_names_the_worker_with_slow_input_as_the_straggler(tmp_path, ca
 
 
 def long_job(out: Path, name: str, *args: str) -> subprocess.Popen:
-    return devprof("run", "--workers", "2", *TINY, "--epochs", "40", "--no-profile", "--out", out,
-                   "--run-name", name, *args)
+    return devprof(
+        "run", "--workers", "2", *TINY, "--epochs", "40", "--no-profile", "--out", out, "--run-name", name, *args
+    )
 
 
 @pytest.mark.slow
@@ -248,9 +288,16 @@ def _busy(port: int) -> bool:
 # ---------------------------------------------------------------- options (no TensorFlow, no processes)
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("30", (30.0, None)), ("30@1", (30.0, 1)), ("2.5@0", (2.5, 0)), (" 0 ", (0.0, None)), ("nan", None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("30", (30.0, None)),
+        ("30@1", (30.0, 1)),
+        ("2.5@0", (2.5, 0)),
+        (" 0 ", (0.0, None)),
+        ("nan", None),
+    ],
+)
 def test_injection_is_milliseconds_for_one_worker_or_all(text, expected):
     injection = cluster_mod.parse_injection(text)
     if expected is None:
@@ -274,10 +321,13 @@ def two_workers(index: int = 0) -> cluster_mod.Cluster:
     return cluster_mod.from_option("127.0.0.1:2001,127.0.0.1:2002", index)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"inject_host_worker": 2}, "--inject-host-delay-ms 30@2: there is no worker 2; the job has 2 workers (0..1)"),
-    ({"inject_input_worker": 5}, "--inject-input-delay-ms 30@5: there is no worker 5"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"inject_host_worker": 2}, "--inject-host-delay-ms 30@2: there is no worker 2; the job has 2 workers (0..1)"),
+        ({"inject_input_worker": 5}, "--inject-input-delay-ms 30@5: there is no worker 5"),
+    ],
+)
 def test_injection_names_a_worker_of_the_job(kwargs, message):
     config = RunConfig(run_name="job", cluster=two_workers(), **kwargs)
     config.train.inject_host_delay_ms = config.train.inject_input_delay_ms = 30.0
@@ -313,17 +363,23 @@ def test_tf_config_gives_the_workers_and_this_one():
     assert cluster_mod.from_tf_config(json.dumps(chief)).is_chief
 
 
-@pytest.mark.parametrize("config, message", [
-    ("not json", "TF_CONFIG is not valid JSON"),
-    ({"task": {"type": "worker", "index": 0}}, 'TF_CONFIG needs a "cluster" object'),
-    ({"cluster": {"worker": ["a:1"], "ps": ["b:1"]}, "task": {"type": "worker", "index": 0}}, "'ps' tasks"),
-    ({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 2}}, "task index 2 is out of range"),
-    ({"cluster": {"worker": ["a:1", "a:1"]}, "task": {"type": "worker", "index": 0}}, "lists a:1 twice"),
-    ({"cluster": {"worker": ["a"]}, "task": {"type": "worker", "index": 0}}, "'a' is not HOST:PORT"),
-    ({"cluster": {"worker": ["a:99999"]}, "task": {"type": "worker", "index": 0}}, "port must be from 1 to 65535"),
-    ({"cluster": {"worker": ["a:1"]}}, 'TF_CONFIG needs a "task"'),
-    ({"cluster": {"worker": []}, "task": {"type": "worker", "index": 0}}, "lists no workers"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ("not json", "TF_CONFIG is not valid JSON"),
+        ({"task": {"type": "worker", "index": 0}}, 'TF_CONFIG needs a "cluster" object'),
+        ({"cluster": {"worker": ["a:1"], "ps": ["b:1"]}, "task": {"type": "worker", "index": 0}}, "'ps' tasks"),
+        (
+            {"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 2}},
+            "task index 2 is out of range",
+        ),
+        ({"cluster": {"worker": ["a:1", "a:1"]}, "task": {"type": "worker", "index": 0}}, "lists a:1 twice"),
+        ({"cluster": {"worker": ["a"]}, "task": {"type": "worker", "index": 0}}, "'a' is not HOST:PORT"),
+        ({"cluster": {"worker": ["a:99999"]}, "task": {"type": "worker", "index": 0}}, "port must be from 1 to 65535"),
+        ({"cluster": {"worker": ["a:1"]}}, 'TF_CONFIG needs a "task"'),
+        ({"cluster": {"worker": []}, "task": {"type": "worker", "index": 0}}, "lists no workers"),
+    ],
+)
 def test_tf_config_that_cannot_work(config, message):
     with pytest.raises(cluster_mod.ClusterError, match=message.replace("(", r"\(").replace("[", r"\[")):
         cluster_mod.from_tf_config(config if isinstance(config, str) else json.dumps(config))
@@ -333,28 +389,35 @@ def test_cluster_option_builds_tf_config():
     cluster = cluster_mod.resolve("h1:2222, h2:2222", 1, environ={})
     assert cluster is not None
     assert cluster.workers == ("h1:2222", "h2:2222") and cluster.index == 1 and cluster.source == "--cluster"
-    assert json.loads(cluster.tf_config) == {"cluster": {"worker": ["h1:2222", "h2:2222"]},
-                                             "task": {"type": "worker", "index": 1}}
+    assert json.loads(cluster.tf_config) == {
+        "cluster": {"worker": ["h1:2222", "h2:2222"]},
+        "task": {"type": "worker", "index": 1},
+    }
     assert cluster_mod.resolve(None, None, environ={}) is None
     from_env = cluster_mod.resolve(None, 1, environ={"TF_CONFIG": cluster.tf_config})
     assert from_env is not None
     assert from_env.index == 1 and from_env.source == "TF_CONFIG"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--cluster", "h1:2222,h2:2222"], "--cluster needs --task-index"),
-    (["--cluster", "h1:2222,h2:2222", "--task-index", "2"], "--task-index: task index 2 is out of range"),
-    (["--cluster", "h1:2222,,h2:2222", "--task-index", "0"], "an empty worker address"),
-    (["--cluster", "h1,h2:2222", "--task-index", "0"], "worker address 'h1' is not HOST:PORT"),
-    (["--task-index", "0"], "--task-index needs --cluster (or TF_CONFIG in the environment)"),
-    (["--cluster", "h1:2222,h2:2222", "--task-index", "0"], "--run-name is required with --cluster"),
-    (["--workers", "2", "--cluster", "h1:1,h2:1"], "--workers starts a job on this machine"),
-    (["--workers", "0"], "--workers must be at least 1"),
-    (["--workers", "2", "--device", "gpu"], "--workers starts CPU workers on this machine"),
-    (["--workers", "3", "--oversubscribe", "--run-name", "j"], "--batch-size 20 is the global batch and must split evenly among 3 "
-                                            "workers (e.g. 18 or 21)"),
-    (["--workers", "2", "--run-name", "j", "--inject-host-delay-ms", "30@2"], "there is no worker 2"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--cluster", "h1:2222,h2:2222"], "--cluster needs --task-index"),
+        (["--cluster", "h1:2222,h2:2222", "--task-index", "2"], "--task-index: task index 2 is out of range"),
+        (["--cluster", "h1:2222,,h2:2222", "--task-index", "0"], "an empty worker address"),
+        (["--cluster", "h1,h2:2222", "--task-index", "0"], "worker address 'h1' is not HOST:PORT"),
+        (["--task-index", "0"], "--task-index needs --cluster (or TF_CONFIG in the environment)"),
+        (["--cluster", "h1:2222,h2:2222", "--task-index", "0"], "--run-name is required with --cluster"),
+        (["--workers", "2", "--cluster", "h1:1,h2:1"], "--workers starts a job on this machine"),
+        (["--workers", "0"], "--workers must be at least 1"),
+        (["--workers", "2", "--device", "gpu"], "--workers starts CPU workers on this machine"),
+        (
+            ["--workers", "3", "--oversubscribe", "--run-name", "j"],
+            "--batch-size 20 is the global batch and must split evenly among 3 workers (e.g. 18 or 21)",
+        ),
+        (["--workers", "2", "--run-name", "j", "--inject-host-delay-ms", "30@2"], "there is no worker 2"),
+    ],
+)
 def test_cluster_options_that_cannot_work_are_usage_errors(tmp_path, capsys, monkeypatch, args, message):
     monkeypatch.delenv(cluster_mod.TF_CONFIG, raising=False)
     out = tmp_path / "runs"
@@ -369,8 +432,10 @@ def test_tf_config_needs_a_run_name_and_agrees_with_task_index(tmp_path, capsys,
     out = tmp_path / "runs"
     assert cli.main(["run", *TINY, "--quiet", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: --run-name is required with TF_CONFIG: every worker writes its worker-<i>/ "
-                          "folder into the same <out>/<run-name>/ job folder"), err
+    assert err.startswith(
+        "error: --run-name is required with TF_CONFIG: every worker writes its worker-<i>/ "
+        "folder into the same <out>/<run-name>/ job folder"
+    ), err
     assert cli.main(["run", *TINY, "--quiet", "--out", str(out), "--run-name", "j", "--task-index", "0"]) == 2
     assert "--task-index 0 disagrees with TF_CONFIG, which makes this host worker 1" in capsys.readouterr().err
     assert cli.main(["run", "--workers", "2", *TINY, "--quiet", "--out", str(out)]) == 2
@@ -381,8 +446,9 @@ def test_tf_config_needs_a_run_name_and_agrees_with_task_index(tmp_path, capsys,
 def test_a_job_folder_is_never_overwritten(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv(cluster_mod.TF_CONFIG, raising=False)
     (tmp_path / "runs" / "job").mkdir(parents=True)
-    assert cli.main(["run", "--workers", "2", *TINY, "--quiet", "--out", str(tmp_path / "runs"), "--run-name",
-                     "job"]) == 2
+    assert (
+        cli.main(["run", "--workers", "2", *TINY, "--quiet", "--out", str(tmp_path / "runs"), "--run-name", "job"]) == 2
+    )
     assert "already exists; runs are never overwritten" in capsys.readouterr().err
     from profiler.record import job, rundir
 
@@ -397,14 +463,55 @@ def test_workers_pass_on_every_option_the_launcher_was_given():
     from profiler.cli.launcher import child_options
 
     parser = cli.build_parser()
-    given = ["run", "--workers", "2", "--device", "cpu", "--data", "synthetic", "--epochs", "3", "--batch-size", "64",
-             "--inject-input-delay-ms", "12.5@1", "--inject-host-delay-ms", "3", "--no-profile", "--python-tracer",
-             "--sample-interval", "0.1", "--collective-timeout-s", "30", "--seed", "7", "--jit-compile",
-             "--out", "elsewhere", "--run-name", "j", "--profiler-port", "7000", "--quiet"]
+    given = [
+        "run",
+        "--workers",
+        "2",
+        "--device",
+        "cpu",
+        "--data",
+        "synthetic",
+        "--epochs",
+        "3",
+        "--batch-size",
+        "64",
+        "--inject-input-delay-ms",
+        "12.5@1",
+        "--inject-host-delay-ms",
+        "3",
+        "--no-profile",
+        "--python-tracer",
+        "--sample-interval",
+        "0.1",
+        "--collective-timeout-s",
+        "30",
+        "--seed",
+        "7",
+        "--jit-compile",
+        "--out",
+        "elsewhere",
+        "--run-name",
+        "j",
+        "--profiler-port",
+        "7000",
+        "--quiet",
+    ]
     args = parser.parse_args(given)
     child = parser.parse_args(["run", *child_options(args, run_command.OPTIONS)])
-    for option in ("device", "data", "epochs", "batch_size", "inject_input_delay_ms", "inject_host_delay_ms",
-                   "profile", "python_tracer", "sample_interval", "collective_timeout_s", "seed", "jit_compile"):
+    for option in (
+        "device",
+        "data",
+        "epochs",
+        "batch_size",
+        "inject_input_delay_ms",
+        "inject_host_delay_ms",
+        "profile",
+        "python_tracer",
+        "sample_interval",
+        "collective_timeout_s",
+        "seed",
+        "jit_compile",
+    ):
         assert getattr(child, option) == getattr(args, option), option
     assert child.workers is None and child.profiler_port is None and child.run_name is None  # set per worker
     auto = parser.parse_args(["run", "--workers", "2"])
@@ -416,18 +523,46 @@ def test_the_workers_command_line_is_the_given_options_in_the_tables_order():
     from profiler.cli.launcher import child_options
 
     parser = cli.build_parser()
-    args = parser.parse_args(["run", "--workers", "2", "--quiet", "--python-tracer", "--epochs", "3", "--no-profile",
-                              "--collective-timeout-s", "30", "--inject-input-delay-ms", "12.5@1", "--out", "x"])
+    args = parser.parse_args(
+        [
+            "run",
+            "--workers",
+            "2",
+            "--quiet",
+            "--python-tracer",
+            "--epochs",
+            "3",
+            "--no-profile",
+            "--collective-timeout-s",
+            "30",
+            "--inject-input-delay-ms",
+            "12.5@1",
+            "--out",
+            "x",
+        ]
+    )
     assert child_options(args, run_command.OPTIONS) == [
-        "--epochs", "3", "--inject-input-delay-ms", "12.5@1", "--collective-timeout-s", "30.0", "--no-profile",
-        "--python-tracer", "--device", "cpu"]
+        "--epochs",
+        "3",
+        "--inject-input-delay-ms",
+        "12.5@1",
+        "--collective-timeout-s",
+        "30.0",
+        "--no-profile",
+        "--python-tracer",
+        "--device",
+        "cpu",
+    ]
 
 
 def test_every_run_option_is_in_the_table_the_launcher_reads():
     from profiler.cli.commands import run as run_command
 
-    given = {dest: value for dest, value in vars(cli.build_parser().parse_args(["run"])).items()
-             if dest not in ("command", "handler")}
+    given = {
+        dest: value
+        for dest, value in vars(cli.build_parser().parse_args(["run"])).items()
+        if dest not in ("command", "handler")
+    }
     assert {option.dest: option.default for option in run_command.OPTIONS} == given
 
 
@@ -444,10 +579,22 @@ def test_capture_addresses():
     from profiler.record import tracing
 
     assert tracing.parse_service_addresses("grpc://h1:1,grpc://h2:2") == ["grpc://h1:1", "grpc://h2:2"]
-    assert tracing.parse_service_addresses("grpc://[::1]:9012, grpc://10.0.0.2:1") == ["grpc://[::1]:9012",
-                                                                                       "grpc://10.0.0.2:1"]
-    for bad in ("h1:1", "grpc://h1:1,h2:2", "grpc://h1", "grpc://h1:1,grpc://h1:1", "grpc://h1:1,",
-                "grpc://[::1:9012", "grpc://::1:9012", "grpc://h 1:1", "grpc://h1/x:1", "grpc://:1"):
+    assert tracing.parse_service_addresses("grpc://[::1]:9012, grpc://10.0.0.2:1") == [
+        "grpc://[::1]:9012",
+        "grpc://10.0.0.2:1",
+    ]
+    for bad in (
+        "h1:1",
+        "grpc://h1:1,h2:2",
+        "grpc://h1",
+        "grpc://h1:1,grpc://h1:1",
+        "grpc://h1:1,",
+        "grpc://[::1:9012",
+        "grpc://::1:9012",
+        "grpc://h 1:1",
+        "grpc://h1/x:1",
+        "grpc://:1",
+    ):
         with pytest.raises(ValueError):
             tracing.parse_service_addresses(bad)
 
@@ -493,8 +640,10 @@ def _json_sum(document: str) -> dict[str, float]:
 def _steps_rows(text: str) -> pd.DataFrame:
     """The steps table printed by text or Markdown (columns step, steps, step_ms, ...), as numbers."""
     lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.replace("|", " ").split()[:3] == ["step", "steps", "step_ms"])
-    block = lines[start:lines.index("", start)]
+    start = next(
+        i for i, line in enumerate(lines) if line.replace("|", " ").split()[:3] == ["step", "steps", "step_ms"]
+    )
+    block = lines[start : lines.index("", start)]
     if block[0].startswith("|"):
         rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in block]
         return pd.DataFrame(rows[2:], columns=rows[0]).astype(float)
@@ -515,8 +664,12 @@ def test_every_format_states_the_same_step_sum_with_the_collective_wait(tmp_path
     assert collective == 8.0 and host == 2.5
     expected = {"step": 18.0, "input": 1.5, "compute": 6.0, "collective": collective, "host": host}
     result = analysis.analyze(path)
-    sums = {"text": _text_sum(result.render("text")), "markdown": _markdown_sum(result.render("markdown")),
-            "json": _json_sum(result.render("json")), "html": _html_sum(result.render("html"))}
+    sums = {
+        "text": _text_sum(result.render("text")),
+        "markdown": _markdown_sum(result.render("markdown")),
+        "json": _json_sum(result.render("json")),
+        "html": _html_sum(result.render("html")),
+    }
     for fmt, parts in sums.items():
         assert parts == pytest.approx(expected, abs=0.006), (fmt, parts)
         assert sum(parts[p] for p in PARTS) == pytest.approx(parts["step"], abs=0.02), fmt

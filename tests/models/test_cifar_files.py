@@ -67,10 +67,13 @@ def test_a_cifar10_archive_member_declaring_more_than_a_batch_is_refused_unread(
     _assert_refused_unread(raised, peak, f"{archive}:data_batch_1")
 
 
-@pytest.mark.parametrize("folder, name, test_name", [
-    ("cifar-10-batches-py", "data_batch_1", "test_batch"),
-    ("cifar-10-batches-bin", "data_batch_1.bin", "test_batch.bin"),
-])
+@pytest.mark.parametrize(
+    "folder, name, test_name",
+    [
+        ("cifar-10-batches-py", "data_batch_1", "test_batch"),
+        ("cifar-10-batches-bin", "data_batch_1.bin", "test_batch.bin"),
+    ],
+)
 def test_a_cifar10_batch_file_larger_than_a_batch_is_refused_unread(tmp_path, folder, name, test_name):
     from models import data
 

@@ -387,8 +387,17 @@ def test_binary_label_out_of_range_is_a_data_error(tmp_path, batches):
         ({b"labels": [0] * PER_FILE}, "not a CIFAR-10 batch"),
         ([1, 2, 3], "not a CIFAR-10 batch"),
     ],
-    ids=["short-rows", "nhwc", "label-count", "label-value", "label-scalar", "label-bytes", "float-pixels",
-         "no-data", "not-a-dict"],
+    ids=[
+        "short-rows",
+        "nhwc",
+        "label-count",
+        "label-value",
+        "label-scalar",
+        "label-bytes",
+        "float-pixels",
+        "no-data",
+        "not-a-dict",
+    ],
 )
 def test_wrong_shaped_batch_is_a_data_error(tmp_path, batches, batch, match):
     folder = write_py_folder(tmp_path / data.PY_FOLDER, batches)

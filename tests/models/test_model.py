@@ -41,8 +41,20 @@ def test_parameter_count_is_the_seeds(model):
 
 def test_layer_sequence_matches_the_seed(model):
     kinds = [type(layer).__name__ for layer in model.layers]
-    assert kinds == ["Conv2D", "Conv2D", "MaxPooling2D", "Conv2D", "Conv2D", "MaxPooling2D",
-                     "Conv2D", "Conv2D", "Flatten", "Dropout", "Dense", "Dense"]
+    assert kinds == [
+        "Conv2D",
+        "Conv2D",
+        "MaxPooling2D",
+        "Conv2D",
+        "Conv2D",
+        "MaxPooling2D",
+        "Conv2D",
+        "Conv2D",
+        "Flatten",
+        "Dropout",
+        "Dense",
+        "Dense",
+    ]
     convs = [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)]
     assert [c.filters for c in convs] == [32, 32, 64, 64, 128, 128]
     for c in convs:
@@ -56,10 +68,20 @@ def test_layer_sequence_matches_the_seed(model):
     assert hidden.units == 128 and hidden.activation is keras.activations.relu
     assert out.units == 10 and out.activation is keras.activations.softmax
     shapes = [tuple(layer.output.shape) for layer in model.layers]
-    assert shapes == [(None, 32, 32, 32), (None, 32, 32, 32), (None, 16, 16, 32),
-                      (None, 16, 16, 64), (None, 16, 16, 64), (None, 8, 8, 64),
-                      (None, 8, 8, 128), (None, 8, 8, 128), (None, 8192), (None, 8192),
-                      (None, 128), (None, 10)]
+    assert shapes == [
+        (None, 32, 32, 32),
+        (None, 32, 32, 32),
+        (None, 16, 16, 32),
+        (None, 16, 16, 64),
+        (None, 16, 16, 64),
+        (None, 8, 8, 64),
+        (None, 8, 8, 128),
+        (None, 8, 8, 128),
+        (None, 8192),
+        (None, 8192),
+        (None, 128),
+        (None, 10),
+    ]
     assert tuple(model.input_shape) == (None, 32, 32, 3) and tuple(model.output_shape) == (None, 10)
 
 
@@ -130,8 +152,13 @@ def test_synthetic_data_is_learned_over_epochs_but_not_solved():
 
     arrays = data.synthetic(3000, 1000, seed=0)
     hooks = Record()
-    trainer = Trainer(tf.distribute.OneDeviceStrategy("/cpu:0"), cnn.build_cnn, arrays,
-                      TrainConfig(batch_size=32, epochs=2, seed=0), hooks)
+    trainer = Trainer(
+        tf.distribute.OneDeviceStrategy("/cpu:0"),
+        cnn.build_cnn,
+        arrays,
+        TrainConfig(batch_size=32, epochs=2, seed=0),
+        hooks,
+    )
     trainer.fit()
     first, second = hooks.epochs
     assert 0.2 < second.val_accuracy < 0.95, (first, second)
@@ -152,8 +179,12 @@ def test_validation_covers_the_validation_images_once_every_epoch():
     from models.training import TrainConfig, Trainer
 
     arrays = data.synthetic(200, 300, seed=1)
-    trainer = Trainer(tf.distribute.OneDeviceStrategy("/cpu:0"), cnn.build_cnn, arrays,
-                      TrainConfig(batch_size=100, epochs=1, seed=0, validation_images=250))
+    trainer = Trainer(
+        tf.distribute.OneDeviceStrategy("/cpu:0"),
+        cnn.build_cnn,
+        arrays,
+        TrainConfig(batch_size=100, epochs=1, seed=0, validation_images=250),
+    )
     once = data.eval_dataset(arrays.x_test[:250], arrays.y_test[:250], 100)
     expected = trainer.evaluate(once)
     shifted = trainer.evaluate(data.eval_dataset(arrays.x_test[50:300], arrays.y_test[50:300], 100))
@@ -190,12 +221,15 @@ def test_fused_adam_makes_the_same_update_as_keras_adam():
         fused_step(grads)
     assert int(fused_optimizer.iterations.numpy()) == int(keras_adam.iterations.numpy()) == 3
     pairs = list(zip(reference.trainable_variables, fused_model.trainable_variables))
-    pairs += list(zip(keras_adam._momentums + keras_adam._velocities,
-                      fused_optimizer._momentums + fused_optimizer._velocities))
+    pairs += list(
+        zip(keras_adam._momentums + keras_adam._velocities, fused_optimizer._momentums + fused_optimizer._velocities)
+    )
     for expected, got in pairs:
         np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-5, atol=1e-7)
-    moved = max(float(np.max(np.abs(a.numpy() - b.numpy()))) for a, b in
-                zip(state(3)[0].trainable_variables, fused_model.trainable_variables))
+    moved = max(
+        float(np.max(np.abs(a.numpy() - b.numpy())))
+        for a, b in zip(state(3)[0].trainable_variables, fused_model.trainable_variables)
+    )
     assert moved > 1e-3  # three steps at lr 1e-3 moved the weights: the comparison is not of untouched ones
 
 

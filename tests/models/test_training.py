@@ -79,7 +79,6 @@ class Iterator:
 training.retire_iterators([Iterator(), None])
 print("exiting", flush=True)
 """
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          cwd=REPO)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["exiting"]  # no destructor ran at exit, so none waited

@@ -41,9 +41,11 @@ def read_meta(path: Path) -> dict:
 
 @pytest.mark.slow  # a fresh interpreter: in this one another test may have loaded TensorFlow already
 def test_import_profiler_stays_light():
-    code = ("import sys, profiler; assert callable(profiler.profile); "
-            "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules, 'heavy import'; "
-            "getattr(profiler, 'no_such_name', None) is None or sys.exit('unexpected attribute')")
+    code = (
+        "import sys, profiler; assert callable(profiler.profile); "
+        "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules, 'heavy import'; "
+        "getattr(profiler, 'no_such_name', None) is None or sys.exit('unexpected attribute')"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
     import profiler
@@ -56,23 +58,29 @@ def test_profile_options_are_checked_before_anything_is_written(tmp_path):
     import profiler
 
     kwargs: dict[str, Any]
-    for kwargs, message in ((dict(run_name="a/b"), "run_name 'a/b' contains '/'"),
-                            (dict(profile_steps="9:3"), "profile_steps 9:3: need 0 <= START < STOP"),
-                            (dict(sample_interval=0.001), "sample_interval"),
-                            (dict(profiler_port=70000), "profiler_port must be a port number"),
-                            (dict(profile_steps=(1, 5)), r"profile_steps wants START:STOP \(e.g. 5:15\), got tuple"),
-                            (dict(host_tracer_level=9), r"host_tracer_level must be one of 0, 1, 2, 3 \(got 9\)"),
-                            (dict(python_tracer_level="yes"), "python_tracer_level must be one of 0, 1"),
-                            # one rule with `devprof run --no-sample --sample-interval 1`
-                            (dict(sample=False, sample_interval=1.0),
-                             r"sample_interval=1.0 sets how often the samplers sample and sample=False runs none")):
+    for kwargs, message in (
+        (dict(run_name="a/b"), "run_name 'a/b' contains '/'"),
+        (dict(profile_steps="9:3"), "profile_steps 9:3: need 0 <= START < STOP"),
+        (dict(sample_interval=0.001), "sample_interval"),
+        (dict(profiler_port=70000), "profiler_port must be a port number"),
+        (dict(profile_steps=(1, 5)), r"profile_steps wants START:STOP \(e.g. 5:15\), got tuple"),
+        (dict(host_tracer_level=9), r"host_tracer_level must be one of 0, 1, 2, 3 \(got 9\)"),
+        (dict(python_tracer_level="yes"), "python_tracer_level must be one of 0, 1"),
+        # one rule with `devprof run --no-sample --sample-interval 1`
+        (
+            dict(sample=False, sample_interval=1.0),
+            r"sample_interval=1.0 sets how often the samplers sample and sample=False runs none",
+        ),
+    ):
         with pytest.raises(ValueError, match=message):
             with profiler.profile(tmp_path / "runs", **kwargs):
                 pass
-    for kwargs, message in ((dict(run_name=5), r"run_name must be a string \(got int 5\)"),
-                            (dict(config=["lr", 0.1]), r"config must be a dict .* \(got list\)"),
-                            (dict(sample_interval="1"), r"sample_interval must be a number of seconds \(got str '1'\)"),
-                            (dict(sample_interval=True), r"sample_interval must be a number of seconds \(got bool")):
+    for kwargs, message in (
+        (dict(run_name=5), r"run_name must be a string \(got int 5\)"),
+        (dict(config=["lr", 0.1]), r"config must be a dict .* \(got list\)"),
+        (dict(sample_interval="1"), r"sample_interval must be a number of seconds \(got str '1'\)"),
+        (dict(sample_interval=True), r"sample_interval must be a number of seconds \(got bool"),
+    ):
         with pytest.raises(TypeError, match=message):
             with profiler.profile(tmp_path / "runs", **kwargs):
                 pass
@@ -90,10 +98,13 @@ def test_default_run_names_taken_in_the_same_second_get_the_next_suffix(tmp_path
     assert rundir.create_default(tmp_path, name).name == f"{name}-5"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--loss", "mse"], "error: --loss goes with --model MODULE:FUNCTION"),
-    (["--dataset", "m:f"], "error: --dataset goes with --model MODULE:FUNCTION"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--loss", "mse"], "error: --loss goes with --model MODULE:FUNCTION"),
+        (["--dataset", "m:f"], "error: --dataset goes with --model MODULE:FUNCTION"),
+    ],
+)
 def test_model_options_need_model(tmp_path, capsys, args, message):
     assert cli.main(["run", "--out", str(tmp_path), *args]) == 2
     assert capsys.readouterr().err.startswith(message)
@@ -105,8 +116,22 @@ def test_custom_loop_input_wait_is_found_by_markers_against_a_control_run(tmp_pa
     custom_loop = example("custom_loop")
     runs = {}
     for name, delay in (("control", 0.0), ("slow-input", INPUT_DELAY_MS)):
-        path = custom_loop.main(["--out", str(tmp_path), "--run-name", name, "--epochs", "1", "--batches", "16",
-                                 "--profile-steps", "4:14", "--input-delay-ms", str(delay)])
+        path = custom_loop.main(
+            [
+                "--out",
+                str(tmp_path),
+                "--run-name",
+                name,
+                "--epochs",
+                "1",
+                "--batches",
+                "16",
+                "--profile-steps",
+                "4:14",
+                "--input-delay-ms",
+                str(delay),
+            ]
+        )
         runs[name] = analyze(path, capsys)
         meta = read_meta(path)
         assert meta["status"] == "complete" and meta["recorded_by"] == "profile"
@@ -183,7 +208,7 @@ def test_an_exception_or_ctrl_c_in_the_users_loop_keeps_every_step_and_goes_on(t
     assert pd.read_csv(interrupted / "steps.csv")["step"].tolist() == [0, 1, 2]
 
 
-MODULE = '''
+MODULE = """
 import keras
 
 
@@ -203,22 +228,39 @@ def not_a_model():
 def data():
     import tensorflow as tf
     return tf.data.Dataset.from_tensor_slices((tf.zeros((40, 7)), tf.zeros((40,), "int32"))).batch(10)
-'''
+"""
 
 
 @pytest.mark.slow
 def test_devprof_run_trains_the_users_model_and_compare_sets_it_beside_the_cnn(tmp_path, capsys, monkeypatch):
     (tmp_path / "mymodule.py").write_text(MODULE)
     monkeypatch.chdir(tmp_path)
-    common = ["--device", "cpu", "--epochs", "1", "--batch-size", "20", "--limit-images", "200",
-              "--limit-test-images", "40", "--no-sample", "--quiet", "--out", "runs"]
+    common = [
+        "--device",
+        "cpu",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "20",
+        "--limit-images",
+        "200",
+        "--limit-test-images",
+        "40",
+        "--no-sample",
+        "--quiet",
+        "--out",
+        "runs",
+    ]
     assert cli.main(["run", "--model", "mymodule:build", "--run-name", "mine", "--profile-steps", "2:6", *common]) == 0
     mine = tmp_path / "runs" / "mine"
     meta = read_meta(mine)
     assert meta["status"] == "complete" and meta["config"]["model"] == "mymodule:build"
     conv, dense = 4 * (3 * 3 * 3 + 1), 6 * 6 * 4 * 5 + 5
-    assert meta["model"] == {"name": "my_model", "params": conv + dense,
-                             "train_flops_per_image": 3 * (2 * 6 * 6 * 4 * 3 * 3 * 3 + 2 * 144 * 5)}
+    assert meta["model"] == {
+        "name": "my_model",
+        "params": conv + dense,
+        "train_flops_per_image": 3 * (2 * 6 * 6 * 4 * 3 * 3 * 3 + 2 * 144 * 5),
+    }
     assert meta["data"]["source"] == "synthetic" and len(pd.read_csv(mine / "steps.csv")) == 10
     assert cli.main(["run", "--data", "synthetic", "--run-name", "cnn", "--no-profile", *common]) == 0
     capsys.readouterr()
@@ -226,21 +268,24 @@ def test_devprof_run_trains_the_users_model_and_compare_sets_it_beside_the_cnn(t
     table = capsys.readouterr().out
     assert "mine" in table and "cnn" in table
 
-    for model, message in (("mymodule:nope", "mymodule has no 'nope'"),
-                           ("nomodule:build", "no module named 'nomodule' here"),
-                           ("mymodule:not_a_model", "returned int, not a Keras model"),
-                           ("missing.py:build", "no file missing.py"),
-                           ("mymodule", "wants MODULE:FUNCTION")):
+    for model, message in (
+        ("mymodule:nope", "mymodule has no 'nope'"),
+        ("nomodule:build", "no module named 'nomodule' here"),
+        ("mymodule:not_a_model", "returned int, not a Keras model"),
+        ("missing.py:build", "no file missing.py"),
+        ("mymodule", "wants MODULE:FUNCTION"),
+    ):
         assert cli.main(["run", "--model", model, "--run-name", "bad", *common]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: --model ") and model in err and message in err and err.count("\n") == 1, err
-    assert cli.main(["run", "--model", "mymodule:wide", "--dataset", "mymodule:data", "--run-name", "bad",
-                     *common]) == 2
+    assert (
+        cli.main(["run", "--model", "mymodule:wide", "--dataset", "mymodule:data", "--run-name", "bad", *common]) == 2
+    )
     assert "a batch does not fit the model and loss" in capsys.readouterr().err
     assert not (tmp_path / "runs" / "bad").exists()
 
 
-WORKER_SCRIPT = '''
+WORKER_SCRIPT = """
 import json, os, sys, time
 
 import numpy as np
@@ -280,7 +325,7 @@ with profiler.profile(out, run_name="job", profile_steps="6:16", sample_interval
             end = time.perf_counter() + host_ms / 1e3
             while time.perf_counter() < end:
                 pass
-'''
+"""
 
 
 def free_ports(count: int) -> list[int]:
@@ -311,11 +356,23 @@ def run_two_workers(tmp_path, attempt: int):
     procs = []
     for index in range(2):
         tf_config = {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}}
-        env = dict(os.environ, TF_CONFIG=json.dumps(tf_config), PYTHONPATH=str(REPO), OMP_NUM_THREADS="1",
-                   TF_NUM_INTEROP_THREADS="1", TF_NUM_INTRAOP_THREADS="1")
-        procs.append(subprocess.Popen([sys.executable, str(script), str(tmp_path / f"runs{attempt}"),
-                                       f"{HOST_SPIN_MS:g}"],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        env = dict(
+            os.environ,
+            TF_CONFIG=json.dumps(tf_config),
+            PYTHONPATH=str(REPO),
+            OMP_NUM_THREADS="1",
+            TF_NUM_INTEROP_THREADS="1",
+            TF_NUM_INTRAOP_THREADS="1",
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(script), str(tmp_path / f"runs{attempt}"), f"{HOST_SPIN_MS:g}"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     return addresses, [(proc, proc.communicate(timeout=300)[1]) for proc in procs]
 
 
@@ -335,7 +392,8 @@ def test_profile_in_a_multi_worker_job_writes_the_job_and_analyze_names_the_stra
             break
     # Both workers' errors: the first to fail is often the other one's cause.
     assert all(proc.returncode == 0 for proc, _ in ended), "\n".join(
-        f"worker {index} (exit {proc.returncode}):\n{stderr[-2500:]}" for index, (proc, stderr) in enumerate(ended))
+        f"worker {index} (exit {proc.returncode}):\n{stderr[-2500:]}" for index, (proc, stderr) in enumerate(ended)
+    )
     job = tmp_path / f"runs{attempt}" / "job"
     meta = json.loads((job / "run.json").read_text())
     assert meta["status"] == "complete" and meta["workers"] == ["worker-0", "worker-1"], meta
@@ -348,7 +406,10 @@ def test_profile_in_a_multi_worker_job_writes_the_job_and_analyze_names_the_stra
     rows = {row["worker"]: row for row in result["workers"]}
     straggler = result["straggler"] or {}
     assert straggler.get("worker") == 1 and straggler.get("cause") == "host", (
-        result["straggler"], result.get("straggler_reason"), json.dumps(rows))
+        result["straggler"],
+        result.get("straggler_reason"),
+        json.dumps(rows),
+    )
     # Ground truth: the injected spin is worker 1's host time; worker 0, the control beside it on
     # the same machine, spends it in the all-reduce instead.
     assert rows[1]["host_ms"] >= 0.9 * HOST_SPIN_MS, rows  # the spin, less what a hog beside it shifts

@@ -110,8 +110,9 @@ def _fit(tmp_path, name: str, other_callback, **callback_options):
     model.compile(optimizer="sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     options = {"profile_steps": "1:100", "sample": False, "quiet": True, "batch_size": 16, **callback_options}
     callback = profiler.KerasCallback(tmp_path, run_name=name, **options)
-    fit = dict(batch_size=16, epochs=2, validation_data=(x[:32], y[:32]), verbose=0,
-               callbacks=[callback, other_callback])
+    fit = dict(
+        batch_size=16, epochs=2, validation_data=(x[:32], y[:32]), verbose=0, callbacks=[callback, other_callback]
+    )
     return model, callback, fit, x, y
 
 
@@ -132,10 +133,13 @@ class _RaiseIn:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("hook, error, status", [
-    ("on_epoch_end", ValueError("another callback failed"), "failed"),
-    ("on_test_batch_end", KeyboardInterrupt(), "interrupted"),  # Ctrl-C during validation
-])
+@pytest.mark.parametrize(
+    "hook, error, status",
+    [
+        ("on_epoch_end", ValueError("another callback failed"), "failed"),
+        ("on_test_batch_end", KeyboardInterrupt(), "interrupted"),  # Ctrl-C during validation
+    ],
+)
 def test_keras_callback_records_a_fit_stopped_by_another_callback_and_keeps_the_trace(tmp_path, hook, error, status):
     model, callback, fit, x, y = _fit(tmp_path, "stopped", _RaiseIn(hook, error))
     with pytest.raises(type(error)):
@@ -149,8 +153,14 @@ def test_keras_callback_records_a_fit_stopped_by_another_callback_and_keeps_the_
     assert list(path.glob("plugins/profile/*/*.xplane.pb")), "the trace was lost"
     assert len(pd.read_csv(path / "steps.csv")) == 4  # the first epoch's steps
     assert "evaluate" not in vars(model)  # fit's own functions are the model's again
-    model.fit(x, y, **{**fit, "callbacks": [profiler.KerasCallback(tmp_path, run_name="again", sample=False,
-                                                                     quiet=True, batch_size=16)]})
+    model.fit(
+        x,
+        y,
+        **{
+            **fit,
+            "callbacks": [profiler.KerasCallback(tmp_path, run_name="again", sample=False, quiet=True, batch_size=16)],
+        },
+    )
     assert read_meta(tmp_path / "again")["status"] == "complete"  # the stopped session let go of the process
 
 
@@ -182,10 +192,12 @@ def test_using_a_session_after_its_block_is_an_error_not_silence(tmp_path):
     with quiet_session(tmp_path, "ended") as session:
         _fake_batches(session, 2)
     before = (tmp_path / "ended" / "run.json").read_text()
-    for what, use in (("session.step()", lambda: session.step().__enter__()),
-                      ("session.iterate()", lambda: next(session.iterate([1]))),
-                      ("session.epoch()", lambda: session.epoch().__enter__()),
-                      ("session.log()", lambda: session.log(loss=1.0))):
+    for what, use in (
+        ("session.step()", lambda: session.step().__enter__()),
+        ("session.iterate()", lambda: next(session.iterate([1]))),
+        ("session.epoch()", lambda: session.epoch().__enter__()),
+        ("session.log()", lambda: session.log(loss=1.0)),
+    ):
         with pytest.raises(RuntimeError, match=r"after the profile\(\) session ended \(run directory .*ended\)"):
             use()
     assert (tmp_path / "ended" / "run.json").read_text() == before
@@ -217,8 +229,9 @@ with profiler.profile({str(tmp_path)!r}, run_name="term", profile=False, sample=
 def test_keras_callback_without_batch_size_says_so_once_at_fit_and_not_in_analyze(tmp_path, capsys):
     from profiler import cli
 
-    model, callback, fit, x, y = _fit(tmp_path, "no-batch-size", _RaiseIn("on_predict_end", RuntimeError()),
-                                      batch_size=None, profile_steps="1:3")
+    model, callback, fit, x, y = _fit(
+        tmp_path, "no-batch-size", _RaiseIn("on_predict_end", RuntimeError()), batch_size=None, profile_steps="1:3"
+    )
     capsys.readouterr()
     model.fit(x, y, **fit)
     err = capsys.readouterr().err
@@ -232,13 +245,19 @@ def test_keras_callback_without_batch_size_says_so_once_at_fit_and_not_in_analyz
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how, exit_code, says", [
-    ("ctypes.string_at(0)", -11, "its process crashed (Fatal Python error: Segmentation fault; every thread's stack "
-                                 "is in crash.log)"),
-    ("os.abort()", -6, "its process crashed (Fatal Python error: Aborted"),
-    ("os.kill(os.getpid(), signal.SIGKILL)", -9, "is gone without recording how it ended (killed with SIGKILL"),
-    ("pass", 0, None),
-])
+@pytest.mark.parametrize(
+    "how, exit_code, says",
+    [
+        (
+            "ctypes.string_at(0)",
+            -11,
+            "its process crashed (Fatal Python error: Segmentation fault; every thread's stack is in crash.log)",
+        ),
+        ("os.abort()", -6, "its process crashed (Fatal Python error: Aborted"),
+        ("os.kill(os.getpid(), signal.SIGKILL)", -9, "is gone without recording how it ended (killed with SIGKILL"),
+        ("pass", 0, None),
+    ],
+)
 def test_a_process_killed_by_a_fatal_signal_is_not_called_still_running(tmp_path, capsys, how, exit_code, says):
     """No `finally` outlives a segfault, an abort or SIGKILL: run.json stays `running`. analyze says
     how the process ended (its crash.log, or its pid gone on this host), not that it still runs."""
@@ -279,9 +298,14 @@ def test_sessions_started_in_the_same_second_without_a_name_each_get_a_folder(tm
 
 
 @pytest.mark.slow  # imports TensorFlow
-@pytest.mark.parametrize(("options", "named"), [({"profile_steps": "x"}, "profile_steps"),
-                                                ({"sample_interval": 0}, "sample_interval"),
-                                                ({"run_name": "a/b"}, "run_name")])
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"profile_steps": "x"}, "profile_steps"),
+        ({"sample_interval": 0}, "sample_interval"),
+        ({"run_name": "a/b"}, "run_name"),
+    ],
+)
 def test_keras_callback_refuses_a_wrong_option_when_made_not_when_fit_starts(tmp_path, options, named):
     with pytest.raises(ValueError, match=named):
         profiler.KerasCallback(tmp_path, **options)
@@ -316,10 +340,12 @@ def test_profile_errors_name_its_arguments_not_devprof_runs_options(tmp_path):
 
     (tmp_path / "runs" / "taken").mkdir(parents=True)
     (tmp_path / "a-file").write_text("")
-    cases = [(dict(out=tmp_path / "runs", run_name="taken"), RunExistsError, "choose another run_name or out"),
-             (dict(out=tmp_path / "a-file"), OutputError, "out "),
-             (dict(out=tmp_path / "runs", run_name="a/b"), ValueError, "folder name inside out, not a path"),
-             (dict(out=tmp_path / "runs", profile_steps="x"), ValueError, "profile_steps wants START:STOP")]
+    cases = [
+        (dict(out=tmp_path / "runs", run_name="taken"), RunExistsError, "choose another run_name or out"),
+        (dict(out=tmp_path / "a-file"), OutputError, "out "),
+        (dict(out=tmp_path / "runs", run_name="a/b"), ValueError, "folder name inside out, not a path"),
+        (dict(out=tmp_path / "runs", profile_steps="x"), ValueError, "profile_steps wants START:STOP"),
+    ]
     for kwargs, kind, words in cases:
         with pytest.raises(kind) as raised:
             with profiler.profile(**kwargs):
@@ -331,12 +357,16 @@ def test_profile_errors_name_its_arguments_not_devprof_runs_options(tmp_path):
 
 def test_a_session_not_entered_records_nothing_and_says_so(tmp_path):
     session = profiler.profile(tmp_path / "runs")
-    for what, use in (("session.step()", lambda: session.step().__enter__()),
-                      ("session.iterate()", lambda: next(session.iterate([1]))),
-                      ("session.epoch()", lambda: session.epoch().__enter__()),
-                      ("session.log()", lambda: session.log(loss=1.0))):
-        with pytest.raises(RuntimeError, match=f"{what.replace('(', '[(]').replace(')', '[)]')} outside the "
-                                               "profile\\(\\) session's with block"):
+    for what, use in (
+        ("session.step()", lambda: session.step().__enter__()),
+        ("session.iterate()", lambda: next(session.iterate([1]))),
+        ("session.epoch()", lambda: session.epoch().__enter__()),
+        ("session.log()", lambda: session.log(loss=1.0)),
+    ):
+        with pytest.raises(
+            RuntimeError,
+            match=f"{what.replace('(', '[(]').replace(')', '[)]')} outside the profile\\(\\) session's with block",
+        ):
             use()
     assert not (tmp_path / "runs").exists()
 
@@ -362,14 +392,15 @@ def test_a_program_that_calls_os_exit_leaves_a_failed_run_with_its_steps(tmp_pat
 import os
 import profiler
 
-with profiler.profile({str(tmp_path / 'runs')!r}, run_name="exits", profile=False, sample=False, quiet=True) as s:
+with profiler.profile({str(tmp_path / "runs")!r}, run_name="exits", profile=False, sample=False, quiet=True) as s:
     for step in range(3):
         with s.step(images=8):
             pass
     os._exit(3)
 """)
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
     assert proc.returncode == 3, proc.stderr.decode()
     run = tmp_path / "runs" / "exits"
     meta = json.loads((run / "run.json").read_text())

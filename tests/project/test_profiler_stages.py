@@ -18,8 +18,13 @@ STAGES = (
     ("profiler.roofline",),
     ("profiler.record",),
     ("profiler.train",),
-    ("profiler.cli.common", "profiler.cli.launcher", "profiler.cli.tensorboard_server", "profiler.cli.mcp_server",
-     "profiler.cli.tune"),
+    (
+        "profiler.cli.common",
+        "profiler.cli.launcher",
+        "profiler.cli.tensorboard_server",
+        "profiler.cli.mcp_server",
+        "profiler.cli.tune",
+    ),
     ("profiler.cli.commands",),
     ("profiler.cli",),
     ("profiler",),
@@ -54,8 +59,15 @@ def imports_of(module: str, path: Path, known: set[str]) -> set[str]:
 
 
 def stage_of(module: str, stages=STAGES) -> int:
-    best = max(((len(prefix), index) for index, names in enumerate(stages) for prefix in names
-                if module == prefix or module.startswith(prefix + ".")), default=None)
+    best = max(
+        (
+            (len(prefix), index)
+            for index, names in enumerate(stages)
+            for prefix in names
+            if module == prefix or module.startswith(prefix + ".")
+        ),
+        default=None,
+    )
     assert best is not None, f"{module} is in no stage"
     return best[1]
 
@@ -124,6 +136,10 @@ def test_no_two_modules_of_the_profiler_import_each_other():
             elif isinstance(node, ast.Import):
                 imported |= {alias.name for alias in node.names if alias.name.startswith("profiler")}
         modules[name] = imported - {name}
-    circles = {tuple(sorted((a, b))) for a, imported in modules.items() for b in imported
-               if b in modules and a in modules[b] and not (a.startswith(b + ".") or b.startswith(a + "."))}
+    circles = {
+        tuple(sorted((a, b)))
+        for a, imported in modules.items()
+        for b in imported
+        if b in modules and a in modules[b] and not (a.startswith(b + ".") or b.startswith(a + "."))
+    }
     assert not circles, circles

@@ -50,12 +50,19 @@ def test_listed_columns_and_fields_exist(notebook_folder):
     trace = analysis.analyze("logs")
     run = analysis.analyze("runs/cpu-a")
     session = analysis.analyze(fx.write_synthetic_session(notebook_folder / "session", workers=2).logdir)
-    for frame, table in (("steps", run.steps), ("devices", trace.devices), ("workers", session.workers),
-                         ("ops", trace.ops), ("input_stages", trace.input_stages), ("epochs", run.epochs)):
+    for frame, table in (
+        ("steps", run.steps),
+        ("devices", trace.devices),
+        ("workers", session.workers),
+        ("ops", trace.ops),
+        ("input_stages", trace.input_stages),
+        ("epochs", run.epochs),
+    ):
         missing = set(_listed(frame)) - set(table.columns)
         assert not missing, f"docs/python-api.md lists {frame} columns that are not there: {missing}"
-    fields = re.findall(r"^\| `(\w+)`(?:, `(\w+)`)? \|", DOC.read_text().split("### `Analysis`")[1].split("Methods")[0],
-                        re.MULTILINE)
+    fields = re.findall(
+        r"^\| `(\w+)`(?:, `(\w+)`)? \|", DOC.read_text().split("### `Analysis`")[1].split("Methods")[0], re.MULTILINE
+    )
     for names in fields:
         for name in filter(None, names):
             assert hasattr(trace, name), f"Analysis has no {name}"

@@ -22,8 +22,9 @@ def test_the_vendored_descriptor_is_tensorflows_byte_for_byte():
     pytest.importorskip("tensorflow")
     from tensorflow.tsl.profiler.protobuf import xplane_pb2 as theirs  # imports TensorFlow
 
-    assert serialized_descriptor(Path(xplane_pb2.__file__).read_text(encoding="utf-8")) == \
-        serialized_descriptor(Path(theirs.__file__).read_text(encoding="utf-8"))
+    assert serialized_descriptor(Path(xplane_pb2.__file__).read_text(encoding="utf-8")) == serialized_descriptor(
+        Path(theirs.__file__).read_text(encoding="utf-8")
+    )
     space = theirs.XSpace(hostnames=["host"])
     plane = space.planes.add(id=1, name="/host:CPU")
     plane.event_metadata[7].name = "train"

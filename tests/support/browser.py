@@ -30,8 +30,11 @@ def chromium_binary() -> str:
         found = shutil.which(name)
         if found:
             return found
-    pytest.fail("Chromium is not installed: the HTML report tests need a real browser. "
-                "Install it with `apt-get update && apt-get install -y chromium` (.ci/run does).", pytrace=False)
+    pytest.fail(
+        "Chromium is not installed: the HTML report tests need a real browser. "
+        "Install it with `apt-get update && apt-get install -y chromium` (.ci/run does).",
+        pytrace=False,
+    )
 
 
 @dataclass
@@ -51,10 +54,22 @@ class BrowserExited(RuntimeError):
 
 
 def _argv(profile: str) -> list[str]:
-    return [chromium_binary(), "--headless", "--disable-gpu", "--no-sandbox", "--remote-debugging-pipe",
-            "--no-first-run", "--no-default-browser-check", "--disable-extensions", "--disable-sync",
-            "--disable-background-networking", "--disable-component-update", "--hide-scrollbars",
-            f"--user-data-dir={profile}", "about:blank"]
+    return [
+        chromium_binary(),
+        "--headless",
+        "--disable-gpu",
+        "--no-sandbox",
+        "--remote-debugging-pipe",
+        "--no-first-run",
+        "--no-default-browser-check",
+        "--disable-extensions",
+        "--disable-sync",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        "about:blank",
+    ]
 
 
 def _started() -> tuple["_Pipe", str, str]:
@@ -74,8 +89,7 @@ def _started() -> tuple["_Pipe", str, str]:
             printed.append(str(exc))
             pipe.close()
             shutil.rmtree(profile, ignore_errors=True)
-    pytest.fail("Chromium exited at start twice, each with a fresh profile:\n" + "\n---\n".join(printed),
-                pytrace=False)
+    pytest.fail("Chromium exited at start twice, each with a fresh profile:\n" + "\n---\n".join(printed), pytrace=False)
 
 
 class _Pipe:
@@ -89,8 +103,14 @@ class _Pipe:
             os.dup2(to_child_r, 3)
             os.dup2(from_child_w, 4)
 
-        self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, preexec_fn=wire, pass_fds=(3, 4))
+        self.process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            preexec_fn=wire,
+            pass_fds=(3, 4),
+        )
         os.close(to_child_r)
         os.close(from_child_w)
         self._buffer = b""
@@ -167,8 +187,14 @@ class _Pipe:
                 self.process.stderr.close()
 
 
-def load(path: str | Path, *, width: int = 1280, height: int = 900, boxes: tuple[str, ...] = (),
-         evaluate: tuple[str, ...] = ()) -> PageLoad:
+def load(
+    path: str | Path,
+    *,
+    width: int = 1280,
+    height: int = 900,
+    boxes: tuple[str, ...] = (),
+    evaluate: tuple[str, ...] = (),
+) -> PageLoad:
     """Open `path` in headless Chromium at `width` x `height` and record what happens; the value of each
     expression in `evaluate`, run in the page once it has loaded, goes to `values`."""
     url = Path(path).resolve().as_uri()
@@ -178,17 +204,28 @@ def load(path: str | Path, *, width: int = 1280, height: int = 900, boxes: tuple
         session = pipe.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Network", "Runtime", "Log"):
             pipe.send(f"{domain}.enable", session=session)
-        pipe.send("Emulation.setDeviceMetricsOverride",
-                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, session)
+        pipe.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+            session,
+        )
         pipe.events.clear()  # about:blank's own events
         pipe.send("Page.navigate", {"url": url}, session)
         pipe.wait_for("Page.loadEventFired")
         pipe.drain(0.5)
         for selector in boxes:
-            found = pipe.send("Runtime.evaluate", {"expression": (
-                f"(() => {{ const e = document.querySelector({json.dumps(selector)}); if (!e) return null; "
-                "const r = e.getBoundingClientRect(); return JSON.stringify({x: r.left + scrollX, "
-                "y: r.top + scrollY, width: r.width, height: r.height}); })()"), "returnByValue": True}, session)
+            found = pipe.send(
+                "Runtime.evaluate",
+                {
+                    "expression": (
+                        f"(() => {{ const e = document.querySelector({json.dumps(selector)}); if (!e) return null; "
+                        "const r = e.getBoundingClientRect(); return JSON.stringify({x: r.left + scrollX, "
+                        "y: r.top + scrollY, width: r.width, height: r.height}); })()"
+                    ),
+                    "returnByValue": True,
+                },
+                session,
+            )
             value = found.get("result", {}).get("value")
             result.boxes[selector] = json.loads(value) if value else None
         for expression in evaluate:
@@ -199,9 +236,15 @@ def load(path: str | Path, *, width: int = 1280, height: int = 900, boxes: tuple
         metrics = pipe.send("Page.getLayoutMetrics", session=session)
         size = metrics.get("cssContentSize") or metrics["contentSize"]
         result.height = int(size["height"])
-        shot = pipe.send("Page.captureScreenshot", {
-            "format": "png", "captureBeyondViewport": True,
-            "clip": {"x": 0, "y": 0, "width": width, "height": max(height, result.height), "scale": 1}}, session)
+        shot = pipe.send(
+            "Page.captureScreenshot",
+            {
+                "format": "png",
+                "captureBeyondViewport": True,
+                "clip": {"x": 0, "y": 0, "width": width, "height": max(height, result.height), "scale": 1},
+            },
+            session,
+        )
         import base64
 
         result.screenshot = base64.b64decode(shot["data"])
@@ -222,7 +265,9 @@ def load(path: str | Path, *, width: int = 1280, height: int = 900, boxes: tuple
                 result.errors.append(f"console.{params.get('type')}: {text}")
         elif method == "Runtime.exceptionThrown":
             details = params.get("exceptionDetails", {})
-            result.errors.append(f"exception: {details.get('text')} {details.get('exception', {}).get('description', '')}")
+            result.errors.append(
+                f"exception: {details.get('text')} {details.get('exception', {}).get('description', '')}"
+            )
         elif method == "Log.entryAdded":
             entry = params.get("entry", {})
             result.console.append(f"{entry.get('level')}: {entry.get('text')}")

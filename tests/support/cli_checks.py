@@ -54,8 +54,20 @@ def error_line(err: str) -> str:
     return lines[0]
 
 
-TINY_RUN = ["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "100", "--epochs", "1", "--quiet",
-            "--no-profile", "--no-sample"]
+TINY_RUN = [
+    "run",
+    "--device",
+    "cpu",
+    "--data",
+    "synthetic",
+    "--limit-images",
+    "100",
+    "--epochs",
+    "1",
+    "--quiet",
+    "--no-profile",
+    "--no-sample",
+]
 
 
 def files_under(folder: Path) -> list[Path]:

@@ -28,8 +28,16 @@ class Job:
     trace_events: int  # events in one worker's trace
 
 
-def write_job(root: Path, workers: int = 16, slow: dict | None = None, *, steps: int = 5, listed: int | None = None,
-              traced: range | None = None, name: str = "job") -> Job:
+def write_job(
+    root: Path,
+    workers: int = 16,
+    slow: dict | None = None,
+    *,
+    steps: int = 5,
+    listed: int | None = None,
+    traced: range | None = None,
+    name: str = "job",
+) -> Job:
     """`root/name/` with `worker-<i>/` run directories (run.json, steps.csv and, for `traced`, a
     synthetic one-GPU trace); `listed` workers in the job's run.json (default: `workers`)."""
     slow = SLOW if slow is None else slow
@@ -47,19 +55,31 @@ def write_job(root: Path, workers: int = 16, slow: dict | None = None, *, steps:
             continue
         part, extra = slow.get(i, (None, 0.0))
         params: dict[str, Any] = dict(
-            gpus=1, steps=steps, kernel_ms=6.0, h2d_ms=1.5, d2d_ms=0.5, collective_ms=2.0 + worst - extra, gap_ms=2.0,
-            skew_ms=0.0, empty_gpus=0, custom_plane=False, hostname=f"node-{i}",
-            base_ns=fx.ABSOLUTE_BASE_NS + round(i * OFFSET_MS * 1e6))
+            gpus=1,
+            steps=steps,
+            kernel_ms=6.0,
+            h2d_ms=1.5,
+            d2d_ms=0.5,
+            collective_ms=2.0 + worst - extra,
+            gap_ms=2.0,
+            skew_ms=0.0,
+            empty_gpus=0,
+            custom_plane=False,
+            hostname=f"node-{i}",
+            base_ns=fx.ABSOLUTE_BASE_NS + round(i * OFFSET_MS * 1e6),
+        )
         if part == "host":
             params["lead_ms"] = extra
         elif part == "input":
             params["h2d_ms"] = 1.5 + extra
-        made = fx.write_synthetic_device_trace(worker / "plugins" / "profile" / SESSION / f"node-{i}.xplane.pb",
-                                               **params)
+        made = fx.write_synthetic_device_trace(
+            worker / "plugins" / "profile" / SESSION / f"node-{i}.xplane.pb", **params
+        )
         events = made.launch_calls * 3
     count = workers if listed is None else listed
-    (job / "run.json").write_text(json.dumps({"status": "complete", "num_workers": count,
-                                              "workers": [f"worker-{i}" for i in range(count)]}))
+    (job / "run.json").write_text(
+        json.dumps({"status": "complete", "num_workers": count, "workers": [f"worker-{i}" for i in range(count)]})
+    )
     return Job(job, workers, events)
 
 
@@ -77,15 +97,40 @@ class DaskCluster:
         self.address = f"tcp://127.0.0.1:{self.port}"
         env = dict(os.environ, PYTHONPATH=str(REPO), DASK_DISTRIBUTED__WORKER__DAEMON="False")
         dask = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
-        self.logs = [open(folder / name, "w") for name in ("scheduler.log", *(f"worker{i}.log" for i in range(workers)))]
-        self.scheduler = subprocess.Popen([*dask, "--host", "127.0.0.1", "--port", str(self.port),
-                                           "--dashboard-address", ":0", "--no-show"], stdout=self.logs[0],
-                                          stderr=subprocess.STDOUT, env=env, cwd=REPO)
-        self.workers = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", self.address,
-                                          "--nthreads", "1", "--no-nanny", "--host", "127.0.0.1",
-                                          "--dashboard-address", ":0", "--name", f"w{i}"],
-                                         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-                        for i, log in enumerate(self.logs[1:])]
+        self.logs = [
+            open(folder / name, "w") for name in ("scheduler.log", *(f"worker{i}.log" for i in range(workers)))
+        ]
+        self.scheduler = subprocess.Popen(
+            [*dask, "--host", "127.0.0.1", "--port", str(self.port), "--dashboard-address", ":0", "--no-show"],
+            stdout=self.logs[0],
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=REPO,
+        )
+        self.workers = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "distributed.cli.dask_worker",
+                    self.address,
+                    "--nthreads",
+                    "1",
+                    "--no-nanny",
+                    "--host",
+                    "127.0.0.1",
+                    "--dashboard-address",
+                    ":0",
+                    "--name",
+                    f"w{i}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=REPO,
+            )
+            for i, log in enumerate(self.logs[1:])
+        ]
         import distributed
 
         with distributed.Client(self.address, timeout=60) as client:

@@ -15,18 +15,45 @@ from repo_paths import REPO
 SEED_TABLE = REPO / "examples" / "seed_table.csv"
 
 
-def make_run(root, name, *, device="Test CPU", kind="cpu", epoch_seconds=(2.0, 0.6, 0.6), steps=10, images=100,
-             input_ms=1.0, call_ms=50.0, other_ms=4.0, batch_size=100, precision="float32", flops_per_image=None,
-             peak=None, summaries=None, steps_per_execution=1, status="complete"):
+def make_run(
+    root,
+    name,
+    *,
+    device="Test CPU",
+    kind="cpu",
+    epoch_seconds=(2.0, 0.6, 0.6),
+    steps=10,
+    images=100,
+    input_ms=1.0,
+    call_ms=50.0,
+    other_ms=4.0,
+    batch_size=100,
+    precision="float32",
+    flops_per_image=None,
+    peak=None,
+    summaries=None,
+    steps_per_execution=1,
+    status="complete",
+):
     """A run directory with `steps` calls per epoch of exactly input/call/other ms and the given epoch seconds."""
     path = root / name
     path.mkdir(parents=True)
     rows, t = [], 1_700_000_000.0
     for epoch, _ in enumerate(epoch_seconds, start=1):
         for i in range(steps):
-            rows.append(dict(epoch=epoch, step=(epoch - 1) * steps + i, steps=steps_per_execution, start_time_s=t,
-                             input_ms=input_ms, call_ms=call_ms, other_host_ms=other_ms,
-                             step_ms=input_ms + call_ms + other_ms, images=images))
+            rows.append(
+                dict(
+                    epoch=epoch,
+                    step=(epoch - 1) * steps + i,
+                    steps=steps_per_execution,
+                    start_time_s=t,
+                    input_ms=input_ms,
+                    call_ms=call_ms,
+                    other_host_ms=other_ms,
+                    step_ms=input_ms + call_ms + other_ms,
+                    images=images,
+                )
+            )
             t += 0.1
     pd.DataFrame(rows, columns=STEP_COLUMNS).to_csv(path / "steps.csv", index=False)
     meta = {
@@ -35,8 +62,16 @@ def make_run(root, name, *, device="Test CPU", kind="cpu", epoch_seconds=(2.0, 0
         "device": {"kind": kind, "name": device},
         "model": {"train_flops_per_image": flops_per_image} if flops_per_image else {},
         "steps_per_epoch": steps * steps_per_execution,
-        "epochs": [{"epoch": e, "seconds": s, "train_seconds": s * 0.9, "images": steps * images,
-                    "images_per_second": steps * images / (s * 0.9)} for e, s in enumerate(epoch_seconds, start=1)],
+        "epochs": [
+            {
+                "epoch": e,
+                "seconds": s,
+                "train_seconds": s * 0.9,
+                "images": steps * images,
+                "images_per_second": steps * images / (s * 0.9),
+            }
+            for e, s in enumerate(epoch_seconds, start=1)
+        ],
         "samplers": {"enabled": bool(summaries), "summaries": summaries or {}},
     }
     if peak is not None:

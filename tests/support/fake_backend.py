@@ -79,7 +79,15 @@ def _fake_cpu_run(tmp_path, monkeypatch, **config):
     """A `Run` that resolves a fake CPU and synthetic data: `prepare()` needs no TensorFlow."""
     from profiler.train.run import Run
 
-    settings: dict[str, Any] = dict(device="cpu", data="synthetic", limit_images=100, limit_test_images=50,
-                                    out=str(tmp_path), run_name="r", sample=False, profile=False)
+    settings: dict[str, Any] = dict(
+        device="cpu",
+        data="synthetic",
+        limit_images=100,
+        limit_test_images=50,
+        out=str(tmp_path),
+        run_name="r",
+        sample=False,
+        profile=False,
+    )
     settings.update(config)
     return Run(RunConfig(**settings), console=Console(False, stream=io.StringIO()), backend=FakeBackend())

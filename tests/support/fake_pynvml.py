@@ -123,9 +123,7 @@ class FakeNvml:
 
     def nvmlDeviceGetMemoryInfo(self, handle: int):
         gpu = self._gpu("nvmlDeviceGetMemoryInfo", handle)
-        return SimpleNamespace(
-            total=gpu.memory_total, used=gpu.memory_used, free=gpu.memory_total - gpu.memory_used
-        )
+        return SimpleNamespace(total=gpu.memory_total, used=gpu.memory_used, free=gpu.memory_total - gpu.memory_used)
 
     def nvmlDeviceGetPowerUsage(self, handle: int) -> int:
         return self._gpu("nvmlDeviceGetPowerUsage", handle).power_mw

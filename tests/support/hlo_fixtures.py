@@ -76,7 +76,9 @@ def write_trace(path, programs: dict, kernels=(), device_stats=None):
     stream = gpu.line(7, "Stream #7(Kernel)", BASE_NS)
     for index, (module, op, program_id) in enumerate(kernels):
         start = BASE_NS + index * 1_000_000
-        gpu.event(stream, f"kernel_{index}", start, start + 500_000, hlo_module=module, hlo_op=op, program_id=program_id)
+        gpu.event(
+            stream, f"kernel_{index}", start, start + 500_000, hlo_module=module, hlo_op=op, program_id=program_id
+        )
     gpu.finish()
     return _write_space(space, path)
 

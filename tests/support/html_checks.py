@@ -8,8 +8,9 @@ import re
 import numpy as np
 
 EVIL = "<script>alert('x')</script>"
-NETWORK_REFERENCE = re.compile(r"""(?:src|href|xlink:href)\s*=\s*["']?\s*(?:https?:)?//|url\(\s*["']?\s*(?:https?:)?//|@import""",
-                               re.IGNORECASE)
+NETWORK_REFERENCE = re.compile(
+    r"""(?:src|href|xlink:href)\s*=\s*["']?\s*(?:https?:)?//|url\(\s*["']?\s*(?:https?:)?//|@import""", re.IGNORECASE
+)
 
 
 def assert_self_contained(page: str) -> None:

@@ -10,8 +10,15 @@ MS = 1_000_000
 PY_SLEEP_MS = 50.0  # the injected cost: the map's Python function sleeps this long per batch
 
 
-def write_prefetched_map_loop(path: str | Path, *, steps: int = 6, map_ms: float = 51.8,
-                              py_ms: float = PY_SLEEP_MS, wait_ms: float = 49.9, period_ms: float = 52.0) -> Path:
+def write_prefetched_map_loop(
+    path: str | Path,
+    *,
+    steps: int = 6,
+    map_ms: float = 51.8,
+    py_ms: float = PY_SLEEP_MS,
+    wait_ms: float = 49.9,
+    period_ms: float = 52.0,
+) -> Path:
     """A CPU loop over `range -> map(py_function) -> batch -> prefetch`, shaped as TensorFlow traced it
     (markers `train` 3.., `period_ms` apart). On the loop's thread each step waits in `IteratorGetNext` for
     `Iterator::Root::Prefetch` (`wait_ms`), then runs a 1 ms step. On the prefetch's producer thread the
@@ -32,8 +39,12 @@ def write_prefetched_map_loop(path: str | Path, *, steps: int = 6, map_ms: float
         host.event(loop, "IteratorGetNextOp::DoCompute", t + 100_000, t + _ns(wait_ms) + 200_000)
         host.event(loop, "Iterator::Root", t + 150_000, t + _ns(wait_ms) + 150_000)
         host.event(loop, "Iterator::Root::Prefetch", t + 200_000, t + _ns(wait_ms) + 100_000)
-        host.event(loop, "EagerLocalExecute: __inference_train_step_38", t + _ns(wait_ms) + 400_000,
-                   t + _ns(wait_ms) + 1_400_000)
+        host.event(
+            loop,
+            "EagerLocalExecute: __inference_train_step_38",
+            t + _ns(wait_ms) + 400_000,
+            t + _ns(wait_ms) + 1_400_000,
+        )
         made = t + _ns(wait_ms) - _ns(map_ms) + 100_000  # the batch this step waits for is made right then
         if made >= base:
             host.event(producer, "Iterator::Root::Prefetch::MapAndBatch", made, made + _ns(map_ms))

@@ -34,8 +34,9 @@ HOSTILE_OP = "net/\x1b]0;pwned\x07conv\x1b]52;c;cm0gLXJmIH4=\x07/\x1b[31mConv2D\
 ACTIVE = ("\x1b", "\x07", "\u202e", "\x9b")
 
 
-def steps_trace(path: Path, *, op: str = "model/conv:Conv2D", steps: int = 6, base_ns: int = BASE_NS,
-                hostname: str = "host") -> Path:
+def steps_trace(
+    path: Path, *, op: str = "model/conv:Conv2D", steps: int = 6, base_ns: int = BASE_NS, hostname: str = "host"
+) -> Path:
     """Steps of 10 ms with `train` markers from `base_ns`: 2 ms of IteratorGetNext, then `op` for 5 ms."""
     space = _xspace_class()()
     space.hostnames.append(hostname)

@@ -43,8 +43,9 @@ class MemoryTrace:
 class _Allocator:
     """Writes one allocator's events with its running bytes in use, as a BFC allocator states them."""
 
-    def __init__(self, plane: _Plane, line, name: str, before: int, capacity: int, fragmentation: float,
-                 lifetime_peak: int):
+    def __init__(
+        self, plane: _Plane, line, name: str, before: int, capacity: int, fragmentation: float, lifetime_peak: int
+    ):
         self.plane, self.line, self.name = plane, line, name
         self.in_use, self.capacity, self.fragmentation = before, capacity, fragmentation
         self.lifetime_peak = lifetime_peak
@@ -53,18 +54,51 @@ class _Allocator:
 
     def _event(self, name: str, at: int, address: int, requested: int, allocated: int, **more) -> None:
         self.lifetime_peak = max(self.lifetime_peak, self.in_use)
-        self.plane.event(self.line, name, at, at, allocator_name=self.name, bytes_reserved=0,
-                         bytes_allocated=self.in_use, bytes_available=self.capacity - self.in_use,
-                         fragmentation=float(self.fragmentation), peak_bytes_in_use=self.lifetime_peak,
-                         requested_bytes=requested, allocation_bytes=allocated, addr=address, **more)
+        self.plane.event(
+            self.line,
+            name,
+            at,
+            at,
+            allocator_name=self.name,
+            bytes_reserved=0,
+            bytes_allocated=self.in_use,
+            bytes_available=self.capacity - self.in_use,
+            fragmentation=float(self.fragmentation),
+            peak_bytes_in_use=self.lifetime_peak,
+            requested_bytes=requested,
+            allocation_bytes=allocated,
+            addr=address,
+            **more,
+        )
 
-    def allocate(self, at: int, address: int, op: str, shape: str, dtype: int, requested: int, allocated: int,
-                 region: str, step: int) -> None:
+    def allocate(
+        self,
+        at: int,
+        address: int,
+        op: str,
+        shape: str,
+        dtype: int,
+        requested: int,
+        allocated: int,
+        region: str,
+        step: int,
+    ) -> None:
         self.in_use += allocated
         self.peak = max(self.peak, self.in_use)
         self.live[address] = (requested, allocated)
-        self._event("MemoryAllocation", at, address, requested, allocated, tf_op=op, region_type=region,
-                    data_type=dtype, shape=shape, group_id=step, id=address)
+        self._event(
+            "MemoryAllocation",
+            at,
+            address,
+            requested,
+            allocated,
+            tf_op=op,
+            region_type=region,
+            data_type=dtype,
+            shape=shape,
+            group_id=step,
+            id=address,
+        )
 
     def free(self, at: int, address: int, step: int) -> None:
         requested, allocated = self.live.pop(address)
@@ -75,11 +109,24 @@ class _Allocator:
 FLOAT, UINT8, INT32 = 1, 4, 3
 
 
-def write_memory_trace(path: str | Path, *, steps: int = 3, batch: int = 8, capacity: int = 16 * MiB,
-                       fragmentation: float = 0.25, extra_step: int | str | None = 1, extra_bytes: int = 3 * MiB,
-                       leak_bytes: int = 0, base_ns: int = ABSOLUTE_BASE_NS, allocator: str = GPU,
-                       extra_op: str = "extra/Fill", extra_shape: str | None = None, extra_dtype: int = 1,
-                       extra_region: str = "output", lifetime_peak: int = 13 * MiB) -> MemoryTrace:
+def write_memory_trace(
+    path: str | Path,
+    *,
+    steps: int = 3,
+    batch: int = 8,
+    capacity: int = 16 * MiB,
+    fragmentation: float = 0.25,
+    extra_step: int | str | None = 1,
+    extra_bytes: int = 3 * MiB,
+    leak_bytes: int = 0,
+    base_ns: int = ABSOLUTE_BASE_NS,
+    allocator: str = GPU,
+    extra_op: str = "extra/Fill",
+    extra_shape: str | None = None,
+    extra_dtype: int = 1,
+    extra_region: str = "output",
+    lifetime_peak: int = 13 * MiB,
+) -> MemoryTrace:
     """`steps` steps of 10 ms (step markers `train`, step_num k) from base + 10 ms; the window starts at
     base + 1 ms (a `ProfilerSession::Start` event).
 
@@ -116,18 +163,31 @@ def write_memory_trace(path: str | Path, *, steps: int = 3, batch: int = 8, capa
         pinned.allocate(at(0.2), 9000 + k, "SameWorkerRecvDone", "[]", INT32, 4, 256, "dynamic", k)
         extra = extra_step == k or extra_step == "every"
         if extra:
-            gpu.allocate(at(0.5), 5000, extra_op, extra_shape or f"[{extra_bytes // 4}]", extra_dtype, extra_bytes,
-                         extra_bytes, extra_region, k)
+            gpu.allocate(
+                at(0.5),
+                5000,
+                extra_op,
+                extra_shape or f"[{extra_bytes // 4}]",
+                extra_dtype,
+                extra_bytes,
+                extra_bytes,
+                extra_region,
+                k,
+            )
         gpu.allocate(at(1), 1000, "model/conv/Conv2D", shape, FLOAT, activation, activation, "output", k)
         gpu.allocate(at(2), 2000, "model/conv/Conv2D", "[1048576]", UINT8, MiB, MiB, "temp", k)
         gpu.free(at(3), 2000, k)
         gpu.allocate(at(4), 3000, "model/dense/MatMul", f"[{batch},10]", FLOAT, batch * 40, 512, "output", k)
-        gpu.allocate(at(5), 4000, "gradient_tape/conv/Conv2DBackpropInput", shape, FLOAT, activation, activation,
-                     "output", k)
+        gpu.allocate(
+            at(5), 4000, "gradient_tape/conv/Conv2DBackpropInput", shape, FLOAT, activation, activation, "output", k
+        )
         if gpu.in_use > peak:
             peak, peak_step, peak_time = gpu.in_use, k, (t + 5 * MS - base_ns - MS) / MS
-            live_at_peak = {"model/conv/Conv2D": activation, "model/dense/MatMul": 512,
-                            "gradient_tape/conv/Conv2DBackpropInput": activation}
+            live_at_peak = {
+                "model/conv/Conv2D": activation,
+                "model/dense/MatMul": 512,
+                "gradient_tape/conv/Conv2DBackpropInput": activation,
+            }
             if extra:
                 live_at_peak[extra_op] = extra_bytes
             leaked = leak_bytes * k
@@ -147,9 +207,23 @@ def write_memory_trace(path: str | Path, *, steps: int = 3, batch: int = 8, capa
     scaled = 2 * activation + 512
     fixed = peak - scaled
     usable = peak + (capacity - peak) * (1 - fragmentation)
-    return MemoryTrace(written, batch, peak, peak_step, peak_time, "gradient_tape/conv/Conv2DBackpropInput", 4 * MiB,
-                       live_at_peak, capacity, fragmentation, scaled, fixed, int(batch * (usable - fixed) // scaled),
-                       ends, pinned.peak)
+    return MemoryTrace(
+        written,
+        batch,
+        peak,
+        peak_step,
+        peak_time,
+        "gradient_tape/conv/Conv2DBackpropInput",
+        4 * MiB,
+        live_at_peak,
+        capacity,
+        fragmentation,
+        scaled,
+        fixed,
+        int(batch * (usable - fixed) // scaled),
+        ends,
+        pinned.peak,
+    )
 
 
 @dataclass
@@ -163,8 +237,9 @@ class PjrtMemoryTrace:
     lifetime_peak_bytes: dict  # "TPU_<i>" -> the largest `peak_bytes_in_use` its events state
 
 
-def write_pjrt_memory_trace(path: str | Path, *, devices: int = 2, capacity: int = 1024 * MiB,
-                            base_ns: int = ABSOLUTE_BASE_NS) -> PjrtMemoryTrace:
+def write_pjrt_memory_trace(
+    path: str | Path, *, devices: int = 2, capacity: int = 1024 * MiB, base_ns: int = ABSOLUTE_BASE_NS
+) -> PjrtMemoryTrace:
     """What PJRT's TPU allocator writes: `MemoryAllocation`/`MemoryDeallocation` on the host plane naming
     the device by `index_on_host`, no `allocator_name`; `bytes_reserved` (the program's stack) moves
     between events without an allocation of its own. Device i: a 100 MiB + i MiB argument from 1 ms, then
@@ -186,9 +261,15 @@ def write_pjrt_memory_trace(path: str | Path, *, devices: int = 2, capacity: int
 
         def event(name, at_ms, address, size, op="", shape="", i=i, state=state):
             state["peak"] = max(state["peak"], state["heap"])
-            stats = dict(index_on_host=i, bytes_allocated=state["heap"], bytes_reserved=state["reserved"],
-                         bytes_available=capacity - state["heap"] - state["reserved"],
-                         peak_bytes_in_use=state["peak"], fragmentation=0.0, addr=address)
+            stats = dict(
+                index_on_host=i,
+                bytes_allocated=state["heap"],
+                bytes_reserved=state["reserved"],
+                bytes_available=capacity - state["heap"] - state["reserved"],
+                peak_bytes_in_use=state["peak"],
+                fragmentation=0.0,
+                addr=address,
+            )
             if name == "MemoryAllocation":
                 stats.update(requested_bytes=size, allocation_bytes=size, tf_op=op, shape=shape, data_type=1, id=0)
             at = base_ns + int(at_ms * MS) + i * 1000

@@ -52,8 +52,10 @@ class Readback:
         """The slices on the track at `path` (its name, then its parents' names upwards) of `process`."""
         assert self.slices is not None, "no slices read back"
         frame = self.slices[self.slices["process"] == process]
-        keep = [self.path_of(u)[:len(path)] == list(path) and len(self.path_of(u)) == len(path)
-                for u in frame["track_uuid"]]
+        keep = [
+            self.path_of(u)[: len(path)] == list(path) and len(self.path_of(u)) == len(path)
+            for u in frame["track_uuid"]
+        ]
         return frame[keep].sort_values(["ts", "depth"], kind="stable").reset_index(drop=True)
 
     def counter(self, process: str, name: str) -> pd.DataFrame:
@@ -86,12 +88,15 @@ def read_back(path: str | Path) -> Readback:
         if packet.HasField("track_descriptor"):
             d = packet.track_descriptor
             out.tracks[d.uuid] = {
-                "name": d.name, "parent": d.parent_uuid if d.HasField("parent_uuid") else None,
+                "name": d.name,
+                "parent": d.parent_uuid if d.HasField("parent_uuid") else None,
                 "pid": d.process.pid if d.HasField("process") else None,
                 "process_name": d.process.process_name if d.HasField("process") else None,
-                "counter": d.HasField("counter"), "rank": d.sibling_order_rank,
+                "counter": d.HasField("counter"),
+                "rank": d.sibling_order_rank,
                 "unit": d.counter.unit if d.HasField("counter") else None,
-                "unit_name": d.counter.unit_name if d.HasField("counter") else None}
+                "unit_name": d.counter.unit_name if d.HasField("counter") else None,
+            }
         if packet.HasField("track_event"):
             e = packet.track_event
             assert e.track_uuid in out.tracks, "an event before its track's descriptor"

@@ -313,8 +313,12 @@ _MAKERS = {
     "multi_step": lambda d: make_multi_step_trace(d),
     "keras_fit": lambda d: make_keras_fit_trace(d),
     "nomarker_clean": lambda d: make_unmarked_loop_trace(d, steps=UNMARKED_STEPS),
-    "nomarker_input40": lambda d: make_unmarked_loop_trace(d, steps=UNMARKED_STEPS, input_delay_ms=UNMARKED_INPUT_DELAY_MS),
-    "nomarker_host30": lambda d: make_unmarked_loop_trace(d, steps=UNMARKED_STEPS, host_delay_ms=UNMARKED_HOST_DELAY_MS),
+    "nomarker_input40": lambda d: make_unmarked_loop_trace(
+        d, steps=UNMARKED_STEPS, input_delay_ms=UNMARKED_INPUT_DELAY_MS
+    ),
+    "nomarker_host30": lambda d: make_unmarked_loop_trace(
+        d, steps=UNMARKED_STEPS, host_delay_ms=UNMARKED_HOST_DELAY_MS
+    ),
 }
 
 
@@ -486,8 +490,11 @@ class _Plane:
     def finish(self) -> None:
         """Write the queued events, each line's sorted by start (an enclosing event before what it holds)."""
         for line, start, end, name, stats in sorted(self._pending, key=lambda e: (id(e[0]), e[1], -(e[2] - e[1]))):
-            event = line.events.add(metadata_id=self._event_id(name), offset_ps=(start - line.timestamp_ns) * 1000,
-                                    duration_ps=(end - start) * 1000)
+            event = line.events.add(
+                metadata_id=self._event_id(name),
+                offset_ps=(start - line.timestamp_ns) * 1000,
+                duration_ps=(end - start) * 1000,
+            )
             for stat_name, value in stats.items():
                 stat = event.stats.add(metadata_id=self._stat_id(stat_name))
                 if isinstance(value, str):
@@ -650,16 +657,19 @@ def write_synthetic_device_trace(
             if producer == "cuda":
                 plane.event(copies, "MemcpyH2D", h2d_at, c, correlation_id=cid[4])
                 plane.event(stream_a, kernel_name, c, c + half1, correlation_id=cid[0])
-                plane.event(stream_b, "void Eigen::internal::EigenMetaKernel", c + half1 // 2, c + half1,
-                            correlation_id=cid[1])
+                plane.event(
+                    stream_b, "void Eigen::internal::EigenMetaKernel", c + half1 // 2, c + half1, correlation_id=cid[1]
+                )
                 plane.event(stream_a, "fusion_2", k3, k3 + half2, correlation_id=cid[2])
                 plane.event(stream_a, "MemcpyD2D", copy_at, coll_at, correlation_id=cid[5])
-                plane.event(stream_b, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", coll_at, t + step,
-                            correlation_id=cid[3])
+                plane.event(
+                    stream_b, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", coll_at, t + step, correlation_id=cid[3]
+                )
             else:
                 plane.event(copies, "CopyHostToDevice", h2d_at, c, correlation_id=cid[4])
-                plane.event(stream_a, "Cijk_Ailk_Bljk_BBS_BH_MT256x128x64_MI16x16x16x1", c, c + half1,
-                            correlation_id=cid[0])
+                plane.event(
+                    stream_a, "Cijk_Ailk_Bljk_BBS_BH_MT256x128x64_MI16x16x16x1", c, c + half1, correlation_id=cid[0]
+                )
                 plane.event(stream_b, "Im3d2Col.kd", c + half1 // 2, c + half1, correlation_id=cid[1])
                 plane.event(stream_a, "input_transpose_fusion.kd", k3, k3 + half2, correlation_id=cid[2])
                 fill = d2d // 3
@@ -707,8 +717,9 @@ def write_synthetic_device_trace(
         for k, t in enumerate(starts):
             begin = t + d * stagger_ns
             host.event(thread, PJRT_EXECUTE, begin, t + step)  # every thread returns when the all-reduce ends
-            host.event(thread, "PjRtStreamExecutorLoadedExecutable::EnqueueExecution", begin + 10_000,
-                       t + lead + g1 - 1_000)
+            host.event(
+                thread, "PjRtStreamExecutorLoadedExecutable::EnqueueExecution", begin + 10_000, t + lead + g1 - 1_000
+            )
             if tpu:
                 continue
             cid = next(c for dd, kk, c in launches if dd == d and kk == k)
@@ -719,7 +730,12 @@ def write_synthetic_device_trace(
                 others = ["cuMemcpyHtoDAsync_v2", "cuMemcpyDtoDAsync_v2", "cuEventRecord"]
             else:
                 api_line = api_lines[d]
-                names = ["hipModuleLaunchKernel", "hipExtModuleLaunchKernel", "hipModuleLaunchKernel", "hipLaunchKernel"]
+                names = [
+                    "hipModuleLaunchKernel",
+                    "hipExtModuleLaunchKernel",
+                    "hipModuleLaunchKernel",
+                    "hipLaunchKernel",
+                ]
                 others = ["hipMemcpyHtoDAsync", "hipMemcpyDtoDAsync", "hipStreamWaitEvent"]
             for j, name in enumerate(names):
                 host.event(api_line, name, api_at + j * launch, api_at + (j + 1) * launch, correlation_id=cid[j])
@@ -780,8 +796,18 @@ def write_synthetic_session(
     if slow_part not in ("input", "host"):
         raise ValueError(f"slow_part is input or host, not {slow_part!r}")
     folder = Path(logdir) / PROFILE_DIR / session
-    base: dict[str, Any] = dict(gpus=1, steps=steps, kernel_ms=6.0, h2d_ms=1.5, d2d_ms=0.5, collective_ms=2.0,
-                                gap_ms=2.0, skew_ms=0.0, empty_gpus=0, custom_plane=False)
+    base: dict[str, Any] = dict(
+        gpus=1,
+        steps=steps,
+        kernel_ms=6.0,
+        h2d_ms=1.5,
+        d2d_ms=0.5,
+        collective_ms=2.0,
+        gap_ms=2.0,
+        skew_ms=0.0,
+        empty_gpus=0,
+        custom_plane=False,
+    )
     files, hostnames, inputs, collectives, step_ms = [], [], [], [], None
     for i in range(workers):
         params = dict(base, hostname=f"node-{i}")
@@ -799,10 +825,17 @@ def write_synthetic_session(
         inputs.append(row["input_ms"])
         collectives.append(row["collective_ms"])
     assert step_ms is not None, "no workers"
-    return SyntheticSession(Path(logdir), tuple(files), tuple(hostnames), slow_worker,
-                            slow_part if slow_worker is not None else None, extra_ms, step_ms, tuple(inputs),
-                            tuple(collectives))
-
+    return SyntheticSession(
+        Path(logdir),
+        tuple(files),
+        tuple(hostnames),
+        slow_worker,
+        slow_part if slow_worker is not None else None,
+        extra_ms,
+        step_ms,
+        tuple(inputs),
+        tuple(collectives),
+    )
 
 
 def write_grouped_host_trace(
@@ -856,9 +889,13 @@ def write_unrepeated_trace(path: str | Path, *, base_ns: int = ABSOLUTE_BASE_NS)
     python = host.line(100, "python", base_ns)
     worker = host.line(101, "tf_Compute/1", base_ns)
     t = base_ns + 3 * NS_PER_MS
-    for line, name, start, end in ((python, "ImportModules", 0, 5), (python, "IteratorGetNext", 5, 15),
-                                   (python, "EagerExecute", 15, 55), (worker, "ExecutorState::Process", 16, 54),
-                                   (python, "SaveCheckpoint", 60, 80)):
+    for line, name, start, end in (
+        (python, "ImportModules", 0, 5),
+        (python, "IteratorGetNext", 5, 15),
+        (python, "EagerExecute", 15, 55),
+        (worker, "ExecutorState::Process", 16, 54),
+        (python, "SaveCheckpoint", 60, 80),
+    ):
         host.event(line, name, t + start * NS_PER_MS, t + end * NS_PER_MS)
     host.finish()
     return _write_space(space, path)
@@ -890,8 +927,10 @@ def write_two_function_trace(
     python = host.line(100, "python", base_ns)
     worker = host.line(101, "tf_Compute/2", base_ns)
     t = base_ns + 2 * NS_PER_MS
-    for name, inference, calls, period, call in (("train_step", "__inference_train_step_842", train_calls, 10, 6),
-                                                 ("eval_step", "__inference_eval_step_901", eval_calls, 5, 3)):
+    for name, inference, calls, period, call in (
+        ("train_step", "__inference_train_step_842", train_calls, 10, 6),
+        ("eval_step", "__inference_eval_step_901", eval_calls, 5, 3),
+    ):
         for _ in range(calls):
             at = t + NS_PER_MS
             end = at + call * NS_PER_MS

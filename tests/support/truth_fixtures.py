@@ -28,11 +28,22 @@ class TfGpuTrace:
     overlapped_copy_ms: float  # host-to-device copies under the kernels, per step
 
 
-def write_tf_gpu_loop(path: str | Path, *, steps: int = 6, host_step_ms: float = 5.0, input_wait_ms: float = 0.2,
-                      kernels_ms: tuple[float, ...] = (4.0, 3.0), kernel_gap_ms: float = 1.0,
-                      device_period_ms: float = 8.0, device_lag_ms: float = 3.0, overlapped_copy_ms: float = 0.0,
-                      record_gpu: bool = True, gpu_stops_after: int | None = None, compile_ms: float = 0.0,
-                      base_ns: int = ABSOLUTE_BASE_NS) -> TfGpuTrace:
+def write_tf_gpu_loop(
+    path: str | Path,
+    *,
+    steps: int = 6,
+    host_step_ms: float = 5.0,
+    input_wait_ms: float = 0.2,
+    kernels_ms: tuple[float, ...] = (4.0, 3.0),
+    kernel_gap_ms: float = 1.0,
+    device_period_ms: float = 8.0,
+    device_lag_ms: float = 3.0,
+    overlapped_copy_ms: float = 0.0,
+    record_gpu: bool = True,
+    gpu_stops_after: int | None = None,
+    compile_ms: float = 0.0,
+    base_ns: int = ABSOLUTE_BASE_NS,
+) -> TfGpuTrace:
     """A custom TensorFlow loop (`Trace("train", step_num=k, _r=1)` markers) on one CUDA GPU.
 
     Host step k: [T + k * host_step, +host_step), `IteratorGetNext` for its first
@@ -62,7 +73,9 @@ def write_tf_gpu_loop(path: str | Path, *, steps: int = 6, host_step_ms: float =
         host.event(python, "IteratorGetNext", t, t + _ns(input_wait_ms))
         if compile_ms and k == 0:
             builder = host.line(2, "tf_graph_building", base_ns)
-            host.event(builder, "tf.function-graph_building", t + _ns(input_wait_ms), t + _ns(input_wait_ms + compile_ms))
+            host.event(
+                builder, "tf.function-graph_building", t + _ns(input_wait_ms), t + _ns(input_wait_ms + compile_ms)
+            )
         at = t + _ns(input_wait_ms) + 10_000
         device_at = start + _ns(device_lag_ms) + k * _ns(device_period_ms)
         for j, length in enumerate(kernels_ms):
@@ -72,16 +85,22 @@ def write_tf_gpu_loop(path: str | Path, *, steps: int = 6, host_step_ms: float =
                 gpu.event(compute, f"volta_sgemm_{j}", device_at, device_at + _ns(length), correlation_id=correlation)
                 if j == 0 and overlapped_copy_ms:
                     copy_at = device_at + (_ns(length) - _ns(overlapped_copy_ms)) // 2
-                    gpu.event(copies, "MemcpyH2D", copy_at, copy_at + _ns(overlapped_copy_ms),
-                              correlation_id=correlation + 50_000)
+                    gpu.event(
+                        copies,
+                        "MemcpyH2D",
+                        copy_at,
+                        copy_at + _ns(overlapped_copy_ms),
+                        correlation_id=correlation + 50_000,
+                    )
                     host.event(python, "cuMemcpyHtoDAsync_v2", at, at + 20_000, correlation_id=correlation + 50_000)
                     at += 30_000
             device_at += _ns(length) + _ns(kernel_gap_ms)
             correlation += 1
     host.finish()
     gpu.finish()
-    return TfGpuTrace(_write_space(space, path), steps, host_step_ms, span / MS, sum(kernels_ms), input_wait_ms,
-                      overlapped_copy_ms)
+    return TfGpuTrace(
+        _write_space(space, path), steps, host_step_ms, span / MS, sum(kernels_ms), input_wait_ms, overlapped_copy_ms
+    )
 
 
 def write_grouped_with_callbacks(path: str | Path, *, steps: int = 4, base_ns: int = ABSOLUTE_BASE_NS) -> Path:
@@ -118,8 +137,14 @@ def write_one_step_capture(path: str | Path, *, step_ms: float = 63.0, base_ns: 
     device_at = t + _ns(4.0)
     gpu.event(steps_line, "1", device_at, device_at + _ns(step_ms), group_id=1)
     gpu.event(stream, "volta_sgemm", device_at, device_at + _ns(step_ms / 2), group_id=1, correlation_id=1)
-    gpu.event(stream, "volta_scudnn", device_at + _ns(step_ms / 2) + MS, device_at + _ns(step_ms), group_id=1,
-              correlation_id=2)
+    gpu.event(
+        stream,
+        "volta_scudnn",
+        device_at + _ns(step_ms / 2) + MS,
+        device_at + _ns(step_ms),
+        group_id=1,
+        correlation_id=2,
+    )
     host.finish()
     gpu.finish()
     return _write_space(space, path)
@@ -128,8 +153,15 @@ def write_one_step_capture(path: str | Path, *, step_ms: float = 63.0, base_ns: 
 EXECUTE = "PjRtStreamExecutorLoadedExecutable::Execute"
 
 
-def write_jax_programs(path: str | Path, programs: list[str], *, execute_ms: float = 1.0, gap_ms: float = 4.0,
-                       kernel_ms: dict[str, float] | None = None, base_ns: int = ABSOLUTE_BASE_NS) -> Path:
+def write_jax_programs(
+    path: str | Path,
+    programs: list[str],
+    *,
+    execute_ms: float = 1.0,
+    gap_ms: float = 4.0,
+    kernel_ms: dict[str, float] | None = None,
+    base_ns: int = ABSOLUTE_BASE_NS,
+) -> Path:
     """A JAX loop on one GPU: one PjRt execution per entry of `programs` (its module name, as
     XLA's `GpuExecutable::ExecuteThunks` stat `module_name` says), `gap_ms` of Python between
     executions, and one kernel per execution from 0.2 ms into it: to the execution's end, or
@@ -143,8 +175,7 @@ def write_jax_programs(path: str | Path, programs: list[str], *, execute_ms: flo
     t = base_ns + MS
     for i, module in enumerate(programs):
         host.event(python, EXECUTE, t, t + _ns(execute_ms))
-        host.event(python, "GpuExecutable::ExecuteThunks", t + 50_000, t + _ns(execute_ms) - 50_000,
-                   module_name=module)
+        host.event(python, "GpuExecutable::ExecuteThunks", t + 50_000, t + _ns(execute_ms) - 50_000, module_name=module)
         host.event(python, "hipModuleLaunchKernel", t + 100_000, t + 120_000, correlation_id=10 + i)
         kernel_end = t + 200_000 + _ns(kernel_ms[module]) if kernel_ms and module in kernel_ms else t + _ns(execute_ms)
         gpu.event(stream, f"{module}_fusion", t + 200_000, kernel_end, correlation_id=10 + i, hlo_module=module)
@@ -154,9 +185,16 @@ def write_jax_programs(path: str | Path, programs: list[str], *, execute_ms: flo
     return _write_space(space, path)
 
 
-def write_jax_tpu_async(path: str | Path, *, steps: int = 6, host_period_ms: float = 5.0,
-                        device_program_ms: float = 8.0, op_ms: float = 6.0, cores: int = 2,
-                        base_ns: int = ABSOLUTE_BASE_NS) -> Path:
+def write_jax_tpu_async(
+    path: str | Path,
+    *,
+    steps: int = 6,
+    host_period_ms: float = 5.0,
+    device_program_ms: float = 8.0,
+    op_ms: float = 6.0,
+    cores: int = 2,
+    base_ns: int = ABSOLUTE_BASE_NS,
+) -> Path:
     """JAX on TPU cores with asynchronous dispatch: the host's k-th `Execute` returns at once, every
     `host_period_ms`; each core runs its k-th `jit_train_step(7)` module for `device_program_ms`
     back to back (so it falls further behind), with one `fusion` op of `op_ms` in it."""
@@ -181,9 +219,16 @@ def write_jax_tpu_async(path: str | Path, *, steps: int = 6, host_period_ms: flo
     return _write_space(space, path)
 
 
-def write_groups_finer_than_markers(path: str | Path, *, steps: int = 5, groups_per_step: int = 2,
-                                    kernel_ms: float = 15.0, group_span_ms: float = 20.0, gpus: int = 2,
-                                    base_ns: int = ABSOLUTE_BASE_NS) -> Path:
+def write_groups_finer_than_markers(
+    path: str | Path,
+    *,
+    steps: int = 5,
+    groups_per_step: int = 2,
+    kernel_ms: float = 15.0,
+    group_span_ms: float = 20.0,
+    gpus: int = 2,
+    base_ns: int = ABSOLUTE_BASE_NS,
+) -> Path:
     """TensorFlow on several GPUs whose markers each hold `groups_per_step` XProf groups: every
     host marker is `groups_per_step * group_span_ms` long, and each group's kernels (with its
     `group_id`) run `kernel_ms` within its own `group_span_ms` on every GPU."""
@@ -197,8 +242,15 @@ def write_groups_finer_than_markers(path: str | Path, *, steps: int = 5, groups_
     span = _ns(group_span_ms)
     for k in range(steps):
         start = t + k * groups_per_step * span
-        host.event(python, "train", start, start + groups_per_step * span - 10_000, step_num=k, _r=1,
-                   group_id=k * groups_per_step)
+        host.event(
+            python,
+            "train",
+            start,
+            start + groups_per_step * span - 10_000,
+            step_num=k,
+            _r=1,
+            group_id=k * groups_per_step,
+        )
         for j in range(groups_per_step):
             group = k * groups_per_step + j
             at = start + j * span
@@ -222,9 +274,16 @@ class KerasCpuTrace:
     window_ms: float  # the whole traced window
 
 
-def write_keras_cpu_capture(path: str | Path, *, steps: int = 1, groups: bool = True, evaluation: bool = False,
-                            root_marker: bool = True, summary_ms: float = 0.03,
-                            base_ns: int = ABSOLUTE_BASE_NS) -> KerasCpuTrace:
+def write_keras_cpu_capture(
+    path: str | Path,
+    *,
+    steps: int = 1,
+    groups: bool = True,
+    evaluation: bool = False,
+    root_marker: bool = True,
+    summary_ms: float = 0.03,
+    base_ns: int = ABSOLUTE_BASE_NS,
+) -> KerasCpuTrace:
     """A Keras 2 `fit` on a CPU, as TensorFlow 2.4 wrote it for the TensorBoard callback: no step
     marker; per step a `train_function` call (`tf_function_call` stat) whose first 0.7 ms is
     Python-level dispatch, then `EagerKernelExecute` of the function for 6.4 ms (the group's root,
@@ -251,8 +310,15 @@ def write_keras_cpu_capture(path: str | Path, *, steps: int = 1, groups: bool = 
         at = t + dispatch
         host.event(python, "EagerKernelExecute", at, at + root, **group)
         producer = 7_000 + k
-        host.event(python, "FunctionRun", at + _ns(0.01), at + _ns(0.08), _p=producer,
-                   **({"_r": 1} if groups and root_marker else {}), **group)
+        host.event(
+            python,
+            "FunctionRun",
+            at + _ns(0.01),
+            at + _ns(0.08),
+            _p=producer,
+            **({"_r": 1} if groups and root_marker else {}),
+            **group,
+        )
         host.event(executor, "ExecutorState::Process", at + _ns(0.1), at + _ns(3.1), _c=producer, **group)
         host.event(executor, "IteratorGetNext:IteratorGetNext", at + _ns(0.1), at + _ns(0.2), **group)
         host.event(executor, "dense/MatMul:_MklMatMul", at + _ns(0.3), at + _ns(3.0), **group)
@@ -279,10 +345,20 @@ class TpuProgramsTrace:
     busy_ms: float  # its XLA Ops time per execution
 
 
-def write_tpu_programs(path: str | Path, *, cores: int = 4, executions: int = 6, program_ms: float = 7.84,
-                       op_ms: float = 7.0, helpers: tuple[str, ...] = ("jit_convert", "jit_copy"),
-                       cut_first: bool = True, launch_lead_ms: float = 0.5, period_ms: float | None = None,
-                       device_programs: bool = True, base_ns: int = ABSOLUTE_BASE_NS) -> TpuProgramsTrace:
+def write_tpu_programs(
+    path: str | Path,
+    *,
+    cores: int = 4,
+    executions: int = 6,
+    program_ms: float = 7.84,
+    op_ms: float = 7.0,
+    helpers: tuple[str, ...] = ("jit_convert", "jit_copy"),
+    cut_first: bool = True,
+    launch_lead_ms: float = 0.5,
+    period_ms: float | None = None,
+    device_programs: bool = True,
+    base_ns: int = ABSOLUTE_BASE_NS,
+) -> TpuProgramsTrace:
     """JAX on a TPU through TFRT: one host thread per core launches `TfrtTpuLoadedExecutable::Execute`
     (the launch carries only its `program_id` stat) for `jit_f` (id 5), each followed by one quick
     launch of every program of `helpers` (ids 6, 7, ...). Each core's `XLA Modules` line runs
@@ -318,8 +394,13 @@ def write_tpu_programs(path: str | Path, *, cores: int = 4, executions: int = 6,
                 launch = start - _ns(launch_lead_ms)
                 host.event(threads[core], TFRT_TPU_EXECUTE, launch, launch + _ns(0.02), program_id=5)
                 for h in range(len(helpers)):
-                    host.event(threads[core], TFRT_TPU_EXECUTE, launch + _ns(0.03 * (h + 1)),
-                               launch + _ns(0.03 * (h + 1) + 0.02), program_id=6 + h)
+                    host.event(
+                        threads[core],
+                        TFRT_TPU_EXECUTE,
+                        launch + _ns(0.03 * (h + 1)),
+                        launch + _ns(0.03 * (h + 1) + 0.02),
+                        program_id=6 + h,
+                    )
         tpu.finish()
     host.finish()
     return TpuProgramsTrace(_write_space(space, path), cores, executions, program_ms, op_ms)

@@ -29,7 +29,11 @@ def load_xspace(xplane: str | Path):
     try:
         space.ParseFromString(data)
     except Exception as exc:  # protobuf raises DecodeError or RuntimeWarning-like errors
-        raise TraceUnreadable(f"{xplane} is not a readable XSpace trace ({len(data)} bytes, truncated or corrupt): {exc}") from None
+        raise TraceUnreadable(
+            f"{xplane} is not a readable XSpace trace ({len(data)} bytes, truncated or corrupt): {exc}"
+        ) from None
     if not space.planes:
-        raise TraceUnreadable(f"{xplane} holds no profiler planes ({len(data)} bytes): truncated or not an XSpace trace")
+        raise TraceUnreadable(
+            f"{xplane} holds no profiler planes ({len(data)} bytes): truncated or not an XSpace trace"
+        )
     return space

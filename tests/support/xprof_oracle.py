@@ -51,9 +51,7 @@ def xprof_steps(xplane: str | Path) -> tuple[pd.DataFrame, dict]:
     frame = pd.DataFrame(rows, columns=ids)
     result = pd.DataFrame({"step": pd.Series(dtype="int64")})
     if not frame.empty:
-        result = pd.DataFrame(
-            {"step": frame["stepnum"].map(lambda s: int(re.findall(r"-?\d+", str(s))[-1]))}
-        )
+        result = pd.DataFrame({"step": frame["stepnum"].map(lambda s: int(re.findall(r"-?\d+", str(s))[-1]))})
         for source, target in STEP_TABLE_COLUMNS.items():
             if source in frame:
                 result[target] = frame[source].astype(float)
@@ -78,8 +76,11 @@ def tensorflow_own_analysis(xplane: str | Path) -> dict | None:
         result = overview_page_pb2.OverviewPage.FromString(overview.read_bytes()).input_analysis
     if result is None or not result.step_details:
         return None
-    return {"steps": len(result.step_details), "step_ms": result.step_time_summary.average,
-            "input_pct": result.input_percent or result.input_percent_summary.average}
+    return {
+        "steps": len(result.step_details),
+        "step_ms": result.step_time_summary.average,
+        "input_pct": result.input_percent or result.input_percent_summary.average,
+    }
 
 
 def beside_devprof(path: str | Path, xplane: str | Path) -> pd.DataFrame:
@@ -88,8 +89,14 @@ def beside_devprof(path: str | Path, xplane: str | Path) -> pd.DataFrame:
     from analysis import analyze
 
     ours = analyze(path)
-    rows = [{"source": "devprof", "steps": ours.steps_used, "step_ms": ours.mean["step_ms"],
-             "input_pct": ours.mean["input_pct"]}]
+    rows = [
+        {
+            "source": "devprof",
+            "steps": ours.steps_used,
+            "step_ms": ours.mean["step_ms"],
+            "input_pct": ours.mean["input_pct"],
+        }
+    ]
     theirs = tensorflow_own_analysis(xplane)
     if theirs is not None:
         rows.append({"source": "tensorflow", **theirs})
@@ -111,9 +118,15 @@ def xprof_memory_profile(xplane: str | Path) -> dict:
         live = []
         for entry in profile.get("activeAllocations", []):
             snapshot, special = int(entry.get("snapshotIndex", -1)), int(entry.get("specialIndex", -1))
-            metadata = (profile["memoryProfileSnapshots"][snapshot]["activityMetadata"] if snapshot >= 0
-                        else profile["specialAllocations"][special])
+            metadata = (
+                profile["memoryProfileSnapshots"][snapshot]["activityMetadata"]
+                if snapshot >= 0
+                else profile["specialAllocations"][special]
+            )
             live.append((metadata.get("tfOpName"), int(metadata.get("allocationBytes", 0))))
-        result[name] = {"peak_bytes": int(summary["peakStats"]["peakBytesInUse"]),
-                        "capacity_bytes": int(summary.get("memoryCapacity", 0)), "live": live}
+        result[name] = {
+            "peak_bytes": int(summary["peakStats"]["peakBytesInUse"]),
+            "capacity_bytes": int(summary.get("memoryCapacity", 0)),
+            "live": live,
+        }
     return result

@@ -31,12 +31,14 @@ _COMMIT = re.compile(r"openxla/xla, (\S+) at commit\s*(?://\s*)?([0-9a-f]{40})")
 
 def _header(proto: Path) -> str:
     path, commit = _COMMIT.search(proto.read_text(encoding="utf-8")).groups()  # type: ignore[union-attr]
-    return (f"# Generated from {proto.name} by analysis/read/xla_proto/regenerate.py (protoc {PROTOC_VERSION}): "
-            "do not edit.\n"
-            f"# Its schema is a wire-compatible part of XLA's {path} at openxla/xla commit {commit}.\n"
-            "# Copyright 2017 The OpenXLA Authors. Licensed under the Apache License, Version 2.0\n"
-            "# (http://www.apache.org/licenses/LICENSE-2.0), distributed on an \"AS IS\" BASIS, WITHOUT\n"
-            "# WARRANTIES OR CONDITIONS OF ANY KIND.\n")
+    return (
+        f"# Generated from {proto.name} by analysis/read/xla_proto/regenerate.py (protoc {PROTOC_VERSION}): "
+        "do not edit.\n"
+        f"# Its schema is a wire-compatible part of XLA's {path} at openxla/xla commit {commit}.\n"
+        "# Copyright 2017 The OpenXLA Authors. Licensed under the Apache License, Version 2.0\n"
+        '# (http://www.apache.org/licenses/LICENSE-2.0), distributed on an "AS IS" BASIS, WITHOUT\n'
+        "# WARRANTIES OR CONDITIONS OF ANY KIND.\n"
+    )
 
 
 def _protoc(*args: str) -> str:

@@ -34,38 +34,72 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    analyze = sub.add_parser("analyze", help="break step time into input, compute and host overhead",
-                             description="Break step and epoch time into input, compute and host overhead, "
-                                         "and say what limits the device.")
+    analyze = sub.add_parser(
+        "analyze",
+        help="break step time into input, compute and host overhead",
+        description="Break step and epoch time into input, compute and host overhead, and say what limits the device.",
+    )
     analyze.add_argument(
         "path",
         help="a devprof run directory, a TensorBoard log folder, a profile session folder or an .xplane.pb file",
     )
-    add_format_option(analyze, formats_for("analysis"),
-                      "what to print on stdout; with --output, from its extension (.html, .md, .json, .csv, .txt)")
+    add_format_option(
+        analyze,
+        formats_for("analysis"),
+        "what to print on stdout; with --output, from its extension (.html, .md, .json, .csv, .txt)",
+    )
     analyze.set_defaults(format=None)
-    analyze.add_argument("-o", "--output", metavar="FILE", default=None,
-                         help="write the analysis to FILE instead of stdout, e.g. report.html (a self-contained page)")
-    analyze.add_argument("--out", metavar="DIR", default=None,
-                         help="write CSVs, plots and report.md here (default: <run>/analysis for run directories)")
-    analyze.add_argument("--step-name", metavar="REGEX", default=None,
-                         help="the step marker or program execution (tf.function, XLA program) that stands for one "
-                              "step, when the automatic choice is not the training step")
-    analyze.add_argument("--fail-on", metavar="PART>PCT,...", default=None,
-                         help=f"exit {EXIT_REGRESSION} when a part's share of step time is above its limit, e.g. "
-                              "'input>20,host>15' (parts: input, compute, host, collective)")
-    analyze.add_argument("--scheduler", metavar="ADDRESS", default=None,
-                         help="analyse a job's workers on the Dask cluster whose scheduler is at ADDRESS "
-                              "(tcp://host:8786), each where its trace lies: every Dask worker must see PATH at its "
-                              "absolute path on this machine (shared storage); "
-                              "default: processes on this machine. Needs pip install -e '.[cluster]'")
+    analyze.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        default=None,
+        help="write the analysis to FILE instead of stdout, e.g. report.html (a self-contained page)",
+    )
+    analyze.add_argument(
+        "--out",
+        metavar="DIR",
+        default=None,
+        help="write CSVs, plots and report.md here (default: <run>/analysis for run directories)",
+    )
+    analyze.add_argument(
+        "--step-name",
+        metavar="REGEX",
+        default=None,
+        help="the step marker or program execution (tf.function, XLA program) that stands for one "
+        "step, when the automatic choice is not the training step",
+    )
+    analyze.add_argument(
+        "--fail-on",
+        metavar="PART>PCT,...",
+        default=None,
+        help=f"exit {EXIT_REGRESSION} when a part's share of step time is above its limit, e.g. "
+        "'input>20,host>15' (parts: input, compute, host, collective)",
+    )
+    analyze.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        default=None,
+        help="analyse a job's workers on the Dask cluster whose scheduler is at ADDRESS "
+        "(tcp://host:8786), each where its trace lies: every Dask worker must see PATH at its "
+        "absolute path on this machine (shared storage); "
+        "default: processes on this machine. Needs pip install -e '.[cluster]'",
+    )
     peak = analyze.add_mutually_exclusive_group()
-    peak.add_argument("--peak-tflops", metavar="TFLOPS", default=None,
-                      help="the device's peak for the roofline, in TFLOP/s: one number for every dtype (1307) or "
-                           "per dtype (bfloat16=1307,float32=163); default: the run's measured peak (run.json)")
-    peak.add_argument("--peak-file", metavar="FILE", default=None,
-                      help="the ceilings for the roofline from a 'devprof peak --format json' result measured on the "
-                           "device the trace comes from")
+    peak.add_argument(
+        "--peak-tflops",
+        metavar="TFLOPS",
+        default=None,
+        help="the device's peak for the roofline, in TFLOP/s: one number for every dtype (1307) or "
+        "per dtype (bfloat16=1307,float32=163); default: the run's measured peak (run.json)",
+    )
+    peak.add_argument(
+        "--peak-file",
+        metavar="FILE",
+        default=None,
+        help="the ceilings for the roofline from a 'devprof peak --format json' result measured on the "
+        "device the trace comes from",
+    )
     perfetto_option.add_options(analyze)
     analyze.set_defaults(handler=handle)
     return analyze
@@ -158,16 +192,21 @@ def _handle(args: argparse.Namespace, helpers: Helpers) -> int:
         except ValueError as exc:
             return error(str(exc))
     default_out = path / "analysis" if (path / "run.json").is_file() and (path / "steps.csv").is_file() else None
-    problem = (perfetto_option.usage_error(args) or output_file_problem("-o", args.output, "report.html")
-               or _out_dir_problem(args.out)
-               or outputs_problem([path], {"-o": args.output, "--perfetto": args.perfetto},
-                                  Path(args.out) if args.out else default_out))
+    problem = (
+        perfetto_option.usage_error(args)
+        or output_file_problem("-o", args.output, "report.html")
+        or _out_dir_problem(args.out)
+        or outputs_problem(
+            [path], {"-o": args.output, "--perfetto": args.perfetto}, Path(args.out) if args.out else default_out
+        )
+    )
     if problem is not None:
         return error(problem)
     if not path.exists():
         if path.is_symlink():  # exists() follows the link: a loop or a missing target reads as no file
-            return error(f"{path} is a link that leads nowhere (to {os.readlink(path)}: a loop of links or a missing "
-                         "target)")
+            return error(
+                f"{path} is a link that leads nowhere (to {os.readlink(path)}: a loop of links or a missing target)"
+            )
         return error(f"no such file or directory: {path}", hint="pass a run directory, log folder or .xplane.pb file")
     kept = None  # the analysed worker's files, for the Perfetto trace
     if _writes_files(args):
@@ -184,13 +223,15 @@ def _handle(args: argparse.Namespace, helpers: Helpers) -> int:
                 try:
                     # The Dask workers read the files at this machine's absolute path, not in their own folder.
                     with dask_executor(args.scheduler, paths=[path.absolute()]) as executor:
-                        result, _ = pipeline.analyzed(path, args.step_name, executor=executor, peak=peak,
-                                                      helpers=helpers)
+                        result, _ = pipeline.analyzed(
+                            path, args.step_name, executor=executor, peak=peak, helpers=helpers
+                        )
                 except SchedulerError as exc:
                     return error(str(exc), code=EXIT_FAILURE if isinstance(exc, LostWorkers) else EXIT_USAGE)
             else:  # with --perfetto, the trace's events are drawn too: kept from the analysis' read
-                result, kept = pipeline.analyzed(path, args.step_name, peak=peak, helpers=helpers,
-                                                 keep=args.perfetto is not None)
+                result, kept = pipeline.analyzed(
+                    path, args.step_name, peak=peak, helpers=helpers, keep=args.perfetto is not None
+                )
     except TraceError as exc:
         return error(str(exc), code=EXIT_FAILURE)
     except (OSError, ValueError) as exc:
@@ -224,9 +265,11 @@ def _handle(args: argparse.Namespace, helpers: Helpers) -> int:
             helpers.core_free()
             written = outputs.write_outputs(result, out_dir, helpers.draw)
         except OSError as exc:
-            return error(f"cannot write the output files to {out_dir}: {exc.strerror or exc}",
-                         hint="the analysis is printed above; pass --out DIR to write them to a folder you can "
-                              "write to", code=EXIT_FAILURE)
+            return error(
+                f"cannot write the output files to {out_dir}: {exc.strerror or exc}",
+                hint="the analysis is printed above; pass --out DIR to write them to a folder you can write to",
+                code=EXIT_FAILURE,
+            )
         if args.format == "text" and written:
             print(f"wrote {len(written)} files to {out_dir}", file=sys.stderr if output is not None else sys.stdout)
     if failed is not None:

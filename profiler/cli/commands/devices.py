@@ -9,9 +9,11 @@ from profiler.cli.common import EXIT_OK, add_format_option, with_schema
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    devices = sub.add_parser("devices", help="list the CPU, GPUs and TPU TensorFlow can use",
-                             description="List the CPU, the GPUs and a reachable TPU, with their memory and "
-                                         "compute capability.")
+    devices = sub.add_parser(
+        "devices",
+        help="list the CPU, GPUs and TPU TensorFlow can use",
+        description="List the CPU, the GPUs and a reachable TPU, with their memory and compute capability.",
+    )
     add_format_option(devices, ("text", "json"), "output format", json_alias=True)
     devices.add_argument("--tpu", default=None, help="TPU name or address to look for")
     devices.set_defaults(handler=handle)

@@ -14,13 +14,21 @@ from profiler.cli.common import EXIT_OK, error
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    mcp = sub.add_parser("mcp", help="serve devprof's analysis to agents (MCP, over stdio)",
-                         description="Serve devprof's analysis as Model Context Protocol tools over stdio: "
-                                     "list_runs, analyze (the summary), findings, ops, steps, compare, explain_rule. "
-                                     "Read-only; paths outside the roots are refused. "
-                                     "Needs pip install -e '.[mcp]'.")
-    mcp.add_argument("--root", action="append", default=None, metavar="FOLDER",
-                     help="a folder whose runs the tools may read (repeatable; default: the current folder)")
+    mcp = sub.add_parser(
+        "mcp",
+        help="serve devprof's analysis to agents (MCP, over stdio)",
+        description="Serve devprof's analysis as Model Context Protocol tools over stdio: "
+        "list_runs, analyze (the summary), findings, ops, steps, compare, explain_rule. "
+        "Read-only; paths outside the roots are refused. "
+        "Needs pip install -e '.[mcp]'.",
+    )
+    mcp.add_argument(
+        "--root",
+        action="append",
+        default=None,
+        metavar="FOLDER",
+        help="a folder whose runs the tools may read (repeatable; default: the current folder)",
+    )
     mcp.set_defaults(handler=handle)
     return mcp
 

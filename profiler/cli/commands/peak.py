@@ -10,10 +10,13 @@ from profiler.cli.common import EXIT_OK, add_format_option, error, warn, with_sc
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    peak = sub.add_parser("peak", help="measure the device's matrix and vector FLOP/s and memory bandwidth (cached)",
-                          description="Measure the device's matrix (matmul, convolution) and vector FLOP/s and its "
-                                      "memory bandwidth per dtype with TensorFlow (cached per device; "
-                                      "DEVPROF_CACHE_DIR moves the cache).")
+    peak = sub.add_parser(
+        "peak",
+        help="measure the device's matrix and vector FLOP/s and memory bandwidth (cached)",
+        description="Measure the device's matrix (matmul, convolution) and vector FLOP/s and its "
+        "memory bandwidth per dtype with TensorFlow (cached per device; "
+        "DEVPROF_CACHE_DIR moves the cache).",
+    )
     peak.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="device to measure (default: cpu)")
     add_format_option(peak, ("text", "json"), "output format", json_alias=True)
     peak.add_argument("--refresh", action="store_true", help="measure again even if a cached result exists")
@@ -30,8 +33,11 @@ def _si(value: float, unit: str) -> str:
     return f"{value:.0f} {unit}"
 
 
-STOPPED = {"growth": "the next size added < 3 %", "time": "a larger one would take too long",
-           "sizes": "the largest size tried"}
+STOPPED = {
+    "growth": "the next size added < 3 %",
+    "time": "a larger one would take too long",
+    "sizes": "the largest size tried",
+}
 
 
 def _search(detail: dict, what: str = "sizes") -> str:
@@ -44,15 +50,20 @@ def _search(detail: dict, what: str = "sizes") -> str:
 
 def render_text(peak: dict) -> str:
     lines = [f"{peak['device']}: {peak['device_name']}" + (" (cached)" if peak.get("cached") else "")]
-    ceilings = peak.get("ceilings") or {dtype: {"matrix_flops_per_second": rate}
-                                        for dtype, rate in (peak.get("peak_flops_per_second") or {}).items()}
+    ceilings = peak.get("ceilings") or {
+        dtype: {"matrix_flops_per_second": rate} for dtype, rate in (peak.get("peak_flops_per_second") or {}).items()
+    }
     for dtype, ceiling in ceilings.items():
         source = (peak.get("peak_source") or {}).get(dtype, "matmul")
-        line = (f"  {dtype}: matrix {_si(ceiling.get('matrix_flops_per_second'), 'FLOP/s')} "
-                f"(from the {'convolutions' if source == 'conv' else 'matmuls'})")
+        line = (
+            f"  {dtype}: matrix {_si(ceiling.get('matrix_flops_per_second'), 'FLOP/s')} "
+            f"(from the {'convolutions' if source == 'conv' else 'matmuls'})"
+        )
         if "vector_flops_per_second" in ceiling:
-            line += (f", vector {_si(ceiling['vector_flops_per_second'], 'FLOP/s')}, "
-                     f"memory {_si(ceiling.get('memory_bytes_per_second'), 'B/s')}")
+            line += (
+                f", vector {_si(ceiling['vector_flops_per_second'], 'FLOP/s')}, "
+                f"memory {_si(ceiling.get('memory_bytes_per_second'), 'B/s')}"
+            )
         lines.append(line)
     for dtype, rate in peak["matmul_flops_per_second"].items():
         detail = peak.get("matmul", {}).get(dtype, {})
@@ -62,15 +73,19 @@ def render_text(peak: dict) -> str:
         if conv.get("error"):
             lines.append(f"    conv {dtype}: not measured ({conv['error']})")
         elif conv.get("channels"):
-            lines.append(f"    conv {dtype}: {_si(peak['conv_flops_per_second'][dtype], 'FLOP/s')} "
-                         f"(3x3, {conv['channels']} channels{_search(conv, 'channels')})")
+            lines.append(
+                f"    conv {dtype}: {_si(peak['conv_flops_per_second'][dtype], 'FLOP/s')} "
+                f"(3x3, {conv['channels']} channels{_search(conv, 'channels')})"
+            )
         vector = (peak.get("vector") or {}).get(dtype) or {}
         if vector.get("error"):
             lines.append(f"    vector {dtype}: not measured ({vector['error']})")
         elif vector.get("k"):
             unfused = f"; unfused: {vector.get('fusion_error')}" if vector.get("fused") is False else ""
-            lines.append(f"    vector {dtype}: {_si(ceilings[dtype].get('vector_flops_per_second'), 'FLOP/s')} "
-                         f"(K={vector['k']} multiply-adds per element{_search(vector, 'K')}{unfused})")
+            lines.append(
+                f"    vector {dtype}: {_si(ceilings[dtype].get('vector_flops_per_second'), 'FLOP/s')} "
+                f"(K={vector['k']} multiply-adds per element{_search(vector, 'K')}{unfused})"
+            )
     for dtype, reason in peak.get("unsupported", {}).items():
         lines.append(f"  {dtype}: not measured ({reason})")
     lines.append(f"  memory bandwidth: {_si(peak['memory_bytes_per_second'], 'B/s')}")

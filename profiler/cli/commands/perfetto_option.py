@@ -12,13 +12,21 @@ EVENT_CHOICES = ("ops", "all", "none")  # analysis/render/perfetto.py's, without
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--perfetto", metavar="FILE", default=None,
-                        help="also write the analysed timeline as a Perfetto trace (open it at ui.perfetto.dev): "
-                             "steps and their parts, devices' busy and idle spans, findings, sampler and memory "
-                             "counters, one process per worker")
-    parser.add_argument("--perfetto-events", choices=EVENT_CHOICES, default=None,
-                        help="the trace's own events in the Perfetto trace: ops (host ops and device kernels), "
-                             "all, or none (default: ops)")
+    parser.add_argument(
+        "--perfetto",
+        metavar="FILE",
+        default=None,
+        help="also write the analysed timeline as a Perfetto trace (open it at ui.perfetto.dev): "
+        "steps and their parts, devices' busy and idle spans, findings, sampler and memory "
+        "counters, one process per worker",
+    )
+    parser.add_argument(
+        "--perfetto-events",
+        choices=EVENT_CHOICES,
+        default=None,
+        help="the trace's own events in the Perfetto trace: ops (host ops and device kernels), "
+        "all, or none (default: ops)",
+    )
 
 
 def usage_error(args: argparse.Namespace) -> str | None:
@@ -51,6 +59,8 @@ def write(args: argparse.Namespace, result, inputs=None) -> int | None:
                 written = write_analysis(result, path, events, getattr(args, "step_name", None), inputs)
     except OSError as exc:
         return error(f"cannot write {path}: {exc.strerror or exc}", code=EXIT_FAILURE)
-    print(f"wrote {path}: {written.processes} process{'es' if written.processes != 1 else ''}, "
-          f"{written.events:,} events", file=sys.stderr)
+    print(
+        f"wrote {path}: {written.processes} process{'es' if written.processes != 1 else ''}, {written.events:,} events",
+        file=sys.stderr,
+    )
     return None

@@ -12,9 +12,11 @@ MAX_PORT = 65535
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    board = sub.add_parser("tensorboard", help="start TensorBoard on 127.0.0.1 over the runs",
-                           description="Serve TensorBoard (scalars and the Profile tab) on 127.0.0.1 only: "
-                                       "it has no authentication.")
+    board = sub.add_parser(
+        "tensorboard",
+        help="start TensorBoard on 127.0.0.1 over the runs",
+        description="Serve TensorBoard (scalars and the Profile tab) on 127.0.0.1 only: it has no authentication.",
+    )
     board.add_argument("logdir", nargs="?", default="runs", help="folder of run directories (default: runs)")
     board.add_argument("--port", type=int, default=6006, help="port to listen on; 0 picks a free port (default: 6006)")
     board.set_defaults(handler=handle)
@@ -36,9 +38,11 @@ def handle(args: argparse.Namespace) -> int:
             _, url = tensorboard_server.launch(args.logdir, args.port)
         except Exception as exc:  # noqa: BLE001 - e.g. the port is taken
             first = str(exc).strip().splitlines()
-            return error(f"TensorBoard did not start on port {args.port}: "
-                         f"{first[0] if first else type(exc).__name__}",
-                         hint="try --port 0 for a free port", code=EXIT_FAILURE)
+            return error(
+                f"TensorBoard did not start on port {args.port}: {first[0] if first else type(exc).__name__}",
+                hint="try --port 0 for a free port",
+                code=EXIT_FAILURE,
+            )
         print(f"TensorBoard at {url} (scalars and the Profile tab; Ctrl-C to stop)", flush=True)
         try:
             threading.Event().wait()

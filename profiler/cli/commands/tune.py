@@ -14,8 +14,19 @@ from profiler.cli.commands import run as run_command
 from profiler.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, DefaultsHelpFormatter, error
 
 # `devprof run`'s options that a tune sets itself, or that make no sense for one process's trials.
-NOT_FOR_TUNE = {"--workers", "--oversubscribe", "--cluster", "--task-index", "--no-profile", "--profile-steps",
-                "--profiler-port", "--epochs", "--quiet", "--no-sample", "--sample-interval"}
+NOT_FOR_TUNE = {
+    "--workers",
+    "--oversubscribe",
+    "--cluster",
+    "--task-index",
+    "--no-profile",
+    "--profile-steps",
+    "--profiler-port",
+    "--epochs",
+    "--quiet",
+    "--no-sample",
+    "--sample-interval",
+}
 
 
 class _Terminated(KeyboardInterrupt):
@@ -36,24 +47,42 @@ def add_parser(sub) -> argparse.ArgumentParser:
     from profiler.cli import tune
 
     parser = sub.add_parser(
-        "tune", help="try the analysis' fixes in short alternated trials and keep what helps",
+        "tune",
+        help="try the analysis' fixes in short alternated trials and keep what helps",
         description="Run a short profiled baseline, then try each fix the analysis ranks (steps per call, "
-                    "precision, the pipeline's prefetch and parallel calls, XLA, oneDNN) in short trials "
-                    "alternated with the baseline, keep those that are faster beyond the noise, and try again "
-                    "from there until nothing saves more or the budget is spent. Writes tune.json and one run "
-                    "folder per trial under <out>/<run-name>/.",
-        formatter_class=DefaultsHelpFormatter)
+        "precision, the pipeline's prefetch and parallel calls, XLA, oneDNN) in short trials "
+        "alternated with the baseline, keep those that are faster beyond the noise, and try again "
+        "from there until nothing saves more or the budget is spent. Writes tune.json and one run "
+        "folder per trial under <out>/<run-name>/.",
+        formatter_class=DefaultsHelpFormatter,
+    )
     own = parser.add_argument_group("tune")
-    own.add_argument("--budget", type=_budget, default=tune.DEFAULT_BUDGET_MIN, metavar="MINUTES",
-                     help="no trial starts after this much time; the last one finishes")
+    own.add_argument(
+        "--budget",
+        type=_budget,
+        default=tune.DEFAULT_BUDGET_MIN,
+        metavar="MINUTES",
+        help="no trial starts after this much time; the last one finishes",
+    )
     for title, options in run_command.GROUPS:
         group = parser.add_argument_group(title)
         for each in options:
             if each.flag not in NOT_FOR_TUNE:
                 each.add_to(group)
-    parser.set_defaults(handler=handle, workers=None, cluster=None, task_index=None, profile=True,
-                        profile_steps=None, profiler_port=None, epochs=1, quiet=False, sample=True,
-                        sample_interval=0.5, oversubscribe=False)
+    parser.set_defaults(
+        handler=handle,
+        workers=None,
+        cluster=None,
+        task_index=None,
+        profile=True,
+        profile_steps=None,
+        profiler_port=None,
+        epochs=1,
+        quiet=False,
+        sample=True,
+        sample_interval=0.5,
+        oversubscribe=False,
+    )
     return parser
 
 
@@ -75,9 +104,15 @@ def handle(args: argparse.Namespace) -> int:
         return error(f"cannot make {tune_dir}: {exc.strerror or exc}")
     # The user's own run options: the trials add theirs, and the best setting's command is the user's plus its fixes.
     user_argv = launcher.given_options(args, [each for each in run_command.OPTIONS if each.flag not in NOT_FOR_TUNE])
-    tuner = tune.Tuner(tune_dir, user_argv, args.budget * 60.0, batch_size=args.batch_size,
-                       epoch_images=args.limit_images or tune.SEED_EPOCH_IMAGES, own_pipeline=args.model is None,
-                       say=lambda line: print(line, file=sys.stderr))
+    tuner = tune.Tuner(
+        tune_dir,
+        user_argv,
+        args.budget * 60.0,
+        batch_size=args.batch_size,
+        epoch_images=args.limit_images or tune.SEED_EPOCH_IMAGES,
+        own_pipeline=args.model is None,
+        say=lambda line: print(line, file=sys.stderr),
+    )
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     code = EXIT_OK
     try:

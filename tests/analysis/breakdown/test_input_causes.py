@@ -26,9 +26,16 @@ MS = 1_000_000
 EXACT_MS = 1e-6
 
 
-def write_copy_loop(path: str | Path, *, steps: int = 6, step_ms: float = 13.5, wait_ms: float = 0.05,
-                    copy_ms: float = 1.29, kernels_ms: tuple[float, ...] = (6.0, 5.0),
-                    stage: tuple[str, float] = ("Iterator::Root::BatchV2::TensorSlice", 0.06)) -> Path:
+def write_copy_loop(
+    path: str | Path,
+    *,
+    steps: int = 6,
+    step_ms: float = 13.5,
+    wait_ms: float = 0.05,
+    copy_ms: float = 1.29,
+    kernels_ms: tuple[float, ...] = (6.0, 5.0),
+    stage: tuple[str, float] = ("Iterator::Root::BatchV2::TensorSlice", 0.06),
+) -> Path:
     """A custom TensorFlow loop on one CUDA GPU whose step k, [T + k * step, +step), opens with
     `IteratorGetNext` for `wait_ms`; right as it returns, the batch's `MemcpyH2D` runs for `copy_ms`
     on the copy stream with no kernel beside it; then the step's kernels run one after another.
@@ -53,8 +60,13 @@ def write_copy_loop(path: str | Path, *, steps: int = 6, step_ms: float = 13.5, 
         correlation += 1
         at = copy_at + _ns(copy_ms)
         for j, length in enumerate(kernels_ms):
-            host.event(python, "cuLaunchKernel", copy_at + 10_000 * (j + 1), copy_at + 10_000 * (j + 1) + 5_000,
-                       correlation_id=correlation)
+            host.event(
+                python,
+                "cuLaunchKernel",
+                copy_at + 10_000 * (j + 1),
+                copy_at + 10_000 * (j + 1) + 5_000,
+                correlation_id=correlation,
+            )
             gpu.event(compute, f"volta_sgemm_{j}", at, at + _ns(length), correlation_id=correlation)
             at += _ns(length)
             correlation += 1
@@ -68,6 +80,7 @@ def _advice(data: dict) -> str:
 
 
 # ------------------------------------------------------------------ the copy that is the input
+
 
 def test_an_exposed_copy_is_input_copy_and_the_wait_is_apart(tmp_path):
     """The step of a real GPU trace: 1.29 ms of copy no kernel overlaps in a 13.5 ms step, the host
@@ -106,8 +119,9 @@ def test_advice_for_an_exposed_copy_is_the_copys_not_the_pipelines(tmp_path):
 def test_a_material_wait_keeps_the_pipeline_advice_and_the_stage_that_explains_it(tmp_path):
     """4 ms waiting for a pipeline whose Map stage takes 3.5 ms of its own per batch, 0.3 ms of
     exposed copy: the wait dominates, and the stage explains it."""
-    path = write_copy_loop(tmp_path / "h.xplane.pb", wait_ms=4.0, copy_ms=0.3, kernels_ms=(5.0, 4.0),
-                           stage=("Iterator::Root::Map", 3.5))
+    path = write_copy_loop(
+        tmp_path / "h.xplane.pb", wait_ms=4.0, copy_ms=0.3, kernels_ms=(5.0, 4.0), stage=("Iterator::Root::Map", 3.5)
+    )
     data = analyze(path).to_json()
     assert data["mean"]["input_wait_ms"] == pytest.approx(4.0, abs=EXACT_MS)
     assert data["mean"]["input_copy_ms"] == pytest.approx(0.3, abs=EXACT_MS)
@@ -121,8 +135,7 @@ def test_a_material_wait_keeps_the_pipeline_advice_and_the_stage_that_explains_i
 
 def test_a_stage_whose_own_time_does_not_explain_the_wait_is_not_blamed(tmp_path):
     """4 ms of wait, and the only stage takes 0.06 ms: the general pipeline advice, not the stage's."""
-    data = analyze(write_copy_loop(tmp_path / "h.xplane.pb", wait_ms=4.0, copy_ms=0.3,
-                                    kernels_ms=(5.0, 4.0))).to_json()
+    data = analyze(write_copy_loop(tmp_path / "h.xplane.pb", wait_ms=4.0, copy_ms=0.3, kernels_ms=(5.0, 4.0))).to_json()
     advice = data["verdict"]["advice"]
     assert not any("TensorSlice" in line for line in advice), advice
     assert data["input_bottleneck"] is None
@@ -148,10 +161,12 @@ def test_without_a_trace_all_input_is_the_wait():
 
 def test_no_prefetch_is_said_only_where_the_wait_is_material():
     mean = {"input_pct": 9.9, "compute_pct": 80.0, "host_pct": 10.1, "prefetches": False}
-    assert "no_prefetch" not in [f["rule"] for f in rules.findings(facts_from_mean(
-        {**mean, "input_wait_pct": 0.4, "input_copy_pct": 9.5}))]
-    assert "no_prefetch" in [f["rule"] for f in rules.findings(facts_from_mean(
-        {**mean, "input_wait_pct": 9.9, "input_copy_pct": 0.0}))]
+    assert "no_prefetch" not in [
+        f["rule"] for f in rules.findings(facts_from_mean({**mean, "input_wait_pct": 0.4, "input_copy_pct": 9.5}))
+    ]
+    assert "no_prefetch" in [
+        f["rule"] for f in rules.findings(facts_from_mean({**mean, "input_wait_pct": 9.9, "input_copy_pct": 0.0}))
+    ]
     # Unknown split (a compare row): all input is taken for the wait.
     assert "no_prefetch" in [f["rule"] for f in rules.findings(facts_from_mean(mean))]
     assert "no_prefetch" not in [f["rule"] for f in rules.findings(facts_from_mean({**mean, "input_pct": 2.0}))]
@@ -159,9 +174,15 @@ def test_no_prefetch_is_said_only_where_the_wait_is_material():
 
 # ------------------------------------------------------------------ eager execution
 
-def write_eager_loop(path: str | Path, *, steps: int = 6, step_ms: float = 20.0, function: str | None =
-                     "__inference_train_step_42", eager: tuple[tuple[str, float, float], ...] = (
-                         ("LogicalAnd", 8.0, 4.0), ("Mul", 12.5, 1.0))) -> Path:
+
+def write_eager_loop(
+    path: str | Path,
+    *,
+    steps: int = 6,
+    step_ms: float = 20.0,
+    function: str | None = "__inference_train_step_42",
+    eager: tuple[tuple[str, float, float], ...] = (("LogicalAnd", 8.0, 4.0), ("Mul", 12.5, 1.0)),
+) -> Path:
     """A CPU loop with markers `train` back to back, `step_ms` each. In each step: the iterator's
     `EagerLocalExecute: IteratorGetNext` (1 ms, input), the compiled step's call (6 ms, from 1 ms),
     and the eager ops `eager` as (op, start ms, duration ms)."""
@@ -188,8 +209,10 @@ def test_eager_ops_are_named_with_their_share_and_time(tmp_path):
     assert eager["op_time_pct"] == pytest.approx(100 * 5 / 11, abs=1e-9)  # 5 ms eager of 5 + 6 ms op time
     assert eager["ms_per_step"] == pytest.approx(5.0, abs=EXACT_MS)
     assert eager["step_pct"] == pytest.approx(25.0, abs=1e-9)
-    assert eager["ops"] == [{"op": "LogicalAnd", "ms_per_step": pytest.approx(4.0, abs=EXACT_MS)},
-                            {"op": "Mul", "ms_per_step": pytest.approx(1.0, abs=EXACT_MS)}]
+    assert eager["ops"] == [
+        {"op": "LogicalAnd", "ms_per_step": pytest.approx(4.0, abs=EXACT_MS)},
+        {"op": "Mul", "ms_per_step": pytest.approx(1.0, abs=EXACT_MS)},
+    ]
     (finding,) = [f for f in data["findings"] if f["rule"] == "eager_execution"]
     assert "45 % of the host's op time" in finding["evidence"] and "`LogicalAnd` 4.00 ms" in finding["evidence"]
     assert "tf.function" in finding["advice"]
@@ -220,8 +243,15 @@ def test_a_compiled_loop_has_no_eager_ops(tmp_path):
     assert data["eager"] is None
 
 
-def write_eager_gpu_loop(path: str | Path, *, steps: int = 6, step_ms: float = 20.0, gpu: bool = True,
-                         grouped: bool = False, markers: bool = True) -> Path:
+def write_eager_gpu_loop(
+    path: str | Path,
+    *,
+    steps: int = 6,
+    step_ms: float = 20.0,
+    gpu: bool = True,
+    grouped: bool = False,
+    markers: bool = True,
+) -> Path:
     """A loop with markers `train`, `step_ms` each, as newer TensorFlow records it (no `is_eager`
     stats: XProf's grouping decides); `grouped`, as TensorFlow 2.5 did, grouped at capture: the
     `is_eager` stats say which op ran eagerly, no call says `is_func`, kernels name their op in
@@ -249,24 +279,50 @@ def write_eager_gpu_loop(path: str | Path, *, steps: int = 6, step_ms: float = 2
         t = ABSOLUTE_BASE_NS + MS + k * _ns(step_ms)
         if markers:
             host.event(python, "train", t, t + _ns(step_ms), step_num=k, _r=1)
-        for name, start, end, is_func in (("IteratorGetNext", 0, 1, 0), ("__inference_train_step_42", 1, 7, 1),
-                                          ("LogicalAnd", 8, 12, 0), ("Mul", 12.5, 13.5, 0)):
-            host.event(python, "EagerExecute", t + _ns(start), t + _ns(end), **({} if grouped else {"is_func": is_func}))
+        for name, start, end, is_func in (
+            ("IteratorGetNext", 0, 1, 0),
+            ("__inference_train_step_42", 1, 7, 1),
+            ("LogicalAnd", 8, 12, 0),
+            ("Mul", 12.5, 13.5, 0),
+        ):
+            host.event(
+                python, "EagerExecute", t + _ns(start), t + _ns(end), **({} if grouped else {"is_func": is_func})
+            )
             host.event(python, f"EagerLocalExecute: {name}", t + _ns(start), t + _ns(end))
         stat = (lambda eager: {"is_eager": eager}) if grouped else (lambda eager: {})
         op_stat = "level 0" if grouped else "tf_op"
         host.event(python, "IteratorGetNext:IteratorGetNext", t + _ns(0.1), t + _ns(0.9), **stat(1))
         host.event(python, "Iterator::Root", t + _ns(0.2), t + _ns(0.8))
         host.event(python, "LogicalAnd:LogicalAnd", t + _ns(9), t + _ns(11), **stat(1))
-        host.event(executor, "ExecutorState::Process", t + _ns(1.5), t + _ns(6.5), **({"group_id": k} if grouped and markers else {}))
+        host.event(
+            executor,
+            "ExecutorState::Process",
+            t + _ns(1.5),
+            t + _ns(6.5),
+            **({"group_id": k} if grouped and markers else {}),
+        )
         host.event(executor, "model/dense/MatMul:MatMul", t + _ns(2), t + _ns(3), **stat(0))
         if device:
             host.event(executor, "cudaLaunchKernel", t + _ns(2.2), t + _ns(2.3), correlation_id=2 * k + 10)
             host.event(python, "cudaLaunchKernel", t + _ns(12.7), t + _ns(12.8), correlation_id=2 * k + 11)
-            device.event(stream, "volta_sgemm_128x64_nn", t + _ns(3), t + _ns(5), correlation_id=2 * k + 10,
-                         **{op_stat: "model/dense/MatMul:MatMul"}, **stat(0))
-            device.event(stream, "EigenMetaKernel", t + _ns(13), t + _ns(14), correlation_id=2 * k + 11,
-                         **{op_stat: "Mul:Mul"}, **stat(1))
+            device.event(
+                stream,
+                "volta_sgemm_128x64_nn",
+                t + _ns(3),
+                t + _ns(5),
+                correlation_id=2 * k + 10,
+                **{op_stat: "model/dense/MatMul:MatMul"},
+                **stat(0),
+            )
+            device.event(
+                stream,
+                "EigenMetaKernel",
+                t + _ns(13),
+                t + _ns(14),
+                correlation_id=2 * k + 11,
+                **{op_stat: "Mul:Mul"},
+                **stat(1),
+            )
             device.event(copies, "MemcpyH2D", t + _ns(1.1), t + _ns(1.4))
     host.finish()
     if device:
@@ -286,8 +342,10 @@ def test_eager_share_on_tensorflows_definition(tmp_path, grouped):
     assert eager["device_op_time_eager_pct"] == 100 / 3
     (finding,) = [f for f in data["findings"] if f["rule"] == "eager_execution"]
     assert "45 % of the host's op time runs eagerly" in finding["evidence"]
-    assert ("On TensorFlow's definition (its overview page's), 57.9 % of host and 33.3 % of device op time ran "
-            "eagerly: it weighs only the op events TensorFlow records") in finding["evidence"], finding["evidence"]
+    assert (
+        "On TensorFlow's definition (its overview page's), 57.9 % of host and 33.3 % of device op time ran "
+        "eagerly: it weighs only the op events TensorFlow records"
+    ) in finding["evidence"], finding["evidence"]
 
 
 def test_eager_share_on_tensorflows_definition_without_steps(tmp_path):
@@ -308,10 +366,13 @@ def test_eager_share_on_tensorflows_definition_is_absent_where_not_recorded(tmp_
     (finding,) = [f for f in cpu["findings"] if f["rule"] == "eager_execution"]
     assert "57.9 % of host op time ran eagerly (no device op recorded)" in finding["evidence"], finding["evidence"]
     bare = analyze(write_eager_loop(tmp_path / "b.xplane.pb")).to_json()["eager"]
-    assert bare["op_time_pct"] > 0 and bare["host_op_time_eager_pct"] is None and bare["device_op_time_eager_pct"] is None
+    assert (
+        bare["op_time_pct"] > 0 and bare["host_op_time_eager_pct"] is None and bare["device_op_time_eager_pct"] is None
+    )
 
 
 # ------------------------------------------------------------------ eager execution, recorded with TensorFlow
+
 
 def _record(logdir: Path, run) -> Path:
     import tensorflow as tf
@@ -353,12 +414,18 @@ def test_keras_run_eagerly_is_named(tmp_path):
     # which of the step's many small ops are heaviest depends on the machine's load, so no names.
     space = _xspace_class()()
     space.ParseFromString(trace.read_bytes())
-    ran = {m.name.removeprefix("EagerLocalExecute: ") for plane in space.planes
-           for m in plane.event_metadata.values() if m.name.startswith("EagerLocalExecute: ")}
+    ran = {
+        m.name.removeprefix("EagerLocalExecute: ")
+        for plane in space.planes
+        for m in plane.event_metadata.values()
+        if m.name.startswith("EagerLocalExecute: ")
+    }
     assert {"MatMul", "ReadVariableOp"} <= ran, ran  # the Dense layers ran op by op
     listed = [op["op"] for op in eager["ops"]]
-    assert len(listed) == 3 and set(listed) <= ran and not any(name.startswith("__inference") for name in listed), \
-        (listed, ran)
+    assert len(listed) == 3 and set(listed) <= ran and not any(name.startswith("__inference") for name in listed), (
+        listed,
+        ran,
+    )
     times = [op["ms_per_step"] for op in eager["ops"]]
     assert times == sorted(times, reverse=True) and 0 < sum(times) <= eager["ms_per_step"], eager
     assert "eager_execution" in [f["rule"] for f in result["findings"]]
@@ -431,7 +498,8 @@ def test_xprof_reading_written_at_capture_is_quoted_where_it_differs(tmp_path):
     write_overview(path, input_result(steps=6, step_ms=13.5, input_pct=25.0, hardware="GPU"), statement=said)
     verdict = analyze(path).to_json()["verdict"]
     assert verdict["bound"] == "compute" and verdict["xprof_reading"] == (
-        f"XProf's Overview page, as TensorFlow wrote it at capture, reads: \"{said}\"")
+        f'XProf\'s Overview page, as TensorFlow wrote it at capture, reads: "{said}"'
+    )
     agrees = "Your program is NOT input-bound because only 1.0% of the total step time sampled is waiting for input."
     write_overview(path, input_result(steps=6, step_ms=13.5, input_pct=1.0, hardware="GPU"), statement=agrees)
     assert analyze(path).to_json()["verdict"]["xprof_reading"] is None

@@ -2,7 +2,6 @@
 tf.distribute) or on a stage's own producer thread, and the advice that names only stages the
 pipeline has."""
 
-
 import pandas as pd
 import pytest
 
@@ -24,8 +23,9 @@ def events(rows):
 
 
 def steps_of(count, step_ms=100):
-    return pd.DataFrame({"start_ns": [k * step_ms * MS for k in range(count)],
-                         "end_ns": [(k + 1) * step_ms * MS for k in range(count)]})
+    return pd.DataFrame(
+        {"start_ns": [k * step_ms * MS for k in range(count)], "end_ns": [(k + 1) * step_ms * MS for k in range(count)]}
+    )
 
 
 def slowest_input_stage(frame, steps):
@@ -71,21 +71,46 @@ def test_a_pipeline_that_prefetches_is_not_told_to_prefetch():
     # Its slow Map reads from the prefetch: the loop reads from a stage that is not prefetched.
     assert prefetches(trace) is False
     assert prefetches(events([("Iterator::Root::Map", 0, 0, 0, 5)])) is False
-    assert prefetches(events([("Iterator::Root::Prefetch", 0, 0, 0, 5),
-                              ("Iterator::Root::Prefetch::Map", 0, 1, 0, 5)])) is True
+    assert (
+        prefetches(events([("Iterator::Root::Prefetch", 0, 0, 0, 5), ("Iterator::Root::Prefetch::Map", 0, 1, 0, 5)]))
+        is True
+    )
     assert prefetches(events([("Iterator::Model::MaxIntraOpParallelism::Prefetch", 0, 0, 0, 5)])) is True
     assert prefetches(events([("Other", 0, 0, 0, 5)])) is None
     # a take, repeat, skip or shard after the prefetch passes its batches on: still prefetched
     for after in ("FiniteTake", "ForeverRepeat", "FiniteSkip", "Shard"):
-        assert prefetches(events([(f"Iterator::Root::{after}", 0, 0, 0, 5),
-                                  (f"Iterator::Root::{after}::Prefetch", 0, 1, 0, 5),
-                                  (f"Iterator::Root::{after}::Prefetch::Map", 0, 2, 0, 5)])) is True, after
-    assert prefetches(events([("Iterator::Root::FiniteTake", 0, 0, 0, 5),
-                              ("Iterator::Root::FiniteTake::Map", 0, 1, 0, 5)])) is False
-    mean = {"step_ms": 40.0, "input_ms": 30.0, "compute_ms": 8.0, "host_ms": 2.0, "input_pct": 75.0,
-            "compute_pct": 20.0, "host_pct": 5.0}
-    told = make_verdict(mean, facts_from_mean({**mean, "prefetches": True,
-                                               "slowest_input_stage": "Iterator::Root::Map (30 ms)"}), steps_used=5)
+        assert (
+            prefetches(
+                events(
+                    [
+                        (f"Iterator::Root::{after}", 0, 0, 0, 5),
+                        (f"Iterator::Root::{after}::Prefetch", 0, 1, 0, 5),
+                        (f"Iterator::Root::{after}::Prefetch::Map", 0, 2, 0, 5),
+                    ]
+                )
+            )
+            is True
+        ), after
+    assert (
+        prefetches(
+            events([("Iterator::Root::FiniteTake", 0, 0, 0, 5), ("Iterator::Root::FiniteTake::Map", 0, 1, 0, 5)])
+        )
+        is False
+    )
+    mean = {
+        "step_ms": 40.0,
+        "input_ms": 30.0,
+        "compute_ms": 8.0,
+        "host_ms": 2.0,
+        "input_pct": 75.0,
+        "compute_pct": 20.0,
+        "host_pct": 5.0,
+    }
+    told = make_verdict(
+        mean,
+        facts_from_mean({**mean, "prefetches": True, "slowest_input_stage": "Iterator::Root::Map (30 ms)"}),
+        steps_used=5,
+    )
     assert told["bound"] == "input" and "Iterator::Root::Map" in told["advice"][0]
     assert not any(".prefetch(" in line for line in told["advice"]), told["advice"]
     unknown = make_verdict(mean, facts_from_mean(mean), steps_used=5)
@@ -98,9 +123,11 @@ def test_a_generator_handing_out_a_shard_only_waits():
     rows = []
     for k in range(3):
         t = k * 100 * MS
-        rows += [("Iterator::Root::Prefetch::Generator", 0, 4, t, t + 22 * MS),
-                 ("GetNextFromShard0", 0, 5, t + 21 * MS, t + 21 * MS + MS // 10),
-                 ("Iterator::Root::Prefetch::ForeverRepeat[0]::BatchV2", 0, 7, t + 30 * MS, t + 31 * MS)]
+        rows += [
+            ("Iterator::Root::Prefetch::Generator", 0, 4, t, t + 22 * MS),
+            ("GetNextFromShard0", 0, 5, t + 21 * MS, t + 21 * MS + MS // 10),
+            ("Iterator::Root::Prefetch::ForeverRepeat[0]::BatchV2", 0, 7, t + 30 * MS, t + 31 * MS),
+        ]
     self_ms = stage_self_ns(view_of(events(rows))) / MS
     assert self_ms["Iterator::Root::Prefetch::Generator"] == 0
     assert self_ms["Iterator::Root::Prefetch::ForeverRepeat[0]::BatchV2"] == pytest.approx(3.0)
@@ -156,8 +183,7 @@ def test_the_map_whose_function_sleeps_holds_the_wait_not_the_prefetch_above_it(
 def test_a_pipeline_whose_stages_are_fast_names_no_stage_as_the_cause(tmp_path):
     """The loop waits 10 ms of each 12 ms step at `Prefetch` while its producer's map takes 0.5 ms a batch
     (the thread got no CPU, say): waiting is not work, so no stage explains the wait and none is named."""
-    path = write_prefetched_map_loop(tmp_path / "h.xplane.pb", map_ms=0.5, py_ms=0.3, wait_ms=10.0,
-                                     period_ms=12.0)
+    path = write_prefetched_map_loop(tmp_path / "h.xplane.pb", map_ms=0.5, py_ms=0.3, wait_ms=10.0, period_ms=12.0)
     result = analyze(path)
     data = result.to_json()
     assert data["mean"]["input_wait_ms"] == pytest.approx(10.1, abs=1e-6)  # material: most of the step
@@ -170,10 +196,24 @@ def test_a_pipeline_whose_stages_are_fast_names_no_stage_as_the_cause(tmp_path):
 
 
 def _advice_for(kinds, prefetches=True, stage=None):
-    mean = {"step_ms": 40.0, "input_ms": 30.0, "compute_ms": 8.0, "host_ms": 2.0, "input_pct": 75.0,
-            "compute_pct": 20.0, "host_pct": 5.0}
-    facts = facts_from_mean({**mean, "prefetches": prefetches, "input_stage_kinds": kinds, "producer": "tensorflow",
-                             **({"slowest_input_stage": stage} if stage else {})})
+    mean = {
+        "step_ms": 40.0,
+        "input_ms": 30.0,
+        "compute_ms": 8.0,
+        "host_ms": 2.0,
+        "input_pct": 75.0,
+        "compute_pct": 20.0,
+        "host_pct": 5.0,
+    }
+    facts = facts_from_mean(
+        {
+            **mean,
+            "prefetches": prefetches,
+            "input_stage_kinds": kinds,
+            "producer": "tensorflow",
+            **({"slowest_input_stage": stage} if stage else {}),
+        }
+    )
     verdict = make_verdict(mean, facts, steps_used=5)
     assert verdict["bound"] == "input", verdict
     return " ".join([verdict["fix"] if "fix" in verdict else "", *verdict["advice"]])
@@ -188,8 +228,18 @@ def test_advice_names_only_stages_the_pipeline_has():
     mapped = _advice_for(("Prefetch", "MapAndBatch", "Range"))
     assert "Parallelize its map" in mapped and "interleave" not in mapped, mapped
     # Already parallel, reading files in parallel, cached: none of those is advised again.
-    done = _advice_for(("Prefetch", "ParallelMapV2", "MemoryCache", "MemoryCacheImpl", "ParallelInterleaveV4",
-                        "FlatMap", "TFRecord", "TensorSlice"))
+    done = _advice_for(
+        (
+            "Prefetch",
+            "ParallelMapV2",
+            "MemoryCache",
+            "MemoryCacheImpl",
+            "ParallelInterleaveV4",
+            "FlatMap",
+            "TFRecord",
+            "TensorSlice",
+        )
+    )
     assert ".cache()" not in done and "interleave" not in done and "Parallelize its map" not in done, done
     assert "already runs in parallel" in done
     # Files read one at a time: read several at once.
@@ -203,8 +253,9 @@ def test_the_verdicts_fix_names_only_stages_the_pipeline_has():
     from analysis.rules.advice_loop import _input_fix
 
     mean = {"input_pct": 75.0, "compute_pct": 20.0, "host_pct": 5.0, "producer": "tensorflow"}
-    fix = _input_fix(facts_from_mean({**mean, "prefetches": True, "input_stage_kinds": ("Prefetch", "BatchV2",
-                                                                                          "TensorSlice")}))
+    fix = _input_fix(
+        facts_from_mean({**mean, "prefetches": True, "input_stage_kinds": ("Prefetch", "BatchV2", "TensorSlice")})
+    )
     assert "its map" not in fix and ".cache()" not in fix and "add a parallel .map" in fix, fix
     fix = _input_fix(facts_from_mean({**mean, "prefetches": False, "input_stage_kinds": ("MapAndBatch", "Range")}))
     assert "parallelise its map" in fix and ".prefetch(" in fix and "interleave" not in fix, fix
@@ -235,6 +286,7 @@ def test_a_real_pipeline_names_the_map_whose_python_function_sleeps(tmp_path):
         def sleep(value):
             time.sleep(PY_SLEEP_MS / 1e3)
             return value
+
         return tf.py_function(sleep, [x], tf.int64)
 
     dataset = tf.data.Dataset.range(1000).map(slow).batch(1).prefetch(tf.data.AUTOTUNE)

@@ -55,10 +55,26 @@ def test_an_event_that_does_not_state_its_bytes_has_none_not_zero(tmp_path):
     space = _xspace_class()()
     host = _Plane(space, 0, "/host:CPU")
     line = host.line(1, "tf_Compute/1", 10**9)
-    host.event(line, "MemoryAllocation", 10**9 + 1, 10**9 + 1, allocator_name="mklcpu", requested_bytes=4,
-               allocation_bytes=256, tf_op="Cast")
-    host.event(line, "MemoryAllocation", 10**9 + 5, 10**9 + 5, allocator_name="mklcpu", bytes_allocated=512,
-               bytes_reserved=0, allocation_bytes=256)
+    host.event(
+        line,
+        "MemoryAllocation",
+        10**9 + 1,
+        10**9 + 1,
+        allocator_name="mklcpu",
+        requested_bytes=4,
+        allocation_bytes=256,
+        tf_op="Cast",
+    )
+    host.event(
+        line,
+        "MemoryAllocation",
+        10**9 + 5,
+        10**9 + 5,
+        allocator_name="mklcpu",
+        bytes_allocated=512,
+        bytes_reserved=0,
+        allocation_bytes=256,
+    )
     host.event(line, "ExecutorState::Process", 10**9, 10**9 + 9)
     host.finish()
     memory = TraceView(read_trace(_write_space(space, tmp_path / "t.xplane.pb"))).memory
@@ -67,6 +83,7 @@ def test_an_event_that_does_not_state_its_bytes_has_none_not_zero(tmp_path):
 
 
 # ---------------------------------------------------------------- the breakdown
+
 
 def _steps(trace, steps: int = 3):
     import pandas as pd
@@ -96,8 +113,13 @@ def test_the_peak_what_holds_it_and_when_are_the_hand_worked_numbers(memory_trac
     assert gpu.peak_time_ms == pytest.approx(24.0)
     assert gpu.capacity_bytes == 16 * MiB and gpu.fragmentation == 0.25
     live = {(g.op, g.bytes) for g in gpu.top_at_peak}
-    assert live == {(None, 4 * MiB), ("extra/Fill", 3 * MiB), ("model/conv/Conv2D", 2 * MiB),
-                    ("gradient_tape/conv/Conv2DBackpropInput", 2 * MiB), ("model/dense/MatMul", 512)}
+    assert live == {
+        (None, 4 * MiB),
+        ("extra/Fill", 3 * MiB),
+        ("model/conv/Conv2D", 2 * MiB),
+        ("gradient_tape/conv/Conv2DBackpropInput", 2 * MiB),
+        ("model/dense/MatMul", 512),
+    }
     assert sum(g.bytes for g in gpu.top_at_peak) == gpu.peak_bytes  # what is live explains the peak exactly
     assert dict(gpu.by_region) == {"output": 7 * MiB + 512, "before the window": 4 * MiB}
     assert gpu.by_op[0] == ("extra/Fill", 3 * MiB)
@@ -115,8 +137,11 @@ def test_the_peak_per_allocator_and_what_is_live_at_it_equal_xprofs_memory_profi
 
     theirs = xprof_memory_profile(memory_trace.path)
     peaks, _, _ = _report(memory_trace)
-    assert {p.name: p.peak_bytes for p in peaks} == {name: t["peak_bytes"] for name, t in theirs.items()} \
+    assert (
+        {p.name: p.peak_bytes for p in peaks}
+        == {name: t["peak_bytes"] for name, t in theirs.items()}
         == {GPU: 11 * MiB + 512, PINNED: 1280}
+    )
     gpu = next(p for p in peaks if p.name == GPU)
     assert gpu.capacity_bytes == theirs[GPU]["capacity_bytes"]
     # XProf names what the window did not allocate "unused preallocated device memory"
@@ -141,10 +166,22 @@ def test_a_capacity_is_unknown_where_neither_the_trace_nor_the_run_states_it():
 
     from analysis.breakdown.memory import allocator_peak, stated_capacity
 
-    events = pd.DataFrame({"allocator": ["GPU_1_bfc"] * 2, "start_ns": [10, 20], "allocation": [True, False],
-                           "bytes_in_use": [1024.0, 0.0], "bytes_available": [math.nan] * 2,
-                           "fragmentation": [math.nan] * 2, "allocation_bytes": [1024.0] * 2, "address": [7.0] * 2,
-                           "op": ["a", ""], "shape": ["[4,64]", ""], "dtype": ["float", ""], "region": ["output", ""]})
+    events = pd.DataFrame(
+        {
+            "allocator": ["GPU_1_bfc"] * 2,
+            "start_ns": [10, 20],
+            "allocation": [True, False],
+            "bytes_in_use": [1024.0, 0.0],
+            "bytes_available": [math.nan] * 2,
+            "fragmentation": [math.nan] * 2,
+            "allocation_bytes": [1024.0] * 2,
+            "address": [7.0] * 2,
+            "op": ["a", ""],
+            "shape": ["[4,64]", ""],
+            "dtype": ["float", ""],
+            "region": ["output", ""],
+        }
+    )
     steps = pd.DataFrame({"step": [0], "start_ns": [0], "end_ns": [100]})
     found = allocator_peak("GPU_1_bfc", events, steps, 4.0, stated_capacity("GPU_1_bfc", {}, None), 0)
     assert found is not None
@@ -161,7 +198,9 @@ def test_each_steps_peak_counts_what_it_entered_with_and_its_end_is_the_last_val
     from analysis.breakdown.memory import step_table
 
     events = pd.DataFrame({"start_ns": [5, 10, 20, 30, 40, 50], "bytes_in_use": [1.0, 5, 3, math.nan, 7, 2]})
-    steps = pd.DataFrame({"step": range(6), "start_ns": [0, 12, 25, 41, 100, -20], "end_ns": [12, 25, 41, 60, 110, -10]})
+    steps = pd.DataFrame(
+        {"step": range(6), "start_ns": [0, 12, 25, 41, 100, -20], "end_ns": [12, 25, 41, 60, 110, -10]}
+    )
     table = step_table("a", events, steps, 0)
     # a step with no event holds what the one before left; one before every event is unknown, not 0
     assert table["peak_bytes"].tolist()[:5] == [5, 5, 7, 7, 2] and table["end_bytes"].tolist()[:5] == [5, 3, 7, 2, 2]
@@ -202,11 +241,16 @@ def test_the_samplers_memory_over_the_run_and_its_growth_across_epochs():
     # four epochs of 10 s, sampled every 0.5 s; RSS ends them at 1.0, 1.2, 1.4, 1.6 GB; the machine has 8 GB
     times = np.arange(0.25, 40.0, 0.5)
     rss = 1.0e9 + np.floor(times / 10.0) * 0.2e9
-    host = pd.DataFrame({"time_s": times, "proc_rss_bytes": rss, "mem_used_bytes": 6e9,
-                         "mem_available_bytes": np.where(times > 30, 0.5e9, 2e9)})
+    host = pd.DataFrame(
+        {
+            "time_s": times,
+            "proc_rss_bytes": rss,
+            "mem_used_bytes": 6e9,
+            "mem_available_bytes": np.where(times > 30, 0.5e9, 2e9),
+        }
+    )
     gpu0 = pd.DataFrame({"time_s": times, "mem_used_bytes": 3e9, "mem_total_bytes": 16e9})
-    steps = pd.DataFrame({"epoch": np.repeat([0, 1, 2, 3], 10), "start_time_s": np.arange(40) + 0.0,
-                          "step_ms": 1000.0})
+    steps = pd.DataFrame({"epoch": np.repeat([0, 1, 2, 3], 10), "start_time_s": np.arange(40) + 0.0, "step_ms": 1000.0})
     host_memory, gpu_memory = sampled_memory({"host": host, "gpu0": gpu0}, steps)
     assert host_memory.what == "process RSS" and host_memory.peak_bytes == 1.6e9
     assert host_memory.epoch_end_bytes == pytest.approx((1.0e9, 1.2e9, 1.4e9, 1.6e9))
@@ -222,6 +266,7 @@ def test_the_samplers_memory_over_the_run_and_its_growth_across_epochs():
 
 # ---------------------------------------------------------------- findings
 
+
 def _facts(trace, *, batch: float = 8, steps: int = 3, sampled=(), producer: str = "devprof"):
     import dataclasses
 
@@ -230,8 +275,12 @@ def _facts(trace, *, batch: float = 8, steps: int = 3, sampled=(), producer: str
 
     peaks, timeline, per_step = _report(trace, batch=batch, steps=steps)
     report = MemoryReport(peaks, timeline, per_step, tuple(sampled), batch)
-    return dataclasses.replace(facts_from_mean({"input_pct": 2.0, "compute_pct": 90.0, "host_pct": 8.0}),
-                               memory=report, producer=producer, device="gpu")
+    return dataclasses.replace(
+        facts_from_mean({"input_pct": 2.0, "compute_pct": 90.0, "host_pct": 8.0}),
+        memory=report,
+        producer=producer,
+        device="gpu",
+    )
 
 
 def _memory_findings(facts) -> dict:
@@ -244,12 +293,15 @@ def test_a_peak_well_inside_its_capacity_gives_no_memory_finding(memory_trace):
     assert _memory_findings(_facts(memory_trace)) == {}
 
 
-@pytest.mark.parametrize("rule, trace_options", [
-    ("memory_near_capacity", dict(capacity=12 * MiB, fragmentation=0.1)),  # 11 MiB of 12: 92 %
-    ("memory_fragmentation", dict(fragmentation=0.4)),  # 69 % of the capacity, 40 % fragmented
-    ("memory_growth", dict(steps=10, extra_step=None, leak_bytes=4096)),
-    ("memory_one_holder", dict(extra_bytes=16 * MiB, capacity=64 * MiB)),  # the Fill: 16 of 24 MiB + 512
-])
+@pytest.mark.parametrize(
+    "rule, trace_options",
+    [
+        ("memory_near_capacity", dict(capacity=12 * MiB, fragmentation=0.1)),  # 11 MiB of 12: 92 %
+        ("memory_fragmentation", dict(fragmentation=0.4)),  # 69 % of the capacity, 40 % fragmented
+        ("memory_growth", dict(steps=10, extra_step=None, leak_bytes=4096)),
+        ("memory_one_holder", dict(extra_bytes=16 * MiB, capacity=64 * MiB)),  # the Fill: 16 of 24 MiB + 512
+    ],
+)
 def test_each_memory_finding_fires_alone_on_the_trace_that_shows_it(tmp_path, rule, trace_options):
     trace = write_memory_trace(tmp_path / "t.xplane.pb", **trace_options)
     found = _memory_findings(_facts(trace, steps=trace_options.get("steps", 3)))
@@ -276,8 +328,10 @@ def test_the_memory_findings_state_their_numbers_and_fix_in_the_programs_terms(t
     assert "at the end of each of 9 steps (the first left out)" in growth["evidence"]
     holder = write_memory_trace(tmp_path / "holder.xplane.pb", extra_bytes=16 * MiB, capacity=64 * MiB)
     one = _memory_findings(_facts(holder))["memory_one_holder"]
-    assert one["evidence"].startswith("extra/Fill holds 16.0 MiB of GPU_0_bfc's 24.0 MiB peak (67 %) in tensors of a "
-                                      "fixed size, the same whatever the batch: [4194304] float (output)")
+    assert one["evidence"].startswith(
+        "extra/Fill holds 16.0 MiB of GPU_0_bfc's 24.0 MiB peak (67 %) in tensors of a "
+        "fixed size, the same whatever the batch: [4194304] float (output)"
+    )
     assert "made once outside the step" in one["advice"]  # its tensor does not grow with the batch
 
 
@@ -297,6 +351,7 @@ def test_host_memory_pressure_and_epoch_growth_come_from_the_samplers(memory_tra
 
 # ---------------------------------------------------------------- outputs
 
+
 def _run_dir(root):
     """A run directory around the memory trace: batch 8, three epochs of steps, a host sampler whose
     machine runs low on memory in the last epoch."""
@@ -306,18 +361,33 @@ def _run_dir(root):
 
     run = root / "run"
     trace = write_memory_trace(run / "plugins" / "profile" / "s" / "memory-host.xplane.pb")
-    (run / "run.json").write_text(json.dumps({
-        "status": "complete", "config": {"batch_size": 8, "precision": "float32"},
-        "device": {"kind": "gpu", "name": "Test GPU", "gpus": [{"name": "Test GPU", "memory_bytes": 16 * MiB}]},
-        "steps_per_epoch": 4, "epochs": [{"epoch": e, "seconds": 4.0, "images": 32} for e in (1, 2, 3)]}))
+    (run / "run.json").write_text(
+        json.dumps(
+            {
+                "status": "complete",
+                "config": {"batch_size": 8, "precision": "float32"},
+                "device": {"kind": "gpu", "name": "Test GPU", "gpus": [{"name": "Test GPU", "memory_bytes": 16 * MiB}]},
+                "steps_per_epoch": 4,
+                "epochs": [{"epoch": e, "seconds": 4.0, "images": 32} for e in (1, 2, 3)],
+            }
+        )
+    )
     rows = [f"{e},{e * 4 + k},1,{1_700_000_000 + e * 4 + k:.6f},1.0,8.0,1.0,10.0,8" for e in range(3) for k in range(4)]
-    (run / "steps.csv").write_text("epoch,step,steps,start_time_s,input_ms,call_ms,other_host_ms,step_ms,images\n"
-                                   + "\n".join(rows) + "\n")
+    (run / "steps.csv").write_text(
+        "epoch,step,steps,start_time_s,input_ms,call_ms,other_host_ms,step_ms,images\n" + "\n".join(rows) + "\n"
+    )
     (run / "utilization").mkdir()
     times = 1_700_000_000 + np.arange(0.0, 12.0, 0.5)
-    pd.DataFrame({"time_s": times, "cpu_pct": 50.0, "proc_cpu_pct": 100.0, "proc_rss_bytes": 2e9,
-                  "mem_used_bytes": 7.5e9, "mem_available_bytes": np.where(times > times[0] + 9, 0.3e9, 3e9)}).to_csv(
-        run / "utilization" / "host.csv", index=False)
+    pd.DataFrame(
+        {
+            "time_s": times,
+            "cpu_pct": 50.0,
+            "proc_cpu_pct": 100.0,
+            "proc_rss_bytes": 2e9,
+            "mem_used_bytes": 7.5e9,
+            "mem_available_bytes": np.where(times > times[0] + 9, 0.3e9, 3e9),
+        }
+    ).to_csv(run / "utilization" / "host.csv", index=False)
     return run, trace
 
 
@@ -334,13 +404,38 @@ def test_analyze_reports_the_memory_in_json_csv_text_and_html(tmp_path, capsys):
     assert result.memory is not None and result.memory.batch_size == 8
     document = result.to_json()["memory"]
     gpu = document["allocators"][0]
-    assert {key: gpu[key] for key in ("name", "peak_bytes", "peak_step", "peak_op", "capacity_bytes",
-                                      "fragmentation", "batch_bytes", "fixed_bytes", "max_batch")} == {
-        "name": GPU, "peak_bytes": 11 * MiB + 512, "peak_step": 1, "peak_op": "gradient_tape/conv/Conv2DBackpropInput",
-        "capacity_bytes": 16 * MiB, "fragmentation": 0.25, "batch_bytes": 4 * MiB + 512, "fixed_bytes": 7 * MiB,
-        "max_batch": 15}
-    assert gpu["top_at_peak"][0] == {"op": None, "shape": None, "dtype": None, "region": "before the window",
-                                     "bytes": 4 * MiB, "count": None}
+    assert {
+        key: gpu[key]
+        for key in (
+            "name",
+            "peak_bytes",
+            "peak_step",
+            "peak_op",
+            "capacity_bytes",
+            "fragmentation",
+            "batch_bytes",
+            "fixed_bytes",
+            "max_batch",
+        )
+    } == {
+        "name": GPU,
+        "peak_bytes": 11 * MiB + 512,
+        "peak_step": 1,
+        "peak_op": "gradient_tape/conv/Conv2DBackpropInput",
+        "capacity_bytes": 16 * MiB,
+        "fragmentation": 0.25,
+        "batch_bytes": 4 * MiB + 512,
+        "fixed_bytes": 7 * MiB,
+        "max_batch": 15,
+    }
+    assert gpu["top_at_peak"][0] == {
+        "op": None,
+        "shape": None,
+        "dtype": None,
+        "region": "before the window",
+        "bytes": 4 * MiB,
+        "count": None,
+    }
     assert gpu["top_at_peak"][1]["op"] == "extra/Fill" and [s["end_bytes"] for s in gpu["steps"]] == [4 * MiB] * 3
     assert document["samplers"][0]["min_available_bytes"] == 0.3e9
     assert [f["rule"] for f in result.findings if f["rule"] == "host_memory_pressure"] == ["host_memory_pressure"]
@@ -405,9 +500,15 @@ def _conv_steps(logdir, batch: int):
     import keras
     import tensorflow as tf
 
-    model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Conv2D(32, 3, activation="relu"),
-                              keras.layers.Conv2D(32, 3, activation="relu"), keras.layers.GlobalAveragePooling2D(),
-                              keras.layers.Dense(10)])
+    model = keras.Sequential(
+        [
+            keras.Input((32, 32, 3)),
+            keras.layers.Conv2D(32, 3, activation="relu"),
+            keras.layers.Conv2D(32, 3, activation="relu"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(10),
+        ]
+    )
     optimizer, loss_fn = keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
     @tf.function
@@ -460,8 +561,12 @@ def test_injected_memory_moves_the_peak_by_its_size_and_the_batch_part_by_the_ba
 
     here = Path(__file__).resolve().parent  # test_memory's own folder: the child imports it
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here), str(REPO / "tests" / "support"), str(REPO)])}
-    subprocess.run([sys.executable, "-c", f"import test_memory; test_memory.make_injected_traces({str(tmp_path)!r})"],
-                   check=True, env=env, cwd=tmp_path)
+    subprocess.run(
+        [sys.executable, "-c", f"import test_memory; test_memory.make_injected_traces({str(tmp_path)!r})"],
+        check=True,
+        env=env,
+        cwd=tmp_path,
+    )
     before, after = _peak_of(tmp_path / "plain"), _peak_of(tmp_path / "held")
     assert after.name == before.name
     # The held tensor moves the peak by its size; the step's own few MiB may peak at another moment beside
@@ -502,8 +607,9 @@ def test_the_memory_chart_opens_in_chromium_without_errors_and_is_drawn(tmp_path
     assert table["x"] > chart["x"] + chart["width"] - 1  # the table of what was live beside the chart
     image = Image.open(io.BytesIO(loaded.screenshot)).convert("RGB")
     scale = image.width / 1280
-    left, top, right, bottom = (int(v * scale) for v in (chart["x"], chart["y"], chart["x"] + chart["width"],
-                                                          chart["y"] + chart["height"]))
+    left, top, right, bottom = (
+        int(v * scale) for v in (chart["x"], chart["y"], chart["x"] + chart["width"], chart["y"] + chart["height"])
+    )
     crop = image.crop((left, top, right, bottom))
     pixels = np.asarray(crop, dtype=int)
     red = (pixels[..., 0] > 180) & (pixels[..., 1] < 90) & (pixels[..., 2] < 90)  # the peak's mark
@@ -521,8 +627,16 @@ def test_allocator_events_keep_their_stats_where_the_trace_drops_events_with_imp
     line = host.line(1, "tf_Compute/1", 10**9)
     for k in range(20):
         host.event(line, "ExecutorState::Process", 10**9 + 100 * k, 10**9 + 100 * k + 50)
-    host.event(line, "MemoryAllocation", 10**9 + 3000, 10**9 + 3000, allocator_name="cpu", bytes_allocated=512,
-               allocation_bytes=512, tf_op="Cast")
+    host.event(
+        line,
+        "MemoryAllocation",
+        10**9 + 3000,
+        10**9 + 3000,
+        allocator_name="cpu",
+        bytes_allocated=512,
+        allocation_bytes=512,
+        tf_op="Cast",
+    )
     host.finish()
     # an event with a negative duration before the allocation: dropped, and the rows after it renumbered
     line.events.insert(0, line.events[0].__class__(metadata_id=1, offset_ps=0, duration_ps=-5000))

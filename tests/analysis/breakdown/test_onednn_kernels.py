@@ -69,15 +69,19 @@ def _stamp(trace_ns: int) -> str:
 
 
 def _exec(trace_ns: int, primitive: str, implementation: str, prop: str, ms: float) -> str:
-    return (f"onednn_verbose,v1,{_stamp(trace_ns)},primitive,exec,cpu,{primitive},{implementation},{prop},"
-            f"src:f32::blocked:acdb::f0 wei:f32:a:blocked:Acdb8a::f0 dst:f32::blocked:acdb::f0,attr-scratchpad:user,"
-            f"alg:convolution_direct,mb32_ic64oc128_ih8oh8kh3sh1dh0ph1_iw8ow8kw3sw1dw0pw1,{ms:g}")
+    return (
+        f"onednn_verbose,v1,{_stamp(trace_ns)},primitive,exec,cpu,{primitive},{implementation},{prop},"
+        f"src:f32::blocked:acdb::f0 wei:f32:a:blocked:Acdb8a::f0 dst:f32::blocked:acdb::f0,attr-scratchpad:user,"
+        f"alg:convolution_direct,mb32_ic64oc128_ih8oh8kh3sh1dh0ph1_iw8ow8kw3sw1dw0pw1,{ms:g}"
+    )
 
 
-HEADER = ["onednn_verbose,v1,info,oneDNN v3.7.3 (commit N/A)",
-          "onednn_verbose,v1,info,cpu,isa:Intel AVX2",
-          "onednn_verbose,v1,primitive,info,template:timestamp,operation,engine,primitive,implementation,prop_kind,"
-          "memory_descriptors,attributes,auxiliary,problem_desc,exec_time"]
+HEADER = [
+    "onednn_verbose,v1,info,oneDNN v3.7.3 (commit N/A)",
+    "onednn_verbose,v1,info,cpu,isa:Intel AVX2",
+    "onednn_verbose,v1,primitive,info,template:timestamp,operation,engine,primitive,implementation,prop_kind,"
+    "memory_descriptors,attributes,auxiliary,problem_desc,exec_time",
+]
 
 
 def log_lines() -> list[str]:
@@ -89,11 +93,13 @@ def log_lines() -> list[str]:
     for k in range(STEPS):
         t = _step_start(k)
         conv, filt = t + NS_PER_MS // 5, t + 42 * NS_PER_MS // 10
-        lines += [_exec(conv + 100_000, "reorder", "jit:uni", "undef", 0.2),
-                  _exec(t + NS_PER_MS, "convolution", "brg_conv_fwd:avx2", "forward_training", 2.5),
-                  _exec(t + NS_PER_MS + 50_000, "binary", "jit:uni", "undef", 0.1),
-                  _exec(filt + 100_000, "convolution", "jit:avx2", "backward_weights", 2.0),
-                  _exec(filt + 2_200_000, "reorder", "simple:any", "undef", 0.5)]
+        lines += [
+            _exec(conv + 100_000, "reorder", "jit:uni", "undef", 0.2),
+            _exec(t + NS_PER_MS, "convolution", "brg_conv_fwd:avx2", "forward_training", 2.5),
+            _exec(t + NS_PER_MS + 50_000, "binary", "jit:uni", "undef", 0.1),
+            _exec(filt + 100_000, "convolution", "jit:avx2", "backward_weights", 2.0),
+            _exec(filt + 2_200_000, "reorder", "simple:any", "undef", 0.5),
+        ]
     after = _step_start(STEPS) + 5 * NS_PER_MS
     lines += [
         _exec(after, "convolution", "gemm:jit", "forward_training", 3.0),  # outside every op: ignored
@@ -118,11 +124,17 @@ def test_the_reader_keeps_only_timestamped_execution_lines_exactly(tmp_path):
     assert len(frame) == STEPS * 5 + 1  # five per step and the one outside every op
     first = frame.iloc[1]
     assert first["at_ns"] == ORIGIN_NS + _step_start(0) + NS_PER_MS  # exact to the nanosecond the stamp gives
-    assert (first["primitive"], first["implementation"], first["prop"], first["ms"]) == \
-        ("convolution", "brg_conv_fwd:avx2", "forward_training", 2.5)
+    assert (first["primitive"], first["implementation"], first["prop"], first["ms"]) == (
+        "convolution",
+        "brg_conv_fwd:avx2",
+        "forward_training",
+        2.5,
+    )
     assert set(frame["implementation"]) == {"jit:uni", "brg_conv_fwd:avx2", "jit:avx2", "simple:any", "gemm:jit"}
     # oneDNN 2's lines (no version field, no "primitive,") read the same
-    old = parse_onednn_log("onednn_verbose,1795575592311.5,exec,cpu,matmul,brg:avx512_core,undef,src_f32,,,2x3:3x4,0.25")
+    old = parse_onednn_log(
+        "onednn_verbose,1795575592311.5,exec,cpu,matmul,brg:avx512_core,undef,src_f32,,,2x3:3x4,0.25"
+    )
     assert list(old["at_ns"]) == [1_795_575_592_311_500_000] and list(old["implementation"]) == ["brg:avx512_core"]
     assert parse_onednn_log("").empty and list(parse_onednn_log("").columns) == list(frame.columns)
 
@@ -171,22 +183,54 @@ def test_without_the_log_or_the_traces_start_only_the_library_is_named(tmp_path)
 
 
 def test_an_eigen_op_is_named_by_onednn_only_where_onednn_holds_most_of_its_time(tmp_path):
-    ops = pd.DataFrame({"op": ["a", "b", "c"], "type": ["MatMul", "MatMul", "_MklMatMul"],
-                        "ms_per_step": [1.0, 1.0, 1.0]})
-    named = pd.DataFrame({"op": ["a", "b", "c"], "type": ["MatMul", "MatMul", "_MklMatMul"],
-                          "primitive": ["matmul"] * 3, "implementation": ["gemm:jit", "gemm:jit", "brg:avx2"],
-                          "primitive_ms_per_step": [0.9, 0.1, 0.1], "onednn_ms_per_step": [0.9, 0.1, 0.1]})
+    ops = pd.DataFrame(
+        {"op": ["a", "b", "c"], "type": ["MatMul", "MatMul", "_MklMatMul"], "ms_per_step": [1.0, 1.0, 1.0]}
+    )
+    named = pd.DataFrame(
+        {
+            "op": ["a", "b", "c"],
+            "type": ["MatMul", "MatMul", "_MklMatMul"],
+            "primitive": ["matmul"] * 3,
+            "implementation": ["gemm:jit", "gemm:jit", "brg:avx2"],
+            "primitive_ms_per_step": [0.9, 0.1, 0.1],
+            "onednn_ms_per_step": [0.9, 0.1, 0.1],
+        }
+    )
     assert list(roofline._kernels(ops, "cpu", named)) == ["oneDNN gemm:jit", "Eigen", "oneDNN brg:avx2"]
 
 
-COSTS = pd.DataFrame([
-    {"function": "train_step", "op": CONV[0], "type": "Conv2D", "dtype": "float32", "kind": "matrix", "flops": 3.6e9,
-     "bytes": 4e6, "flops_source": "tensorflow", "chain_flops": math.nan, "chain_bytes": math.nan},
-    {"function": "train_step", "op": FILTER[0], "type": "Conv2DBackpropFilter", "dtype": "float32", "kind": "matrix",
-     "flops": 3e8, "bytes": 4e6, "flops_source": "formula", "chain_flops": math.nan, "chain_bytes": math.nan},
-])
-CEILINGS = roofline.Ceilings({"float32": {"matrix_flops_per_second": 1e12, "vector_flops_per_second": 1e11,
-                                          "memory_bytes_per_second": 1e11}}, "peak file")
+COSTS = pd.DataFrame(
+    [
+        {
+            "function": "train_step",
+            "op": CONV[0],
+            "type": "Conv2D",
+            "dtype": "float32",
+            "kind": "matrix",
+            "flops": 3.6e9,
+            "bytes": 4e6,
+            "flops_source": "tensorflow",
+            "chain_flops": math.nan,
+            "chain_bytes": math.nan,
+        },
+        {
+            "function": "train_step",
+            "op": FILTER[0],
+            "type": "Conv2DBackpropFilter",
+            "dtype": "float32",
+            "kind": "matrix",
+            "flops": 3e8,
+            "bytes": 4e6,
+            "flops_source": "formula",
+            "chain_flops": math.nan,
+            "chain_bytes": math.nan,
+        },
+    ]
+)
+CEILINGS = roofline.Ceilings(
+    {"float32": {"matrix_flops_per_second": 1e12, "vector_flops_per_second": 1e11, "memory_bytes_per_second": 1e11}},
+    "peak file",
+)
 
 
 @pytest.mark.parametrize("with_log", [True, False])
@@ -202,7 +246,10 @@ def test_below_roofline_names_the_implementation_and_says_what_it_means(tmp_path
     else:
         assert "_MklNativeConv2DBackpropFilter, float32, oneDNN) runs at 10 %" in finding["evidence"]
         # a trace of the user's own program: no kernel log, no claim about oneDNN's kernels, no devprof run flag
-        assert "which oneDNN kernel ran this Conv2DBackpropFilter was not recorded (`ONEDNN_VERBOSE=1`" in finding["advice"]
+        assert (
+            "which oneDNN kernel ran this Conv2DBackpropFilter was not recorded (`ONEDNN_VERBOSE=1`"
+            in finding["advice"]
+        )
         assert "devprof run" not in finding["advice"] and "no faster kernel" not in finding["advice"]
 
 
@@ -258,12 +305,18 @@ def test_onednns_lines_go_to_the_log_and_everything_else_to_stdout_unchanged(tmp
         os.close(real_read)
         if real_write >= 0:
             os.close(real_write)
-    assert shown == (b"Epoch 1/2\nonednn_verbose_is_not_a_marker\n\r 3/10 [==>.....] - loss: 2.30\n"
-                     + b"x" * 100_000 + b"\n")
+    assert shown == (
+        b"Epoch 1/2\nonednn_verbose_is_not_a_marker\n\r 3/10 [==>.....] - loss: 2.30\n" + b"x" * 100_000 + b"\n"
+    )
     log = (tmp_path / ONEDNN_LOG).read_bytes()
     assert log == HEADER[0].encode() + b"\n" + kept + b"onednn_verbose,v1,cut sho"
-    assert diversion.summary() == {"file": ONEDNN_LOG, "lines": 3, "bytes": len(log), "dropped_lines": 1,
-                                   "capped": False}
+    assert diversion.summary() == {
+        "file": ONEDNN_LOG,
+        "lines": 3,
+        "bytes": len(log),
+        "dropped_lines": 1,
+        "capped": False,
+    }
     assert len(parse_onednn_log(log.decode())) == 1
 
 
@@ -295,12 +348,15 @@ def test_the_log_stops_at_its_bound_and_after_the_trace(tmp_path):
     assert "onednn_verbose.log reached" in warning
 
 
-@pytest.mark.parametrize("environ, modules, says", [
-    ({}, {"tensorflow": object()}, "before TensorFlow is loaded"),
-    ({"ONEDNN_VERBOSE": "all"}, {}, "it is set to 'all'"),
-    ({"ONEDNN_VERBOSE_TIMESTAMP": "0"}, {}, "ONEDNN_VERBOSE_TIMESTAMP=1"),
-    ({"TF_ENABLE_ONEDNN_OPTS": "0"}, {}, "turns them off"),
-])
+@pytest.mark.parametrize(
+    "environ, modules, says",
+    [
+        ({}, {"tensorflow": object()}, "before TensorFlow is loaded"),
+        ({"ONEDNN_VERBOSE": "all"}, {}, "it is set to 'all'"),
+        ({"ONEDNN_VERBOSE_TIMESTAMP": "0"}, {}, "ONEDNN_VERBOSE_TIMESTAMP=1"),
+        ({"TF_ENABLE_ONEDNN_OPTS": "0"}, {}, "turns them off"),
+    ],
+)
 def test_onednn_kernels_is_refused_where_it_cannot_work(environ, modules, says):
     from profiler.train.onednn_verbose import problem
 
@@ -310,8 +366,9 @@ def test_onednn_kernels_is_refused_where_it_cannot_work(environ, modules, says):
     assert problem({"ONEDNN_VERBOSE": "profile_exec", "TF_ENABLE_ONEDNN_OPTS": "1"}, {}) is None
 
 
-@pytest.mark.parametrize("extra, says", [(["--no-profile"], "needs the profile window"),
-                                         (["--device", "gpu"], "names oneDNN's CPU kernels")])
+@pytest.mark.parametrize(
+    "extra, says", [(["--no-profile"], "needs the profile window"), (["--device", "gpu"], "names oneDNN's CPU kernels")]
+)
 def test_onednn_kernels_without_a_trace_or_on_a_device_is_exit_2(tmp_path, capsys, monkeypatch, extra, says):
     from profiler.cli import main
 

@@ -18,26 +18,77 @@ from trace_fixtures import NS_PER_MS, _Plane, _write_space, _xspace_class
 BASE_NS = 1_700_000_000_000_000_000
 STEPS = 6
 # op name, trace type, ms per step: the times the trace holds in every step
-OPS = [("net/conv2/Conv2DBackpropFilter", "_MklConv2DBackpropFilter", 4.0),
-       ("net/conv2/BiasAdd", "_MklFusedConv2D", 2.0),
-       ("net/relu/Relu", "Relu", 1.0),
-       ("net/mystery/Op", "Mystery", 1.0)]
+OPS = [
+    ("net/conv2/Conv2DBackpropFilter", "_MklConv2DBackpropFilter", 4.0),
+    ("net/conv2/BiasAdd", "_MklFusedConv2D", 2.0),
+    ("net/relu/Relu", "Relu", 1.0),
+    ("net/mystery/Op", "Mystery", 1.0),
+]
 
 
 def _costs(**overrides) -> pd.DataFrame:
     rows = [
-        {"function": "train_step", "op": "net/conv2/Conv2DBackpropFilter", "type": "Conv2DBackpropFilter",
-         "dtype": "float32", "kind": "matrix", "flops": 4e8, "bytes": 4e6, "flops_source": "formula",
-         "chain_flops": math.nan, "chain_bytes": math.nan},
-        {"function": "train_step", "op": "net/conv2/Conv2D", "type": "Conv2D", "dtype": "float32", "kind": "matrix",
-         "flops": 3e8, "bytes": 3e6, "flops_source": "tensorflow", "chain_flops": math.nan, "chain_bytes": math.nan},
-        {"function": "train_step", "op": "net/conv2/BiasAdd", "type": "BiasAdd", "dtype": "float32", "kind": "vector",
-         "flops": 1e6, "bytes": 8e6, "flops_source": "tensorflow", "chain_flops": 3.01e8, "chain_bytes": 5e6},
-        {"function": "train_step", "op": "net/relu/Relu", "type": "Relu", "dtype": "float32", "kind": "vector",
-         "flops": 1e6, "bytes": 8e6, "flops_source": "formula", "chain_flops": math.nan, "chain_bytes": math.nan},
+        {
+            "function": "train_step",
+            "op": "net/conv2/Conv2DBackpropFilter",
+            "type": "Conv2DBackpropFilter",
+            "dtype": "float32",
+            "kind": "matrix",
+            "flops": 4e8,
+            "bytes": 4e6,
+            "flops_source": "formula",
+            "chain_flops": math.nan,
+            "chain_bytes": math.nan,
+        },
+        {
+            "function": "train_step",
+            "op": "net/conv2/Conv2D",
+            "type": "Conv2D",
+            "dtype": "float32",
+            "kind": "matrix",
+            "flops": 3e8,
+            "bytes": 3e6,
+            "flops_source": "tensorflow",
+            "chain_flops": math.nan,
+            "chain_bytes": math.nan,
+        },
+        {
+            "function": "train_step",
+            "op": "net/conv2/BiasAdd",
+            "type": "BiasAdd",
+            "dtype": "float32",
+            "kind": "vector",
+            "flops": 1e6,
+            "bytes": 8e6,
+            "flops_source": "tensorflow",
+            "chain_flops": 3.01e8,
+            "chain_bytes": 5e6,
+        },
+        {
+            "function": "train_step",
+            "op": "net/relu/Relu",
+            "type": "Relu",
+            "dtype": "float32",
+            "kind": "vector",
+            "flops": 1e6,
+            "bytes": 8e6,
+            "flops_source": "formula",
+            "chain_flops": math.nan,
+            "chain_bytes": math.nan,
+        },
         # the evaluation step names the same op with another batch: the train step covers more of the trace's ops
-        {"function": "eval_step", "op": "net/relu/Relu", "type": "Relu", "dtype": "float32", "kind": "vector",
-         "flops": 9e9, "bytes": 9e9, "flops_source": "formula", "chain_flops": math.nan, "chain_bytes": math.nan},
+        {
+            "function": "eval_step",
+            "op": "net/relu/Relu",
+            "type": "Relu",
+            "dtype": "float32",
+            "kind": "vector",
+            "flops": 9e9,
+            "bytes": 9e9,
+            "flops_source": "formula",
+            "chain_flops": math.nan,
+            "chain_bytes": math.nan,
+        },
     ]
     frame = pd.DataFrame(rows)
     for key, value in overrides.items():
@@ -67,8 +118,10 @@ def write_op_trace(path, ops=OPS) -> Path:
     return _write_space(space, path)
 
 
-CEILINGS = roofline.Ceilings({"float32": {"matrix_flops_per_second": 4e11, "vector_flops_per_second": 5e10,
-                                          "memory_bytes_per_second": 1e10}}, "peak file")
+CEILINGS = roofline.Ceilings(
+    {"float32": {"matrix_flops_per_second": 4e11, "vector_flops_per_second": 5e10, "memory_bytes_per_second": 1e10}},
+    "peak file",
+)
 
 
 def _analysis(tmp_path, costs=None, peak=CEILINGS):
@@ -117,16 +170,25 @@ def test_the_finding_names_the_ops_far_below_their_ceiling(tmp_path):
     found = {f["rule"]: f for f in analysis.findings}
     assert "below_roofline" in found
     evidence = found["below_roofline"]["evidence"]
-    assert evidence.startswith("net/conv2/Conv2DBackpropFilter (_MklConv2DBackpropFilter, float32, oneDNN) runs at "
-                               "25 % of its compute ceiling")
+    assert evidence.startswith(
+        "net/conv2/Conv2DBackpropFilter (_MklConv2DBackpropFilter, float32, oneDNN) runs at 25 % of its compute ceiling"
+    )
     assert "net/conv2/BiasAdd 38 % of its ceiling" in evidence and "Relu" not in evidence  # relu is at 80 %
     # no kernel log: which oneDNN kernel ran it is unknown, and said so, never "no faster kernel"
     assert "which oneDNN kernel ran this Conv2DBackpropFilter was not recorded" in found["below_roofline"]["advice"]
 
 
 def test_no_finding_when_every_op_is_near_its_ceiling(tmp_path):
-    slow_peak = roofline.Ceilings({"float32": {"matrix_flops_per_second": 1.2e11, "vector_flops_per_second": 5e10,
-                                               "memory_bytes_per_second": 1e10}}, "peak file")
+    slow_peak = roofline.Ceilings(
+        {
+            "float32": {
+                "matrix_flops_per_second": 1.2e11,
+                "vector_flops_per_second": 5e10,
+                "memory_bytes_per_second": 1e10,
+            }
+        },
+        "peak file",
+    )
     analysis = _analysis(tmp_path, peak=slow_peak)
     assert _row(analysis, "net/conv2/Conv2DBackpropFilter")["ceiling_pct"] == pytest.approx(100 / 1.2)
     assert "below_roofline" not in {f["rule"] for f in analysis.findings}
@@ -163,10 +225,14 @@ def test_a_ceiling_below_the_achieved_rate_is_refused_with_one_warning(tmp_path)
     text = analysis.render("text")
     assert f"roofline: {said}" in text and "% of the float32 matrix ceiling" not in text
     # a vector ceiling the vector ops beat goes too; the matrix one they do not beat stays
-    slow_vector = roofline.Ceilings({"float32": {"matrix_flops_per_second": 4e11, "vector_flops_per_second": 1e8,
-                                                 "memory_bytes_per_second": 1e10}}, "peak file")
-    with pytest.warns(RunFileWarning, match="the vector ceiling 0.0001 TFLOP/s for float32 is below the achieved "
-                                            "0.001 TFLOP/s: not used"):
+    slow_vector = roofline.Ceilings(
+        {"float32": {"matrix_flops_per_second": 4e11, "vector_flops_per_second": 1e8, "memory_bytes_per_second": 1e10}},
+        "peak file",
+    )
+    with pytest.warns(
+        RunFileWarning,
+        match="the vector ceiling 0.0001 TFLOP/s for float32 is below the achieved 0.001 TFLOP/s: not used",
+    ):
         analysis = _analysis(tmp_path, peak=slow_vector)
     assert math.isnan(_row(analysis, "net/relu/Relu")["ceiling_pct"])
     assert _row(analysis, "net/conv2/Conv2DBackpropFilter")["ceiling_pct"] == pytest.approx(25.0)
@@ -183,8 +249,9 @@ def _worker_run(run_dir, peak: dict | None, device: dict) -> None:
     trace = run_dir / "plugins" / "profile" / "session" / "roof.xplane.pb"
     trace.parent.mkdir(parents=True)
     write_op_trace(trace)
-    (run_dir / "run.json").write_text(json.dumps({"status": "complete", "device": device,
-                                                  **({"peak": peak} if peak else {})}))
+    (run_dir / "run.json").write_text(
+        json.dumps({"status": "complete", "device": device, **({"peak": peak} if peak else {})})
+    )
     costs = _costs()
     for column in OP_COST_COLUMNS:
         if column not in costs:
@@ -196,17 +263,29 @@ def _worker_run(run_dir, peak: dict | None, device: dict) -> None:
 def test_a_worker_sharing_its_machine_is_held_to_its_share_of_the_cores(tmp_path):
     from analysis import analyze
 
-    peak = {"device": "cpu", "device_name": "cpu x", "threads": {"cores": 2, "intra_op": 0},
-            "peak_flops_per_second": {"float32": 4e11},
-            "ceilings": {"float32": {"matrix_flops_per_second": 4e11, "vector_flops_per_second": 5e10,
-                                     "memory_bytes_per_second": 1e10}}}
+    peak = {
+        "device": "cpu",
+        "device_name": "cpu x",
+        "threads": {"cores": 2, "intra_op": 0},
+        "peak_flops_per_second": {"float32": 4e11},
+        "ceilings": {
+            "float32": {
+                "matrix_flops_per_second": 4e11,
+                "vector_flops_per_second": 5e10,
+                "memory_bytes_per_second": 1e10,
+            }
+        },
+    }
     worker = {"kind": "cpu", "cores": 2, "local_workers": 2, "intra_op_threads": 1, "inter_op_threads": 1}
     _worker_run(tmp_path / "w", peak, worker)
     analysis = analyze(tmp_path / "w")
     roof = analysis.roofline
     # one of the two cores the peak was measured on: half its compute ceilings, the machine's bandwidth
-    assert roof["ceilings"]["float32"] == {"matrix_flops_per_second": 2e11, "vector_flops_per_second": 2.5e10,
-                                           "memory_bytes_per_second": 1e10}
+    assert roof["ceilings"]["float32"] == {
+        "matrix_flops_per_second": 2e11,
+        "vector_flops_per_second": 2.5e10,
+        "memory_bytes_per_second": 1e10,
+    }
     assert roof["ceilings_source"] == "run.json peak x 1/2 cores (this worker's share)"
     assert _row(analysis, "net/conv2/Conv2DBackpropFilter")["ceiling_pct"] == pytest.approx(50.0)
     # a worker alone on its machine keeps the whole peak
@@ -241,19 +320,43 @@ def test_an_rnn_loops_ops_take_their_body_graphs_costs_once_per_iteration(tmp_pa
     loop = "StatefulPartitionedCall/net/lstm/while/body/_14/net/lstm/while/lstm_cell/"
     grad = "StatefulPartitionedCall/gradient_tape/net/lstm/while/net/lstm/while_grad/body/_107/gradient_tape/g/"
     time_steps = 5
-    ops = ([(f"{loop}MatMul", "_MklMatMul", 0.2), (f"{loop}MatMul_1", "_MklMatMul", 0.3),
-            (f"{grad}MatMul_1_grad/MatMul", "_MklMatMul", 0.4)] * time_steps
-           + [("StatefulPartitionedCall/net/dense/MatMul", "_MklMatMul", 0.5)])
-    row = {"type": "MatMul", "dtype": "float32", "kind": "matrix", "bytes": 1e3, "flops_source": "tensorflow",
-           "chain_flops": math.nan, "chain_bytes": math.nan}
-    costs = pd.DataFrame([
-        {**row, "function": "net_lstm_while_body_7_rewritten", "op": "net/lstm/while/lstm_cell/MatMul", "flops": 768.0},
-        {**row, "function": "net_lstm_while_body_7_rewritten", "op": "net/lstm/while/lstm_cell/MatMul_1",
-         "flops": 2048.0},
-        {**row, "function": "net_lstm_while_body_7_grad_9", "op": "gradient_tape/g/MatMul_1_grad/MatMul",
-         "flops": 2048.0},
-        {**row, "function": "one_step_on_data", "op": "net/dense/MatMul", "flops": 64.0},
-    ])
+    ops = [
+        (f"{loop}MatMul", "_MklMatMul", 0.2),
+        (f"{loop}MatMul_1", "_MklMatMul", 0.3),
+        (f"{grad}MatMul_1_grad/MatMul", "_MklMatMul", 0.4),
+    ] * time_steps + [("StatefulPartitionedCall/net/dense/MatMul", "_MklMatMul", 0.5)]
+    row = {
+        "type": "MatMul",
+        "dtype": "float32",
+        "kind": "matrix",
+        "bytes": 1e3,
+        "flops_source": "tensorflow",
+        "chain_flops": math.nan,
+        "chain_bytes": math.nan,
+    }
+    costs = pd.DataFrame(
+        [
+            {
+                **row,
+                "function": "net_lstm_while_body_7_rewritten",
+                "op": "net/lstm/while/lstm_cell/MatMul",
+                "flops": 768.0,
+            },
+            {
+                **row,
+                "function": "net_lstm_while_body_7_rewritten",
+                "op": "net/lstm/while/lstm_cell/MatMul_1",
+                "flops": 2048.0,
+            },
+            {
+                **row,
+                "function": "net_lstm_while_body_7_grad_9",
+                "op": "gradient_tape/g/MatMul_1_grad/MatMul",
+                "flops": 2048.0,
+            },
+            {**row, "function": "one_step_on_data", "op": "net/dense/MatMul", "flops": 64.0},
+        ]
+    )
     inputs = read_inputs(write_op_trace(tmp_path / "rnn.xplane.pb", ops))
     analysis = analyze_inputs(dataclasses.replace(inputs, op_costs=costs), peak=CEILINGS)
     got = analysis.ops.set_index("op")["flops_per_step"]
@@ -273,13 +376,24 @@ def test_graph_names_of_inlined_and_lowered_ops():
 
 
 def test_ceilings_from_a_peak_result_of_each_format():
-    new = {"device_name": "cpu x", "peak_flops_per_second": {"float32": 2e11},
-           "ceilings": {"float32": {"matrix_flops_per_second": 2e11, "vector_flops_per_second": 3e10,
-                                    "memory_bytes_per_second": 4e10}}}
+    new = {
+        "device_name": "cpu x",
+        "peak_flops_per_second": {"float32": 2e11},
+        "ceilings": {
+            "float32": {
+                "matrix_flops_per_second": 2e11,
+                "vector_flops_per_second": 3e10,
+                "memory_bytes_per_second": 4e10,
+            }
+        },
+    }
     got = roofline.ceilings_from_peak(new, "run.json peak")
     assert got is not None
-    assert got.of("float32") == {"matrix_flops_per_second": 2e11, "vector_flops_per_second": 3e10,
-                                 "memory_bytes_per_second": 4e10}
+    assert got.of("float32") == {
+        "matrix_flops_per_second": 2e11,
+        "vector_flops_per_second": 3e10,
+        "memory_bytes_per_second": 4e10,
+    }
     old = {"peak_flops_per_second": {"float32": 2e11, "bfloat16": 1e10}, "memory_bytes_per_second": 4e10}
     got = roofline.ceilings_from_peak(old, "run.json peak")
     assert got is not None
@@ -290,9 +404,10 @@ def test_ceilings_from_a_peak_result_of_each_format():
     assert roofline.ceilings_from_peak(None, "run.json peak") is None
 
 
-@pytest.mark.parametrize("text, expected", [("1307", {"*": 1307e12}),
-                                            ("bfloat16=1307.4, float32=163.4", {"bfloat16": 1307.4e12,
-                                                                                "float32": 163.4e12})])
+@pytest.mark.parametrize(
+    "text, expected",
+    [("1307", {"*": 1307e12}), ("bfloat16=1307.4, float32=163.4", {"bfloat16": 1307.4e12, "float32": 163.4e12})],
+)
 def test_peak_tflops_parses(text, expected):
     assert roofline.parse_peak_tflops(text) == pytest.approx(expected)
 
@@ -310,8 +425,16 @@ def test_a_stated_bandwidth_fills_only_an_unknown_memory_ceiling():
     got = bounded.of("bfloat16")
     assert got["matrix_flops_per_second"] == 1e15 and got["memory_bytes_per_second"] == 5.3e12
     assert math.isnan(got["vector_flops_per_second"])
-    measured = roofline.Ceilings({"float32": {"matrix_flops_per_second": 1e11, "vector_flops_per_second": 1e10,
-                                              "memory_bytes_per_second": 2e10}}, "run.json peak")
+    measured = roofline.Ceilings(
+        {
+            "float32": {
+                "matrix_flops_per_second": 1e11,
+                "vector_flops_per_second": 1e10,
+                "memory_bytes_per_second": 2e10,
+            }
+        },
+        "run.json peak",
+    )
     kept = roofline.with_bandwidth(measured, 9e12, ["float32"], "trace")
     assert kept is not None
     assert kept.of("float32")["memory_bytes_per_second"] == 2e10 and kept.source == "run.json peak"
@@ -320,8 +443,13 @@ def test_a_stated_bandwidth_fills_only_an_unknown_memory_ceiling():
 def test_a_fused_op_named_after_its_matrix_op_takes_that_ops_costs(tmp_path):
     costs = _costs()
     # the fused op carries the BiasAdd's name; here its graph row is the convolution itself, without a chain
-    costs.loc[costs["op"] == "net/conv2/BiasAdd", ["type", "kind", "flops", "bytes", "chain_flops"]] = \
-        ["Conv2D", "matrix", 3e8, 3e6, math.nan]
+    costs.loc[costs["op"] == "net/conv2/BiasAdd", ["type", "kind", "flops", "bytes", "chain_flops"]] = [
+        "Conv2D",
+        "matrix",
+        3e8,
+        3e6,
+        math.nan,
+    ]
     fused = _row(_analysis(tmp_path, costs=costs), "net/conv2/BiasAdd")
     assert fused["flops_per_step"] == pytest.approx(3e8) and fused["kind"] == "matrix"
     # a non-matrix node without a chain is not the fused op's cost
@@ -357,11 +485,12 @@ def test_xla_ops_take_their_own_programs_hlo_costs_and_the_stated_bandwidth(tmp_
 
     # two programs whose dots share a name; program 7 runs its dot three times, program 8 twice
     shapes = {7: (512, 256, 1024), 8: (128, 128, 64)}
-    path = write_trace(tmp_path / "x.xplane.pb",
-                       {key: (f"jit_matmul({key})", matmul_program(*shape, program_id=key).bytes())
-                        for key, shape in shapes.items()},
-                       [("jit_matmul", "dot.1", 7)] * 3 + [("jit_matmul", "dot.1", 8)] * 2,
-                       device_stats={"memory_bandwidth": 2_000_000_000_000})
+    path = write_trace(
+        tmp_path / "x.xplane.pb",
+        {key: (f"jit_matmul({key})", matmul_program(*shape, program_id=key).bytes()) for key, shape in shapes.items()},
+        [("jit_matmul", "dot.1", 7)] * 3 + [("jit_matmul", "dot.1", 8)] * 2,
+        device_stats={"memory_bandwidth": 2_000_000_000_000},
+    )
     _one_kernel_name_per_op(path)
     analysis = analyze(path, peak=roofline.ceilings_from_tflops(roofline.parse_peak_tflops("1000")))
     ops = analysis.ops.set_index("program_id")
@@ -387,9 +516,12 @@ def test_a_device_plane_that_states_its_peak_fills_the_compute_ceiling(tmp_path)
     from hlo_fixtures import matmul_program, write_trace
 
     # as XProf's planes state them: TFLOP/s (a double), HBM GB/s where no `memory_bandwidth` is given
-    path = write_trace(tmp_path / "x.xplane.pb", {7: ("jit_matmul(7)", matmul_program(512, 256, 1024).bytes())},
-                       [("jit_matmul", "dot.1", 7)] * 3,
-                       device_stats={"peak_teraflops_per_second": 1000.0, "peak_hbm_bw_gigabytes_per_second": 2000.0})
+    path = write_trace(
+        tmp_path / "x.xplane.pb",
+        {7: ("jit_matmul(7)", matmul_program(512, 256, 1024).bytes())},
+        [("jit_matmul", "dot.1", 7)] * 3,
+        device_stats={"peak_teraflops_per_second": 1000.0, "peak_hbm_bw_gigabytes_per_second": 2000.0},
+    )
     _one_kernel_name_per_op(path)
     roof = analyze(path).roofline
     assert roof["ceilings"]["bfloat16"]["matrix_flops_per_second"] == 1e15
@@ -403,25 +535,34 @@ def test_a_device_plane_that_states_its_peak_fills_the_compute_ceiling(tmp_path)
     assert given["ceilings_source"] == "--peak-tflops + trace (stated bandwidth)"
 
 
-@pytest.mark.parametrize("flags, says", [
-    (["--peak-tflops", "fast"], "error: --peak-tflops 'fast': 'fast' is not a number"),
-    (["--peak-tflops", "1e30"], "error: --peak-tflops '1e30': 1e30 TFLOP/s is above the 1,000,000 TFLOP/s"),
-    (["--peak-tflops", "float32=1,float32=2"], "error: --peak-tflops 'float32=1,float32=2': float32 is given twice"),
-    (["--peak-tflops", "1,2"], "one number for every dtype is given twice"),
-    (["--peak-tflops", "bf16=1307"], "error: --peak-tflops 'bf16=1307': 'bf16' is not a dtype"),
-    (["--peak-file", "{missing}"], "error: --peak-file {missing}: cannot read it"),
-    (["--peak-file", "{notpeak}"], "not a devprof peak result"),
-    (["--peak-file", "{absurd}"], "error: --peak-file {absurd}: no usable peak"),
-    (["--peak-tflops", "1", "--peak-file", "{notpeak}"], "not allowed with argument"),
-])
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (["--peak-tflops", "fast"], "error: --peak-tflops 'fast': 'fast' is not a number"),
+        (["--peak-tflops", "1e30"], "error: --peak-tflops '1e30': 1e30 TFLOP/s is above the 1,000,000 TFLOP/s"),
+        (
+            ["--peak-tflops", "float32=1,float32=2"],
+            "error: --peak-tflops 'float32=1,float32=2': float32 is given twice",
+        ),
+        (["--peak-tflops", "1,2"], "one number for every dtype is given twice"),
+        (["--peak-tflops", "bf16=1307"], "error: --peak-tflops 'bf16=1307': 'bf16' is not a dtype"),
+        (["--peak-file", "{missing}"], "error: --peak-file {missing}: cannot read it"),
+        (["--peak-file", "{notpeak}"], "not a devprof peak result"),
+        (["--peak-file", "{absurd}"], "error: --peak-file {absurd}: no usable peak"),
+        (["--peak-tflops", "1", "--peak-file", "{notpeak}"], "not allowed with argument"),
+    ],
+)
 def test_bad_ceilings_are_one_error_line_and_exit_2(tmp_path, capsys, flags, says):
     from profiler import cli
 
     trace = write_op_trace(tmp_path / "roof.xplane.pb")
     (tmp_path / "notpeak.json").write_text('{"device": "cpu"}')
     (tmp_path / "absurd.json").write_text('{"peak_flops_per_second": {"float32": 1e300, "bfloat16": "fast"}}')
-    names = {"missing": str(tmp_path / "missing.json"), "notpeak": str(tmp_path / "notpeak.json"),
-             "absurd": str(tmp_path / "absurd.json")}
+    names = {
+        "missing": str(tmp_path / "missing.json"),
+        "notpeak": str(tmp_path / "notpeak.json"),
+        "absurd": str(tmp_path / "absurd.json"),
+    }
     flags = [f.format(**names) for f in flags]
     code = cli.main(["analyze", str(trace), *flags])
     err = capsys.readouterr().err
@@ -435,9 +576,17 @@ def test_a_peak_file_gives_the_ceilings_on_the_command_line(tmp_path, capsys):
     from profiler import cli
 
     trace = write_op_trace(tmp_path / "roof.xplane.pb")
-    peak = {"device_name": "cpu x", "peak_flops_per_second": {"float32": 4e11},
-            "ceilings": {"float32": {"matrix_flops_per_second": 4e11, "vector_flops_per_second": 5e10,
-                                     "memory_bytes_per_second": 1e10}}}
+    peak = {
+        "device_name": "cpu x",
+        "peak_flops_per_second": {"float32": 4e11},
+        "ceilings": {
+            "float32": {
+                "matrix_flops_per_second": 4e11,
+                "vector_flops_per_second": 5e10,
+                "memory_bytes_per_second": 1e10,
+            }
+        },
+    }
     (tmp_path / "peak.json").write_text(json.dumps(peak))
     # the trace alone has no costs: its ops are unknown, the ceilings are known
     assert cli.main(["analyze", str(trace), "--peak-file", str(tmp_path / "peak.json"), "--format", "json"]) == 0
@@ -451,8 +600,10 @@ def test_ceilings_for_another_dtype_than_the_ops_say_so(tmp_path):
     """`--peak-tflops float16=5` on a float32 run: the ceilings were dropped without a word."""
     analysis = _analysis(tmp_path, peak=roofline.ceilings_from_tflops({"float16": 5.0}))
     assert analysis.ops["ceiling_pct"].isna().all()
-    assert any("no ceiling for float32, the dtype of ops with known costs (ceilings are given for float16 only)" in n
-               for n in analysis.roofline["notes"]), analysis.roofline["notes"]
+    assert any(
+        "no ceiling for float32, the dtype of ops with known costs (ceilings are given for float16 only)" in n
+        for n in analysis.roofline["notes"]
+    ), analysis.roofline["notes"]
     assert not any("no ceiling for" in n for n in _analysis(tmp_path / "f32", peak=CEILINGS).roofline["notes"])
 
 
@@ -461,12 +612,25 @@ def test_a_ceiling_the_peak_search_could_not_measure_is_unknown_not_a_number():
 
     from analysis.breakdown.roofline import ceilings_from_peak
 
-    peak = {"device": "cpu", "ceilings": {"bfloat16": {"matrix_flops_per_second": 4e12, "vector_flops_per_second": 1.3e9,
-                                                       "memory_bytes_per_second": 5e10},
-                                          "float32": {"matrix_flops_per_second": 4e11, "vector_flops_per_second": 2e11,
-                                                      "memory_bytes_per_second": 5e10}},
-            "vector": {"bfloat16": {"k": 1, "stopped": "time", "sizes": [{"size": 1, "per_second": 1.3e9}]},
-                       "float32": {"k": 16, "stopped": "time", "sizes": [{"size": 1}, {"size": 4}, {"size": 16}]}}}
+    peak = {
+        "device": "cpu",
+        "ceilings": {
+            "bfloat16": {
+                "matrix_flops_per_second": 4e12,
+                "vector_flops_per_second": 1.3e9,
+                "memory_bytes_per_second": 5e10,
+            },
+            "float32": {
+                "matrix_flops_per_second": 4e11,
+                "vector_flops_per_second": 2e11,
+                "memory_bytes_per_second": 5e10,
+            },
+        },
+        "vector": {
+            "bfloat16": {"k": 1, "stopped": "time", "sizes": [{"size": 1, "per_second": 1.3e9}]},
+            "float32": {"k": 16, "stopped": "time", "sizes": [{"size": 1}, {"size": 4}, {"size": 16}]},
+        },
+    }
     ceilings = ceilings_from_peak(peak, "cache")
     assert ceilings is not None
     assert math.isnan(ceilings.of("bfloat16")["vector_flops_per_second"])  # K 1-1: it gave up

@@ -35,14 +35,21 @@ def _run(tmp_path, steps=6, step_s=1.0, period_s=0.25):
     times = np.arange(T0 - period_s, T0 + steps * step_s + period_s, period_s)
     # CPU % is 10 * (the step the sample falls in + 1): every step has its own known level.
     step_of = np.clip(np.floor((times - T0 - 1e-9) / step_s), -1, 9)  # levels stay within 0-100 %
-    pd.DataFrame({"time_s": times, "cpu_pct": 10.0 * (step_of + 1), "proc_cpu_pct": 150.0,
-                  "mem_used_bytes": 2e9}).to_csv(run / "utilization" / "host.csv", index=False)
+    pd.DataFrame(
+        {"time_s": times, "cpu_pct": 10.0 * (step_of + 1), "proc_cpu_pct": 150.0, "mem_used_bytes": 2e9}
+    ).to_csv(run / "utilization" / "host.csv", index=False)
     gpu = pd.DataFrame({"time_s": times, "gpu_util_pct": 5.0 * (step_of + 1), "mem_used_bytes": 3e9})
     gpu.to_csv(run / "utilization" / "gpu0.csv", index=False)
     seconds = steps * step_s + 0.5
-    (run / "run.json").write_text(json.dumps({
-        "status": "complete", "device": {"kind": "gpu"},
-        "epochs": [{"epoch": 1, "seconds": seconds, "train_seconds": steps * step_s, "images": 32 * steps}]}))
+    (run / "run.json").write_text(
+        json.dumps(
+            {
+                "status": "complete",
+                "device": {"kind": "gpu"},
+                "epochs": [{"epoch": 1, "seconds": seconds, "train_seconds": steps * step_s, "images": 32 * steps}],
+            }
+        )
+    )
     return run
 
 

@@ -53,8 +53,16 @@ def test_components_come_from_steps_csv_and_add_up(runs):
 
 
 def test_trace_share_splits_the_call_into_compute_and_host():
-    breakdown = pd.DataFrame({"epoch": [1, 2], "seconds": [1.0, 0.6], "input_s": [0.01, 0.01], "call_s": [0.5, 0.5],
-                              "other_host_s": [0.04, 0.04], "epoch_level_s": [0.45, 0.05]})
+    breakdown = pd.DataFrame(
+        {
+            "epoch": [1, 2],
+            "seconds": [1.0, 0.6],
+            "input_s": [0.01, 0.01],
+            "call_s": [0.5, 0.5],
+            "other_host_s": [0.04, 0.04],
+            "epoch_level_s": [0.45, 0.05],
+        }
+    )
     trace_mean = {"step_ms": 55.0, "input_ms": 1.0, "compute_ms": 22.0, "host_ms": 32.0}  # compute 40 % of a step
     parts = compare.steady_components(breakdown, [2], 0.6, trace_mean)
     assert parts["compute_s"] == pytest.approx(0.55 * 0.4)
@@ -79,8 +87,18 @@ def test_speedup_against_slowest_and_why_names_each_gap(runs, capsys):
     assert "host overhead explains 100 % of the 0.3 ms/image gap" in rows["slow_host"]["why"]
     assert "--steps-per-execution" in rows["slow_host"]["why"]
     for row in result["rows"]:
-        assert {"run", "device", "seconds_per_epoch", "images_per_second", "speedup", "input_pct", "compute_pct",
-                "host_pct", "why", "external"} <= set(row)
+        assert {
+            "run",
+            "device",
+            "seconds_per_epoch",
+            "images_per_second",
+            "speedup",
+            "input_pct",
+            "compute_pct",
+            "host_pct",
+            "why",
+            "external",
+        } <= set(row)
         assert row["external"] is False and row["flags"] == []
 
 
@@ -105,10 +123,18 @@ def test_host_bound_advice_suggests_enough_steps_per_execution(tmp_path):
 
 def test_utilization_and_memory_from_sampler_summaries(tmp_path, capsys):
     summaries = {
-        "host": {"metrics": {"cpu_pct": {"mean": 40.0, "p50": 35.0, "p95": 90.0, "max": 99.0},
-                             "proc_rss_bytes": {"mean": 5e8, "p50": 5e8, "p95": 9e8, "max": 1e9}}},
-        "gpu0": {"metrics": {"gpu_util_pct": {"mean": 30.0, "p50": 25.0, "p95": 70.0, "max": 80.0},
-                             "tf_mem_peak_bytes": {"mean": 1e9, "p50": 1e9, "p95": 2e9, "max": 2e9}}},
+        "host": {
+            "metrics": {
+                "cpu_pct": {"mean": 40.0, "p50": 35.0, "p95": 90.0, "max": 99.0},
+                "proc_rss_bytes": {"mean": 5e8, "p50": 5e8, "p95": 9e8, "max": 1e9},
+            }
+        },
+        "gpu0": {
+            "metrics": {
+                "gpu_util_pct": {"mean": 30.0, "p50": 25.0, "p95": 70.0, "max": 80.0},
+                "tf_mem_peak_bytes": {"mean": 1e9, "p50": 1e9, "p95": 2e9, "max": 2e9},
+            }
+        },
     }
     path = make_run(tmp_path, "g", kind="gpu", device="Fake GPU", summaries=summaries)
     row = compare.run_row(compare.read_run(path))
@@ -122,8 +148,9 @@ def test_utilization_and_memory_from_sampler_summaries(tmp_path, capsys):
 def test_utilization_read_from_csvs_when_run_json_has_no_summaries(tmp_path):
     path = make_run(tmp_path, "u")
     (path / "utilization").mkdir()
-    pd.DataFrame({"time_s": [0.0, 1.0, 2.0, 3.0], "cpu_pct": [50.0, 50.0, 50.0, 50.0],
-                  "proc_rss_bytes": [1e8, 3e8, 2e8, 2e8]}).to_csv(path / "utilization" / "host.csv", index=False)
+    pd.DataFrame(
+        {"time_s": [0.0, 1.0, 2.0, 3.0], "cpu_pct": [50.0, 50.0, 50.0, 50.0], "proc_rss_bytes": [1e8, 3e8, 2e8, 2e8]}
+    ).to_csv(path / "utilization" / "host.csv", index=False)
     row = compare.run_row(compare.read_run(path))
     assert row["cpu_util_mean_pct"] == 50.0 and row["host_mem_peak_bytes"] == 3e8
 
@@ -131,20 +158,27 @@ def test_utilization_read_from_csvs_when_run_json_has_no_summaries(tmp_path):
 def test_mfu_is_achieved_over_measured_peak_of_the_runs_precision(tmp_path):
     peak = {"matmul_flops_per_second": {"float32": 8e9, "bfloat16": 3.2e10}}
     # 1000 images trained in 0.45 s (of a 0.5 s epoch) = 2222 images/s; x 1e6 FLOPs/image = 2.22e9 FLOP/s
-    f32 = compare.run_row(compare.read_run(make_run(tmp_path, "f32", epoch_seconds=(1.0, 0.5), flops_per_image=1e6,
-                                                    peak=peak)))
+    f32 = compare.run_row(
+        compare.read_run(make_run(tmp_path, "f32", epoch_seconds=(1.0, 0.5), flops_per_image=1e6, peak=peak))
+    )
     assert f32["achieved_flops_per_second"] == pytest.approx(1e9 / 0.45)
     assert f32["peak_dtype"] == "float32" and f32["mfu_pct"] == pytest.approx(100 / 0.45 / 8)
-    bf16 = compare.run_row(compare.read_run(make_run(tmp_path, "bf16", epoch_seconds=(1.0, 0.5), flops_per_image=1e6,
-                                                     peak=peak, precision="mixed_bfloat16")))
+    bf16 = compare.run_row(
+        compare.read_run(
+            make_run(
+                tmp_path, "bf16", epoch_seconds=(1.0, 0.5), flops_per_image=1e6, peak=peak, precision="mixed_bfloat16"
+            )
+        )
+    )
     assert bf16["peak_dtype"] == "bfloat16" and bf16["mfu_pct"] == pytest.approx(100 / 0.45 / 32)
     none = compare.run_row(compare.read_run(make_run(tmp_path, "nopeak", flops_per_image=1e6)))
     assert math.isnan(none["mfu_pct"])
     assert "the epoch runs at 28 % of the device's float32 ceiling" in compare.advice(f32, "compute")
     # A peak of format 4 names its best rate (a convolution may beat the matmul): that is the one used.
     newer = {"peak_flops_per_second": {"float32": 1e10}, **peak}
-    row = compare.run_row(compare.read_run(make_run(tmp_path, "f32new", epoch_seconds=(1.0, 0.5),
-                                                    flops_per_image=1e6, peak=newer)))
+    row = compare.run_row(
+        compare.read_run(make_run(tmp_path, "f32new", epoch_seconds=(1.0, 0.5), flops_per_image=1e6, peak=newer))
+    )
     assert row["peak_flops_per_second"] == 1e10 and row["mfu_pct"] == pytest.approx(100 / 0.45 / 10)
 
 
@@ -221,9 +255,15 @@ def test_external_rows_sit_beside_real_runs_and_are_flagged(runs, capsys):
 @pytest.mark.parametrize("case", ["not_a_run", "missing", "no_epochs", "bad_csv", "csv_columns", "baseline", "none"])
 def test_bad_input_is_one_error_line_and_exit_2(case, tmp_path, capsys):
     run = make_run(tmp_path, "ok")
-    argv = {"not_a_run": [tmp_path / "plain"], "missing": [tmp_path / "nope"], "no_epochs": [tmp_path / "empty"],
-            "bad_csv": [run, "--external", tmp_path / "bad.csv"], "csv_columns": ["--external", tmp_path / "cols.csv"],
-            "baseline": [run, "--baseline", "no-such"], "none": []}[case]
+    argv = {
+        "not_a_run": [tmp_path / "plain"],
+        "missing": [tmp_path / "nope"],
+        "no_epochs": [tmp_path / "empty"],
+        "bad_csv": [run, "--external", tmp_path / "bad.csv"],
+        "csv_columns": ["--external", tmp_path / "cols.csv"],
+        "baseline": [run, "--baseline", "no-such"],
+        "none": [],
+    }[case]
     (tmp_path / "plain").mkdir()
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "run.json").write_text(json.dumps({"status": "running", "epochs": []}))
@@ -240,9 +280,26 @@ def test_bad_input_is_one_error_line_and_exit_2(case, tmp_path, capsys):
 
 def _real_pair(out, capsys) -> dict:
 
-    base = ["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "600", "--limit-test-images", "500",
-            "--batch-size", "50",
-            "--epochs", "2", "--no-profile", "--no-sample", "--quiet", "--out", str(out)]
+    base = [
+        "run",
+        "--device",
+        "cpu",
+        "--data",
+        "synthetic",
+        "--limit-images",
+        "600",
+        "--limit-test-images",
+        "500",
+        "--batch-size",
+        "50",
+        "--epochs",
+        "2",
+        "--no-profile",
+        "--no-sample",
+        "--quiet",
+        "--out",
+        str(out),
+    ]
     assert cli.main([*base, "--run-name", "plain"]) == 0
     assert cli.main([*base, "--run-name", "delayed", "--inject-input-delay-ms", "100"]) == 0
     capsys.readouterr()
@@ -316,10 +373,15 @@ def test_compare_advises_precision_only_from_measured_ceilings(tmp_path):
     bf16 = compare.run_row(compare.read_run(make_run(tmp_path, "bf16", peak=peak, precision="mixed_bfloat16")))
     assert f32["matrix_flops_per_second"] == {"float32": 3.25e11, "bfloat16": 1.85e11}
     assert "bfloat16" not in compare.advice(f32, "compute")
-    assert "go back to float32 (`--precision float32`): float32 325 GFLOP/s against bfloat16 185 GFLOP/s" in \
-        compare.advice(bf16, "compute")
-    faster = compare.run_row(compare.read_run(make_run(
-        tmp_path, "amx", peak={"peak_flops_per_second": {"float32": 3e11, "bfloat16": 1.2e12}})))
+    assert (
+        "go back to float32 (`--precision float32`): float32 325 GFLOP/s against bfloat16 185 GFLOP/s"
+        in compare.advice(bf16, "compute")
+    )
+    faster = compare.run_row(
+        compare.read_run(
+            make_run(tmp_path, "amx", peak={"peak_flops_per_second": {"float32": 3e11, "bfloat16": 1.2e12}})
+        )
+    )
     assert "--precision mixed_bfloat16" in compare.advice(faster, "compute")
     unmeasured = compare.run_row(compare.read_run(make_run(tmp_path, "none")))
     assert "mixed_bfloat16" not in compare.advice(unmeasured, "compute")

@@ -20,8 +20,10 @@ def test_compare_skips_folders_that_are_not_runs_with_one_note(tmp_path, capsys)
     make_run(tmp_path, "a")
     make_run(tmp_path, "b", epoch_seconds=(2.0, 0.9, 0.9))
     (tmp_path / "captures" / "plugins").mkdir(parents=True)
-    assert cli.main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "captures"),
-                     "--format", "json"]) == 0
+    assert (
+        cli.main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "captures"), "--format", "json"])
+        == 0
+    )
     captured = capsys.readouterr()
     assert [r["run"] for r in json.loads(captured.out)["rows"]] == ["a", "b"]
     notes = [line for line in captured.err.splitlines() if "not a run directory" in line]
@@ -42,8 +44,9 @@ def test_external_seconds_must_be_finite_and_positive(tmp_path, capsys, cell, sh
 
 def test_garbage_rows_in_steps_csv_are_skipped_with_a_warning_in_both_commands(tmp_path, capsys):
     good = [step_line(i, input_ms=1.0, call_ms=4.0, other_ms=0.0) for i in range(10)]
-    run = make_small_run(tmp_path / "run", good[:5] + ["1,5,1,1700000000.05,,4.0,0.0,5.0,100",
-                                                        "1,6,1,garbage,1.0,4.0,0.0"] + good[5:])
+    run = make_small_run(
+        tmp_path / "run", good[:5] + ["1,5,1,1700000000.05,,4.0,0.0,5.0,100", "1,6,1,garbage,1.0,4.0,0.0"] + good[5:]
+    )
     for argv in (["analyze", str(run), "--format", "json"], ["compare", str(run), "--format", "json"]):
         assert cli.main(argv) == 0
         captured = capsys.readouterr()
@@ -86,12 +89,15 @@ def test_chart_is_per_image_when_runs_train_different_image_counts(tmp_path):
     assert chart_data(same)[1] == "seconds per epoch"
 
 
-@pytest.mark.parametrize("name, check", [
-    ("compare.md", lambda text: text.startswith("# devprof compare")),
-    ("compare.json", lambda text: json.loads(text)["schema_version"] == 1),
-    ("compare.csv", lambda text: text.splitlines()[0].startswith("run,")),
-    ("compare.txt", lambda text: "why:" in text),
-])
+@pytest.mark.parametrize(
+    "name, check",
+    [
+        ("compare.md", lambda text: text.startswith("# devprof compare")),
+        ("compare.json", lambda text: json.loads(text)["schema_version"] == 1),
+        ("compare.csv", lambda text: text.splitlines()[0].startswith("run,")),
+        ("compare.txt", lambda text: "why:" in text),
+    ],
+)
 def test_output_format_follows_the_extension(tmp_path, capsys, name, check):
     out = tmp_path / name
     assert cli.main(["compare", "--external", str(SEED_TABLE), "-o", str(out)]) == 0
@@ -177,10 +183,17 @@ def test_runs_of_different_sizes_are_explained_per_training_image(tmp_path):
     """A 2,000-image run with 30 ms more input per batch of 100 against a 50,000-image run, both
     validating 1,000 images (0.5 s): the input explains the gap, and the sentence gives the
     table's speed-up."""
-    small = make_compare_run(tmp_path, "small", device="Small", steps=20, input_ms=31.0,
-                             epoch_seconds=(2.0, 20 * 0.085 + 0.5, 20 * 0.085 + 0.5))
-    big = make_compare_run(tmp_path, "big", device="Big", steps=500, epoch_seconds=(40.0, 500 * 0.055 + 0.5,
-                                                                                 500 * 0.055 + 0.5))
+    small = make_compare_run(
+        tmp_path,
+        "small",
+        device="Small",
+        steps=20,
+        input_ms=31.0,
+        epoch_seconds=(2.0, 20 * 0.085 + 0.5, 20 * 0.085 + 0.5),
+    )
+    big = make_compare_run(
+        tmp_path, "big", device="Big", steps=500, epoch_seconds=(40.0, 500 * 0.055 + 0.5, 500 * 0.055 + 0.5)
+    )
     table = compare.compare_runs([small, big])
     why = dict(zip(table["run"], table["why"]))["small"]
     assert "input explains 100 % of the 0.3 ms/image gap of training" in why, why

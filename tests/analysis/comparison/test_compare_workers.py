@@ -47,13 +47,22 @@ def test_the_collective_wait_is_its_own_part_not_host_overhead(tmp_path, capsys)
     assert workers["worker-1"]["host_pct"] == pytest.approx(WORKER1["host"])
 
 
-@pytest.mark.parametrize("fmt, check", [
-    ("text", lambda out: "collective%" in out.splitlines()[0] and " 20.0 " in out.splitlines()[1]
-     and "worker-0: 0.4 s/epoch, input 4 %, compute 15 %, collective 20 %, host 6 %" in out),
-    ("markdown", lambda out: "| collective% |" in out and "| 20.0 |" in out),
-    ("csv", lambda out: "collective_pct" in out.splitlines()[0].split(",")),
-    ("html", lambda out: "collective wait" in out and "collective 20 %" in out),
-])
+@pytest.mark.parametrize(
+    "fmt, check",
+    [
+        (
+            "text",
+            lambda out: (
+                "collective%" in out.splitlines()[0]
+                and " 20.0 " in out.splitlines()[1]
+                and "worker-0: 0.4 s/epoch, input 4 %, compute 15 %, collective 20 %, host 6 %" in out
+            ),
+        ),
+        ("markdown", lambda out: "| collective% |" in out and "| 20.0 |" in out),
+        ("csv", lambda out: "collective_pct" in out.splitlines()[0].split(",")),
+        ("html", lambda out: "collective wait" in out and "collective 20 %" in out),
+    ],
+)
 def test_every_format_of_compare_shows_the_collective_part(tmp_path, capsys, fmt, check):
     job = write_job(tmp_path)
     capsys.readouterr()

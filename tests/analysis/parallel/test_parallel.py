@@ -87,10 +87,19 @@ def test_the_os_counts_every_thread_numpys_and_pythons_alike():
 @pytest.mark.slow  # starts a subprocess
 def test_numpys_own_threads_make_a_fork_unsafe():
     # what made the Python API fork unsafely while it counted Python threads only
-    done = subprocess.run([sys.executable, "-c", "import numpy, threading\nfrom analysis import parallel\n"
-                           "print(threading.active_count(), parallel.os_threads() > 1, parallel.can_fork())"],
-                          capture_output=True, text=True, cwd=REPO, timeout=60,
-                          env={key: value for key, value in os.environ.items() if key != "OPENBLAS_NUM_THREADS"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import numpy, threading\nfrom analysis import parallel\n"
+            "print(threading.active_count(), parallel.os_threads() > 1, parallel.can_fork())",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        env={key: value for key, value in os.environ.items() if key != "OPENBLAS_NUM_THREADS"},
+    )
     if (os.cpu_count() or 1) > 1:
         assert done.stdout.split() == ["1", "True", "False"], done.stderr
 
@@ -221,28 +230,50 @@ def test_a_stage_asks_the_view_for_its_step_free_work_once(tmp_path):
 
 # ---------------------------------------------------------------- the command, in a fresh process
 
+
 def _run_dir(root: Path) -> Path:
     """A run directory (trace with allocator events, steps.csv, run.json, a host sampler): every PNG and CSV."""
     run = root / "run"
     write_memory_trace(run / "plugins" / "profile" / "s1" / "host.xplane.pb", steps=4)
     t = 1_700_000_000.0
-    rows = [dict(epoch=1 + step // 2, step=step, steps=1, start_time_s=t + 0.02 * step, input_ms=1.0, call_ms=10.0,
-                 other_host_ms=0.5, step_ms=11.5, images=8) for step in range(4)]
+    rows = [
+        dict(
+            epoch=1 + step // 2,
+            step=step,
+            steps=1,
+            start_time_s=t + 0.02 * step,
+            input_ms=1.0,
+            call_ms=10.0,
+            other_host_ms=0.5,
+            step_ms=11.5,
+            images=8,
+        )
+        for step in range(4)
+    ]
     pd.DataFrame(rows).to_csv(run / "steps.csv", index=False)
-    epochs = [{"epoch": 1, "seconds": 0.05, "train_seconds": 0.04, "images": 16},
-              {"epoch": 2, "seconds": 0.05, "train_seconds": 0.04, "images": 16}]
+    epochs = [
+        {"epoch": 1, "seconds": 0.05, "train_seconds": 0.04, "images": 16},
+        {"epoch": 2, "seconds": 0.05, "train_seconds": 0.04, "images": 16},
+    ]
     (run / "run.json").write_text(json.dumps({"status": "complete", "device": {"kind": "cpu"}, "epochs": epochs}))
     (run / "utilization").mkdir()
     pd.DataFrame({"time_s": [t + 0.01 * i for i in range(10)], "cpu_pct": 50.0}).to_csv(
-        run / "utilization" / "host.csv", index=False)
+        run / "utilization" / "host.csv", index=False
+    )
     return run
 
 
 def _python(code: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """`code` in a fresh Python; numpy (imported by the code before the command would say so) kept to one thread."""
     env = {"OPENBLAS_NUM_THREADS": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO, timeout=180,
-                          env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=180,
+        env={**os.environ, **env},
+    )
 
 
 def _report(done: subprocess.CompletedProcess) -> dict:
@@ -291,10 +322,14 @@ def test_the_helper_draws_the_same_files_and_the_command_never_imports_matplotli
     run = _run_dir(tmp_path)
     helped = _python(COMMAND, str(run), "--out", str(tmp_path / "helped"))
     alone = _python(COMMAND, str(run), "--out", str(tmp_path / "alone"), env={parallel.ENV_VAR: "0"})
-    assert _report(helped) == {"code": 0, "events": ["plot helper True", "read", "read done", "go"],
-                               "matplotlib": False}, helped.stderr[-2000:]
-    assert _report(alone) == {"code": 0, "events": ["plot helper False", "read", "read done"],
-                              "matplotlib": True}, alone.stderr[-2000:]
+    assert _report(helped) == {
+        "code": 0,
+        "events": ["plot helper True", "read", "read done", "go"],
+        "matplotlib": False,
+    }, helped.stderr[-2000:]
+    assert _report(alone) == {"code": 0, "events": ["plot helper False", "read", "read done"], "matplotlib": True}, (
+        alone.stderr[-2000:]
+    )
     names = sorted(p.name for p in (tmp_path / "alone").iterdir())
     assert {"step_breakdown.png", "epoch_breakdown.png", "utilization.png", "memory.csv"} <= set(names)
     assert sorted(p.name for p in (tmp_path / "helped").iterdir()) == names
@@ -366,11 +401,13 @@ def test_a_lost_helper_is_drawn_here_and_an_unused_one_is_reaped(tmp_path):
 
 @pytest.mark.slow
 def test_the_helper_imports_matplotlib_without_its_3d_toolkit_and_says_nothing_of_it(tmp_path):
-    done = _python("import sys\nfrom analysis.parallel import plots\nplots.import_2d_matplotlib()\n"
-                   "from matplotlib.figure import Figure\n"
-                   "figure = Figure()\nfigure.add_subplot().plot([0, 1], [1, 0])\nfigure.savefig(sys.argv[1])\n"
-                   "print('mpl_toolkits.mplot3d.axes3d' in sys.modules, 'matplotlib.backends.backend_agg' in sys.modules)",
-                   str(tmp_path / "line.png"))
+    done = _python(
+        "import sys\nfrom analysis.parallel import plots\nplots.import_2d_matplotlib()\n"
+        "from matplotlib.figure import Figure\n"
+        "figure = Figure()\nfigure.add_subplot().plot([0, 1], [1, 0])\nfigure.savefig(sys.argv[1])\n"
+        "print('mpl_toolkits.mplot3d.axes3d' in sys.modules, 'matplotlib.backends.backend_agg' in sys.modules)",
+        str(tmp_path / "line.png"),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["False", "True"]
     assert "Axes3D" not in done.stderr and "3D" not in done.stderr, done.stderr
@@ -438,8 +475,9 @@ def test_only_analysis_parallel_forks_and_no_stage_imports_it():
 def test_a_write_that_fails_before_the_plots_are_waited_for_still_ends_the_helper(tmp_path, monkeypatch, answers):
     from analysis.render import outputs
 
-    result = pipeline.analyzed(write_prefetched_map_loop(tmp_path / "loop.xplane.pb", steps=8), None,
-                               helpers=parallel.Helpers(fork=False))[0]
+    result = pipeline.analyzed(
+        write_prefetched_map_loop(tmp_path / "loop.xplane.pb", steps=8), None, helpers=parallel.Helpers(fork=False)
+    )[0]
 
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")

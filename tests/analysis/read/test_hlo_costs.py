@@ -34,16 +34,22 @@ def only(table, op: str):
 
 def test_dot_flops_are_2mnk_and_bytes_its_operands_and_output(tmp_path):
     m, n, k = 384, 256, 1000
-    path = write_trace(tmp_path / "t.xplane.pb", {7: ("jit_matmul(7)", matmul_program(m, n, k).bytes())},
-                       [("jit_matmul", "dot.1", 7)])
+    path = write_trace(
+        tmp_path / "t.xplane.pb", {7: ("jit_matmul(7)", matmul_program(m, n, k).bytes())}, [("jit_matmul", "dot.1", 7)]
+    )
     table = hc.hlo_costs(path)
     assert list(table.columns) == list(hc.COLUMNS)
     assert list(table["op"]) == ["dot.1"]  # parameters launch no kernel: no row
     row = only(table, "dot.1")
     assert row["flops"] == 2 * m * n * k
     assert row["bytes"] == (m * k + k * n + m * n) * 2
-    assert (row["function"], row["type"], row["dtype"], row["kind"], row["flops_source"]) == \
-        ("jit_matmul", "dot", "bfloat16", "matrix", "hlo")
+    assert (row["function"], row["type"], row["dtype"], row["kind"], row["flops_source"]) == (
+        "jit_matmul",
+        "dot",
+        "bfloat16",
+        "matrix",
+        "hlo",
+    )
     assert (row["input_shapes"], row["output_shapes"], row["program_id"]) == (f"{m}x{k};{k}x{n}", f"{m}x{n}", 7.0)
     assert math.isnan(row["chain_flops"]) and math.isnan(row["chain_bytes"])
     assert table.attrs["note"] == ""
@@ -81,15 +87,23 @@ def test_grouped_convolution_flops_follow_the_formula(tmp_path):
     entry = program.computation("main", entry=True)
     image = program.add(entry, "x", "parameter", "F16", [batch, height, width, features])
     kernel = program.add(entry, "w", "parameter", "F16", [kh, kw, features // groups, filters])
-    conv = program.add(entry, "convolution.2", "convolution", "F16", [batch, out_h, out_w, filters], (image, kernel),
-                       feature_group_count=groups)
+    conv = program.add(
+        entry,
+        "convolution.2",
+        "convolution",
+        "F16",
+        [batch, out_h, out_w, filters],
+        (image, kernel),
+        feature_group_count=groups,
+    )
     _conv_dimension_numbers(conv)
     table = hc.hlo_costs(write_trace(tmp_path / "t.xplane.pb", {11: ("jit_conv(11)", program.bytes())}))
     row = only(table, "convolution.2")
     # 2 x output elements x kernel spatial x input features / feature_group_count
     assert row["flops"] == 2 * (batch * out_h * out_w * filters) * (kh * kw) * (features / groups)
-    assert row["bytes"] == 2 * (batch * height * width * features + kh * kw * (features // groups) * filters
-                                + batch * out_h * out_w * filters)
+    assert row["bytes"] == 2 * (
+        batch * height * width * features + kh * kw * (features // groups) * filters + batch * out_h * out_w * filters
+    )
     assert (row["kind"], row["dtype"]) == ("matrix", "float16")
 
 
@@ -140,14 +154,34 @@ def test_gemm_library_call_uses_the_backend_config_and_leaves_out_its_scratch(tm
     entry = program.computation("main", entry=True)
     lhs = program.add(entry, "a", "parameter", "BF16", [k, m])  # transposed lhs: contracting dimension 0
     rhs = program.add(entry, "b", "parameter", "BF16", [k, n])
-    config = {"gemm_backend_config": {"dot_dimension_numbers": {"lhs_contracting_dimensions": ["0"],
-                                                                "rhs_contracting_dimensions": ["0"]}}}
-    program.add(entry, "custom-call.1", "custom-call", "", [], (lhs, rhs), tuple_of=[("BF16", [m, n]), ("S8", [1 << 26])],
-                custom_call_target="__cublas$gemm", backend_config=json.dumps(config).encode())
+    config = {
+        "gemm_backend_config": {
+            "dot_dimension_numbers": {"lhs_contracting_dimensions": ["0"], "rhs_contracting_dimensions": ["0"]}
+        }
+    }
+    program.add(
+        entry,
+        "custom-call.1",
+        "custom-call",
+        "",
+        [],
+        (lhs, rhs),
+        tuple_of=[("BF16", [m, n]), ("S8", [1 << 26])],
+        custom_call_target="__cublas$gemm",
+        backend_config=json.dumps(config).encode(),
+    )
     # Without dimension numbers: the lhs's last dimension is contracted.
     lhs2 = program.add(entry, "c", "parameter", "F32", [m, k])
-    program.add(entry, "custom-call.2", "custom-call", "", [], (lhs2, rhs), tuple_of=[("F32", [m, n]), ("U8", [4096])],
-                custom_call_target="__cublas$lt$matmul")
+    program.add(
+        entry,
+        "custom-call.2",
+        "custom-call",
+        "",
+        [],
+        (lhs2, rhs),
+        tuple_of=[("F32", [m, n]), ("U8", [4096])],
+        custom_call_target="__cublas$lt$matmul",
+    )
     program.add(entry, "custom-call.3", "custom-call", "F32", [m], (lhs2,), custom_call_target="my_own_kernel")
     table = hc.hlo_costs(write_trace(tmp_path / "t.xplane.pb", {64: ("jit_dot(64)", program.bytes())}))
     first = only(table, "custom-call.1")
@@ -167,14 +201,23 @@ def test_convolution_library_call_backward_filter(tmp_path):
     entry = program.computation("main", entry=True)
     image = program.add(entry, "x", "parameter", "F32", [batch, size, size, features])
     grad = program.add(entry, "dy", "parameter", "F32", [batch, out, out, filters])
-    call = program.add(entry, "cudnn-conv-bw-filter", "custom-call", "", [], (image, grad),
-                       tuple_of=[("F32", [kh, kw, features, filters]), ("U8", [0])],
-                       custom_call_target="__cudnn$convBackwardFilter")
+    call = program.add(
+        entry,
+        "cudnn-conv-bw-filter",
+        "custom-call",
+        "",
+        [],
+        (image, grad),
+        tuple_of=[("F32", [kh, kw, features, filters]), ("U8", [0])],
+        custom_call_target="__cudnn$convBackwardFilter",
+    )
     _conv_dimension_numbers(call)
     table = hc.hlo_costs(write_trace(tmp_path / "t.xplane.pb", {9: ("jit_grad(9)", program.bytes())}))
     row = only(table, "cudnn-conv-bw-filter")
     assert row["flops"] == 2 * (batch * out * out * filters) * (kh * kw) * features
-    assert row["bytes"] == 4 * (batch * size * size * features + batch * out * out * filters + kh * kw * features * filters)
+    assert row["bytes"] == 4 * (
+        batch * size * size * features + batch * out * out * filters + kh * kw * features * filters
+    )
 
 
 def test_while_body_instructions_are_kernel_level_and_named_ops_get_rows(tmp_path):
@@ -191,8 +234,11 @@ def test_while_body_instructions_are_kernel_level_and_named_ops_get_rows(tmp_pat
     start = program.add(entry, "init", "parameter", "F32", [10])
     loop = program.add(entry, "while", "while", "F32", [10], (start,))
     loop.called_computation_ids.extend([condition.id, body.id])
-    path = write_trace(tmp_path / "t.xplane.pb", {4: ("jit_loop(4)", program.bytes())},
-                       [("jit_loop", "step_add", 4), ("jit_loop", "lonely_negate", 4)])
+    path = write_trace(
+        tmp_path / "t.xplane.pb",
+        {4: ("jit_loop(4)", program.bytes())},
+        [("jit_loop", "step_add", 4), ("jit_loop", "lonely_negate", 4)],
+    )
     assert list(hc.hlo_costs(path)["op"]) == ["step_add"]
     with_kernels = hc.hlo_costs(read_trace(path))
     assert list(with_kernels["op"]) == ["step_add", "lonely_negate"]
@@ -209,13 +255,19 @@ def test_programs_without_hlo_give_no_rows(tmp_path):
 
 def test_a_corrupt_hlo_proto_is_one_warning_and_the_other_programs_count(tmp_path):
     good = matmul_program(8, 8, 8, program_id=7).bytes()
-    path = write_trace(tmp_path / "t.xplane.pb", {7: ("jit_matmul(7)", good), 8: ("jit_bad(8)", b"\xff\xff\xff garbage"),
-                                                  9: ("jit_cut(9)", good[: len(good) // 2])})
+    path = write_trace(
+        tmp_path / "t.xplane.pb",
+        {
+            7: ("jit_matmul(7)", good),
+            8: ("jit_bad(8)", b"\xff\xff\xff garbage"),
+            9: ("jit_cut(9)", good[: len(good) // 2]),
+        },
+    )
     with pytest.warns(RunFileWarning) as caught:
         table = hc.hlo_costs(path)
     assert len(caught) == 1
     assert "2 of 3" in str(caught[0].message) and "jit_bad(8)" in str(caught[0].message)
-    assert list(table["op"]) == ["dot.1"] and only(table, "dot.1")["flops"] == 2 * 8 ** 3
+    assert list(table["op"]) == ["dot.1"] and only(table, "dot.1")["flops"] == 2 * 8**3
     assert "2 of 3" in table.attrs["note"]
 
 
@@ -231,7 +283,7 @@ def test_the_costs_need_no_tensorflow(tmp_path, monkeypatch):
             table = hc.hlo_costs(path)
     finally:
         hc._protos.cache_clear()
-    assert list(table["op"]) == ["dot.1"] and only(table, "dot.1")["flops"] == 2 * 8 ** 3
+    assert list(table["op"]) == ["dot.1"] and only(table, "dot.1")["flops"] == 2 * 8**3
     assert table.attrs["note"] == ""
 
 
@@ -261,9 +313,9 @@ def test_the_real_gemm_traces_roofline_in_a_process_that_cannot_import_tensorflo
         "from analysis.pipeline import analyze\n"
         f"roofline = analyze({str(GEMM)!r}).roofline\n"
         "print(json.dumps([roofline['flops_per_step'], roofline['bytes_per_step'], roofline['dtype'],\n"
-        "                  [name for name, module in sys.modules.items() if name.split('.')[0] == 'tensorflow' and module]]))\n")
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+        "                  [name for name, module in sys.modules.items() if name.split('.')[0] == 'tensorflow' and module]]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     flops, bytes_, dtype, imported = json.loads(done.stdout.splitlines()[-1])
     assert flops == pytest.approx(149_255_705_941.33334, rel=1e-12)
@@ -281,8 +333,11 @@ def test_the_schema_is_wire_compatible_with_xlas_own_as_tensorflow_ships_it():
     def same(ours, theirs):
         for field in ours.fields:
             upstream = theirs.fields_by_name[field.name]
-            assert (field.number, field.type, field.is_repeated) == \
-                (upstream.number, upstream.type, upstream.is_repeated), f"{ours.name}.{field.name}"
+            assert (field.number, field.type, field.is_repeated) == (
+                upstream.number,
+                upstream.type,
+                upstream.is_repeated,
+            ), f"{ours.name}.{field.name}"
             for kind in ("message_type", "enum_type"):
                 if getattr(field, kind) is not None:
                     assert getattr(field, kind).name == getattr(upstream, kind).name, f"{ours.name}.{field.name}"
@@ -296,15 +351,27 @@ def test_the_schema_is_wire_compatible_with_xlas_own_as_tensorflow_ships_it():
     assert {name: theirs.get(name) for name in ours} == ours
     program = matmul_program(64, 32, 16).proto
     program.hlo_module.computations[0].instructions[2].backend_config = b'{"k": 1}'
-    assert xla_hlo_pb2.HloProto.FromString(program.SerializeToString()).SerializeToString() == \
-        program.SerializeToString()
+    assert (
+        xla_hlo_pb2.HloProto.FromString(program.SerializeToString()).SerializeToString() == program.SerializeToString()
+    )
 
 
 def test_device_planes_state_their_specs(tmp_path):
-    path = write_trace(tmp_path / "t.xplane.pb", {}, [("jit_f", "f", 1)], device_stats={
-        "device_vendor": "AMD", "clock_rate": 2_100_000, "core_count": 304, "memory_bandwidth": 2_662_400_000_000,
-        "memory_size": 206_141_652_992, "compute_cap_major": 9, "compute_cap_minor": 4,
-        "peak_teraflops_per_second": 1307.4})
+    path = write_trace(
+        tmp_path / "t.xplane.pb",
+        {},
+        [("jit_f", "f", 1)],
+        device_stats={
+            "device_vendor": "AMD",
+            "clock_rate": 2_100_000,
+            "core_count": 304,
+            "memory_bandwidth": 2_662_400_000_000,
+            "memory_size": 206_141_652_992,
+            "compute_cap_major": 9,
+            "compute_cap_minor": 4,
+            "peak_teraflops_per_second": 1307.4,
+        },
+    )
     expected = DeviceSpecs("/device:GPU:0", "AMD", 2.6624e12, 2.1e9, 304.0, 206_141_652_992.0, "9.4", 1.3074e15)
     assert device_specs(path) == {"/device:GPU:0": expected}
     assert TraceView(read_trace(path)).device_specs == {"/device:GPU:0": expected}

@@ -26,11 +26,13 @@ from run_fixtures import make_run as make_small_run
 
 def test_steps_csv_skips_rows_that_do_not_parse_with_one_warning(tmp_path):
     good = [step_line(i) for i in range(6)]
-    bad = ["1,6,1,1700000000.06,,8.0,1.0,10.0,100",  # empty cell
-           "1,7,1,1700000000.07,oops,8.0,1.0,10.0,100",  # not a number
-           "1,8,1,1700000000.08,inf,8.0,1.0,10.0,100",  # infinite
-           "1,9,1,1700000000.09,1.0,8.0",  # too few cells
-           "1,10,1,1700000000.10,-5,8.0,1.0,10.0,100"]  # negative time
+    bad = [
+        "1,6,1,1700000000.06,,8.0,1.0,10.0,100",  # empty cell
+        "1,7,1,1700000000.07,oops,8.0,1.0,10.0,100",  # not a number
+        "1,8,1,1700000000.08,inf,8.0,1.0,10.0,100",  # infinite
+        "1,9,1,1700000000.09,1.0,8.0",  # too few cells
+        "1,10,1,1700000000.10,-5,8.0,1.0,10.0,100",
+    ]  # negative time
     path = tmp_path / "steps.csv"
     path.write_text("\n".join([HEADER, *good[:3], *bad, *good[3:]]) + "\n" + step_line(99)[:12])  # cut-off last line
     with pytest.warns(RunFileWarning) as caught:
@@ -49,10 +51,13 @@ def test_clean_steps_csv_reads_without_warning(tmp_path):
         assert len(run_files.read_steps_csv(path)) == 3
 
 
-@pytest.mark.parametrize("content, expected", [
-    ("[1, 2, 3]", "expected a JSON object, got a list"),
-    ("{\"status\": ", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        ("[1, 2, 3]", "expected a JSON object, got a list"),
+        ('{"status": ', "not valid JSON"),
+    ],
+)
 def test_run_json_that_is_not_an_object_names_the_file(tmp_path, content, expected):
     path = tmp_path / "run.json"
     path.write_text(content)
@@ -114,8 +119,15 @@ def contended_host_rows(cores=2, system_pct=98.0, proc_cores=1.0, samples=6):
     """A host.csv where the machine is busy but the training process uses only `proc_cores` cores."""
     rows = []
     for i in range(samples):
-        rows.append({"time_s": float(i), "cpu_pct": system_pct, **{f"cpu{c}_pct": system_pct for c in range(cores)},
-                     "proc_cpu_pct": 100.0 * proc_cores, "proc_rss_bytes": 1e8})
+        rows.append(
+            {
+                "time_s": float(i),
+                "cpu_pct": system_pct,
+                **{f"cpu{c}_pct": system_pct for c in range(cores)},
+                "proc_cpu_pct": 100.0 * proc_cores,
+                "proc_rss_bytes": 1e8,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -144,8 +156,10 @@ def test_cpu_contention_is_named_in_analyze_and_compare(tmp_path, capsys, proc_c
 
 
 def test_images_per_second_means_training_images_over_training_seconds_everywhere(tmp_path, capsys):
-    epochs = [{"epoch": 1, "seconds": 3.0, "train_seconds": 2.5, "images": 1000, "images_per_second": 400.0},
-              {"epoch": 2, "seconds": 2.0, "train_seconds": 1.6, "images": 1000, "images_per_second": 625.0}]
+    epochs = [
+        {"epoch": 1, "seconds": 3.0, "train_seconds": 2.5, "images": 1000, "images_per_second": 400.0},
+        {"epoch": 2, "seconds": 2.0, "train_seconds": 1.6, "images": 1000, "images_per_second": 625.0},
+    ]
     run = make_run(tmp_path / "run", [step_line(i) for i in range(8)], epochs=epochs)
     assert cli.main(["compare", str(run), "--format", "json"]) == 0
     row = json.loads(capsys.readouterr().out)["rows"][0]
@@ -156,8 +170,17 @@ def test_images_per_second_means_training_images_over_training_seconds_everywher
 def test_epoch_result_carries_both_rates():
     from models.training import EpochResult
 
-    result = EpochResult(epoch=1, seconds=2.0, train_seconds=1.6, images=1000, images_per_second=625.0, loss=1.0,
-                         accuracy=0.5, val_loss=1.0, val_accuracy=0.5)
+    result = EpochResult(
+        epoch=1,
+        seconds=2.0,
+        train_seconds=1.6,
+        images=1000,
+        images_per_second=625.0,
+        loss=1.0,
+        accuracy=0.5,
+        val_loss=1.0,
+        val_accuracy=0.5,
+    )
     record = result.as_dict()
     assert record["images_per_second"] == 625.0 and record["epoch_images_per_second"] == pytest.approx(500.0)
 
@@ -167,16 +190,16 @@ def test_a_multi_worker_run_directory_has_one_row_per_worker_and_names_the_strag
 
     import trace_fixtures as fx
 
-    session = fx.write_synthetic_session(tmp_path / "session", workers=2, slow_worker=1, slow_part="host",
-                                         extra_ms=8.0)
+    session = fx.write_synthetic_session(tmp_path / "session", workers=2, slow_worker=1, slow_part="host", extra_ms=8.0)
     job = tmp_path / "job"
     job.mkdir()
     (job / "run.json").write_text(json.dumps({"status": "complete", "workers": ["worker-0", "worker-1"]}))
     for index, trace in enumerate(session.files):
         worker = job / f"worker-{index}"
         worker.mkdir()
-        (worker / "run.json").write_text(json.dumps({"status": "complete", "device": {"kind": "gpu",
-                                                                                       "host": f"node-{index}"}}))
+        (worker / "run.json").write_text(
+            json.dumps({"status": "complete", "device": {"kind": "gpu", "host": f"node-{index}"}})
+        )
         (worker / "plugins" / "profile" / "s").mkdir(parents=True)
         shutil.copy(trace, worker / "plugins" / "profile" / "s" / "host.xplane.pb")
     assert cli.main(["analyze", str(job), "--format", "json"]) == 0
@@ -288,8 +311,16 @@ def test_shuffled_sampler_rows_are_sorted_by_time_with_a_warning(tmp_path):
     pd.testing.assert_frame_equal(result.steps[per_step], expected.steps[per_step])
 
 
-@pytest.mark.parametrize("column, value", [("cpu_pct", 1e9), ("cpu_pct", -50.0), ("proc_cpu_pct", float("inf")),
-                                           ("proc_rss_bytes", -1.0), ("proc_rss_bytes", 1e30)])
+@pytest.mark.parametrize(
+    "column, value",
+    [
+        ("cpu_pct", 1e9),
+        ("cpu_pct", -50.0),
+        ("proc_cpu_pct", float("inf")),
+        ("proc_rss_bytes", -1.0),
+        ("proc_rss_bytes", 1e30),
+    ],
+)
 def test_sampler_values_no_sampler_writes_read_as_empty_with_a_warning(tmp_path, capsys, column, value):
     """A share over 100 % failed the report's own check ("internal error"); an infinite one printed
     "inf %". Such cells read as empty, named once; the other cells and rows stand."""
@@ -306,7 +337,8 @@ def test_sampler_values_no_sampler_writes_read_as_empty_with_a_warning(tmp_path,
     assert [str(w.message) for w in caught] == [
         f"{host}: values no sampler writes (a share outside 0-100 %, a negative, infinite or impossibly large amount) "
         "read as empty: "
-        f"{column} (3)"]
+        f"{column} (3)"
+    ]
     assert samples[column].isna().tolist() == [False, False, True, True, True, False, False, False]
     assert samples.drop(columns=column).equals(pd.read_csv(good / "utilization" / "host.csv").drop(columns=column))
     for command in (["analyze", bad], ["analyze", bad, "--format", "json"], ["compare", bad, good]):
@@ -318,11 +350,14 @@ def test_sampler_values_no_sampler_writes_read_as_empty_with_a_warning(tmp_path,
 # ---------------------------------------------------------------- run.json and steps.csv that cannot be read
 
 
-@pytest.mark.parametrize("content, expect", [
-    (b"", "not valid JSON"),
-    (b"\x00\xff\xfe binary junk \x89PNG", "not valid JSON"),
-    (b"[" * 100_000, "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "content, expect",
+    [
+        (b"", "not valid JSON"),
+        (b"\x00\xff\xfe binary junk \x89PNG", "not valid JSON"),
+        (b"[" * 100_000, "not valid JSON"),
+    ],
+)
 def test_run_json_that_is_no_json_is_one_error_line(tmp_path, capsys, content, expect):
     run = small_run(tmp_path / "run")
     (run / "run.json").write_bytes(content)
@@ -341,8 +376,9 @@ def test_a_folder_named_like_a_run_file_is_one_error_line(tmp_path, capsys):
     error_line(err)
 
 
-@pytest.mark.parametrize("cell", [("step_ms", "1e300"), ("call_ms", "1e12"), ("images", "1e30"),
-                                  ("start_time_s", "1e200")])
+@pytest.mark.parametrize(
+    "cell", [("step_ms", "1e300"), ("call_ms", "1e12"), ("images", "1e30"), ("start_time_s", "1e200")]
+)
 def test_one_absurd_steps_csv_row_is_dropped_with_a_warning_not_the_analysis(tmp_path, cell):
     from analysis.read.run_files import RunFileWarning
     from run_fixtures import make_run, step_line
@@ -434,7 +470,9 @@ def test_a_steps_csv_without_its_header_names_its_first_line(tmp_path):
 def test_a_steps_csv_missing_some_columns_still_names_them(tmp_path):
     lines = [HEADER, *[step_line(i) for i in range(3)]]
     text = "\n".join(",".join(line.split(",")[:4]) for line in lines) + "\n"
-    assert _steps_csv(tmp_path, text.encode()).endswith("missing columns input_ms, call_ms, other_host_ms, step_ms, images")
+    assert _steps_csv(tmp_path, text.encode()).endswith(
+        "missing columns input_ms, call_ms, other_host_ms, step_ms, images"
+    )
 
 
 # ---------------------------------------------------------------- worker folders; a run file that cannot be read beside a trace
@@ -453,11 +491,17 @@ def test_two_folders_naming_the_same_worker_read_the_one_devprof_writes_and_say_
     assert "worker-1, worker-001 all name worker 1; worker-1 is read" in messages[1]
 
 
-@pytest.mark.parametrize("odd, said", [
-    ("zero", r"run\.json: a character device, not a regular file: not read"),
-    ("fifo", r"steps\.csv: a FIFO, not a regular file: not read"),
-    ("truncated", r"run\.json: not valid JSON .*: the run's settings are not read; its trace is analysed without them"),
-])
+@pytest.mark.parametrize(
+    "odd, said",
+    [
+        ("zero", r"run\.json: a character device, not a regular file: not read"),
+        ("fifo", r"steps\.csv: a FIFO, not a regular file: not read"),
+        (
+            "truncated",
+            r"run\.json: not valid JSON .*: the run's settings are not read; its trace is analysed without them",
+        ),
+    ],
+)
 def test_a_run_file_that_cannot_be_read_is_named_once_and_the_trace_still_analysed(tmp_path, odd, said):
     from analysis.read.run_files import RunFileWarning
 
@@ -487,8 +531,11 @@ def test_a_job_folder_left_out_is_named(tmp_path):
     shutil.copytree(job.path / "worker-1", job.path / "worker-1 (copy)")
     shutil.copytree(job.path / "worker-1", job.path / "worker-2")
     (job.path / "worker-2" / "run.json").unlink()
-    with pytest.warns(RunFileWarning, match=r"worker-1 \(copy\) is no worker-<i> name; worker-2 has no run\.json: "
-                                            r"left out of the job"):
+    with pytest.warns(
+        RunFileWarning,
+        match=r"worker-1 \(copy\) is no worker-<i> name; worker-2 has no run\.json: "
+        r"left out of the job",
+    ):
         result = analysis.analyze(job.path)
     assert sorted(result.workers["worker"].tolist()) == [0, 1]
 
@@ -528,8 +575,9 @@ def test_duplicated_and_shuffled_steps_are_cleaned_with_one_warning(tmp_path, ca
 
 
 def test_an_epoch_shorter_than_its_steps_is_a_warning_not_a_negative_time(tmp_path, capsys):
-    run = make_small_run(tmp_path / "run", [step_line(i) for i in range(10)],
-                         epochs=[{"epoch": 1, "seconds": 0.05, "images": 1000}])  # the steps take 0.1 s
+    run = make_small_run(
+        tmp_path / "run", [step_line(i) for i in range(10)], epochs=[{"epoch": 1, "seconds": 0.05, "images": 1000}]
+    )  # the steps take 0.1 s
     code, out, err = run_cli(["analyze", run, "--format", "json"], capsys)
     assert code == 0, err
     assert any("less than its steps" in line and "run.json" in line for line in lines_starting(err, "warning:"))
@@ -545,13 +593,23 @@ BAD_RUN_JSON = {
     "nan_images": (lambda m: [e.update(images=float("nan")) for e in m["epochs"]], "'images'"),
     "text_batch": (lambda m: m["config"].update(batch_size="100"), "'config.batch_size'"),
     "peak_string": (lambda m: m.update(peak="fast"), "'peak' must be an object"),
-    "peak_text_rate": (lambda m: m.update(peak={"peak_flops_per_second": {"float32": "4e11"}}),
-                       "peak_flops_per_second.float32 '4e11'"),
-    "peak_absurd_rate": (lambda m: m.update(peak={"peak_flops_per_second": {"float32": 1e300},
-                                                  "ceilings": {"float32": {"matrix_flops_per_second": 1e300}}}),
-                         "peak_flops_per_second.float32 1e+300"),
-    "peak_rates_not_an_object": (lambda m: m.update(peak={"peak_flops_per_second": [4e11], "ceilings": "x"}),
-                                 "peak_flops_per_second [400000000000.0], ceilings 'x'"),
+    "peak_text_rate": (
+        lambda m: m.update(peak={"peak_flops_per_second": {"float32": "4e11"}}),
+        "peak_flops_per_second.float32 '4e11'",
+    ),
+    "peak_absurd_rate": (
+        lambda m: m.update(
+            peak={
+                "peak_flops_per_second": {"float32": 1e300},
+                "ceilings": {"float32": {"matrix_flops_per_second": 1e300}},
+            }
+        ),
+        "peak_flops_per_second.float32 1e+300",
+    ),
+    "peak_rates_not_an_object": (
+        lambda m: m.update(peak={"peak_flops_per_second": [4e11], "ceilings": "x"}),
+        "peak_flops_per_second [400000000000.0], ceilings 'x'",
+    ),
 }
 
 
@@ -599,8 +657,9 @@ def test_an_epoch_listed_twice_is_named_not_a_pandas_error(tmp_path, capsys):
     for argv in (["compare", twice, make_compare_run(tmp_path, "good")], ["analyze", twice]):
         code, out, err = run_cli(argv, capsys)
         assert code == 0 and "reindex" not in err, err
-        assert any("twice/run.json: epoch 1 is listed more than once" in line
-                   for line in lines_starting(err, "warning:")), err
+        assert any(
+            "twice/run.json: epoch 1 is listed more than once" in line for line in lines_starting(err, "warning:")
+        ), err
 
 
 # ---------------------------------------------------------------- a run still running, or left running by a process that is gone
@@ -631,22 +690,40 @@ def test_a_run_left_at_running_by_a_dead_process_says_how_it_ended(tmp_path, cap
         unused += 1
     me, my_start = os.getpid(), psutil.Process().create_time()
     cases = {
-        "crashed": ({"pid": me, "start_time_s": my_start}, host, "Fatal Python error: Segmentation fault\n\nstack\n",
-                    "its process crashed (Fatal Python error: Segmentation fault; every thread's stack is in crash.log)"),
-        "gone": ({"pid": unused, "start_time_s": my_start}, host, None, f"its process (pid {unused} on this host) is gone"),
-        "reused": ({"pid": me, "start_time_s": my_start - 60}, host, None, f"its process (pid {me} on this host) is gone"),
+        "crashed": (
+            {"pid": me, "start_time_s": my_start},
+            host,
+            "Fatal Python error: Segmentation fault\n\nstack\n",
+            "its process crashed (Fatal Python error: Segmentation fault; every thread's stack is in crash.log)",
+        ),
+        "gone": (
+            {"pid": unused, "start_time_s": my_start},
+            host,
+            None,
+            f"its process (pid {unused} on this host) is gone",
+        ),
+        "reused": (
+            {"pid": me, "start_time_s": my_start - 60},
+            host,
+            None,
+            f"its process (pid {me} on this host) is gone",
+        ),
         "alive": ({"pid": me, "start_time_s": my_start + 1}, host, "", None),
         "elsewhere": ({"pid": unused, "start_time_s": my_start}, host + "-other", None, None),
         "no_pid": ({"start_time_s": my_start}, host, None, None),
     }
     for name, (fields, on_host, crash_log, says) in cases.items():
-        run = edit_run_json(make_compare_run(tmp_path, name),
-                            lambda m: (m.update(status="running", **fields), m.setdefault("device", {}).update(host=on_host)))
+        run = edit_run_json(
+            make_compare_run(tmp_path, name),
+            lambda m: (m.update(status="running", **fields), m.setdefault("device", {}).update(host=on_host)),
+        )
         if crash_log is not None:
             (run / "crash.log").write_text(crash_log)
         lost = run_files.RunRecord.read(run / "run.json").ended_unrecorded
-        assert (lost is None) == (says is None) and (says is None or (lost is not None and lost.startswith(says))), \
-            (name, lost)
+        assert (lost is None) == (says is None) and (says is None or (lost is not None and lost.startswith(says))), (
+            name,
+            lost,
+        )
         code, out, err = run_cli(["analyze", run], capsys)
         assert code == 0, err
         assert ("still running" in out) == (says is None), (name, out)

@@ -39,8 +39,10 @@ def _run_file_warnings(caught) -> list[str]:
 
 
 def test_a_crafted_overview_page_is_read_with_its_known_values(window_trace):
-    write_overview(window_trace, input_result(steps=3, step_ms=78.0, input_pct=14.0, host_wait_input_ms=10.92,
-                                              host_compute_ms=40.0))
+    write_overview(
+        window_trace,
+        input_result(steps=3, step_ms=78.0, input_pct=14.0, host_wait_input_ms=10.92, host_compute_ms=40.0),
+    )
     tf = read_tf_analysis(window_trace)
     assert tf is not None and [f.name for f in tf.files] == ["census-like.overview_page.pb"]
     assert (tf.steps, tf.step_ms, tf.input_pct, tf.hardware) == (3, 78.0, 14.0, "CPU_ONLY")
@@ -77,8 +79,9 @@ def test_the_reading_happens_once_in_the_read_stage(window_trace):
 
 
 def test_the_input_pipeline_file_wins_and_the_overview_gives_the_verdict(window_trace):
-    write_overview(window_trace, input_result(steps=1, step_ms=50.0, input_pct=2.0), bound="device",
-                   statement="NOT input-bound")
+    write_overview(
+        window_trace, input_result(steps=1, step_ms=50.0, input_pct=2.0), bound="device", statement="NOT input-bound"
+    )
     write_input_pipeline(window_trace, input_result(steps=4, step_ms=79.0, input_pct=13.0))
     tf = read_tf_analysis(window_trace)
     assert tf is not None
@@ -98,10 +101,16 @@ def test_a_step_source_difference_is_explained_in_one_note(window_trace):
 
 def test_an_exposed_host_to_device_copy_is_named_when_tensorflow_counts_no_input(tmp_path):
     """TensorFlow counts a copy no kernel overlaps as no input; devprof counts it (the device waits for its data)."""
-    trace = fx.write_synthetic_device_trace(tmp_path / "plugins/profile/s/gpu.xplane.pb", gpus=1, empty_gpus=0,
-                                            steps=5, kernel_ms=6.0, h2d_ms=1.5)
-    write_overview(trace.path, input_result(steps=5, step_ms=12.0, input_pct=0.0, host_wait_input_ms=0.0,
-                                            host_to_device_ms=0.0, hardware="GPU"), bound="device")
+    trace = fx.write_synthetic_device_trace(
+        tmp_path / "plugins/profile/s/gpu.xplane.pb", gpus=1, empty_gpus=0, steps=5, kernel_ms=6.0, h2d_ms=1.5
+    )
+    write_overview(
+        trace.path,
+        input_result(
+            steps=5, step_ms=12.0, input_pct=0.0, host_wait_input_ms=0.0, host_to_device_ms=0.0, hardware="GPU"
+        ),
+        bound="device",
+    )
     analysis = analyze(trace.path)
     assert analysis.mean["input_pct"] == pytest.approx(12.5)  # 1.5 ms exposed copy of a 12 ms step
     opinion = analysis.tensorflow
@@ -112,13 +121,16 @@ def test_an_exposed_host_to_device_copy_is_named_when_tensorflow_counts_no_input
 
 
 def test_steps_found_another_way_are_named_in_the_note(tmp_path):
-    trace = fx.write_synthetic_device_trace(tmp_path / "plugins/profile/s/gpu.xplane.pb", gpus=1, empty_gpus=0,
-                                            steps=5, kernel_ms=6.0, h2d_ms=1.5)
+    trace = fx.write_synthetic_device_trace(
+        tmp_path / "plugins/profile/s/gpu.xplane.pb", gpus=1, empty_gpus=0, steps=5, kernel_ms=6.0, h2d_ms=1.5
+    )
     write_overview(trace.path, input_result(steps=4, step_ms=9.0, input_pct=12.0, hardware="GPU"))
     opinion = analyze(trace.path).tensorflow
     assert opinion.step_diff_pct == pytest.approx(100 * 3 / 9) and abs(opinion.input_diff_points) < 5
-    assert ("the steps are not the same: devprof's are executions of "
-            f"'{trace.step_name}' (5 steady), TensorFlow's its own grouping (4 steps)") in opinion.note
+    assert (
+        "the steps are not the same: devprof's are executions of "
+        f"'{trace.step_name}' (5 steady), TensorFlow's its own grouping (4 steps)"
+    ) in opinion.note
     assert "host-to-device" not in opinion.note
 
 
@@ -180,8 +192,11 @@ def test_the_oracle_puts_tensorflows_figures_beside_devprofs(window_trace):
 @pytest.mark.skipif(not CENSUS.is_dir(), reason="the real traces folder beside the repository is not here")
 def test_the_real_census_trace_has_tensorflows_own_figures_beside_devprofs():
     xplane = fx.find_xplane(CENSUS)
-    assert tensorflow_own_analysis(xplane) == {"steps": 1, "step_ms": pytest.approx(6.408728),
-                                               "input_pct": pytest.approx(1.4123707543837092)}
+    assert tensorflow_own_analysis(xplane) == {
+        "steps": 1,
+        "step_ms": pytest.approx(6.408728),
+        "input_pct": pytest.approx(1.4123707543837092),
+    }
     analysis = analyze(CENSUS)
     opinion = analysis.tensorflow
     tf = opinion.tensorflow

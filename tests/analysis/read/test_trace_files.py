@@ -96,7 +96,12 @@ def test_a_file_of_zeros_of_any_size_is_refused_at_its_first_byte(tmp_path, size
     _sparse(trace, size)
     reads = []
     real_readv = os.readv
-    monkeypatch.setattr(os, "readv", lambda fd, buffers: reads.append(fd) or real_readv(fd, buffers))
+
+    def counted_readv(fd, buffers):
+        reads.append(fd)
+        return real_readv(fd, buffers)
+
+    monkeypatch.setattr(os, "readv", counted_readv)
     with pytest.raises(TraceError, match=r"field number 0 at byte 0: not a protobuf message"):
         analysis.analyze(trace)
     assert reads == []  # refused from its header, before the whole file is read
@@ -131,8 +136,9 @@ size, buffer = trace._open_trace(Path({str(copy)!r}))
 os.truncate({str(copy)!r}, 0)  # another program rewrites the file while devprof holds its bytes
 print(size, sum(buffer[i] for i in range(0, size, 512)) >= 0, len(buffer[:]) == size)
 """
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
     assert proc.returncode == 0, (proc.returncode, proc.stderr.decode()[-500:])  # -7: SIGBUS
     assert proc.stdout.decode().split()[1:] == ["True", "True"]
 
@@ -140,7 +146,7 @@ print(size, sum(buffer[i] for i in range(0, size, 512)) >= 0, len(buffer[:]) == 
 # ---------------------------------------------------------------- clocks out of range, names not UTF-8, a plane given twice
 
 
-@pytest.mark.parametrize("base_ns", [-10**9, 2**63 - 10**12])
+@pytest.mark.parametrize("base_ns", [-(10**9), 2**63 - 10**12])
 def test_a_trace_on_a_clock_before_1970_or_past_2100_is_refused_not_misread(tmp_path, base_ns):
     from analysis.read.trace import TraceError
 

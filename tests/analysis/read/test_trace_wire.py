@@ -52,8 +52,15 @@ def _reference(space) -> tuple[list[tuple], list[tuple]]:
 def _assert_matches(path: Path, space) -> trace.Trace:
     read = trace.read_trace(path)
     events, stats = _reference(space)
-    got = list(zip(read.events["plane"], read.events["line"], read.events["name"].astype(object),
-                   read.events["start_ns"], read.events["end_ns"]))
+    got = list(
+        zip(
+            read.events["plane"],
+            read.events["line"],
+            read.events["name"].astype(object),
+            read.events["start_ns"],
+            read.events["end_ns"],
+        )
+    )
     assert got == events
     every = trace.event_stats(path)
     assert list(zip(every["event"], every["stat"].astype(object), every["value"])) == stats
@@ -126,8 +133,7 @@ def test_every_field_reads_as_protobuf_reads_it(tmp_path):
 def test_long_lines_are_split_into_blocks_and_joined(tmp_path, monkeypatch):
     """Lines walked block by block: guesses that land on a stat, inside a string that looks
     like events, or inside an event longer than a block, all join into the one true chain."""
-    for name, value in (("SERIAL_BYTES", 64), ("WINDOW_BYTES", 5000), ("BLOCK_BYTES", 96),
-                        ("CHUNK_EVENTS", 70)):
+    for name, value in (("SERIAL_BYTES", 64), ("WINDOW_BYTES", 5000), ("BLOCK_BYTES", 96), ("CHUNK_EVENTS", 70)):
         monkeypatch.setattr(wire, name, value)
     space = _long_space()
     path = tmp_path / "long.xplane.pb"
@@ -149,15 +155,18 @@ def _long_space():
     for line_id in range(3):
         line = plane.lines.add(id=line_id, name=f"thread {line_id}", timestamp_ns=10**9 * line_id)
         for i in range(int(rng.integers(300, 900))):
-            event = line.events.add(metadata_id=int(rng.integers(1, 40)), offset_ps=int(rng.integers(0, 2**45)),
-                                    duration_ps=int(rng.integers(0, 2**30)))
+            event = line.events.add(
+                metadata_id=int(rng.integers(1, 40)),
+                offset_ps=int(rng.integers(0, 2**45)),
+                duration_ps=int(rng.integers(0, 2**30)),
+            )
             for _ in range(int(rng.integers(0, 4))):
                 stat = event.stats.add(metadata_id=int(rng.integers(1, len(trace.EVENT_STAT_COLUMNS) + 1)))
                 choice = rng.integers(0, 4)
                 if choice == 0:
                     stat.uint64_value = int(rng.integers(0, 2**63)) * 2 + 1
                 elif choice == 1:
-                    stat.int64_value = int(rng.integers(-2**40, 2**40))
+                    stat.int64_value = int(rng.integers(-(2**40), 2**40))
                 elif choice == 2:
                     stat.str_value = decoy.decode("latin-1") if rng.random() < 0.3 else "a" * int(rng.integers(0, 400))
                 else:
@@ -166,9 +175,13 @@ def _long_space():
 
 
 def _decoded_fields(space) -> dict:
-    return {**{name: value for name, value in vars(space.events).items()}, "stat_values": list(space.stat_values),
-            "stat_name_code": space.stat_name_code, "stat_names": space.stat_names,
-            "lines": [vars(line) for line in space.lines]}
+    return {
+        **{name: value for name, value in vars(space.events).items()},
+        "stat_values": list(space.stat_values),
+        "stat_name_code": space.stat_name_code,
+        "stat_names": space.stat_names,
+        "lines": [vars(line) for line in space.lines],
+    }
 
 
 def _assert_same_decoding(one, other) -> None:
@@ -367,8 +380,13 @@ _WITHOUT_TENSORFLOW = textwrap.dedent("""
 @pytest.mark.slow
 def test_analysis_runs_without_tensorflow_or_keras(tmp_path):
     synthetic = fx.write_synthetic_device_trace(tmp_path / "log" / "plugins" / "profile" / "s1" / "host.xplane.pb")
-    done = subprocess.run([sys.executable, "-c", _WITHOUT_TENSORFLOW, str(tmp_path / "log")], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_TENSORFLOW, str(tmp_path / "log")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["loaded"] == []

@@ -68,8 +68,12 @@ def test_mcp_answers_are_inert(trace):
 @pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
 def test_a_console_that_cannot_show_a_character_still_gets_the_whole_report(trace, tmp_path, encoding):
     env = {**os.environ, "PYTHONIOENCODING": encoding, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "profiler.cli", "analyze", str(trace), "--out", str(tmp_path / "o")],
-                          capture_output=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "profiler.cli", "analyze", str(trace), "--out", str(tmp_path / "o")],
+        capture_output=True,
+        env=env,
+        timeout=300,
+    )
     out, err = proc.stdout.decode(encoding), proc.stderr.decode(encoding)
     assert proc.returncode == 0, err
     assert "UnicodeEncodeError" not in err and "verdict:" in out and "top ops" in out
@@ -87,8 +91,12 @@ def test_run_files_and_folder_names_reach_the_console_and_files_inert(tmp_path):
     meta["device"]["name"] = "CPU\x1b[31m\x9b"
     (run / "run.json").write_text(json.dumps(meta))
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "profiler.cli", "analyze", str(run), "--out", str(out)],
-                          capture_output=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.run(
+        [sys.executable, "-m", "profiler.cli", "analyze", str(run), "--out", str(out)],
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert proc.returncode == 0, proc.stderr.decode()
     assert_inert(proc.stdout.decode(), "stdout")
     assert_inert(proc.stderr.decode(), "stderr")

@@ -20,14 +20,31 @@ from run_fixtures import make_run as make_small_run
 from run_fixtures import step_line
 
 
-@pytest.mark.parametrize("text", ['=HYPERLINK("http://x","click")', "=1+2", "+1+2", "-1+2", "@SUM(A1:A2)",
-                                  "\t=1+2", "\r=1+2", "-", "+", "=", "-cmd|' /C calc'!A0", "-inf", "-1.5x"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '=HYPERLINK("http://x","click")',
+        "=1+2",
+        "+1+2",
+        "-1+2",
+        "@SUM(A1:A2)",
+        "\t=1+2",
+        "\r=1+2",
+        "-",
+        "+",
+        "=",
+        "-cmd|' /C calc'!A0",
+        "-inf",
+        "-1.5x",
+    ],
+)
 def test_formula_text_gets_a_leading_quote(text):
     assert neutralize_cell(text) == "'" + text
 
 
-@pytest.mark.parametrize("value", ["run-1", "cpu", "", " =1+2", "a=b", "1+2", "'=1", "é=", "-1.5", "+3", "-2e-3",
-                                   ".5", "-0", "12"])
+@pytest.mark.parametrize(
+    "value", ["run-1", "cpu", "", " =1+2", "a=b", "1+2", "'=1", "é=", "-1.5", "+3", "-2e-3", ".5", "-0", "12"]
+)
 def test_other_text_and_plain_numbers_stay(value):
     assert neutralize_cell(value) == value
 
@@ -42,8 +59,14 @@ def test_nan_stays_nan():
 
 
 def test_a_frame_keeps_its_numeric_columns_and_quotes_its_text():
-    frame = pd.DataFrame({"run": ["=1+2", "base", "@x"], "seconds": [-1.0, 2.0, 3.5], "images": [1, 2, 3],
-                          "note": ["-1.5", None, "+SUM(A1)"]})
+    frame = pd.DataFrame(
+        {
+            "run": ["=1+2", "base", "@x"],
+            "seconds": [-1.0, 2.0, 3.5],
+            "images": [1, 2, 3],
+            "note": ["-1.5", None, "+SUM(A1)"],
+        }
+    )
     safe = neutralize_frame(frame)
     assert list(safe["run"]) == ["'=1+2", "base", "'@x"]
     assert list(safe["note"][[0, 2]]) == ["-1.5", "'+SUM(A1)"] and pd.isna(safe["note"][1])
@@ -55,8 +78,13 @@ def test_a_frame_keeps_its_numeric_columns_and_quotes_its_text():
 
 
 def test_object_categorical_and_string_columns():
-    frame = pd.DataFrame({"obj": pd.Series(["=a", None, 3], dtype=object), "cat": pd.Categorical(["=b", "b", "b"]),
-                          "text": pd.Series(["@c", None, "d"], dtype="string")})
+    frame = pd.DataFrame(
+        {
+            "obj": pd.Series(["=a", None, 3], dtype=object),
+            "cat": pd.Categorical(["=b", "b", "b"]),
+            "text": pd.Series(["@c", None, "d"], dtype="string"),
+        }
+    )
     safe = neutralize_frame(frame)
     assert list(safe["obj"]) == ["'=a", None, 3]
     assert list(safe["cat"]) == ["'=b", "b", "b"]
@@ -86,8 +114,11 @@ def test_the_csvs_a_run_writes_hold_numbers_only(tmp_path):
     from profiler.samplers.runner import format_value
 
     writer = rundir.StepsWriter(tmp_path / "steps.csv")
-    writer.write(StepRecord(epoch=1, step=0, steps=1, start_time_s=1.5, input_ms=-0.0, call_ms=2.0, other_host_ms=0.1,
-                            images=100))
+    writer.write(
+        StepRecord(
+            epoch=1, step=0, steps=1, start_time_s=1.5, input_ms=-0.0, call_ms=2.0, other_host_ms=0.1, images=100
+        )
+    )
     writer.close()
     header, row = list(csv.reader((tmp_path / "steps.csv").open()))
     assert all(not needs_quote(name) for name in header)
@@ -99,17 +130,25 @@ def test_the_csvs_a_run_writes_hold_numbers_only(tmp_path):
 
 # ---------------------------------------------------------------- frame_csv: the same text, faster
 
+
 def _frames() -> dict[str, pd.DataFrame]:
     rng = np.random.default_rng(0)
     floats = rng.integers(0, 2**64, 20_000, dtype=np.uint64).view(np.float64)  # every exponent
     floats = np.concatenate([floats[np.isfinite(floats)], [0.0, -0.0, np.inf, -np.inf, np.nan, 1e16, 1e-5, 0.1]])
     return {
-        "every kind": pd.DataFrame({
-            "run": ["=1+2", "base", "@x", "a,b", 'q"t', "line\nbreak", "cr\rx", "", None, " sp"] * 3,
-            "seconds": [-1.0, 2.0, np.nan, 1e16, -0.0, 0.1, 1e-7, np.inf, 3.0, 4.0] * 3,
-            "images": list(range(30)), "flag": [True, False] * 15, "n": pd.array([1, None, 3] * 10, dtype="Int64"),
-            "cat": pd.Categorical(["=b", "b", None] * 10), "text": pd.Series(["@c", None, "d,e"] * 10, dtype="string"),
-            "s": pd.Series(["-1.5", "+3", "-x"] * 10, dtype="str"), "u": np.arange(30, dtype=np.uint64)}),
+        "every kind": pd.DataFrame(
+            {
+                "run": ["=1+2", "base", "@x", "a,b", 'q"t', "line\nbreak", "cr\rx", "", None, " sp"] * 3,
+                "seconds": [-1.0, 2.0, np.nan, 1e16, -0.0, 0.1, 1e-7, np.inf, 3.0, 4.0] * 3,
+                "images": list(range(30)),
+                "flag": [True, False] * 15,
+                "n": pd.array([1, None, 3] * 10, dtype="Int64"),
+                "cat": pd.Categorical(["=b", "b", None] * 10),
+                "text": pd.Series(["@c", None, "d,e"] * 10, dtype="string"),
+                "s": pd.Series(["-1.5", "+3", "-x"] * 10, dtype="str"),
+                "u": np.arange(30, dtype=np.uint64),
+            }
+        ),
         "floats of every size": pd.DataFrame({"a": floats, "b": floats[::-1]}),
         "1 and 1.0 in one object column": pd.DataFrame({"a": pd.Series([1, 1.0, "x", True], dtype=object), "b": 1}),
         "no rows": pd.DataFrame({"a": pd.Series([], dtype=object), "b": pd.Series([], dtype=float)}),
@@ -135,10 +174,15 @@ def test_frame_csv_writes_a_long_frame_faster():
     import time
 
     rows = 60_000
-    frame = pd.DataFrame({"allocator": pd.Series(["mklcpu", "cpu"] * (rows // 2), dtype="str"),
-                          "time_ms": np.arange(rows) / 7.0, "bytes": np.arange(rows, dtype=float) * 256.0,
-                          "op": pd.Series(["Conv2D", None, "=x"] * (rows // 3) + ["y"] * (rows % 3), dtype=object),
-                          "step": pd.array(np.arange(rows), dtype="Int64")})
+    frame = pd.DataFrame(
+        {
+            "allocator": pd.Series(["mklcpu", "cpu"] * (rows // 2), dtype="str"),
+            "time_ms": np.arange(rows) / 7.0,
+            "bytes": np.arange(rows, dtype=float) * 256.0,
+            "op": pd.Series(["Conv2D", None, "=x"] * (rows // 3) + ["y"] * (rows % 3), dtype=object),
+            "step": pd.array(np.arange(rows), dtype="Int64"),
+        }
+    )
     start = time.perf_counter()
     fast = frame_csv(frame)
     fast_s = time.perf_counter() - start
@@ -158,8 +202,9 @@ def run_cli(argv, capsys):
 
 @pytest.fixture(scope="module")
 def device_trace(tmp_path_factory):
-    return fx.write_synthetic_device_trace(tmp_path_factory.mktemp("gpu") / "plugins/profile/s/h.xplane.pb",
-                                           gpus=2, empty_gpus=0)
+    return fx.write_synthetic_device_trace(
+        tmp_path_factory.mktemp("gpu") / "plugins/profile/s/h.xplane.pb", gpus=2, empty_gpus=0
+    )
 
 
 FORMULA = '=HYPERLINK("evil.example","click")'

@@ -27,8 +27,9 @@ from profiler import cli
 
 @pytest.fixture(scope="module")
 def gpu_trace(tmp_path_factory):
-    return fx.write_synthetic_device_trace(tmp_path_factory.mktemp("gpu") / "logs" / "plugins" / "profile" / "s" /
-                                           "host.xplane.pb")
+    return fx.write_synthetic_device_trace(
+        tmp_path_factory.mktemp("gpu") / "logs" / "plugins" / "profile" / "s" / "host.xplane.pb"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +41,9 @@ def session(tmp_path_factory):
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
-    return make_run(root, "fast", device="Test CPU"), make_run(root, "slow", device="Other CPU", input_ms=41.0,
-                                                              epoch_seconds=(3.0, 1.0, 1.0))
+    return make_run(root, "fast", device="Test CPU"), make_run(
+        root, "slow", device="Other CPU", input_ms=41.0, epoch_seconds=(3.0, 1.0, 1.0)
+    )
 
 
 # ---------------------------------------------------------------- fast: the page as text
@@ -54,8 +56,10 @@ def test_registry_lists_html_for_both_and_by_extension():
 
 def test_gpu_trace_page_is_self_contained_and_escapes_run_text(gpu_trace):
     result = analysis.analyze(gpu_trace.path)
-    record = RunRecord(Path("run.json"), {"config": {"run_name": EVIL, "batch_size": 32},
-                                          "device": {"kind": "gpu", "name": f"GPU {EVIL}"}})
+    record = RunRecord(
+        Path("run.json"),
+        {"config": {"run_name": EVIL, "batch_size": 32}, "device": {"kind": "gpu", "name": f"GPU {EVIL}"}},
+    )
     hostile = dataclasses.replace(result, record=record, notes=(*result.notes, f"note {EVIL}"))
     page = html.render_analysis(hostile)
     assert_self_contained(page)
@@ -68,7 +72,7 @@ def test_gpu_trace_page_is_self_contained_and_escapes_run_text(gpu_trace):
 
 def test_every_step_part_is_drawn_in_its_color(gpu_trace):
     page = html.render_analysis(analysis.analyze(gpu_trace.path))
-    steps_svg = page[page.index('id="steps"'):page.index('id="utilization"')]
+    steps_svg = page[page.index('id="steps"') : page.index('id="utilization"')]
     for color in ("#d62728", "#2ca02c", "#9467bd", "#1f77b4"):  # input, compute, collective, host
         assert f'fill="{color}"' in steps_svg
 
@@ -97,7 +101,7 @@ def test_per_step_utilization_columns_are_drawn_on_the_step_axis(gpu_trace):
     result = analysis.analyze(gpu_trace.path)
     steps = result.steps.assign(cpu_pct=50.0, proc_cpu_pct=80.0, gpu_util_pct=90.0, mem_used_bytes=2.0 * 2**30)
     page = html.render_analysis(dataclasses.replace(result, steps=steps))
-    section = page[page.index('id="utilization"'):page.index('id="advice"')]
+    section = page[page.index('id="utilization"') : page.index('id="advice"')]
     assert "Per step" in section and "<polyline" in section and "GPU utilization %" in section
 
 
@@ -105,12 +109,20 @@ def test_samplers_are_drawn_per_step_and_over_the_run(tmp_path):
     run = make_run(tmp_path, "sampled")
     (run / "utilization").mkdir()
     times = 1_700_000_000.0 + np.arange(0, 3.0, 0.1)
-    pd.DataFrame({"time_s": times, "cpu_pct": 60.0, "cpu0_pct": 50.0, "cpu1_pct": 70.0, "proc_cpu_pct": 90.0,
-                  "proc_rss_bytes": 2**30, "mem_used_bytes": 4 * 2**30}).to_csv(run / "utilization" / "host.csv",
-                                                                                index=False)
+    pd.DataFrame(
+        {
+            "time_s": times,
+            "cpu_pct": 60.0,
+            "cpu0_pct": 50.0,
+            "cpu1_pct": 70.0,
+            "proc_cpu_pct": 90.0,
+            "proc_rss_bytes": 2**30,
+            "mem_used_bytes": 4 * 2**30,
+        }
+    ).to_csv(run / "utilization" / "host.csv", index=False)
     result = analysis.analyze(run)
     page = html.render_analysis(result)
-    section = page[page.index('id="utilization"'):page.index('id="advice"')]
+    section = page[page.index('id="utilization"') : page.index('id="advice"')]
     assert "machine CPU %" in section and "training process memory" in section and "epoch 1" in section
     assert "GPU: not recorded" in section
     if "cpu_pct" in result.steps:  # the steps' own utilization, and the whole run below it
@@ -128,26 +140,38 @@ def test_compare_page(two_runs):
 
 # Default run names (profiler/record/rundir.py): a date stamp, then the device and host. Runs started in the same
 # second get -2, -3; what tells these four apart is the time or the number at the end.
-STAMPED = {"20250101-093015-gpu-gpu-1060-workstation": ("093015",),
-           "20250101-093015-gpu-gpu-1060-workstation-2": ("093015", "-2"),
-           "20250101-093015-gpu-gpu-1060-workstation-3": ("093015", "-3"),
-           "20250101-154500-gpu-gpu-1060-workstation": ("154500",)}
+STAMPED = {
+    "20250101-093015-gpu-gpu-1060-workstation": ("093015",),
+    "20250101-093015-gpu-gpu-1060-workstation-2": ("093015", "-2"),
+    "20250101-093015-gpu-gpu-1060-workstation-3": ("093015", "-3"),
+    "20250101-154500-gpu-gpu-1060-workstation": ("154500",),
+}
 
 
 @pytest.fixture
 def stamped_runs(tmp_path):
-    return [make_run(tmp_path / "runs", name, kind="gpu", device="NVIDIA GeForce GTX 1060", input_ms=1.0 + 5 * i,
-                     epoch_seconds=(2.0, 0.6 + 0.1 * i)) for i, name in enumerate(STAMPED)]
+    return [
+        make_run(
+            tmp_path / "runs",
+            name,
+            kind="gpu",
+            device="NVIDIA GeForce GTX 1060",
+            input_ms=1.0 + 5 * i,
+            epoch_seconds=(2.0, 0.6 + 0.1 * i),
+        )
+        for i, name in enumerate(STAMPED)
+    ]
 
 
 def _bar_labels(page: str) -> dict[str, str]:
     """The compare chart's run name (its tooltip's start) -> the label drawn beside its bar."""
     import html as html_lib
 
-    chart = page[page.index('id="chart"'):page.index('id="runs"')]
+    chart = page[page.index('id="chart"') : page.index('id="runs"')]
     rows = re.findall(r"<g><title>([^<]*)</title><text[^>]*>([^<]*)</text>", chart)
-    return {html_lib.unescape(title).split(" (")[0].removesuffix(" *"): html_lib.unescape(label)
-            for title, label in rows}
+    return {
+        html_lib.unescape(title).split(" (")[0].removesuffix(" *"): html_lib.unescape(label) for title, label in rows
+    }
 
 
 def test_compare_chart_labels_keep_what_tells_default_run_names_apart(stamped_runs):
@@ -163,7 +187,7 @@ def test_compare_chart_labels_keep_what_tells_default_run_names_apart(stamped_ru
         assert label.endswith(parts[-1]) or len(parts) == 1, (name, label)
     from analysis.render.html_charts import text_width  # the label column is as wide as its longest label
 
-    chart = page[page.index('id="chart"'):page.index('id="runs"')]
+    chart = page[page.index('id="chart"') : page.index('id="runs"')]
     for x, label in re.findall(r'<text class="label" x="([\d.]+)"[^>]*text-anchor="end"[^>]*>([^<]*)</text>', chart):
         assert float(x) - text_width(label) >= 0, f"{label!r} would start left of the chart"
 
@@ -225,9 +249,26 @@ def _open(path, chart="#steps svg"):
 def cpu_run(tmp_path_factory):
     """A real two-epoch CPU run (TensorFlow, profiler window, samplers), made once."""
     out = tmp_path_factory.mktemp("cpu-run")
-    argv = ["run", "--device", "cpu", "--data", "synthetic", "--epochs", "2", "--limit-images", "600",
-            "--limit-test-images", "100", "--sample-interval", "0.2", "--out", str(out), "--run-name", "cpu",
-            "--quiet"]
+    argv = [
+        "run",
+        "--device",
+        "cpu",
+        "--data",
+        "synthetic",
+        "--epochs",
+        "2",
+        "--limit-images",
+        "600",
+        "--limit-test-images",
+        "100",
+        "--sample-interval",
+        "0.2",
+        "--out",
+        str(out),
+        "--run-name",
+        "cpu",
+        "--quiet",
+    ]
     assert cli.main(argv) == 0
     return out / "cpu"
 
@@ -274,15 +315,29 @@ def test_a_wide_compare_table_is_not_cut_at_1400_px(tmp_path):
     beyond the text column instead of scrolling inside it with the page's sides empty."""
     import browser
 
-    summaries = {"host": {"metrics": {"cpu_pct": {"mean": 40.0, "p95": 90.0}, "proc_rss_bytes": {"max": 1e9}}},
-                 "gpu0": {"metrics": {"gpu_util_pct": {"mean": 30.0, "p95": 70.0}, "tf_mem_peak_bytes": {"max": 2e9}}}}
-    runs = [make_run(tmp_path, f"20250101-120000-gpu-{name}-workstation", kind="gpu", device=f"NVIDIA {name} PCIe",
-                     input_ms=1.0 + 5 * i, epoch_seconds=(2.0, 0.6 + 0.1 * i), summaries=summaries, flops_per_image=1e9,
-                     peak={"matmul_flops_per_second": {"float32": 8e12}})
-            for i, name in enumerate(("GTX-1060", "GTX-1080-Ti", "MX150", "RTX-3090", "A100-SXM4-80GB"))]
+    summaries = {
+        "host": {"metrics": {"cpu_pct": {"mean": 40.0, "p95": 90.0}, "proc_rss_bytes": {"max": 1e9}}},
+        "gpu0": {"metrics": {"gpu_util_pct": {"mean": 30.0, "p95": 70.0}, "tf_mem_peak_bytes": {"max": 2e9}}},
+    }
+    runs = [
+        make_run(
+            tmp_path,
+            f"20250101-120000-gpu-{name}-workstation",
+            kind="gpu",
+            device=f"NVIDIA {name} PCIe",
+            input_ms=1.0 + 5 * i,
+            epoch_seconds=(2.0, 0.6 + 0.1 * i),
+            summaries=summaries,
+            flops_per_image=1e9,
+            peak={"matmul_flops_per_second": {"float32": 8e12}},
+        )
+        for i, name in enumerate(("GTX-1060", "GTX-1080-Ti", "MX150", "RTX-3090", "A100-SXM4-80GB"))
+    ]
     path = analysis.compare(runs).to_html(tmp_path / "compare.html")
-    box = ("(() => { const s = document.querySelector('#runs .scroll'); const r = s.getBoundingClientRect(); "
-           "return [s.scrollWidth, s.clientWidth, r.right, innerWidth]; })()")
+    box = (
+        "(() => { const s = document.querySelector('#runs .scroll'); const r = s.getBoundingClientRect(); "
+        "return [s.scrollWidth, s.clientWidth, r.right, innerWidth]; })()"
+    )
     loaded = browser.load(path, width=1400, evaluate=(box,))
     assert loaded.errors == [], loaded.errors
     scroll_width, client_width, right, window = loaded.values[box]
@@ -327,14 +382,16 @@ def _fake_browser(tmp_path: Path, body: str) -> str:
 
 
 @pytest.mark.slow
-def test_a_browser_that_dies_at_start_is_started_once_more_then_the_failure_says_what_it_printed(tmp_path,
-                                                                                                monkeypatch):
+def test_a_browser_that_dies_at_start_is_started_once_more_then_the_failure_says_what_it_printed(tmp_path, monkeypatch):
     import browser
 
     real = browser.chromium_binary()
     # dies the first time (as Chromium did beside two CPU hogs), then starts: the page still loads
-    once = _fake_browser(tmp_path, f'if [ ! -e {tmp_path}/died ]; then touch {tmp_path}/died; '
-                                   f'echo "crashpad: unrecognized option" >&2; exit 1; fi; exec {real} "$@"')
+    once = _fake_browser(
+        tmp_path,
+        f"if [ ! -e {tmp_path}/died ]; then touch {tmp_path}/died; "
+        f'echo "crashpad: unrecognized option" >&2; exit 1; fi; exec {real} "$@"',
+    )
     monkeypatch.setattr(browser, "chromium_binary", lambda: once)
     page = tmp_path / "p.html"
     page.write_text("<!doctype html><title>t</title><p>ok</p>")

@@ -24,8 +24,7 @@ from html_checks import EVIL, _pixels_drawn, assert_self_contained
 NAN = math.nan
 CEILINGS = {
     "float32": {"matrix_flops_per_second": 19.5e12, "vector_flops_per_second": 1.2e12, "memory_bytes_per_second": 9e11},
-    "bfloat16": {"matrix_flops_per_second": 312e12, "vector_flops_per_second": 2.4e12,
-                 "memory_bytes_per_second": 9e11},
+    "bfloat16": {"matrix_flops_per_second": 312e12, "vector_flops_per_second": 2.4e12, "memory_bytes_per_second": 9e11},
 }
 # op, type, kind, dtype, ms per step, FLOP/s, FLOP/byte, bound, % of ceiling
 COSTED = [
@@ -38,8 +37,9 @@ COSTED = [
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    trace = fx.write_synthetic_device_trace(tmp_path_factory.mktemp("gpu") / "logs" / "plugins" / "profile" / "s" /
-                                            "host.xplane.pb")
+    trace = fx.write_synthetic_device_trace(
+        tmp_path_factory.mktemp("gpu") / "logs" / "plugins" / "profile" / "s" / "host.xplane.pb"
+    )
     return analysis.analyze(trace.path)
 
 
@@ -48,18 +48,63 @@ def cost_ops() -> pd.DataFrame:
     rows = []
     for op, kind_type, kind, dtype, ms, fps, intensity, bound, pct in COSTED:
         flops = fps * ms / 1000
-        rows.append({"op": op, "type": kind_type, "device": "/device:GPU:0", "count_per_step": 1.0, "ms_per_step": ms,
-                     "dtype": dtype, "flops_per_step": flops, "bytes_per_step": flops / intensity,
-                     "flops_per_second": fps, "bytes_per_second": fps / intensity, "intensity": intensity,
-                     "bound": bound, "ceiling_pct": pct, "kind": kind, "kernel": f"kernel_{kind_type}"})
-    rows.append({"op": "model/flatten/Reshape", "type": "Reshape", "device": "/device:GPU:0", "count_per_step": 1.0,
-                 "ms_per_step": 0.3, "dtype": "float32", "flops_per_step": 0.0, "bytes_per_step": 8192.0,
-                 "flops_per_second": 0.0, "bytes_per_second": 8192.0 / 0.0003, "intensity": 0.0, "bound": "",
-                 "ceiling_pct": NAN, "kind": "", "kernel": ""})
-    rows.append({"op": "model/unknown/Custom", "type": "Custom", "device": "/device:GPU:0", "count_per_step": 1.0,
-                 "ms_per_step": 0.2, "dtype": "", "flops_per_step": NAN, "bytes_per_step": NAN,
-                 "flops_per_second": NAN, "bytes_per_second": NAN, "intensity": NAN, "bound": "", "ceiling_pct": NAN,
-                 "kind": "", "kernel": ""})
+        rows.append(
+            {
+                "op": op,
+                "type": kind_type,
+                "device": "/device:GPU:0",
+                "count_per_step": 1.0,
+                "ms_per_step": ms,
+                "dtype": dtype,
+                "flops_per_step": flops,
+                "bytes_per_step": flops / intensity,
+                "flops_per_second": fps,
+                "bytes_per_second": fps / intensity,
+                "intensity": intensity,
+                "bound": bound,
+                "ceiling_pct": pct,
+                "kind": kind,
+                "kernel": f"kernel_{kind_type}",
+            }
+        )
+    rows.append(
+        {
+            "op": "model/flatten/Reshape",
+            "type": "Reshape",
+            "device": "/device:GPU:0",
+            "count_per_step": 1.0,
+            "ms_per_step": 0.3,
+            "dtype": "float32",
+            "flops_per_step": 0.0,
+            "bytes_per_step": 8192.0,
+            "flops_per_second": 0.0,
+            "bytes_per_second": 8192.0 / 0.0003,
+            "intensity": 0.0,
+            "bound": "",
+            "ceiling_pct": NAN,
+            "kind": "",
+            "kernel": "",
+        }
+    )
+    rows.append(
+        {
+            "op": "model/unknown/Custom",
+            "type": "Custom",
+            "device": "/device:GPU:0",
+            "count_per_step": 1.0,
+            "ms_per_step": 0.2,
+            "dtype": "",
+            "flops_per_step": NAN,
+            "bytes_per_step": NAN,
+            "flops_per_second": NAN,
+            "bytes_per_second": NAN,
+            "intensity": NAN,
+            "bound": "",
+            "ceiling_pct": NAN,
+            "kind": "",
+            "kernel": "",
+        }
+    )
     ops = pd.DataFrame(rows)
     ops["compute_pct"] = 100 * ops["ms_per_step"] / ops["ms_per_step"].sum()
     return ops
@@ -75,29 +120,39 @@ def with_roofline(result, ops: pd.DataFrame, roofline: dict | None):
 
 
 def roofline_info(ceilings=CEILINGS, source="run.json peak") -> dict:
-    return {"ceilings": ceilings, "ceilings_source": source, "flops_per_step": 4.275e9,
-            "model_flops_per_step": 4.2e9, "known_time_pct": 97.0, "notes": []}
+    return {
+        "ceilings": ceilings,
+        "ceilings_source": source,
+        "flops_per_step": 4.275e9,
+        "model_flops_per_step": 4.2e9,
+        "known_time_pct": 97.0,
+        "notes": [],
+    }
 
 
 def svg_of(page: str) -> str:
-    section = page[page.index('id="roofline"'):]
-    section = section[:section.index("</section>")]
+    section = page[page.index('id="roofline"') :]
+    section = section[: section.index("</section>")]
     assert section.count("<svg") == 1, "one roofline chart"
-    return section[section.index("<svg"):section.index("</svg>")]
+    return section[section.index("<svg") : section.index("</svg>")]
 
 
 def points(svg: str) -> list[tuple[str, float, float, float]]:
     """(tooltip, cx, cy, r) of each op drawn."""
-    found = re.findall(r'<g class="op"><title>(.*?)</title><circle cx="([\d.]+)" cy="([\d.]+)" r="([\d.]+)"', svg,
-                       re.DOTALL)
+    found = re.findall(
+        r'<g class="op"><title>(.*?)</title><circle cx="([\d.]+)" cy="([\d.]+)" r="([\d.]+)"', svg, re.DOTALL
+    )
     return [(title, float(cx), float(cy), float(r)) for title, cx, cy, r in found]
 
 
 def ticks(svg: str, axis: str) -> dict[str, float]:
     """Tick label -> its position on the chart (x for the x axis, y for the y axis)."""
     coordinate = "x1" if axis == "x" else "y1"
-    found = re.findall(rf'<g class="tick-{axis}"><line {"" if axis == "x" else "x1=[^ ]+ x2=[^ ]+ "}'
-                       rf'{coordinate}="([\d.]+)"[^>]*/><text[^>]*>([^<]*)</text>', svg)
+    found = re.findall(
+        rf'<g class="tick-{axis}"><line {"" if axis == "x" else "x1=[^ ]+ x2=[^ ]+ "}'
+        rf'{coordinate}="([\d.]+)"[^>]*/><text[^>]*>([^<]*)</text>',
+        svg,
+    )
     return {text: float(position) for position, text in found}
 
 
@@ -138,8 +193,9 @@ def test_positions_land_where_the_axes_say(base):
     assert conv[2] == pytest.approx(y_ticks["1 TFLOP/s"], abs=0.02)  # 1 TFLOP/s
     relu = next(p for p in points(svg) if "re_lu" in p[0])  # 0.25 FLOP/byte, 50 GFLOP/s: between ticks
     assert relu[1] == pytest.approx(log_position(0.25, (0.1, x_ticks["0.1"]), (1, x_ticks["1"])), abs=0.02)
-    assert relu[2] == pytest.approx(log_position(5e10, (1e10, y_ticks["10 GFLOP/s"]),
-                                                 (1e11, y_ticks["100 GFLOP/s"])), abs=0.02)
+    assert relu[2] == pytest.approx(
+        log_position(5e10, (1e10, y_ticks["10 GFLOP/s"]), (1e11, y_ticks["100 GFLOP/s"])), abs=0.02
+    )
     assert y_ticks["1 TFLOP/s"] < y_ticks["100 GFLOP/s"]  # up is faster
 
 
@@ -155,7 +211,9 @@ def test_ceiling_lines_per_dtype(base):
         for kind, y in flats.items():
             value = CEILINGS[dtype][f"{kind}_flops_per_second"]
             low = 10 ** math.floor(math.log10(value))
-            expected = log_position(value, (low, y_ticks[si(low, "FLOP/s")]), (10 * low, y_ticks[si(10 * low, "FLOP/s")]))
+            expected = log_position(
+                value, (low, y_ticks[si(low, "FLOP/s")]), (10 * low, y_ticks[si(10 * low, "FLOP/s")])
+            )
             assert float(y) == pytest.approx(expected, abs=0.02), (dtype, kind)
         line = re.search(r'<line class="memory" x1="([\d.]+)" y1="([\d.]+)" x2="([\d.]+)" y2="([\d.]+)"', roof)
         assert line is not None
@@ -171,16 +229,34 @@ def test_ceiling_lines_per_dtype(base):
         ridge = max(CEILINGS[dtype][k] for k in ("matrix_flops_per_second", "vector_flops_per_second")) / 9e11
         assert 10 ** ((x2 - x_ticks["1"]) / decade_x) == pytest.approx(ridge, rel=1e-3)
     labels = re.findall(r'<text class="ceiling"[^>]*>([^<]*)</text>', svg)
-    assert {"float32 matrix 19.5 TFLOP/s", "float32 vector 1.2 TFLOP/s", "bfloat16 matrix 312 TFLOP/s",
-            "bfloat16 vector 2.4 TFLOP/s", "memory 900 GB/s"} <= set(labels)
+    assert {
+        "float32 matrix 19.5 TFLOP/s",
+        "float32 vector 1.2 TFLOP/s",
+        "bfloat16 matrix 312 TFLOP/s",
+        "bfloat16 vector 2.4 TFLOP/s",
+        "memory 900 GB/s",
+    } <= set(labels)
     assert "Ceilings from run.json peak." in page and "ceilings are unknown" not in page
 
 
-@pytest.mark.parametrize("info", [None, {"ceilings": {}, "ceilings_source": None},
-                                  {"ceilings": {"float32": {"matrix_flops_per_second": NAN,
-                                                            "vector_flops_per_second": NAN,
-                                                            "memory_bytes_per_second": NAN}},
-                                   "ceilings_source": None}], ids=["none", "empty", "nan"])
+@pytest.mark.parametrize(
+    "info",
+    [
+        None,
+        {"ceilings": {}, "ceilings_source": None},
+        {
+            "ceilings": {
+                "float32": {
+                    "matrix_flops_per_second": NAN,
+                    "vector_flops_per_second": NAN,
+                    "memory_bytes_per_second": NAN,
+                }
+            },
+            "ceilings_source": None,
+        },
+    ],
+    ids=["none", "empty", "nan"],
+)
 def test_unknown_ceilings_draw_the_points_and_say_how_to_give_them(base, info):
     if info is not None:  # the analysis' own note on it is not said twice
         info = {**info, "notes": ["compute ceilings unknown: no measured peak", "costs from 1 program"]}
@@ -189,14 +265,14 @@ def test_unknown_ceilings_draw_the_points_and_say_how_to_give_them(base, info):
     assert len(points(svg)) == len(COSTED)
     assert "no measured peak" not in page and ("Costs from 1 program." in page) == (info is not None)
     assert '<line class="matrix"' not in svg and '<line class="memory"' not in svg
-    section = page[page.index('id="roofline"'):]
+    section = page[page.index('id="roofline"') :]
     missing = re.search(r'<p class="missing">([^<]*)</p>', section)
     assert missing is not None
     sentence = missing.group(1)
     assert sentence.startswith("The ceilings are unknown")
     for how in ("devprof peak", "--measure-peak", "devprof analyze --peak-tflops", "--peak-file"):
         assert how in sentence
-    assert "roofs" not in section[:section.index("</section>")]  # nothing said of roofs not drawn
+    assert "roofs" not in section[: section.index("</section>")]  # nothing said of roofs not drawn
 
 
 def test_a_partly_unknown_ceiling_is_named(base):
@@ -210,20 +286,24 @@ def test_a_partly_unknown_ceiling_is_named(base):
 
 
 def test_no_chart_without_costs(base):
-    bare = base.ops[[c for c in base.ops.columns if c in ("op", "type", "device", "count_per_step", "ms_per_step",
-                                                          "compute_pct")]]
+    bare = base.ops[
+        [c for c in base.ops.columns if c in ("op", "type", "device", "count_per_step", "ms_per_step", "compute_pct")]
+    ]
     for ops in (base.ops, bare):  # the trace's own ops (no costs), with or without the roofline columns
         page = html.render_analysis(with_roofline(base, ops, getattr(base, "roofline", None)))
-        section = page[page.index('id="roofline"'):]
-        section = section[:section.index("</section>")]
+        section = page[page.index('id="roofline"') :]
+        section = section[: section.index("</section>")]
         assert "<svg" not in section
-        assert "No roofline: no traced op has known FLOPs and bytes (they come from the run&#x27;s op_costs.csv, " \
-               "recorded at capture, or from HLO shapes in the trace, and neither gave any)." in section
-    unknown = cost_ops().assign(flops_per_step=NAN, bytes_per_step=NAN, flops_per_second=NAN, intensity=NAN,
-                                ceiling_pct=NAN, bound="")
+        assert (
+            "No roofline: no traced op has known FLOPs and bytes (they come from the run&#x27;s op_costs.csv, "
+            "recorded at capture, or from HLO shapes in the trace, and neither gave any)." in section
+        )
+    unknown = cost_ops().assign(
+        flops_per_step=NAN, bytes_per_step=NAN, flops_per_second=NAN, intensity=NAN, ceiling_pct=NAN, bound=""
+    )
     page = html.render_analysis(with_roofline(base, unknown, roofline_info()))
-    section = page[page.index('id="roofline"'):]
-    assert "<svg" not in section[:section.index("</section>")] and "No roofline: no traced op has known" in section
+    section = page[page.index('id="roofline"') :]
+    assert "<svg" not in section[: section.index("</section>")] and "No roofline: no traced op has known" in section
 
 
 def test_hostile_op_names_are_escaped_in_the_chart_and_its_tooltips(base):
@@ -256,8 +336,8 @@ def test_the_least_efficient_ops_are_labelled_first(base):
 
 def test_ops_table_has_the_roofline_columns(base):
     page = html.render_analysis(with_roofline(base, cost_ops(), roofline_info()))
-    section = page[page.index('id="ops"'):]
-    section = section[:section.index("</section>")]
+    section = page[page.index('id="ops"') :]
+    section = section[: section.index("</section>")]
     head = re.findall(r"<th>([^<]*)</th>", section)
     assert head[-4:] == ["FLOP/s", "FLOP/byte", "bound", "% of ceiling"]
     assert "flops_per_step" not in head and "kernel" not in head
@@ -271,8 +351,8 @@ def test_ops_table_has_the_roofline_columns(base):
 
 def test_ops_table_without_costs_is_unchanged(base):
     page = html.render_analysis(base)  # the trace's own ops: no costs, so no roofline column
-    section = page[page.index('id="ops"'):]
-    head = re.findall(r"<th>([^<]*)</th>", section[:section.index("</section>")])
+    section = page[page.index('id="ops"') :]
+    head = re.findall(r"<th>([^<]*)</th>", section[: section.index("</section>")])
     assert head[:6] == ["op", "type", "device", "count_per_step", "ms_per_step", "compute_pct"]
     assert not {"FLOP/s", "FLOP/byte", "bound", "% of ceiling", "flops_per_step", "dtype", "kernel"} & set(head)
 
@@ -331,10 +411,19 @@ def test_no_roofline_label_is_under_a_circle(base, tmp_path):
 
     ops = cost_ops()
     relu = ops.iloc[2].to_dict()
-    crowd = [{**relu, "op": f"model/crowd_{i}/Relu", "intensity": intensity, "ms_per_step": ms,
-              "flops_per_second": 9e11 * intensity * share, "ceiling_pct": 100 * share}
-             for i, (intensity, ms, share) in enumerate([(0.5, 3.0, 0.9), (0.6, 0.4, 0.3), (0.7, 2.0, 0.5),
-                                                         (0.55, 1.5, 0.2), (0.9, 4.0, 0.95), (1.2, 0.6, 0.1)])]
+    crowd = [
+        {
+            **relu,
+            "op": f"model/crowd_{i}/Relu",
+            "intensity": intensity,
+            "ms_per_step": ms,
+            "flops_per_second": 9e11 * intensity * share,
+            "ceiling_pct": 100 * share,
+        }
+        for i, (intensity, ms, share) in enumerate(
+            [(0.5, 3.0, 0.9), (0.6, 0.4, 0.3), (0.7, 2.0, 0.5), (0.55, 1.5, 0.2), (0.9, 4.0, 0.95), (1.2, 0.6, 0.1)]
+        )
+    ]
     ops = pd.concat([ops, pd.DataFrame(crowd)], ignore_index=True)
     path = with_roofline(base, ops, roofline_info()).to_html(tmp_path / "crowded.html")
     loaded = browser.load(path, width=1000, evaluate=(COVERED_TEXTS,))

@@ -27,8 +27,10 @@ def test_markdown_report_of_many_steps_is_cut_like_the_terminals(tmp_path):
 
 def test_markdown_shows_html_in_run_names_instead_of_running_it(tmp_path):
     run = small_run(tmp_path / "b<img src=x onerror=alert(1)>")
-    for text in (analysis.analyze(run).render("markdown"),
-                 analysis.compare([str(run), str(small_run(tmp_path / "a<script>"))]).render("markdown")):
+    for text in (
+        analysis.analyze(run).render("markdown"),
+        analysis.compare([str(run), str(small_run(tmp_path / "a<script>"))]).render("markdown"),
+    ):
         assert "<img" not in text and "<script" not in text, text
         assert "&lt;img src=x onerror=alert(1)>" in text
 

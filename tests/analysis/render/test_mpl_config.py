@@ -22,8 +22,14 @@ def test_an_unwritable_home_draws_the_pngs_without_matplotlibs_complaint(tmp_pat
     env = {key: value for key, value in os.environ.items() if key not in ("MPLCONFIGDIR", "XDG_CONFIG_HOME")}
     env.update(HOME="/proc/self", TMPDIR=str(tmp_path), DEVPROF_FORK=helper)  # no ~/.config can be made there
     for _ in range(2):
-        done = subprocess.run([sys.executable, "-m", "profiler", "analyze", str(trace), "--out", str(tmp_path / "out")],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-m", "profiler", "analyze", str(trace), "--out", str(tmp_path / "out")],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         assert "matplotlib" not in done.stderr.lower(), done.stderr
     assert (tmp_path / "out" / "step_breakdown.png").read_bytes()[:4] == b"\x89PNG"

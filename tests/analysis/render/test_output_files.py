@@ -98,11 +98,15 @@ def _read_fifo_in_a_thread(fifo: Path) -> dict:
     return got
 
 
-@pytest.mark.parametrize("argv, starts", [
-    (["analyze", "RUN", "--format", "json", "-o", "OUT"], b"{"),
-    (["compare", "RUN", "--format", "markdown", "-o", "OUT"], b"#"),
-    (["compare", "RUN", "--plot", "OUT"], b"\x89PNG"),
-], ids=["analyze-o", "compare-o", "compare-plot"])
+@pytest.mark.parametrize(
+    "argv, starts",
+    [
+        (["analyze", "RUN", "--format", "json", "-o", "OUT"], b"{"),
+        (["compare", "RUN", "--format", "markdown", "-o", "OUT"], b"#"),
+        (["compare", "RUN", "--plot", "OUT"], b"\x89PNG"),
+    ],
+    ids=["analyze-o", "compare-o", "compare-plot"],
+)
 def test_an_output_named_as_a_fifo_or_device_is_written_into_not_replaced(tmp_path, capsys, argv, starts):
     """-o /dev/null, -o /dev/stdout or -o >(gzip > f) name a stream: renaming a file over it (the
     atomic write regular files get) would replace /dev/null itself for every program on the machine."""
@@ -150,7 +154,7 @@ def test_an_output_naming_one_of_the_processs_open_files_is_written_into_it(tmp_
         code, _, err = devprof(capsys, "analyze", run, "--format", "json", "-o", fd_path)
         assert code == 0, err
     text = target.read_text()
-    assert text.startswith("kept\n") and json.loads(text[len("kept\n"):])["schema_version"] == 1
+    assert text.startswith("kept\n") and json.loads(text[len("kept\n") :])["schema_version"] == 1
     if name == "link-to-proc-fd":
         assert (tmp_path / "stdout").is_symlink()
 
@@ -230,20 +234,26 @@ def test_stdout_on_a_full_disk_is_one_error_line(tmp_path, capsys, monkeypatch, 
     err = capsys.readouterr().err
     assert code == 1
     assert [line for line in err.splitlines() if line.startswith("error:")] == [
-        f"error: cannot write {what} to stdout: No space left on device"]
+        f"error: cannot write {what} to stdout: No space left on device"
+    ]
 
 
 # ---------------------------------------------------------------- an output that would replace an input
 
 
-@pytest.mark.parametrize("outputs, said", [
-    (lambda run, tmp: ["-o", str(run / "run.json")], "that is a file devprof reads for this analysis"),
-    (lambda run, tmp: ["-o", str(run / "steps.csv")], "that is a file devprof reads for this analysis"),
-    (lambda run, tmp: ["--perfetto", str(run / "plugins/profile/s/host.xplane.pb")], "a file devprof reads"),
-    (lambda run, tmp: ["-o", str(tmp / "x.json"), "--perfetto", str(tmp / "x.json")],
-     "-o and --perfetto both name"),
-    (lambda run, tmp: ["--out", str(tmp / "d"), "-o", str(tmp / "d" / "ops.csv")], "gets its own ops.csv"),
-])
+@pytest.mark.parametrize(
+    "outputs, said",
+    [
+        (lambda run, tmp: ["-o", str(run / "run.json")], "that is a file devprof reads for this analysis"),
+        (lambda run, tmp: ["-o", str(run / "steps.csv")], "that is a file devprof reads for this analysis"),
+        (lambda run, tmp: ["--perfetto", str(run / "plugins/profile/s/host.xplane.pb")], "a file devprof reads"),
+        (
+            lambda run, tmp: ["-o", str(tmp / "x.json"), "--perfetto", str(tmp / "x.json")],
+            "-o and --perfetto both name",
+        ),
+        (lambda run, tmp: ["--out", str(tmp / "d"), "-o", str(tmp / "d" / "ops.csv")], "gets its own ops.csv"),
+    ],
+)
 def test_an_output_that_would_replace_an_input_or_another_output_is_refused(tmp_path, capsys, outputs, said):
     from cli_checks import one_usage_error
 

@@ -63,14 +63,17 @@ def test_bulk_packets_parse_as_the_builders_packets():
 
     fields = perfetto_packets.Fields()
     times = np.array([1_800_000_000_128_456_789, 5, 0, 2**63 - 1, 127, 128], dtype=np.int64)
-    kinds = np.array([fields.SLICE_BEGIN, fields.SLICE_END, fields.INSTANT, fields.SLICE_BEGIN,
-                      fields.SLICE_END, fields.SLICE_BEGIN])
+    kinds = np.array(
+        [fields.SLICE_BEGIN, fields.SLICE_END, fields.INSTANT, fields.SLICE_BEGIN, fields.SLICE_END, fields.SLICE_BEGIN]
+    )
     uuids = np.array([2**40 + 3, 1, 127, 128, 2**63, 16383])
     iids = np.array([7, 0, 300, 1, 0, 2**34])
     values = np.array([1.5, np.pi, -0.0, 1e300, np.inf, -2.0])
     ours = Trace()
-    ours.ParseFromString(perfetto_packets.track_events(fields, times, kinds, uuids, iids, 3)
-                         + perfetto_packets.counters(fields, times, 99, values, 4))
+    ours.ParseFromString(
+        perfetto_packets.track_events(fields, times, kinds, uuids, iids, 3)
+        + perfetto_packets.counters(fields, times, 99, values, 4)
+    )
     builder = TraceProtoBuilder()
     for t, kind, uuid, iid in zip(times, kinds, uuids, iids):
         packet = builder.add_packet()
@@ -140,8 +143,14 @@ def test_a_cpu_trace_has_one_process_a_slice_per_step_and_parts_that_sum_to_it(t
     assert steps["dur"].tolist() == [10 * MS] * 6
     assert steps["name"].tolist() == [f"step {i}" for i in range(6)]
     args = steps["args"].iloc[0]
-    assert (args["step"], args["step_ms"], args["input_ms"], args["compute_ms"], args["host_ms"],
-            args["collective_ms"]) == (0, 10.0, 2.0, 5.0, 3.0, 0.0)
+    assert (
+        args["step"],
+        args["step_ms"],
+        args["input_ms"],
+        args["compute_ms"],
+        args["host_ms"],
+        args["collective_ms"],
+    ) == (0, 10.0, 2.0, 5.0, 3.0, 0.0)
     assert "outlier_cause" not in args
     parts = {part: back.on("host", part, "steps") for part in PARTS}
     assert parts["collective"].empty  # 0 ms: no slice
@@ -162,19 +171,22 @@ def test_the_trace_own_events_per_perfetto_events(tmp_path, gpu_trace):
         path = result.to_perfetto(tmp_path / f"{events}.pftrace", events=events)
         back = read_back(path)
         assert back.slices is not None
-        raw = back.slices[[len(back.path_of(u)) == 2 and back.path_of(u)[0] not in PARTS
-                           for u in back.slices["track_uuid"]]]
+        raw = back.slices[
+            [len(back.path_of(u)) == 2 and back.path_of(u)[0] not in PARTS for u in back.slices["track_uuid"]]
+        ]
         counts[events] = len(raw)
         if events == "none":
             continue
         expected = view.timeline_events(events)
         assert len(raw) == len(expected)
         # each line's events, their names and times to the nanosecond
-        for (plane, line), mine in expected.groupby([expected["plane_name"].astype(str),
-                                                     expected["line_name"].astype(str)]):
+        for (plane, line), mine in expected.groupby(
+            [expected["plane_name"].astype(str), expected["line_name"].astype(str)]
+        ):
             shown = raw[[back.path_of(u) == [line, plane] for u in raw["track_uuid"]]]
             assert sorted(zip(shown["ts"], shown["ts"] + shown["dur"], shown["name"])) == sorted(
-                zip(mine["start_ns"], mine["end_ns"], mine["name"].astype(str))), (plane, line)
+                zip(mine["start_ns"], mine["end_ns"], mine["name"].astype(str))
+            ), (plane, line)
     assert counts["none"] == 0 < counts["ops"] < counts["all"] == len(view.events)
     kernels = view.device
     assert counts["ops"] >= len(kernels)  # every kernel and copy of the devices' streams, and the host's ops
@@ -229,12 +241,14 @@ def test_sampler_columns_are_counters_and_findings_are_instants(tmp_path):
 
 def test_a_traced_run_puts_its_samples_on_the_trace_clock(tmp_path):
     # steps.csv's wall clock is 3 s ahead of the trace's: the samples move back by the steps both hold
-    run = make_run(tmp_path / "run", [f"1,{k},1,{1_700_000_003.010 + 0.01 * k:.6f},2.0,5.0,3.0,10.0,100"
-                                      for k in range(6)])
+    run = make_run(
+        tmp_path / "run", [f"1,{k},1,{1_700_000_003.010 + 0.01 * k:.6f},2.0,5.0,3.0,10.0,100" for k in range(6)]
+    )
     (run / "utilization").mkdir()
     times = 1_700_000_003.0 + 0.005 * np.arange(20)
-    pd.DataFrame({"time_s": times, "cpu_pct": np.linspace(10, 60, 20)}).to_csv(run / "utilization" / "host.csv",
-                                                                               index=False)
+    pd.DataFrame({"time_s": times, "cpu_pct": np.linspace(10, 60, 20)}).to_csv(
+        run / "utilization" / "host.csv", index=False
+    )
     marker_trace(run / "plugins" / "profile" / "s" / "host.xplane.pb")
     result = analysis.analyze(run)
     assert result.step_source == "markers"
@@ -296,8 +310,10 @@ def test_compare_writes_each_run_as_its_processes(tmp_path, capsys):
 
 def test_analyze_writes_the_trace_and_names_it(tmp_path, capsys):
     trace = marker_trace(tmp_path / "host.xplane.pb")
-    assert cli.main(["analyze", str(trace), "--perfetto", str(tmp_path / "out" / "t.pftrace"),
-                     "--perfetto-events", "all"]) == 0
+    assert (
+        cli.main(["analyze", str(trace), "--perfetto", str(tmp_path / "out" / "t.pftrace"), "--perfetto-events", "all"])
+        == 0
+    )
     err = capsys.readouterr().err
     assert f"wrote {tmp_path / 'out' / 't.pftrace'}: 1 process" in err
     back = read_back(tmp_path / "out" / "t.pftrace")
@@ -311,12 +327,15 @@ def test_the_command_draws_from_the_analysis_read_as_the_api_does_reading_again(
     assert (tmp_path / "cli.pftrace").read_bytes() == (tmp_path / "api.pftrace").read_bytes()
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--perfetto", "{tmp}"], "is a folder"),
-    (["--perfetto", "{tmp}/t.pftrace", "--perfetto-events", "kernels"], "invalid choice: 'kernels'"),
-    (["--perfetto-events", "all"], "needs --perfetto FILE"),
-    (["--perfetto", "{tmp}/no/such/t.pftrace"], "no folder"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--perfetto", "{tmp}"], "is a folder"),
+        (["--perfetto", "{tmp}/t.pftrace", "--perfetto-events", "kernels"], "invalid choice: 'kernels'"),
+        (["--perfetto-events", "all"], "needs --perfetto FILE"),
+        (["--perfetto", "{tmp}/no/such/t.pftrace"], "no folder"),
+    ],
+)
 def test_perfetto_usage_errors_are_one_line_and_exit_2(tmp_path, capsys, argv, says):
     trace = marker_trace(tmp_path / "host.xplane.pb")
     code = cli.main(["analyze", str(trace), *(a.replace("{tmp}", str(tmp_path)) for a in argv)])
@@ -333,21 +352,34 @@ def test_unknown_events_are_a_value_error_in_python(tmp_path):
 @pytest.mark.slow
 def test_the_package_is_imported_only_by_the_export(tmp_path):
     trace = marker_trace(tmp_path / "host.xplane.pb")
-    code = ("import sys; from profiler import cli; "
-            f"assert cli.main(['analyze', {str(trace)!r}, '--format', 'json']) == 0; "
-            "assert 'perfetto' not in sys.modules, 'imported without --perfetto'")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=REPO)
+    code = (
+        "import sys; from profiler import cli; "
+        f"assert cli.main(['analyze', {str(trace)!r}, '--format', 'json']) == 0; "
+        "assert 'perfetto' not in sys.modules, 'imported without --perfetto'"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_a_table_of_timelines_alone_writes_without_any_file_read(tmp_path):
-    steps = pd.DataFrame({"step": [0, 1], "start_ns": [0, 10], "end_ns": [10, 25], "step_ms": [1e-5, 1.5e-5],
-                          "input_ms": [2e-6, 0.0], "compute_ms": [5e-6, 1.5e-5], "collective_ms": [0.0, 0.0],
-                          "host_ms": [3e-6, 0.0], "compile_ms": [0.0, 0.0], "cause": [None, "device"],
-                          "excess_ms": [np.nan, 5e-6]})
-    devices = pd.DataFrame({"device": ["/device:GPU:0"] * 2, "start_ns": [0, 4], "end_ns": [4, 9],
-                            "busy": [True, False]})
+    steps = pd.DataFrame(
+        {
+            "step": [0, 1],
+            "start_ns": [0, 10],
+            "end_ns": [10, 25],
+            "step_ms": [1e-5, 1.5e-5],
+            "input_ms": [2e-6, 0.0],
+            "compute_ms": [5e-6, 1.5e-5],
+            "collective_ms": [0.0, 0.0],
+            "host_ms": [3e-6, 0.0],
+            "compile_ms": [0.0, 0.0],
+            "cause": [None, "device"],
+            "excess_ms": [np.nan, 5e-6],
+        }
+    )
+    devices = pd.DataFrame(
+        {"device": ["/device:GPU:0"] * 2, "start_ns": [0, 4], "end_ns": [4, 9], "busy": [True, False]}
+    )
     written = perfetto.write([perfetto.ProcessTimeline("p", steps, devices)], tmp_path / "t.pftrace")
     assert (written.processes, written.slices) == (1, 2 + 3 + 1 + 2)
     back = read_back(tmp_path / "t.pftrace")

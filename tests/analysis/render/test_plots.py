@@ -36,17 +36,22 @@ def drawn(monkeypatch):
 
     def save(fig, path):
         ax = fig.axes[0]
-        figures.append({
-            "patches": len(ax.patches),
-            "collections": len(ax.collections),
-            "lines": len(ax.lines),
-            "line_points": [len(line.get_xdata()) for line in ax.lines],
-            "vertices": max([len(patch.get_path().vertices) for patch in ax.patches]
-                            + [sum(len(p.vertices) for p in c.get_paths()) for c in ax.collections], default=0),
-            "title": ax.get_title(),
-            "labels": [text.get_text() for text in ax.get_legend().get_texts()] if ax.get_legend() else [],
-            "ylim": ax.get_ylim(),
-        })
+        figures.append(
+            {
+                "patches": len(ax.patches),
+                "collections": len(ax.collections),
+                "lines": len(ax.lines),
+                "line_points": [len(line.get_xdata()) for line in ax.lines],
+                "vertices": max(
+                    [len(patch.get_path().vertices) for patch in ax.patches]
+                    + [sum(len(p.vertices) for p in c.get_paths()) for c in ax.collections],
+                    default=0,
+                ),
+                "title": ax.get_title(),
+                "labels": [text.get_text() for text in ax.get_legend().get_texts()] if ax.get_legend() else [],
+                "ylim": ax.get_ylim(),
+            }
+        )
         return original(fig, path)
 
     monkeypatch.setattr(plots, "save", save)
@@ -55,14 +60,16 @@ def drawn(monkeypatch):
 
 def step_frame(n: int, first_step: int = 10, collective: bool = False) -> pd.DataFrame:
     rng = np.random.default_rng(n)
-    steps = pd.DataFrame({
-        "step": np.arange(first_step, first_step + n),
-        "input_ms": rng.random(n) * 5,
-        "compute_ms": 30 + rng.random(n) * 5,
-        "collective_ms": rng.random(n) * 2 if collective else 0.0,
-        "host_ms": rng.random(n) * 3,
-        "compile_ms": 0.0,
-    })
+    steps = pd.DataFrame(
+        {
+            "step": np.arange(first_step, first_step + n),
+            "input_ms": rng.random(n) * 5,
+            "compute_ms": 30 + rng.random(n) * 5,
+            "collective_ms": rng.random(n) * 2 if collective else 0.0,
+            "host_ms": rng.random(n) * 3,
+            "compile_ms": 0.0,
+        }
+    )
     steps.loc[0, "compile_ms"] = 100.0
     steps.loc[0, "host_ms"] += 100.0
     steps["step_ms"] = steps[["input_ms", "compute_ms", "collective_ms", "host_ms"]].sum(axis=1)
@@ -71,15 +78,28 @@ def step_frame(n: int, first_step: int = 10, collective: bool = False) -> pd.Dat
 
 def epoch_frame(n: int) -> pd.DataFrame:
     rng = np.random.default_rng(n)
-    return pd.DataFrame({"epoch": np.arange(1, n + 1), "input_s": rng.random(n), "call_s": 10 + rng.random(n),
-                         "other_host_s": rng.random(n), "epoch_level_s": 2 + rng.random(n)})
+    return pd.DataFrame(
+        {
+            "epoch": np.arange(1, n + 1),
+            "input_s": rng.random(n),
+            "call_s": 10 + rng.random(n),
+            "other_host_s": rng.random(n),
+            "epoch_level_s": 2 + rng.random(n),
+        }
+    )
 
 
 def host_samples(rows: int) -> pd.DataFrame:
     rng = np.random.default_rng(rows)
-    return pd.DataFrame({"time_s": 1.7e9 + 0.1 * np.arange(rows), "cpu_pct": rng.random(rows) * 100,
-                         "cpu0_pct": rng.random(rows) * 100, "cpu1_pct": rng.random(rows) * 100,
-                         "proc_cpu_pct": rng.random(rows) * 200})
+    return pd.DataFrame(
+        {
+            "time_s": 1.7e9 + 0.1 * np.arange(rows),
+            "cpu_pct": rng.random(rows) * 100,
+            "cpu0_pct": rng.random(rows) * 100,
+            "cpu1_pct": rng.random(rows) * 100,
+            "proc_cpu_pct": rng.random(rows) * 200,
+        }
+    )
 
 
 def test_step_breakdown_small_keeps_one_bar_per_step(tmp_path, drawn):

@@ -40,7 +40,8 @@ def test_a_cpu_trace_summary_carries_the_verdict_and_its_saving(cpu):
     assert sum(document["parts_pct"].values()) == pytest.approx(100, abs=0.1)
     assert document["findings_total"] == len(full["findings"]) and document["ops_total"] == len(full["ops"])
     assert [op["ms_per_step"] for op in document["ops"]] == pytest.approx(
-        [op["ms_per_step"] for op in full["ops"][:summary.TOP_OPS]], rel=1e-3)
+        [op["ms_per_step"] for op in full["ops"][: summary.TOP_OPS]], rel=1e-3
+    )
 
 
 def test_a_gpu_trace_summary_ranks_its_ops_with_their_roofline_share(tmp_path):
@@ -75,8 +76,11 @@ def test_an_analysis_without_a_verdict_says_why(tmp_path):
 
 
 def test_a_run_directory_and_a_memory_trace_summarise(tmp_path):
-    run = make_run(tmp_path / "run", [step_line(i) for i in range(6)],
-                   host_rows=[[1700000000.0 + i * 0.1, 50.0, 90.0, 2e9] for i in range(8)])
+    run = make_run(
+        tmp_path / "run",
+        [step_line(i) for i in range(6)],
+        host_rows=[[1700000000.0 + i * 0.1, 50.0, 90.0, 2e9] for i in range(8)],
+    )
     document = rendered(analysis.analyze(run))
     assert document["step_source"] == "steps_csv" and document["utilization"]["host_mem_peak_bytes"] == 2e9
     memory = write_memory_trace(tmp_path / "plugins" / "profile" / "s" / "memory-host.xplane.pb")
@@ -97,7 +101,7 @@ def test_analyze_prints_and_writes_the_summary(cpu, capsys, tmp_path):
 
 # ---------------------------------------------------------------- the bound, on a hostile analysis
 
-BIG = -1.2345678901234567e+300  # the longest number JSON writes
+BIG = -1.2345678901234567e300  # the longest number JSON writes
 HUGE = -(2**62) - 12345  # the longest count
 
 
@@ -111,45 +115,126 @@ def hostile(base, piece: str, oom: bool = False):
     fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
     many = range(500)
     fields.update(
-        path=Path("/" + _long(0, piece)), device=_long(1, piece), step_source=_long(2, piece),
-        step_name=_long(3, piece), steps_used=HUGE, notes=tuple(_long(i, piece) for i in range(300)),
+        path=Path("/" + _long(0, piece)),
+        device=_long(1, piece),
+        step_source=_long(2, piece),
+        step_name=_long(3, piece),
+        steps_used=HUGE,
+        notes=tuple(_long(i, piece) for i in range(300)),
         mean={f"{key}": BIG for key in ("step_ms", "input_pct", "compute_pct", "host_pct", "collective_pct")},
-        verdict={key: _long(i, piece) for i, key in enumerate(
-            ("bound", "level", "rule", "cause", "saving_basis", "evidence", "xprof_reading", "reason"))}
-        | {"saving_ms": BIG, "saving_pct": BIG, "bound_pct": BIG, "advice": [_long(9, piece)] * 50,
-           "fixes": [{"rule": _long(i, piece), "advice": _long(i, piece), "saving_ms": BIG, "saving_pct": BIG,
-                      "saving_basis": _long(i, piece)} for i in many]},
-        findings=[{"rule": _long(i, piece), "severity": _long(i, piece), "evidence": _long(i, piece),
-                   "advice": _long(i, piece), "saving_ms": BIG, "saving_pct": BIG} for i in many],
-        ops=pd.DataFrame({**{key: [_long(i, piece) for i in many]
-                             for key in ("op", "type", "program", "device", "dtype", "bound")},
-                          "ms_per_step": BIG, "compute_pct": BIG, "ceiling_pct": BIG}),
-        roofline={"mfu_pct": BIG, "dtype": _long(1, piece), "known_time_pct": BIG, "flops_per_step": BIG,
-                  "achieved_flops_per_second": BIG, "ceilings_source": _long(2, piece)},
-        spread={"median_ms": BIG, "p90_ms": BIG,
-                "outliers": [{"step": HUGE, "step_ms": BIG, "cause": _long(i, piece)} for i in range(1000)]},
+        verdict={
+            key: _long(i, piece)
+            for i, key in enumerate(
+                ("bound", "level", "rule", "cause", "saving_basis", "evidence", "xprof_reading", "reason")
+            )
+        }
+        | {
+            "saving_ms": BIG,
+            "saving_pct": BIG,
+            "bound_pct": BIG,
+            "advice": [_long(9, piece)] * 50,
+            "fixes": [
+                {
+                    "rule": _long(i, piece),
+                    "advice": _long(i, piece),
+                    "saving_ms": BIG,
+                    "saving_pct": BIG,
+                    "saving_basis": _long(i, piece),
+                }
+                for i in many
+            ],
+        },
+        findings=[
+            {
+                "rule": _long(i, piece),
+                "severity": _long(i, piece),
+                "evidence": _long(i, piece),
+                "advice": _long(i, piece),
+                "saving_ms": BIG,
+                "saving_pct": BIG,
+            }
+            for i in many
+        ],
+        ops=pd.DataFrame(
+            {
+                **{
+                    key: [_long(i, piece) for i in many]
+                    for key in ("op", "type", "program", "device", "dtype", "bound")
+                },
+                "ms_per_step": BIG,
+                "compute_pct": BIG,
+                "ceiling_pct": BIG,
+            }
+        ),
+        roofline={
+            "mfu_pct": BIG,
+            "dtype": _long(1, piece),
+            "known_time_pct": BIG,
+            "flops_per_step": BIG,
+            "achieved_flops_per_second": BIG,
+            "ceilings_source": _long(2, piece),
+        },
+        spread={
+            "median_ms": BIG,
+            "p90_ms": BIG,
+            "outliers": [{"step": HUGE, "step_ms": BIG, "cause": _long(i, piece)} for i in range(1000)],
+        },
         utilization={key: BIG for key in summary.UTILIZATION_KEYS},
-        workers=pd.DataFrame({"worker": range(300)}), straggler_reason=_long(4, piece),
-        straggler={"worker": _long(1, piece), "cause": _long(2, piece), "evidence": _long(3, piece)})
+        workers=pd.DataFrame({"worker": range(300)}),
+        straggler_reason=_long(4, piece),
+        straggler={"worker": _long(1, piece), "cause": _long(2, piece), "evidence": _long(3, piece)},
+    )
     peak = AllocatorPeak(
-        name=_long(1, piece), peak_bytes=HUGE, peak_time_ms=BIG, peak_step=HUGE, peak_op=_long(2, piece),
-        capacity_bytes=HUGE, capacity_source=_long(3, piece), fragmentation=BIG, batch_bytes=BIG, fixed_bytes=BIG,
-        max_batch=HUGE, headroom=_long(4, piece), headroom_basis=None, top_at_peak=(), by_op=(), by_region=(),
-        events=1, growth_bytes_per_step=BIG)
+        name=_long(1, piece),
+        peak_bytes=HUGE,
+        peak_time_ms=BIG,
+        peak_step=HUGE,
+        peak_op=_long(2, piece),
+        capacity_bytes=HUGE,
+        capacity_source=_long(3, piece),
+        fragmentation=BIG,
+        batch_bytes=BIG,
+        fixed_bytes=BIG,
+        max_batch=HUGE,
+        headroom=_long(4, piece),
+        headroom_basis=None,
+        top_at_peak=(),
+        by_op=(),
+        by_region=(),
+        events=1,
+        growth_bytes_per_step=BIG,
+    )
     failure = OomAtFailure(
-        bytes=HUGE, shape=(HUGE,) * 100, dtype=_long(5, piece), op=_long(6, piece), allocator=_long(7, piece),
-        device=_long(8, piece), time_s=BIG, source=_long(9, piece), held_allocator=_long(10, piece), held_bytes=HUGE,
-        capacity_bytes=HUGE, before_failure_ms=BIG,
+        bytes=HUGE,
+        shape=(HUGE,) * 100,
+        dtype=_long(5, piece),
+        op=_long(6, piece),
+        allocator=_long(7, piece),
+        device=_long(8, piece),
+        time_s=BIG,
+        source=_long(9, piece),
+        held_allocator=_long(10, piece),
+        held_bytes=HUGE,
+        capacity_bytes=HUGE,
+        before_failure_ms=BIG,
         top=(Live(_long(11, piece), _long(12, piece), _long(13, piece), _long(14, piece), HUGE, HUGE),) * 100,
-        sampled=((_long(15, piece), _long(16, piece), HUGE, HUGE),) * 100)
+        sampled=((_long(15, piece), _long(16, piece), HUGE, HUGE),) * 100,
+    )
     workers = tuple(WorkerMemory(_long(i, piece), (peak,) * 200, pd.DataFrame()) for i in range(300))
-    fields["memory"] = MemoryReport(allocators=(peak,) * 200, timeline=pd.DataFrame(), steps=pd.DataFrame(),
-                                    sampled=(), batch_size=HUGE, oom=failure if oom else None, workers=workers)
+    fields["memory"] = MemoryReport(
+        allocators=(peak,) * 200,
+        timeline=pd.DataFrame(),
+        steps=pd.DataFrame(),
+        sampled=(),
+        batch_size=HUGE,
+        oom=failure if oom else None,
+        workers=workers,
+    )
     return types.SimpleNamespace(**fields, input_bottleneck={"stage": _long(5, piece), "ms_per_batch": BIG})
 
 
 @pytest.mark.parametrize("oom", [False, True], ids=["", "oom"])
-@pytest.mark.parametrize("piece", ["abcde", "é😀\"\\\x01/"], ids=["ascii", "escapes-and-multibyte"])
+@pytest.mark.parametrize("piece", ["abcde", 'é😀"\\\x01/'], ids=["ascii", "escapes-and-multibyte"])
 def test_the_summary_stays_under_8_kb_on_a_hostile_analysis(cpu, piece, oom):
     text = summary.render_analysis(hostile(cpu, piece, oom))
     assert len(text.encode("utf-8")) <= summary.MAX_BYTES

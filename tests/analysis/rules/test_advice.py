@@ -32,14 +32,32 @@ def verdict_of(step_ms: float, **parts) -> tuple[dict, list[dict]]:
     compute, host, collective = parts.pop("compute"), parts.pop("host"), parts.pop("collective", 0.0)
     assert abs(wait + copy + compute + host + collective - step_ms) < 1e-9
     pct = lambda ms: 100.0 * ms / step_ms  # noqa: E731
-    mean = {"step_ms": step_ms, "input_ms": wait + copy, "compute_ms": compute, "host_ms": host,
-            "collective_ms": collective, "input_wait_ms": wait, "input_copy_ms": copy,
-            "input_pct": pct(wait + copy), "compute_pct": pct(compute), "host_pct": pct(host),
-            "collective_pct": pct(collective)}
+    mean = {
+        "step_ms": step_ms,
+        "input_ms": wait + copy,
+        "compute_ms": compute,
+        "host_ms": host,
+        "collective_ms": collective,
+        "input_wait_ms": wait,
+        "input_copy_ms": copy,
+        "input_pct": pct(wait + copy),
+        "compute_pct": pct(compute),
+        "host_pct": pct(host),
+        "collective_pct": pct(collective),
+    }
     trace = TraceFacts(**{key: parts.pop(key) for key in list(parts) if key in TRACE_FACTS})
-    facts = make_facts(trace=trace, input_pct=pct(wait + copy), compute_pct=pct(compute), host_pct=pct(host),
-                       collective_pct=pct(collective), input_wait_pct=pct(wait), input_copy_pct=pct(copy),
-                       input_wait_ms=wait, step_ms=step_ms, **{"device": "gpu", "producer": "devprof", **parts})
+    facts = make_facts(
+        trace=trace,
+        input_pct=pct(wait + copy),
+        compute_pct=pct(compute),
+        host_pct=pct(host),
+        collective_pct=pct(collective),
+        input_wait_pct=pct(wait),
+        input_copy_pct=pct(copy),
+        input_wait_ms=wait,
+        step_ms=step_ms,
+        **{"device": "gpu", "producer": "devprof", **parts},
+    )
     return rules.make_verdict(mean, facts, steps_used=10), rules.findings(facts)
 
 
@@ -49,9 +67,12 @@ def test_host_overhead_holds_the_step_and_the_exposed_copy_is_still_a_fix():
     assert verdict["bound"] == "host" and verdict["level"] == "high" and verdict["bound_pct"] == pytest.approx(55.0)
     assert verdict["saving_ms"] > 1.9  # more than removing all of the input could save
     fixes = {fix["rule"]: fix for fix in verdict["fixes"]}
-    assert fixes["input_copy"]["saving_ms"] == pytest.approx(1.4) and "prefetch_to_device" in fixes["input_copy"]["advice"]
-    assert [fix["saving_pct"] for fix in verdict["fixes"]] == sorted((f["saving_pct"] for f in verdict["fixes"]),
-                                                                     reverse=True)
+    assert (
+        fixes["input_copy"]["saving_ms"] == pytest.approx(1.4) and "prefetch_to_device" in fixes["input_copy"]["advice"]
+    )
+    assert [fix["saving_pct"] for fix in verdict["fixes"]] == sorted(
+        (f["saving_pct"] for f in verdict["fixes"]), reverse=True
+    )
     assert all(fix["saving_pct"] >= 5.0 for fix in verdict["fixes"]) and verdict["first_fix"] == verdict["fixes"][0]
     assert verdict["xprof_reading"] is None  # nothing said in XProf's name from devprof's own input
 
@@ -72,7 +93,11 @@ def test_a_step_held_by_its_kernels_is_compute_bound_when_hiding_input_saves_the
     assert "prefetching overlaps the pipeline's 12.00 ms per batch" in verdict["saving_basis"]
     assert "hiding the wait for the input pipeline: 12.00 ms, 40 % of the step" in verdict["evidence"]
     held, _ = verdict_of(30.0, input_wait=16.0, compute=12.0, host=2.0, prefetches=False)
-    assert held["bound"] == "input" and held["rule"] == "input_bound_high" and held["bound_pct"] == pytest.approx(53.3, abs=0.1)
+    assert (
+        held["bound"] == "input"
+        and held["rule"] == "input_bound_high"
+        and held["bound_pct"] == pytest.approx(53.3, abs=0.1)
+    )
 
 
 def test_prefetch_saves_only_down_to_the_pipelines_rate():
@@ -101,7 +126,9 @@ def test_an_exposed_copy_is_advised_as_a_copy_not_as_tf_data():
 def test_a_whole_eager_step_is_eager_bound_and_compiling_it_comes_first():
     eager = EagerOps(op_time_pct=100.0, ms_per_step=30.0, step_pct=60.0, ops=(("MatMul", 30.0),))
     verdict, found = verdict_of(50.0, compute=15.0, host=35.0, eager=eager, producer="keras")
-    assert verdict["bound"] == "eager" and verdict["rule"] == "eager_bound" and verdict["bound_pct"] == pytest.approx(70.0)
+    assert (
+        verdict["bound"] == "eager" and verdict["rule"] == "eager_bound" and verdict["bound_pct"] == pytest.approx(70.0)
+    )
     assert "run_eagerly=False" in verdict["advice"][0]  # Keras' run_eagerly first, not steps_per_execution
     assert not any("steps_per_execution" in line for line in verdict["advice"])
     assert found[0]["rule"] == "eager_execution" and found[0]["saving_ms"] == pytest.approx(35.0)
@@ -110,10 +137,15 @@ def test_a_whole_eager_step_is_eager_bound_and_compiling_it_comes_first():
 def test_compiling_an_eager_cpu_step_keeps_its_ops_less_the_eager_floor_run_side_by_side():
     # 100 ms: 60 of eager ops (300 calls, each paying at least 0.02 ms of eager runtime), the rest Python between
     # them and dispatch. Compiled on 2 cores: (60 - 300 x 0.02) x (1 + 1/2) / 2 = 40.5 ms, less the 1 ms launch floor.
-    eager = EagerOps(op_time_pct=100.0, ms_per_step=60.0, step_pct=60.0, ops=(("MatMul", 30.0),), calls_per_step=300.0,
-                     call_floor_ms=0.02)
-    verdict, found = verdict_of(100.0, compute=90.0, host=10.0, eager=eager, device="cpu", cpu_cores=2,
-                                launch_ms=1.0)
+    eager = EagerOps(
+        op_time_pct=100.0,
+        ms_per_step=60.0,
+        step_pct=60.0,
+        ops=(("MatMul", 30.0),),
+        calls_per_step=300.0,
+        call_floor_ms=0.02,
+    )
+    verdict, found = verdict_of(100.0, compute=90.0, host=10.0, eager=eager, device="cpu", cpu_cores=2, launch_ms=1.0)
     saving = next(f for f in found if f["rule"] == "eager_execution")["saving_ms"]
     assert saving == pytest.approx(100.0 - 40.5 - 1.0)
     assert verdict["saving_ms"] == pytest.approx(saving)
@@ -122,11 +154,33 @@ def test_compiling_an_eager_cpu_step_keeps_its_ops_less_the_eager_floor_run_side
 
 
 def test_findings_are_ordered_by_saving_and_the_verdict_saves_at_least_as_much():
-    _, found = verdict_of(40.0, input_wait=4.0, compute=26.0, host=10.0, prefetches=False, retrace_steps=2,
-                          retrace_ms=8.0, traced_steps=20, other_cpu_pct=40.0, proc_cpu_pct=100.0, cpu_cores=4.0,
-                          idle_stretch=IdleStretch(0.0, 5.0, 5.0, "after the last epoch", "proc_cpu_pct"))
-    verdict, _ = verdict_of(40.0, input_wait=4.0, compute=26.0, host=10.0, prefetches=False, retrace_steps=2,
-                            retrace_ms=8.0, traced_steps=20, other_cpu_pct=40.0, proc_cpu_pct=100.0, cpu_cores=4.0)
+    _, found = verdict_of(
+        40.0,
+        input_wait=4.0,
+        compute=26.0,
+        host=10.0,
+        prefetches=False,
+        retrace_steps=2,
+        retrace_ms=8.0,
+        traced_steps=20,
+        other_cpu_pct=40.0,
+        proc_cpu_pct=100.0,
+        cpu_cores=4.0,
+        idle_stretch=IdleStretch(0.0, 5.0, 5.0, "after the last epoch", "proc_cpu_pct"),
+    )
+    verdict, _ = verdict_of(
+        40.0,
+        input_wait=4.0,
+        compute=26.0,
+        host=10.0,
+        prefetches=False,
+        retrace_steps=2,
+        retrace_ms=8.0,
+        traced_steps=20,
+        other_cpu_pct=40.0,
+        proc_cpu_pct=100.0,
+        cpu_cores=4.0,
+    )
     known = [f["saving_ms"] for f in found if f["saving_ms"] is not None]
     assert known == sorted(known, reverse=True) and found[-1]["rule"] == "idle_stretch"
     assert found[-1]["saving_ms"] is None
@@ -137,17 +191,33 @@ MEASURED_AMD = (("bfloat16", 185e9), ("float32", 325e9))  # devprof peak on an A
 
 
 def test_a_float32_run_is_not_told_to_use_bfloat16_where_it_measures_slower():
-    verdict, found = verdict_of(100.0, input_wait=1.0, compute=97.0, host=2.0, device="cpu",
-                                bfloat16_units=("avx512_bf16",), matrix_ceilings=MEASURED_AMD, matrix_pct=80.0)
+    verdict, found = verdict_of(
+        100.0,
+        input_wait=1.0,
+        compute=97.0,
+        host=2.0,
+        device="cpu",
+        bfloat16_units=("avx512_bf16",),
+        matrix_ceilings=MEASURED_AMD,
+        matrix_pct=80.0,
+    )
     text = " ".join(verdict["advice"]) + " ".join(f["advice"] for f in found)
     assert "Use mixed precision" not in text and "--precision mixed_bfloat16" not in text
     assert "Keep float32: bfloat16 185 GFLOP/s against float32 325 GFLOP/s" in text
 
 
 def test_a_bfloat16_run_that_measures_slower_is_told_to_go_back():
-    verdict, found = verdict_of(100.0, input_wait=1.0, compute=97.0, host=2.0, device="cpu",
-                                precision="mixed_bfloat16", bfloat16_units=("avx512_bf16",),
-                                matrix_ceilings=MEASURED_AMD, matrix_pct=80.0)
+    verdict, found = verdict_of(
+        100.0,
+        input_wait=1.0,
+        compute=97.0,
+        host=2.0,
+        device="cpu",
+        precision="mixed_bfloat16",
+        bfloat16_units=("avx512_bf16",),
+        matrix_ceilings=MEASURED_AMD,
+        matrix_pct=80.0,
+    )
     assert verdict["cause"] == "bf16_without_matrix_units" and "--precision float32" in verdict["advice"][0]
     assert not any("larger" in line for line in verdict["advice"][:1])
     # 80 ms of matrix work at 325/185 of the rate: 80 x (1 - 185/325) = 34.5 ms
@@ -156,15 +226,23 @@ def test_a_bfloat16_run_that_measures_slower_is_told_to_go_back():
 
 
 def test_without_a_measurement_precision_advice_says_it_is_a_guess():
-    verdict, _ = verdict_of(100.0, input_wait=1.0, compute=97.0, host=2.0, device="cpu",
-                            bfloat16_units=("avx512_bf16",))
+    verdict, _ = verdict_of(
+        100.0, input_wait=1.0, compute=97.0, host=2.0, device="cpu", bfloat16_units=("avx512_bf16",)
+    )
     assert any("guess" in line and "devprof peak" in line for line in verdict["advice"])
     assert not any(line.startswith("Use mixed precision") for line in verdict["advice"])
 
 
 def test_measured_faster_precision_is_advised_with_its_saving():
-    verdict, _ = verdict_of(100.0, input_wait=1.0, compute=97.0, host=2.0, device="gpu",
-                            matrix_ceilings=(("float16", 120e12), ("float32", 15e12)), matrix_pct=70.0)
+    verdict, _ = verdict_of(
+        100.0,
+        input_wait=1.0,
+        compute=97.0,
+        host=2.0,
+        device="gpu",
+        matrix_ceilings=(("float16", 120e12), ("float32", 15e12)),
+        matrix_pct=70.0,
+    )
     assert verdict["bound"] == "compute" and verdict["saving_ms"] == pytest.approx(70.0 * (1 - 15 / 120))
     assert verdict["advice"][0].startswith("Use mixed precision: `--precision mixed_float16`")
 
@@ -177,15 +255,26 @@ FOREIGN = {
     "jax": r"(?<![\w-])--[a-z]|model\.compile|tf\.|keras|tf\.function|TF_ENABLE",
 }
 CAUSES: dict[str, dict[str, Any]] = {
-    "input_wait": dict(input_wait=8.0, compute=10.0, host=2.0, prefetches=False,
-                       slowest_input_stage=SlowestStage("Iterator::Root::Map", 7.5)),
+    "input_wait": dict(
+        input_wait=8.0,
+        compute=10.0,
+        host=2.0,
+        prefetches=False,
+        slowest_input_stage=SlowestStage("Iterator::Root::Map", 7.5),
+    ),
     "input_copy": dict(input_copy=6.0, compute=12.0, host=2.0),
-    "host": dict(compute=8.0, host=12.0, sync_name="MemcpyDtoH", kernels_per_step=900.0, mean_kernel_us=5.0,
-                 idle_host_pct=50.0),
+    "host": dict(
+        compute=8.0, host=12.0, sync_name="MemcpyDtoH", kernels_per_step=900.0, mean_kernel_us=5.0, idle_host_pct=50.0
+    ),
     "collective": dict(compute=10.0, host=2.0, collective=8.0),
-    "compute": dict(compute=19.0, host=1.0, matrix_units=("float16",), retrace_steps=1, retrace_ms=3.0,
-                    below_roofline=(BelowRoofline("conv", "Conv2D", "matrix", "float32", "compute", "", 10.0, 8.0,
-                                                  40.0, 1e12),)),
+    "compute": dict(
+        compute=19.0,
+        host=1.0,
+        matrix_units=("float16",),
+        retrace_steps=1,
+        retrace_ms=3.0,
+        below_roofline=(BelowRoofline("conv", "Conv2D", "matrix", "float32", "compute", "", 10.0, 8.0, 40.0, 1e12),),
+    ),
     "eager_all": dict(compute=5.0, host=15.0, eager=EagerOps(100.0, 10.0, 50.0, (("MatMul", 10.0),))),
     "eager_some": dict(compute=10.0, host=10.0, eager=EagerOps(30.0, 4.0, 20.0, (("Mean", 4.0),))),
     "contention": dict(compute=15.0, host=5.0, other_cpu_pct=45.0, proc_cpu_pct=100.0, cpu_cores=4.0),
@@ -230,17 +319,28 @@ def test_the_verdicts_saving_is_never_below_a_findings_on_random_steps():
         scale = rng.uniform(1.0, 200.0) / sum(parts)
         wait, copy, compute, host, collective = (p * scale for p in parts)
         step = wait + copy + compute + host + collective
-        extra = dict(prefetches=rng.choice([None, True, False]), cpu_cores=rng.choice([math.nan, 2.0, 16.0]),
-                     device=rng.choice(["cpu", "gpu"]), other_cpu_pct=rng.uniform(0, 60),
-                     proc_cpu_pct=rng.uniform(10, 200), idle_host_pct=rng.uniform(0, 60),
-                     kernels_per_step=rng.uniform(10, 2000), mean_kernel_us=rng.uniform(1, 100),
-                     retrace_steps=rng.choice([0, 2]), retrace_ms=rng.uniform(0, 50), traced_steps=10,
-                     eager=rng.choice([None, EagerOps(rng.uniform(0, 100), 1.0, rng.uniform(0, 60), ())]),
-                     matrix_ceilings=rng.choice([(), (("bfloat16", 1e11), ("float32", 3e11)),
-                                                 (("bfloat16", 4e11), ("float32", 1e11))]),
-                     matrix_pct=rng.uniform(0, 100) * compute / step, precision=rng.choice(["float32", "mixed_bfloat16"]))
-        verdict, found = verdict_of(step, input_wait=wait, input_copy=copy, compute=compute, host=host,
-                                    collective=collective, **extra)
+        extra = dict(
+            prefetches=rng.choice([None, True, False]),
+            cpu_cores=rng.choice([math.nan, 2.0, 16.0]),
+            device=rng.choice(["cpu", "gpu"]),
+            other_cpu_pct=rng.uniform(0, 60),
+            proc_cpu_pct=rng.uniform(10, 200),
+            idle_host_pct=rng.uniform(0, 60),
+            kernels_per_step=rng.uniform(10, 2000),
+            mean_kernel_us=rng.uniform(1, 100),
+            retrace_steps=rng.choice([0, 2]),
+            retrace_ms=rng.uniform(0, 50),
+            traced_steps=10,
+            eager=rng.choice([None, EagerOps(rng.uniform(0, 100), 1.0, rng.uniform(0, 60), ())]),
+            matrix_ceilings=rng.choice(
+                [(), (("bfloat16", 1e11), ("float32", 3e11)), (("bfloat16", 4e11), ("float32", 1e11))]
+            ),
+            matrix_pct=rng.uniform(0, 100) * compute / step,
+            precision=rng.choice(["float32", "mixed_bfloat16"]),
+        )
+        verdict, found = verdict_of(
+            step, input_wait=wait, input_copy=copy, compute=compute, host=host, collective=collective, **extra
+        )
         known = [f["saving_ms"] for f in found if f["saving_ms"] is not None]
         if known and verdict["fixes"]:  # savings within the tie tolerance rank by the fixed order
             tie_ms = max(rules.TIE_SHARE * max(known), rules.TIE_MS)
@@ -252,11 +352,14 @@ def test_the_verdicts_saving_is_never_below_a_findings_on_random_steps():
         savings = [fix["saving_pct"] for fix in verdict["fixes"]]
         assert all(pct >= 5.0 for pct in savings)
         for i, earlier in enumerate(savings):  # largest first, but for ties
-            for later in savings[i + 1:]:
+            for later in savings[i + 1 :]:
                 assert later <= earlier + max(rules.TIE_SHARE * later, 100.0 * rules.TIE_MS / step) + 1e-9, savings
         listed = {fix["rule"]: fix["saving_pct"] for fix in verdict["fixes"]}
-        assert all(f["saving_pct"] < 5.0 or f["rule"] in listed or f["saving_pct"] in listed.values()
-                   for f in found if f["saving_pct"] is not None), verdict  # said by its part's own fix
+        assert all(
+            f["saving_pct"] < 5.0 or f["rule"] in listed or f["saving_pct"] in listed.values()
+            for f in found
+            if f["saving_pct"] is not None
+        ), verdict  # said by its part's own fix
         for item in (verdict, *found):
             if item["saving_ms"] is not None:
                 assert -1e-9 <= item["saving_ms"] <= step + 1e-6, item  # a fix saves at most the whole step
@@ -264,11 +367,22 @@ def test_the_verdicts_saving_is_never_below_a_findings_on_random_steps():
 
 @pytest.mark.parametrize("ceilings", [(), MEASURED_AMD])
 def test_no_float32_cpu_run_is_told_to_use_bfloat16_from_its_flags(ceilings):
-    slow_conv = BelowRoofline("conv", "_MklConv2D", "matrix", "float32", "compute", "oneDNN brg_conv_fwd:avx512_core",
-                              20.0, 50.0, 60.0, 1e11)
-    verdict, found = verdict_of(100.0, input_wait=1.0, compute=90.0, host=9.0, device="cpu", precision="float32",
-                                bfloat16_units=("avx512_bf16",), matrix_units=("bfloat16",), matrix_ceilings=ceilings,
-                                matrix_pct=80.0, below_roofline=(slow_conv,))
+    slow_conv = BelowRoofline(
+        "conv", "_MklConv2D", "matrix", "float32", "compute", "oneDNN brg_conv_fwd:avx512_core", 20.0, 50.0, 60.0, 1e11
+    )
+    verdict, found = verdict_of(
+        100.0,
+        input_wait=1.0,
+        compute=90.0,
+        host=9.0,
+        device="cpu",
+        precision="float32",
+        bfloat16_units=("avx512_bf16",),
+        matrix_units=("bfloat16",),
+        matrix_ceilings=ceilings,
+        matrix_pct=80.0,
+        below_roofline=(slow_conv,),
+    )
     for line in verdict["advice"] + [f["advice"] for f in found]:
         told = re.search(r"mixed_bfloat16", line) and not re.search(r"guess|Keep float32|would be slower", line)
         assert not told, line
@@ -338,8 +452,9 @@ def _fix(rule: str, pct: float):
 @pytest.mark.parametrize("precision_pct, rewrite_pct", [(21.0, 20.7), (20.7, 21.0), (20.0, 20.0)])
 def test_fixes_within_noise_of_each_other_rank_by_the_fixed_order(precision_pct, rewrite_pct):
     # Two identical runs: a prefetch against a change of precision, their savings within 10 %: the same first fix.
-    ranked = rules.ranked_fixes([_fix("compute_bound", precision_pct), _fix("no_prefetch", rewrite_pct),
-                                 _fix("host_bound", 5.0)], step_ms=100.0)
+    ranked = rules.ranked_fixes(
+        [_fix("compute_bound", precision_pct), _fix("no_prefetch", rewrite_pct), _fix("host_bound", 5.0)], step_ms=100.0
+    )
     assert [fix.rule for fix in ranked] == ["no_prefetch", "compute_bound", "host_bound"]
 
 
@@ -353,13 +468,24 @@ def test_fixes_beyond_noise_rank_by_saving_and_one_ms_ties_on_a_short_step():
     assert [fix.rule for fix in long_] == ["compute_bound", "host_bound"]
 
 
-@pytest.mark.parametrize("dtype, kernel", [("bfloat16", "oneDNN jit:avx512_core_amx"), ("float32", "oneDNN jit:avx512_core")])
+@pytest.mark.parametrize(
+    "dtype, kernel", [("bfloat16", "oneDNN jit:avx512_core_amx"), ("float32", "oneDNN jit:avx512_core")]
+)
 def test_below_roofline_on_an_amx_cpu_says_nothing_the_machine_contradicts(dtype, kernel):
     slow_conv = BelowRoofline("conv", "_MklConv2D", "matrix", dtype, "compute", kernel, 20.0, 50.0, 60.0, 1e11)
-    _, found = verdict_of(100.0, input_wait=1.0, compute=90.0, host=9.0, device="cpu", producer="tensorflow",
-                          precision="mixed_bfloat16" if dtype == "bfloat16" else "float32",
-                          bfloat16_units=("avx512_bf16", "amx_bf16"), matrix_units=("bfloat16",), matrix_pct=80.0,
-                          below_roofline=(slow_conv,))
+    _, found = verdict_of(
+        100.0,
+        input_wait=1.0,
+        compute=90.0,
+        host=9.0,
+        device="cpu",
+        producer="tensorflow",
+        precision="mixed_bfloat16" if dtype == "bfloat16" else "float32",
+        bfloat16_units=("avx512_bf16", "amx_bf16"),
+        matrix_units=("bfloat16",),
+        matrix_pct=80.0,
+        below_roofline=(slow_conv,),
+    )
     advice = next(f["advice"] for f in found if f["rule"] == "below_roofline")
     assert "this CPU has none" not in advice and "a CPU with AVX-512 or AMX" not in advice, advice
     assert "not one of the brgemm kernels (brg_conv_*, brg:*) this CPU has" in advice
@@ -372,44 +498,86 @@ def test_a_float64_model_is_named_and_not_told_to_turn_onednn_on():
     from analysis.rules.facts import run_precision
 
     assert run_precision({}, "float64") == "float64" and run_precision({"precision": "float32"}, "float64") == "float64"
-    assert run_precision({}, "bfloat16") == "mixed_bfloat16" and run_precision({"precision": "float32"}, "bfloat16") \
-        == "float32"
-    verdict, found = verdict_of(40.0, input_wait=1.0, compute=37.0, host=2.0, device="cpu", producer="keras",
-                                precision=run_precision({}, "float64"), eigen_dense_pct=70.0, matrix_pct=80.0)
+    assert (
+        run_precision({}, "bfloat16") == "mixed_bfloat16"
+        and run_precision({"precision": "float32"}, "bfloat16") == "float32"
+    )
+    verdict, found = verdict_of(
+        40.0,
+        input_wait=1.0,
+        compute=37.0,
+        host=2.0,
+        device="cpu",
+        producer="keras",
+        precision=run_precision({}, "float64"),
+        eigen_dense_pct=70.0,
+        matrix_pct=80.0,
+    )
     rules_found = {f["rule"]: f for f in found}
     assert "cpu_without_onednn" not in rules_found  # Eigen ran because the ops are float64, not for want of oneDNN
     float64 = rules_found["float64_math"]
-    assert "set_floatx(\"float32\")" in float64["advice"] and float64["saving_ms"] == pytest.approx(0.5 * 0.8 * 40.0)
+    assert 'set_floatx("float32")' in float64["advice"] and float64["saving_ms"] == pytest.approx(0.5 * 0.8 * 40.0)
     assert verdict["first_fix"]["rule"] == "float64_math"
     # the same run in float32: oneDNN's absence is the finding
-    _, float32_found = verdict_of(40.0, input_wait=1.0, compute=37.0, host=2.0, device="cpu", producer="keras",
-                                  precision="float32", eigen_dense_pct=70.0, matrix_pct=80.0)
+    _, float32_found = verdict_of(
+        40.0,
+        input_wait=1.0,
+        compute=37.0,
+        host=2.0,
+        device="cpu",
+        producer="keras",
+        precision="float32",
+        eigen_dense_pct=70.0,
+        matrix_pct=80.0,
+    )
     assert "cpu_without_onednn" in {f["rule"] for f in float32_found}
 
 
 def test_a_run_in_bfloat16_by_its_trace_is_not_told_to_use_bfloat16():
     from analysis.rules.facts import run_precision
 
-    verdict, found = verdict_of(100.0, input_wait=1.0, compute=90.0, host=9.0, device="cpu", producer="keras",
-                                precision=run_precision({}, "bfloat16"), bfloat16_units=("amx_bf16",),
-                                matrix_units=("bfloat16",), matrix_ceilings=(("bfloat16", 4e12), ("float32", 4.6e11)),
-                                matrix_pct=80.0)
+    verdict, found = verdict_of(
+        100.0,
+        input_wait=1.0,
+        compute=90.0,
+        host=9.0,
+        device="cpu",
+        producer="keras",
+        precision=run_precision({}, "bfloat16"),
+        bfloat16_units=("amx_bf16",),
+        matrix_units=("bfloat16",),
+        matrix_ceilings=(("bfloat16", 4e12), ("float32", 4.6e11)),
+        matrix_pct=80.0,
+    )
     for line in verdict["advice"] + [f["advice"] for f in found]:
-        assert "set_global_policy(\"mixed_bfloat16\")" not in line, line
+        assert 'set_global_policy("mixed_bfloat16")' not in line, line
     assert "fp32_on_matrix_units" not in {f["rule"] for f in found}
 
 
 AMX_CEILINGS = (("bfloat16", 4.01e12), ("float32", 4.6e11))  # 8.7x at the sizes devprof peak reached its peak
-AMX_SMALL = (("conv", "float32", 3.0e11), ("conv", "bfloat16", 6.0e11),  # 2x on its smallest convolutions
-             ("matmul", "float32", 4.0e11), ("matmul", "bfloat16", 1.2e12))
+AMX_SMALL = (
+    ("conv", "float32", 3.0e11),
+    ("conv", "bfloat16", 6.0e11),  # 2x on its smallest convolutions
+    ("matmul", "float32", 4.0e11),
+    ("matmul", "bfloat16", 1.2e12),
+)
 
 
 def test_a_precision_estimate_holds_to_what_small_ops_reach_and_does_not_outrank_a_sleep():
     # A program that sleeps 15 ms in its loop: host 15.7 of 43.4 ms, its convolutions 24.6 ms. At the
     # ceilings' 8.7x, bfloat16 would save 21.8 ms and outrank the sleep; its small convolutions reach 2x.
-    common = dict(input_wait=0.0, compute=27.7, host=15.7, device="cpu", producer="tensorflow", precision="float32",
-                  matrix_units=("bfloat16",), bfloat16_units=("amx_bf16",), matrix_ceilings=AMX_CEILINGS,
-                  matrix_pct=100.0 * 24.6 / 43.4)
+    common = dict(
+        input_wait=0.0,
+        compute=27.7,
+        host=15.7,
+        device="cpu",
+        producer="tensorflow",
+        precision="float32",
+        matrix_units=("bfloat16",),
+        bfloat16_units=("amx_bf16",),
+        matrix_ceilings=AMX_CEILINGS,
+        matrix_pct=100.0 * 24.6 / 43.4,
+    )
     verdict, found = verdict_of(43.4, small_matrix_rates=AMX_SMALL, **common)
     precision = next(f for f in found if f["rule"] == "fp32_on_matrix_units")
     assert precision["saving_ms"] == pytest.approx(24.6 * (1 - 1 / 2.0))
@@ -424,9 +592,13 @@ def test_a_precision_estimate_holds_to_what_small_ops_reach_and_does_not_outrank
 def test_the_smallest_sizes_devprof_peak_timed_are_read_from_its_result():
     from analysis.breakdown.roofline import smallest_matrix_rates
 
-    peak = {"conv": {"float32": {"sizes": [{"size": 128, "per_second": 2e11}, {"size": 64, "per_second": 1e11}]},
-                     "bfloat16": {"sizes": [{"size": 64, "per_second": 3e11}]}},
-            "matmul": {"float32": {"sizes": []}, "bfloat16": "broken"}}
+    peak = {
+        "conv": {
+            "float32": {"sizes": [{"size": 128, "per_second": 2e11}, {"size": 64, "per_second": 1e11}]},
+            "bfloat16": {"sizes": [{"size": 64, "per_second": 3e11}]},
+        },
+        "matmul": {"float32": {"sizes": []}, "bfloat16": "broken"},
+    }
     assert smallest_matrix_rates(peak) == (("conv", "float32", 1e11), ("conv", "bfloat16", 3e11))
     assert smallest_matrix_rates(None) == () and smallest_matrix_rates({"conv": "x"}) == ()
 

@@ -33,12 +33,18 @@ def _run_without_tf_data(root: Path, *, iterator_ms: float, steps: int = 6) -> P
         host.event(worker, "ExecutorState::Process", start, start + 8 * MS)
     host.finish()
     _write_space(space, run / "plugins" / "profile" / "s" / "host.xplane.pb")
-    rows = [f"1,{k},1,{BASE_NS / 1e9 + 0.01 + k * 0.02:.6f},{iterator_ms},8.5,{20 - iterator_ms - 8.5},20.0,32"
-            for k in range(steps)]
-    (run / "steps.csv").write_text("epoch,step,steps,start_time_s,input_ms,call_ms,other_host_ms,step_ms,images\n"
-                                   + "\n".join(rows) + "\n")
-    (run / "run.json").write_text(json.dumps({"status": "complete", "producer": "tensorflow",
-                                              "config": {"batch_size": 32}, "device": {"kind": "cpu"}}))
+    rows = [
+        f"1,{k},1,{BASE_NS / 1e9 + 0.01 + k * 0.02:.6f},{iterator_ms},8.5,{20 - iterator_ms - 8.5},20.0,32"
+        for k in range(steps)
+    ]
+    (run / "steps.csv").write_text(
+        "epoch,step,steps,start_time_s,input_ms,call_ms,other_host_ms,step_ms,images\n" + "\n".join(rows) + "\n"
+    )
+    (run / "run.json").write_text(
+        json.dumps(
+            {"status": "complete", "producer": "tensorflow", "config": {"batch_size": 32}, "device": {"kind": "cpu"}}
+        )
+    )
     return run
 
 
@@ -71,10 +77,21 @@ def test_a_jobs_own_worker_on_the_machine_is_not_called_another_job(tmp_path):
 
     local = {"index": 1, "address": "127.0.0.1:2223", "addresses": ["127.0.0.1:2222", "127.0.0.1:2223"]}
     spread = {"index": 1, "address": "h2:2222", "addresses": ["h1:2222", "h2:2222"]}
-    assert job_workers_here(cast(RunRecord, Run(local))) == 1 and job_workers_here(cast(RunRecord, Run(spread))) == 0 \
+    assert (
+        job_workers_here(cast(RunRecord, Run(local))) == 1
+        and job_workers_here(cast(RunRecord, Run(spread))) == 0
         and job_workers_here(None) == 0
-    common: dict[str, Any] = dict(input_pct=2.0, host_pct=10.0, compute_pct=88.0, other_cpu_pct=43.0,
-                                  proc_cpu_pct=110.0, cpu_cores=2.0, device="cpu", producer="devprof")
+    )
+    common: dict[str, Any] = dict(
+        input_pct=2.0,
+        host_pct=10.0,
+        compute_pct=88.0,
+        other_cpu_pct=43.0,
+        proc_cpu_pct=110.0,
+        cpu_cores=2.0,
+        device="cpu",
+        producer="devprof",
+    )
     found = {f["rule"]: f for f in rules.findings(make_facts(**common, job_workers_here=1))}["cpu_contention"]
     assert "runs 1 other worker of the same job, which is among them" in found["evidence"]
     assert "fewer `--workers` per machine" in found["advice"] and "another job" not in found["advice"]
@@ -98,16 +115,25 @@ def _config(run: Path, **config) -> Path:
     return run
 
 
-@pytest.mark.parametrize("setting, slow_config, said", [
-    ("xla", {"jit_compile": True}, "XLA is the slower setting on this device, so leave it off"),
-    ("precision", {"precision": "mixed_bfloat16"}, "this one computes in mixed_bfloat16, the faster one in float32"),
-])
+@pytest.mark.parametrize(
+    "setting, slow_config, said",
+    [
+        ("xla", {"jit_compile": True}, "XLA is the slower setting on this device, so leave it off"),
+        (
+            "precision",
+            {"precision": "mixed_bfloat16"},
+            "this one computes in mixed_bfloat16, the faster one in float32",
+        ),
+    ],
+)
 def test_compare_names_the_setting_that_makes_a_run_slower(tmp_path, capsys, setting, slow_config, said):
     from compare_fixtures import make_run, run_cli
 
     fast = make_run(tmp_path, "plain", device="Test CPU")
-    slow = _config(make_run(tmp_path, f"with_{setting}", device="Test CPU", call_ms=300.0,
-                            epoch_seconds=(4.0, 3.0, 3.0)), **slow_config)
+    slow = _config(
+        make_run(tmp_path, f"with_{setting}", device="Test CPU", call_ms=300.0, epoch_seconds=(4.0, 3.0, 3.0)),
+        **slow_config,
+    )
     code, out, err = run_cli([fast, slow, "--format", "json"], capsys)
     assert code == 0, err
     why = {row["run"]: row["why"] for row in json.loads(out)["rows"]}[f"with_{setting}"]

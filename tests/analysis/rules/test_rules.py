@@ -26,10 +26,23 @@ MS = 1_000_000
 
 def clean(**changes) -> Facts:
     """A compute-bound float32 run on a device without matrix units: no finding applies."""
-    base = dict(input_pct=2.0, compute_pct=90.0, host_pct=8.0, device="gpu", precision="float32",
-                other_cpu_pct=3.0, proc_cpu_pct=100.0, cpu_cores=2.0, prefetches=True, matrix_units=(),
-                kernels_per_step=40.0, mean_kernel_us=900.0, idle_host_pct=5.0,
-                device_mem_peak_bytes=4e9, device_mem_total_bytes=16e9)
+    base = dict(
+        input_pct=2.0,
+        compute_pct=90.0,
+        host_pct=8.0,
+        device="gpu",
+        precision="float32",
+        other_cpu_pct=3.0,
+        proc_cpu_pct=100.0,
+        cpu_cores=2.0,
+        prefetches=True,
+        matrix_units=(),
+        kernels_per_step=40.0,
+        mean_kernel_us=900.0,
+        idle_host_pct=5.0,
+        device_mem_peak_bytes=4e9,
+        device_mem_total_bytes=16e9,
+    )
     base.update(changes)
     return dataclasses.replace(facts_from_mean({}), **base)
 
@@ -41,8 +54,9 @@ TRIGGERS: dict[str, dict[str, Any]] = {
     "launch_bound": dict(kernels_per_step=900.0, mean_kernel_us=6.0, idle_host_pct=55.0),
     "fp32_on_matrix_units": dict(matrix_units=("float16", "bfloat16")),
     "no_prefetch": dict(prefetches=False, input_wait_pct=6.0),  # said only where the host waits for the pipeline
-    "eager_execution": dict(eager=EagerOps(op_time_pct=93.0, ms_per_step=40.0, step_pct=54.0,
-                                           ops=(("LogicalAnd", 40.0),))),
+    "eager_execution": dict(
+        eager=EagerOps(op_time_pct=93.0, ms_per_step=40.0, step_pct=54.0, ops=(("LogicalAnd", 40.0),))
+    ),
     "bf16_without_matrix_units": dict(precision="mixed_bfloat16", bfloat16_units=()),
     "memory_near_limit": dict(device_mem_peak_bytes=15.2e9, device_mem_total_bytes=16e9),
     "cpu_without_onednn": dict(device="cpu", eigen_dense_pct=77.0),
@@ -69,10 +83,14 @@ def test_rules_read_the_numbers_they_are_given():
     guess = rules.findings(clean(**TRIGGERS["fp32_on_matrix_units"]))[0]
     assert "--precision mixed_bfloat16" in guess["advice"] and "devprof peak" in guess["advice"]
     assert guess["saving_ms"] is None and "guess" in guess["saving_basis"]
-    measured = rules.findings(clean(matrix_units=("float16",), matrix_ceilings=(("float16", 80e12), ("float32", 20e12))))
+    measured = rules.findings(
+        clean(matrix_units=("float16",), matrix_ceilings=(("float16", 80e12), ("float32", 20e12)))
+    )
     assert "train with --precision mixed_float16 (float16 4.0x" in measured[0]["advice"]
     # Measured slower than float32: not advised at all.
-    assert rules.findings(clean(matrix_units=("float16",), matrix_ceilings=(("float16", 10e12), ("float32", 20e12)))) == []
+    assert (
+        rules.findings(clean(matrix_units=("float16",), matrix_ceilings=(("float16", 10e12), ("float32", 20e12)))) == []
+    )
     assert rules.findings(clean(precision="mixed_float16", matrix_units=("float16",))) == []  # already uses them
     memory = rules.findings(clean(**TRIGGERS["memory_near_limit"]))[0]
     assert memory["severity"] == "critical" and "95 %" in memory["evidence"]
@@ -80,7 +98,9 @@ def test_rules_read_the_numbers_they_are_given():
 
 
 def test_unknown_facts_keep_rules_silent():
-    unknown = facts_from_mean({"input_pct": 30.0, "compute_pct": 50.0, "host_pct": 20.0})  # only the breakdown: nothing measured, nothing known
+    unknown = facts_from_mean(
+        {"input_pct": 30.0, "compute_pct": 50.0, "host_pct": 20.0}
+    )  # only the breakdown: nothing measured, nothing known
     assert rules.findings(unknown) == []
 
 
@@ -102,8 +122,16 @@ def events(rows):
     return frame
 
 
-STEPS = pd.DataFrame({"step": [0, 1, 2], "steps": 1, "start_ns": [0, 10 * MS, 20 * MS],
-                      "end_ns": [10 * MS, 20 * MS, 30 * MS], "step_ms": 10.0, "compile_ms": [6.0, 0.0, 0.0]})
+STEPS = pd.DataFrame(
+    {
+        "step": [0, 1, 2],
+        "steps": 1,
+        "start_ns": [0, 10 * MS, 20 * MS],
+        "end_ns": [10 * MS, 20 * MS, 30 * MS],
+        "step_ms": 10.0,
+        "compile_ms": [6.0, 0.0, 0.0],
+    }
+)
 
 
 def test_retracing_counts_compiles_after_the_first_step_only():
@@ -118,8 +146,12 @@ def test_a_sync_in_every_step_is_found_and_one_in_some_steps_is_not():
     assert trace_facts.syncs_in_every_step(view_of(every), STEPS) == "MemcpyDtoH"
     some = events([("MemcpyDtoH", *gpu, 8 * MS, 9 * MS)])
     assert trace_facts.syncs_in_every_step(view_of(some), STEPS) is None
-    prints = events([("train/PrintV2:PrintV2", "/host:CPU", "python", 0, 0, k * 10 * MS + MS, k * 10 * MS + 2 * MS)
-                     for k in range(3)])
+    prints = events(
+        [
+            ("train/PrintV2:PrintV2", "/host:CPU", "python", 0, 0, k * 10 * MS + MS, k * 10 * MS + 2 * MS)
+            for k in range(3)
+        ]
+    )
     assert trace_facts.syncs_in_every_step(view_of(prints), STEPS) == "train/PrintV2:PrintV2"
 
 
@@ -128,9 +160,11 @@ def test_the_calls_entry_and_exit_are_the_compute_before_its_first_op_and_after_
 
     # Each 10 ms step's call computes 9 ms; its ops (on an executor thread) run from 1.5 ms to 8 ms in: 2.5 ms of
     # the call is its own set-up and tear-down. Python before the call (the step's first 0.5 ms) is not compute.
-    rows = [(name, "/host:CPU", "tf_Compute", 0, 1, k * 10 * MS + start, k * 10 * MS + end)
-            for k in range(3) for name, start, end in (("dense/MatMul:MatMul", 1_500_000, 6 * MS),
-                                                      ("dense/Relu:Relu", 6 * MS, 8 * MS))]
+    rows = [
+        (name, "/host:CPU", "tf_Compute", 0, 1, k * 10 * MS + start, k * 10 * MS + end)
+        for k in range(3)
+        for name, start, end in (("dense/MatMul:MatMul", 1_500_000, 6 * MS), ("dense/Relu:Relu", 6 * MS, 8 * MS))
+    ]
     steps = STEPS.assign(compute_ms=9.0)
     assert call_entry_exit_ms(view_of(events(rows)), steps) == pytest.approx(9.0 - 6.5)
     assert math.isnan(call_entry_exit_ms(view_of(events([("x", "/host:CPU", "python", 0, 0, 0, 1)])), steps))
@@ -140,29 +174,46 @@ def test_the_calls_entry_and_exit_are_the_compute_before_its_first_op_and_after_
 
 def test_kernel_counts_and_lengths_leave_out_copies():
     gpu = ("/device:GPU:0", "Stream #13(Compute)", 1, 2)
-    rows = [("fusion", *gpu, k * 10 * MS + i * 100_000, k * 10 * MS + i * 100_000 + 5_000) for k in range(3)
-            for i in range(50)]
+    rows = [
+        ("fusion", *gpu, k * 10 * MS + i * 100_000, k * 10 * MS + i * 100_000 + 5_000)
+        for k in range(3)
+        for i in range(50)
+    ]
     rows += [("MemcpyH2D", *gpu, k * 10 * MS, k * 10 * MS + 2 * MS) for k in range(3)]
     per_step, mean_us = trace_facts.kernels(view_of(events(rows)), STEPS)
     assert per_step == 50 and mean_us == pytest.approx(5.0)
-    assert all(math.isnan(v) for v in trace_facts.kernels(view_of(events([("x", "/host:CPU", "python", 0, 0, 0, 1)])), STEPS))
+    assert all(
+        math.isnan(v) for v in trace_facts.kernels(view_of(events([("x", "/host:CPU", "python", 0, 0, 0, 1)])), STEPS)
+    )
 
 
-@pytest.mark.parametrize("device, expected", [
-    ({"kind": "gpu", "gpus": [{"compute_capability": "8.0"}]}, ("float16", "bfloat16")),
-    ({"kind": "gpu", "gpus": [{"compute_capability": "7.5"}]}, ("float16",)),
-    ({"kind": "gpu", "gpus": [{"compute_capability": "6.1"}]}, ()),
-    ({"kind": "tpu"}, ("bfloat16",)),
-    ({"kind": "cpu", "matrix_units": ["bfloat16"]}, ("bfloat16",)),
-    ({"kind": "cpu"}, None),
-])
+@pytest.mark.parametrize(
+    "device, expected",
+    [
+        ({"kind": "gpu", "gpus": [{"compute_capability": "8.0"}]}, ("float16", "bfloat16")),
+        ({"kind": "gpu", "gpus": [{"compute_capability": "7.5"}]}, ("float16",)),
+        ({"kind": "gpu", "gpus": [{"compute_capability": "6.1"}]}, ()),
+        ({"kind": "tpu"}, ("bfloat16",)),
+        ({"kind": "cpu", "matrix_units": ["bfloat16"]}, ("bfloat16",)),
+        ({"kind": "cpu"}, None),
+    ],
+)
 def test_matrix_units_from_the_device_facts(device, expected):
     assert trace_facts.matrix_unit_dtypes(device) == expected
 
 
 def test_collective_wait_gives_its_own_verdict():
-    mean = {"step_ms": 100.0, "input_ms": 1.0, "compute_ms": 70.0, "collective_ms": 25.0, "host_ms": 4.0,
-            "input_pct": 1.0, "compute_pct": 70.0, "collective_pct": 25.0, "host_pct": 4.0}
+    mean = {
+        "step_ms": 100.0,
+        "input_ms": 1.0,
+        "compute_ms": 70.0,
+        "collective_ms": 25.0,
+        "host_ms": 4.0,
+        "input_pct": 1.0,
+        "compute_pct": 70.0,
+        "collective_pct": 25.0,
+        "host_pct": 4.0,
+    }
     verdict = rules.make_verdict(mean, facts_from_mean(mean), steps_used=5)
     # The kernels hold the step; the wait in all-reduce is its largest fix.
     assert verdict["bound"] == "compute" and verdict["first_fix"]["rule"] == "collective_bound"
@@ -173,10 +224,29 @@ def test_collective_wait_gives_its_own_verdict():
 
 
 def test_a_cpu_without_bfloat16_units_is_not_told_to_use_bfloat16():
-    emulated = facts_from_mean({"input_pct": 1.0, "compute_pct": 97.0, "host_pct": 2.0, "kind": "cpu",
-                                 "precision": "float32", "bfloat16_units": []})
-    verdict = rules.make_verdict({"step_ms": 100.0, "input_ms": 1.0, "compute_ms": 97.0, "host_ms": 2.0,
-                                  "input_pct": 1.0, "compute_pct": 97.0, "host_pct": 2.0}, emulated, steps_used=5)
+    emulated = facts_from_mean(
+        {
+            "input_pct": 1.0,
+            "compute_pct": 97.0,
+            "host_pct": 2.0,
+            "kind": "cpu",
+            "precision": "float32",
+            "bfloat16_units": [],
+        }
+    )
+    verdict = rules.make_verdict(
+        {
+            "step_ms": 100.0,
+            "input_ms": 1.0,
+            "compute_ms": 97.0,
+            "host_ms": 2.0,
+            "input_pct": 1.0,
+            "compute_pct": 97.0,
+            "host_pct": 2.0,
+        },
+        emulated,
+        steps_used=5,
+    )
     text = " ".join(verdict["advice"]) + rules.fix_for("compute", emulated)
     assert verdict["bound"] == "compute" and "mixed_bfloat16" not in text.replace("so mixed_bfloat16", ""), text
     assert "no bfloat16 units" in " ".join(verdict["advice"])
@@ -189,8 +259,14 @@ def test_a_cpu_without_bfloat16_units_is_not_told_to_use_bfloat16():
 T0 = 1_700_000_000.0
 
 
-def _idle_run(path: Path, *, idle: tuple[float, float], gap_after_step: int | None = None, gap_s: float = 0.0,
-              validation_s: float = 0.5) -> Path:
+def _idle_run(
+    path: Path,
+    *,
+    idle: tuple[float, float],
+    gap_after_step: int | None = None,
+    gap_s: float = 0.0,
+    validation_s: float = 0.5,
+) -> Path:
     """Two epochs of ten 100 ms steps (epoch 1: 1.0 s of steps + `validation_s`; epoch 2 right after,
     1.0 s), a host sample every 0.5 s up to T0 + 15 s, the process at 100 % CPU except at 1 % over
     `idle` (seconds after T0); `gap_after_step` adds `gap_s` between that step and the next."""
@@ -206,16 +282,25 @@ def _idle_run(path: Path, *, idle: tuple[float, float], gap_after_step: int | No
         t += 0.1 + (gap_s if step == gap_after_step else 0.0)
     (path / "steps.csv").write_text("\n".join([",".join(STEPS_COLUMNS), *rows]) + "\n")
     second = T0 + 1.0 + validation_s + (gap_s if gap_after_step is not None and gap_after_step < 10 else 0.0)
-    epochs = [{"epoch": 1, "seconds": second - T0, "start_time_s": T0, "images": 80},
-              {"epoch": 2, "seconds": t - second, "start_time_s": second, "images": 80}]
-    meta = {"status": "complete", "config": {"batch_size": 8}, "device": {"kind": "cpu", "name": "Test CPU"},
-            "steps_per_epoch": 10, "epochs": epochs, "samplers": {"summaries": {}}}
+    epochs = [
+        {"epoch": 1, "seconds": second - T0, "start_time_s": T0, "images": 80},
+        {"epoch": 2, "seconds": t - second, "start_time_s": second, "images": 80},
+    ]
+    meta = {
+        "status": "complete",
+        "config": {"batch_size": 8},
+        "device": {"kind": "cpu", "name": "Test CPU"},
+        "steps_per_epoch": 10,
+        "epochs": epochs,
+        "samplers": {"summaries": {}},
+    }
     (path / "run.json").write_text(json.dumps(meta))
     times = T0 + np.arange(0, 30) * 0.5 + 0.5
     cpu = np.where((times > T0 + idle[0]) & (times <= T0 + idle[1]), 1.0, 100.0)
     (path / "utilization").mkdir()
     pd.DataFrame({"time_s": times, "cpu_pct": cpu / 2, "proc_cpu_pct": cpu, "proc_rss_bytes": 1e8}).to_csv(
-        path / "utilization" / "host.csv", index=False)
+        path / "utilization" / "host.csv", index=False
+    )
     return path
 
 
@@ -232,8 +317,9 @@ def _idle_finding(run: Path) -> dict | None:
 def test_an_idle_stretch_after_the_last_epoch_is_a_finding_with_its_length_and_place(tmp_path):
     finding = _idle_finding(_idle_run(tmp_path / "run", idle=(3.0, 13.0)))
     assert finding is not None and finding["severity"] == "warning"
-    assert finding["evidence"].startswith("The process sat idle for 10.0 s after the last epoch (2): its CPU stayed "
-                                          "under 5 % (proc_cpu_pct)"), finding["evidence"]
+    assert finding["evidence"].startswith(
+        "The process sat idle for 10.0 s after the last epoch (2): its CPU stayed under 5 % (proc_cpu_pct)"
+    ), finding["evidence"]
 
 
 def test_an_idle_stretch_between_steps_and_before_evaluation_are_placed(tmp_path):

@@ -1,6 +1,5 @@
 """Agreement with XProf's input_pipeline_analyzer on traces where XProf finds steps."""
 
-
 import pytest
 
 import trace_fixtures as fx
@@ -21,8 +20,11 @@ def test_step_input_and_compute_agree_with_xprof(kind):
     both = ours.merge(theirs, on="step", suffixes=("", "_xprof"))
     assert len(both) >= len(theirs) - 1 >= 3
     scale = both["step_ms_xprof"] / 100.0
-    for ours_col, xprof_col in (("step_ms", "step_ms_xprof"), ("input_ms", "input_ms_xprof"),
-                                ("compute_ms", "host_compute_ms")):
+    for ours_col, xprof_col in (
+        ("step_ms", "step_ms_xprof"),
+        ("input_ms", "input_ms_xprof"),
+        ("compute_ms", "host_compute_ms"),
+    ):
         diff_pct = (both[ours_col] - both[xprof_col]).abs() / scale
         assert (diff_pct <= TOLERANCE_PCT_OF_STEP).all(), (ours_col, diff_pct.round(2).tolist())
 
@@ -65,7 +67,8 @@ def test_tensorflows_analysis_at_capture_agrees_with_xprofs_converter_and_devpro
     assert at_capture["steps"] == len(converter) == 1
     assert converter["step_ms"].iloc[0] == pytest.approx(at_capture["step_ms"], abs=1e-6)
     assert 100 * converter["input_ms"].iloc[0] / converter["step_ms"].iloc[0] == pytest.approx(
-        at_capture["input_pct"], abs=0.01)
+        at_capture["input_pct"], abs=0.01
+    )
     table = beside_devprof(CENSUS, xplane).set_index("source")
     assert abs(table.loc["devprof", "input_pct"] - table.loc["tensorflow", "input_pct"]) <= 5
     ours, theirs = table.loc["devprof", "step_ms"], table.loc["tensorflow", "step_ms"]

@@ -136,8 +136,9 @@ SLEEPS_IN_STEPS = slice(None, -1)
 @pytest.mark.slow
 def test_unmarked_input_delay_is_input_and_input_bound(unmarked):
     clean, slow = result(unmarked["nomarker_clean"]), result(unmarked["nomarker_input40"])
-    waited = (measured(unmarked["nomarker_input40"], "input_wait_ms", WAITS_IN_STEPS)
-              - measured(unmarked["nomarker_clean"], "input_wait_ms", WAITS_IN_STEPS))
+    waited = measured(unmarked["nomarker_input40"], "input_wait_ms", WAITS_IN_STEPS) - measured(
+        unmarked["nomarker_clean"], "input_wait_ms", WAITS_IN_STEPS
+    )
     assert waited >= 0.9 * fx.UNMARKED_INPUT_DELAY_MS  # the loop did wait (a sleep is never shorter)
     added = slow["mean"]["input_ms"] - clean["mean"]["input_ms"]
     assert 0.75 * waited <= added <= 1.25 * waited, (waited, slow["mean"], clean["mean"])
@@ -149,8 +150,9 @@ def test_unmarked_input_delay_is_input_and_input_bound(unmarked):
 @pytest.mark.slow
 def test_unmarked_host_delay_is_host_and_host_bound(unmarked):
     clean, slow = result(unmarked["nomarker_clean"]), result(unmarked["nomarker_host30"])
-    slept = (measured(unmarked["nomarker_host30"], "host_sleep_ms", SLEEPS_IN_STEPS)
-             - measured(unmarked["nomarker_clean"], "host_sleep_ms", SLEEPS_IN_STEPS))
+    slept = measured(unmarked["nomarker_host30"], "host_sleep_ms", SLEEPS_IN_STEPS) - measured(
+        unmarked["nomarker_clean"], "host_sleep_ms", SLEEPS_IN_STEPS
+    )
     assert slept >= 0.9 * fx.UNMARKED_HOST_DELAY_MS
     added = slow["mean"]["host_ms"] - clean["mean"]["host_ms"]
     assert 0.75 * slept <= added <= 1.25 * slept, (slept, slow["mean"], clean["mean"])
@@ -176,8 +178,10 @@ GPU_CASES = ("cuda", "rocm")
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
     folder = tmp_path_factory.mktemp("any-trace-devices")
-    return {name: fx.write_synthetic_device_trace(folder / name / "synth-host.xplane.pb", **kwargs)
-            for name, kwargs in DEVICE_CASES.items()}
+    return {
+        name: fx.write_synthetic_device_trace(folder / name / "synth-host.xplane.pb", **kwargs)
+        for name, kwargs in DEVICE_CASES.items()
+    }
 
 
 @pytest.mark.parametrize("case", DEVICE_CASES)
@@ -237,7 +241,8 @@ def test_derived_xla_ops_line_is_not_counted_again(synthetic, case):
     for name, expected in made.devices.items():
         compute = rows[name]["compute_ms"]
         assert compute != pytest.approx(made.double_counted_compute_ms[name], abs=0.1), (
-            f"{name}: the derived XLA Ops line was counted as device activity")
+            f"{name}: the derived XLA Ops line was counted as device activity"
+        )
         assert compute == pytest.approx(expected["compute_ms"], abs=DEVICE_MS), rows[name]
 
 
@@ -247,8 +252,9 @@ def test_kth_execution_on_each_thread_is_step_k(synthetic, case):
     data = result(made.path)
     assert data["step_source"] == "program_executions", (data["step_source"], data.get("notes"))
     # On TPUs the device's own record names the program; the GPUs' launches carry no name here.
-    assert data["step_name"] == "jit_train_step(7)" if case == "tpu" else data["step_name"].startswith(fx.PJRT_EXECUTE), \
-        data["step_name"]
+    assert (
+        data["step_name"] == "jit_train_step(7)" if case == "tpu" else data["step_name"].startswith(fx.PJRT_EXECUTE)
+    ), data["step_name"]
     # One step per execution round, not one per device thread.
     assert len(data["steps"]) == made.steps, [s["step_ms"] for s in data["steps"]]
     for step in data["steps"][:-1]:
@@ -281,8 +287,15 @@ def test_single_host_file_has_no_workers(synthetic):
 def test_absolute_timestamps_are_exact(tmp_path):
     """Durations with odd nanoseconds at ~1.8e18 ns: a float64 there holds only every 256th ns."""
     made = fx.write_synthetic_device_trace(
-        tmp_path / "odd.xplane.pb", producer="cuda", kernel_ms=6.000123, h2d_ms=1.234567, d2d_ms=0.500001,
-        collective_ms=2.000003, gap_ms=2.000011, skew_ms=0.250007)
+        tmp_path / "odd.xplane.pb",
+        producer="cuda",
+        kernel_ms=6.000123,
+        h2d_ms=1.234567,
+        d2d_ms=0.500001,
+        collective_ms=2.000003,
+        gap_ms=2.000011,
+        skew_ms=0.250007,
+    )
     data = result(made.path)
     rows = device_rows(data)
     for name, expected in made.devices.items():
@@ -306,9 +319,11 @@ def test_cli_json_matches_the_in_process_analysis(synthetic, capsys):
 # Grouping stored in the trace: group_id stats, a device Steps line
 # ----------------------------------------------------------------------------------------
 
+
 def test_group_ids_on_host_events_give_trace_groups(tmp_path):
-    path = fx.write_grouped_host_trace(tmp_path / "grouped.xplane.pb", steps=6, input_ms=3.0, compute_ms=5.0,
-                                       host_ms=2.0)
+    path = fx.write_grouped_host_trace(
+        tmp_path / "grouped.xplane.pb", steps=6, input_ms=3.0, compute_ms=5.0, host_ms=2.0
+    )
     data = result(path)
     assert data["step_source"] == "trace_groups", (data["step_source"], data.get("notes"))
     assert len(data["steps"]) == 6
@@ -338,6 +353,7 @@ def test_device_steps_line_gives_trace_groups(tmp_path, producer):
 # Nothing repeats: the whole trace as one step
 # ----------------------------------------------------------------------------------------
 
+
 def test_nothing_repeating_is_one_window(tmp_path):
     data = result(fx.write_unrepeated_trace(tmp_path / "once.xplane.pb"))
     assert data["step_source"] == "window", (data["step_source"], data.get("notes"))
@@ -352,6 +368,7 @@ def test_nothing_repeating_is_one_window(tmp_path):
 # ----------------------------------------------------------------------------------------
 # --step-name REGEX chooses the program taken as the step
 # ----------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name, calls, period_ms", [("train_step", 5, 10.0), ("eval_step", 8, 5.0)])
 def test_step_name_picks_the_named_function(tmp_path, capsys, name, calls, period_ms):
@@ -452,8 +469,9 @@ def test_staggered_executions_partition_the_time_without_overlap():
     events = pd.DataFrame(rows, columns=["name", "plane", "line", "start_ns", "end_ns"])
     events["duration_ns"] = events["end_ns"] - events["start_ns"]
     events["plane_name"] = pd.Categorical(["/host:CPU"] * len(events))
-    events["line_name"] = pd.Categorical(["py_xla_execute/1" if line == 0 else "py_xla_execute/2"
-                                          for line in events["line"]])
+    events["line_name"] = pd.Categorical(
+        ["py_xla_execute/1" if line == 0 else "py_xla_execute/2" for line in events["line"]]
+    )
     events["name"] = events["name"].astype("category")
     for column in ("step_num", "_r", "steps", "group_id", "tf_function_call"):
         events[column] = pd.Series([None] * len(events), dtype=object)
@@ -504,8 +522,11 @@ def test_a_step_name_that_matches_an_op_is_refused_naming_the_markers(tmp_path):
     trace = _marked_trace(tmp_path, "tf_Compute/1", step)
     # one execution of one op is no step (every other op would read as host overhead): refused, the
     # trace's own steps named
-    with pytest.raises(TraceError, match=r"--step-name 'Conv2D' matches a TensorFlow op "
-                                         r"\(model/conv2d/Relu:_MklNativeFusedConv2D\), not a step; .*train"):
+    with pytest.raises(
+        TraceError,
+        match=r"--step-name 'Conv2D' matches a TensorFlow op "
+        r"\(model/conv2d/Relu:_MklNativeFusedConv2D\), not a step; .*train",
+    ):
         analysis.analyze(trace, step_name="Conv2D")
     from profiler.cli import main
 
@@ -541,8 +562,14 @@ def trace(tmp_path_factory):
 # ---------------------------------------------------------------- a --step-name that cannot be matched in reasonable time
 
 
-@pytest.mark.parametrize("pattern, said", [("(a+)+b", "repeats a repetition"), ("(b|b)*c", "repeats a repetition"),
-                                           ("a{99999999999}", "is not a regular expression")])
+@pytest.mark.parametrize(
+    "pattern, said",
+    [
+        ("(a+)+b", "repeats a repetition"),
+        ("(b|b)*c", "repeats a repetition"),
+        ("a{99999999999}", "is not a regular expression"),
+    ],
+)
 def test_a_step_name_that_cannot_be_matched_in_reasonable_time_is_a_usage_error(trace, capsys, pattern, said):
     from cli_checks import one_usage_error
 

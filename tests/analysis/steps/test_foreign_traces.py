@@ -18,8 +18,7 @@ def _json(path):
 
 
 def _advice_text(data) -> str:
-    return " ".join([*data["verdict"]["advice"], *(f["advice"] for f in data["findings"]),
-                     data["verdict"]["evidence"]])
+    return " ".join([*data["verdict"]["advice"], *(f["advice"] for f in data["findings"]), data["verdict"]["evidence"]])
 
 
 def test_a_gpu_plane_without_events_is_not_recorded_and_not_judged(tmp_path):
@@ -45,8 +44,9 @@ def test_input_bound_still_judged_when_the_device_is_not_recorded(tmp_path):
 def test_a_device_running_behind_the_host_keeps_its_own_steps(tmp_path):
     # The host queues a step every 5 ms; the GPU needs 8: step k's kernels run during host
     # steps k+1, k+2, ... Cut by host intervals the GPU would show 5 ms steps.
-    made = tf_fx.write_tf_gpu_loop(tmp_path / "h.xplane.pb", host_step_ms=5.0, device_period_ms=8.0,
-                                   kernels_ms=(4.0, 3.0), kernel_gap_ms=1.0)
+    made = tf_fx.write_tf_gpu_loop(
+        tmp_path / "h.xplane.pb", host_step_ms=5.0, device_period_ms=8.0, kernels_ms=(4.0, 3.0), kernel_gap_ms=1.0
+    )
     data = _json(made.path)
     (row,) = data["devices"]
     assert row["recorded"] is True and row["grouping"] == "launches"
@@ -69,8 +69,9 @@ def test_every_device_event_belongs_to_one_step_or_to_outside_steps(tmp_path):
     busy_in_steps = (row["compute_ms"] + row["copy_ms"] + row["input_ms"] + row["collective_ms"]) * used
     total_busy = made.steps * made.device_compute_ms
     compile_steps = len(result.steps) - used - int(result.steps["partial"].sum())
-    assert busy_in_steps + row["outside_steps_ms"] + compile_steps * made.device_compute_ms == \
-        pytest.approx(total_busy, abs=1e-3)
+    assert busy_in_steps + row["outside_steps_ms"] + compile_steps * made.device_compute_ms == pytest.approx(
+        total_busy, abs=1e-3
+    )
 
 
 def test_the_device_steps_line_is_the_step_even_when_it_has_one_event(tmp_path):
@@ -85,9 +86,16 @@ def test_the_device_steps_line_is_the_step_even_when_it_has_one_event(tmp_path):
 
 
 def test_copies_under_the_kernels_are_not_input(tmp_path):
-    made = tf_fx.write_tf_gpu_loop(tmp_path / "h.xplane.pb", host_step_ms=10.0, device_period_ms=10.0,
-                                   device_lag_ms=0.5, kernels_ms=(6.0, 2.5), kernel_gap_ms=0.5,
-                                   overlapped_copy_ms=2.0, input_wait_ms=0.2)
+    made = tf_fx.write_tf_gpu_loop(
+        tmp_path / "h.xplane.pb",
+        host_step_ms=10.0,
+        device_period_ms=10.0,
+        device_lag_ms=0.5,
+        kernels_ms=(6.0, 2.5),
+        kernel_gap_ms=0.5,
+        overlapped_copy_ms=2.0,
+        input_wait_ms=0.2,
+    )
     data = _json(made.path)
     assert data["mean"]["input_ms"] == pytest.approx(0.2, abs=EXACT_MS)  # only the host's wait
     assert data["mean"]["input_overlapped_ms"] == pytest.approx(2.0, abs=EXACT_MS)
@@ -98,8 +106,15 @@ def test_copies_under_the_kernels_are_not_input(tmp_path):
 
 
 def test_program_executions_are_one_program_by_its_module(tmp_path):
-    programs = ["jit_init", *(["jit_train_step", "jit_eval_step"] * 2), "jit_train_step", "jit_eval_step",
-                "jit_train_step", "jit_train_step", "jit_log"]
+    programs = [
+        "jit_init",
+        *(["jit_train_step", "jit_eval_step"] * 2),
+        "jit_train_step",
+        "jit_eval_step",
+        "jit_train_step",
+        "jit_train_step",
+        "jit_log",
+    ]
     # The training step is most of the device's work (5 x 3.0 ms of 17.2 ms: 87 %), evaluation a forward pass.
     kernels = {"jit_train_step": 3.0, "jit_eval_step": 0.5, "jit_init": 0.2, "jit_log": 0.2}
     path = tf_fx.write_jax_programs(tmp_path / "h.xplane.pb", programs, kernel_ms=kernels)
@@ -127,8 +142,14 @@ def test_a_jax_program_gets_jax_advice(tmp_path):
 
 
 def test_a_gpu_run_is_not_told_about_cpu_units(tmp_path):
-    made = tf_fx.write_tf_gpu_loop(tmp_path / "h.xplane.pb", host_step_ms=8.0, device_period_ms=8.0,
-                                   device_lag_ms=0.3, kernels_ms=(5.0, 2.4), kernel_gap_ms=0.1)
+    made = tf_fx.write_tf_gpu_loop(
+        tmp_path / "h.xplane.pb",
+        host_step_ms=8.0,
+        device_period_ms=8.0,
+        device_lag_ms=0.3,
+        kernels_ms=(5.0, 2.4),
+        kernel_gap_ms=0.1,
+    )
     data = _json(made.path)
     assert data["device"] == "gpu" and data["verdict"]["bound"] == "compute", data["verdict"]
     advice = _advice_text(data)
@@ -137,11 +158,13 @@ def test_a_gpu_run_is_not_told_about_cpu_units(tmp_path):
 
 
 def test_host_parts_add_up_and_device_parts_add_up_on_every_truth_trace(tmp_path):
-    paths = [tf_fx.write_tf_gpu_loop(tmp_path / "a.xplane.pb").path,
-             tf_fx.write_tf_gpu_loop(tmp_path / "b.xplane.pb", record_gpu=False).path,
-             tf_fx.write_tf_gpu_loop(tmp_path / "c.xplane.pb", overlapped_copy_ms=1.0, device_period_ms=5.0).path,
-             tf_fx.write_one_step_capture(tmp_path / "d.xplane.pb"),
-             tf_fx.write_jax_programs(tmp_path / "e.xplane.pb", ["jit_step"] * 4)]
+    paths = [
+        tf_fx.write_tf_gpu_loop(tmp_path / "a.xplane.pb").path,
+        tf_fx.write_tf_gpu_loop(tmp_path / "b.xplane.pb", record_gpu=False).path,
+        tf_fx.write_tf_gpu_loop(tmp_path / "c.xplane.pb", overlapped_copy_ms=1.0, device_period_ms=5.0).path,
+        tf_fx.write_one_step_capture(tmp_path / "d.xplane.pb"),
+        tf_fx.write_jax_programs(tmp_path / "e.xplane.pb", ["jit_step"] * 4),
+    ]
     for path in paths:
         data = _json(path)
         for step in data["steps"]:
@@ -153,8 +176,9 @@ def test_host_parts_add_up_and_device_parts_add_up_on_every_truth_trace(tmp_path
 
 
 def test_a_device_whose_events_stop_mid_window_is_not_recorded(tmp_path):
-    made = tf_fx.write_tf_gpu_loop(tmp_path / "h.xplane.pb", steps=8, host_step_ms=8.0, device_period_ms=8.0,
-                                   device_lag_ms=0.5, gpu_stops_after=3)
+    made = tf_fx.write_tf_gpu_loop(
+        tmp_path / "h.xplane.pb", steps=8, host_step_ms=8.0, device_period_ms=8.0, device_lag_ms=0.5, gpu_stops_after=3
+    )
     data = _json(made.path)
     (row,) = data["devices"]
     assert row["recorded"] is False and row["idle"] is None and row["step_ms"] is None, row
@@ -177,15 +201,18 @@ def test_tpu_cores_behind_the_host_keep_their_own_program_steps(tmp_path):
     for row in data["devices"]:
         assert row["grouping"] == "programs", row
         assert row["step_ms"] == pytest.approx(8.0, abs=EXACT_MS), row
-        assert row["compute_ms"] == pytest.approx(6.0, abs=EXACT_MS) and row["idle_ms"] == pytest.approx(2.0, abs=EXACT_MS)
+        assert row["compute_ms"] == pytest.approx(6.0, abs=EXACT_MS) and row["idle_ms"] == pytest.approx(
+            2.0, abs=EXACT_MS
+        )
         assert row["step_count"] == data["steps_used"]
 
 
 def test_device_groups_finer_than_the_markers_are_the_devices_own_steps(tmp_path):
     # Each 40 ms marker holds two XProf groups; on every GPU a group runs 15 ms of kernels within
     # its own 19 ms. Merged by host step the GPUs would show 40 ms steps.
-    path = tf_fx.write_groups_finer_than_markers(tmp_path / "h.xplane.pb", steps=5, groups_per_step=2,
-                                                 kernel_ms=15.0, group_span_ms=20.0)
+    path = tf_fx.write_groups_finer_than_markers(
+        tmp_path / "h.xplane.pb", steps=5, groups_per_step=2, kernel_ms=15.0, group_span_ms=20.0
+    )
     data = _json(path)
     assert data["step_source"] == "markers" and data["mean"]["step_ms"] == pytest.approx(40.0, abs=0.02)
     for row in data["devices"]:
@@ -291,8 +318,12 @@ def test_a_program_that_is_not_most_of_the_device_work_is_not_the_step(tmp_path)
     data = _json(path)
     assert data["step_source"] == "window" and len(data["steps"]) == 1, data["notes"]
     note = next(n for n in data["notes"] if "jit_matmul" in n)
-    for listed in ("jit_matmul 12 executions, 37.5 %", "jit_softmax 6 executions, 50.0 %",
-                   "jit_add 6 executions, 12.5 %", "75 %"):
+    for listed in (
+        "jit_matmul 12 executions, 37.5 %",
+        "jit_softmax 6 executions, 50.0 %",
+        "jit_add 6 executions, 12.5 %",
+        "75 %",
+    ):
         assert listed in note, (listed, note)
     (row,) = data["devices"]
     assert row["outside_steps_ms"] == pytest.approx(0.0, abs=EXACT_MS)
@@ -320,8 +351,17 @@ def test_tpu_steps_are_one_programs_executions_each_counted_on_every_core(tmp_pa
 def test_every_execution_of_a_tpu_program_is_a_device_step_whatever_the_host_clock(tmp_path):
     # Three executions of one 75.8 us program; the host's launches are recorded 0.1 ms after each
     # execution starts on the TPU (the two clocks differ). All three are device steps: 0.2274 ms busy.
-    made = tf_fx.write_tpu_programs(tmp_path / "h.xplane.pb", cores=1, executions=3, program_ms=0.0758,
-                                    op_ms=0.0758, helpers=(), cut_first=False, launch_lead_ms=-0.1, period_ms=0.3)
+    made = tf_fx.write_tpu_programs(
+        tmp_path / "h.xplane.pb",
+        cores=1,
+        executions=3,
+        program_ms=0.0758,
+        op_ms=0.0758,
+        helpers=(),
+        cut_first=False,
+        launch_lead_ms=-0.1,
+        period_ms=0.3,
+    )
     data = _json(made.path)
     (row,) = data["devices"]
     assert row["step_count"] == 3 and row["outside_steps_ms"] == pytest.approx(0.0, abs=EXACT_MS), row
@@ -332,8 +372,9 @@ def test_every_execution_of_a_tpu_program_is_a_device_step_whatever_the_host_clo
 def test_a_launch_names_its_program_by_its_own_stats(tmp_path):
     # Host launches alone (no XLA Modules line): the program_id they carry tells jit_f's launches
     # from the helpers', so the steps are jit_f's six rounds, not every launch.
-    made = tf_fx.write_tpu_programs(tmp_path / "h.xplane.pb", cores=2, executions=6, cut_first=False,
-                                    device_programs=False)
+    made = tf_fx.write_tpu_programs(
+        tmp_path / "h.xplane.pb", cores=2, executions=6, cut_first=False, device_programs=False
+    )
     data = _json(made.path)
     assert data["step_source"] == "program_executions" and data["step_name"] == "program(5)", data["notes"]
     assert len(data["steps"]) == made.executions
@@ -342,8 +383,9 @@ def test_a_launch_names_its_program_by_its_own_stats(tmp_path):
 def test_of_programs_run_as_often_the_one_that_is_the_work_is_the_step(tmp_path):
     # Training and evaluation alternate, four each; training is 12 of the device's 14 ms (86 %).
     programs = ["jit_eval_step", "jit_train_step"] * 4
-    path = tf_fx.write_jax_programs(tmp_path / "h.xplane.pb", programs,
-                                    kernel_ms={"jit_train_step": 3.0, "jit_eval_step": 0.5})
+    path = tf_fx.write_jax_programs(
+        tmp_path / "h.xplane.pb", programs, kernel_ms={"jit_train_step": 3.0, "jit_eval_step": 0.5}
+    )
     data = _json(path)
     assert data["step_source"] == "program_executions" and data["step_name"] == "jit_train_step", data["notes"]
     assert len(data["steps"]) == 4

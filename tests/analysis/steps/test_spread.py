@@ -104,26 +104,50 @@ def slow_run(tmp_path_factory):
     path.mkdir()
     rows = []
     for row in steps_table().to_dict(orient="records"):
-        rows.append({"epoch": 1, "step": row["step"], "steps": 1, "start_time_s": 1.7e9 + row["step"] / 10,
-                     "input_ms": row["input_ms"], "call_ms": row["compute_ms"], "other_host_ms": row["host_ms"],
-                     "step_ms": row["step_ms"], "images": 100})
+        rows.append(
+            {
+                "epoch": 1,
+                "step": row["step"],
+                "steps": 1,
+                "start_time_s": 1.7e9 + row["step"] / 10,
+                "input_ms": row["input_ms"],
+                "call_ms": row["compute_ms"],
+                "other_host_ms": row["host_ms"],
+                "step_ms": row["step_ms"],
+                "images": 100,
+            }
+        )
     pd.DataFrame(rows, columns=STEPS_COLUMNS).to_csv(path / "steps.csv", index=False)
-    (path / "run.json").write_text(json.dumps({
-        "status": "complete", "config": {"batch_size": 100}, "device": {"kind": "gpu", "name": "Test GPU"},
-        "epochs": [{"epoch": 1, "seconds": 1.0, "train_seconds": 0.9, "images": 2000, "images_per_second": 2222.0}]}))
+    (path / "run.json").write_text(
+        json.dumps(
+            {
+                "status": "complete",
+                "config": {"batch_size": 100},
+                "device": {"kind": "gpu", "name": "Test GPU"},
+                "epochs": [
+                    {"epoch": 1, "seconds": 1.0, "train_seconds": 0.9, "images": 2000, "images_per_second": 2222.0}
+                ],
+            }
+        )
+    )
     return analysis.analyze(path)
 
 
-LINE = ("spread over 20 steps: median 7.70 ms, p90 13.8 ms; 3 steps over 1.5x the median: step 12 14.8 ms "
-        "(device +7.1 ms), step 5 14.7 ms (input +7.0 ms), step 17 13.7 ms (host +6.0 ms)")
+LINE = (
+    "spread over 20 steps: median 7.70 ms, p90 13.8 ms; 3 steps over 1.5x the median: step 12 14.8 ms "
+    "(device +7.1 ms), step 5 14.7 ms (input +7.0 ms), step 17 13.7 ms (host +6.0 ms)"
+)
 
 
 def test_the_analysis_json_text_and_markdown_carry_the_spread(slow_run):
     assert slow_run.spread is not None and slow_run.spread["median_ms"] == pytest.approx(7.7)
     document = json.loads(slow_run.render("json"))
     assert set(document["spread"]) >= {"median_ms", "p90_ms", "outliers"}
-    assert [(o["step"], o["cause"]) for o in document["spread"]["outliers"]] == [(12, "device"), (5, "input"),
-                                                                                  (17, "host")]
+    assert [(o["step"], o["cause"]) for o in document["spread"]["outliers"]] == [
+        (12, "device"),
+        (5, "input"),
+        (17, "host"),
+    ]
     lines = text.render_analysis(slow_run).splitlines()
     mean = next(i for i, line in enumerate(lines) if line.startswith("mean over 20 steps"))
     assert lines[mean + 1] == LINE
@@ -145,7 +169,7 @@ def test_a_long_list_of_slow_steps_is_cut_in_text(slow_run):
 
 def test_the_html_step_chart_marks_the_slow_steps_and_the_median(slow_run):
     page = html.render_analysis(slow_run)
-    chart = page[page.index('id="steps"'):page.index('id="utilization"')]
+    chart = page[page.index('id="steps"') : page.index('id="utilization"')]
     marks = re.findall(r'<g class="outlier"><title>([^<]*)</title>', chart)
     assert len(marks) == 3
     assert any("step 12: 14.8 ms (1.9x the median), device work +7.1 ms" in m for m in marks)
@@ -159,7 +183,7 @@ def test_binned_steps_mark_the_bar_that_holds_a_slow_step(slow_run):
     steps = steps_table(n=2000, slow={700: ("compute_ms", 20.0), 1999: ("input_ms", 30.0)})
     steps = steps.assign(steps=1, compile_ms=0.0, partial=False)
     page = html.render_analysis(dataclasses.replace(slow_run, steps=steps, spread=spread(steps), steps_used=2000))
-    chart = page[page.index('id="steps"'):page.index('id="utilization"')]
+    chart = page[page.index('id="steps"') : page.index('id="utilization"')]
     marks = re.findall(r'<g class="outlier"><title>([^<]*)</title>', chart)
     assert len(marks) == 2 and "step 700:" in marks[0] and "step 1999:" in marks[1]
     bars = re.findall(r'<title>steps? [^<]*</title><rect x="([\d.]+)"', chart)

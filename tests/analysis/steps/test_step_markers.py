@@ -55,8 +55,14 @@ def _write_marker_trace(path: Path, markers: list[tuple[int, float, float, dict]
     host = fx._Plane(space, 0, "/host:CPU")
     python = host.line(100, "python", fx.ABSOLUTE_BASE_NS)
     for step, start, end, stats in markers:
-        host.event(python, "train", fx.ABSOLUTE_BASE_NS + fx._ns(start), fx.ABSOLUTE_BASE_NS + fx._ns(end),
-                   step_num=step, **stats)
+        host.event(
+            python,
+            "train",
+            fx.ABSOLUTE_BASE_NS + fx._ns(start),
+            fx.ABSOLUTE_BASE_NS + fx._ns(end),
+            step_num=step,
+            **stats,
+        )
     host.finish()
     return fx._write_space(space, path)
 
@@ -92,8 +98,13 @@ def test_a_step_that_found_no_batch_is_no_step_and_ends_the_one_before(tmp_path)
 def test_a_step_that_raised_between_steps_leaves_them_consecutive(tmp_path):
     import analysis
 
-    markers = [(0, 1.0, 2.5, {"_r": 1}), (1, 3.0, 4.5, {"_r": 1}), (2, 5.0, 5.4, {"steps": 0}),
-               (2, 9.0, 10.5, {"_r": 1}), (3, 11.0, 12.5, {"_r": 1})]  # step 2 raised, then ran again
+    markers = [
+        (0, 1.0, 2.5, {"_r": 1}),
+        (1, 3.0, 4.5, {"_r": 1}),
+        (2, 5.0, 5.4, {"steps": 0}),
+        (2, 9.0, 10.5, {"_r": 1}),
+        (3, 11.0, 12.5, {"_r": 1}),
+    ]  # step 2 raised, then ran again
     result = analysis.analyze(_write_marker_trace(tmp_path / "vm.xplane.pb", markers))
     assert result.steps["step"].tolist() == [0, 1, 2, 3]
     assert result.steps["step_ms"].tolist() == pytest.approx([2.0, 2.0, 2.0, 1.5])

@@ -28,8 +28,19 @@ def _fake_steps_csv(start_time_s=1_700_000_000.0):
     for step in range(12):
         epoch = 1 if step < 6 else 2
         input_ms, call_ms, other_ms = 1.0 + step, 10.0, 0.5
-        rows.append(dict(epoch=epoch, step=step, steps=1, start_time_s=t, input_ms=input_ms, call_ms=call_ms,
-                         other_host_ms=other_ms, step_ms=input_ms + call_ms + other_ms, images=32))
+        rows.append(
+            dict(
+                epoch=epoch,
+                step=step,
+                steps=1,
+                start_time_s=t,
+                input_ms=input_ms,
+                call_ms=call_ms,
+                other_host_ms=other_ms,
+                step_ms=input_ms + call_ms + other_ms,
+                images=32,
+            )
+        )
         t += (input_ms + call_ms + other_ms) / 1000.0
     return pd.DataFrame(rows)
 
@@ -40,13 +51,16 @@ def run_dir(tmp_path_factory):
     shutil.copytree(fx.trace_logdir("clean") / "plugins", run / "plugins")
     steps = _fake_steps_csv()
     steps.to_csv(run / "steps.csv", index=False)
-    epochs = [{"epoch": 1, "seconds": 0.5, "train_seconds": 0.1, "images": 192},
-              {"epoch": 2, "seconds": 0.75, "train_seconds": 0.1, "images": 192}]
+    epochs = [
+        {"epoch": 1, "seconds": 0.5, "train_seconds": 0.1, "images": 192},
+        {"epoch": 2, "seconds": 0.75, "train_seconds": 0.1, "images": 192},
+    ]
     (run / "run.json").write_text(json.dumps({"status": "complete", "device": {"kind": "cpu"}, "epochs": epochs}))
     (run / "utilization").mkdir()
     times = steps["start_time_s"].to_numpy()
     pd.DataFrame({"time_s": times, "cpu_pct": 50.0, "cpu0_pct": 40.0, "cpu1_pct": 60.0}).to_csv(
-        run / "utilization" / "host.csv", index=False)
+        run / "utilization" / "host.csv", index=False
+    )
     return run
 
 
@@ -56,8 +70,16 @@ def test_run_directory_writes_csvs_report_and_plots(run_dir, capsys):
     out = capsys.readouterr().out
     assert "verdict:" in out
     written = run_dir / "analysis"
-    for name in ("step_breakdown.csv", "epoch_breakdown.csv", "trace_vs_steps.csv", "report.md",
-                 "step_breakdown.png", "epoch_breakdown.png", "utilization.png", "analysis.json"):
+    for name in (
+        "step_breakdown.csv",
+        "epoch_breakdown.csv",
+        "trace_vs_steps.csv",
+        "report.md",
+        "step_breakdown.png",
+        "epoch_breakdown.png",
+        "utilization.png",
+        "analysis.json",
+    ):
         assert (written / name).is_file(), name
         assert (written / name).stat().st_size > 0
     assert (written / "step_breakdown.png").read_bytes()[:4] == b"\x89PNG"
@@ -89,20 +111,74 @@ def test_epoch_breakdown_equals_steps_csv(run_dir, capsys):
 def test_json_contract(capsys):
     assert analyze([str(fx.trace_logdir("clean")), "--format", "json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert set(result) == {"schema_version", "source", "step_source", "step_name", "device", "notes", "steps", "mean",
-                           "steps_used", "verdict", "utilization", "findings", "devices", "kernel_launch", "workers",
-                           "straggler", "straggler_reason", "ops", "input_stages", "input_bottleneck", "eager",
-                           "slowest_workers", "worker_distribution", "roofline", "spread", "memory"}
+    assert set(result) == {
+        "schema_version",
+        "source",
+        "step_source",
+        "step_name",
+        "device",
+        "notes",
+        "steps",
+        "mean",
+        "steps_used",
+        "verdict",
+        "utilization",
+        "findings",
+        "devices",
+        "kernel_launch",
+        "workers",
+        "straggler",
+        "straggler_reason",
+        "ops",
+        "input_stages",
+        "input_bottleneck",
+        "eager",
+        "slowest_workers",
+        "worker_distribution",
+        "roofline",
+        "spread",
+        "memory",
+    }
     # the allocators' events of the CPU run (mklcpu): the keys docs/json.md names
     assert set(result["memory"]) == {"allocators", "workers", "batch_size", "samplers", "oom"}
     for allocator in result["memory"]["allocators"]:
-        assert {"name", "peak_bytes", "peak_step", "peak_op", "capacity_bytes", "fragmentation", "batch_bytes",
-                "fixed_bytes", "max_batch", "top_at_peak"} <= set(allocator)
-        assert all(set(live) == {"op", "shape", "dtype", "region", "bytes", "count"} for live in allocator["top_at_peak"])
+        assert {
+            "name",
+            "peak_bytes",
+            "peak_step",
+            "peak_op",
+            "capacity_bytes",
+            "fragmentation",
+            "batch_bytes",
+            "fixed_bytes",
+            "max_batch",
+            "top_at_peak",
+        } <= set(allocator)
+        assert all(
+            set(live) == {"op", "shape", "dtype", "region", "bytes", "count"} for live in allocator["top_at_peak"]
+        )
     assert result["eager"] is None and result["slowest_workers"] == [] and result["worker_distribution"] is None
-    assert {"op", "type", "device", "count_per_step", "ms_per_step", "compute_pct", "program_id", "executions_per_step",
-            "kernel", "program", "dtype", "kind", "flops_per_step", "bytes_per_step", "flops_per_second",
-            "bytes_per_second", "intensity", "bound", "ceiling_pct"} == set(result["ops"][0])
+    assert {
+        "op",
+        "type",
+        "device",
+        "count_per_step",
+        "ms_per_step",
+        "compute_pct",
+        "program_id",
+        "executions_per_step",
+        "kernel",
+        "program",
+        "dtype",
+        "kind",
+        "flops_per_step",
+        "bytes_per_step",
+        "flops_per_second",
+        "bytes_per_second",
+        "intensity",
+        "bound",
+        "ceiling_pct",
+    } == set(result["ops"][0])
     # a trace on its own, without the run's op_costs.csv: no op's cost is known, and it says so
     assert all(op["flops_per_step"] is None for op in result["ops"])
     assert any("no op costs" in note for note in result["roofline"]["notes"])
@@ -115,22 +191,49 @@ def test_json_contract(capsys):
     for step in result["steps"]:
         # The contract's keys, plus how many steps the call ran (1 here: one step per call).
         per_step_utilization = {"cpu_pct", "proc_cpu_pct", "proc_rss_bytes", "mem_used_bytes"}
-        assert set(step) - per_step_utilization == {"step", "steps", "step_ms", "input_ms", "compute_ms",
-                                                    "collective_ms", "host_ms", "compile_ms", "partial",
-                                                    "input_wait_ms", "input_copy_ms", "between_steps_ms"}
+        assert set(step) - per_step_utilization == {
+            "step",
+            "steps",
+            "step_ms",
+            "input_ms",
+            "compute_ms",
+            "collective_ms",
+            "host_ms",
+            "compile_ms",
+            "partial",
+            "input_wait_ms",
+            "input_copy_ms",
+            "between_steps_ms",
+        }
         assert step["partial"] is False and step["between_steps_ms"] == 0.0  # markers follow one another
         assert step["input_wait_ms"] + step["input_copy_ms"] == pytest.approx(step["input_ms"])
         assert step["input_copy_ms"] == 0.0  # a CPU run: no copy to a device
         assert isinstance(step["step"], int) and step["steps"] == 1
         assert step["input_ms"] + step["compute_ms"] + step["collective_ms"] + step["host_ms"] == pytest.approx(
-            step["step_ms"])
-    assert set(result["mean"]) == {"step_ms", "input_ms", "compute_ms", "collective_ms", "host_ms", "input_pct",
-                                   "compute_pct", "collective_pct", "host_pct", "input_overlapped_ms", "device_step_ms",
-                                   "input_wait_ms", "input_copy_ms"}
+            step["step_ms"]
+        )
+    assert set(result["mean"]) == {
+        "step_ms",
+        "input_ms",
+        "compute_ms",
+        "collective_ms",
+        "host_ms",
+        "input_pct",
+        "compute_pct",
+        "collective_pct",
+        "host_pct",
+        "input_overlapped_ms",
+        "device_step_ms",
+        "input_wait_ms",
+        "input_copy_ms",
+    }
     assert result["mean"]["device_step_ms"] is None and result["mean"]["input_overlapped_ms"] == 0.0  # a CPU run
-    assert result["mean"]["input_pct"] + result["mean"]["compute_pct"] + result["mean"]["host_pct"] == pytest.approx(100)
-    assert {"bound", "evidence", "advice", "cause", "saving_ms", "saving_pct", "saving_basis",
-            "xprof_reading"} <= set(result["verdict"])
+    assert result["mean"]["input_pct"] + result["mean"]["compute_pct"] + result["mean"]["host_pct"] == pytest.approx(
+        100
+    )
+    assert {"bound", "evidence", "advice", "cause", "saving_ms", "saving_pct", "saving_basis", "xprof_reading"} <= set(
+        result["verdict"]
+    )
     assert all({"saving_ms", "saving_pct", "saving_basis"} <= set(f) for f in result["findings"])
     assert result["verdict"]["bound"] in {"input", "host", "compute"}
 
@@ -209,14 +312,20 @@ def test_cli_subprocess_has_no_traceback_and_no_tensorflow(tmp_path):
         "rc = cli.main(['analyze', *sys.argv[1:]]); "
         "assert 'tensorflow' not in sys.modules, 'analysis imported TensorFlow'; sys.exit(rc)"
     )
-    ok = subprocess.run([sys.executable, "-c", code, str(fx.trace_logdir("clean"))], capture_output=True, text=True,
-                        cwd=fx.REPO_ROOT, timeout=120)
+    ok = subprocess.run(
+        [sys.executable, "-c", code, str(fx.trace_logdir("clean"))],
+        capture_output=True,
+        text=True,
+        cwd=fx.REPO_ROOT,
+        timeout=120,
+    )
     assert ok.returncode == 0, ok.stderr
     from analysis import analyze  # the same trace in this process: the same verdict
 
     assert f"verdict: {analyze(fx.trace_logdir('clean')).verdict['bound']}-bound" in ok.stdout, ok.stdout
-    bad = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
-                         cwd=fx.REPO_ROOT, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, cwd=fx.REPO_ROOT, timeout=120
+    )
     assert bad.returncode == 1
     assert bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
 
@@ -224,10 +333,13 @@ def test_cli_subprocess_has_no_traceback_and_no_tensorflow(tmp_path):
 # ---------------------------------------------------------------- --fail-on limits and --peak-file entries that cannot work
 
 
-@pytest.mark.parametrize("spec, says", [
-    ("input>0.001,input>99", "input is given twice"),
-    ("input>101", "'input>101': a share of step time is at most 100 %"),
-])
+@pytest.mark.parametrize(
+    "spec, says",
+    [
+        ("input>0.001,input>99", "input is given twice"),
+        ("input>101", "'input>101': a share of step time is at most 100 %"),
+    ],
+)
 def test_a_fail_on_limit_that_could_not_mean_what_it_says_is_a_usage_error(tmp_path, capsys, spec, says):
     """Two limits for one part left the last silently in force; a limit above 100 % never trips."""
     run = small_run(tmp_path / "run")
@@ -247,5 +359,6 @@ def test_a_peak_file_entry_that_is_skipped_is_a_warning_line(tmp_path, capsys):
     assert code == 0
     assert [line for line in err.splitlines() if "bfloat16" in line] == [
         f"warning: {peak}: peak rates must be positive numbers (FLOP/s up to 1e+18, B/s up to 1e+16); ignored "
-        "peak_flops_per_second.bfloat16 'fast'"]
+        "peak_flops_per_second.bfloat16 'fast'"
+    ]
     assert "RunFileWarning" not in err

@@ -26,8 +26,10 @@ from profiler.roofline import peak
 from repo_paths import REPO
 
 SEED_TABLE = REPO / "examples" / "seed_table.csv"
-ROWS = [{"kind": "cpu", "name": "Test CPU", "cores": 2, "memory_bytes": 2**30},
-        {"kind": "gpu", "index": 0, "name": "Fake GPU 0", "compute_capability": "8.0", "memory_bytes": 2**34}]
+ROWS = [
+    {"kind": "cpu", "name": "Test CPU", "cores": 2, "memory_bytes": 2**30},
+    {"kind": "gpu", "index": 0, "name": "Fake GPU 0", "compute_capability": "8.0", "memory_bytes": 2**34},
+]
 
 
 def devprof(capsys, *argv):
@@ -66,17 +68,27 @@ def test_devices_json_alias_still_works_with_a_warning(fake_devices, capsys):
 def test_devices_text_is_unchanged(fake_devices, capsys):
     code, out, _ = devprof(capsys, "devices", "--format", "text")
     assert code == 0
-    assert out.splitlines() == ["cpu: Test CPU (2 logical cores, 1.0 GiB)",
-                                "gpu0: Fake GPU 0, 16.0 GiB, compute capability 8.0"]
+    assert out.splitlines() == [
+        "cpu: Test CPU (2 logical cores, 1.0 GiB)",
+        "gpu0: Fake GPU 0, 16.0 GiB, compute capability 8.0",
+    ]
 
 
 def _cached_peak(tmp_path, monkeypatch):
     monkeypatch.setenv("DEVPROF_CACHE_DIR", str(tmp_path))
     name = devices.cpu_model()
-    peak.cache_path(name).write_text(json.dumps({
-        "format": peak.PEAK_FORMAT_VERSION, "device": "cpu", "device_name": name,
-        "peak_flops_per_second": {"float32": 2.5e11},
-        "matmul_flops_per_second": {"float32": 2.5e11}, "memory_bytes_per_second": 1e10}))
+    peak.cache_path(name).write_text(
+        json.dumps(
+            {
+                "format": peak.PEAK_FORMAT_VERSION,
+                "device": "cpu",
+                "device_name": name,
+                "peak_flops_per_second": {"float32": 2.5e11},
+                "matmul_flops_per_second": {"float32": 2.5e11},
+                "memory_bytes_per_second": 1e10,
+            }
+        )
+    )
 
 
 @pytest.mark.slow
@@ -123,9 +135,13 @@ TRACER_FLAGS = ["--host-tracer-level", "3", "--device-tracer-level", "0", "--pyt
 def test_run_and_capture_share_the_tracer_options(tmp_path):
     parsers = subparsers()
     for_run, for_capture = (
-        {a.dest: (tuple(a.option_strings), a.default, a.choices, a.help) for a in parsers[name]._actions
-         if a.dest in {"host_tracer_level", "device_tracer_level", "python_tracer"}}
-        for name in ("run", "capture"))
+        {
+            a.dest: (tuple(a.option_strings), a.default, a.choices, a.help)
+            for a in parsers[name]._actions
+            if a.dest in {"host_tracer_level", "device_tracer_level", "python_tracer"}
+        }
+        for name in ("run", "capture")
+    )
     assert len(for_run) == 3 and for_run == for_capture
     parser = cli.build_parser()
     defaults = [parser.parse_args(["run"]), parser.parse_args(["capture", "grpc://h:1"])]
@@ -166,8 +182,9 @@ def test_capture_names_the_worker_that_sent_no_trace(tmp_path, monkeypatch, caps
         (session / "10.0.0.1_6009.xplane.pb").write_bytes(b"")
 
     monkeypatch.setattr(tracing, "capture", one_host_only)
-    code, out, err = devprof(capsys, "capture", "grpc://10.0.0.1:6009,grpc://10.0.0.2:6009", "--duration-ms", "800",
-                             "--out", tmp_path)
+    code, out, err = devprof(
+        capsys, "capture", "grpc://10.0.0.1:6009,grpc://10.0.0.2:6009", "--duration-ms", "800", "--out", tmp_path
+    )
     assert code == 0
     assert "traces written: 1" in out and "(expected one per host: 2)" in out
     assert err.splitlines()[-1].startswith("warning: no trace from grpc://10.0.0.2:6009: it recorded nothing in 800 ms")
@@ -251,13 +268,17 @@ def exits(monkeypatch):
     monkeypatch.setattr(cli.sys, "exit", usual)
 
 
-@pytest.mark.parametrize(("argv", "how", "code"), [
-    (["compare", "--external", str(SEED_TABLE)], "os._exit", 0),  # read-only: no freeing object by object
-    (["compare", "--external", "no-such-table.csv"], "os._exit", 2),
-    (["devices", "--format", "json"], "sys.exit", 0),  # others end as Python ends
-])
-def test_the_program_ends_read_only_commands_at_once_after_their_output(fake_devices, exits, monkeypatch, capsys,
-                                                                        argv, how, code):
+@pytest.mark.parametrize(
+    ("argv", "how", "code"),
+    [
+        (["compare", "--external", str(SEED_TABLE)], "os._exit", 0),  # read-only: no freeing object by object
+        (["compare", "--external", "no-such-table.csv"], "os._exit", 2),
+        (["devices", "--format", "json"], "sys.exit", 0),  # others end as Python ends
+    ],
+)
+def test_the_program_ends_read_only_commands_at_once_after_their_output(
+    fake_devices, exits, monkeypatch, capsys, argv, how, code
+):
     monkeypatch.setattr(sys, "argv", ["devprof", *argv])
     # One thread, as in devprof's own process: pytest's may still hold another test's (Dask's IO loop).
     monkeypatch.setattr(cli.threading, "active_count", lambda: 1)
@@ -305,15 +326,19 @@ def test_debug_off_gives_one_line_for_a_bug(monkeypatch, capsys):
 # ---------------------------------------------------------------- capture options
 
 
-@pytest.mark.parametrize("args, expect", [
-    (["--duration-ms", "-5"], "--duration-ms must be a whole number of milliseconds from 1"),
-    (["--duration-ms", "0"], "--duration-ms must be"),
-    (["--duration-ms", str(2**31)], "--duration-ms must be"),
-    (["--duration-ms", "nan"], "invalid int value"),
-    (["--duration-ms", "inf"], "invalid int value"),
-    (["--duration-ms", "1.5"], "invalid int value"),
-    (["--host-tracer-level", "7"], "invalid choice"),
-], ids=["negative", "zero", "too-long", "nan", "inf", "fraction", "tracer-level"])
+@pytest.mark.parametrize(
+    "args, expect",
+    [
+        (["--duration-ms", "-5"], "--duration-ms must be a whole number of milliseconds from 1"),
+        (["--duration-ms", "0"], "--duration-ms must be"),
+        (["--duration-ms", str(2**31)], "--duration-ms must be"),
+        (["--duration-ms", "nan"], "invalid int value"),
+        (["--duration-ms", "inf"], "invalid int value"),
+        (["--duration-ms", "1.5"], "invalid int value"),
+        (["--host-tracer-level", "7"], "invalid choice"),
+    ],
+    ids=["negative", "zero", "too-long", "nan", "inf", "fraction", "tracer-level"],
+)
 def test_capture_options_are_checked_first(tmp_path, capsys, monkeypatch, args, expect):
     from profiler.record import tracing
 
@@ -324,8 +349,10 @@ def test_capture_options_are_checked_first(tmp_path, capsys, monkeypatch, args, 
     assert files_under(tmp_path) == []
 
 
-@pytest.mark.parametrize("address", ["grpc://localhost:0", "grpc://localhost:65536", "grpc://localhost:99999999999",
-                                     "grpc://h:1,grpc://h2:0"])
+@pytest.mark.parametrize(
+    "address",
+    ["grpc://localhost:0", "grpc://localhost:65536", "grpc://localhost:99999999999", "grpc://h:1,grpc://h2:0"],
+)
 def test_capture_ports_out_of_range(tmp_path, capsys, monkeypatch, address):
     from profiler.record import tracing
 
@@ -393,6 +420,11 @@ def trace(tmp_path_factory):
 
 @pytest.mark.slow
 def test_a_closed_stdout_is_one_error_line_not_a_traceback(trace):
-    proc = subprocess.run(f"{sys.executable} -m profiler.cli analyze {trace} >&-", shell=True, capture_output=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.run(
+        f"{sys.executable} -m profiler.cli analyze {trace} >&-",
+        shell=True,
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert "Traceback" not in proc.stderr.decode(), proc.stderr.decode()[-800:]

@@ -21,6 +21,7 @@ from profiler.record.console import Console
 @pytest.fixture
 def no_workers_start(monkeypatch):
     """Fail at once if a test that expects a refusal gets as far as starting worker processes."""
+
     def refuse(self):
         raise AssertionError("the launcher started its workers")
 
@@ -31,14 +32,18 @@ def no_workers_start(monkeypatch):
 # ---------------------------------------------------------------- --workers the machine cannot run
 
 
-@pytest.mark.parametrize("workers, cores, available_gib, expect", [
-    (64, 2, 22.0, "more workers than this machine has cores (2)"),
-    (3, 2, 22.0, "use --workers 2 or fewer"),
-    (4, 16, 5.0, "needs about 6.0 GiB of memory"),
-    (4, 16, 5.0, "use --workers 3 or fewer"),
-])
-def test_more_workers_than_the_machine_runs_are_refused(tmp_path, capsys, monkeypatch, no_workers_start, workers,
-                                                        cores, available_gib, expect):
+@pytest.mark.parametrize(
+    "workers, cores, available_gib, expect",
+    [
+        (64, 2, 22.0, "more workers than this machine has cores (2)"),
+        (3, 2, 22.0, "use --workers 2 or fewer"),
+        (4, 16, 5.0, "needs about 6.0 GiB of memory"),
+        (4, 16, 5.0, "use --workers 3 or fewer"),
+    ],
+)
+def test_more_workers_than_the_machine_runs_are_refused(
+    tmp_path, capsys, monkeypatch, no_workers_start, workers, cores, available_gib, expect
+):
     monkeypatch.setattr(launcher, "machine_capacity", lambda: (cores, int(available_gib * 2**30)))
     out = tmp_path / "runs"
     code = cli.main([*TINY_RUN, "--workers", str(workers), "--batch-size", str(4 * workers * 16), "--out", str(out)])
@@ -206,8 +211,9 @@ def test_no_more_workers_start_once_the_launcher_is_stopped(tmp_path, monkeypatc
 
 @pytest.mark.parametrize("variable", ["DEVPROF_CLUSTER_WAIT_S", "DEVPROF_TPU_TIMEOUT_S"])
 @pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "soon"])
-def test_a_bad_environment_variable_stops_a_job_before_its_folder_exists(tmp_path, capsys, monkeypatch,
-                                                                         no_workers_start, variable, value):
+def test_a_bad_environment_variable_stops_a_job_before_its_folder_exists(
+    tmp_path, capsys, monkeypatch, no_workers_start, variable, value
+):
     monkeypatch.setenv(variable, value)
     out = tmp_path / "runs"
     code = cli.main([*TINY_RUN, "--workers", "2", "--out", str(out), "--run-name", "job"])

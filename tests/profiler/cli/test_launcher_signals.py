@@ -88,10 +88,31 @@ def test_a_signal_to_the_launcher_stops_every_worker(tmp_path, signum, code, nam
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     env["PYTHONPATH"] = str(REPO)
     job = tmp_path / "runs" / "job"
-    proc = subprocess.Popen([sys.executable, str(tmp_path / "launcher.py"), str(tmp_path / "worker.py"), "run",
-                             "--workers", "2", "--oversubscribe", "--device", "cpu", "--data", "synthetic", "--quiet",
-                             "--out", str(tmp_path / "runs"), "--run-name", "job"],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(tmp_path / "launcher.py"),
+            str(tmp_path / "worker.py"),
+            "run",
+            "--workers",
+            "2",
+            "--oversubscribe",
+            "--device",
+            "cpu",
+            "--data",
+            "synthetic",
+            "--quiet",
+            "--out",
+            str(tmp_path / "runs"),
+            "--run-name",
+            "job",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         logs = [job / f"worker-{i}.log" for i in (0, 1)]
         wait_for(lambda: all(log.exists() and "ready" in log.read_text() for log in logs), proc, "workers start")

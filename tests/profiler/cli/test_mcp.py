@@ -54,6 +54,7 @@ def root(tmp_path_factory):
 
 def call(server, name: str, **arguments):
     """The tool's answer as JSON (a text answer as it is)."""
+
     async def run():
         return await server.call_tool(name, arguments)
 
@@ -75,8 +76,11 @@ def server(root):
 
 
 def files_of(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_every_tool_answers_on_runs_under_the_root(server, root):
@@ -159,8 +163,7 @@ def test_an_analysis_is_kept_while_its_files_are_unchanged(root, monkeypatch, tm
     assert len(calls) == 2
 
 
-def test_devprof_mcp_refuses_a_root_that_is_no_folder_and_says_when_the_sdk_is_missing(tmp_path, capsys,
-                                                                                         monkeypatch):
+def test_devprof_mcp_refuses_a_root_that_is_no_folder_and_says_when_the_sdk_is_missing(tmp_path, capsys, monkeypatch):
     line = one_usage_error(cli.main(["mcp", "--root", str(tmp_path / "missing")]), capsys)
     assert "--root" in line and "no such folder" in line
     (tmp_path / "file").write_text("")
@@ -178,8 +181,12 @@ def test_a_stdio_session_through_the_sdk_client(root):
     from mcp.client.stdio import StdioServerParameters, stdio_client
     from mcp.types import TextContent
 
-    params = StdioServerParameters(command=sys.executable, args=["-m", "profiler", "mcp", "--root", str(root)],
-                                   cwd=str(REPO), env={"PYTHONPATH": str(REPO)})
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "profiler", "mcp", "--root", str(root)],
+        cwd=str(REPO),
+        env={"PYTHONPATH": str(REPO)},
+    )
 
     async def session_run():
         answers = {}
@@ -188,11 +195,15 @@ def test_a_stdio_session_through_the_sdk_client(root):
                 await session.initialize()
                 assert sorted(tool.name for tool in (await session.list_tools()).tools) == sorted(TOOLS)
                 asked: list[tuple[str, dict[str, Any]]] = [
-                    ("list_runs", {}), ("analyze", {"path": "trace"}), ("findings", {"path": "trace"}),
-                    ("ops", {"path": "trace"}), ("steps", {"path": "trace"}),
+                    ("list_runs", {}),
+                    ("analyze", {"path": "trace"}),
+                    ("findings", {"path": "trace"}),
+                    ("ops", {"path": "trace"}),
+                    ("steps", {"path": "trace"}),
                     ("compare", {"paths": ["cpu-slow", "cpu-fast"]}),
                     ("explain_rule", {"rule": "host_bound", "path": "trace"}),
-                    ("outside", {"path": str(root.parent / "outside")})]
+                    ("outside", {"path": str(root.parent / "outside")}),
+                ]
                 for name, arguments in asked:
                     result = await session.call_tool("analyze" if name == "outside" else name, arguments)
                     content = result.content[0]
@@ -202,8 +213,16 @@ def test_a_stdio_session_through_the_sdk_client(root):
 
     answers = anyio.run(session_run)
     # The CLI loads the SDK only for `devprof mcp`: every other command starts without it.
-    loaded = subprocess.run([sys.executable, "-c", "import sys, profiler.cli; print('mcp' in sys.modules, "
-                             "'profiler.cli.mcp_server' in sys.modules)"], cwd=REPO, capture_output=True, text=True)
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, profiler.cli; print('mcp' in sys.modules, 'profiler.cli.mcp_server' in sys.modules)",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert loaded.stdout.split() == ["False", "False"], loaded.stderr
     assert all(not is_error for name, (is_error, _) in answers.items() if name != "outside")
     check(json.loads(answers["analyze"][1]))

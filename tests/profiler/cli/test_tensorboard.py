@@ -40,8 +40,27 @@ def runs_folder(tmp_path_factory):
     full = data_mod.synthetic
     with pytest.MonkeyPatch.context() as patch:  # a smaller end-of-run test pass; the trace is the same
         patch.setattr(data_mod, "synthetic", lambda n, test_images=1000, seed=0: full(n, min(test_images, 1000), seed))
-        rc = cli.main(["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "1000", "--epochs", "1",
-                       "--no-sample", "--quiet", "--scalars-every", "2", "--out", str(out), "--run-name", "r1"])
+        rc = cli.main(
+            [
+                "run",
+                "--device",
+                "cpu",
+                "--data",
+                "synthetic",
+                "--limit-images",
+                "1000",
+                "--epochs",
+                "1",
+                "--no-sample",
+                "--quiet",
+                "--scalars-every",
+                "2",
+                "--out",
+                str(out),
+                "--run-name",
+                "r1",
+            ]
+        )
     assert rc == 0
     meta = json.loads((out / "r1" / "run.json").read_text())
     assert meta["profiler"]["trace"]
@@ -79,8 +98,14 @@ def board(runs_folder, board_log):
     log = board_log
     environ = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "DEVPROF_DEBUG")}
     with open(log, "w") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "profiler", "tensorboard", str(runs_folder), "--port", "0"],
-                                cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True, env=environ)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "profiler", "tensorboard", str(runs_folder), "--port", "0"],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env=environ,
+        )
     lines: queue.Queue = queue.Queue()
     out = proc.stdout
     assert out is not None  # stdout=PIPE
@@ -126,8 +151,9 @@ def test_input_pipeline_page_has_the_train_steps(board, runs_folder):
     runs = wait_for(lambda: get_json(board + "data/plugin/profile/runs"), bool, "profile runs")
     run = urllib.parse.quote(runs[0], safe="")
     host = get_json(f"{board}data/plugin/profile/hosts?run={run}&tag=input_pipeline_analyzer")[0]["hostname"]
-    tables = get_json(f"{board}data/plugin/profile/data?run={run}&tag=input_pipeline_analyzer"
-                      f"&host={urllib.parse.quote(host)}")
+    tables = get_json(
+        f"{board}data/plugin/profile/data?run={run}&tag=input_pipeline_analyzer&host={urllib.parse.quote(host)}"
+    )
     window = json.loads((runs_folder / "r1" / "run.json").read_text())["profiler"]["window"]
     steps = [int(row["c"][0]["v"].split()[1]) for row in tables[1]["rows"]]
     assert steps and all(window[0] <= s < window[1] for s in steps), (steps, window)
@@ -135,8 +161,11 @@ def test_input_pipeline_page_has_the_train_steps(board, runs_folder):
 
 @pytest.mark.slow
 def test_scalars_plugin_has_the_loss(board):
-    tags = wait_for(lambda: get_json(board + "data/plugin/scalars/tags"),
-                    lambda t: "step/loss" in t.get("r1", {}), "the step/loss scalar")
+    tags = wait_for(
+        lambda: get_json(board + "data/plugin/scalars/tags"),
+        lambda t: "step/loss" in t.get("r1", {}),
+        "the step/loss scalar",
+    )
     assert {"step/loss", "step/accuracy", "epoch/loss", "epoch/val_accuracy"} <= set(tags["r1"])
     url = board + "data/plugin/scalars/scalars?" + urllib.parse.urlencode({"run": "r1", "tag": "step/loss"})
     points = get_json(url)

@@ -37,9 +37,20 @@ class FakeRuns:
         out = Path(argv[argv.index("--out") + 1]) / argv[argv.index("--run-name") + 1]
         out.mkdir(parents=True)
         ms = self.step_ms(argv, env)
-        rows = [{"epoch": 1, "step": i, "steps": 1, "start_time_s": i, "input_ms": 0.0, "call_ms": ms,
-                 "other_host_ms": 0.0, "step_ms": ms * (1 + 0.01 * self.random.gauss(0, 1)), "images": 32}
-                for i in range(20)]
+        rows = [
+            {
+                "epoch": 1,
+                "step": i,
+                "steps": 1,
+                "start_time_s": i,
+                "input_ms": 0.0,
+                "call_ms": ms,
+                "other_host_ms": 0.0,
+                "step_ms": ms * (1 + 0.01 * self.random.gauss(0, 1)),
+                "images": 32,
+            }
+            for i in range(20)
+        ]
         pd.DataFrame(rows).to_csv(out / "steps.csv", index=False)
         (out / "run.json").write_text(json.dumps({"status": "complete", "epochs": [{"loss": self.loss(argv, env)}]}))
         return 0
@@ -55,17 +66,29 @@ def _tuner(tmp_path, runs, fixes_by_setting, budget_s=3600.0, clock=None):
         return code
 
     def analyze(run_dir):
-        return SimpleNamespace(verdict={"fixes": fixes_by_setting(profiled[run_dir.name])},
-                               mean={"host_pct": 40.0, "compute_pct": 60.0})
+        return SimpleNamespace(
+            verdict={"fixes": fixes_by_setting(profiled[run_dir.name])}, mean={"host_pct": 40.0, "compute_pct": 60.0}
+        )
 
-    return tune.Tuner(tmp_path / "tune", ["--batch-size", "32"], budget_s, batch_size=32, epoch_images=50_000,
-                      own_pipeline=True, runner=runner, analyze=analyze, clock=clock or (lambda: 0.0),
-                      say=lambda line: None)
+    return tune.Tuner(
+        tmp_path / "tune",
+        ["--batch-size", "32"],
+        budget_s,
+        batch_size=32,
+        epoch_images=50_000,
+        own_pipeline=True,
+        runner=runner,
+        analyze=analyze,
+        clock=clock or (lambda: 0.0),
+        say=lambda line: None,
+    )
 
 
 def test_a_fix_faster_beyond_the_noise_is_kept_and_the_next_is_tried_from_it(tmp_path):
     def step_ms(argv, env):
-        return 100.0 - (40.0 if "--parallel-calls" in argv else 0.0) - (10.0 if "--steps-per-execution" in argv else 0.0)
+        return (
+            100.0 - (40.0 if "--parallel-calls" in argv else 0.0) - (10.0 if "--steps-per-execution" in argv else 0.0)
+        )
 
     def fixes(argv):  # the input wait until the pipeline is fixed, then host overhead
         return [_fix("host_bound", 8.0)] if "--parallel-calls" in argv else [_fix("input_wait", 38.0)]
@@ -77,8 +100,11 @@ def test_a_fix_faster_beyond_the_noise_is_kept_and_the_next_is_tried_from_it(tmp
     assert (first["rule"], first["result"], first["kept"]) == ("input_wait", "faster", True)
     assert first["measured_ms"] == pytest.approx(40.0, abs=3) and first["estimate_holds"] is True
     assert (second["rule"], second["kept"]) == ("host_bound", True)
-    assert second["setting"]["options"] == {"--parallel-calls": "auto", "--prefetch": "auto",
-                                            "--steps-per-execution": "16"}
+    assert second["setting"]["options"] == {
+        "--parallel-calls": "auto",
+        "--prefetch": "auto",
+        "--steps-per-execution": "16",
+    }
     assert document["best"]["step_ms"] == pytest.approx(50.0, abs=2)
     assert document["baseline"]["step_ms"] == pytest.approx(100.0, abs=2)
     assert document["best"]["seconds_per_epoch"] == pytest.approx(50_000 / (32 / 0.05), rel=0.05)
@@ -95,8 +121,10 @@ def test_a_fix_that_changes_nothing_is_not_sure_and_not_kept(tmp_path):
 
 
 def test_a_faster_precision_whose_loss_is_nan_is_rejected_and_said_to_be(tmp_path):
-    runs = FakeRuns(lambda argv, env: 60.0 if "--precision" in argv else 100.0,
-                    loss=lambda argv, env: float("nan") if "--precision" in argv else 2.0)
+    runs = FakeRuns(
+        lambda argv, env: 60.0 if "--precision" in argv else 100.0,
+        loss=lambda argv, env: float("nan") if "--precision" in argv else 2.0,
+    )
     document = _tuner(tmp_path, runs, lambda argv: [_fix("fp32_on_matrix_units", 40.0)]).run()
     (trial,) = document["trials"]
     assert trial["result"] == "faster" and not trial["kept"] and "rejected: its loss" in trial["why"]
@@ -111,8 +139,9 @@ def test_no_trial_starts_once_the_budget_is_spent(tmp_path):
         now[0] += 60.0  # each trial a minute
         return runs(argv, env)
 
-    tuner = _tuner(tmp_path, counting, lambda argv: [_fix("below_roofline", 20.0)], budget_s=150.0,
-                   clock=lambda: now[0])
+    tuner = _tuner(
+        tmp_path, counting, lambda argv: [_fix("below_roofline", 20.0)], budget_s=150.0, clock=lambda: now[0]
+    )
     document = tuner.run()
     assert document["status"] == "budget_spent"
     assert len(runs.calls) == 3  # started at 0, 60 and 120 s; none at 180
@@ -129,8 +158,9 @@ def test_the_command_refuses_bad_options_before_any_trial(tmp_path, capsys):
 def test_the_best_command_is_the_users_own_options_and_the_kept_fixes(tmp_path, monkeypatch, capsys):
     runs = FakeRuns(lambda argv, env: 60.0 if "--jit-compile" in argv else 100.0)
     monkeypatch.setattr(tune, "run_in_process", runs)
-    monkeypatch.setattr(tune, "_analyze", lambda run_dir: SimpleNamespace(
-        verdict={"fixes": [_fix("below_roofline", 30.0)]}, mean={}))
+    monkeypatch.setattr(
+        tune, "_analyze", lambda run_dir: SimpleNamespace(verdict={"fixes": [_fix("below_roofline", 30.0)]}, mean={})
+    )
     assert cli_main(["tune", "--out", str(tmp_path), "--run-name", "t", "--batch-size", "64", "--seed", "3"]) == 0
     document = json.loads((tmp_path / "t" / "tune.json").read_text())
     assert document["best"]["command"] == "devprof run --batch-size 64 --seed 3 --jit-compile"
@@ -138,18 +168,26 @@ def test_the_best_command_is_the_users_own_options_and_the_kept_fixes(tmp_path, 
     assert first[:4] == ["--batch-size", "64", "--seed", "3"] and "--epochs" in first and "--no-profile" not in first
     assert "--no-profile" in runs.calls[1][0]  # the trials are not profiled; the baseline analysed is
     out = capsys.readouterr().out
-    assert "| below_roofline | --jit-compile |" in out and "best: devprof run --batch-size 64 --seed 3 --jit-compile" in out
+    assert (
+        "| below_roofline | --jit-compile |" in out
+        and "best: devprof run --batch-size 64 --seed 3 --jit-compile" in out
+    )
 
 
 def test_ctrl_c_keeps_every_finished_trial_in_tune_json(tmp_path, monkeypatch, capsys):
     runs = FakeRuns(lambda argv, env: 60.0 if "--jit-compile" in argv else 100.0, fail_at=5)
     monkeypatch.setattr(tune, "run_in_process", runs)
-    monkeypatch.setattr(tune, "_analyze", lambda run_dir: SimpleNamespace(
-        verdict={"fixes": [_fix("below_roofline", 30.0)]}, mean={}))
+    monkeypatch.setattr(
+        tune, "_analyze", lambda run_dir: SimpleNamespace(verdict={"fixes": [_fix("below_roofline", 30.0)]}, mean={})
+    )
     code = cli_main(["tune", "--out", str(tmp_path), "--run-name", "t"])
     assert code == 130
     document = json.loads((tmp_path / "t" / "tune.json").read_text())
     assert document["status"] == "interrupted"
-    assert sorted(p.name for p in (tmp_path / "t").iterdir() if p.is_dir()) == ["01-baseline-profile", "02-baseline",
-                                                                                "03-below_roofline", "04-baseline"]
+    assert sorted(p.name for p in (tmp_path / "t").iterdir() if p.is_dir()) == [
+        "01-baseline-profile",
+        "02-baseline",
+        "03-below_roofline",
+        "04-baseline",
+    ]
     assert "tune: interrupted" in capsys.readouterr().out

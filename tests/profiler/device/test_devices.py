@@ -47,8 +47,9 @@ def no_tpu_hints(monkeypatch):
 
 @pytest.fixture
 def nvml(monkeypatch):
-    fake = FakeNvmlWithDriver([FakeGpu(name="Fake GPU 0", memory_total=40 * GIB),
-                               FakeGpu(name="Fake GPU 1", memory_total=16 * GIB)])
+    fake = FakeNvmlWithDriver(
+        [FakeGpu(name="Fake GPU 0", memory_total=40 * GIB), FakeGpu(name="Fake GPU 1", memory_total=16 * GIB)]
+    )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     return fake
 
@@ -218,8 +219,12 @@ def test_describe_devices_lists_cpu_and_each_gpu(nvml):
 def test_gpu_memory_goes_through_the_guarded_nvml_calls(monkeypatch):
     # No driver version in this pynvml, and GPU 1 does not report memory: the facts NVML
     # cannot give are left out, nothing raises, and every nvmlInit is matched by a shutdown.
-    fake = FakeNvml([FakeGpu(name="Fake GPU 0", memory_total=40 * GIB),
-                     FakeGpu(name="Fake GPU 1", memory_total=16 * GIB, not_supported={"nvmlDeviceGetMemoryInfo"})])
+    fake = FakeNvml(
+        [
+            FakeGpu(name="Fake GPU 0", memory_total=40 * GIB),
+            FakeGpu(name="Fake GPU 1", memory_total=16 * GIB, not_supported={"nvmlDeviceGetMemoryInfo"}),
+        ]
+    )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     info = resolve("gpu", backend=FakeBackend(gpus=2)).info
     assert info["memory_bytes"] == 40 * GIB and "driver" not in info
@@ -253,8 +258,9 @@ class _Evil:
 
 
 def _run_cli(capsys, out: Path, *args: str) -> str:
-    code = cli.main(["run", "--out", str(out), "--quiet", "--no-profile", "--no-sample",
-                     "--limit-images", "100", *args])
+    code = cli.main(
+        ["run", "--out", str(out), "--quiet", "--no-profile", "--no-sample", "--limit-images", "100", *args]
+    )
     return one_usage_error(code, capsys)
 
 
@@ -281,8 +287,10 @@ def _cifar_folder(root: Path) -> Path:
         (["--device", "cpu", "--data-dir", "/nonexistent"], "/nonexistent does not exist"),
         # a batch beyond the data (TensorFlow crashed on 99,999,999,999): one usage error, no run folder
         # (a batch beyond the images that could be allocated is one short batch: test_run_user_batches.py)
-        (["--device", "cpu", "--batch-size", "99999999999"],
-         "--batch-size 99,999,999,999 is more than the 100 training images, and a full batch of that size needs "),
+        (
+            ["--device", "cpu", "--batch-size", "99999999999"],
+            "--batch-size 99,999,999,999 is more than the 100 training images, and a full batch of that size needs ",
+        ),
     ],
     ids=["gpu", "tpu", "quantum", "gpus-on-cpu", "epochs", "batch-size", "data-dir", "huge-batch"],
 )
@@ -338,12 +346,15 @@ def test_cli_existing_run_name_is_left_untouched(tmp_path, capsys):
     assert [p.name for p in out.iterdir()] == ["mine"]
 
 
-@pytest.mark.parametrize("address, monitor", [
-    ("grpc://10.0.0.2:8470", "10.0.0.2:8466"),
-    ("grpc://10.0.0.2:9999", None),
-    ("my-tpu", None),
-    (None, None),
-])
+@pytest.mark.parametrize(
+    "address, monitor",
+    [
+        ("grpc://10.0.0.2:8470", "10.0.0.2:8466"),
+        ("grpc://10.0.0.2:9999", None),
+        ("my-tpu", None),
+        (None, None),
+    ],
+)
 def test_tpu_monitor_address_follows_cloud_tpu_ports(address, monitor):
     from profiler.train.run import tpu_monitor_address
 
@@ -381,8 +392,9 @@ def test_unanswered_tpu_lookup_times_out(monkeypatch):
         backend.release.set()
     assert time.monotonic() - began < 5
     message = str(caught.value)
-    assert message == ("no TPU reachable at grpc://127.0.0.1:1 (no answer within 0.5 s; "
-                       "DEVPROF_TPU_TIMEOUT_S sets the wait)")
+    assert message == (
+        "no TPU reachable at grpc://127.0.0.1:1 (no answer within 0.5 s; DEVPROF_TPU_TIMEOUT_S sets the wait)"
+    )
     assert "\n" not in message
 
 
@@ -396,10 +408,14 @@ def test_tpu_timeout_defaults_to_30_s_and_must_be_a_positive_number(monkeypatch)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("argv, code", [
-    (["devices", "--tpu", "grpc://127.0.0.1:1"], 0),
-    (["run", "--device", "tpu", "--tpu", "grpc://127.0.0.1:1", "--quiet", "--out", "{out}"], 2),
-], ids=["devices", "run"])
+@pytest.mark.parametrize(
+    "argv, code",
+    [
+        (["devices", "--tpu", "grpc://127.0.0.1:1"], 0),
+        (["run", "--device", "tpu", "--tpu", "grpc://127.0.0.1:1", "--quiet", "--out", "{out}"], 2),
+    ],
+    ids=["devices", "run"],
+)
 def test_unreachable_tpu_address_answers_within_the_timeout(tmp_path, argv, code):
     """With real TensorFlow (in a subprocess: the abandoned lookup must not outlive the test)."""
     import subprocess
@@ -413,8 +429,14 @@ def test_unreachable_tpu_address_answers_within_the_timeout(tmp_path, argv, code
     subprocess.run([sys.executable, "-c", "import tensorflow"], cwd=repo, capture_output=True, timeout=600)
     import_s = time.monotonic() - began
     began = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "profiler", *(a.format(out=out) for a in argv)],
-                          cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "profiler", *(a.format(out=out) for a in argv)],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == code, done.stderr
     assert time.monotonic() - began < 1.5 * import_s + 20, import_s  # the import, the 2 s wait, the setup
     expect = "no TPU reachable at grpc://127.0.0.1:1 (no answer within 2 s; DEVPROF_TPU_TIMEOUT_S sets the wait)"
@@ -437,10 +459,13 @@ def test_an_unreachable_tpu_is_one_error_without_native_log_lines(capfd, monkeyp
 
     class UnreachableTPU:
         def tpu_strategy(self, address):
-            os.write(2, b"E0000 00:00:1795469901.865310    4453 context_distributed_manager.cc:784] Received http2 "
-                        b"header with status: 404\nAdditional GRPC error information from remote target "
-                        b"/job:worker/replica:0/task:0 while calling /tensorflow.WorkerService/GetStatus:\n"
-                        b":UNKNOWN:Error received from peer  {grpc_status:12}\n")
+            os.write(
+                2,
+                b"E0000 00:00:1795469901.865310    4453 context_distributed_manager.cc:784] Received http2 "
+                b"header with status: 404\nAdditional GRPC error information from remote target "
+                b"/job:worker/replica:0/task:0 while calling /tensorflow.WorkerService/GetStatus:\n"
+                b":UNKNOWN:Error received from peer  {grpc_status:12}\n",
+            )
             raise RuntimeError("Received http2 header with status: 404")
 
     with pytest.raises(devices.DeviceError, match="no TPU reachable at grpc://10.0.0.1:8470"):
@@ -494,8 +519,16 @@ def test_cpu_flags_are_read_from_cpuinfo():
     assert devices.cpu_flags() is None or isinstance(devices.cpu_flags(), set)
 
 
-@pytest.mark.parametrize("cpuinfo, warned", [(X86_NO_BF16, "avx512_bf16 or amx_bf16"), (X86_BF16, None),
-                                             (X86_AMX, None), (ARM_NO_BF16, "the bf16 feature"), (ARM_BF16, None)])
+@pytest.mark.parametrize(
+    "cpuinfo, warned",
+    [
+        (X86_NO_BF16, "avx512_bf16 or amx_bf16"),
+        (X86_BF16, None),
+        (X86_AMX, None),
+        (ARM_NO_BF16, "the bf16 feature"),
+        (ARM_BF16, None),
+    ],
+)
 def test_bfloat16_on_a_cpu_without_bfloat16_units_is_warned(cpuinfo, warned):
     text = devices.precision_warning("mixed_bfloat16", "cpu", devices.cpu_flags(cpuinfo))
     if warned is None:
@@ -526,11 +559,14 @@ def test_other_precisions_and_devices():
     assert "float16 has no fast kernels on CPUs" in text
 
 
-@pytest.mark.parametrize("precision, cpuinfo, expect", [
-    ("mixed_bfloat16", X86_NO_BF16, "warning: this CPU has no bfloat16 units (avx512_bf16 or amx_bf16 not in"),
-    ("mixed_bfloat16", X86_BF16, None),
-    ("mixed_float16", X86_BF16, "warning: float16 has no fast kernels on CPUs"),
-])
+@pytest.mark.parametrize(
+    "precision, cpuinfo, expect",
+    [
+        ("mixed_bfloat16", X86_NO_BF16, "warning: this CPU has no bfloat16 units (avx512_bf16 or amx_bf16 not in"),
+        ("mixed_bfloat16", X86_BF16, None),
+        ("mixed_float16", X86_BF16, "warning: float16 has no fast kernels on CPUs"),
+    ],
+)
 def test_a_run_warns_before_it_trains(tmp_path, capsys, monkeypatch, precision, cpuinfo, expect):
     read = devices.cpu_flags
     monkeypatch.setattr(devices, "cpu_flags", lambda text=None: read(cpuinfo))
@@ -564,8 +600,7 @@ def no_tpu_here(monkeypatch, tmp_path):
 
     for name in devices.TPU_ENV_VARS:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(devices, "TPU_DEVICE_FILES", (str(tmp_path / "accel0"), str(tmp_path / "vfio0")),
-                        raising=False)
+    monkeypatch.setattr(devices, "TPU_DEVICE_FILES", (str(tmp_path / "accel0"), str(tmp_path / "vfio0")), raising=False)
     monkeypatch.setenv(devices.TPU_TIMEOUT_ENV, "1")  # an old lookup gives up soon, and the test says why
     return devices
 
@@ -594,8 +629,7 @@ def test_device_tpu_with_a_hint_still_looks_it_up(no_tpu_here, monkeypatch, tmp_
     assert len(backend.looked_up) == 1
 
 
-def test_devprof_run_device_tpu_without_a_tpu_is_a_usage_error_before_tensorflow_starts(no_tpu_here, tmp_path,
-                                                                                       capsys):
+def test_devprof_run_device_tpu_without_a_tpu_is_a_usage_error_before_tensorflow_starts(no_tpu_here, tmp_path, capsys):
     """Unmarked on purpose: the test suite fails a fast test that loads TensorFlow."""
     from cli_checks import one_usage_error
     from profiler import cli

@@ -25,13 +25,22 @@ def devprof(*argv, **env):
     """`devprof ARGV` as a user starts it: no log level or debug switch unless given."""
     environ = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "DEVPROF_DEBUG")}
     environ.update(env)
-    return subprocess.run([sys.executable, "-m", "profiler", *map(str, argv)], cwd=REPO, env=environ,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "profiler", *map(str, argv)],
+        cwd=REPO,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def chatter(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines()
-            if NATIVE_LINE.match(line) or "cuInit" in line or "absl::InitializeLog" in line]
+    return [
+        line
+        for line in stderr.splitlines()
+        if NATIVE_LINE.match(line) or "cuInit" in line or "absl::InitializeLog" in line
+    ]
 
 
 @pytest.mark.slow
@@ -45,8 +54,21 @@ def test_devices_prints_no_native_chatter():
 
 @pytest.mark.slow
 def test_a_run_prints_no_native_chatter(tmp_path):
-    done = devprof("run", "--data", "synthetic", "--limit-images", "200", "--epochs", "1", "--quiet",
-                   "--no-sample", "--out", tmp_path, "--run-name", "r")
+    done = devprof(
+        "run",
+        "--data",
+        "synthetic",
+        "--limit-images",
+        "200",
+        "--epochs",
+        "1",
+        "--quiet",
+        "--no-sample",
+        "--out",
+        tmp_path,
+        "--run-name",
+        "r",
+    )
     assert done.returncode == 0, done.stderr
     assert chatter(done.stderr) == [], done.stderr
     assert done.stderr == ""
@@ -78,23 +100,39 @@ def test_capture_from_nothing_is_one_error_line(tmp_path):
     assert chatter(done.stderr) == []
 
 
-@pytest.mark.parametrize("line, hidden_at", [
-    ("I0000 00:00:1795386464.557924   13046 port.cc:153] oneDNN custom operations are on.", 1),
-    ("W0000 00:00:1795386464.557924   13046 some.cc:12] a warning", 2),
-    ("E0000 00:00:1795386470.065434   13139 cuda_platform.cc:52] failed call to cuInit: INTERNAL: "
-     "CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)", 2),
-    ("E0000 00:00:1795483744.327150   24668 util.cc:131] oneDNN supports DT_BFLOAT16 only on platforms with "
-     "AVX-512. Falling back to the default Eigen-based implementation if present.", 2),
-    ("E0000 00:00:1795386470.065434   13139 op_kernel.cc:1857] OP_REQUIRES failed: out of memory", 3),
-    ("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR", 1),
-])
+@pytest.mark.parametrize(
+    "line, hidden_at",
+    [
+        ("I0000 00:00:1795386464.557924   13046 port.cc:153] oneDNN custom operations are on.", 1),
+        ("W0000 00:00:1795386464.557924   13046 some.cc:12] a warning", 2),
+        (
+            "E0000 00:00:1795386470.065434   13139 cuda_platform.cc:52] failed call to cuInit: INTERNAL: "
+            "CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)",
+            2,
+        ),
+        (
+            "E0000 00:00:1795483744.327150   24668 util.cc:131] oneDNN supports DT_BFLOAT16 only on platforms with "
+            "AVX-512. Falling back to the default Eigen-based implementation if present.",
+            2,
+        ),
+        ("E0000 00:00:1795386470.065434   13139 op_kernel.cc:1857] OP_REQUIRES failed: out of memory", 3),
+        ("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR", 1),
+    ],
+)
 def test_native_lines_follow_the_log_level(line, hidden_at):
     for level in range(4):
         assert quiet.is_noise(line, level) == (level >= hidden_at), (level, line)
 
 
-@pytest.mark.parametrize("line", ["error: something broke", "Traceback (most recent call last):",
-                                  "Segmentation fault", "warning: profiler did not start"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "error: something broke",
+        "Traceback (most recent call last):",
+        "Segmentation fault",
+        "warning: profiler did not start",
+    ],
+)
 def test_other_lines_always_pass(line):
     assert not any(quiet.is_noise(line, level) for level in range(4))
 
@@ -114,9 +152,22 @@ def test_the_default_level_keeps_real_errors():
 # ---------------------------------------------------------------- DEVPROF_DEBUG
 
 
-@pytest.mark.parametrize("value, on", [("1", True), ("true", True), ("TRUE", True), ("Yes", True), (" 1 ", True),
-                                       ("0", False), ("false", False), ("no", False), ("", False), ("off", False),
-                                       ("2", False)])
+@pytest.mark.parametrize(
+    "value, on",
+    [
+        ("1", True),
+        ("true", True),
+        ("TRUE", True),
+        ("Yes", True),
+        (" 1 ", True),
+        ("0", False),
+        ("false", False),
+        ("no", False),
+        ("", False),
+        ("off", False),
+        ("2", False),
+    ],
+)
 def test_only_1_true_or_yes_turn_debugging_on(monkeypatch, value, on):
     monkeypatch.setenv("DEVPROF_DEBUG", value)
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")

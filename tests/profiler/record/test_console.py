@@ -29,9 +29,12 @@ def test_progress_lines_when_not_on_a_terminal():
         clock.now += 1.0  # a step a second: a line every 30 steps
         console.step(step, loss=2.0 - step / 100, accuracy=step / 200)
     lines = stream.getvalue().splitlines()
-    assert lines == ["Epoch 1/2", "30/100 - 30s - loss: 1.7000 - accuracy: 0.1500",
-                     "60/100 - 60s - loss: 1.4000 - accuracy: 0.3000",
-                     "90/100 - 90s - loss: 1.1000 - accuracy: 0.4500"], lines
+    assert lines == [
+        "Epoch 1/2",
+        "30/100 - 30s - loss: 1.7000 - accuracy: 0.1500",
+        "60/100 - 60s - loss: 1.4000 - accuracy: 0.3000",
+        "90/100 - 90s - loss: 1.1000 - accuracy: 0.4500",
+    ], lines
 
 
 def test_no_progress_lines_when_steps_are_quick_or_quiet():

@@ -23,13 +23,38 @@ from profiler.record.session import Session
 from repo_paths import REPO
 
 # XProf's per-step table: these parts add up to stepTimeMs.
-BREAKDOWN_COLUMNS = ["deviceComputeTimeMs", "deviceToDeviceTimeMs", "deviceCollectivesTimeMs", "hostComputeTimeMs",
-                     "kernelLaunchTimeMs", "infeedTimeMs", "outfeedTimeMs", "compileTimeMs", "otherTimeMs"]
+BREAKDOWN_COLUMNS = [
+    "deviceComputeTimeMs",
+    "deviceToDeviceTimeMs",
+    "deviceCollectivesTimeMs",
+    "hostComputeTimeMs",
+    "kernelLaunchTimeMs",
+    "infeedTimeMs",
+    "outfeedTimeMs",
+    "compileTimeMs",
+    "otherTimeMs",
+]
 
 
 def run_devprof(out, *extra, name="r", images="1500"):
-    argv = ["run", "--device", "cpu", "--data", "synthetic", "--limit-images", images, "--epochs", "1",
-            "--no-sample", "--quiet", "--out", str(out), "--run-name", name, *extra]
+    argv = [
+        "run",
+        "--device",
+        "cpu",
+        "--data",
+        "synthetic",
+        "--limit-images",
+        images,
+        "--epochs",
+        "1",
+        "--no-sample",
+        "--quiet",
+        "--out",
+        str(out),
+        "--run-name",
+        name,
+        *extra,
+    ]
     return cli.main(argv), Path(out) / name
 
 
@@ -43,8 +68,7 @@ def xprof_step_table(xplane: Path) -> tuple[list[str], list[dict]]:
     """XProf's input_pipeline_analyzer step table: column ids and one {column: value} per step."""
     from xprof.convert import raw_to_tool_data
 
-    data = raw_to_tool_data.xspace_to_tool_data([str(xplane)], "input_pipeline_analyzer",
-                                                {"use_saved_result": False})
+    data = raw_to_tool_data.xspace_to_tool_data([str(xplane)], "input_pipeline_analyzer", {"use_saved_result": False})
     assert isinstance(data, tuple) and isinstance(data[0], (bytes, str))
     tables = json.loads(data[0])
     assert isinstance(tables, list) and len(tables) >= 2
@@ -181,8 +205,9 @@ def test_window_past_the_end_is_a_warning(tmp_path, capsys):
     prof = profiler_meta(path)
     assert "trace" not in prof
     assert any("never reached" in w for w in prof["warnings"]), prof
-    assert any(line.startswith("warning: ") and "never reached" in line
-               for line in capsys.readouterr().err.splitlines())
+    assert any(
+        line.startswith("warning: ") and "never reached" in line for line in capsys.readouterr().err.splitlines()
+    )
 
 
 # ---------------------------------------------------------------- tracer options and trace size
@@ -202,8 +227,9 @@ def test_python_tracer_is_honoured_or_reported(tmp_path, capsys):
         assert prof["python_events"] > 100
     else:
         assert len(reported) == 1 and "devprof capture" in reported[0]
-        assert any(line.startswith("warning: ") and "Python tracer" in line
-                   for line in capsys.readouterr().err.splitlines())
+        assert any(
+            line.startswith("warning: ") and "Python tracer" in line for line in capsys.readouterr().err.splitlines()
+        )
 
 
 @pytest.mark.slow
@@ -309,11 +335,37 @@ def test_capture_from_a_running_job(tmp_path):
     port = free_port()
     run_path = tmp_path / "job"
     job = subprocess.Popen(
-        [sys.executable, "-m", "profiler", "run", "--device", "cpu", "--data", "synthetic",
-         "--epochs", str(ENDLESS_EPOCHS), "--limit-test-images", "100",
-         "--limit-images", "1000", "--no-profile", "--no-sample", "--quiet", "--out", str(tmp_path),
-         "--run-name", "job", "--profiler-port", str(port)],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+        [
+            sys.executable,
+            "-m",
+            "profiler",
+            "run",
+            "--device",
+            "cpu",
+            "--data",
+            "synthetic",
+            "--epochs",
+            str(ENDLESS_EPOCHS),
+            "--limit-test-images",
+            "100",
+            "--limit-images",
+            "1000",
+            "--no-profile",
+            "--no-sample",
+            "--quiet",
+            "--out",
+            str(tmp_path),
+            "--run-name",
+            "job",
+            "--profiler-port",
+            str(port),
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
+    )
     try:
         deadline = time.monotonic() + 600  # a limit on waiting, not a timing
         steps_file = run_path / "steps.csv"
@@ -324,9 +376,23 @@ def test_capture_from_a_running_job(tmp_path):
         cap = tmp_path / "cap"
         # A step can take over a second on a loaded machine: 4 s hold several whole steps.
         done = subprocess.run(
-            [sys.executable, "-m", "profiler", "capture", f"grpc://localhost:{port}", "--duration-ms", "4000",
-             "--out", str(cap), "--python-tracer"],
-            cwd=REPO, capture_output=True, text=True, timeout=600)
+            [
+                sys.executable,
+                "-m",
+                "profiler",
+                "capture",
+                f"grpc://localhost:{port}",
+                "--duration-ms",
+                "4000",
+                "--out",
+                str(cap),
+                "--python-tracer",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         assert "trace written:" in done.stdout
         assert job.poll() is None, "the job ended before Ctrl-C"
@@ -365,9 +431,29 @@ def test_capture_wants_a_grpc_address(tmp_path, capsys):
 def test_a_call_reaching_into_the_window_is_traced(tmp_path):
     # Calls of 20 steps jump from step 20 to 40, over the end of the window 20:30: the window widens
     # to the call that covers it.
-    rc = cli.main(["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "6000", "--epochs", "1",
-                   "--steps-per-execution", "20", "--profile-steps", "20:30", "--no-sample", "--quiet",
-                   "--out", str(tmp_path), "--run-name", "r"])
+    rc = cli.main(
+        [
+            "run",
+            "--device",
+            "cpu",
+            "--data",
+            "synthetic",
+            "--limit-images",
+            "6000",
+            "--epochs",
+            "1",
+            "--steps-per-execution",
+            "20",
+            "--profile-steps",
+            "20:30",
+            "--no-sample",
+            "--quiet",
+            "--out",
+            str(tmp_path),
+            "--run-name",
+            "r",
+        ]
+    )
     assert rc == 0
     prof = json.loads((tmp_path / "r" / "run.json").read_text())["profiler"]
     assert prof["window"] == [20, 30]
@@ -376,17 +462,20 @@ def test_a_call_reaching_into_the_window_is_traced(tmp_path):
     assert not prof.get("warnings")
 
 
-@pytest.mark.parametrize("steps_per_epoch, steps_per_call, total, window", [
-    (100, 1, 100, (5, 15)),     # ten calls of one step after warm-up
-    (8, 1, 8, (2, 8)),
-    (100, 20, 100, (20, 100)),  # five calls after the compiling one, clipped to the run's four
-    (10, 20, 40, (10, 40)),     # a call never crosses an epoch: calls of 10, the second in epoch 2
-    (100, 4, 100, (4, 24)),     # five calls: ten steps would be three
-    (100, 5, 100, (5, 30)),     # ten steps would be two calls, too few steady ones for a verdict
-    (100, 10, 1000, (10, 60)),  # ten steps would be one call
-    (22, 5, 44, (5, 27)),       # the epoch's last call runs 2 steps; the fifth call starts epoch 2
-    (20, 20, 20, (5, 15)),      # one call in the whole run: nothing after it to trace
-])
+@pytest.mark.parametrize(
+    "steps_per_epoch, steps_per_call, total, window",
+    [
+        (100, 1, 100, (5, 15)),  # ten calls of one step after warm-up
+        (8, 1, 8, (2, 8)),
+        (100, 20, 100, (20, 100)),  # five calls after the compiling one, clipped to the run's four
+        (10, 20, 40, (10, 40)),  # a call never crosses an epoch: calls of 10, the second in epoch 2
+        (100, 4, 100, (4, 24)),  # five calls: ten steps would be three
+        (100, 5, 100, (5, 30)),  # ten steps would be two calls, too few steady ones for a verdict
+        (100, 10, 1000, (10, 60)),  # ten steps would be one call
+        (22, 5, 44, (5, 27)),  # the epoch's last call runs 2 steps; the fifth call starts epoch 2
+        (20, 20, 20, (5, 15)),  # one call in the whole run: nothing after it to trace
+    ],
+)
 def test_the_default_window_is_whole_calls_after_the_compiling_one(steps_per_epoch, steps_per_call, total, window):
     start, stop = tracing.default_window(steps_per_epoch, steps_per_call, total)
     assert (start, stop) == window
@@ -400,9 +489,31 @@ def test_the_default_window_of_several_steps_per_call_gives_a_verdict(tmp_path):
     counts calls, so the verdict has the steady calls it needs."""
     import analysis
 
-    rc = cli.main(["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "300", "--limit-test-images",
-                   "100", "--batch-size", "10", "--epochs", "1", "--steps-per-execution", "5", "--no-sample",
-                   "--quiet", "--out", str(tmp_path), "--run-name", "r"])
+    rc = cli.main(
+        [
+            "run",
+            "--device",
+            "cpu",
+            "--data",
+            "synthetic",
+            "--limit-images",
+            "300",
+            "--limit-test-images",
+            "100",
+            "--batch-size",
+            "10",
+            "--epochs",
+            "1",
+            "--steps-per-execution",
+            "5",
+            "--no-sample",
+            "--quiet",
+            "--out",
+            str(tmp_path),
+            "--run-name",
+            "r",
+        ]
+    )
     assert rc == 0
     prof = profiler_meta(tmp_path / "r")
     assert prof["window"] == [5, 30] and prof["first_step"] == 5 and prof["last_step"] == 29
@@ -423,10 +534,18 @@ def _session(tmp_path, option_owner=Session):
 # ---------------------------------------------------------------- a window of the compile step only
 
 
-@pytest.mark.parametrize("start, stop, steps_per_call, warned", [
-    (0, 1, 1, True), (0, 4, 4, True), (2, 3, 4, True),
-    (0, 2, 1, False), (1, 2, 1, False), (0, 8, 4, False), (5, 15, 1, False),
-])
+@pytest.mark.parametrize(
+    "start, stop, steps_per_call, warned",
+    [
+        (0, 1, 1, True),
+        (0, 4, 4, True),
+        (2, 3, 4, True),
+        (0, 2, 1, False),
+        (1, 2, 1, False),
+        (0, 8, 4, False),
+        (5, 15, 1, False),
+    ],
+)
 def test_a_window_of_only_the_compile_step_is_warned_about(tmp_path, capsys, start, stop, steps_per_call, warned):
     session = _session(tmp_path)
     session._open_window(start, stop, "cpu", steps_per_call)

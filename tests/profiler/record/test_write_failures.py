@@ -26,12 +26,29 @@ def small_test_set(monkeypatch):
     import models.data as data_mod
 
     full = data_mod.synthetic
-    monkeypatch.setattr(data_mod, "synthetic", lambda n, test_images=1000, seed=0: full(n, min(test_images, 1000), seed))
+    monkeypatch.setattr(
+        data_mod, "synthetic", lambda n, test_images=1000, seed=0: full(n, min(test_images, 1000), seed)
+    )
 
 
 def run_devprof(tmp_path, *extra):
-    argv = ["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "300", "--epochs", "1",
-            "--quiet", "--out", str(tmp_path), "--run-name", "r", *extra]
+    argv = [
+        "run",
+        "--device",
+        "cpu",
+        "--data",
+        "synthetic",
+        "--limit-images",
+        "300",
+        "--epochs",
+        "1",
+        "--quiet",
+        "--out",
+        str(tmp_path),
+        "--run-name",
+        "r",
+        *extra,
+    ]
     return cli.main(argv), tmp_path / "r"
 
 
@@ -94,8 +111,9 @@ def test_full_disk_while_writing_steps_fails_the_run_and_run_json_says_so(tmp_pa
     assert rc == 1
     err = capsys.readouterr().err
     steps_csv = path / "steps.csv"
-    assert error_lines(err) == [f"error: run failed: cannot write {steps_csv}: {FULL}; "
-                                f"the run is marked failed in {path / 'run.json'}"], err
+    assert error_lines(err) == [
+        f"error: run failed: cannot write {steps_csv}: {FULL}; the run is marked failed in {path / 'run.json'}"
+    ], err
     meta = json.loads((path / "run.json").read_text())
     assert meta["status"] == "failed" and meta["finished_at"]
     assert meta["error"] == f"WriteError: cannot write {steps_csv}: {FULL}"
@@ -134,8 +152,9 @@ def test_sampler_csv_that_cannot_be_written_fails_the_run(tmp_path, monkeypatch,
     assert "Traceback" not in err and "Exception in thread" not in err, err
     host_csv = path / "utilization" / "host.csv"
     lines = error_lines(err)
-    assert lines == [f"error: run failed: cannot write {host_csv}: OSError: {FULL}; "
-                     f"the run is marked failed in {path / 'run.json'}"], err
+    assert lines == [
+        f"error: run failed: cannot write {host_csv}: OSError: {FULL}; the run is marked failed in {path / 'run.json'}"
+    ], err
     meta = json.loads((path / "run.json").read_text())
     assert meta["status"] == "failed" and str(host_csv) in meta["error"]
     host = meta["samplers"]["status"]["host"]
@@ -198,8 +217,9 @@ def _can_mount_tmpfs() -> bool:
 
     if shutil.which("unshare") is None:
         return False
-    probe = subprocess.run(["unshare", "-Urm", "sh", "-c", "d=$(mktemp -d) && mount -t tmpfs -o size=64k tmpfs $d"],
-                           capture_output=True)
+    probe = subprocess.run(
+        ["unshare", "-Urm", "sh", "-c", "d=$(mktemp -d) && mount -t tmpfs -o size=64k tmpfs $d"], capture_output=True
+    )
     return probe.returncode == 0
 
 
@@ -212,13 +232,39 @@ def test_a_real_full_disk_while_the_trace_is_written_leaves_training_going(tmp_p
 
     disk, kept = tmp_path / "disk", tmp_path / "kept"
     disk.mkdir()
-    run = [sys.executable, "-c", _CHILD, "0", "run", "--device", "cpu", "--data", "synthetic", "--limit-images", "200",
-           "--limit-test-images", "100", "--batch-size", "20", "--epochs", "1", "--profile-steps", "1:6",
-           "--no-sample", "--quiet", "--out", str(disk), "--run-name", "r"]
+    run = [
+        sys.executable,
+        "-c",
+        _CHILD,
+        "0",
+        "run",
+        "--device",
+        "cpu",
+        "--data",
+        "synthetic",
+        "--limit-images",
+        "200",
+        "--limit-test-images",
+        "100",
+        "--batch-size",
+        "20",
+        "--epochs",
+        "1",
+        "--profile-steps",
+        "1:6",
+        "--no-sample",
+        "--quiet",
+        "--out",
+        str(disk),
+        "--run-name",
+        "r",
+    ]
     tmpfs = _can_mount_tmpfs()
     if tmpfs:  # the tmpfs lives as long as the namespace: the run directory is copied out before it ends
-        script = (f"mount -t tmpfs -o size={SMALL_DISK_BYTES} tmpfs {shlex.quote(str(disk))} && "
-                  f"{shlex.join(run)}; rc=$?; cp -a {shlex.quote(str(disk / 'r'))} {shlex.quote(str(kept))}; exit $rc")
+        script = (
+            f"mount -t tmpfs -o size={SMALL_DISK_BYTES} tmpfs {shlex.quote(str(disk))} && "
+            f"{shlex.join(run)}; rc=$?; cp -a {shlex.quote(str(disk / 'r'))} {shlex.quote(str(kept))}; exit $rc"
+        )
         done = subprocess.run(["unshare", "-Urm", "sh", "-c", script], capture_output=True, text=True, timeout=300)
         path = kept
     else:

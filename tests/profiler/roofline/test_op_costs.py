@@ -48,17 +48,21 @@ def test_reader_returns_none_without_the_file(tmp_path):
 
 
 def test_reader_types_the_columns_and_blanks_what_is_not_a_cost(tmp_path):
-    run = _write(tmp_path / "run", HEADER
-                 + "step,m/conv,Conv2D,float32,matrix,8x32x32x3;3x3x3x32,8x32x32x32,14155776,1163264,tensorflow,,\n"
-                 + "step,m/BiasAdd,BiasAdd,float32,vector,8x32x32x32;32,8x32x32x32,262144,2097280,tensorflow,"
-                 + "14417920,1150464\n"
-                 + "step,m/x,Mystery,,weird,,,-3,inf,guessed,nan,1e300\n"
-                 + "step,m/cut,Conv2D,float32,matrix,,,1,2,tensorflow,,")  # no newline: cut mid-row
+    run = _write(
+        tmp_path / "run",
+        HEADER
+        + "step,m/conv,Conv2D,float32,matrix,8x32x32x3;3x3x3x32,8x32x32x32,14155776,1163264,tensorflow,,\n"
+        + "step,m/BiasAdd,BiasAdd,float32,vector,8x32x32x32;32,8x32x32x32,262144,2097280,tensorflow,"
+        + "14417920,1150464\n"
+        + "step,m/x,Mystery,,weird,,,-3,inf,guessed,nan,1e300\n"
+        + "step,m/cut,Conv2D,float32,matrix,,,1,2,tensorflow,,",
+    )  # no newline: cut mid-row
     with pytest.warns(RunFileWarning) as caught:
         frame = read_op_costs(run)
     assert frame is not None
-    assert [str(w.message) for w in caught] == [f"{run / OP_COSTS_CSV}: 4 FLOPs or bytes are not a number from 0 "
-                                                "to 1e+18: those ops' costs read as unknown"]
+    assert [str(w.message) for w in caught] == [
+        f"{run / OP_COSTS_CSV}: 4 FLOPs or bytes are not a number from 0 to 1e+18: those ops' costs read as unknown"
+    ]
     assert list(frame.columns) == OP_COST_COLUMNS and len(frame) == 3
     assert frame.loc[0, "flops"] == 14155776.0 and frame.loc[0, "bytes"] == 1163264.0
     assert math.isnan(frame.loc[0, "chain_flops"])
@@ -73,7 +77,10 @@ def test_reader_warns_once_and_gives_none_for_a_file_it_cannot_use(tmp_path, mon
     run = tmp_path / "run"
     run.mkdir()
     if case == "missing column":
-        _write(run, ",".join(c for c in OP_COST_COLUMNS if c != "bytes") + "\nstep,a,MatMul,float32,matrix,,,1,tensorflow,,\n")
+        _write(
+            run,
+            ",".join(c for c in OP_COST_COLUMNS if c != "bytes") + "\nstep,a,MatMul,float32,matrix,,,1,tensorflow,,\n",
+        )
         expected = "missing columns bytes"
     elif case == "folder":
         (run / OP_COSTS_CSV).mkdir()
@@ -142,8 +149,10 @@ def _conv_layers(model):
 @pytest.mark.slow
 def test_every_convolution_and_its_backprops_have_the_formulas_flops(seed_step, seed_rows):
     model = seed_step[0]
-    expected = sorted(2 * layer.output.shape[1] * layer.output.shape[2] * layer.filters * 3 * 3
-                      * layer.input.shape[-1] * BATCH for layer in _conv_layers(model))
+    expected = sorted(
+        2 * layer.output.shape[1] * layer.output.shape[2] * layer.filters * 3 * 3 * layer.input.shape[-1] * BATCH
+        for layer in _conv_layers(model)
+    )
     for op_type in ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"):
         rows = seed_rows[seed_rows["type"] == op_type]
         assert sorted(rows["flops"]) == expected, op_type  # one per layer, 2*H*W*Cout*kh*kw*Cin*batch
@@ -174,8 +183,13 @@ def test_a_bias_add_after_a_convolution_carries_the_fused_chains_costs(seed_rows
     assert len(ends) == 8  # six convolutions and two dense layers
     conv_ends = 0
     for _, row in ends.iterrows():
-        conv = by_name.loc[[n for n in by_name.index if n.rsplit("/", 1)[0] == row["op"].rsplit("/", 1)[0]
-                            and by_name.loc[n, "type"] in ("Conv2D", "MatMul")][0]]
+        conv = by_name.loc[
+            [
+                n
+                for n in by_name.index
+                if n.rsplit("/", 1)[0] == row["op"].rsplit("/", 1)[0] and by_name.loc[n, "type"] in ("Conv2D", "MatMul")
+            ][0]
+        ]
         assert row["chain_flops"] == conv["flops"] + row["flops"]
         out = math.prod(_dims(row["output_shapes"]))
         assert row["flops"] == out  # BiasAdd: one add per output element
@@ -218,13 +232,23 @@ def test_formulas_of_ops_tensorflow_has_no_statistic_for():
         e = tf.reduce_max(d, axis=1)  # 3 x 7 input elements
         f = tf.cast(e, tf.float16)
         g = tf.nn.depthwise_conv2d(images, tf.ones((3, 3, 2, 1)), [1, 1, 1, 1], "SAME")
-        tf.raw_ops.ResourceApplyAdam(var=variable.handle, m=m.handle, v=v.handle, beta1_power=0.9,
-                                     beta2_power=0.99, lr=0.1, beta1=0.9, beta2=0.99, epsilon=1e-7,
-                                     grad=tf.ones((4, 5)))
+        tf.raw_ops.ResourceApplyAdam(
+            var=variable.handle,
+            m=m.handle,
+            v=v.handle,
+            beta1_power=0.9,
+            beta2_power=0.99,
+            lr=0.1,
+            beta1=0.9,
+            beta2=0.99,
+            epsilon=1e-7,
+            grad=tf.ones((4, 5)),
+        )
         return tf.reshape(f, [-1]), g
 
-    graph = formulas.get_concrete_function(tf.TensorSpec((3, 5)), tf.TensorSpec((5, 7)),
-                                           tf.TensorSpec((2, 6, 6, 2))).graph
+    graph = formulas.get_concrete_function(
+        tf.TensorSpec((3, 5)), tf.TensorSpec((5, 7)), tf.TensorSpec((2, 6, 6, 2))
+    ).graph
     rows = pd.DataFrame(op_costs.graph_rows(graph), columns=OP_COST_COLUMNS).set_index("type")
     assert rows.loc["Einsum", ["flops", "flops_source", "kind"]].tolist() == [2 * 3 * 5 * 7, "formula", "matrix"]
     assert rows.loc["Relu", ["flops", "flops_source", "kind"]].tolist() == [3 * 7, "formula", "vector"]
@@ -265,9 +289,31 @@ def _meta(path: Path) -> dict:
 def test_devprof_run_writes_the_train_steps_convolutions(tmp_path):
     from profiler import cli
 
-    rc = cli.main(["run", "--device", "cpu", "--data", "synthetic", "--out", str(tmp_path), "--run-name", "r",
-                   "--quiet", "--epochs", "1", "--limit-images", "96", "--batch-size", "16", "--no-sample",
-                   "--profile-steps", "2:4", "--limit-test-images", "16"])
+    rc = cli.main(
+        [
+            "run",
+            "--device",
+            "cpu",
+            "--data",
+            "synthetic",
+            "--out",
+            str(tmp_path),
+            "--run-name",
+            "r",
+            "--quiet",
+            "--epochs",
+            "1",
+            "--limit-images",
+            "96",
+            "--batch-size",
+            "16",
+            "--no-sample",
+            "--profile-steps",
+            "2:4",
+            "--limit-test-images",
+            "16",
+        ]
+    )
     assert rc == 0
     path = tmp_path / "r"
     meta = _meta(path)
@@ -277,9 +323,10 @@ def test_devprof_run_writes_the_train_steps_convolutions(tmp_path):
     step = frame[frame["function"] == "train_one"]  # models/training.py's step function, one step a call
     assert (step["type"] == "Conv2DBackpropFilter").sum() == 6
     convs = step[step["type"] == "Conv2D"]
-    assert sorted(convs["flops"]) == sorted(2 * 16 * h * h * cout * 9 * cin for h, cin, cout in
-                                            ((32, 3, 32), (32, 32, 32), (16, 32, 64), (16, 64, 64),
-                                             (8, 64, 128), (8, 128, 128)))
+    assert sorted(convs["flops"]) == sorted(
+        2 * 16 * h * h * cout * 9 * cin
+        for h, cin, cout in ((32, 3, 32), (32, 32, 32), (16, 32, 64), (16, 64, 64), (8, 64, 128), (8, 128, 128))
+    )
     assert meta["profiler"]["op_costs_ops"] == len(frame)
 
 
@@ -295,8 +342,7 @@ def _small_loop(tmp_path, name, **options):
         return tf.reduce_sum(tf.matmul(x, weights))
 
     data = tf.data.Dataset.from_tensor_slices(np.ones((40, 6), "float32")).batch(4)
-    with profiler.profile(tmp_path, run_name=name, profile_steps="1:3", sample=False, quiet=True,
-                          **options) as session:
+    with profiler.profile(tmp_path, run_name=name, profile_steps="1:3", sample=False, quiet=True, **options) as session:
         for x in session.iterate(data):
             with session.step():
                 float(small_step(x))
@@ -323,8 +369,9 @@ def test_keras_callback_writes_op_costs(tmp_path):
     x, y = rng.normal(size=(64, 16)).astype("float32"), rng.integers(0, 4, size=64).astype("int32")
     model = keras.Sequential([keras.Input(shape=(16,)), keras.layers.Dense(4)])
     model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    callback = profiler.KerasCallback(tmp_path, run_name="fit", profile_steps="1:3", sample=False, quiet=True,
-                                      batch_size=16)
+    callback = profiler.KerasCallback(
+        tmp_path, run_name="fit", profile_steps="1:3", sample=False, quiet=True, batch_size=16
+    )
     model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[callback])
     frame = read_op_costs(tmp_path / "fit")
     assert frame is not None
@@ -348,14 +395,14 @@ def test_a_keras_lstms_time_loop_is_costed_per_time_step(tmp_path):
     y = rng.normal(size=(12 * batch, 1)).astype("float32")
     model = keras.Sequential([keras.Input((steps, features)), keras.layers.LSTM(hidden), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
-    callback = profiler.KerasCallback(tmp_path, run_name="lstm", profile_steps="2:8", sample=False, quiet=True,
-                                      batch_size=batch)
+    callback = profiler.KerasCallback(
+        tmp_path, run_name="lstm", profile_steps="2:8", sample=False, quiet=True, batch_size=batch
+    )
     model.fit(x, y, batch_size=batch, epochs=1, verbose=0, callbacks=[callback])
     ops = analyze(tmp_path / "lstm").ops
     inner = ops["op"].map(graph_name)
     # the loop's ops, forward and backward, as the trace names them: "<loop>/body/_14/<the body graph's name>"
-    loop = ops[ops["op"].str.contains("/body/_") & inner.str.contains("lstm_cell")
-               & ops["type"].str.contains("MatMul")]
+    loop = ops[ops["op"].str.contains("/body/_") & inner.str.contains("lstm_cell") & ops["type"].str.contains("MatMul")]
     forward = loop[~inner[loop.index].str.contains("gradients")]
     # each time step: the input's and the state's matmuls into the 4 gates, 2 FLOPs per multiply-add
     assert forward["flops_per_step"].sum() == pytest.approx(steps * 2 * batch * 4 * hidden * (features + hidden))

@@ -17,8 +17,9 @@ from profiler.roofline import peak
 class FakeDevice:
     """A clock and runners where one n x n matmul takes n^3 ns (2 GFLOP/s) and moving a byte 0.1 ns (20 GB/s)."""
 
-    def __init__(self, fail_dtypes=(), conv_rate=3e9, conv_fail_dtypes=(), vector_rates=None, vector_fail_dtypes=(),
-                 fused=True):
+    def __init__(
+        self, fail_dtypes=(), conv_rate=3e9, conv_fail_dtypes=(), vector_rates=None, vector_fail_dtypes=(), fused=True
+    ):
         self.now = 0.0
         self.calls = []
         self.fail_dtypes = fail_dtypes
@@ -29,8 +30,13 @@ class FakeDevice:
         self.fused = fused
 
     def runners(self):
-        return {"matmul_runner": self.matmul_runner, "conv_runner": self.conv_runner,
-                "vector_runner": self.vector_runner, "copy_runner": self.copy_runner, "clock": self.clock}
+        return {
+            "matmul_runner": self.matmul_runner,
+            "conv_runner": self.conv_runner,
+            "vector_runner": self.vector_runner,
+            "copy_runner": self.copy_runner,
+            "clock": self.clock,
+        }
 
     def clock(self):
         return self.now
@@ -69,7 +75,11 @@ class FakeDevice:
         if dtype in self.vector_fail_dtypes:
             raise RuntimeError(f"out of memory allocating {nbytes} bytes of {dtype}")
         ceiling = self.vector_rates.get(dtype, 8e9)
-        rate_of = ceiling.__getitem__ if isinstance(ceiling, dict) else lambda k: ceiling * min(1.0, k / 64) * (0.99 if k > 64 else 1.0)
+        rate_of = (
+            ceiling.__getitem__
+            if isinstance(ceiling, dict)
+            else lambda k: ceiling * min(1.0, k / 64) * (0.99 if k > 64 else 1.0)
+        )
         elements = nbytes // peak.ITEMSIZE[dtype]
 
         def make(k):
@@ -100,8 +110,14 @@ def test_flop_accounting_is_2n3_per_matmul_over_best_time():
     assert peak.matmul_flops(100, iters=3) == 6_000_000
     assert peak.copy_bytes(1000, iters=2) == 6000  # v += ones: two read, one written
     fake = FakeDevice()
-    result = peak.measure_rate(fake.matmul_runner("cpu", "float32"), (64, 256), peak.matmul_flops,
-                               clock=fake.clock, min_time_s=0.001, max_op_s=10.0)
+    result = peak.measure_rate(
+        fake.matmul_runner("cpu", "float32"),
+        (64, 256),
+        peak.matmul_flops,
+        clock=fake.clock,
+        min_time_s=0.001,
+        max_op_s=10.0,
+    )
     assert result["per_second"] == pytest.approx(2e9)
     for row in result["sizes"]:
         assert row["per_second"] == pytest.approx(2 * row["size"] ** 3 * row["iters"] / row["seconds"])
@@ -161,8 +177,9 @@ def test_search_stops_where_growth_drops_under_3_percent():
     assert (result["size"], result["per_second"]) == (4096, pytest.approx(71e9))  # still the best, though small
     growing[4096] = 74e9  # adds 5.7 %: keep going
     fake = SaturatingDevice(rate_of=growing.__getitem__)
-    result = peak.measure_rate(fake.make, (512, 1024, 2048, 4096, 8192), peak.matmul_flops, clock=fake.clock,
-                               max_op_s=100)
+    result = peak.measure_rate(
+        fake.make, (512, 1024, 2048, 4096, 8192), peak.matmul_flops, clock=fake.clock, max_op_s=100
+    )
     assert result["stopped"] == "sizes" and (result["size"], result["per_second"]) == (8192, pytest.approx(90e9))
 
 
@@ -204,8 +221,7 @@ def test_a_busy_moment_on_one_size_does_not_end_the_search(busy):
 
         return busy_run
 
-    result = peak.measure_rate(make_busy, (1024, 2048, 4096, 8192), peak.matmul_flops, clock=fake.clock,
-                               max_op_s=100)
+    result = peak.measure_rate(make_busy, (1024, 2048, 4096, 8192), peak.matmul_flops, clock=fake.clock, max_op_s=100)
     assert [row["size"] for row in result["sizes"]] == [1024, 2048, 4096, 8192]
     assert result["stopped"] == "growth" and result["per_second"] == pytest.approx(99e9)
 
@@ -213,22 +229,37 @@ def test_a_busy_moment_on_one_size_does_not_end_the_search(busy):
 def test_reported_peak_is_the_best_over_sizes_and_repeats():
     fake = SaturatingDevice(knee=1024, noise=(1.3, 1.1, 1.25, 1.0, 1.4, 1.2, 1.15))
     result = peak.measure_rate(fake.make, (512, 1024, 2048, 4096), peak.matmul_flops, clock=fake.clock, repeats=5)
-    timed = [2 * n**3 * iters / seconds for n, iters, seconds, warm_up in fake.calls
-             if not warm_up and seconds >= peak.MIN_TIME_S]
+    timed = [
+        2 * n**3 * iters / seconds
+        for n, iters, seconds, warm_up in fake.calls
+        if not warm_up and seconds >= peak.MIN_TIME_S
+    ]
     assert result["per_second"] == pytest.approx(max(timed))
     assert result["per_second"] == pytest.approx(100e9)  # the one unslowed call at a size past the knee
     for row in result["sizes"]:  # each size keeps its own best repeat
-        own = [2 * n**3 * iters / seconds for n, iters, seconds, warm_up in fake.calls
-               if n == row["size"] and not warm_up and iters == row["iters"]]
+        own = [
+            2 * n**3 * iters / seconds
+            for n, iters, seconds, warm_up in fake.calls
+            if n == row["size"] and not warm_up and iters == row["iters"]
+        ]
         assert row["per_second"] == pytest.approx(max(own)) and len(own) >= 5
 
 
 def test_measure_peak_with_stubbed_runners_records_rates_and_unsupported_dtypes():
     fake = FakeDevice(fail_dtypes=("float16",), conv_fail_dtypes=("bfloat16",))
-    result = peak.measure_peak("gpu", ("float32", "bfloat16", "float16"), sizes=(128, 256), bandwidth_bytes=2**20,
-                               matmul_runner=fake.matmul_runner, copy_runner=fake.copy_runner,
-                               conv_runner=fake.conv_runner, vector_runner=fake.vector_runner,
-                               conv_channels=(16, 32), clock=fake.clock, name="Fake GPU")
+    result = peak.measure_peak(
+        "gpu",
+        ("float32", "bfloat16", "float16"),
+        sizes=(128, 256),
+        bandwidth_bytes=2**20,
+        matmul_runner=fake.matmul_runner,
+        copy_runner=fake.copy_runner,
+        conv_runner=fake.conv_runner,
+        vector_runner=fake.vector_runner,
+        conv_channels=(16, 32),
+        clock=fake.clock,
+        name="Fake GPU",
+    )
     assert result["device"] == "gpu" and result["device_name"] == "Fake GPU"
     assert result["matmul_flops_per_second"] == {"float32": pytest.approx(2e9), "bfloat16": pytest.approx(2e9)}
     assert result["unsupported"] == {"float16": "TypeError: no float16 MatMul kernel on gpu"}
@@ -247,14 +278,28 @@ NO_BF16_FLAGS = {"fpu", "sse2", "avx", "avx2", "fma", "avx512f"}  # an AVX-512 C
 
 def test_ceilings_per_dtype_from_fake_runners():
     fake = FakeDevice(vector_rates={"float32": 8e9, "float16": 30e9})
-    result = peak.measure_peak("gpu", ("float32", "float16"), sizes=(128, 256), conv_channels=(16, 32),
-                               bandwidth_bytes=2**20, name="Fake GPU", **fake.runners())
+    result = peak.measure_peak(
+        "gpu",
+        ("float32", "float16"),
+        sizes=(128, 256),
+        conv_channels=(16, 32),
+        bandwidth_bytes=2**20,
+        name="Fake GPU",
+        **fake.runners(),
+    )
     # matrix: the convolutions' 3 GFLOP/s beat the matmul's 2; memory: one measurement, every dtype's
     assert result["ceilings"] == {
-        "float32": {"matrix_flops_per_second": pytest.approx(3e9), "vector_flops_per_second": pytest.approx(8e9),
-                    "memory_bytes_per_second": pytest.approx(2e10)},
-        "float16": {"matrix_flops_per_second": pytest.approx(3e9), "vector_flops_per_second": pytest.approx(30e9),
-                    "memory_bytes_per_second": pytest.approx(2e10)}}
+        "float32": {
+            "matrix_flops_per_second": pytest.approx(3e9),
+            "vector_flops_per_second": pytest.approx(8e9),
+            "memory_bytes_per_second": pytest.approx(2e10),
+        },
+        "float16": {
+            "matrix_flops_per_second": pytest.approx(3e9),
+            "vector_flops_per_second": pytest.approx(30e9),
+            "memory_bytes_per_second": pytest.approx(2e10),
+        },
+    }
     # bandwidth measured once, not per dtype: a warm-up, the call that finds the count, the timed repeats
     assert sum(1 for call in fake.calls if call[0] == "copy") == 2 + peak.REPEATS
     assert result["peak_flops_per_second"] == {"float32": pytest.approx(3e9), "float16": pytest.approx(3e9)}
@@ -278,8 +323,10 @@ def test_vector_chain_stays_bounded_and_does_the_work_it_counts(dtype):
 
     x = np.linspace(0, 1, 1001).astype(dtype)
     for k in (1, 4, 16, 64):
-        coefficients = [(np.dtype(dtype).type(a), np.dtype(dtype).type(b)) for a, b in
-                        peak.vector_coefficients(peak.vector_lanes(k))]
+        coefficients = [
+            (np.dtype(dtype).type(a), np.dtype(dtype).type(b))
+            for a, b in peak.vector_coefficients(peak.vector_lanes(k))
+        ]
         assert len({a for a, _ in coefficients}) == len(coefficients)  # no two chains alike
         y = x
         for _ in range(50):
@@ -292,19 +339,37 @@ def test_vector_chain_stays_bounded_and_does_the_work_it_counts(dtype):
 
 def test_vector_search_stops_where_the_rate_stops_growing():
     fake = FakeDevice(vector_rates={"float32": 8e9})  # grows with K up to 64, 1 % lower above
-    result = peak.measure_peak("cpu", ("float32",), sizes=(128, 256), conv_channels=(16, 32), bandwidth_bytes=2**20,
-                               name="x", vector_max_op_s=100.0, **fake.runners())
+    result = peak.measure_peak(
+        "cpu",
+        ("float32",),
+        sizes=(128, 256),
+        conv_channels=(16, 32),
+        bandwidth_bytes=2**20,
+        name="x",
+        vector_max_op_s=100.0,
+        **fake.runners(),
+    )
     record = result["vector"]["float32"]
     assert [row["size"] for row in record["sizes"]] == [1, 4, 16, 64, 256]
     assert record["stopped"] == "growth" and record["k"] == 64
-    assert [row["per_second"] for row in record["sizes"]] == pytest.approx([8e9 / 64, 8e9 / 16, 8e9 / 4, 8e9, 0.99 * 8e9])
+    assert [row["per_second"] for row in record["sizes"]] == pytest.approx(
+        [8e9 / 64, 8e9 / 16, 8e9 / 4, 8e9, 0.99 * 8e9]
+    )
     assert result["ceilings"]["float32"]["vector_flops_per_second"] == pytest.approx(8e9)
     assert record["measure_seconds"] >= 0
     # A slow pass bounds the search: over 1 MiB, K = 64 at 8 GFLOP/s takes 4.5 ms a pass (5.2 ms predicted for
     # 16, 8.9 for 64); K = 256 is 3.8 times the work, 17 ms predicted, over the 10 ms allowed.
     fake = FakeDevice(vector_rates={"float32": {1: 1e9, 4: 2e9, 16: 4e9, 64: 8e9, 256: 16e9}})
-    result = peak.measure_peak("cpu", ("float32",), sizes=(128, 256), conv_channels=(16, 32), bandwidth_bytes=2**20,
-                               name="x", vector_max_op_s=0.01, **fake.runners())
+    result = peak.measure_peak(
+        "cpu",
+        ("float32",),
+        sizes=(128, 256),
+        conv_channels=(16, 32),
+        bandwidth_bytes=2**20,
+        name="x",
+        vector_max_op_s=0.01,
+        **fake.runners(),
+    )
     record = result["vector"]["float32"]
     assert [row["size"] for row in record["sizes"]] == [1, 4, 16, 64] and record["stopped"] == "time"
     assert not any(call[:3] == ("vector", "float32", 256) for call in fake.calls)
@@ -312,22 +377,44 @@ def test_vector_search_stops_where_the_rate_stops_growing():
 
 def test_bfloat16_is_not_measured_on_a_cpu_without_bfloat16_units():
     fake = FakeDevice()
-    result = peak.measure_peak("cpu", ("float32", "bfloat16"), sizes=(128, 256), conv_channels=(16, 32),
-                               bandwidth_bytes=2**20, name="x", cpu_flags=lambda: NO_BF16_FLAGS, **fake.runners())
+    result = peak.measure_peak(
+        "cpu",
+        ("float32", "bfloat16"),
+        sizes=(128, 256),
+        conv_channels=(16, 32),
+        bandwidth_bytes=2**20,
+        name="x",
+        cpu_flags=lambda: NO_BF16_FLAGS,
+        **fake.runners(),
+    )
     assert "avx512_bf16 or amx_bf16" in result["unsupported"]["bfloat16"]
     assert set(result["ceilings"]) == {"float32"} and set(result["peak_flops_per_second"]) == {"float32"}
     assert not any(call[1] == "bfloat16" for call in fake.calls if call[0] != "copy")
     fake = FakeDevice()  # with the units (AVX512-BF16), it is measured
-    result = peak.measure_peak("cpu", ("float32", "bfloat16"), sizes=(128, 256), conv_channels=(16, 32),
-                               bandwidth_bytes=2**20, name="x", cpu_flags=lambda: NO_BF16_FLAGS | {"avx512_bf16"},
-                               **fake.runners())
+    result = peak.measure_peak(
+        "cpu",
+        ("float32", "bfloat16"),
+        sizes=(128, 256),
+        conv_channels=(16, 32),
+        bandwidth_bytes=2**20,
+        name="x",
+        cpu_flags=lambda: NO_BF16_FLAGS | {"avx512_bf16"},
+        **fake.runners(),
+    )
     assert set(result["ceilings"]) == {"float32", "bfloat16"} and result["unsupported"] == {}
 
 
 def test_a_failed_vector_probe_leaves_its_ceiling_null_with_the_reason():
     fake = FakeDevice(vector_fail_dtypes=("float16",), fused=False)
-    result = peak.measure_peak("gpu", ("float32", "float16"), sizes=(128, 256), conv_channels=(16, 32),
-                               bandwidth_bytes=2**20, name="x", **fake.runners())
+    result = peak.measure_peak(
+        "gpu",
+        ("float32", "float16"),
+        sizes=(128, 256),
+        conv_channels=(16, 32),
+        bandwidth_bytes=2**20,
+        name="x",
+        **fake.runners(),
+    )
     assert result["ceilings"]["float16"]["vector_flops_per_second"] is None
     assert result["ceilings"]["float16"]["matrix_flops_per_second"] == pytest.approx(3e9)
     assert result["vector"]["float16"] == {"error": "RuntimeError: out of memory allocating 1048576 bytes of float16"}
@@ -342,8 +429,16 @@ def test_a_failed_vector_probe_leaves_its_ceiling_null_with_the_reason():
 
 def test_text_output_shows_the_three_ceilings_per_dtype():
     fake = FakeDevice(vector_rates={"float32": 8e9})
-    result = peak.measure_peak("cpu", ("float32",), sizes=(128, 256), conv_channels=(16, 32), bandwidth_bytes=2**20,
-                               name="Fake CPU", vector_max_op_s=100.0, **fake.runners())
+    result = peak.measure_peak(
+        "cpu",
+        ("float32",),
+        sizes=(128, 256),
+        conv_channels=(16, 32),
+        bandwidth_bytes=2**20,
+        name="Fake CPU",
+        vector_max_op_s=100.0,
+        **fake.runners(),
+    )
     text = peak_command.render_text(result)
     assert "  float32: matrix 3.0 GFLOP/s (from the convolutions), vector 8.0 GFLOP/s, memory 20.0 GB/s\n" in text
     assert "    vector float32: 8.0 GFLOP/s (K=64 multiply-adds per element; K 1–256, stopped: " in text
@@ -354,16 +449,32 @@ def test_measure_peak_rejects_other_devices_and_failing_float32():
         peak.measure_peak("tpu")
     fake = FakeDevice(fail_dtypes=("float32",))
     with pytest.raises(peak.PeakError, match="float32"):
-        peak.measure_peak("cpu", ("float32",), matmul_runner=fake.matmul_runner, copy_runner=fake.copy_runner,
-                          conv_runner=fake.conv_runner, clock=fake.clock, name="x")
+        peak.measure_peak(
+            "cpu",
+            ("float32",),
+            matmul_runner=fake.matmul_runner,
+            copy_runner=fake.copy_runner,
+            conv_runner=fake.conv_runner,
+            clock=fake.clock,
+            name="x",
+        )
 
 
 def test_a_slower_convolution_leaves_the_peak_to_the_matmul():
     fake = FakeDevice(conv_rate=1e9)
-    result = peak.measure_peak("cpu", ("float32",), sizes=(128, 256), bandwidth_bytes=2**20,
-                               matmul_runner=fake.matmul_runner, copy_runner=fake.copy_runner,
-                               conv_runner=fake.conv_runner, vector_runner=fake.vector_runner,
-                               conv_channels=(16, 32), clock=fake.clock, name="x")
+    result = peak.measure_peak(
+        "cpu",
+        ("float32",),
+        sizes=(128, 256),
+        bandwidth_bytes=2**20,
+        matmul_runner=fake.matmul_runner,
+        copy_runner=fake.copy_runner,
+        conv_runner=fake.conv_runner,
+        vector_runner=fake.vector_runner,
+        conv_channels=(16, 32),
+        clock=fake.clock,
+        name="x",
+    )
     assert result["peak_flops_per_second"]["float32"] == pytest.approx(2e9)
     assert result["conv_flops_per_second"]["float32"] == pytest.approx(1e9)
     assert result["peak_source"]["float32"] == "matmul"
@@ -420,12 +531,17 @@ def test_real_float32_peak_is_at_least_one_big_matmul_or_convolution():
         def timed_run() -> float:
             run(iters)
             return flops
+
         return timed_run
 
-    timed = {"program matmul": program_matmul, "program conv": program_conv,
-             "peak matmul": probe(probe_matmul, measured["iters"], peak.matmul_flops(measured["n"], measured["iters"])),
-             "peak conv": probe(probe_conv, convolution["iters"],
-                                peak.conv_flops(convolution["channels"], convolution["iters"]))}
+    timed = {
+        "program matmul": program_matmul,
+        "program conv": program_conv,
+        "peak matmul": probe(probe_matmul, measured["iters"], peak.matmul_flops(measured["n"], measured["iters"])),
+        "peak conv": probe(
+            probe_conv, convolution["iters"], peak.conv_flops(convolution["channels"], convolution["iters"])
+        ),
+    }
     for run in timed.values():
         run()  # warm-up: trace, allocate
     rates: dict[str, list[float]] = {name: [] for name in timed}
@@ -469,14 +585,17 @@ def test_real_vector_ceiling_is_at_least_a_fused_polynomial():
 
     @tf.function(jit_compile=True)
     def passes(iters):
-        _, y = tf.while_loop(lambda i, y: i < iters, lambda i, y: (i + 1, polynomial(y)),
-                             (tf.constant(0), values.read_value()))
+        _, y = tf.while_loop(
+            lambda i, y: i < iters, lambda i, y: (i + 1, polynomial(y)), (tf.constant(0), values.read_value())
+        )
         values.assign(y)
         return y[0]
 
     poly_iters = max(1, record["iters"] * peak.vector_flops(record["k"], 1) // 31)  # about the probe's work
-    timed = {"probe": (lambda: probe(record["iters"]), peak.vector_flops(record["k"], elements, record["iters"])),
-             "polynomial": (lambda: passes(tf.constant(poly_iters)).numpy(), 31 * elements * poly_iters)}
+    timed = {
+        "probe": (lambda: probe(record["iters"]), peak.vector_flops(record["k"], elements, record["iters"])),
+        "polynomial": (lambda: passes(tf.constant(poly_iters)).numpy(), 31 * elements * poly_iters),
+    }
     for run, _ in timed.values():
         run()  # warm-up: compile, touch the pages
     rates: dict[str, list[float]] = {name: [] for name in timed}
@@ -493,8 +612,15 @@ def test_real_vector_ceiling_is_at_least_a_fused_polynomial():
 
 @pytest.mark.slow
 def test_real_cpu_measurement_is_positive():
-    result = peak.measure_peak("cpu", ("float32",), sizes=(128, 256), conv_channels=(16, 32),
-                               bandwidth_bytes=8 * 2**20, vector_chains=(1, 4), repeats=2)
+    result = peak.measure_peak(
+        "cpu",
+        ("float32",),
+        sizes=(128, 256),
+        conv_channels=(16, 32),
+        bandwidth_bytes=8 * 2**20,
+        vector_chains=(1, 4),
+        repeats=2,
+    )
     assert result["matmul_flops_per_second"]["float32"] > 0 and result["conv_flops_per_second"]["float32"] > 0
     assert result["memory_bytes_per_second"] > 0
     ceilings = result["ceilings"]["float32"]
@@ -515,9 +641,14 @@ def test_device_id_and_cache_path(tmp_path, monkeypatch):
 
 
 def _fake_result(name="Fake CPU", flops=1e11):
-    return {"format": peak.PEAK_FORMAT_VERSION, "device": "cpu", "device_name": name,
-            "peak_flops_per_second": {"float32": flops},
-            "matmul_flops_per_second": {"float32": flops}, "memory_bytes_per_second": 1e10}
+    return {
+        "format": peak.PEAK_FORMAT_VERSION,
+        "device": "cpu",
+        "device_name": name,
+        "peak_flops_per_second": {"float32": flops},
+        "matmul_flops_per_second": {"float32": flops},
+        "memory_bytes_per_second": 1e10,
+    }
 
 
 def test_cache_measures_once_per_device(tmp_path, monkeypatch):
@@ -549,9 +680,16 @@ def test_a_peak_cached_before_the_vector_ceiling_is_measured_again(tmp_path, mon
 
     def measure():
         calls.append(1)
-        return {**_fake_result(), "ceilings": {"float32": {"matrix_flops_per_second": 1e11,
-                                                           "vector_flops_per_second": 2e10,
-                                                           "memory_bytes_per_second": 1e10}}}
+        return {
+            **_fake_result(),
+            "ceilings": {
+                "float32": {
+                    "matrix_flops_per_second": 1e11,
+                    "vector_flops_per_second": 2e10,
+                    "memory_bytes_per_second": 1e10,
+                }
+            },
+        }
 
     result = peak.cached_peak("Fake CPU", measure)
     assert calls == [1] and result["cached"] is False and result["format"] == 5
@@ -604,10 +742,18 @@ def test_every_run_carries_the_devices_cached_peak(tmp_path, monkeypatch):
     monkeypatch.setenv("DEVPROF_CACHE_DIR", str(tmp_path))
     resolved = SimpleNamespace(kind="cpu", info={"name": "Test CPU 9000"})
     assert "peak" not in starting_meta(resolved, {}, True)  # nothing measured yet: nothing claimed
-    measured = {"format": peak.PEAK_FORMAT_VERSION, "device_name": "Test CPU 9000",
-                "peak_flops_per_second": {"float32": 2e11},
-                "ceilings": {"float32": {"matrix_flops_per_second": 2e11, "vector_flops_per_second": 4e10,
-                                         "memory_bytes_per_second": 3e10}}}
+    measured = {
+        "format": peak.PEAK_FORMAT_VERSION,
+        "device_name": "Test CPU 9000",
+        "peak_flops_per_second": {"float32": 2e11},
+        "ceilings": {
+            "float32": {
+                "matrix_flops_per_second": 2e11,
+                "vector_flops_per_second": 4e10,
+                "memory_bytes_per_second": 3e10,
+            }
+        },
+    }
     peak.cache_path("Test CPU 9000").parent.mkdir(parents=True, exist_ok=True)
     peak.cache_path("Test CPU 9000").write_text(json.dumps(measured))
     meta = starting_meta(resolved, {}, True)
@@ -642,11 +788,19 @@ def test_a_burst_of_load_during_one_dtypes_search_does_not_set_the_dtypes_ratio(
         burst["on"] = dtype == "bfloat16" and not any(call[1] == "bfloat16" for call in fake.calls)
         return make_sized
 
-    result = peak.measure_peak("cpu", ("float32", "bfloat16"), sizes=(128, 256), conv_channels=(16, 32),
-                               bandwidth_bytes=2**20, name="x", cpu_flags=lambda: {"avx512_bf16"},
-                               **{**fake.runners(), "matmul_runner": matmul_runner})
-    searched = {dtype: max(row["per_second"] for row in result["matmul"][dtype]["sizes"]) for dtype in
-                ("float32", "bfloat16")}
+    result = peak.measure_peak(
+        "cpu",
+        ("float32", "bfloat16"),
+        sizes=(128, 256),
+        conv_channels=(16, 32),
+        bandwidth_bytes=2**20,
+        name="x",
+        cpu_flags=lambda: {"avx512_bf16"},
+        **{**fake.runners(), "matmul_runner": matmul_runner},
+    )
+    searched = {
+        dtype: max(row["per_second"] for row in result["matmul"][dtype]["sizes"]) for dtype in ("float32", "bfloat16")
+    }
     assert searched["bfloat16"] / searched["float32"] == pytest.approx(2 / 3)  # the burst, without the turns
     rates = result["matmul_flops_per_second"]
     assert rates["bfloat16"] / rates["float32"] == pytest.approx(2.0)
@@ -660,9 +814,17 @@ def test_a_burst_of_load_during_one_dtypes_search_does_not_set_the_dtypes_ratio(
 def test_peak_says_when_its_result_could_not_be_cached(tmp_path, capsys, monkeypatch, fmt):
     monkeypatch.setattr(quiet, "import_tensorflow", lambda: None)
     monkeypatch.setattr(peak, "device_name", lambda device: "Fake CPU")
-    monkeypatch.setattr(peak, "measure_peak", lambda device, name=None: {
-        "device": device, "device_name": name, "format": peak.PEAK_FORMAT_VERSION,
-        "matmul_flops_per_second": {"float32": 1e11}, "memory_bytes_per_second": 1e10})
+    monkeypatch.setattr(
+        peak,
+        "measure_peak",
+        lambda device, name=None: {
+            "device": device,
+            "device_name": name,
+            "format": peak.PEAK_FORMAT_VERSION,
+            "matmul_flops_per_second": {"float32": 1e11},
+            "memory_bytes_per_second": 1e10,
+        },
+    )
     blocker = tmp_path / "file"
     blocker.write_text("")
     monkeypatch.setenv("DEVPROF_CACHE_DIR", str(blocker / "cache"))  # cannot be made: a file is in the way

@@ -37,10 +37,31 @@ def _stat(cpus: list[list[int]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _pid_stat(pid: int, ppid: int, utime: int, stime: int, start: int, rss_pages: int, state="S",
-              name="python") -> str:
-    fields = [state, ppid, pid, pid, 0, -1, 4194560, 100, 0, 0, 0, utime, stime, 0, 0, 20, 0, 8, 0, start,
-              10**9, rss_pages] + [0] * 30
+def _pid_stat(pid: int, ppid: int, utime: int, stime: int, start: int, rss_pages: int, state="S", name="python") -> str:
+    fields = [
+        state,
+        ppid,
+        pid,
+        pid,
+        0,
+        -1,
+        4194560,
+        100,
+        0,
+        0,
+        0,
+        utime,
+        stime,
+        0,
+        0,
+        20,
+        0,
+        8,
+        0,
+        start,
+        10**9,
+        rss_pages,
+    ] + [0] * 30
     return f"{pid} ({name}) " + " ".join(map(str, fields)) + "\n"
 
 
@@ -57,12 +78,14 @@ def fake_proc(tmp_path, monkeypatch):
         "MemTotal:       16000000 kB\nMemFree:         2000000 kB\nMemAvailable:    9000000 kB\n"
         "Buffers:          100000 kB\nCached:          5000000 kB\nSwapCached:            0 kB\n"
         "Active:          4000000 kB\nInactive:        3000000 kB\nShmem:             50000 kB\n"
-        "Slab:             400000 kB\nSReclaimable:     300000 kB\n")
+        "Slab:             400000 kB\nSReclaimable:     300000 kB\n"
+    )
     (proc / "diskstats").write_text(
         "   8       0 sda 1000 10 20000 500 2000 20 40000 900 0 1200 1400 0 0 0 0 0 0\n"
         "   8       1 sda1 900 10 18000 450 1900 20 39000 880 0 1100 1330 0 0 0 0 0 0\n"
         " 259       0 nvme0n1 50 0 800 10 60 0 1600 20 0 30 30 0 0 0 0 0 0\n"
-        "   7       0 loop0 3 0 24 0 0 0 0 0 0 4 0 0 0 0 0 0 0\n")
+        "   7       0 loop0 3 0 24 0 0 0 0 0 0 4 0 0 0 0 0 0 0\n"
+    )
     (proc / "net" / "dev").write_text(
         "Inter-|   Receive                                                |  Transmit\n"
         " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls "
@@ -70,17 +93,32 @@ def fake_proc(tmp_path, monkeypatch):
         "    lo:  123456     100    0    0    0     0          0         0   123456     100    0    0    0     0 "
         "      0          0\n"
         "  eth0: 9876543    5000    0    0    0     0          0         0  2222222    3000    0    0    0     0 "
-        "      0          0\n")
+        "      0          0\n"
+    )
     # A tree: 100 (threads 100, 101) -> 200 (forked by thread 101) -> 300; 400 is listed as a child of
     # 200 but started before it (a reused pid); 500 is an exited, unreaped child of 100.
-    processes = {100: (1, 500, 120, 1000, 2500), 200: (100, 80, 20, 2000, 1500), 300: (200, 5, 1, 3000, 700),
-                 400: (200, 1, 1, 1500, 100), 500: (100, 0, 0, 2100, 0)}
+    processes = {
+        100: (1, 500, 120, 1000, 2500),
+        200: (100, 80, 20, 2000, 1500),
+        300: (200, 5, 1, 3000, 700),
+        400: (200, 1, 1, 1500, 100),
+        500: (100, 0, 0, 2100, 0),
+    }
     children = {(100, 100): [500], (100, 101): [200], (200, 200): [300, 400], (300, 300): [], (400, 400): []}
     for pid, (ppid, utime, stime, start, rss) in processes.items():
         (proc / str(pid)).mkdir()
         (proc / str(pid) / "stat").write_text(
-            _pid_stat(pid, ppid, utime, stime, start, rss, state="Z" if pid == 500 else "S",
-                      name="odd ) (name" if pid == 300 else "python"))
+            _pid_stat(
+                pid,
+                ppid,
+                utime,
+                stime,
+                start,
+                rss,
+                state="Z" if pid == 500 else "S",
+                name="odd ) (name" if pid == 300 else "python",
+            )
+        )
         (proc / str(pid) / "statm").write_text(f"9000 {rss} 300 10 0 800 0\n")
     for (pid, tid), kids in children.items():
         (proc / str(pid) / "task" / str(tid)).mkdir(parents=True)

@@ -59,8 +59,12 @@ def test_parse_level_2_and_level_1():
 def test_sampler_reads_monitor_and_sums_memory_over_devices():
     client = FakeProfilerClient([LEVEL_2])
     sampler = TpuSampler(
-        "grpc://10.0.0.2:8466", monitor=client.monitor, memory_info=fake_memory, devices=["TPU:0", "TPU:1"],
-        duration_ms=250, level=2,
+        "grpc://10.0.0.2:8466",
+        monitor=client.monitor,
+        memory_info=fake_memory,
+        devices=["TPU:0", "TPU:1"],
+        duration_ms=250,
+        level=2,
     )
     sampler.prime()
     row = sampler.sample()
@@ -94,7 +98,10 @@ def test_transient_monitor_failure_is_nan_then_recovers():
 def test_persistent_monitor_failure_disables_monitor_with_reason():
     client = FakeProfilerClient([ConnectionError("failed to connect to all addresses")])
     sampler = TpuSampler(
-        "10.0.0.9:8466", monitor=client.monitor, memory_info=fake_memory, devices=["TPU:0"],
+        "10.0.0.9:8466",
+        monitor=client.monitor,
+        memory_info=fake_memory,
+        devices=["TPU:0"],
         max_consecutive_failures=3,
     )
     for _ in range(6):
@@ -108,8 +115,9 @@ def test_persistent_monitor_failure_disables_monitor_with_reason():
 
 def test_unrecognised_monitor_text_counts_as_failure():
     client = FakeProfilerClient(["Profiler service is warming up"])
-    sampler = TpuSampler("x:1", monitor=client.monitor, memory_info=fake_memory, devices=["TPU:0"],
-                         max_consecutive_failures=1)
+    sampler = TpuSampler(
+        "x:1", monitor=client.monitor, memory_info=fake_memory, devices=["TPU:0"], max_consecutive_failures=1
+    )
     assert math.isnan(sampler.sample()["mxu_util_pct"])
     assert "no 'Utilization of TPU Matrix Units' line" in sampler.disabled["idle_pct"]
     assert "warming up" in sampler.disabled["idle_pct"]

@@ -17,9 +17,29 @@ from profiler.train.config import RunConfig
 
 @pytest.mark.slow
 def test_a_run_on_fewer_test_images_says_so(tmp_path, capsys):
-    code = cli.main(["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "100", "--limit-test-images",
-                     "100", "--epochs", "1", "--batch-size", "50", "--no-profile", "--no-sample", "--out",
-                     str(tmp_path), "--run-name", "r"])
+    code = cli.main(
+        [
+            "run",
+            "--device",
+            "cpu",
+            "--data",
+            "synthetic",
+            "--limit-images",
+            "100",
+            "--limit-test-images",
+            "100",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "50",
+            "--no-profile",
+            "--no-sample",
+            "--out",
+            str(tmp_path),
+            "--run-name",
+            "r",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "Evaluating on the first 100 test images (--limit-test-images)..." in captured.out.splitlines()
@@ -94,8 +114,9 @@ def test_the_job_run_json_records_the_images_validated():
     from profiler.device import cluster as cluster_mod
     from profiler.record import job
 
-    stand_in = cluster_mod.Cluster(("127.0.0.1:1", "127.0.0.1:2"), 0, "--workers",
-                                   cluster_mod.local_tf_config([1, 2], 0))
+    stand_in = cluster_mod.Cluster(
+        ("127.0.0.1:1", "127.0.0.1:2"), 0, "--workers", cluster_mod.local_tf_config([1, 2], 0)
+    )
     meta = job.new_meta(RunConfig(limit_test_images=200, cluster=stand_in), list(stand_in.workers), "id")
     assert meta["config"]["validation_images"] == 200
     assert job.new_meta(RunConfig(), ["a"], "id")["config"]["validation_images"] == 1000

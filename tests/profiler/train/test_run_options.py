@@ -18,8 +18,25 @@ from profiler.train.config import RunConfig, UsageError
 
 def run_usage_error(capsys, out, *args: str) -> str:
     """`devprof run` that must stop with a usage error; returns its one `error:` line."""
-    code = cli.main(["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "100", "--epochs", "1",
-                     "--quiet", "--no-profile", "--no-sample", "--out", str(out), *args])
+    code = cli.main(
+        [
+            "run",
+            "--device",
+            "cpu",
+            "--data",
+            "synthetic",
+            "--limit-images",
+            "100",
+            "--epochs",
+            "1",
+            "--quiet",
+            "--no-profile",
+            "--no-sample",
+            "--out",
+            str(out),
+            *args,
+        ]
+    )
     return one_usage_error(code, capsys)
 
 
@@ -30,16 +47,20 @@ def files_under(folder: Path) -> list[Path]:
 # ---------------------------------------------------------------- --run-name is one folder name
 
 
-@pytest.mark.parametrize("name, expect", [
-    ("../escaped", "'/'"),
-    ("{tmp}/absolute", "'/'"),
-    ("a/b", "'/'"),
-    ("..", "cannot be '..'"),
-    (".", "cannot be '.'"),
-    ("", "cannot be empty"),
-    ("x" * 256, "at most 255"),
-    ("é" * 128, "256 bytes"),  # 128 characters, 256 bytes in UTF-8
-], ids=["parent", "absolute", "nested", "dotdot", "dot", "empty", "long", "long-bytes"])
+@pytest.mark.parametrize(
+    "name, expect",
+    [
+        ("../escaped", "'/'"),
+        ("{tmp}/absolute", "'/'"),
+        ("a/b", "'/'"),
+        ("..", "cannot be '..'"),
+        (".", "cannot be '.'"),
+        ("", "cannot be empty"),
+        ("x" * 256, "at most 255"),
+        ("é" * 128, "256 bytes"),  # 128 characters, 256 bytes in UTF-8
+    ],
+    ids=["parent", "absolute", "nested", "dotdot", "dot", "empty", "long", "long-bytes"],
+)
 def test_run_name_must_be_one_folder_name(tmp_path, capsys, name, expect):
     out = tmp_path / "out" / "runs"
     out.mkdir(parents=True)
@@ -62,11 +83,14 @@ def test_run_name_of_255_bytes_is_fine():
 # ---------------------------------------------------------------- float options are finite numbers
 
 
-@pytest.mark.parametrize("option, minimum", [
-    ("--sample-interval", "0.05"),
-    ("--inject-input-delay-ms", "0"),
-    ("--inject-host-delay-ms", "0"),
-])
+@pytest.mark.parametrize(
+    "option, minimum",
+    [
+        ("--sample-interval", "0.05"),
+        ("--inject-input-delay-ms", "0"),
+        ("--inject-host-delay-ms", "0"),
+    ],
+)
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_float_options_must_be_finite(tmp_path, capsys, option, minimum, value):
     out = tmp_path / "runs"
@@ -76,11 +100,18 @@ def test_float_options_must_be_finite(tmp_path, capsys, option, minimum, value):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("option, value, expect", [
-    ("--sample-interval", "0.01", "--sample-interval must be at least 0.05 s (got 0.01): shorter intervals cost more than they show"),
-    ("--inject-input-delay-ms", "-1", "--inject-input-delay-ms must be at least 0 (got -1.0)"),
-    ("--inject-host-delay-ms", "-0.5", "--inject-host-delay-ms must be at least 0 (got -0.5)"),
-])
+@pytest.mark.parametrize(
+    "option, value, expect",
+    [
+        (
+            "--sample-interval",
+            "0.01",
+            "--sample-interval must be at least 0.05 s (got 0.01): shorter intervals cost more than they show",
+        ),
+        ("--inject-input-delay-ms", "-1", "--inject-input-delay-ms must be at least 0 (got -1.0)"),
+        ("--inject-host-delay-ms", "-0.5", "--inject-host-delay-ms must be at least 0 (got -0.5)"),
+    ],
+)
 def test_float_options_below_their_minimum(tmp_path, capsys, option, value, expect):
     assert run_usage_error(capsys, tmp_path / "runs", f"{option}={value}") == f"error: {expect}"
 
@@ -201,8 +232,9 @@ def test_free_profiler_port_passes_the_check():
 # ---------------------------------------------------------------- --run-name control characters
 
 
-@pytest.mark.parametrize("name", ["a\nb", "a\rb", "tab\there", "bell\x07", "del\x7f", "nel\x85", "line\u2028sep",
-                                  "=1+2\n"])
+@pytest.mark.parametrize(
+    "name", ["a\nb", "a\rb", "tab\there", "bell\x07", "del\x7f", "nel\x85", "line\u2028sep", "=1+2\n"]
+)
 def test_run_name_with_control_characters_is_refused(tmp_path, capsys, name):
     out = tmp_path / "runs"
     line = one_usage_error(cli.main([*TINY_RUN, "--out", str(out), "--run-name", name]), capsys)
@@ -231,8 +263,24 @@ def test_a_bad_environment_variable_stops_a_single_run_before_anything_is_writte
 
 
 def profiled_run_usage_error(capsys, out, *args: str) -> str:
-    code = cli.main(["run", "--device", "cpu", "--data", "synthetic", "--limit-images", "64", "--epochs", "1",
-                     "--quiet", "--no-sample", "--out", str(out), *args])
+    code = cli.main(
+        [
+            "run",
+            "--device",
+            "cpu",
+            "--data",
+            "synthetic",
+            "--limit-images",
+            "64",
+            "--epochs",
+            "1",
+            "--quiet",
+            "--no-sample",
+            "--out",
+            str(out),
+            *args,
+        ]
+    )
     return one_usage_error(code, capsys)
 
 
@@ -248,8 +296,13 @@ def test_a_seed_outside_32_bits_is_a_usage_error_before_anything_is_written(tmp_
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("option, says", [(["--profile-steps", "1:2"], "--profile-steps 1:2 sets the traced window"),
-                                          (["--python-tracer"], "--python-tracer traces Python calls")])
+@pytest.mark.parametrize(
+    "option, says",
+    [
+        (["--profile-steps", "1:2"], "--profile-steps 1:2 sets the traced window"),
+        (["--python-tracer"], "--python-tracer traces Python calls"),
+    ],
+)
 def test_profiler_window_options_with_no_profile_are_a_usage_error(tmp_path, capsys, option, says):
     """`--no-profile --profile-steps 1:2` ran without a trace and without a word about the window asked for."""
     line = profiled_run_usage_error(capsys, tmp_path / "runs", "--no-profile", *option)
@@ -281,6 +334,8 @@ def test_an_injected_delay_beyond_a_minute_a_step_is_a_usage_error(tmp_path, cap
 def test_a_sample_interval_with_no_sampling_is_a_usage_error(tmp_path, capsys):
     """Was ignored in silence: --no-sample runs no sampler, so an interval says nothing."""
     line = profiled_run_usage_error(capsys, tmp_path / "runs", "--sample-interval", "0.2")
-    assert line == ("error: --sample-interval 0.2 sets how often the samplers sample and --no-sample runs none: "
-                    "leave one of them out")
+    assert line == (
+        "error: --sample-interval 0.2 sets how often the samplers sample and --no-sample runs none: "
+        "leave one of them out"
+    )
     assert not (tmp_path / "runs").exists()

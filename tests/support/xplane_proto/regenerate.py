@@ -50,11 +50,13 @@ def serialized_descriptor(pb2_text: str) -> bytes:
 
 def _header(proto: Path) -> str:
     version, path = _SOURCE.search(proto.read_text(encoding="utf-8")).groups()  # type: ignore[union-attr]
-    return (f"# Generated from xplane.proto by tests/support/xplane_proto/regenerate.py (protoc {PROTOC_VERSION}): do not edit.\n"
-            f"# Its schema is TensorFlow's {UPSTREAM_NAME}, as compiled into tensorflow=={version} ({path}).\n"
-            "# Copyright 2019 The TensorFlow Authors. Licensed under the Apache License, Version 2.0\n"
-            "# (http://www.apache.org/licenses/LICENSE-2.0), distributed on an \"AS IS\" BASIS, WITHOUT\n"
-            "# WARRANTIES OR CONDITIONS OF ANY KIND.\n")
+    return (
+        f"# Generated from xplane.proto by tests/support/xplane_proto/regenerate.py (protoc {PROTOC_VERSION}): do not edit.\n"
+        f"# Its schema is TensorFlow's {UPSTREAM_NAME}, as compiled into tensorflow=={version} ({path}).\n"
+        "# Copyright 2019 The TensorFlow Authors. Licensed under the Apache License, Version 2.0\n"
+        '# (http://www.apache.org/licenses/LICENSE-2.0), distributed on an "AS IS" BASIS, WITHOUT\n'
+        "# WARRANTIES OR CONDITIONS OF ANY KIND.\n"
+    )
 
 
 def _protoc(*args: str) -> str:
@@ -80,14 +82,30 @@ def generate(proto: Path, out: Path) -> dict[str, str]:
     shutil.copyfile(proto, source / UPSTREAM_NAME)
     _protoc(f"-I{source}", f"--python_out={out}", f"--pyi_out={out}", str(source / UPSTREAM_NAME))
     made = out / Path(UPSTREAM_NAME).parent
-    return {file: _header(proto) + (made / file).read_text(encoding="utf-8")
-            for file in ("xplane_pb2.py", "xplane_pb2.pyi")}
+    return {
+        file: _header(proto) + (made / file).read_text(encoding="utf-8") for file in ("xplane_pb2.py", "xplane_pb2.pyi")
+    }
 
 
 # --from-tensorflow: FileDescriptorProto -> .proto text (the subset of proto3 this file uses).
 
-_TYPES = {1: "double", 2: "float", 3: "int64", 4: "uint64", 5: "int32", 6: "fixed64", 7: "fixed32", 8: "bool",
-          9: "string", 12: "bytes", 13: "uint32", 15: "sfixed32", 16: "sfixed64", 17: "sint32", 18: "sint64"}
+_TYPES = {
+    1: "double",
+    2: "float",
+    3: "int64",
+    4: "uint64",
+    5: "int32",
+    6: "fixed64",
+    7: "fixed32",
+    8: "bool",
+    9: "string",
+    12: "bytes",
+    13: "uint32",
+    15: "sfixed32",
+    16: "sfixed64",
+    17: "sint32",
+    18: "sint64",
+}
 _REPEATED, _MESSAGE = 3, 11
 
 
@@ -102,14 +120,16 @@ def _message_text(message, package: str, indent: str) -> list[str]:
         raise SystemExit(f"{message.name}: enums, extensions and message options are not printed here")
     lines = [f"{indent}message {message.name} {{"]
     inner = indent + "  "
-    maps = {f".{package}.{message.name}.{nested.name}": nested
-            for nested in message.nested_type if nested.options.map_entry}
+    maps = {
+        f".{package}.{message.name}.{nested.name}": nested for nested in message.nested_type if nested.options.map_entry
+    }
     for nested in message.nested_type:
         if not nested.options.map_entry:
             lines += _message_text(nested, package, inner)
     if message.reserved_range:
-        numbers = [str(r.start) if r.end == r.start + 1 else f"{r.start} to {r.end - 1}"
-                   for r in message.reserved_range]
+        numbers = [
+            str(r.start) if r.end == r.start + 1 else f"{r.start} to {r.end - 1}" for r in message.reserved_range
+        ]
         lines.append(f"{inner}reserved {', '.join(numbers)};")
     if message.reserved_name:
         lines.append(f"{inner}reserved {', '.join(repr(name) for name in message.reserved_name)};")
@@ -155,11 +175,11 @@ def proto_text(serialized: bytes, version: str, path: str) -> str:
         f"// {path}",
         "// (TensorFlow's wheel ships no .proto text, so upstream's comments are not here).",
         "// Copyright 2019 The TensorFlow Authors.",
-        "// Licensed under the Apache License, Version 2.0 (the \"License\"); you may not use this file",
+        '// Licensed under the Apache License, Version 2.0 (the "License"); you may not use this file',
         "// except in compliance with the License. You may obtain a copy of the License at",
         "//     http://www.apache.org/licenses/LICENSE-2.0",
         "// Unless required by applicable law or agreed to in writing, software distributed under the",
-        "// License is distributed on an \"AS IS\" BASIS, WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND,",
+        '// License is distributed on an "AS IS" BASIS, WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND,',
         "// either express or implied. See the License for the specific language governing permissions",
         "// and limitations under the License.",
         "//",
@@ -185,8 +205,9 @@ def from_tensorflow(package: Path) -> str:
     pb2 = package / "tsl" / "profiler" / "protobuf" / "xplane_pb2.py"
     if not pb2.exists():
         raise SystemExit(f"{pb2} is missing: give the tensorflow/ folder of an installed TensorFlow")
-    versions = sorted(info.name.removesuffix(".dist-info").split("-")[1]
-                      for info in package.parent.glob("tensorflow-*.dist-info"))
+    versions = sorted(
+        info.name.removesuffix(".dist-info").split("-")[1] for info in package.parent.glob("tensorflow-*.dist-info")
+    )
     if len(versions) != 1:
         raise SystemExit(f"cannot tell which TensorFlow is installed at {package}: {versions or 'no dist-info'}")
     serialized = serialized_descriptor(pb2.read_text(encoding="utf-8"))
@@ -203,8 +224,12 @@ def from_tensorflow(package: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only compare with the checked-in files")
-    parser.add_argument("--from-tensorflow", type=Path, metavar="TENSORFLOW_DIR",
-                        help="first print xplane.proto from this installed TensorFlow (its tensorflow/ folder)")
+    parser.add_argument(
+        "--from-tensorflow",
+        type=Path,
+        metavar="TENSORFLOW_DIR",
+        help="first print xplane.proto from this installed TensorFlow (its tensorflow/ folder)",
+    )
     args = parser.parse_args(argv)
     texts = {}
     if args.from_tensorflow:
