@@ -409,3 +409,21 @@ def eval_dataset(x, y, batch_size: int, shard: tuple[int, int] | None = None):
     ds = _sharded(tf.data.Dataset.from_tensor_slices((x, y)), shard).batch(batch_size)
     ds = ds.map(_normalize, num_parallel_calls=tf.data.AUTOTUNE)
     return ds.cache().prefetch(tf.data.AUTOTUNE)
+
+
+def tuned_dataset(dataset, prefetch: int | None = None, parallel_calls: int | None = None):
+    """A user's tf.data pipeline given the settings devprof can apply to one it did not build: its
+    stateless map stages parallelized by tf.data itself (`parallel_calls`: -1, AUTOTUNE, the only value
+    that reaches maps already made) and `prefetch` batches kept ready after its last stage (-1:
+    AUTOTUNE). A stateful map (`tf.py_function`) stays one at a time: only its own
+    `num_parallel_calls` changes that, which tune gives as code."""
+    import tensorflow as tf
+
+    if parallel_calls is not None:  # tf.data's defaults, where the pipeline turned them off
+        options = tf.data.Options()
+        options.autotune.enabled = True
+        options.experimental_optimization.map_parallelization = True
+        dataset = dataset.with_options(options)
+    if prefetch is not None:
+        dataset = dataset.prefetch(prefetch)
+    return dataset

@@ -69,6 +69,11 @@ class Candidate:
     estimate_ms: float  # the analysis' estimated saving per training step
     changes_training: bool = False  # precision or batch size: its loss is checked
 
+    @property
+    def key(self) -> str:
+        """The rule and what it sets: a rule answered by one setting may be tried again with another."""
+        return "+".join([self.rule, *sorted(self.options), *sorted(self.env)])
+
 
 @dataclass(frozen=True)
 class Measured:
@@ -99,42 +104,114 @@ def measured(run_dir: Path) -> Measured:
     )
 
 
+# The rules each setting answers, in the order tried where a rule has several.
+PIPELINE_RULES = ("input_wait", "no_prefetch")
+PER_CALL_RULES = ("host_bound", "launch_bound", "host_sync")
+XLA_RULES = ("below_roofline", "compute_bound")
+BATCH_RULES = (*PER_CALL_RULES, *XLA_RULES)  # a larger batch: fewer steps for the same fixed cost, more work a kernel
+MAX_STEPS_PER_CALL = 16
+THREAD_ENV = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+
+
 def candidates(
-    verdict: dict, mean: dict, steps_per_call: int, setting: Setting, tried: set[str], own_pipeline: bool
+    verdict: dict,
+    mean: dict,
+    steps_per_call: int,
+    setting: Setting,
+    tried: set[str],
+    pipeline: str | None,
+    *,
+    batch_size: int = 0,
+    max_batch: float = math.nan,
+    facts: object = None,
 ) -> tuple[list[Candidate], list[dict]]:
-    """The verdict's fixes (`verdict.fixes`, best first) that tune can apply from `setting`, and the
-    others as advice (`{rule, advice}`). `own_pipeline`: the CNN's pipeline, whose settings tune sets."""
+    """The verdict's fixes (`verdict.fixes`, best first) that tune can apply from `setting` and has not
+    tried (`tried`: their `key`s), and the others as advice (`{rule, advice}`). `pipeline`: "cnn" (the
+    CNN's own, whose stages tune sets), "dataset" (the user's tf.data pipeline, given tf.data's options)
+    or None. `max_batch`: the largest batch the measured memory headroom fits (NaN: unknown, no larger
+    batch is tried). `facts`: the analysis' facts (the CPU others took, for the threads)."""
     from analysis.rules.advice_loop import suggest_steps_per_execution
 
     found: list[Candidate] = []
     advice: list[dict] = []
     for fix in verdict.get("fixes") or ():
         rule, estimate = str(fix.get("rule")), float(fix.get("saving_ms") or math.nan)
-        options: dict[str, str | None] = {}
-        env: dict[str, str] = {}
-        label, changes_training = "", False
-        if rule in ("input_wait", "no_prefetch") and own_pipeline and "--parallel-calls" not in setting.options:
-            options, label = (
-                {"--parallel-calls": "auto", "--prefetch": "auto"},
-                "the pipeline's stages in parallel, prefetched",
-            )
-        elif rule in ("host_bound", "launch_bound", "host_sync"):
+        options: list[Candidate] = []
+        if rule in PIPELINE_RULES and pipeline is not None and "--parallel-calls" not in setting.options:
+            label = "the pipeline's stages in parallel, prefetched" if pipeline == "cnn" else "tf.data's AUTOTUNE"
+            options.append(Candidate(rule, label, {"--parallel-calls": "auto", "--prefetch": "auto"}, {}, estimate))
+        if rule in PER_CALL_RULES:
             per_call = suggest_steps_per_execution(
                 mean.get("host_pct", math.nan), mean.get("compute_pct", math.nan), steps_per_call
             )
-            if per_call > steps_per_call and per_call <= 16:
-                options, label = {"--steps-per-execution": str(per_call)}, f"{per_call} steps per call"
-        elif rule == "fp32_on_matrix_units" and setting.options.get("--precision") is None:
-            options, label, changes_training = {"--precision": "mixed_bfloat16"}, "bfloat16 precision", True
-        elif rule in ("below_roofline", "compute_bound") and "--jit-compile" not in setting.options:
-            options, label = {"--jit-compile": None}, "XLA compilation"
-        elif rule == "cpu_without_onednn" and ONEDNN_ENV not in setting.env:
-            env, label = {ONEDNN_ENV: "1"}, "oneDNN on"
-        if (options or env) and rule not in tried:
-            found.append(Candidate(rule, label, options, env, estimate, changes_training))
-        elif not (options or env):
+            if steps_per_call < per_call <= MAX_STEPS_PER_CALL:
+                options.append(
+                    Candidate(
+                        rule, f"{per_call} steps per call", {"--steps-per-execution": str(per_call)}, {}, estimate
+                    )
+                )
+        if rule == "fp32_on_matrix_units" and setting.options.get("--precision") is None:
+            options.append(Candidate(rule, "bfloat16 precision", {"--precision": "mixed_bfloat16"}, {}, estimate, True))
+        if rule in XLA_RULES and "--jit-compile" not in setting.options:
+            options.append(Candidate(rule, "XLA compilation", {"--jit-compile": None}, {}, estimate))
+        if rule == "cpu_without_onednn" and ONEDNN_ENV not in setting.env:
+            options.append(Candidate(rule, "oneDNN on", {}, {ONEDNN_ENV: "1"}, estimate))
+        if rule == "cpu_contention" and THREAD_ENV[0] not in setting.env:
+            threads = _threads_left(facts)
+            if threads is not None:
+                env = {THREAD_ENV[0]: str(threads), THREAD_ENV[1]: "1"}
+                options.append(Candidate(rule, f"{threads} TensorFlow thread(s)", {}, env, estimate))
+        if rule in BATCH_RULES and batch_size > 0 and max_batch == max_batch:
+            larger = min(2 * batch_size, int(max_batch))
+            if larger > batch_size and "--batch-size" not in setting.options:
+                options.append(Candidate(rule, f"batch {larger}", {"--batch-size": str(larger)}, {}, estimate, True))
+        found += [each for each in options if each.key not in tried and each.key not in {f.key for f in found}]
+        if not options:
             advice.append({"rule": rule, "advice": fix.get("advice")})
     return found, advice
+
+
+def _threads_left(facts: object) -> int | None:
+    """TensorFlow's threads for the cores other processes leave (None where the trace does not say)."""
+    try:
+        cores, others = float(getattr(facts, "cpu_cores")), float(getattr(facts, "other_cpu_pct"))
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if not (math.isfinite(cores) and math.isfinite(others)) or cores < 2:
+        return None
+    left = int(round(cores - others * cores / 100.0))
+    return max(1, min(int(cores) - 1, left))
+
+
+def code_for(setting: Setting, pipeline: str | None) -> str:
+    """The best setting as the code a user writes in their own Keras program."""
+    lines: list[str] = []
+    for key, value in setting.env.items():
+        lines.append(f'os.environ["{key}"] = "{value}"  # before TensorFlow is imported')
+    options = setting.options
+    if options.get("--precision"):
+        lines.append(f'tf.keras.mixed_precision.set_global_policy("{options["--precision"]}")  # before the model')
+    if "--parallel-calls" in options or "--prefetch" in options:
+        if pipeline == "cnn":
+            lines.append("dataset = dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)")
+        else:
+            lines += [
+                "options = tf.data.Options()",
+                "options.autotune.enabled = True",
+                "options.experimental_optimization.map_parallelization = True",
+                "dataset = dataset.with_options(options)",
+            ]
+        lines.append("dataset = dataset.prefetch(tf.data.AUTOTUNE)")
+    if "--batch-size" in options:
+        lines.append(f"dataset = dataset.batch({options['--batch-size']})  # or model.fit(..., batch_size=...)")
+    compile_args = []
+    if "--steps-per-execution" in options:
+        compile_args.append(f"steps_per_execution={options['--steps-per-execution']}")
+    if "--jit-compile" in options:
+        compile_args.append("jit_compile=True")
+    if compile_args:
+        lines.append(f"model.compile(optimizer, loss, {', '.join(compile_args)})")
+    return "\n".join(lines)
 
 
 Runner = Callable[[list[str], dict[str, str]], int]  # `devprof run` argv and extra environment -> exit code
@@ -164,14 +241,14 @@ class Tuner:
         *,
         batch_size: int,
         epoch_images: int,
-        own_pipeline: bool,
+        pipeline: str | None,
         runner: Runner | None = None,
         analyze: Callable[[Path], object] | None = None,
         clock: Callable[[], float] = time.monotonic,
         say: Callable[[str], None] = print,
     ):
         self.tune_dir, self.user_argv, self.budget_s = tune_dir, list(user_argv), budget_s
-        self.batch_size, self.epoch_images, self.own_pipeline = batch_size, epoch_images, own_pipeline
+        self.batch_size, self.epoch_images, self.pipeline = batch_size, epoch_images, pipeline
         self.runner, self.clock, self.say = runner or run_in_process, clock, say
         self.analyze = analyze or _analyze
         self.started = clock()
@@ -191,14 +268,16 @@ class Tuner:
     def left_s(self) -> float:
         return self.budget_s - (self.clock() - self.started)
 
-    def trial(self, setting: Setting, kind: str, profile: bool = False) -> Measured | None:
-        """One trial run of `setting` (None where it failed)."""
+    def batch_of(self, setting: Setting) -> int:
+        return int(setting.options.get("--batch-size") or self.batch_size)
+
+    def trial(self, setting: Setting, kind: str, profile: bool = False, images: int = 0) -> Measured | None:
+        """One trial run of `setting` on `images` (default: TRIAL_STEPS of its batches); None where it failed."""
         self.count += 1
         name = f"{self.count:02d}-{kind}"
-        images = self.batch_size * TRIAL_STEPS
+        images = images or self.batch_of(setting) * TRIAL_STEPS
         argv = [
-            *self.user_argv,
-            *setting.argv(),
+            *self.argv(setting),
             "--epochs",
             "1",
             "--limit-images",
@@ -223,19 +302,27 @@ class Tuner:
         """Alternated trials of the baseline and the candidate: PAIRS each, more where not sure and the
         budget allows; no trial starts once the budget is spent. The last bool: stopped by the budget."""
         tried = base.with_fix(candidate)
+        # Both sides train on the same images, so that a larger batch's loss is compared after as many.
+        images = TRIAL_STEPS * max(self.batch_of(base), self.batch_of(tried))
         sides: tuple[list[Measured], list[Measured]] = ([], [])
         for pair in range(MAX_PAIRS):
             if pair >= PAIRS:
-                verdict = trial_rules.compare_trials([m.step_ms for m in sides[0]], [m.step_ms for m in sides[1]])
+                verdict = self.verdict(base, tried, sides[0], sides[1])
                 if verdict.result != trial_rules.NOT_SURE:
                     break
             for side, (setting, kind) in enumerate(((base, "baseline"), (tried, candidate.rule))):
                 if self.left_s() <= 0:
                     return sides[0], sides[1], True
-                result = self.trial(setting, kind)
+                result = self.trial(setting, kind, images=images)
                 if result is not None:
                     sides[side].append(result)
         return sides[0], sides[1], False
+
+    def verdict(self, base: Setting, tried: Setting, base_runs: list[Measured], tried_runs: list[Measured]):
+        """The rank test on time per step, a larger batch's steps counted at the baseline's batch (the
+        time the baseline's images of a step take)."""
+        scale = self.batch_of(base) / self.batch_of(tried)
+        return trial_rules.compare_trials([m.step_ms for m in base_runs], [m.step_ms * scale for m in tried_runs])
 
     # ---- the loop
 
@@ -255,12 +342,22 @@ class Tuner:
             analysis = self.analyze(profiled.run_dir)
             verdict, mean = getattr(analysis, "verdict", {}), getattr(analysis, "mean", {})
             steps_per_call = int(setting.options.get("--steps-per-execution") or 1)
-            found, advice = candidates(verdict, mean, steps_per_call, setting, tried, self.own_pipeline)
+            found, advice = candidates(
+                verdict,
+                mean,
+                steps_per_call,
+                setting,
+                tried,
+                self.pipeline,
+                batch_size=self.batch_of(setting),
+                max_batch=_max_batch(getattr(analysis, "memory", None)),
+                facts=getattr(analysis, "facts", None),
+            )
             self.document["advice"] = advice
             current = current or [profiled]
             kept: tuple[Candidate, list[Measured]] | None = None
             for candidate in found:
-                tried.add(candidate.rule)
+                tried.add(candidate.key)
                 base, cand, stopped = self.compare(setting, candidate)
                 if first_baseline is None and base:
                     first_baseline = base  # the default setting, measured as every trial is (no profiler)
@@ -278,13 +375,17 @@ class Tuner:
                 break
             setting, current = setting.with_fix(kept[0]), kept[1]
         self.document["status"] = "budget_spent" if self.left_s() <= 0 else "finished"
-        self.document["best"] = {**self.summary(setting, current), "command": self.command(setting)}
+        self.document["best"] = {
+            **self.summary(setting, current),
+            "command": self.command(setting),
+            "code": code_for(setting, self.pipeline),
+        }
         return self.document
 
     def judge(
         self, base_setting: Setting, candidate: Candidate, base: list[Measured], cand: list[Measured], stopped: bool
     ) -> tuple[dict, bool]:
-        verdict = trial_rules.compare_trials([m.step_ms for m in base], [m.step_ms for m in cand])
+        verdict = self.verdict(base_setting, base_setting.with_fix(candidate), base, cand)
         keep, why = verdict.result == trial_rules.FASTER, verdict.why
         base_loss = _median([m.loss for m in base])
         # One trial's NaN loss is the fix's (a median would sort it anywhere): it rejects the fix.
@@ -307,7 +408,7 @@ class Tuner:
             "rule": candidate.rule,
             "label": candidate.label,
             "setting": base_setting.with_fix(candidate).document(),
-            "step_ms": _finite(verdict.candidate_ms),
+            "step_ms": _finite(_median([m.step_ms for m in cand])),
             "baseline_step_ms": _finite(verdict.baseline_ms),
             "images_per_second": _finite(_median([m.images_per_second for m in cand])),
             "estimate_ms": _finite(estimate),
@@ -333,9 +434,22 @@ class Tuner:
             "loss": _finite(_median([m.loss for m in runs])),
         }
 
+    def argv(self, setting: Setting) -> list[str]:
+        """The user's options with the setting's in place of any the user gave (`--batch-size` ...)."""
+        kept: list[str] = []
+        skip = False
+        for token in self.user_argv:
+            if skip:
+                skip = False
+            elif token in setting.options:
+                skip = setting.options[token] is not None  # the user's value goes with it
+            else:
+                kept.append(token)
+        return [*kept, *setting.argv()]
+
     def command(self, setting: Setting) -> str:
         env = " ".join(f"{key}={shlex.quote(value)}" for key, value in setting.env.items())
-        return " ".join(filter(None, [env, "devprof run", shlex.join([*self.user_argv, *setting.argv()])]))
+        return " ".join(filter(None, [env, "devprof run", shlex.join(self.argv(setting))]))
 
     def write(self) -> Path:
         from analysis.render.outputs import write_text_atomically
@@ -372,7 +486,15 @@ def render_text(document: dict) -> str:
             f"{_cell(best['seconds_per_epoch'])} at the best setting"
         )
         lines.append(f"best: {best['command']}")
+        if best.get("code"):
+            lines += ["in your own Keras program:", *(f"    {line}" for line in best["code"].splitlines())]
     return "\n".join(lines)
+
+
+def _max_batch(memory) -> float:
+    """The largest batch every allocator's measured headroom fits (NaN where none says)."""
+    fits = [float(peak.max_batch) for peak in getattr(memory, "allocators", ()) if peak.max_batch == peak.max_batch]
+    return min(fits) if fits else math.nan
 
 
 def _cell(value) -> str:

@@ -190,10 +190,15 @@ class RunConfig:
                 f"{'--dataset' if self.dataset is not None else '--loss'} goes with --model "
                 "MODULE:FUNCTION (the CNN trains on CIFAR-10 or synthetic data with its own loss)"
             )
-        if self.model is not None and (t.prefetch is not None or t.parallel_calls is not None):
+        if self.model is not None and self.dataset is None and (t.prefetch is not None or t.parallel_calls is not None):
             raise UsageError(
                 f"{'--prefetch' if t.prefetch is not None else '--parallel-calls'} sets the CNN's own "
-                "pipeline; with --model, set them in your pipeline (--dataset) or leave them out"
+                "pipeline, or your --dataset's; --model alone trains on arrays in memory"
+            )
+        if self.dataset is not None and t.parallel_calls not in (None, -1):
+            raise UsageError(
+                f"--parallel-calls {t.parallel_calls}: with --dataset only auto (tf.data parallelizes your "
+                "pipeline's stateless maps itself; a number cannot reach maps it has already made)"
             )
         if self.dataset is not None and self.data not in ("auto", "synthetic"):
             raise UsageError(f"--dataset replaces --data; leave --data {self.data} out")

@@ -235,6 +235,7 @@ class Run(Session):
             steps = cardinality
         if limit:
             steps = min(steps, limit)
+        dataset = data_mod.tuned_dataset(dataset, cfg.train.prefetch, cfg.train.parallel_calls)
         return dataset.take(steps), steps, batch
 
     def execute(self) -> Path:

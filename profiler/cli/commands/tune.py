@@ -50,7 +50,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "tune",
         help="try the analysis' fixes in short alternated trials and keep what helps",
         description="Run a short profiled baseline, then try each fix the analysis ranks (steps per call, "
-        "precision, the pipeline's prefetch and parallel calls, XLA, oneDNN) in short trials "
+        "precision, the pipeline's prefetch and parallel calls, XLA, oneDNN, TensorFlow's threads, a larger "
+        "batch within the measured memory headroom) in short trials "
         "alternated with the baseline, keep those that are faster beyond the noise, and try again "
         "from there until nothing saves more or the budget is spent. Writes tune.json and one run "
         "folder per trial under <out>/<run-name>/.",
@@ -110,7 +111,7 @@ def handle(args: argparse.Namespace) -> int:
         args.budget * 60.0,
         batch_size=args.batch_size,
         epoch_images=args.limit_images or tune.SEED_EPOCH_IMAGES,
-        own_pipeline=args.model is None,
+        pipeline="cnn" if args.model is None else ("dataset" if args.dataset else None),
         say=lambda line: print(line, file=sys.stderr),
     )
     previous = signal.signal(signal.SIGTERM, _raise_terminated)

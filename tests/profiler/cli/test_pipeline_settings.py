@@ -34,8 +34,12 @@ def test_the_settings_are_the_cnns_own_pipelines(tmp_path):
     args = parser.parse_args(["run", "--model", "m:f", "--prefetch", "2", "--out", str(tmp_path)])
     config = build_config(args)
     assert config.train.prefetch == 2 and config.train.parallel_calls is None
-    with pytest.raises(UsageError, match="--prefetch sets the CNN's own pipeline"):
+    with pytest.raises(UsageError, match="--prefetch sets the CNN's own pipeline, or your --dataset's"):
         config.validate()
+    with_dataset = ["run", "--model", "m:f", "--dataset", "m:d", "--out", str(tmp_path)]
+    build_config(parser.parse_args([*with_dataset, "--prefetch", "auto", "--parallel-calls", "auto"])).validate()
+    with pytest.raises(UsageError, match="--parallel-calls 4: with --dataset only auto"):
+        build_config(parser.parse_args([*with_dataset, "--parallel-calls", "4"])).validate()
 
 
 def _seconds_per_batch(dataset, batches: int) -> float:
@@ -57,4 +61,27 @@ def test_parallel_calls_run_the_injected_delay_on_several_batches_at_once():
     seed = _seconds_per_batch(data.train_dataset(x, y, 32, input_delay_ms=30.0), 20)
     parallel = _seconds_per_batch(data.train_dataset(x, y, 32, input_delay_ms=30.0, parallel_calls=4, prefetch=4), 20)
     assert seed >= 0.029  # one batch at a time: the whole delay each
-    assert parallel <= 0.5 * seed, (parallel, seed)
+    assert parallel <= 0.65 * seed, (parallel, seed)  # 4 at once: 0.25 when quiet, 0.51 seen under load
+
+
+@pytest.mark.slow  # imports TensorFlow
+def test_a_users_slow_stateless_map_is_parallelized_and_prefetched():
+    import tensorflow as tf
+
+    from models import data
+
+    def slow(x):
+        time.sleep(0.03)  # a read or a decode: waits however busy the machine is
+        return x
+
+    def users_pipeline():  # one batch at a time, nothing prefetched: tf.data's own parallelizing turned off
+        images = tf.data.Dataset.from_tensor_slices(np.zeros((64 * 32, 8), dtype=np.float32)).batch(32)
+        options = tf.data.Options()
+        options.experimental_optimization.map_parallelization = False
+        options.experimental_optimization.inject_prefetch = False
+        return images.map(lambda x: tf.numpy_function(slow, [x], tf.float32, stateful=False)).with_options(options)
+
+    seed = _seconds_per_batch(users_pipeline(), 20)
+    tuned = _seconds_per_batch(data.tuned_dataset(users_pipeline(), prefetch=-1, parallel_calls=-1), 20)
+    assert seed >= 0.029
+    assert tuned <= 0.7 * seed, (tuned, seed)

@@ -47,7 +47,9 @@ class FakeRuns:
                 "call_ms": ms,
                 "other_host_ms": 0.0,
                 "step_ms": ms * (1 + 0.01 * self.random.gauss(0, 1)),
-                "images": 32,
+                "images": int(argv[len(argv) - 1 - argv[::-1].index("--batch-size") + 1])
+                if "--batch-size" in argv
+                else 32,
             }
             for i in range(20)
         ]
@@ -56,8 +58,9 @@ class FakeRuns:
         return 0
 
 
-def _tuner(tmp_path, runs, fixes_by_setting, budget_s=3600.0, clock=None):
-    """A tuner whose analysis gives the fixes `fixes_by_setting(argv of the profiled run)` returns."""
+def _tuner(tmp_path, runs, fixes_by_setting, budget_s=3600.0, clock=None, max_batch=float("nan"), facts=None):
+    """A tuner whose analysis gives the fixes `fixes_by_setting(argv of the profiled run)` returns, and the
+    memory headroom `max_batch`."""
     profiled: dict[str, list[str]] = {}
 
     def runner(argv, env):
@@ -67,7 +70,10 @@ def _tuner(tmp_path, runs, fixes_by_setting, budget_s=3600.0, clock=None):
 
     def analyze(run_dir):
         return SimpleNamespace(
-            verdict={"fixes": fixes_by_setting(profiled[run_dir.name])}, mean={"host_pct": 40.0, "compute_pct": 60.0}
+            verdict={"fixes": fixes_by_setting(profiled[run_dir.name])},
+            mean={"host_pct": 40.0, "compute_pct": 60.0},
+            memory=SimpleNamespace(allocators=[SimpleNamespace(max_batch=max_batch)]),
+            facts=facts,
         )
 
     return tune.Tuner(
@@ -76,7 +82,7 @@ def _tuner(tmp_path, runs, fixes_by_setting, budget_s=3600.0, clock=None):
         budget_s,
         batch_size=32,
         epoch_images=50_000,
-        own_pipeline=True,
+        pipeline="cnn",
         runner=runner,
         analyze=analyze,
         clock=clock or (lambda: 0.0),
@@ -191,3 +197,94 @@ def test_ctrl_c_keeps_every_finished_trial_in_tune_json(tmp_path, monkeypatch, c
         "04-baseline",
     ]
     assert "tune: interrupted" in capsys.readouterr().out
+
+
+def _batch(argv) -> int:
+    return int(argv[len(argv) - 1 - argv[::-1].index("--batch-size") + 1])
+
+
+def test_a_larger_batch_within_the_measured_headroom_is_compared_per_image_and_its_loss_checked(tmp_path):
+    # XLA changes nothing; twice the batch takes 1.5x the step: 25 % less time per image.
+    runs = FakeRuns(lambda argv, env: 100.0 * (1.5 if _batch(argv) == 64 else 1.0))
+    document = _tuner(tmp_path, runs, lambda argv: [_fix("below_roofline", 20.0)], max_batch=100.0).run()
+    xla, batch = document["trials"]
+    assert (xla["label"], xla["result"]) == ("XLA compilation", "not sure")
+    assert (batch["label"], batch["result"], batch["kept"]) == ("batch 64", "faster", True)
+    assert batch["step_ms"] == pytest.approx(150.0, rel=0.03)  # per step, at its own batch
+    assert batch["measured_ms"] == pytest.approx(25.0, abs=3)  # per step of the baseline's 32 images
+    assert batch["loss"] == 2.0 and batch["baseline_loss"] == 2.0
+    # both sides of the batch's comparison train on the same images: 64 steps of the larger batch
+    compared = [argv for argv, _ in runs.calls if argv[argv.index("--run-name") + 1] in batch["trials"]]
+    assert len(compared) == len(batch["trials"]) >= 2 * tune.PAIRS
+    assert {argv[argv.index("--limit-images") + 1] for argv in compared} == {str(64 * tune.TRIAL_STEPS)}
+    assert document["best"]["command"] == "devprof run --batch-size 64"  # the user's 32 replaced, not repeated
+    assert "dataset.batch(64)" in document["best"]["code"]
+
+
+def test_no_larger_batch_is_tried_where_the_headroom_is_unknown_or_too_small(tmp_path):
+    for max_batch in (float("nan"), 32.0):
+        runs = FakeRuns(lambda argv, env: 100.0)
+        document = _tuner(
+            tmp_path / str(max_batch), runs, lambda argv: [_fix("below_roofline", 20.0)], max_batch=max_batch
+        ).run()
+        assert [trial["label"] for trial in document["trials"]] == ["XLA compilation"]
+
+
+def test_a_larger_batch_whose_loss_is_more_than_a_tenth_above_is_rejected(tmp_path):
+    runs = FakeRuns(
+        lambda argv, env: 100.0 * (1.2 if _batch(argv) == 64 else 1.0),
+        loss=lambda argv, env: 2.5 if _batch(argv) == 64 else 2.0,
+    )
+    document = _tuner(tmp_path, runs, lambda argv: [_fix("compute_bound", 20.0)], max_batch=64.0).run()
+    batch = document["trials"][-1]
+    assert batch["result"] == "faster" and not batch["kept"] and "rejected: its loss" in batch["why"]
+
+
+def test_one_nan_loss_among_finite_trials_rejects_the_fix(tmp_path):
+    count = [0]
+
+    def loss(argv, env):
+        if "--precision" not in argv:
+            return 2.0
+        count[0] += 1
+        return float("nan") if count[0] == 2 else 2.0
+
+    runs = FakeRuns(lambda argv, env: 60.0 if "--precision" in argv else 100.0, loss=loss)
+    (trial,) = _tuner(tmp_path, runs, lambda argv: [_fix("fp32_on_matrix_units", 40.0)]).run()["trials"]
+    assert trial["result"] == "faster" and not trial["kept"] and trial["loss"] is None
+
+
+def test_other_processes_cpu_gives_tensorflow_the_cores_they_leave(tmp_path):
+    runs = FakeRuns(lambda argv, env: 70.0 if env.get("TF_NUM_INTRAOP_THREADS") == "3" else 100.0)
+    facts = SimpleNamespace(cpu_cores=4.0, other_cpu_pct=25.0)
+    document = _tuner(tmp_path, runs, lambda argv: [_fix("cpu_contention", 25.0)], facts=facts).run()
+    (trial,) = document["trials"]
+    assert trial["setting"]["env"] == {"TF_NUM_INTRAOP_THREADS": "3", "TF_NUM_INTEROP_THREADS": "1"}
+    assert trial["kept"] and document["best"]["command"].startswith(
+        "TF_NUM_INTRAOP_THREADS=3 TF_NUM_INTEROP_THREADS=1 "
+    )
+    # without the CPU's figures, the fix is advice
+    document = _tuner(
+        tmp_path / "no-facts", FakeRuns(lambda argv, env: 100.0), lambda argv: [_fix("cpu_contention", 25.0)]
+    ).run()
+    assert document["trials"] == [] and document["advice"][0]["rule"] == "cpu_contention"
+
+
+def test_the_best_setting_as_the_code_of_ones_own_keras_program():
+    setting = tune.Setting(
+        {
+            "--precision": "mixed_bfloat16",
+            "--steps-per-execution": "8",
+            "--jit-compile": None,
+            "--parallel-calls": "auto",
+            "--prefetch": "auto",
+        },
+        {"TF_ENABLE_ONEDNN_OPTS": "1"},
+    )
+    code = tune.code_for(setting, "dataset").splitlines()
+    assert code[0] == 'os.environ["TF_ENABLE_ONEDNN_OPTS"] = "1"  # before TensorFlow is imported'
+    assert code[1].startswith('tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")')
+    assert "options.experimental_optimization.map_parallelization = True" in code
+    assert "dataset = dataset.prefetch(tf.data.AUTOTUNE)" in code
+    assert code[-1] == "model.compile(optimizer, loss, steps_per_execution=8, jit_compile=True)"
+    assert tune.code_for(tune.Setting(), "cnn") == ""
