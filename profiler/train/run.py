@@ -235,6 +235,8 @@ class Run(Session):
             steps = cardinality
         if limit:
             steps = min(steps, limit)
+        from models import data as data_mod
+
         dataset = data_mod.tuned_dataset(dataset, cfg.train.prefetch, cfg.train.parallel_calls)
         return dataset.take(steps), steps, batch
 
