@@ -108,7 +108,11 @@ SUBCLASSED = """
 @pytest.mark.slow
 def test_a_subclassed_model_is_built_on_one_batch_before_the_optimizer_sees_its_weights(tmp_path, capsys):
     module = write_module(tmp_path, SUBCLASSED)
-    path = trained(tmp_path, capsys, "mine", "--model", f"{module}:build", "--dataset", f"{module}:data")
+    # with tune's pipeline settings on the user's own pipeline: the same batches, in the same order
+    path = trained(
+        tmp_path, capsys, "mine", "--model", f"{module}:build", "--dataset", f"{module}:data",
+        "--prefetch", "auto", "--parallel-calls", "auto",
+    )  # fmt: skip
     assert_counts(path, [5, 5, 5, 5])
     model = json.loads((path / "run.json").read_text())["model"]
     assert model["name"].startswith("mine") and model["params"] == 4 * 5 + 5 + 5 * 3 + 3
