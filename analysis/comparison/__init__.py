@@ -26,7 +26,7 @@ from analysis.comparison.errors import CompareError, UnusableRun
 from analysis.comparison.explain import LABELS, advice, explain, per_image_gaps
 from analysis.comparison.gate import slower_than_baseline
 from analysis.comparison.op_diff import op_diff_runs
-from analysis.comparison.reading import RunRead, read_external, read_run, validate_external
+from analysis.comparison.reading import RunRead, is_tune, read_external, read_run, read_tune, validate_external
 from analysis.comparison.rows import COMPONENTS, external_rows, run_row, steady_components, steady_epochs
 from analysis.comparison.table import compare, flags_for, pick_baseline, speedups, warnings
 from analysis.pipeline import analyze
@@ -81,12 +81,12 @@ def compare_runs(runs, externals=(), baseline: str | None = None) -> pd.DataFram
     Folders among `runs` that are not run directories (a captures folder beside the runs,
     as `runs/*` gives) are skipped with one warning naming them.
     """
-    return compare(_rows(_read_runs(runs, externals), externals), baseline)
+    return compare(_rows(_read_runs(runs, externals), externals, _tunes(runs)), baseline)
 
 
 def _read_runs(runs, externals=()) -> dict[Path, RunRead]:
     """Each usable run directory read once (its files and its trace's analysis), in order."""
-    runs = [Path(path) for path in runs]
+    runs = [Path(path) for path in runs if not is_tune(Path(path))]
     skipped = [path for path in runs if path.is_dir() and not (path / run_files.RUN_JSON).is_file()]
     if skipped and len(skipped) < len(runs) + len(externals):
         why = {path: ", ".join(run_files.irregular_run_files(path)) or "no run.json" for path in skipped}
@@ -99,18 +99,26 @@ def _read_runs(runs, externals=()) -> dict[Path, RunRead]:
     return {path: read_run(path) for path in _each_once(runs)}
 
 
-def _rows(reads: dict[Path, RunRead], externals=()) -> list[dict]:
+def _rows(reads: dict[Path, RunRead], externals=(), tunes=()) -> list[dict]:
+    """The rows of the runs read, the timings measured elsewhere and the tunes (default and best each)."""
     rows = []
     for path, run in reads.items():
         try:
             rows.append(run_row(run))
         except UnusableRun as exc:
-            if len(reads) + len(externals) < 2:
+            if len(reads) + len(externals) + 2 * len(tunes) < 2:
                 raise
             run_files.warn(f"skipped {path}: {exc}")
     for csv in externals:
         rows += external_rows(read_external(csv))
+    for tune in tunes:
+        rows += external_rows(read_tune(tune))
     return rows
+
+
+def _tunes(runs) -> list[Path]:
+    """The `devprof tune` folders among `runs`: each compared at its default and best setting."""
+    return [Path(path) for path in runs if is_tune(Path(path))]
 
 
 def _each_once(runs: list[Path]) -> list[Path]:
@@ -142,7 +150,7 @@ def compare_paths(runs, externals=(), baseline: str | None = None, ops: bool = F
     if baseline is not None and not isinstance(baseline, str):
         raise TypeError(f"baseline must be a run name, run path or device (str), got {type(baseline).__name__}")
     reads = _read_runs(runs, externals)
-    table = compare(_rows(reads, externals), baseline)
+    table = compare(_rows(reads, externals, _tunes(runs)), baseline)
     op_diff = None
     if ops:
         if len(runs) != 2:

@@ -208,7 +208,7 @@ def external_rows(external: pd.DataFrame) -> list[dict]:
         seconds = float(record["seconds_per_epoch"])
         images = float(record.get("images", float("nan")))
         row = {
-            "run": record["device"],
+            "run": record.get("run") or record["device"],  # a tune's rows: its name and which setting
             "path": None,
             "device": record["device"],
             "kind": None,

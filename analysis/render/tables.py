@@ -391,7 +391,8 @@ def compare_display_frame(table: pd.DataFrame) -> pd.DataFrame:
     """The human table: rounded, memory in MiB, `*` on the baseline, `(ext)` on external rows."""
     out = pd.DataFrame()
     out["run"] = [
-        f"{'(external)' if r['external'] else r['run']}{' *' if r['baseline'] else ''}" for _, r in table.iterrows()
+        f"{'(external)' if r['external'] and r['run'] == r['device'] else r['run']}{' *' if r['baseline'] else ''}"
+        for _, r in table.iterrows()
     ]
     out["device"] = table["device"].astype(str)
     out["s/epoch"] = table["seconds_per_epoch"].map(lambda v: f"{v:.3g}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -394,3 +395,49 @@ def test_compare_takes_one_run_path_as_one_run_not_as_its_letters(tmp_path):
     run = small_run(tmp_path / "run")
     for given in (str(run), run):
         assert list(analysis.compare(given).table["run"]) == ["run"]
+
+
+def _tune_folder(folder: Path, device: str, default_s: float, best_s: float, kept: list[dict]) -> Path:
+    """A `devprof tune` folder as the command leaves it: tune.json and its trials' run folders."""
+    trial = folder / "01-baseline-profile"
+    trial.mkdir(parents=True)
+    (trial / "run.json").write_text(json.dumps({"status": "complete", "device": {"name": device, "kind": "cpu"}}))
+    summary = {"setting": {"fixes": [], "options": {}, "env": {}}, "step_ms": 100.0, "images_per_second": 320.0}
+    document = {
+        "schema": "devprof.tune/1",
+        "status": "finished",
+        "baseline": {**summary, "seconds_per_epoch": default_s, "loss": 2.0},
+        "best": {**summary, "seconds_per_epoch": best_s, "loss": 2.0, "command": "devprof run --jit-compile"},
+        "trials": kept + [{"rule": "no_prefetch", "label": "prefetch", "kept": False, "measured_ms": 0.1}],
+    }
+    (folder / "tune.json").write_text(json.dumps(document))
+    return folder
+
+
+def test_tunes_are_compared_at_their_default_and_best_setting_with_what_made_the_difference(tmp_path, capsys):
+    from profiler.cli import main as cli_main
+
+    xla = {"rule": "below_roofline", "label": "XLA compilation", "kept": True, "measured_ms": 39.6}
+    laptop = _tune_folder(tmp_path / "laptop", "i5-8250U", 156.0, 93.9, [xla])
+    desktop = _tune_folder(tmp_path / "desktop", "i7-9700K", 36.0, 36.0, [])
+    table = compare.compare_runs([laptop, desktop])
+    assert list(table["run"]) == ["laptop (default)", "laptop (best)", "desktop (default)", "desktop (best)"]
+    assert list(table["device"]) == ["i5-8250U", "i5-8250U", "i7-9700K", "i7-9700K"]
+    assert list(table["seconds_per_epoch"]) == [156.0, 93.9, 36.0, 36.0]
+    notes = list(table["notes"])
+    assert notes[1] == (
+        "tune laptop, best against default: XLA compilation (below_roofline): 39.6 ms a step saved; "
+        "devprof run --jit-compile"
+    )
+    assert "nothing measured faster than the default" in notes[3] and notes[0] == notes[2] == ""
+    assert cli_main(["compare", str(laptop), str(desktop)]) == 0
+    out = capsys.readouterr().out
+    assert "laptop (best)" in out and "i7-9700K" in out and "(external)" not in out
+
+
+def test_a_tune_folder_without_an_answer_is_refused_in_one_line(tmp_path):
+    folder = tmp_path / "t"
+    folder.mkdir()
+    (folder / "tune.json").write_text(json.dumps({"schema": "devprof.tune/1", "status": "running", "baseline": None}))
+    with pytest.raises(compare.CompareError, match="the tune has no baseline and best yet"):
+        compare.compare_runs([folder])
