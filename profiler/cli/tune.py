@@ -452,8 +452,10 @@ class Tuner:
         return " ".join(filter(None, [env, "devprof run", shlex.join(self.argv(setting))]))
 
     def write(self) -> Path:
+        """tune.json, and report.html beside it."""
         from analysis.render.outputs import write_text_atomically
 
+        write_text_atomically(self.tune_dir / "report.html", render_html(self.document, self.tune_dir.name))
         return write_text_atomically(self.tune_dir / "tune.json", json.dumps(self.document, indent=2) + "\n")
 
 
@@ -489,6 +491,64 @@ def render_text(document: dict) -> str:
         if best.get("code"):
             lines += ["in your own Keras program:", *(f"    {line}" for line in best["code"].splitlines())]
     return "\n".join(lines)
+
+
+def render_html(document: dict, title: str) -> str:
+    """The tune as one HTML page, in the analysis report's style: the default against the best setting,
+    each fix tried with its estimate beside its measured saving, the best as a command and as code."""
+    from html import escape
+
+    from analysis.render.html_page import CSP, STYLE
+
+    def cell(value) -> str:
+        return f'<td class="num">{escape(_cell(value))}</td>'
+
+    baseline, best = document.get("baseline") or {}, document.get("best") or {}
+    body = [f"<header><h1>devprof tune: {escape(title)}</h1><p>status: {escape(document['status'])}</p></header>"]
+    if baseline and best:
+        body.append(
+            "<section><h2>Seconds per epoch</h2><table><tr><th>setting</th><th>s/epoch</th><th>step ms</th>"
+            "<th>images/s</th></tr>"
+            + "".join(
+                f"<tr><td>{name}</td>{cell(row.get('seconds_per_epoch'))}{cell(row.get('step_ms'))}"
+                f"{cell(row.get('images_per_second'))}</tr>"
+                for name, row in (("default", baseline), ("best", best))
+            )
+            + f"</table><p>best: <code>{escape(best.get('command', ''))}</code></p>"
+            + (f"<p>in your own Keras program:</p><pre>{escape(best['code'])}</pre>" if best.get("code") else "")
+            + "</section>"
+        )
+    rows = document.get("trials") or []
+    if rows:
+        header = "".join(
+            f"<th>{name}</th>"
+            for name in ("fix", "setting", "step ms", "baseline ms", "estimate ms", "measured ms", "noise ms", "result")
+        )
+        body.append(
+            f"<section><h2>Fixes tried</h2><table><tr>{header}<th>kept</th><th>why</th></tr>"
+            + "".join(
+                f"<tr><td>{escape(row['rule'])}</td><td>{escape(row.get('label') or '')}</td>{cell(row['step_ms'])}"
+                f"{cell(row['baseline_step_ms'])}{cell(row['estimate_ms'])}{cell(row['measured_ms'])}"
+                f"{cell(row['noise_ms'])}<td>{escape(row['result'])}</td><td>{'yes' if row['kept'] else 'no'}</td>"
+                f"<td>{escape(row['why'])}</td></tr>"
+                for row in rows
+            )
+            + "</table></section>"
+        )
+    advice = document.get("advice") or []
+    if advice:
+        body.append(
+            "<section><h2>Not tried: no setting devprof applies</h2><ul>"
+            + "".join(f"<li>{escape(item['rule'])}: {escape(str(item['advice']))}</li>" for item in advice)
+            + "</ul></section>"
+        )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        f"<title>devprof tune: {escape(title)}</title><style>{STYLE}</style></head>\n<body><main>\n"
+        + "\n".join(body)
+        + "\n</main></body></html>\n"
+    )
 
 
 def _max_batch(memory) -> float:

@@ -127,7 +127,7 @@ def handle(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, previous)
     tuner.write()
     print(tune.render_text(document))
-    print(f"wrote {tune_dir / 'tune.json'}", file=sys.stderr)
+    print(f"wrote {tune_dir / 'tune.json'} and {tune_dir / 'report.html'}", file=sys.stderr)
     return EXIT_FAILURE if code == EXIT_OK and document["status"] == "failed" else code
 
 

@@ -288,3 +288,25 @@ def test_the_best_setting_as_the_code_of_ones_own_keras_program():
     assert "dataset = dataset.prefetch(tf.data.AUTOTUNE)" in code
     assert code[-1] == "model.compile(optimizer, loss, steps_per_execution=8, jit_compile=True)"
     assert tune.code_for(tune.Setting(), "cnn") == ""
+
+
+@pytest.mark.slow  # a real browser
+def test_the_tune_report_opens_in_chromium_with_the_default_the_best_and_every_fix(tmp_path):
+    import browser
+
+    runs = FakeRuns(lambda argv, env: 60.0 if "--jit-compile" in argv else 100.0)
+    tuner = _tuner(tmp_path, runs, lambda argv: [_fix("below_roofline", 30.0), _fix("memory_growth", 1.0)])
+    tuner.document = tuner.run()
+    tuner.write()
+    rows = "[...document.querySelectorAll('tr')].map(r => r.innerText.replace(/\\s+/g, ' ').trim())"
+    loaded = browser.load(tmp_path / "tune" / "report.html", evaluate=(rows, "document.querySelector('pre').innerText"))
+    assert loaded.errors == [] and loaded.requests == [], (loaded.errors, loaded.requests)
+    shown = loaded.values[rows]
+    best = tuner.document["best"]
+    assert shown[1].startswith("default ") and shown[2] == (
+        f"best {best['seconds_per_epoch']:.2f} {best['step_ms']:.2f} {best['images_per_second']:.2f}"
+    )
+    assert any(row.startswith("below_roofline XLA compilation") and " faster yes " in row for row in shown)
+    assert (
+        loaded.values["document.querySelector('pre').innerText"] == "model.compile(optimizer, loss, jit_compile=True)"
+    )
