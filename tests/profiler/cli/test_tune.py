@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -310,3 +311,49 @@ def test_the_tune_report_opens_in_chromium_with_the_default_the_best_and_every_f
     assert (
         loaded.values["document.querySelector('pre').innerText"] == "model.compile(optimizer, loss, jit_compile=True)"
     )
+
+
+class WorkRuns:
+    """A `devprof run` whose steps do real work in this process, timed as the loop times them: Python
+    arithmetic, `work(argv, env)` thousand additions a step (one thread, as a hog competes with it).
+    Under load its step times are as noisy as a real trial's."""
+
+    def __init__(self, work):
+        self.work = work
+
+    def __call__(self, argv, env):
+        out = Path(argv[argv.index("--out") + 1]) / argv[argv.index("--run-name") + 1]
+        out.mkdir(parents=True)
+        rows = []
+        for step in range(12):
+            start = time.perf_counter()
+            sum(range(self.work(argv, env) * 1000))
+            ms = (time.perf_counter() - start) * 1000.0
+            rows.append({"epoch": 1, "step": step, "steps": 1, "step_ms": ms, "images": 32})
+        pd.DataFrame(rows).to_csv(out / "steps.csv", index=False)
+        (out / "run.json").write_text(json.dumps({"status": "complete", "epochs": [{"loss": 2.0}]}))
+        return 0
+
+
+@pytest.mark.slow  # two CPU hogs for a while
+def test_under_two_cpu_hogs_a_fix_that_changes_nothing_is_never_called_faster(tmp_path):
+    import subprocess
+    import sys
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        results = []
+        for attempt in range(5):
+            runs = WorkRuns(lambda argv, env: 200)  # the fix changes nothing: the same work on both sides
+            document = _tuner(tmp_path / f"noop-{attempt}", runs, lambda argv: [_fix("below_roofline", 5.0)]).run()
+            results.append(document["trials"][0]["result"])
+        # the control, in the same conditions: a fix that halves the work is seen (not sure is allowed)
+        halved = WorkRuns(lambda argv, env: 100 if "--jit-compile" in argv else 200)
+        control = _tuner(tmp_path / "halved", halved, lambda argv: [_fix("below_roofline", 5.0)]).run()
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert "faster" not in results, results
+    assert control["trials"][0]["result"] in ("faster", "not sure"), control["trials"][0]
+    assert control["trials"][0]["result"] == "faster" or results.count("not sure") > 0
