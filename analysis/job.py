@@ -15,8 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import executors
-from analysis.breakdown import cluster, roofline
-from analysis.breakdown import memory as memory_breakdown
+from analysis.breakdown import cluster, memory_allocators, roofline
 from analysis.breakdown.memory import MemoryReport, WorkerMemory
 from analysis.breakdown.workers import WORKER_KEYS, worker_row
 from analysis.executors import WorkerFailure
@@ -387,8 +386,8 @@ def _every_worker_memory(chief: MemoryReport | None, workers: list[WorkerMemory 
     if len(workers) < 2 or not traced:
         return chief
     if chief is None:
-        empty = pd.DataFrame(columns=memory_breakdown.STEP_COLUMNS)
-        chief = MemoryReport((), pd.DataFrame(columns=memory_breakdown.TIMELINE_COLUMNS), empty, (), math.nan)
+        empty = pd.DataFrame(columns=memory_allocators.STEP_COLUMNS)
+        chief = MemoryReport((), pd.DataFrame(columns=memory_allocators.TIMELINE_COLUMNS), empty, (), math.nan)
     return dataclasses.replace(chief, workers=traced)
 
 

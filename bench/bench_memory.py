@@ -131,7 +131,7 @@ def peaks(trace: str) -> tuple[dict, dict, int]:
     """(devprof's peak per allocator, XProf's, allocator events) for one trace."""
     from xprof.convert import raw_to_tool_data
 
-    from analysis.breakdown.memory import allocator_report
+    from analysis.breakdown.memory_allocators import allocator_report
     from analysis.read.trace import locate_trace, read_trace
     from analysis.read.view import TraceView
 

@@ -1,7 +1,7 @@
 """What holds an allocator's peak and how much larger a batch would fit: the op whose live tensors
 hold the most of it and what kind of memory they are (batch-sized, a workspace, fixed), and the
 peak's bytes split into those that grow with the batch and those that do not. Pure functions of the
-allocations live at the peak; `memory.py` finds them.
+allocations live at the peak; `memory_allocators.py` finds them.
 """
 
 from __future__ import annotations

@@ -28,10 +28,10 @@ from analysis.render.html_charts import (
     hbars,
     heat_map,
     legend,
-    memory_timeline,
     num,
     stacked_bars,
 )
+from analysis.render.html_memory_chart import memory_timeline
 from analysis.render.html_page import _key_values, _missing, _page, _section, _step_bins, _table
 from analysis.render.html_roofline import _ops, _roofline
 from analysis.render.html_utilization import _utilization

@@ -9,19 +9,17 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis.render.html_charts import (
+from analysis.render.html_charts import esc, legend, num
+from analysis.render.html_page import _missing, _section, _table
+from analysis.render.html_roofline_chart import (
     KIND_COLORS,
     MAX_ROOF_POINTS,
     MEMORY_COLOR,
     Roof,
     RoofPoint,
-    esc,
-    legend,
-    num,
     roofline,
     si,
 )
-from analysis.render.html_page import _missing, _section, _table
 from analysis.render.names import distinct_names
 
 TOP_OPS = 15

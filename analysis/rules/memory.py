@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 
 from analysis.breakdown import memory_holders as holders
-from analysis.breakdown.memory import AllocatorPeak, OomAtFailure, SampledMemory
+from analysis.breakdown.memory import OomAtFailure, SampledMemory
+from analysis.breakdown.memory_allocators import AllocatorPeak
 from analysis.rules.facts import Facts
 from analysis.rules.savings import Saving
 

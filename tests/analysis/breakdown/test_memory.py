@@ -98,7 +98,7 @@ MS = 1_000_000
 
 
 def _report(trace, batch: float = 8, steps: int = 3):
-    from analysis.breakdown.memory import allocator_report
+    from analysis.breakdown.memory_allocators import allocator_report
 
     view = TraceView(read_trace(trace.path))
     return allocator_report(view.memory, _steps(trace, steps), view.window[0], batch)
@@ -164,7 +164,7 @@ def test_the_batch_headroom_splits_the_peak_by_the_batch_dimension(memory_trace)
 def test_a_capacity_is_unknown_where_neither_the_trace_nor_the_run_states_it():
     import pandas as pd
 
-    from analysis.breakdown.memory import allocator_peak, stated_capacity
+    from analysis.breakdown.memory_allocators import allocator_peak, stated_capacity
 
     events = pd.DataFrame(
         {
@@ -195,7 +195,7 @@ def test_a_capacity_is_unknown_where_neither_the_trace_nor_the_run_states_it():
 def test_each_steps_peak_counts_what_it_entered_with_and_its_end_is_the_last_value_before_it():
     import pandas as pd
 
-    from analysis.breakdown.memory import step_table
+    from analysis.breakdown.memory_allocators import step_table
 
     events = pd.DataFrame({"start_ns": [5, 10, 20, 30, 40, 50], "bytes_in_use": [1.0, 5, 3, math.nan, 7, 2]})
     steps = pd.DataFrame(
@@ -223,7 +223,7 @@ def test_bytes_held_at_step_end_growing_step_after_step_is_growth(tmp_path):
 
 
 def test_memory_that_levels_off_is_not_a_leak():
-    from analysis.breakdown.memory import growth_per_step
+    from analysis.breakdown.memory_allocators import growth_per_step
 
     mib = float(MiB)
     # a window of 5 calls: 434, 434, 500, 500, 502 MiB; over 14 the same program levels off at 502
@@ -541,7 +541,7 @@ def make_injected_traces(root: str) -> None:
 
 def _peak_of(logdir, batch: float = math.nan):
     from analysis import analyze
-    from analysis.breakdown.memory import allocator_report
+    from analysis.breakdown.memory_allocators import allocator_report
 
     result = analyze(logdir)
     view = TraceView(read_trace(logdir))

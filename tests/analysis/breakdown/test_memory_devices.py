@@ -15,7 +15,7 @@ import pytest
 
 import analysis
 from analysis import analyze
-from analysis.breakdown import memory as breakdown
+from analysis.breakdown import memory_allocators as allocators
 from analysis.breakdown import memory_holders
 from memory_fixtures import GPU, UINT8, MiB, write_memory_trace, write_pjrt_memory_trace
 from profiler.cli import main
@@ -42,8 +42,8 @@ def test_pjrt_allocators_are_named_by_device_and_peak_with_their_reserved_bytes(
         assert peak.peak_bytes == pjrt.peak_bytes[name]  # heap + the stack reserved at that moment
         assert peak.capacity_bytes == pjrt.capacity_bytes
         regions = dict(peak.by_region)
-        assert regions[breakdown.RESERVED] == pjrt.reserved_at_peak[name]
-        assert regions[breakdown.BEFORE_WINDOW] == 64 * 1024  # the buffer freed at 6 ms, allocated before
+        assert regions[allocators.RESERVED] == pjrt.reserved_at_peak[name]
+        assert regions[allocators.BEFORE_WINDOW] == 64 * 1024  # the buffer freed at 6 ms, allocated before
         assert peak.lifetime_peak_bytes == pjrt.lifetime_peak_bytes[name] and not peak.lifetime_above_window
     # the larger argument's device first
     assert [peak.name for peak in memory.allocators] == ["TPU_1", "TPU_0"]
@@ -58,7 +58,7 @@ def test_pjrt_peaks_equal_xprofs_memory_profile_to_the_byte(pjrt):
         name: (peak.peak_bytes, int(peak.capacity_bytes)) for name, peak in ours.items()
     }
     stack = {f"TPU_{index}": dict(p["live"]).get("stack") for index, p in theirs.items()}
-    assert stack == {name: dict(peak.by_region)[breakdown.RESERVED] for name, peak in ours.items()}
+    assert stack == {name: dict(peak.by_region)[allocators.RESERVED] for name, peak in ours.items()}
 
 
 def test_pjrt_reserved_bytes_are_said_as_such_in_the_text(pjrt, capsys, tmp_path):
@@ -141,7 +141,8 @@ def test_a_single_runs_memory_workers_is_its_own_allocators(tmp_path):
 def _holder_finding(tmp_path, batch: float = 8, holder_op_ms: float = math.nan, **options) -> dict | None:
     import dataclasses
 
-    from analysis.breakdown.memory import MemoryReport, allocator_report
+    from analysis.breakdown.memory import MemoryReport
+    from analysis.breakdown.memory_allocators import allocator_report
     from analysis.read.trace import read_trace
     from analysis.read.view import TraceView
     from analysis.rules import table as rules
@@ -335,7 +336,8 @@ def test_a_device_allocators_headroom_is_against_its_capacity(tmp_path):
 def test_a_lifetime_peak_near_capacity_before_the_window_is_said(tmp_path, capsys):
     import dataclasses
 
-    from analysis.breakdown.memory import MemoryReport, allocator_report
+    from analysis.breakdown.memory import MemoryReport
+    from analysis.breakdown.memory_allocators import allocator_report
     from analysis.read.trace import read_trace
     from analysis.read.view import TraceView
     from analysis.rules import table as rules
@@ -381,7 +383,7 @@ def test_a_fixed_tensor_made_every_step_is_found_for_its_time_under_half_the_pea
 
 
 def test_a_capacity_below_the_peak_or_a_fragmentation_outside_0_1_is_not_stated(tmp_path):
-    from analysis.breakdown.memory import allocator_report
+    from analysis.breakdown.memory_allocators import allocator_report
     from analysis.read.trace import read_trace
     from analysis.read.view import TraceView
 

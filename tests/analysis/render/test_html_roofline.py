@@ -18,7 +18,7 @@ import pytest
 import analysis
 import trace_fixtures as fx
 from analysis.render import html, html_roofline
-from analysis.render.html_charts import si
+from analysis.render.html_roofline_chart import si
 from html_checks import EVIL, _pixels_drawn, assert_self_contained
 
 NAN = math.nan

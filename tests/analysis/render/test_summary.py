@@ -14,7 +14,8 @@ import pytest
 
 import analysis
 import trace_fixtures as fx
-from analysis.breakdown.memory import AllocatorPeak, Live, MemoryReport, OomAtFailure, WorkerMemory
+from analysis.breakdown.memory import MemoryReport, OomAtFailure, WorkerMemory
+from analysis.breakdown.memory_allocators import AllocatorPeak, Live
 from analysis.render import summary
 from job_fixtures import write_job
 from marker_traces import marker_trace
