@@ -2,7 +2,7 @@
 
 A path is a trace (a file, a profile session, a log folder) or a devprof run directory. The
 trace is decoded once into a `TraceView`; the run directory's files (run.json, steps.csv, the
-sampler CSVs) are read once, each by its one reader in `run_files`, and the samplers'
+sampler CSVs) are read once, each by its one reader in `run_files` or `run_csvs`, and the samplers'
 summaries made once. No later stage opens a file.
 """
 
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from analysis.read import run_files
+from analysis.read import run_csvs, run_files
 from analysis.read.hlo_costs import hlo_costs
 from analysis.read.onednn_log import ONEDNN_LOG, on_trace_clock, read_onednn_log, trace_origin_ns
 from analysis.read.op_costs import read_op_costs
@@ -112,7 +112,7 @@ def read_inputs(path: str | Path, *, trace: bool = True, helpers: Helpers | None
         )
     # steps.csv first where it is the steps' source: its problems are the ones to hear first
     steps_csv = run_dir / run_files.STEPS_CSV
-    steps_table = run_files.read_steps_csv(steps_csv) if view is None and steps_csv.is_file() else None
+    steps_table = run_csvs.read_steps_csv(steps_csv) if view is None and steps_csv.is_file() else None
     try:
         record = RunRecord.read(run_dir / run_files.RUN_JSON)
     except RunFileError as exc:
@@ -120,9 +120,9 @@ def read_inputs(path: str | Path, *, trace: bool = True, helpers: Helpers | None
             raise
         run_files.warn(f"{exc}: the run's settings are not read; its trace is analysed without them")
         record = None
-    samplers = run_files.read_utilization(run_dir)
+    samplers = run_csvs.read_utilization(run_dir)
     if steps_table is None and steps_csv.is_file():
-        steps_table = run_files.read_steps_csv(steps_csv)
+        steps_table = run_csvs.read_steps_csv(steps_csv)
     recorded = read_op_costs(run_dir) if is_run_dir(run_dir) else None
     if recorded is not None:
         costs = recorded if costs is None else pd.concat([recorded, costs], ignore_index=True)

@@ -29,7 +29,7 @@ from analysis import intervals as iv
 from analysis import producers
 from analysis.producers import tensorflow as tf_producer
 from analysis.read.view import NS_PER_MS, TraceView, intervals, matches, on_lines, present
-from analysis.steps.detection import DetectedSteps
+from analysis.steps.recorded import DetectedSteps
 
 TF_OP_RE = re.compile(tf_producer.TF_OP)
 PARTS = ("input", "compute", "collective", "host")
@@ -43,7 +43,7 @@ class StepAnalysis:
     method: str  # markers | trace_groups | program_executions | window
     step_name: str
     steps: pd.DataFrame
-    detected: object = None  # analysis.step_detection.DetectedSteps
+    detected: object = None  # analysis.steps.recorded.DetectedSteps
     notes: list[str] = field(default_factory=list)
 
 

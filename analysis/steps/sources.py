@@ -16,8 +16,9 @@ import pandas as pd
 from analysis.read.inputs import RunInputs
 from analysis.read.trace import TraceError
 from analysis.read.view import TraceView
-from analysis.steps.detection import DetectedSteps, detect_steps
+from analysis.steps.detection import detect_steps
 from analysis.steps.host import analyze_steps
+from analysis.steps.recorded import DetectedSteps
 
 STEPS_CSV_COMPUTE_NOTE = (
     "no profiler trace: breakdown from steps.csv, where compute is the time in the step call "

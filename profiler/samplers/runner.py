@@ -269,7 +269,7 @@ class SamplerGroup:
 
     def summaries(self, epochs: list[tuple] | None = None) -> dict[str, dict]:
         """`analysis.read.samples.summarize` of every CSV written (read back from disk, so call after `stop`)."""
-        from analysis.read.run_files import read_sampler_csv
+        from analysis.read.run_csvs import read_sampler_csv
         from analysis.read.samples import summarize
 
         result = {}

@@ -18,7 +18,7 @@ import pytest
 
 import analysis
 import trace_fixtures as fx
-from analysis.read import run_files
+from analysis.read import run_csvs, run_files
 from job_fixtures import write_job
 from profiler import cli
 from profiler.device import cluster as cluster_mod
@@ -133,7 +133,7 @@ def test_two_workers_write_a_job_of_two_complete_run_directories(host_straggler_
         assert wmeta["device"]["strategy"] == "MultiWorkerMirroredStrategy"
         assert wmeta["device"]["intra_op_threads"] == max(1, (os.cpu_count() or 1) // 2)
         assert wmeta["injected"] == {"input_delay_ms": 0.0, "host_delay_ms": INJECTED_MS if index == 1 else 0.0}
-        steps = run_files.read_steps_csv(worker / "steps.csv")
+        steps = run_csvs.read_steps_csv(worker / "steps.csv")
         assert list(steps["step"]) == list(range(20)) and (steps["images"] == 20).all()  # the job's global batch
         assert list(worker.glob("plugins/profile/*/*.xplane.pb")), f"no trace in {worker}"
         assert wmeta["profiler"]["first_step"] == 4 and wmeta["profiler"]["last_step"] == 19
@@ -201,7 +201,7 @@ def test_a_killed_worker_stops_the_job_and_every_run_directory_says_how_it_ended
     wait_for_steps(job / "worker-0" / "steps.csv", 25, proc)  # in the second epoch
     victim = read_json(job / "run.json")["launcher"]["pids"]["worker-1"]
     os.kill(victim, signal.SIGKILL)
-    recorded = len(run_files.read_steps_csv(job / "worker-0" / "steps.csv"))
+    recorded = len(run_csvs.read_steps_csv(job / "worker-0" / "steps.csv"))
     killed_at = time.monotonic()
     stdout, stderr = proc.communicate(timeout=300)
     took = time.monotonic() - killed_at
@@ -220,7 +220,7 @@ def test_a_killed_worker_stops_the_job_and_every_run_directory_says_how_it_ended
     assert survivor["status"] in ("failed", "interrupted"), survivor["status"]
     assert "worker-1 failed" in survivor["stopped_by_launcher"]
     for index in (0, 1):  # the completed steps stay readable
-        steps = run_files.read_steps_csv(job / f"worker-{index}" / "steps.csv")
+        steps = run_csvs.read_steps_csv(job / f"worker-{index}" / "steps.csv")
         # A step's row is written when the next step begins: a worker killed between the two
         # loses the row of the step it had just finished, and no other.
         assert len(steps) >= recorded - 1 and list(steps["step"]) == list(range(len(steps)))
@@ -239,7 +239,7 @@ def test_ctrl_c_stops_every_worker_cleanly(tmp_path):
     for index in (0, 1):
         meta = read_json(job / f"worker-{index}" / "run.json")
         assert meta["status"] == "interrupted" and meta["interrupted_by"] in ("SIGINT", "SIGKILL"), meta["status"]
-        assert len(run_files.read_steps_csv(job / f"worker-{index}" / "steps.csv")) >= 5
+        assert len(run_csvs.read_steps_csv(job / f"worker-{index}" / "steps.csv")) >= 5
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import pytest
 
 import analysis
 from analysis import pipeline
-from analysis.read import run_files
+from analysis.read import run_csvs, run_files
 from analysis.read.run_files import RunFileError, RunFileWarning
 from cli_checks import devprof, error_line, finishes
 from compare_fixtures import _traced_run
@@ -36,7 +36,7 @@ def test_steps_csv_skips_rows_that_do_not_parse_with_one_warning(tmp_path):
     path = tmp_path / "steps.csv"
     path.write_text("\n".join([HEADER, *good[:3], *bad, *good[3:]]) + "\n" + step_line(99)[:12])  # cut-off last line
     with pytest.warns(RunFileWarning) as caught:
-        frame = run_files.read_steps_csv(path)
+        frame = run_csvs.read_steps_csv(path)
     assert len(caught) == 1
     assert str(path) in str(caught[0].message) and "skipped 5 of" in str(caught[0].message)
     assert frame["step"].tolist() == [0, 1, 2, 3, 4, 5]
@@ -48,7 +48,7 @@ def test_clean_steps_csv_reads_without_warning(tmp_path):
     path.write_text("\n".join([HEADER, *(step_line(i) for i in range(3))]) + "\n")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert len(run_files.read_steps_csv(path)) == 3
+        assert len(run_csvs.read_steps_csv(path)) == 3
 
 
 @pytest.mark.parametrize(
@@ -258,7 +258,7 @@ def test_run_json_or_steps_csv_that_is_no_regular_file_is_an_error_not_a_hang(tm
     (run / name).unlink()
     make(run / name)
     with pytest.raises(RunFileError, match="not a regular file|outside"):
-        reader = run_files.read_run_json if name == "run.json" else run_files.read_steps_csv
+        reader = run_files.read_run_json if name == "run.json" else run_csvs.read_steps_csv
         finishes(reader, run / name)
     code, _, err = devprof(capsys, "analyze", run)
     assert code in (1, 2), err
@@ -275,12 +275,12 @@ def test_run_json_or_steps_csv_that_is_no_regular_file_is_an_error_not_a_hang(tm
 def test_files_above_their_bound_are_refused_before_they_are_read(tmp_path, monkeypatch):
     run = small_run(tmp_path / "run")
     monkeypatch.setattr(run_files, "RUN_JSON_MAX_BYTES", 100)
-    monkeypatch.setattr(run_files, "CSV_MAX_BYTES", 100)
+    monkeypatch.setattr(run_csvs, "CSV_MAX_BYTES", 100)  # the bound steps.csv's reader takes from run_files
     size = (run / "run.json").stat().st_size
     with pytest.raises(RunFileError, match=f"{size:,} bytes, above the 0 MiB"):
         run_files.read_run_json(run / "run.json")
     with pytest.raises(RunFileError, match="bytes, above the"):
-        run_files.read_steps_csv(run / "steps.csv")
+        run_csvs.read_steps_csv(run / "steps.csv")
 
 
 def test_a_run_file_linked_out_of_the_run_is_not_read(tmp_path, capsys):
@@ -333,7 +333,7 @@ def test_sampler_values_no_sampler_writes_read_as_empty_with_a_warning(tmp_path,
     frame.loc[2:4, column] = value
     frame.to_csv(host, index=False)
     with pytest.warns(RunFileWarning) as caught:
-        samples = run_files.read_sampler_csv(host)
+        samples = run_csvs.read_sampler_csv(host)
     assert [str(w.message) for w in caught] == [
         f"{host}: values no sampler writes (a share outside 0-100 %, a negative, infinite or impossibly large amount) "
         "read as empty: "
@@ -443,7 +443,7 @@ def _steps_csv(tmp_path, data: bytes):
     path = tmp_path / "steps.csv"
     path.write_bytes(data)
     with pytest.raises(RunFileError) as info:
-        run_files.read_steps_csv(path)
+        run_csvs.read_steps_csv(path)
     return str(info.value)
 
 

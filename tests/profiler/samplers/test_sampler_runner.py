@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.read.run_files import read_sampler_csv
+from analysis.read.run_csvs import read_sampler_csv
 from analysis.read.samples import summarize, weighted_stats
 from fake_pynvml import two_gpus
 from profiler.samplers import (

@@ -9,7 +9,7 @@ import sys
 import pynvml
 import pytest
 
-from analysis.read.run_files import read_sampler_csv
+from analysis.read.run_csvs import read_sampler_csv
 from fake_pynvml import FakeGpu, FakeNvml, two_gpus
 from profiler.samplers import GpuSampler, SamplerThread, discover_gpu_samplers
 from profiler.samplers.gpu import GPU_COLUMNS, TensorFlowNotReady, tensorflow_memory_info
