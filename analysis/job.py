@@ -22,8 +22,8 @@ from analysis.executors import WorkerFailure
 from analysis.read import run_files
 from analysis.read.run_files import RunRecord
 from analysis.read.trace import TraceError
+from analysis.rules import finding_rules
 from analysis.rules import straggler as straggler_rule
-from analysis.rules import table as rules
 from analysis.steps.host import steady_steps
 from analysis.worker import Analysis, analyze_worker
 
@@ -345,7 +345,7 @@ def assemble_job(
         machine["proc_cpu_mean_pct"] = job_cpu
         machine["other_cpu_mean_pct"] = max(0.0, machine["cpu_util_mean_pct"] - job_cpu / cores)
         facts = dataclasses.replace(facts, proc_cpu_pct=job_cpu, other_cpu_pct=machine["other_cpu_mean_pct"])
-        findings = rules.findings(facts)
+        findings = finding_rules.findings(facts)
     notes = chief.notes
     if total > 1:
         shown = (

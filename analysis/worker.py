@@ -35,6 +35,7 @@ from analysis.read.inputs import RunInputs, read_inputs
 from analysis.read.run_files import RunRecord
 from analysis.read.view import TraceView
 from analysis.render import Rendered
+from analysis.rules import finding_rules
 from analysis.rules import table as rules
 from analysis.rules import xprof as xprof_rules
 from analysis.rules.advice_loop import pipeline_is_the_cause
@@ -287,7 +288,7 @@ def analyze_inputs(
         mean=mean,
         steps_used=len(chosen.steady),
         verdict=verdict,
-        findings=rules.findings(facts),
+        findings=finding_rules.findings(facts),
         facts=facts,
         devices=devices.rows,
         memory=facts.memory,

@@ -369,7 +369,7 @@ def estimate(a, rules: tuple[str, ...]) -> tuple[str, str, float, str]:
     """(rule, source, saving_ms, advice) for the first of `rules` that the verdict's cause or a finding
     names (in that order: each rule's estimate models its own fix); else the part's own estimate where
     a rule is a part's (source "part", the verdict named another cause); NaN where none applies."""
-    from analysis.rules import table
+    from analysis.rules import bound_rules, table
 
     verdict = a.verdict
     for rule in rules:
@@ -384,7 +384,7 @@ def estimate(a, rules: tuple[str, ...]) -> tuple[str, str, float, str]:
     for rule in rules:
         part = PART_OF_RULE.get(rule)
         if part is not None:
-            saving = table.part_savings(a.facts)[part]
+            saving = bound_rules.part_savings(a.facts)[part]
             fix = table.RULES_BY_ID[rule].fix(a.facts)
             return rule, f"part (verdict: {verdict.get('cause')})", saving.ms(a.facts), fix
     return verdict.get("cause") or "-", "none", math.nan, " ".join(verdict.get("advice") or [])

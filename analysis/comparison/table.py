@@ -9,7 +9,8 @@ import pandas as pd
 from analysis.comparison.errors import CompareError
 from analysis.comparison.explain import explain, facts_of, with_findings
 from analysis.comparison.rows import COMPONENTS
-from analysis.rules.table import classify, findings
+from analysis.rules.finding_rules import findings
+from analysis.rules.table import classify
 
 
 def pick_baseline(table: pd.DataFrame, baseline: str | None = None) -> int:

@@ -1,6 +1,7 @@
 """The rules' sentences about the step's math: precision (only where a measured ceiling says it is
 faster), XLA, a larger batch, oneDNN's kernels and the ops far below their roofline, each in the words
-of the program that wrote the trace. Only `table.RULES` says which sentence goes with which rule.
+of the program that wrote the trace. Only the rows (`bound_rules`, `finding_rules`) say which
+sentence goes with which rule.
 """
 
 from __future__ import annotations

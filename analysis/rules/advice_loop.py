@@ -1,7 +1,7 @@
 """The rules' sentences about the training loop: what input waits for (the batch's copy to the
 device, or the pipeline, down to its slowest tf.data stage) and what the host spends between steps
 (Python and dispatch, eager ops, other processes), each fix in the words of the program that wrote the
-trace. Only `table.RULES` says which sentence goes with which rule.
+trace. Only the rows (`bound_rules`, `finding_rules`) say which sentence goes with which rule.
 """
 
 from __future__ import annotations

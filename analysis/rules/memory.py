@@ -1,4 +1,4 @@
-"""The memory findings' conditions, evidence and fixes (their entries are in `rules/table.py`).
+"""The memory findings' conditions, evidence and fixes (their entries are in `rules/finding_rules.py`).
 
 Each reads `Facts.memory` (`breakdown/memory.py`): the allocators' peaks from the trace and the
 sampled memory of the run. An allocator or sampler that recorded nothing keeps its rule silent.

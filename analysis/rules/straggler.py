@@ -20,7 +20,7 @@ import math
 import pandas as pd
 
 from analysis.breakdown.workers import CAUSES
-from analysis.rules.table import CONTENTION_PCT
+from analysis.rules.finding_rules import CONTENTION_PCT
 
 STRAGGLER_EXCESS = 0.05  # of the others' step without collective wait: a floor under the noise test
 NOISE_FACTOR = 3.0  # the part's excess must pass this many standard deviations of that part's per-step times

@@ -19,6 +19,7 @@ from analysis.breakdown.eager import EagerOps
 from analysis.breakdown.input_parts import with_input_parts
 from analysis.render import render
 from analysis.rules import table as rules
+from analysis.rules.finding_rules import findings
 from trace_fixtures import ABSOLUTE_BASE_NS, _ns, _Plane, _write_space, _xspace_class
 from views import facts_from_mean
 
@@ -162,14 +163,14 @@ def test_without_a_trace_all_input_is_the_wait():
 def test_no_prefetch_is_said_only_where_the_wait_is_material():
     mean = {"input_pct": 9.9, "compute_pct": 80.0, "host_pct": 10.1, "prefetches": False}
     assert "no_prefetch" not in [
-        f["rule"] for f in rules.findings(facts_from_mean({**mean, "input_wait_pct": 0.4, "input_copy_pct": 9.5}))
+        f["rule"] for f in findings(facts_from_mean({**mean, "input_wait_pct": 0.4, "input_copy_pct": 9.5}))
     ]
     assert "no_prefetch" in [
-        f["rule"] for f in rules.findings(facts_from_mean({**mean, "input_wait_pct": 9.9, "input_copy_pct": 0.0}))
+        f["rule"] for f in findings(facts_from_mean({**mean, "input_wait_pct": 9.9, "input_copy_pct": 0.0}))
     ]
     # Unknown split (a compare row): all input is taken for the wait.
-    assert "no_prefetch" in [f["rule"] for f in rules.findings(facts_from_mean(mean))]
-    assert "no_prefetch" not in [f["rule"] for f in rules.findings(facts_from_mean({**mean, "input_pct": 2.0}))]
+    assert "no_prefetch" in [f["rule"] for f in findings(facts_from_mean(mean))]
+    assert "no_prefetch" not in [f["rule"] for f in findings(facts_from_mean({**mean, "input_pct": 2.0}))]
 
 
 # ------------------------------------------------------------------ eager execution

@@ -284,9 +284,9 @@ def _facts(trace, *, batch: float = 8, steps: int = 3, sampled=(), producer: str
 
 
 def _memory_findings(facts) -> dict:
-    from analysis.rules import table as rules
+    from analysis.rules import finding_rules
 
-    return {f["rule"]: f for f in rules.findings(facts) if "memory" in f["rule"]}
+    return {f["rule"]: f for f in finding_rules.findings(facts) if "memory" in f["rule"]}
 
 
 def test_a_peak_well_inside_its_capacity_gives_no_memory_finding(memory_trace):
@@ -337,15 +337,15 @@ def test_the_memory_findings_state_their_numbers_and_fix_in_the_programs_terms(t
 
 def test_host_memory_pressure_and_epoch_growth_come_from_the_samplers(memory_trace):
     from analysis.breakdown.memory import SampledMemory
-    from analysis.rules import table as rules
+    from analysis.rules import finding_rules
 
     tight = SampledMemory("host", "process RSS", "proc_rss_bytes", 1e9, 6e9, 6.5e9, 8e9, 0.4e9, (), math.nan)
-    found = {f["rule"]: f for f in rules.findings(_facts(memory_trace, sampled=[tight]))}
+    found = {f["rule"]: f for f in finding_rules.findings(_facts(memory_trace, sampled=[tight]))}
     assert list(found) == ["host_memory_pressure"]
     assert "fell to 381.5 MiB of 7.45 GiB (5 %)" in found["host_memory_pressure"]["evidence"]
     assert ".cache(filename)" in found["host_memory_pressure"]["advice"]
     roomy = SampledMemory("host", "process RSS", "proc_rss_bytes", 1e9, 1e9, 1e9, 8e9, 2e9, (1e9, 1.2e9, 1.4e9), 0.2e9)
-    found = {f["rule"]: f for f in rules.findings(_facts(memory_trace, sampled=[roomy]))}
+    found = {f["rule"]: f for f in finding_rules.findings(_facts(memory_trace, sampled=[roomy]))}
     assert list(found) == ["memory_growth"] and "epoch after epoch" in found["memory_growth"]["evidence"]
 
 

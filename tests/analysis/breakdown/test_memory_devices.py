@@ -145,7 +145,7 @@ def _holder_finding(tmp_path, batch: float = 8, holder_op_ms: float = math.nan, 
     from analysis.breakdown.memory_allocators import allocator_report
     from analysis.read.trace import read_trace
     from analysis.read.view import TraceView
-    from analysis.rules import table as rules
+    from analysis.rules import finding_rules
     from views import facts_from_mean
 
     trace = write_memory_trace(tmp_path / "t.xplane.pb", **options)
@@ -166,7 +166,7 @@ def _holder_finding(tmp_path, batch: float = 8, holder_op_ms: float = math.nan, 
         holder_op_ms=holder_op_ms,
         step_ms=10.0,
     )
-    return next((f for f in rules.findings(facts) if f["rule"] == "memory_one_holder"), None)
+    return next((f for f in finding_rules.findings(facts) if f["rule"] == "memory_one_holder"), None)
 
 
 def test_a_convolution_workspace_is_named_and_advised_as_one(tmp_path):
@@ -340,7 +340,7 @@ def test_a_lifetime_peak_near_capacity_before_the_window_is_said(tmp_path, capsy
     from analysis.breakdown.memory_allocators import allocator_report
     from analysis.read.trace import read_trace
     from analysis.read.view import TraceView
-    from analysis.rules import table as rules
+    from analysis.rules import finding_rules
     from views import facts_from_mean
 
     trace = write_memory_trace(
@@ -357,7 +357,7 @@ def test_a_lifetime_peak_near_capacity_before_the_window_is_said(tmp_path, capsy
         memory=MemoryReport(peaks, timeline, per_step, (), 8),
         device="gpu",
     )
-    near = next(f for f in rules.findings(facts) if f["rule"] == "memory_near_capacity")
+    near = next(f for f in finding_rules.findings(facts) if f["rule"] == "memory_near_capacity")
     assert "peaked at 11.0 MiB of its 16.0 MiB (69 %)" in near["evidence"]
     assert "before the traced window it had held 15.9 MiB (99.4 % of its capacity)" in near["evidence"]
     assert main(["analyze", str(trace.path), "--out", str(tmp_path / "out")]) == 0

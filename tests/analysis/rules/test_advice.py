@@ -17,6 +17,7 @@ from analysis.breakdown.eager import EagerOps
 from analysis.breakdown.idle import IdleStretch
 from analysis.breakdown.input_stages import SlowestStage
 from analysis.breakdown.roofline import BelowRoofline
+from analysis.rules import finding_rules
 from analysis.rules import table as rules
 from analysis.rules.facts import TraceFacts, make_facts
 from compare_fixtures import make_run as make_compare_run
@@ -58,7 +59,7 @@ def verdict_of(step_ms: float, **parts) -> tuple[dict, list[dict]]:
         step_ms=step_ms,
         **{"device": "gpu", "producer": "devprof", **parts},
     )
-    return rules.make_verdict(mean, facts, steps_used=10), rules.findings(facts)
+    return rules.make_verdict(mean, facts, steps_used=10), finding_rules.findings(facts)
 
 
 # A part with a small fix still holds the step; a smaller fix of another part is listed beside it.

@@ -68,7 +68,7 @@ def test_a_small_disagreement_between_the_clocks_is_not_moved(tmp_path):
 
 def test_a_jobs_own_worker_on_the_machine_is_not_called_another_job(tmp_path):
     from analysis.read.run_files import RunRecord
-    from analysis.rules import table as rules
+    from analysis.rules import finding_rules
     from analysis.rules.facts import job_workers_here, make_facts
 
     class Run:  # stands for a RunRecord: job_workers_here reads only its raw run.json
@@ -92,10 +92,10 @@ def test_a_jobs_own_worker_on_the_machine_is_not_called_another_job(tmp_path):
         device="cpu",
         producer="devprof",
     )
-    found = {f["rule"]: f for f in rules.findings(make_facts(**common, job_workers_here=1))}["cpu_contention"]
+    found = {f["rule"]: f for f in finding_rules.findings(make_facts(**common, job_workers_here=1))}["cpu_contention"]
     assert "runs 1 other worker of the same job, which is among them" in found["evidence"]
     assert "fewer `--workers` per machine" in found["advice"] and "another job" not in found["advice"]
-    alone = {f["rule"]: f for f in rules.findings(make_facts(**common))}["cpu_contention"]
+    alone = {f["rule"]: f for f in finding_rules.findings(make_facts(**common))}["cpu_contention"]
     assert "another job competes" in alone["advice"] and "worker" not in alone["evidence"]
 
 

@@ -17,6 +17,8 @@ from analysis.breakdown.eager import EagerOps
 from analysis.rules import facts as trace_facts
 from analysis.rules import table as rules
 from analysis.rules.facts import Facts
+from analysis.rules.finding_rules import findings
+from analysis.rules.rule import SEVERITIES
 from repo_paths import REPO
 from views import facts_from_mean, view_of
 
@@ -64,44 +66,40 @@ TRIGGERS: dict[str, dict[str, Any]] = {
 
 
 def test_a_clean_run_has_no_findings():
-    assert rules.findings(clean()) == []
+    assert findings(clean()) == []
 
 
 @pytest.mark.parametrize("rule", sorted(TRIGGERS))
 def test_each_rule_fires_alone_with_evidence_and_one_fix(rule):
-    found = rules.findings(clean(**TRIGGERS[rule]))
+    found = findings(clean(**TRIGGERS[rule]))
     assert [f["rule"] for f in found] == [rule]
     finding = found[0]
-    assert finding["severity"] in rules.SEVERITIES
+    assert finding["severity"] in SEVERITIES
     assert finding["evidence"] and finding["advice"]
 
 
 def test_rules_read_the_numbers_they_are_given():
-    assert "45 % of the machine's CPU" in rules.findings(clean(**TRIGGERS["cpu_contention"]))[0]["evidence"]
-    assert "3 steps after the first (120.0 ms)" in rules.findings(clean(**TRIGGERS["retracing"]))[0]["evidence"]
+    assert "45 % of the machine's CPU" in findings(clean(**TRIGGERS["cpu_contention"]))[0]["evidence"]
+    assert "3 steps after the first (120.0 ms)" in findings(clean(**TRIGGERS["retracing"]))[0]["evidence"]
     # From the datasheet alone (matrix units, no measured ceiling) the advice says it is a guess to measure.
-    guess = rules.findings(clean(**TRIGGERS["fp32_on_matrix_units"]))[0]
+    guess = findings(clean(**TRIGGERS["fp32_on_matrix_units"]))[0]
     assert "--precision mixed_bfloat16" in guess["advice"] and "devprof peak" in guess["advice"]
     assert guess["saving_ms"] is None and "guess" in guess["saving_basis"]
-    measured = rules.findings(
-        clean(matrix_units=("float16",), matrix_ceilings=(("float16", 80e12), ("float32", 20e12)))
-    )
+    measured = findings(clean(matrix_units=("float16",), matrix_ceilings=(("float16", 80e12), ("float32", 20e12))))
     assert "train with --precision mixed_float16 (float16 4.0x" in measured[0]["advice"]
     # Measured slower than float32: not advised at all.
-    assert (
-        rules.findings(clean(matrix_units=("float16",), matrix_ceilings=(("float16", 10e12), ("float32", 20e12)))) == []
-    )
-    assert rules.findings(clean(precision="mixed_float16", matrix_units=("float16",))) == []  # already uses them
-    memory = rules.findings(clean(**TRIGGERS["memory_near_limit"]))[0]
+    assert findings(clean(matrix_units=("float16",), matrix_ceilings=(("float16", 10e12), ("float32", 20e12)))) == []
+    assert findings(clean(precision="mixed_float16", matrix_units=("float16",))) == []  # already uses them
+    memory = findings(clean(**TRIGGERS["memory_near_limit"]))[0]
     assert memory["severity"] == "critical" and "95 %" in memory["evidence"]
-    assert rules.findings(clean(device_mem_peak_bytes=14.3e9)) == []  # 89 %: silent
+    assert findings(clean(device_mem_peak_bytes=14.3e9)) == []  # 89 %: silent
 
 
 def test_unknown_facts_keep_rules_silent():
     unknown = facts_from_mean(
         {"input_pct": 30.0, "compute_pct": 50.0, "host_pct": 20.0}
     )  # only the breakdown: nothing measured, nothing known
-    assert rules.findings(unknown) == []
+    assert findings(unknown) == []
 
 
 def test_every_rule_is_documented():
