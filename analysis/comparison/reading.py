@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.comparison.errors import CompareError
-from analysis.read import run_files
+from analysis.read import run_files, tune_files
 from analysis.read.inputs import RunInputs, read_inputs, read_run_files
 from analysis.read.run_files import RunRecord
 from analysis.read.trace import TraceError, TraceNotFound
@@ -139,31 +139,23 @@ def validate_external(frame: pd.DataFrame, source: str = "external CSV") -> pd.D
     return out
 
 
-TUNE_JSON = "tune.json"
-TUNE_SCHEMA = "devprof.tune/1"
-
-
 def is_tune(path: Path) -> bool:
-    return path.is_dir() and (path / TUNE_JSON).is_file() and not (path / run_files.RUN_JSON).is_file()
+    return tune_files.is_tune(path)
 
 
 def read_tune(path: str | Path) -> pd.DataFrame:
     """A `devprof tune` folder as two timings: seconds per epoch at the default setting and at the best
     one, on the device its trials ran on, the best's note saying what made the difference."""
-    import json
-
     path = Path(path)
     try:
-        document = json.loads(run_files.read_regular(path / TUNE_JSON, run_files.CSV_MAX_BYTES))
-    except (run_files.RunFileError, ValueError) as exc:
-        raise CompareError(f"{path / TUNE_JSON}: not a tune's answer ({str(exc).splitlines()[0]})") from None
-    if not isinstance(document, dict) or document.get("schema") != TUNE_SCHEMA:
-        raise CompareError(f"{path / TUNE_JSON}: not a tune's answer (schema {TUNE_SCHEMA} expected)")
+        document = tune_files.read_tune_json(path)
+    except run_files.RunFileError as exc:
+        raise CompareError(str(exc)) from None
     baseline, best = document.get("baseline"), document.get("best")
     if not isinstance(baseline, dict) or not isinstance(best, dict):
         raise CompareError(f"{path}: the tune has no baseline and best yet (status {document.get('status')!r})")
-    device = _tune_device(path)
-    kept = [trial for trial in document.get("trials") or () if trial.get("kept")]
+    device = tune_files.tune_device(path)
+    kept = [trial for trial in document.get("trials") or () if isinstance(trial, dict) and trial.get("kept")]
     difference = (
         "; ".join(
             f"{trial.get('label') or trial.get('rule')} ({trial.get('rule')}): "
@@ -188,17 +180,6 @@ def read_tune(path: str | Path) -> pd.DataFrame:
     frame["batch_size"] = float("nan")
     frame["images"] = float("nan")
     return frame
-
-
-def _tune_device(path: Path) -> str:
-    """The device the tune's first trial ran on, as its run.json names it."""
-    for trial in sorted(child for child in path.iterdir() if (child / run_files.RUN_JSON).is_file()):
-        try:
-            device = run_files.read_run_json(trial / run_files.RUN_JSON).get("device") or {}
-        except run_files.RunFileError:
-            continue
-        return str(device.get("name") or device.get("kind") or "?")
-    return "?"
 
 
 def _number(value) -> float:

@@ -441,3 +441,12 @@ def test_a_tune_folder_without_an_answer_is_refused_in_one_line(tmp_path):
     (folder / "tune.json").write_text(json.dumps({"schema": "devprof.tune/1", "status": "running", "baseline": None}))
     with pytest.raises(compare.CompareError, match="the tune has no baseline and best yet"):
         compare.compare_runs([folder])
+
+
+@pytest.mark.parametrize("text, said", [("{", "not JSON"), ('{"schema": "other/1"}', "not a tune's answer")])
+def test_a_tune_json_that_is_no_tunes_answer_is_refused_in_one_line(tmp_path, text, said):
+    folder = tmp_path / "t"
+    folder.mkdir()
+    (folder / "tune.json").write_text(text)
+    with pytest.raises(compare.CompareError, match=said):
+        compare.compare_runs([folder])
