@@ -158,7 +158,7 @@ def test_analysis_names_the_worker_with_host_work_as_the_straggler(host_straggle
     assert sorted(rows) == [0, 1]
     assert result["straggler"]["worker"] == 1 and result["straggler"]["cause"] == "host", result["straggler"]
     # Ground truth: the 40 ms are worker 1's host time, and worker 0 spends them waiting in the all-reduce.
-    assert rows[1]["host_ms"] >= 0.9 * INJECTED_MS and rows[0]["host_ms"] < INJECTED_MS / 2, (
+    assert rows[1]["host_ms"] >= 0.8 * INJECTED_MS and rows[0]["host_ms"] < INJECTED_MS / 2, (
         rows
     )  # a hog beside it shifts a little of the spin
     assert rows[0]["collective_ms"] > rows[1]["collective_ms"] + INJECTED_MS / 4, rows
