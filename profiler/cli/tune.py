@@ -404,6 +404,12 @@ class Tuner:
             if math.isfinite(estimate) and math.isfinite(verdict.measured_ms)
             else None
         )
+        if keep and holds is False:
+            why = (
+                f"{why}; the estimate ({estimate:.3g} ms) is off by more than max(35 %, 3 ms): it comes from the "
+                f"profiled baseline's breakdown of one part, the measurement from whole unprofiled steps"
+                + (" at another batch size" if "--batch-size" in candidate.options else "")
+            )
         entry = {
             "rule": candidate.rule,
             "label": candidate.label,

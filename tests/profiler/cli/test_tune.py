@@ -98,7 +98,7 @@ def test_a_fix_faster_beyond_the_noise_is_kept_and_the_next_is_tried_from_it(tmp
         )
 
     def fixes(argv):  # the input wait until the pipeline is fixed, then host overhead
-        return [_fix("host_bound", 8.0)] if "--parallel-calls" in argv else [_fix("input_wait", 38.0)]
+        return [_fix("host_bound", 3.0)] if "--parallel-calls" in argv else [_fix("input_wait", 38.0)]
 
     tuner = _tuner(tmp_path, FakeRuns(step_ms), fixes)
     document = tuner.run()
@@ -106,6 +106,10 @@ def test_a_fix_faster_beyond_the_noise_is_kept_and_the_next_is_tried_from_it(tmp
     first, second = document["trials"]
     assert (first["rule"], first["result"], first["kept"]) == ("input_wait", "faster", True)
     assert first["measured_ms"] == pytest.approx(40.0, abs=3) and first["estimate_holds"] is True
+    assert "the estimate" not in first["why"]
+    assert (
+        second["estimate_holds"] is False and "the estimate (3 ms) is off by more than max(35 %, 3 ms)" in second["why"]
+    )
     assert (second["rule"], second["kept"]) == ("host_bound", True)
     assert second["setting"]["options"] == {
         "--parallel-calls": "auto",
