@@ -172,15 +172,18 @@ def candidates(
 
 
 def _threads_left(facts: object) -> int | None:
-    """TensorFlow's threads for the cores other processes leave (None where the trace does not say)."""
+    """TensorFlow's threads for this worker's share of the cores, where the processes that took CPU
+    include other workers of the same job on this machine: their thread pools, each as large as the
+    machine, are what a thread count can stop competing. None otherwise (other programs' CPU is theirs:
+    stopping them is the advice) or where the trace does not say."""
     try:
         cores, others = float(getattr(facts, "cpu_cores")), float(getattr(facts, "other_cpu_pct"))
+        neighbours = int(getattr(facts, "job_workers_here") or 0)
     except (AttributeError, TypeError, ValueError):
         return None
-    if not (math.isfinite(cores) and math.isfinite(others)) or cores < 2:
+    if not (math.isfinite(cores) and math.isfinite(others)) or cores < 2 or neighbours < 1:
         return None
-    left = int(round(cores - others * cores / 100.0))
-    return max(1, min(int(cores) - 1, left))
+    return max(1, int(cores) // (neighbours + 1))
 
 
 def code_for(setting: Setting, pipeline: str | None) -> str:

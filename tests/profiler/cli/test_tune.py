@@ -259,20 +259,22 @@ def test_one_nan_loss_among_finite_trials_rejects_the_fix(tmp_path):
     assert trial["result"] == "faster" and not trial["kept"] and trial["loss"] is None
 
 
-def test_other_processes_cpu_gives_tensorflow_the_cores_they_leave(tmp_path):
-    runs = FakeRuns(lambda argv, env: 70.0 if env.get("TF_NUM_INTRAOP_THREADS") == "3" else 100.0)
-    facts = SimpleNamespace(cpu_cores=4.0, other_cpu_pct=25.0)
+def test_workers_of_one_job_on_one_machine_get_their_share_of_its_cores_as_threads(tmp_path):
+    runs = FakeRuns(lambda argv, env: 70.0 if env.get("TF_NUM_INTRAOP_THREADS") == "2" else 100.0)
+    facts = SimpleNamespace(cpu_cores=4.0, other_cpu_pct=50.0, job_workers_here=1)
     document = _tuner(tmp_path, runs, lambda argv: [_fix("cpu_contention", 25.0)], facts=facts).run()
     (trial,) = document["trials"]
-    assert trial["setting"]["env"] == {"TF_NUM_INTRAOP_THREADS": "3", "TF_NUM_INTEROP_THREADS": "1"}
+    assert trial["setting"]["env"] == {"TF_NUM_INTRAOP_THREADS": "2", "TF_NUM_INTEROP_THREADS": "1"}
     assert trial["kept"] and document["best"]["command"].startswith(
-        "TF_NUM_INTRAOP_THREADS=3 TF_NUM_INTEROP_THREADS=1 "
+        "TF_NUM_INTRAOP_THREADS=2 TF_NUM_INTEROP_THREADS=1 "
     )
-    # without the CPU's figures, the fix is advice
-    document = _tuner(
-        tmp_path / "no-facts", FakeRuns(lambda argv, env: 100.0), lambda argv: [_fix("cpu_contention", 25.0)]
-    ).run()
-    assert document["trials"] == [] and document["advice"][0]["rule"] == "cpu_contention"
+    # other programs' CPU, or no figures: the fix is to stop them, advice, and no trial is spent on it
+    for facts in (SimpleNamespace(cpu_cores=4.0, other_cpu_pct=50.0, job_workers_here=0), None):
+        runs = FakeRuns(lambda argv, env: 100.0)
+        document = _tuner(
+            tmp_path / str(id(facts)), runs, lambda argv: [_fix("cpu_contention", 25.0)], facts=facts
+        ).run()
+        assert document["trials"] == [] and document["advice"][0]["rule"] == "cpu_contention"
 
 
 def test_the_best_setting_as_the_code_of_ones_own_keras_program():
