@@ -141,10 +141,15 @@ def candidates(
             label = "the pipeline's stages in parallel, prefetched" if pipeline == "cnn" else "tf.data's AUTOTUNE"
             options.append(Candidate(rule, label, {"--parallel-calls": "auto", "--prefetch": "auto"}, {}, estimate))
         if rule in PER_CALL_RULES:
-            per_call = suggest_steps_per_execution(
-                mean.get("host_pct", math.nan), mean.get("compute_pct", math.nan), steps_per_call
+            # At most MAX_STEPS_PER_CALL, where the advice asks more: a trial still times calls past its warm-up,
+            # and 16 steps a call already take 15/16 of a once-a-call overhead away.
+            per_call = min(
+                MAX_STEPS_PER_CALL,
+                suggest_steps_per_execution(
+                    mean.get("host_pct", math.nan), mean.get("compute_pct", math.nan), steps_per_call
+                ),
             )
-            if steps_per_call < per_call <= MAX_STEPS_PER_CALL:
+            if steps_per_call < per_call:
                 options.append(
                     Candidate(
                         rule, f"{per_call} steps per call", {"--steps-per-execution": str(per_call)}, {}, estimate

@@ -363,3 +363,16 @@ def test_under_two_cpu_hogs_a_fix_that_changes_nothing_is_never_called_faster(tm
     assert "faster" not in results, results
     assert control["trials"][0]["result"] in ("faster", "not sure"), control["trials"][0]
     assert control["trials"][0]["result"] == "faster" or results.count("not sure") > 0
+
+
+@pytest.mark.parametrize("host_pct, compute_pct, expected", [(40.0, 60.0, "16"), (56.7, 43.2, "16"), (20.0, 80.0, "8")])
+def test_steps_per_call_are_the_advice_at_most_sixteen(host_pct, compute_pct, expected):
+    found, _ = tune.candidates(
+        {"fixes": [_fix("host_bound", 50.0)]},
+        {"host_pct": host_pct, "compute_pct": compute_pct},
+        1,
+        tune.Setting(),
+        set(),
+        "cnn",
+    )
+    assert found[0].options == {"--steps-per-execution": expected}
