@@ -135,7 +135,8 @@ def candidates(
     found: list[Candidate] = []
     advice: list[dict] = []
     for fix in verdict.get("fixes") or ():
-        rule, estimate = str(fix.get("rule")), float(fix.get("saving_ms") or math.nan)
+        # The analysis' saving is per call where a call runs several steps; a trial's step time is per step.
+        rule, estimate = str(fix.get("rule")), float(fix.get("saving_ms") or math.nan) / max(steps_per_call, 1)
         options: list[Candidate] = []
         if rule in PIPELINE_RULES and pipeline is not None and "--parallel-calls" not in setting.options:
             label = "the pipeline's stages in parallel, prefetched" if pipeline == "cnn" else "tf.data's AUTOTUNE"
@@ -349,7 +350,10 @@ class Tuner:
                 self.document["baseline"] = self.summary(setting, [profiled])
             analysis = self.analyze(profiled.run_dir)
             verdict, mean = getattr(analysis, "verdict", {}), getattr(analysis, "mean", {})
-            steps_per_call = int(setting.options.get("--steps-per-execution") or 1)
+            # The run's own (the user's --steps-per-execution too), as the analysis read it from the trace.
+            steps_per_call = _whole(getattr(analysis, "steps_per_call", None)) or int(
+                setting.options.get("--steps-per-execution") or 1
+            )
             found, advice = candidates(
                 verdict,
                 mean,
@@ -563,6 +567,13 @@ def render_html(document: dict, title: str) -> str:
         + "\n".join(body)
         + "\n</main></body></html>\n"
     )
+
+
+def _whole(value) -> int:
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        return 0
 
 
 def _max_batch(memory) -> float:

@@ -376,3 +376,8 @@ def test_steps_per_call_are_the_advice_at_most_sixteen(host_pct, compute_pct, ex
         "cnn",
     )
     assert found[0].options == {"--steps-per-execution": expected}
+
+
+def test_a_saving_the_analysis_gives_per_call_is_estimated_per_step():
+    found, _ = tune.candidates({"fixes": [_fix("below_roofline", 320.0)]}, {}, 16, tune.Setting(), set(), "cnn")
+    assert found[0].estimate_ms == 20.0
