@@ -387,8 +387,11 @@ class Tuner:
                 break
             setting, current = setting.with_fix(kept[0]), kept[1]
         self.document["status"] = "budget_spent" if self.left_s() <= 0 else "finished"
+        # Nothing kept: the best is the default, and its numbers are the baseline's (not the later trials' of the
+        # same setting, which would show a difference that is only the machine's drift).
+        kept_nothing = not setting.fixes and first_baseline is not None
         self.document["best"] = {
-            **self.summary(setting, current),
+            **(self.document["baseline"] if kept_nothing else self.summary(setting, current)),
             "command": self.command(setting),
             "code": code_for(setting, self.pipeline),
         }

@@ -381,3 +381,13 @@ def test_steps_per_call_are_the_advice_at_most_sixteen(host_pct, compute_pct, ex
 def test_a_saving_the_analysis_gives_per_call_is_estimated_per_step():
     found, _ = tune.candidates({"fixes": [_fix("below_roofline", 320.0)]}, {}, 16, tune.Setting(), set(), "cnn")
     assert found[0].estimate_ms == 20.0
+
+
+def test_where_nothing_is_kept_the_best_is_the_default_with_the_same_figures(tmp_path, capsys):
+    runs = FakeRuns(lambda argv, env: 100.0 * _batch(argv) / 32)  # XLA changes nothing, nor does the batch per image
+    document = _tuner(tmp_path, runs, lambda argv: [_fix("below_roofline", 20.0)], max_batch=64.0).run()
+    assert [trial["kept"] for trial in document["trials"]] == [False, False]
+    assert {key: document["best"][key] for key in document["baseline"]} == document["baseline"]
+    text = tune.render_text(document)
+    seconds = document["baseline"]["seconds_per_epoch"]
+    assert f"seconds per epoch: {seconds:.2f} at the default, {seconds:.2f} at the best setting" in text
