@@ -53,7 +53,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "precision, the pipeline's prefetch and parallel calls, XLA, oneDNN, TensorFlow's threads, a larger "
         "batch within the measured memory headroom) in short trials "
         "alternated with the baseline, keep those that are faster beyond the noise, and try again "
-        "from there until nothing saves more or the budget is spent. Writes tune.json and one run "
+        "from there until nothing saves more or the budget is spent. Writes tune.json, report.html and one run "
         "folder per trial under <out>/<run-name>/.",
         formatter_class=DefaultsHelpFormatter,
     )
