@@ -269,11 +269,9 @@ def test_workers_of_one_job_on_one_machine_get_their_share_of_its_cores_as_threa
         "TF_NUM_INTRAOP_THREADS=2 TF_NUM_INTEROP_THREADS=1 "
     )
     # other programs' CPU, or no figures: the fix is to stop them, advice, and no trial is spent on it
-    for facts in (SimpleNamespace(cpu_cores=4.0, other_cpu_pct=50.0, job_workers_here=0), None):
+    for index, others in enumerate((SimpleNamespace(cpu_cores=4.0, other_cpu_pct=50.0, job_workers_here=0), None)):
         runs = FakeRuns(lambda argv, env: 100.0)
-        document = _tuner(
-            tmp_path / str(id(facts)), runs, lambda argv: [_fix("cpu_contention", 25.0)], facts=facts
-        ).run()
+        document = _tuner(tmp_path / str(index), runs, lambda argv: [_fix("cpu_contention", 25.0)], facts=others).run()
         assert document["trials"] == [] and document["advice"][0]["rule"] == "cpu_contention"
 
 
