@@ -26,11 +26,12 @@ from analysis.comparison.errors import CompareError, UnusableRun
 from analysis.comparison.explain import LABELS, advice, explain, per_image_gaps
 from analysis.comparison.gate import slower_than_baseline
 from analysis.comparison.op_diff import op_diff_runs
-from analysis.comparison.reading import RunRead, is_tune, read_external, read_run, read_tune, validate_external
+from analysis.comparison.reading import RunRead, read_external, read_run, read_tune, validate_external
 from analysis.comparison.rows import COMPONENTS, external_rows, run_row, steady_components, steady_epochs
 from analysis.comparison.table import compare, flags_for, pick_baseline, speedups, warnings
 from analysis.pipeline import analyze
 from analysis.read import run_files
+from analysis.read.tune_files import is_tune
 from analysis.render import Rendered
 from analysis.rules.advice_loop import suggest_steps_per_execution
 from analysis.worker import analyze_inputs, checked_path

@@ -139,10 +139,6 @@ def validate_external(frame: pd.DataFrame, source: str = "external CSV") -> pd.D
     return out
 
 
-def is_tune(path: Path) -> bool:
-    return tune_files.is_tune(path)
-
-
 def read_tune(path: str | Path) -> pd.DataFrame:
     """A `devprof tune` folder as two timings: seconds per epoch at the default setting and at the best
     one, on the device its trials ran on, the best's note saying what made the difference."""

@@ -86,14 +86,15 @@ class Measured:
 
 
 def measured(run_dir: Path) -> Measured:
-    """A finished trial's numbers, from its steps.csv and run.json."""
-    import pandas as pd
+    """A finished trial's numbers, from its steps.csv and run.json as the analysis reads them (a row cut
+    short or written twice by a trial that was stopped is left out the same way); raises RunFileError."""
+    from analysis.read import run_csvs, run_files
 
-    steps = pd.read_csv(run_dir / "steps.csv")
+    steps = run_csvs.read_steps_csv(run_dir / run_files.STEPS_CSV)
     steady = steps.iloc[WARMUP_CALLS:] if len(steps) > WARMUP_CALLS else steps
     per_step = steady["step_ms"] / steady["steps"].clip(lower=1)
     seconds = float(steady["step_ms"].sum()) / 1000.0
-    record = json.loads((run_dir / "run.json").read_text())
+    record = run_files.read_run_json(run_dir / run_files.RUN_JSON)
     epochs = record.get("epochs") or [{}]
     loss = epochs[-1].get("loss")
     return Measured(
@@ -305,7 +306,12 @@ class Tuner:
         run_dir = self.tune_dir / name
         if code != 0 or not (run_dir / "steps.csv").is_file():
             return None
-        return measured(run_dir)
+        from analysis.read.run_files import RunFileError
+
+        try:
+            return measured(run_dir)
+        except RunFileError:
+            return None
 
     def compare(self, base: Setting, candidate: Candidate) -> tuple[list[Measured], list[Measured], bool]:
         """Alternated trials of the baseline and the candidate: PAIRS each, more where not sure and the
