@@ -216,13 +216,13 @@ INTEROP_VAR = "TF_NUM_INTEROP_THREADS"
 def cpu_inter_op_threads(environ=None, sockets: int | None = None) -> int | None:
     """How many ops a CPU run executes at once: one per CPU socket, each op on all of its cores
     (oneDNN's and Eigen's kernels split every op across the cores themselves). None where the user
-    set `TF_NUM_INTEROP_THREADS`.
+    set `TF_NUM_INTEROP_THREADS` or asked for TensorFlow's defaults.
 
     TensorFlow's default runs as many ops at once as there are cores, so on a small machine two
     convolution gradients share the cores and each other's caches: the seed CNN's training step
     was 1.5-2 % slower so on a 2-core EPYC, in every one of 3 alternated pairs of runs."""
     environ = os.environ if environ is None else environ
-    if environ.get(INTEROP_VAR):
+    if environ.get(INTEROP_VAR) or environ.get(TENSORFLOW_DEFAULTS_VAR) == "1":
         return None
     return sockets or cpu_sockets()
 
@@ -497,6 +497,15 @@ ONEDNN_VAR = "TF_ENABLE_ONEDNN_OPTS"
 _ONEDNN_BY_DEVPROF_VAR = "DEVPROF_SET_ONEDNN_OPTS"  # so that a run's workers know who set it
 
 
+# `devprof run --tensorflow-defaults`, for this process and the workers it starts: neither of the two
+# choices below is made, so the run trains as the same program does outside devprof.
+TENSORFLOW_DEFAULTS_VAR = "DEVPROF_TENSORFLOW_DEFAULTS"
+
+
+def keep_tensorflow_defaults(environ=None) -> None:
+    (os.environ if environ is None else environ)[TENSORFLOW_DEFAULTS_VAR] = "1"
+
+
 def prefer_onednn(environ=None) -> None:
     """Turn TensorFlow's oneDNN CPU kernels on unless the user chose (call before TensorFlow is
     imported; worker processes inherit it).
@@ -507,7 +516,11 @@ def prefer_onednn(environ=None) -> None:
     near the device's limit a job runs should run the kernels that reach it.
     `TF_ENABLE_ONEDNN_OPTS=0` keeps Eigen's."""
     environ = os.environ if environ is None else environ
-    if ONEDNN_VAR in environ or platform.machine().lower() not in ("x86_64", "amd64"):
+    if (
+        ONEDNN_VAR in environ
+        or environ.get(TENSORFLOW_DEFAULTS_VAR) == "1"
+        or platform.machine().lower() not in ("x86_64", "amd64")
+    ):
         return
     environ[ONEDNN_VAR] = "1"
     environ[_ONEDNN_BY_DEVPROF_VAR] = "1"

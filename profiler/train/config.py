@@ -110,6 +110,7 @@ class RunConfig:
     dataset: str | None = None  # --dataset MODULE:FUNCTION: the user's (x, y) batches
     loss: str | None = None  # --loss NAME: a Keras loss for --model
     onednn_kernels: bool = False  # --onednn-kernels: keep oneDNN's execution lines in onednn_verbose.log
+    tensorflow_defaults: bool = False  # --tensorflow-defaults: TensorFlow's own CPU kernels and threads
 
     @property
     def num_workers(self) -> int:

@@ -249,7 +249,9 @@ def test_capture_takes_every_worker_into_one_session(tmp_path):
     port = cluster_mod.free_ports(1)[0]
     while any(_busy(p) for p in (port, port + 1)):
         port = cluster_mod.free_ports(1)[0]
-    proc = long_job(tmp_path, "captured", "--profiler-port", str(port))
+    # Epochs to spare: on a loaded machine the two captures' own starts take tens of seconds, and a job
+    # that ended under them would close the profiler servers mid-capture. It is stopped below.
+    proc = long_job(tmp_path, "captured", "--profiler-port", str(port), "--epochs", "1000")
     try:
         wait_for_steps(tmp_path / "captured" / "worker-1" / "steps.csv", 3, proc)
         targets = f"grpc://127.0.0.1:{port},grpc://127.0.0.1:{port + 1}"

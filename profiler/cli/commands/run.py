@@ -138,6 +138,13 @@ GROUPS: tuple[tuple[str, tuple[Option, ...]], ...] = (
                 help="compute dtype policy",
             ),
             option("--jit-compile", action="store_true", help="compile the step with XLA"),
+            option(
+                "--tensorflow-defaults",
+                action="store_true",
+                help="CPU: keep TensorFlow's own kernels and threads (oneDNN only where TensorFlow turns it on, "
+                "as many ops at once as cores), as a program runs outside devprof; by default devprof turns "
+                "oneDNN on and runs one op at a time per CPU socket",
+            ),
             option("--steps-per-execution", type=int, default=1, help="training steps inside one tf.function call"),
             option("--seed", type=int, default=0, help="random seed of the model, data and shuffling"),
             option(
@@ -334,6 +341,7 @@ def build_config(args: argparse.Namespace, cluster=None):
         dataset=args.dataset,
         loss=args.loss,
         onednn_kernels=args.onednn_kernels,
+        tensorflow_defaults=args.tensorflow_defaults,
     )
 
 
@@ -350,6 +358,8 @@ def handle(args: argparse.Namespace) -> int:
             f"--sample-interval {args.sample_interval:g} sets how often the samplers sample and --no-sample "
             "runs none: leave one of them out"
         )
+    if args.tensorflow_defaults:
+        devices.keep_tensorflow_defaults()  # inherited by the workers
     devices.prefer_onednn()  # before TensorFlow is imported, here or in the workers
     if args.onednn_kernels:
         from profiler.train import onednn_verbose

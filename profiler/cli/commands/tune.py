@@ -49,7 +49,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     parser = sub.add_parser(
         "tune",
         help="try the analysis' fixes in short alternated trials and keep what helps",
-        description="Run a short profiled baseline, then try each fix the analysis ranks (steps per call, "
+        description="Start from TensorFlow's own setting (--tensorflow-defaults: as your program runs outside "
+        "devprof), run a short profiled baseline, then try each fix the analysis ranks (steps per call, "
         "precision, the pipeline's prefetch and parallel calls, XLA, oneDNN, TensorFlow's threads, a larger "
         "batch within the measured memory headroom) in short trials "
         "alternated with the baseline, keep those that are faster beyond the noise, and try again "

@@ -112,6 +112,7 @@ def test_a_fix_faster_beyond_the_noise_is_kept_and_the_next_is_tried_from_it(tmp
     )
     assert (second["rule"], second["kept"]) == ("host_bound", True)
     assert second["setting"]["options"] == {
+        "--tensorflow-defaults": None,
         "--parallel-calls": "auto",
         "--prefetch": "auto",
         "--steps-per-execution": "16",
@@ -127,7 +128,7 @@ def test_a_fix_that_changes_nothing_is_not_sure_and_not_kept(tmp_path):
     document = _tuner(tmp_path, runs, lambda argv: [_fix("below_roofline", 20.0)]).run()
     (trial,) = document["trials"]
     assert trial["result"] == "not sure" and not trial["kept"] and trial["estimate_holds"] is False
-    assert document["best"]["setting"]["options"] == {}
+    assert document["best"]["setting"]["options"] == {"--tensorflow-defaults": None}
     assert len(runs.calls) == 1 + 2 * tune.MAX_PAIRS  # not sure after 3 pairs: more trials, then it stops
 
 
@@ -174,14 +175,19 @@ def test_the_best_command_is_the_users_own_options_and_the_kept_fixes(tmp_path, 
     )
     assert cli_main(["tune", "--out", str(tmp_path), "--run-name", "t", "--batch-size", "64", "--seed", "3"]) == 0
     document = json.loads((tmp_path / "t" / "tune.json").read_text())
-    assert document["best"]["command"] == "devprof run --batch-size 64 --seed 3 --jit-compile"
+    # TensorFlow's own setting is where tune starts, and the command reproduces what was measured
+    assert document["best"]["command"] == "devprof run --batch-size 64 --seed 3 --tensorflow-defaults --jit-compile"
     first = runs.calls[0][0]
-    assert first[:4] == ["--batch-size", "64", "--seed", "3"] and "--epochs" in first and "--no-profile" not in first
+    assert (
+        first[:5] == ["--batch-size", "64", "--seed", "3", "--tensorflow-defaults"]
+        and "--epochs" in first
+        and "--no-profile" not in first
+    )
     assert "--no-profile" in runs.calls[1][0]  # the trials are not profiled; the baseline analysed is
     out = capsys.readouterr().out
     assert (
         "| below_roofline | --jit-compile |" in out
-        and "best: devprof run --batch-size 64 --seed 3 --jit-compile" in out
+        and "best: devprof run --batch-size 64 --seed 3 --tensorflow-defaults --jit-compile" in out
     )
 
 
@@ -222,7 +228,8 @@ def test_a_larger_batch_within_the_measured_headroom_is_compared_per_image_and_i
     compared = [argv for argv, _ in runs.calls if argv[argv.index("--run-name") + 1] in batch["trials"]]
     assert len(compared) == len(batch["trials"]) >= 2 * tune.PAIRS
     assert {argv[argv.index("--limit-images") + 1] for argv in compared} == {str(64 * tune.TRIAL_STEPS)}
-    assert document["best"]["command"] == "devprof run --batch-size 64"  # the user's 32 replaced, not repeated
+    # the user's 32 replaced, not repeated
+    assert document["best"]["command"] == "devprof run --tensorflow-defaults --batch-size 64"
     assert "dataset.batch(64)" in document["best"]["code"]
 
 
@@ -366,6 +373,63 @@ def test_under_two_cpu_hogs_a_fix_that_changes_nothing_is_never_called_faster(tm
     assert control["trials"][0]["result"] == "faster" or results.count("not sure") > 0
 
 
+TINY_MODEL = """
+import keras
+
+
+def build():
+    return keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(), keras.layers.Dense(10)])
+"""
+
+
+@pytest.mark.slow  # real `devprof run` trials beside two CPU hogs: a minute or two
+def test_under_two_cpu_hogs_real_trials_of_a_setting_that_changes_nothing_are_not_called_faster(tmp_path, monkeypatch):
+    """The whole loop on real trials: `devprof run` processes of a small model, the analysis ranking
+    oneDNN, whose setting (`TF_ENABLE_ONEDNN_OPTS=1`) this user has already set, so both sides run the
+    same kernels and only the noise of a loaded machine tells them apart."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "1")
+
+    module = tmp_path / "tiny.py"
+    module.write_text(TINY_MODEL)
+
+    def analyze(run_dir):
+        return SimpleNamespace(verdict={"fixes": [_fix("cpu_without_onednn", 5.0)]}, mean={}, memory=None)
+
+    tuner = tune.Tuner(
+        tmp_path / "tune",
+        ["--model", f"{module}:build", "--data", "synthetic", "--batch-size", "16"],
+        3600.0,
+        batch_size=16,
+        epoch_images=50_000,
+        pipeline=None,
+        analyze=analyze,
+        say=lambda line: None,
+    )
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        document = tuner.run()
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert document["status"] == "finished" and len(document["trials"]) == 1, document
+    trial = document["trials"][0]
+    assert trial["label"] == "oneDNN on" and len(trial["trials"]) >= 2 * tune.PAIRS, trial
+    # The premise: both sides ran oneDNN's kernels.
+    kernels = {
+        name: json.loads((tmp_path / "tune" / name / "run.json").read_text())["device"]["onednn_opts"]
+        for name in trial["trials"]
+    }
+    assert set(kernels.values()) == {"1"}, kernels
+    assert trial["result"] != "faster", trial
+    assert trial["kept"] is False and document["best"]["setting"]["env"] == {}
+    assert all(json.loads((tmp_path / "tune" / name / "run.json").read_text())["config"]["tensorflow_defaults"]
+               for name in trial["trials"])  # fmt: skip
+
+
 @pytest.mark.parametrize("host_pct, compute_pct, expected", [(40.0, 60.0, "16"), (56.7, 43.2, "16"), (20.0, 80.0, "8")])
 def test_steps_per_call_are_the_advice_at_most_sixteen(host_pct, compute_pct, expected):
     found, _ = tune.candidates(
@@ -391,4 +455,6 @@ def test_where_nothing_is_kept_the_best_is_the_default_with_the_same_figures(tmp
     assert {key: document["best"][key] for key in document["baseline"]} == document["baseline"]
     text = tune.render_text(document)
     seconds = document["baseline"]["seconds_per_epoch"]
-    assert f"seconds per epoch: {seconds:.2f} at the default, {seconds:.2f} at the best setting" in text
+    assert (
+        f"seconds per epoch: {seconds:.2f} at the default (TensorFlow's own setting), {seconds:.2f} at the best" in text
+    )

@@ -31,6 +31,16 @@ def test_onednn_is_turned_on_only_where_the_user_did_not_choose():
     assert devices.onednn_state(chosen) == {"onednn_opts": "0", "onednn_set_by": "user"}
 
 
+def test_tensorflow_defaults_leave_both_cpu_choices_to_tensorflow():
+    environ: dict[str, str] = {}
+    devices.keep_tensorflow_defaults(environ)
+    devices.prefer_onednn(environ)
+    assert devices.ONEDNN_VAR not in environ
+    assert devices.onednn_state(environ) == {"onednn_opts": None, "onednn_set_by": None}
+    assert devices.cpu_inter_op_threads(environ, sockets=2) is None
+    assert devices.cpu_inter_op_threads({}, sockets=2) == 2  # the control: devprof's choice without it
+
+
 def _ops(types_ms: dict[str, float]) -> pd.DataFrame:
     return pd.DataFrame(
         {
