@@ -160,6 +160,14 @@ def read_tune(path: str | Path) -> pd.DataFrame:
         )
         or "nothing measured faster than the default"
     )
+    start = (baseline.get("setting") or {}).get("options") or {}
+    notes = {
+        # tunes start from TensorFlow's own setting (older ones from devprof run's)
+        "default": "TensorFlow's own setting, as the program runs outside devprof"
+        if isinstance(start, dict) and "--tensorflow-defaults" in start
+        else "",
+        "best": f"tune {path.name}, best against default: {difference}; {best.get('command', '')}",
+    }
     rows = []
     for which, summary in (("default", baseline), ("best", best)):
         rows.append(
@@ -167,9 +175,7 @@ def read_tune(path: str | Path) -> pd.DataFrame:
                 "run": f"{path.name} ({which})",
                 "device": device,
                 "seconds_per_epoch": _number(summary.get("seconds_per_epoch")),
-                "notes": f"tune {path.name}, best against default: {difference}; {best.get('command', '')}"
-                if which == "best"
-                else "",
+                "notes": notes[which],
             }
         )
     frame = pd.DataFrame(rows)

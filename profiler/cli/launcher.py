@@ -435,13 +435,21 @@ class _Job:
 
     def _record_worker(self, worker: Worker, why: str | None) -> None:
         """A worker that could not say how it ended (killed by a signal) gets its run.json from here;
-        a worker stopped because another failed says so."""
+        a worker stopped because another failed says so; one whose collective failed as its peers
+        stopped on Ctrl-C or SIGTERM is interrupted, as they are."""
         path = self.job_dir / worker.name / run_files.RUN_JSON
         meta = _read_worker(self.job_dir, worker)
         if meta is None:
             return  # it never got as far as its run directory: the job's run.json and its log say why
         changed = False
         code = worker.returncode
+        stopped_by = self._failed_after_the_stop(worker, meta)
+        if stopped_by is not None:
+            # Its peers stopped first, and its collective failed before its own handler ran: the stop's doing.
+            meta["stop_note"] = f"its collective failed as its peers stopped: {meta.get('error')}"
+            meta.update(status="interrupted", interrupted_by=stopped_by, error=None)
+            meta.pop("traceback", None)
+            changed = True
         if meta.get("status") == "running" and code is not None and code != 0:
             if worker.killed:
                 meta.update(status="interrupted", interrupted_by="SIGKILL")
@@ -462,6 +470,19 @@ class _Job:
         if changed:
             with contextlib.suppress(OSError):
                 rundir.write_json_atomic(path, meta)
+
+    def _failed_after_the_stop(self, worker: Worker, meta: dict) -> str | None:
+        """The signal's name where a worker says itself it failed, having ended after the launcher passed
+        on Ctrl-C or SIGTERM (and no worker's failure had stopped the job first)."""
+        after_the_stop = (
+            self.failed is None
+            and meta.get("status") == "failed"
+            and not worker.killed
+            and self.stop_sent_at is not None
+            and worker.ended_at is not None
+            and worker.ended_at >= self.stop_sent_at
+        )
+        return signal.Signals(self.stop_signal).name if after_the_stop and self.stop_signal is not None else None
 
     def _relay_warnings(self) -> None:
         """Each distinct `warning:` a worker printed, once, naming the first worker that printed it."""

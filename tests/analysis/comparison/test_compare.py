@@ -397,12 +397,16 @@ def test_compare_takes_one_run_path_as_one_run_not_as_its_letters(tmp_path):
         assert list(analysis.compare(given).table["run"]) == ["run"]
 
 
-def _tune_folder(folder: Path, device: str, default_s: float, best_s: float, kept: list[dict]) -> Path:
-    """A `devprof tune` folder as the command leaves it: tune.json and its trials' run folders."""
+def _tune_folder(
+    folder: Path, device: str, default_s: float, best_s: float, kept: list[dict], start: dict | None = None
+) -> Path:
+    """A `devprof tune` folder as the command leaves it: tune.json and its trials' run folders. `start`:
+    the options it started from (a tune's own; {}: one from before tunes started at TensorFlow's)."""
     trial = folder / "01-baseline-profile"
     trial.mkdir(parents=True)
     (trial / "run.json").write_text(json.dumps({"status": "complete", "device": {"name": device, "kind": "cpu"}}))
-    summary = {"setting": {"fixes": [], "options": {}, "env": {}}, "step_ms": 100.0, "images_per_second": 320.0}
+    options = {"--tensorflow-defaults": None} if start is None else start
+    summary = {"setting": {"fixes": [], "options": options, "env": {}}, "step_ms": 100.0, "images_per_second": 320.0}
     document = {
         "schema": "devprof.tune/1",
         "status": "finished",
@@ -419,7 +423,7 @@ def test_tunes_are_compared_at_their_default_and_best_setting_with_what_made_the
 
     xla = {"rule": "below_roofline", "label": "XLA compilation", "kept": True, "measured_ms": 39.6}
     laptop = _tune_folder(tmp_path / "laptop", "i5-8250U", 156.0, 93.9, [xla])
-    desktop = _tune_folder(tmp_path / "desktop", "i7-9700K", 36.0, 36.0, [])
+    desktop = _tune_folder(tmp_path / "desktop", "i7-9700K", 36.0, 36.0, [], start={})
     table = compare.compare_runs([laptop, desktop])
     assert list(table["run"]) == ["laptop (default)", "laptop (best)", "desktop (default)", "desktop (best)"]
     assert list(table["device"]) == ["i5-8250U", "i5-8250U", "i7-9700K", "i7-9700K"]
@@ -429,7 +433,8 @@ def test_tunes_are_compared_at_their_default_and_best_setting_with_what_made_the
         "tune laptop, best against default: XLA compilation (below_roofline): 39.6 ms a step saved; "
         "devprof run --jit-compile"
     )
-    assert "nothing measured faster than the default" in notes[3] and notes[0] == notes[2] == ""
+    assert "nothing measured faster than the default" in notes[3]
+    assert notes[0] == "TensorFlow's own setting, as the program runs outside devprof" and notes[2] == ""
     assert cli_main(["compare", str(laptop), str(desktop)]) == 0
     out = capsys.readouterr().out
     assert "laptop (best)" in out and "i7-9700K" in out and "(external)" not in out

@@ -138,3 +138,34 @@ def test_a_signal_to_the_launcher_stops_every_worker(tmp_path, signum, code, nam
     assert f"stopping on {int(signum)}" in (job / "worker-1.log").read_text()
     polite = json.loads((job / "worker-1" / "run.json").read_text())
     assert polite["stopped_by_launcher"] == f"the launcher got {name}"
+
+
+def _job_with_a_worker_that_said(tmp_path: Path, status: str, ended_after_the_stop: bool):
+    """The launcher's bookkeeping after Ctrl-C: worker-1 ended (before or after the stop was passed on)
+    with its own run.json saying `status`."""
+    from types import SimpleNamespace
+
+    from profiler.cli import launcher
+    from profiler.record.console import Console
+
+    own = {"status": status, "error": "UnavailableError: Collective ops is aborted by: peer gone", "traceback": "..."}
+    (tmp_path / "worker-1").mkdir(parents=True)
+    (tmp_path / "worker-1" / "run.json").write_text(json.dumps(own))
+    job = launcher._Job(SimpleNamespace(workers=2, epochs=1), tmp_path, "id", [1, 2], None, [], Console(quiet=True))
+    worker = launcher.Worker(1, subprocess.Popen([sys.executable, "-c", "pass"]), tmp_path / "worker-1.log")
+    worker.process.wait()
+    job.stop_signal, job.stop_sent_at = signal.SIGINT, 100.0
+    worker.returncode, worker.ended_at, worker.signalled = 1, 100.5 if ended_after_the_stop else 99.0, ["SIGINT"]
+    job._record_worker(worker, None)
+    return json.loads((tmp_path / "worker-1" / "run.json").read_text())
+
+
+@pytest.mark.slow  # starts a process (the stand-in worker's)
+def test_a_worker_whose_collective_failed_as_its_peers_stopped_is_interrupted_as_they_are(tmp_path):
+    meta = _job_with_a_worker_that_said(tmp_path / "after", "failed", ended_after_the_stop=True)
+    assert meta["status"] == "interrupted" and meta["interrupted_by"] == "SIGINT" and meta["error"] is None
+    assert meta["stop_note"].startswith("its collective failed as its peers stopped: UnavailableError")
+    assert "traceback" not in meta
+    # a worker that failed before the stop was passed on failed on its own, and says so
+    before = _job_with_a_worker_that_said(tmp_path / "before", "failed", ended_after_the_stop=False)
+    assert before["status"] == "failed" and before["error"].startswith("UnavailableError")
