@@ -36,6 +36,7 @@ setattr(subprocess.Popen, "__init__", _guarded_popen_init)  # a method replaced 
 
 
 _own_cache_dir: list = []  # the cache folder this session made, removed when it ends
+_OWN_CACHE_ENV = "DEVPROF_TEST_OWN_CACHE"  # DEVPROF_CACHE_DIR is the tests' own, not the developer's
 
 
 def pytest_unconfigure(config):
@@ -50,10 +51,12 @@ def pytest_configure(config):
     import tempfile
 
     # Runs carry the device's cached peak: the tests' runs see only peaks the tests measure, never the
-    # developer's own cache (a peak there would change what their analyses say).
-    if "DEVPROF_CACHE_DIR" not in os.environ:
+    # developer's own cache (a peak there would change what their analyses say). Each of pytest-xdist's
+    # workers (`-n 2`) gets its own, so that what one's tests measure never reaches the other's.
+    if "DEVPROF_CACHE_DIR" not in os.environ or os.environ.get(_OWN_CACHE_ENV) and hasattr(config, "workerinput"):
         _own_cache_dir.append(tempfile.mkdtemp(prefix="devprof-test-cache-"))
         os.environ["DEVPROF_CACHE_DIR"] = _own_cache_dir[0]
+        os.environ[_OWN_CACHE_ENV] = "1"
     config.addinivalue_line("markers", "slow: trains, imports TensorFlow or starts a subprocess")
     config.addinivalue_line("markers", "tool: runs a linter as a subprocess (a fraction of a second: stays fast)")
 
