@@ -5,6 +5,7 @@ times the test chooses; the real command is run once on the CNN in the slow tier
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import time
@@ -441,6 +442,42 @@ def test_steps_per_call_are_the_advice_at_most_sixteen(host_pct, compute_pct, ex
         "cnn",
     )
     assert found[0].options == {"--steps-per-execution": expected}
+
+
+def _cpu_facts(bfloat16_flops: float):
+    """A compute-bound float32 CPU run, 100 ms a step, 80 % of it matrix ops, with measured ceilings."""
+    from views import facts_from_mean
+
+    return dataclasses.replace(
+        facts_from_mean({}),
+        device="cpu",
+        precision="float32",
+        step_ms=100.0,
+        compute_pct=95.0,
+        matrix_pct=80.0,
+        matrix_ceilings=(("float32", 240e9), ("bfloat16", bfloat16_flops)),
+    )
+
+
+def test_a_compute_bound_float32_run_tries_bfloat16_where_its_measured_ceiling_is_higher_first_if_it_saves_most():
+    from analysis.rules import savings
+
+    facts = _cpu_facts(480e9)  # twice float32's: the matrix ops' 80 ms in half the time, 40 ms saved
+    found, _ = tune.candidates({"fixes": [_fix("below_roofline", 14.0)]}, {}, 1, tune.start_setting(), set(), "cnn",
+                               facts=facts)  # fmt: skip
+    assert [each.label for each in found] == ["bfloat16 precision", "XLA compilation"]
+    assert found[0].options == {"--precision": "mixed_bfloat16"} and found[0].changes_training
+    assert found[0].estimate_ms == pytest.approx(savings.precision_saving(facts).ms(facts)) == pytest.approx(40.0)
+    # measured slower (a CPU without bfloat16 units emulates it): not tried
+    slower, _ = tune.candidates({"fixes": [_fix("below_roofline", 14.0)]}, {}, 1, tune.start_setting(), set(), "cnn",
+                                facts=_cpu_facts(60e9))  # fmt: skip
+    assert [each.label for each in slower] == ["XLA compilation"]
+    # the same setting under two rules' names is tried once
+    both, _ = tune.candidates(
+        {"fixes": [_fix("below_roofline", 14.0), _fix("fp32_on_matrix_units", 30.0)]}, {}, 1, tune.start_setting(),
+        set(), "cnn", facts=facts,
+    )  # fmt: skip
+    assert [each.label for each in both].count("bfloat16 precision") == 1
 
 
 def test_a_saving_the_analysis_gives_per_call_is_estimated_per_step():
