@@ -338,7 +338,9 @@ class Tuner:
             "--run-name",
             name,
             "--quiet",
-            *([] if profile else ["--no-profile", "--no-sample"]),
+            # The profiled baseline carries the device's measured peak (measured once, then cached): the
+            # ceilings a precision change is estimated from.
+            *(["--measure-peak"] if profile else ["--no-profile", "--no-sample"]),
         ]
         self.say(f"trial {self.count}: {kind} ({max(0.0, self.left_s()) / 60:.1f} min of the budget left)")
         code = self.runner(argv, setting.env)

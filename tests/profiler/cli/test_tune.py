@@ -185,6 +185,7 @@ def test_the_best_command_is_the_users_own_options_and_the_kept_fixes(tmp_path, 
         and "--no-profile" not in first
     )
     assert "--no-profile" in runs.calls[1][0]  # the trials are not profiled; the baseline analysed is
+    assert "--measure-peak" in first and "--measure-peak" not in runs.calls[1][0]  # with the ceilings
     out = capsys.readouterr().out
     assert (
         "| below_roofline | --jit-compile |" in out
