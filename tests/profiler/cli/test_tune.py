@@ -124,6 +124,28 @@ def test_a_fix_faster_beyond_the_noise_is_kept_and_the_next_is_tried_from_it(tmp
     assert "--parallel-calls auto --prefetch auto --steps-per-execution 16" in document["best"]["command"]
 
 
+def test_the_default_and_the_best_are_timed_side_by_side_at_the_end_so_a_drifting_machine_does_not_skew_them(
+    tmp_path,
+):
+    calls = [0]
+
+    def drifting(argv, env):  # XLA halves the step; every trial runs 3 % slower than the one before
+        calls[0] += 1
+        return (50.0 if "--jit-compile" in argv else 100.0) * (1 + 0.03 * calls[0])
+
+    runs = FakeRuns(drifting)
+    document = _tuner(tmp_path, runs, lambda argv: [_fix("below_roofline", 50.0)]).run()
+    (xla,) = document["trials"]
+    assert xla["kept"]
+    side = document["best_against_default"]
+    assert side["result"] == "faster" and len(side["trials"]) >= 2 * tune.PAIRS
+    assert all(name.endswith(("-baseline", "-best")) for name in side["trials"])
+    # from the same minutes: twice as fast, as XLA makes it here (the first baseline's trials against the last
+    # ones of the best would say about 1.6x)
+    assert document["baseline"]["step_ms"] / document["best"]["step_ms"] == pytest.approx(2.0, rel=0.05)
+    assert "the best against the default, side by side: faster" in tune.render_text(document)
+
+
 def test_a_fix_that_changes_nothing_is_not_sure_and_not_kept(tmp_path):
     runs = FakeRuns(lambda argv, env: 100.0)
     document = _tuner(tmp_path, runs, lambda argv: [_fix("below_roofline", 20.0)]).run()
