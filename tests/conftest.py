@@ -59,6 +59,11 @@ def pytest_configure(config):
         os.environ[_OWN_CACHE_ENV] = "1"
     config.addinivalue_line("markers", "slow: trains, imports TensorFlow or starts a subprocess")
     config.addinivalue_line("markers", "tool: runs a linter as a subprocess (a fraction of a second: stays fast)")
+    config.addinivalue_line(
+        "markers",
+        "hogs: keeps the CPU busy on purpose (busy-loop processes): run in a pass of their own, after the others, "
+        "so that no other test is timed beside them",
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)

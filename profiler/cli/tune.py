@@ -295,11 +295,14 @@ class Tuner:
         analyze: Callable[[Path], object] | None = None,
         clock: Callable[[], float] = time.monotonic,
         say: Callable[[str], None] = print,
+        measure_peak: bool = True,
+        max_pairs: int = MAX_PAIRS,
     ):
         self.tune_dir, self.user_argv, self.budget_s = tune_dir, list(user_argv), budget_s
         self.batch_size, self.epoch_images, self.pipeline = batch_size, epoch_images, pipeline
         self.runner, self.clock, self.say = runner or run_in_process, clock, say
         self.analyze = analyze or _analyze
+        self.measure_peak, self.max_pairs = measure_peak, max_pairs
         self.started = clock()
         self.count = 0
         self.document: dict = {
@@ -341,7 +344,7 @@ class Tuner:
             "--quiet",
             # The profiled baseline carries the device's measured peak (measured once, then cached): the
             # ceilings a precision change is estimated from.
-            *(["--measure-peak"] if profile else ["--no-profile", "--no-sample"]),
+            *((["--measure-peak"] if self.measure_peak else []) if profile else ["--no-profile", "--no-sample"]),
         ]
         self.say(f"trial {self.count}: {kind} ({max(0.0, self.left_s()) / 60:.1f} min of the budget left)")
         code = self.runner(argv, setting.env)
@@ -362,7 +365,7 @@ class Tuner:
         # Both sides train on the same images, so that a larger batch's loss is compared after as many.
         images = TRIAL_STEPS * max(self.batch_of(base), self.batch_of(tried))
         sides: tuple[list[Measured], list[Measured]] = ([], [])
-        for pair in range(MAX_PAIRS):
+        for pair in range(self.max_pairs):
             if pair >= PAIRS:
                 verdict = self.verdict(base, tried, sides[0], sides[1])
                 if verdict.result != trial_rules.NOT_SURE:

@@ -363,6 +363,7 @@ def test_per_epoch_windows():
 
 
 @pytest.mark.slow
+@pytest.mark.hogs
 def test_first_row_covers_a_whole_interval(tmp_path):
     # CPU % is measured since the previous reading; a first row taken right after priming
     # would cover no time and read 0 on a busy machine.
