@@ -9,8 +9,8 @@ only where the candidate's trials are faster than the baseline's by rank and by 
 (`analysis.rules.trials`), and, where it changes training (precision, batch size), where its loss after
 the same images is neither NaN nor more than 10 % above the baseline's.
 
-The first baseline is TensorFlow's own setting (`--tensorflow-defaults`): the one a program gets outside
-devprof, which on a CPU TensorFlow leaves without oneDNN's kernels is not devprof's own default.
+The first baseline is TensorFlow's own setting (`--tensorflow-defaults`), the one a program gets outside
+devprof: where TensorFlow leaves a CPU without oneDNN, devprof's own default would hide that fix.
 """
 
 from __future__ import annotations
@@ -206,8 +206,8 @@ def candidates(
 
 
 def _reduced_precision(facts: object) -> tuple[str, float]:
-    """The mixed-precision policy a float32 run would move to, and the saving per call the analysis
-    estimates for it from the measured ceilings (NaN where it cannot: no facts, no measured ceilings)."""
+    """The mixed-precision policy a float32 run would move to, and the saving per call (the analysis'
+    step) it estimates for it from the measured ceilings (NaN where it cannot: no facts, no ceilings)."""
     from analysis.rules import savings
     from analysis.rules.facts import Facts
 
