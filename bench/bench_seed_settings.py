@@ -36,6 +36,10 @@ SETTINGS: dict[str, tuple[str, dict[str, str | None], dict[str, str], bool]] = {
 DEFAULT_SETTINGS = [name for name in SETTINGS if name != "bfloat16"]
 
 
+def ms(value) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=100)
@@ -67,9 +71,6 @@ def main(argv: list[str] | None = None) -> int:
             candidate = tune.Candidate(name, label, options, env, math.nan, changes_training)
             base, tried, _ = tuner.compare(tune.start_setting(), candidate)
             entry, _ = tuner.judge(tune.start_setting(), candidate, base, tried, False)
-
-            def ms(value) -> str:
-                return "-" if value is None else f"{value:.1f}"
 
             loss = " / ".join(tune._cell(entry[key]) for key in ("loss", "baseline_loss")) if changes_training else "-"
             lines.append(

@@ -145,9 +145,10 @@ def candidates(
 
     found: list[Candidate] = []
     advice: list[dict] = []
+    calls = max(steps_per_call, 1)
     for fix in verdict.get("fixes") or ():
         # The analysis' saving is per call where a call runs several steps; a trial's step time is per step.
-        rule, estimate = str(fix.get("rule")), float(fix.get("saving_ms") or math.nan) / max(steps_per_call, 1)
+        rule, estimate = str(fix.get("rule")), float(fix.get("saving_ms") or math.nan) / calls
         options: list[Candidate] = []
         if rule in PIPELINE_RULES and pipeline is not None and "--parallel-calls" not in setting.options:
             label = "the pipeline's stages in parallel, prefetched" if pipeline == "cnn" else "tf.data's AUTOTUNE"
@@ -177,8 +178,7 @@ def candidates(
             policy, saving = _reduced_precision(facts)
             if saving > 0:
                 label = f"{policy.removeprefix('mixed_')} precision"
-                per_step = saving / max(steps_per_call, 1)
-                options.append(Candidate(rule, label, {"--precision": policy}, {}, per_step, True))
+                options.append(Candidate(rule, label, {"--precision": policy}, {}, saving / calls, True))
         if rule == "cpu_without_onednn" and ONEDNN_ENV not in setting.env:
             options.append(Candidate(rule, "oneDNN on", {}, {ONEDNN_ENV: "1"}, estimate))
         if rule == "cpu_contention" and THREAD_ENV[0] not in setting.env:
@@ -209,12 +209,12 @@ def _reduced_precision(facts: object) -> tuple[str, float]:
     """The mixed-precision policy a float32 run would move to, and the saving per call (the analysis'
     step) it estimates for it from the measured ceilings (NaN where it cannot: no facts, no ceilings)."""
     from analysis.rules import savings
+    from analysis.rules.devices import facts_for
     from analysis.rules.facts import Facts
 
     if not isinstance(facts, Facts) or (facts.precision or "float32") != "float32":
         return "", math.nan
-    other = savings.precision_dtypes(facts)[1]
-    return f"mixed_{other}", savings.precision_saving(facts).ms(facts)
+    return facts_for(facts.device).mixed_precision, savings.precision_saving(facts).ms(facts)
 
 
 def _threads_left(facts: object) -> int | None:
@@ -441,7 +441,6 @@ class Tuner:
         # same setting, which would show a difference that is only the machine's drift).
         kept_nothing = not setting.fixes and first_baseline is not None
         best = self.document["baseline"] if kept_nothing else self.summary(setting, current)
-        self.document["best_against_default"] = None
         if setting.fixes and self.left_s() > 0:
             best = self.side_by_side(setting) or best
         self.document["status"] = "budget_spent" if self.left_s() <= 0 else "finished"
